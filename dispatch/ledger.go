@@ -1,0 +1,251 @@
+package dispatch
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ClaimStatus is what a ledger claim found.
+type ClaimStatus int
+
+const (
+	// Claimed: the caller holds the send lease and may send.
+	Claimed ClaimStatus = iota
+	// AlreadySent: the job was sent before; the caller must not send it again.
+	AlreadySent
+	// Busy: another worker holds an unexpired lease (it is sending this job
+	// now); the caller waits Claim.BusyFor and asks again.
+	Busy
+)
+
+// Claim is the answer of Ledger.Claim.
+type Claim struct {
+	Status   ClaimStatus
+	Attempts int           // transient provider failures counted so far, across redeliveries
+	BusyFor  time.Duration // Busy: until the other lease ends
+}
+
+// Ledger is the job ledger: a small record per job id, kept for dedup_ttl,
+// that answers "already sent?" on a redelivery, counts transient provider
+// failures across redeliveries (deferrals never count), and leases a job to
+// one sender at a time, so that a copy redelivered after ack_wait while the
+// first worker is still sending waits instead of sending twice.
+//
+// Implementations are safe for concurrent use.
+type Ledger interface {
+	// Claim takes (or extends, for the same owner) the send lease of job id
+	// for lease.
+	Claim(ctx context.Context, id, owner string, lease time.Duration) (Claim, error)
+	// Sent records that the provider accepted the job and clears the lease.
+	Sent(ctx context.Context, id, owner string) error
+	// Failed counts one transient provider failure, clears the owner's lease,
+	// and returns the failures counted so far.
+	Failed(ctx context.Context, id, owner string) (int, error)
+	// Release gives up the owner's lease without counting anything (a
+	// deferral, a shutdown).
+	Release(ctx context.Context, id, owner string) error
+}
+
+var (
+	//go:embed ledger_claim.lua
+	ledgerClaimLua    string
+	ledgerClaimScript = redis.NewScript(ledgerClaimLua)
+
+	//go:embed ledger_settle.lua
+	ledgerSettleLua    string
+	ledgerSettleScript = redis.NewScript(ledgerSettleLua)
+)
+
+// RedisLedger keeps the ledger in Redis, one hash per job under the hash tag
+// {<prefix>j:<id>}, so it runs unchanged on Redis Cluster. Every operation
+// is one atomic script reading the Redis clock.
+type RedisLedger struct {
+	rdb    redis.Scripter
+	prefix string
+	ttl    time.Duration
+	now    func() time.Time // tests only: when set, scripts get this clock instead of TIME
+}
+
+var _ Ledger = (*RedisLedger)(nil)
+
+// NewRedisLedger returns a ledger that remembers each job for ttl
+// (dedup_ttl) after its last change.
+func NewRedisLedger(rdb redis.Scripter, prefix string, ttl time.Duration) *RedisLedger {
+	return &RedisLedger{rdb: rdb, prefix: prefix, ttl: ttl}
+}
+
+// LedgerKey is the Redis key of job id's ledger record.
+func LedgerKey(prefix, id string) string { return "{" + prefix + "j:" + id + "}" }
+
+// Load loads the ledger scripts, so they can be sent inside a pipeline
+// (where a NOSCRIPT reply does not fall back to EVAL).
+func (l *RedisLedger) Load(ctx context.Context) error {
+	for _, s := range []*redis.Script{ledgerClaimScript, ledgerSettleScript} {
+		if err := s.Load(ctx, l.rdb).Err(); err != nil {
+			return fmt.Errorf("load ledger script: %w", err)
+		}
+	}
+	return nil
+}
+
+// Claim implements Ledger.
+func (l *RedisLedger) Claim(ctx context.Context, id, owner string, lease time.Duration) (Claim, error) {
+	args := []any{owner, lease.Milliseconds(), l.ttl.Milliseconds()}
+	if l.now != nil {
+		args = append(args, l.now().UnixMicro())
+	}
+	res, err := ledgerClaimScript.Run(ctx, l.rdb, []string{LedgerKey(l.prefix, id)}, args...).Int64Slice()
+	if err != nil {
+		return Claim{}, fmt.Errorf("claim job %s: %w", id, err)
+	}
+	if len(res) != 3 {
+		return Claim{}, fmt.Errorf("claim job %s: unexpected reply %v", id, res)
+	}
+	c := Claim{Status: ClaimStatus(res[0]), Attempts: int(res[1]), BusyFor: time.Duration(res[2]) * time.Millisecond}
+	if c.Status < Claimed || c.Status > Busy {
+		return Claim{}, fmt.Errorf("claim job %s: unexpected status %d", id, res[0])
+	}
+	return c, nil
+}
+
+func (l *RedisLedger) settle(ctx context.Context, id, owner, op string) (int, error) {
+	n, err := ledgerSettleScript.Run(ctx, l.rdb, []string{LedgerKey(l.prefix, id)}, owner, op, l.ttl.Milliseconds()).Int()
+	if err != nil {
+		return 0, fmt.Errorf("record %s for job %s: %w", op, id, err)
+	}
+	return n, nil
+}
+
+// Sent implements Ledger.
+func (l *RedisLedger) Sent(ctx context.Context, id, owner string) error {
+	_, err := l.settle(ctx, id, owner, "sent")
+	return err
+}
+
+// Failed implements Ledger.
+func (l *RedisLedger) Failed(ctx context.Context, id, owner string) (int, error) {
+	return l.settle(ctx, id, owner, "failed")
+}
+
+// Release implements Ledger.
+func (l *RedisLedger) Release(ctx context.Context, id, owner string) error {
+	_, err := l.settle(ctx, id, owner, "release")
+	return err
+}
+
+// MemoryLedger keeps the ledger in this process: the demo's, and the
+// fallback of redis.on_failure: local, where it still stops one process from
+// sending a job twice (across processes JetStream's single delivery is then
+// the only guard). Records are dropped ttl after their last change.
+type MemoryLedger struct {
+	now func() time.Time
+	ttl time.Duration
+
+	mu        sync.Mutex
+	recs      map[string]*ledgerRec
+	lastSweep time.Time
+}
+
+type ledgerRec struct {
+	sent      bool
+	attempts  int
+	owner     string
+	leaseEnd  time.Time
+	expiresAt time.Time
+}
+
+var _ Ledger = (*MemoryLedger)(nil)
+
+// NewMemoryLedger returns an in-process ledger; now nil means time.Now.
+func NewMemoryLedger(now func() time.Time, ttl time.Duration) *MemoryLedger {
+	if now == nil {
+		now = time.Now
+	}
+	return &MemoryLedger{now: now, ttl: ttl, recs: map[string]*ledgerRec{}}
+}
+
+// get returns the live record of id, creating it when create is set; the
+// caller holds mu. It sweeps expired records at most once per ttl/4.
+func (l *MemoryLedger) get(id string, now time.Time, create bool) *ledgerRec {
+	if now.Sub(l.lastSweep) > l.ttl/4 {
+		for k, r := range l.recs {
+			if !now.Before(r.expiresAt) {
+				delete(l.recs, k)
+			}
+		}
+		l.lastSweep = now
+	}
+	r := l.recs[id]
+	if r != nil && !now.Before(r.expiresAt) {
+		delete(l.recs, id)
+		r = nil
+	}
+	if r == nil && create {
+		r = &ledgerRec{}
+		l.recs[id] = r
+	}
+	return r
+}
+
+// Claim implements Ledger.
+func (l *MemoryLedger) Claim(_ context.Context, id, owner string, lease time.Duration) (Claim, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	r := l.get(id, now, true)
+	if r.sent {
+		return Claim{Status: AlreadySent, Attempts: r.attempts}, nil
+	}
+	if r.owner != "" && r.owner != owner && r.leaseEnd.After(now) {
+		busy := (r.leaseEnd.Sub(now) + time.Millisecond - 1).Truncate(time.Millisecond) // ceil, as the script does
+		return Claim{Status: Busy, Attempts: r.attempts, BusyFor: busy}, nil
+	}
+	r.owner, r.leaseEnd, r.expiresAt = owner, now.Add(lease), now.Add(l.ttl)
+	return Claim{Status: Claimed, Attempts: r.attempts}, nil
+}
+
+// Sent implements Ledger.
+func (l *MemoryLedger) Sent(_ context.Context, id, _ string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	r := l.get(id, now, true)
+	r.sent, r.owner, r.expiresAt = true, "", now.Add(l.ttl)
+	return nil
+}
+
+// Failed implements Ledger.
+func (l *MemoryLedger) Failed(_ context.Context, id, owner string) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	r := l.get(id, now, true)
+	r.attempts++
+	if r.owner == owner {
+		r.owner = ""
+	}
+	r.expiresAt = now.Add(l.ttl)
+	return r.attempts, nil
+}
+
+// Release implements Ledger.
+func (l *MemoryLedger) Release(_ context.Context, id, owner string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r := l.get(id, l.now(), false); r != nil && r.owner == owner {
+		r.owner = ""
+	}
+	return nil
+}
+
+// ownerToken makes a lease owner token: the instance and a per-process
+// sequence number, unique for the life of the fleet's records.
+func ownerToken(instance string, seq uint64) string {
+	return instance + "/" + strconv.FormatUint(seq, 10)
+}

@@ -1,0 +1,32 @@
+-- settle: record what became of a send and give up the lease.
+--
+-- KEYS[1]  the job's ledger hash, {<prefix>j:<id>}
+-- ARGV[1]  owner token of the caller
+-- ARGV[2]  what happened: "sent" | "failed" | "release"
+-- ARGV[3]  record TTL (dedup_ttl), integer milliseconds
+--
+-- sent:    s = 1 (remembered for dedup_ttl), lease cleared whoever holds it
+--          (the provider accepted the job: that fact wins over any lease)
+-- failed:  a = a + 1 (one transient provider failure), the caller's lease cleared
+-- release: the caller's lease cleared; nothing counted
+--
+-- Reply: attempts after the operation (integer)
+local key = KEYS[1]
+local op = ARGV[2]
+if op == 'sent' then
+  redis.call('HSET', key, 's', '1')
+  redis.call('HDEL', key, 'o', 'l')
+elseif op == 'failed' then
+  redis.call('HINCRBY', key, 'a', 1)
+  if redis.call('HGET', key, 'o') == ARGV[1] then
+    redis.call('HDEL', key, 'o', 'l')
+  end
+elseif op == 'release' then
+  if redis.call('HGET', key, 'o') == ARGV[1] then
+    redis.call('HDEL', key, 'o', 'l')
+  end
+else
+  return redis.error_reply('settle: unknown operation ' .. tostring(op))
+end
+redis.call('PEXPIRE', key, ARGV[3])
+return tonumber(redis.call('HGET', key, 'a')) or 0
