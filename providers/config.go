@@ -1,0 +1,377 @@
+package providers
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net/mail"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Kinds, channels and units accepted in a provider entry.
+var (
+	Kinds    = []string{"webhook", "twilio", "fcm", "apns", "smtp", "log"}
+	Channels = []string{"sms", "push", "email"}
+	Units    = []string{"messages", "segments"}
+	// PushTypes are the apns-push-type values APNs accepts.
+	PushTypes = []string{"alert", "background", "voip", "complication", "fileprovider", "mdm",
+		"liveactivity", "location", "pushtotalk", "controls", "widgets"}
+)
+
+// Defaults applied by WithDefaults.
+const (
+	DefaultMaxQueueDelay = 5 * time.Second
+	DefaultTimeout       = 5 * time.Second
+	DefaultTwilioURL     = "https://api.twilio.com"
+	DefaultFCMURL        = "https://fcm.googleapis.com"
+	DefaultAPNsURL       = "https://api.push.apple.com"
+	DefaultSMTPPort      = 587
+	DefaultAPNsPushType  = "alert"
+	DefaultAPNsPriority  = 10
+)
+
+// Config is one entry of the YAML `providers:` list (SPEC §4). The command
+// line decodes into []Config with mapstructure; Validate checks one entry and
+// ValidateAll the list as a whole. Secrets are never in a Config: it names
+// the environment variables that hold them, so printing a Config is safe.
+type Config struct {
+	// Name identifies the provider in jobs (`provider`), metrics and Redis
+	// keys: 1-64 characters of [A-Za-z0-9._-].
+	Name string `mapstructure:"name"`
+	// Channel is sms, push or email.
+	Channel string `mapstructure:"channel"`
+	// Default marks the channel's default provider: exactly one per channel
+	// that has providers.
+	Default bool `mapstructure:"default"`
+	// Kind is the wire protocol: webhook, twilio, fcm, apns, smtp or log.
+	Kind string `mapstructure:"kind"`
+	// URL is the endpoint (webhook, required) or the API base URL (twilio,
+	// fcm, apns; defaults to the public service, tests point it at a fake).
+	URL string `mapstructure:"url"`
+	// Rate is the contract in units per second, fleet-wide; > 0.
+	Rate float64 `mapstructure:"rate"`
+	// Unit is what Rate counts: messages (default) or segments (sms only:
+	// SMS contracts often price each 160/70-character segment).
+	Unit string `mapstructure:"unit"`
+	// MaxQueueDelay bounds the leaky queue as time (depth = rate × delay);
+	// default 5s.
+	MaxQueueDelay time.Duration `mapstructure:"max_queue_delay"`
+	// Timeout bounds one request, connection to last response byte read;
+	// default 5s.
+	Timeout time.Duration `mapstructure:"timeout"`
+	// ProjectID is the Firebase project (fcm, required).
+	ProjectID string `mapstructure:"project_id"`
+	// CredentialsEnv names the environment variable holding the secret:
+	// the bearer token of a webhook (optional) or of fcm (required), the auth
+	// token of twilio (required).
+	CredentialsEnv string `mapstructure:"credentials_env"`
+
+	// AccountSID is the Twilio account (twilio, required; basic-auth user and
+	// part of the API path).
+	AccountSID string `mapstructure:"account_sid"`
+	// From is the sender: a phone number in E.164 for twilio (this or
+	// MessagingServiceSID is required), an address for smtp (required).
+	From string `mapstructure:"from"`
+	// MessagingServiceSID sends through a Twilio Messaging Service instead of
+	// a From number (twilio).
+	MessagingServiceSID string `mapstructure:"messaging_service_sid"`
+
+	// KeyFile is the path of the APNs .p8 signing key (apns, required).
+	KeyFile string `mapstructure:"key_file"`
+	// KeyID is the 10-character id of that key (apns, required).
+	KeyID string `mapstructure:"key_id"`
+	// TeamID is the Apple developer team id (apns, required).
+	TeamID string `mapstructure:"team_id"`
+	// Topic is the apns-topic header, usually the app's bundle id (apns,
+	// required).
+	Topic string `mapstructure:"topic"`
+	// PushType is the apns-push-type header (apns, default alert).
+	PushType string `mapstructure:"push_type"`
+	// Priority is the apns-priority header: 10 (immediate, default), 5 or 1
+	// (apns).
+	Priority int `mapstructure:"priority"`
+
+	// Host is the SMTP server (smtp, required).
+	Host string `mapstructure:"host"`
+	// Port is the SMTP submission port (smtp, default 587; STARTTLS).
+	Port int `mapstructure:"port"`
+	// Username is the SMTP AUTH user (smtp, optional).
+	Username string `mapstructure:"username"`
+	// PasswordEnv names the environment variable holding the SMTP AUTH
+	// password (smtp, required with Username).
+	PasswordEnv string `mapstructure:"password_env"`
+}
+
+// WithDefaults returns c with every zero-valued key that has a default
+// filled in. Negative or otherwise invalid values are kept for Validate to
+// report.
+func (c Config) WithDefaults() Config {
+	if c.Unit == "" {
+		c.Unit = "messages"
+	}
+	if c.MaxQueueDelay == 0 {
+		c.MaxQueueDelay = DefaultMaxQueueDelay
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	switch c.Kind {
+	case "twilio":
+		if c.URL == "" {
+			c.URL = DefaultTwilioURL
+		}
+	case "fcm":
+		if c.URL == "" {
+			c.URL = DefaultFCMURL
+		}
+	case "apns":
+		if c.URL == "" {
+			c.URL = DefaultAPNsURL
+		}
+		if c.PushType == "" {
+			c.PushType = DefaultAPNsPushType
+		}
+		if c.Priority == 0 {
+			c.Priority = DefaultAPNsPriority
+		}
+	case "smtp":
+		if c.Port == 0 {
+			c.Port = DefaultSMTPPort
+		}
+	}
+	return c
+}
+
+var (
+	nameRE   = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+	envRE    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	e164RE   = regexp.MustCompile(`^\+[1-9][0-9]{6,14}$`)
+	kindChan = map[string]string{"twilio": "sms", "fcm": "push", "apns": "push", "smtp": "email"}
+)
+
+// kindKeys lists, for each kind-specific key, the kinds that use it; setting
+// it on another kind is reported as a mistake.
+var kindKeys = []struct {
+	key   string
+	kinds []string
+	set   func(c Config) bool
+}{
+	{"url", []string{"webhook", "twilio", "fcm", "apns"}, func(c Config) bool { return c.URL != "" }},
+	{"project_id", []string{"fcm"}, func(c Config) bool { return c.ProjectID != "" }},
+	{"credentials_env", []string{"webhook", "twilio", "fcm"}, func(c Config) bool { return c.CredentialsEnv != "" }},
+	{"account_sid", []string{"twilio"}, func(c Config) bool { return c.AccountSID != "" }},
+	{"from", []string{"twilio", "smtp"}, func(c Config) bool { return c.From != "" }},
+	{"messaging_service_sid", []string{"twilio"}, func(c Config) bool { return c.MessagingServiceSID != "" }},
+	{"key_file", []string{"apns"}, func(c Config) bool { return c.KeyFile != "" }},
+	{"key_id", []string{"apns"}, func(c Config) bool { return c.KeyID != "" }},
+	{"team_id", []string{"apns"}, func(c Config) bool { return c.TeamID != "" }},
+	{"topic", []string{"apns"}, func(c Config) bool { return c.Topic != "" }},
+	{"push_type", []string{"apns"}, func(c Config) bool { return c.PushType != "" }},
+	{"priority", []string{"apns"}, func(c Config) bool { return c.Priority != 0 }},
+	{"host", []string{"smtp"}, func(c Config) bool { return c.Host != "" }},
+	{"port", []string{"smtp"}, func(c Config) bool { return c.Port != 0 }},
+	{"username", []string{"smtp"}, func(c Config) bool { return c.Username != "" }},
+	{"password_env", []string{"smtp"}, func(c Config) bool { return c.PasswordEnv != "" }},
+}
+
+// Validate checks one provider entry after applying WithDefaults (so keys
+// left out are fine where they have a default). It returns nil or
+// errors.Join of one error per problem, each message starting with the key
+// relative to the entry, e.g.
+//
+//	rate: must be greater than 0, got -5
+//	kind: "carrier-pigeon" is not one of webhook, twilio, fcm, apns, smtp, log
+//
+// The caller prefixes the entry's position ("providers[2] (sms-gateway).").
+// Validate checks the file only: whether the environment variables it names
+// are set is checked by NewRegistry.
+func (c Config) Validate() error {
+	c = c.WithDefaults()
+	var errs []error
+	add := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
+	}
+
+	switch {
+	case c.Name == "":
+		add("name", "required")
+	case !nameRE.MatchString(c.Name):
+		add("name", "must be 1-64 characters of A-Z a-z 0-9 . _ -, got %q", c.Name)
+	}
+	switch {
+	case c.Channel == "":
+		add("channel", "required, one of %s", strings.Join(Channels, ", "))
+	case !slices.Contains(Channels, c.Channel):
+		add("channel", "%q is not one of %s", c.Channel, strings.Join(Channels, ", "))
+	}
+	kindOK := slices.Contains(Kinds, c.Kind)
+	switch {
+	case c.Kind == "":
+		add("kind", "required, one of %s", strings.Join(Kinds, ", "))
+	case !kindOK:
+		add("kind", "%q is not one of %s", c.Kind, strings.Join(Kinds, ", "))
+	}
+	if want, ok := kindChan[c.Kind]; ok && slices.Contains(Channels, c.Channel) && c.Channel != want {
+		add("channel", "kind %s sends %s only, got %q", c.Kind, want, c.Channel)
+	}
+	if math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0) || c.Rate <= 0 {
+		add("rate", "must be greater than 0, got %g", c.Rate)
+	}
+	switch {
+	case !slices.Contains(Units, c.Unit):
+		add("unit", "%q is not one of %s", c.Unit, strings.Join(Units, ", "))
+	case c.Unit == "segments" && c.Channel != "sms":
+		add("unit", "segments is only for channel sms, got channel %q", c.Channel)
+	}
+	if c.MaxQueueDelay <= 0 {
+		add("max_queue_delay", "must be greater than 0, got %s", c.MaxQueueDelay)
+	}
+	if c.Timeout <= 0 {
+		add("timeout", "must be greater than 0, got %s", c.Timeout)
+	}
+	if c.CredentialsEnv != "" && !envRE.MatchString(c.CredentialsEnv) {
+		add("credentials_env", "must be an environment variable name ([A-Za-z_][A-Za-z0-9_]*), got %q", c.CredentialsEnv)
+	}
+	if c.PasswordEnv != "" && !envRE.MatchString(c.PasswordEnv) {
+		add("password_env", "must be an environment variable name ([A-Za-z_][A-Za-z0-9_]*), got %q", c.PasswordEnv)
+	}
+	if !kindOK {
+		return errors.Join(errs...)
+	}
+
+	for _, k := range kindKeys {
+		if k.set(c) && !slices.Contains(k.kinds, c.Kind) {
+			add(k.key, "not used by kind %s (used by %s)", c.Kind, strings.Join(k.kinds, ", "))
+		}
+	}
+	required := func(key, value string) {
+		if value == "" {
+			add(key, "required for kind %s", c.Kind)
+		}
+	}
+	checkURL := func() {
+		if c.URL == "" {
+			add("url", "required for kind %s", c.Kind)
+			return
+		}
+		u, err := url.Parse(c.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			add("url", "must be an absolute http(s) URL, got %q", c.URL)
+		}
+	}
+	switch c.Kind {
+	case "webhook":
+		checkURL()
+	case "twilio":
+		checkURL()
+		required("account_sid", c.AccountSID)
+		required("credentials_env", c.CredentialsEnv)
+		switch {
+		case c.From == "" && c.MessagingServiceSID == "":
+			add("from", "required for kind twilio unless messaging_service_sid is set")
+		case c.From != "" && !e164RE.MatchString(c.From):
+			add("from", "must be an E.164 phone number (+ and 7-15 digits), got %q", c.From)
+		}
+	case "fcm":
+		checkURL()
+		required("project_id", c.ProjectID)
+		required("credentials_env", c.CredentialsEnv)
+	case "apns":
+		checkURL()
+		required("key_file", c.KeyFile)
+		required("key_id", c.KeyID)
+		required("team_id", c.TeamID)
+		required("topic", c.Topic)
+		if !slices.Contains(PushTypes, c.PushType) {
+			add("push_type", "%q is not one of %s", c.PushType, strings.Join(PushTypes, ", "))
+		}
+		if c.Priority != 10 && c.Priority != 5 && c.Priority != 1 {
+			add("priority", "must be 10, 5 or 1, got %d", c.Priority)
+		}
+	case "smtp":
+		required("host", c.Host)
+		if c.Port < 1 || c.Port > 65535 {
+			add("port", "must be between 1 and 65535, got %d", c.Port)
+		}
+		if c.From == "" {
+			add("from", "required for kind smtp")
+		} else if _, err := mail.ParseAddress(c.From); err != nil {
+			add("from", "must be an email address, got %q", c.From)
+		}
+		if c.Username != "" && c.PasswordEnv == "" {
+			add("password_env", "required for kind smtp when username is set")
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ValidateAll checks what no single entry can: that there is at least one
+// provider, that names are unique, and that every channel with providers has
+// exactly one default. It does not repeat Validate's per-entry checks. Its
+// messages name the entry the way the command line prefixes Validate's:
+//
+//	providers[2] (sms-b).name: "sms-b" is already used by providers[0]
+//	providers: channel sms has no default provider; set default: true on one of sms-a, sms-b
+func ValidateAll(cfgs []Config) error {
+	if len(cfgs) == 0 {
+		return errors.New("providers: at least one provider is required")
+	}
+	var errs []error
+	byName := map[string]int{}
+	defaults := map[string]int{}
+	var channels []string
+	names := map[string][]string{}
+	for i, c := range cfgs {
+		if c.Name != "" {
+			if j, dup := byName[c.Name]; dup {
+				errs = append(errs, fmt.Errorf("%s.name: %q is already used by providers[%d]", EntryPath(i, c.Name), c.Name, j))
+			} else {
+				byName[c.Name] = i
+			}
+		}
+		if c.Channel == "" {
+			continue
+		}
+		if _, seen := names[c.Channel]; !seen {
+			channels = append(channels, c.Channel)
+		}
+		names[c.Channel] = append(names[c.Channel], c.Name)
+		if !c.Default {
+			continue
+		}
+		if j, dup := defaults[c.Channel]; dup {
+			errs = append(errs, fmt.Errorf("%s.default: channel %s already has default providers[%d] (%s)",
+				EntryPath(i, c.Name), c.Channel, j, cfgs[j].Name))
+		} else {
+			defaults[c.Channel] = i
+		}
+	}
+	for _, ch := range channels {
+		if _, ok := defaults[ch]; !ok {
+			errs = append(errs, fmt.Errorf("providers: channel %s has no default provider; set default: true on one of %s",
+				ch, strings.Join(names[ch], ", ")))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// EntryPath is how messages name entry i of `providers:`:
+// "providers[2] (sms-gateway)". The command line prefixes Validate's errors
+// with it and a dot.
+func EntryPath(i int, name string) string {
+	return fmt.Sprintf("providers[%d] (%s)", i, name)
+}
+
+// Cost is how many leaky-bucket units m takes under c's contract: 1 for unit
+// messages, the SMS segment count of the body (see Segments) for unit
+// segments. It is always at least 1.
+func (c Config) Cost(m *Message) int {
+	if c.Unit == "segments" && m != nil {
+		return Segments(m.Body)
+	}
+	return 1
+}

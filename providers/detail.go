@@ -1,0 +1,164 @@
+package providers
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// maxReason is the most runes of a provider's own reason kept in a detail.
+const maxReason = 160
+
+// digitRun finds runs of 7 or more digits: phone numbers and other
+// identifiers a provider may echo in its error text.
+var digitRun = regexp.MustCompile(`[0-9]{7,}`)
+
+// reasonFields are the JSON fields that commonly carry an API error's reason,
+// in the order they are preferred.
+var reasonFields = []string{"reason", "error_description", "message", "error", "detail", "title", "code", "status"}
+
+// responseReason extracts the provider's own reason from the start of an
+// error response body: a reason field of a JSON object, or else the first
+// non-empty line of a text body. Binary bodies give "".
+func responseReason(body []byte) string {
+	body = trimPartialRune(body)
+	if len(body) == 0 || !utf8.Valid(body) {
+		return ""
+	}
+	var obj map[string]any
+	if json.Unmarshal(body, &obj) == nil {
+		return jsonReason(obj, 0)
+	}
+	text := string(body)
+	if strings.ContainsRune(text, 0) {
+		return ""
+	}
+	for _, line := range strings.Split(text, "\n") {
+		if line = strings.TrimSpace(line); line != "" {
+			return line
+		}
+	}
+	return ""
+}
+
+// trimPartialRune drops a rune cut off by the read limit at the end of b.
+func trimPartialRune(b []byte) []byte {
+	for i := 0; i < utf8.UTFMax && len(b) > 0; i++ {
+		if r, size := utf8.DecodeLastRune(b); r != utf8.RuneError || size > 1 {
+			return b
+		}
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+func jsonReason(obj map[string]any, depth int) string {
+	for _, f := range reasonFields {
+		switch v := obj[f].(type) {
+		case string:
+			if strings.TrimSpace(v) != "" {
+				return v
+			}
+		case float64:
+			return f + " " + strconv.FormatFloat(v, 'f', -1, 64)
+		case map[string]any:
+			if depth < 2 {
+				if r := jsonReason(v, depth+1); r != "" {
+					return r
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// scrubber removes what must never reach a log line or an error detail from
+// text a provider sent back: the recipient (replaced by its mask), the body
+// and title, and secrets.
+type scrubber struct {
+	channel string
+	to      string
+	hide    []string
+	secrets []string
+}
+
+func newScrubber(m *Message, secrets ...string) scrubber {
+	s := scrubber{secrets: secrets}
+	if m != nil {
+		s.channel, s.to = m.Channel, m.To
+		s.hide = []string{m.Body, m.Title}
+	}
+	return s
+}
+
+func (s scrubber) scrub(text string) string {
+	for _, secret := range s.secrets {
+		if len(secret) >= 4 {
+			text = strings.ReplaceAll(text, secret, "[secret]")
+		}
+	}
+	for _, h := range s.hide {
+		if len(h) >= 4 {
+			text = strings.ReplaceAll(text, h, "[text]")
+		}
+	}
+	if len(s.to) >= 3 {
+		masked := Mask(s.channel, s.to)
+		text = strings.ReplaceAll(text, s.to, masked)
+		if bare := strings.TrimPrefix(s.to, "+"); bare != s.to && len(bare) >= 3 {
+			text = strings.ReplaceAll(text, bare, masked)
+		}
+	}
+	return digitRun.ReplaceAllString(text, "•••")
+}
+
+// oneLine makes text a single printable line of at most max runes.
+func oneLine(text string, max int) string {
+	var b strings.Builder
+	n, space := 0, false
+	for _, r := range text {
+		if unicode.IsSpace(r) || !unicode.IsPrint(r) {
+			space = b.Len() > 0
+			continue
+		}
+		if n == max {
+			b.WriteString("…")
+			break
+		}
+		if space {
+			b.WriteByte(' ')
+			n++
+			space = false
+			if n == max {
+				b.WriteString("…")
+				break
+			}
+		}
+		b.WriteRune(r)
+		n++
+	}
+	return b.String()
+}
+
+// statusDetail is the detail of a non-2xx answer: "HTTP 400 Bad Request" and
+// the provider's scrubbed reason, if it gave one.
+func statusDetail(status int, body []byte, s scrubber) string {
+	d := "HTTP " + strconv.Itoa(status)
+	if text := http.StatusText(status); text != "" {
+		d += " " + text
+	}
+	if reason := oneLine(s.scrub(responseReason(body)), maxReason); reason != "" {
+		d += ": " + reason
+	}
+	return d
+}
+
+// causeDetail is a one-line description of a transport error, scrubbed.
+func causeDetail(err error, s scrubber) string {
+	return oneLine(s.scrub(fmt.Sprint(err)), 2*maxReason)
+}

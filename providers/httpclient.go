@@ -1,0 +1,61 @@
+package providers
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"time"
+)
+
+// Limits on what is read from a provider's response.
+const (
+	// reasonLimit is how much of an error response is read to find the
+	// provider's reason.
+	reasonLimit = 4 << 10
+	// drainLimit is how much of a response is read and discarded so its
+	// connection can be reused; past it the connection is closed instead.
+	drainLimit = 64 << 10
+)
+
+// newTransport returns the transport one provider uses for all its requests:
+// keep-alive, HTTP/2 when the server offers it, a pool sized for a worker
+// pool of a few dozen, and bounded connection set-up. The per-request
+// timeout comes from the request context.
+func newTransport() *http.Transport {
+	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+	return &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           dialer.DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          128,
+		MaxIdleConnsPerHost:   64,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   5 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
+}
+
+// newClient wraps a transport in a client that does not follow redirects:
+// following one would turn a POST into a GET (301-303) or send the message
+// somewhere it was not configured to go. A 3xx is returned to the caller.
+func newClient(rt http.RoundTripper) *http.Client {
+	return &http.Client{
+		Transport:     rt,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+// readReason reads the start of an error response's body for its reason,
+// then drains and closes the body.
+func readReason(body io.ReadCloser) []byte {
+	b, _ := io.ReadAll(io.LimitReader(body, reasonLimit))
+	drainClose(body)
+	return b
+}
+
+// drainClose reads at most drainLimit bytes of body, so a short body's
+// connection returns to the pool, and closes it.
+func drainClose(body io.ReadCloser) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(body, drainLimit))
+	_ = body.Close()
+}

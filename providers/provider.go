@@ -1,0 +1,36 @@
+package providers
+
+import (
+	"context"
+	"time"
+)
+
+// Message is what a provider sends. The dispatcher builds it from a queue
+// job; its JSON field names are those of the job (SPEC §2), so the webhook
+// body is the job as JSON.
+type Message struct {
+	ID        string            `json:"id"`
+	UserID    string            `json:"user_id"`
+	Channel   string            `json:"channel"`
+	To        string            `json:"to"`
+	Body      string            `json:"body"`
+	Title     string            `json:"title,omitempty"`
+	Data      map[string]string `json:"data,omitempty"`
+	Provider  string            `json:"provider,omitempty"`
+	ExpiresAt *time.Time        `json:"expires_at,omitempty"`
+	CreatedAt *time.Time        `json:"created_at,omitempty"`
+}
+
+// Provider sends messages on one channel. Implementations are safe for
+// concurrent use by many goroutines.
+type Provider interface {
+	// Name is the provider's configured name.
+	Name() string
+	// Send makes one attempt to hand m to the provider and returns nil when
+	// it was accepted (a 2xx). Otherwise the error wraps exactly one of
+	// ErrPermanent, ErrTransient or ErrRateLimited (a *RateLimitedError)
+	// and its text is one line without the recipient, body or secrets.
+	// Send never retries, and gives up after the configured timeout or when
+	// ctx ends (ErrTransient, wrapping the context's error).
+	Send(ctx context.Context, m *Message) error
+}

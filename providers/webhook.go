@@ -1,0 +1,189 @@
+package providers
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"syscall"
+	"time"
+)
+
+// Webhook is the webhook provider (SPEC §7): each Send is one
+// `POST <url>` whose body is the Message as JSON, with the headers
+// Content-Type: application/json, Idempotency-Key: <message id>,
+// User-Agent: notifier/<version> and, when credentials_env is set,
+// Authorization: Bearer <token>.
+//
+// A 2xx is accepted; 429 is a *RateLimitedError honouring Retry-After; 408,
+// 5xx, other unexpected statuses (redirects are not followed), timeouts and
+// connection errors are ErrTransient; any other 4xx is ErrPermanent with the
+// provider's reason in the detail. A Webhook is safe for concurrent use; its
+// connections are pooled and kept alive until Close.
+type Webhook struct {
+	name      string
+	url       string
+	timeout   time.Duration
+	userAgent string
+	auth      *credential // nil without credentials_env
+	client    *http.Client
+	transport *http.Transport // nil when Options.HTTPClient was given
+	now       func() time.Time
+}
+
+var _ Provider = (*Webhook)(nil)
+
+// credential holds a secret behind a pointer so that printing a provider
+// with %v or %+v shows an address, never the secret.
+type credential struct{ value string }
+
+// NewWebhook builds a webhook provider from a kind webhook entry, reading the
+// bearer token (if credentials_env is set) through opts.Getenv.
+func NewWebhook(cfg Config, opts Options) (*Webhook, error) {
+	cfg = cfg.WithDefaults()
+	if cfg.Kind != "webhook" {
+		return nil, fmt.Errorf("new webhook %s: kind is %q, not webhook", cfg.Name, cfg.Kind)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("new webhook %s: %w", cfg.Name, err)
+	}
+	opts = opts.withDefaults()
+	w := &Webhook{
+		name:      cfg.Name,
+		url:       cfg.URL,
+		timeout:   cfg.Timeout,
+		userAgent: "notifier/" + opts.Version,
+		client:    opts.HTTPClient,
+		now:       opts.Now,
+	}
+	if cfg.CredentialsEnv != "" {
+		token, err := lookupSecret(opts, cfg.CredentialsEnv)
+		if err != nil {
+			return nil, fmt.Errorf("new webhook %s: credentials_env: %w", cfg.Name, err)
+		}
+		w.auth = &credential{"Bearer " + token}
+	}
+	if w.client == nil {
+		w.transport = newTransport()
+		w.client = newClient(w.transport)
+	}
+	return w, nil
+}
+
+// Name returns the configured name.
+func (w *Webhook) Name() string { return w.name }
+
+// String describes the provider without its secret.
+func (w *Webhook) String() string { return "webhook " + w.name }
+
+// Close releases the provider's idle connections. Send still works after
+// Close, opening new connections.
+func (w *Webhook) Close() error {
+	if w.transport != nil {
+		w.transport.CloseIdleConnections()
+	}
+	return nil
+}
+
+// Send posts m to the webhook once. See Webhook for how answers map to
+// error classes.
+func (w *Webhook) Send(ctx context.Context, m *Message) error {
+	s := w.scrubber(m)
+	if m == nil {
+		return &Error{Provider: w.name, Class: ErrPermanent, Detail: "nil message"}
+	}
+	var body bytes.Buffer
+	enc := json.NewEncoder(&body)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(m); err != nil {
+		return &Error{Provider: w.name, Class: ErrPermanent, Detail: "encode message: " + causeDetail(err, s), Err: err}
+	}
+
+	rctx, cancel := context.WithTimeout(ctx, w.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, w.url, bytes.NewReader(body.Bytes()))
+	if err != nil {
+		return &Error{Provider: w.name, Class: ErrPermanent, Detail: "build request: " + causeDetail(err, s), Err: err}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", m.ID)
+	req.Header.Set("User-Agent", w.userAgent)
+	if w.auth != nil {
+		req.Header.Set("Authorization", w.auth.value)
+	}
+
+	resp, err := w.client.Do(req)
+	if err != nil {
+		return transportError(ctx, w.name, w.timeout, err, s)
+	}
+	return responseError(w.name, resp, s, w.now)
+}
+
+func (w *Webhook) scrubber(m *Message) scrubber {
+	if w.auth == nil {
+		return newScrubber(m)
+	}
+	return newScrubber(m, w.auth.value, w.auth.value[len("Bearer "):])
+}
+
+// responseError maps a response to nil (2xx) or the error of its class, and
+// always drains (bounded) and closes the body.
+func responseError(provider string, resp *http.Response, s scrubber, now func() time.Time) error {
+	status := resp.StatusCode
+	if status >= 200 && status <= 299 {
+		drainClose(resp.Body)
+		return nil
+	}
+	body := readReason(resp.Body)
+	detail := statusDetail(status, body, s)
+	switch {
+	case status == http.StatusTooManyRequests:
+		ref := now()
+		if date, err := http.ParseTime(resp.Header.Get("Date")); err == nil {
+			// An HTTP-date Retry-After is relative to the provider's own
+			// clock; its Date header removes the skew between the clocks.
+			ref = date
+		}
+		rl := &RateLimitedError{Provider: provider, Status: status, Detail: detail, RetryAfter: DefaultRetryAfter}
+		if d, ok := ParseRetryAfter(resp.Header.Get("Retry-After"), ref); ok {
+			rl.RetryAfter, rl.Explicit = d, true
+		}
+		return rl
+	case status == http.StatusRequestTimeout, status >= 500:
+		return &Error{Provider: provider, Class: ErrTransient, Status: status, Detail: detail}
+	case status >= 400:
+		return &Error{Provider: provider, Class: ErrPermanent, Status: status, Detail: detail}
+	case status >= 300 && status <= 399:
+		detail += " (redirects are not followed)"
+	}
+	return &Error{Provider: provider, Class: ErrTransient, Status: status, Detail: detail}
+}
+
+// transportError classifies a failed round trip: all are transient, told
+// apart in the detail (the caller's context ended, the request timed out,
+// the connection was refused, anything else).
+func transportError(parent context.Context, provider string, timeout time.Duration, err error, s scrubber) error {
+	cause := err
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		cause = ue.Err // its text would repeat the URL, which may hold a secret
+	}
+	e := &Error{Provider: provider, Class: ErrTransient, Err: cause}
+	var ne net.Error
+	switch {
+	case parent.Err() != nil:
+		e.Detail = "gave up: " + causeDetail(parent.Err(), s)
+		e.Err = parent.Err()
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		e.Detail = "timeout after " + timeout.String()
+	case errors.Is(err, syscall.ECONNREFUSED):
+		e.Detail = "connection refused"
+	default:
+		e.Detail = "request error: " + causeDetail(cause, s)
+	}
+	return e
+}
