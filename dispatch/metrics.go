@@ -1,0 +1,78 @@
+package dispatch
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are SPEC §8's metrics. Labels are bounded (channel, provider,
+// outcome, layer, reason, decision, status class); no label ever carries a
+// user id, an address or message text. Safe for concurrent use.
+type Metrics struct {
+	Jobs             *prometheus.CounterVec   // channel, provider, outcome
+	Deferrals        *prometheus.CounterVec   // layer, reason
+	QueueLatency     *prometheus.HistogramVec // provider
+	JobLatency       *prometheus.HistogramVec // channel, provider
+	QueueDepth       *prometheus.GaugeVec     // provider
+	LimitDecisions   *prometheus.CounterVec   // layer, decision
+	ProviderRequests *prometheus.CounterVec   // provider, status
+	ProviderSeconds  *prometheus.HistogramVec // provider
+	ProviderPaused   *prometheus.GaugeVec     // provider
+	InFlight         prometheus.Gauge         // jobs held by this process's workers
+}
+
+// Outcomes (SPEC §6).
+const (
+	OutcomeSent       = "sent"
+	OutcomeDuplicate  = "duplicate"
+	OutcomeSuppressed = "suppressed"
+	OutcomeDead       = "dead"
+)
+
+// Layers, as used in the layer label.
+const (
+	LayerUser     = "user"
+	LayerGlobal   = "global"
+	LayerLeaky    = "leaky"
+	LayerProvider = "provider"
+	LayerLedger   = "ledger"
+)
+
+// NewMetrics registers the metrics with reg (never the global registry).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	latency := []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}
+	m := &Metrics{
+		Jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "notifier_jobs_total", Help: "Jobs by final outcome (sent, duplicate, suppressed, dead).",
+		}, []string{"channel", "provider", "outcome"}),
+		Deferrals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "notifier_deferrals_total", Help: "Transient deferrals and retries, by layer and reason.",
+		}, []string{"layer", "reason"}),
+		QueueLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "notifier_queue_latency_seconds", Help: "Time a job waited in its provider's leaky queue.", Buckets: latency,
+		}, []string{"provider"}),
+		JobLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "notifier_job_latency_seconds", Help: "Time from publish to provider acceptance.", Buckets: latency,
+		}, []string{"channel", "provider"}),
+		QueueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "notifier_leaky_queue_depth", Help: "Units queued in the provider's leaky bucket now (fleet-wide).",
+		}, []string{"provider"}),
+		LimitDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "notifier_limit_decisions_total", Help: "Allow/deny decisions per limit layer.",
+		}, []string{"layer", "decision"}),
+		ProviderRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "notifier_provider_requests_total", Help: "Provider calls by HTTP status class (2xx, 4xx, 429, 5xx) or error.",
+		}, []string{"provider", "status"}),
+		ProviderSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "notifier_provider_request_seconds", Help: "Provider call duration.", Buckets: latency,
+		}, []string{"provider"}),
+		ProviderPaused: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "notifier_provider_paused", Help: "1 while a provider's 429 pause is in force.",
+		}, []string{"provider"}),
+		InFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "notifier_jobs_in_flight", Help: "Jobs held by this process's workers now.",
+		}),
+	}
+	reg.MustRegister(m.Jobs, m.Deferrals, m.QueueLatency, m.JobLatency, m.QueueDepth,
+		m.LimitDecisions, m.ProviderRequests, m.ProviderSeconds, m.ProviderPaused, m.InFlight)
+	return m
+}
