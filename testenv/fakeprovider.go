@@ -1,0 +1,350 @@
+package testenv
+
+import (
+	"encoding/json"
+	"io"
+	"mime"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeMaxBody is the largest request body the fake provider reads; SPEC §2
+// jobs are at most 64 KiB.
+const fakeMaxBody = 1 << 20
+
+// FakeOption configures a fake provider.
+type FakeOption func(*Fake)
+
+// WithContract makes the fake enforce a rate contract: at most n accepted
+// requests in any trailing 1 s window. A request over it is answered 429 with
+// Retry-After set to the whole seconds (rounded up) until the window frees.
+// 0 (the default) is no contract.
+func WithContract(n int) FakeOption {
+	return func(f *Fake) { f.contract = n }
+}
+
+// WithClock replaces the clock the fake stamps arrivals with and measures its
+// contract window and injection periods against (default time.Now).
+// Latency injected with SlowFor is real time either way.
+func WithClock(now func() time.Time) FakeOption {
+	return func(f *Fake) { f.now = now }
+}
+
+// FakeRequest is one request the fake provider received.
+type FakeRequest struct {
+	At     time.Time   // when it arrived, by the fake's clock
+	ID     string      // the Idempotency-Key header, or else the body's "id"
+	Method string      // HTTP method
+	Path   string      // URL path
+	Header http.Header // request headers
+	Body   []byte      // request body (at most 1 MiB is read)
+	// Status is what the fake answered (or, for a SlowFor request whose
+	// client gave up before the answer, decided to answer: the request was
+	// accepted as a real provider would have). 0 for a request held by
+	// HangFor, which is never answered.
+	Status int
+}
+
+// Fake is a fake notification provider: an HTTP server speaking the webhook
+// protocol (SPEC §7) that enforces a rate contract, records every request
+// and can be told to misbehave for a while. Its methods are safe for
+// concurrent use.
+//
+// A request is checked, in this order: the protocol (POST, Content-Type
+// application/json, a JSON object body: 405, 415, 413 or 400 otherwise);
+// HangFor (held, never answered, until the client gives up); FailNext;
+// FailFor; RateLimitFor; the contract; then it is accepted with 200. SlowFor
+// delays whatever answer was decided. Only 2xx answers are accepted and only
+// they count toward the contract.
+type Fake struct {
+	srv      *httptest.Server
+	now      func() time.Time
+	contract int
+	closing  chan struct{}
+	close    sync.Once
+
+	mu             sync.Mutex
+	requests       []FakeRequest
+	accepted       []int // indexes into requests, in order of acceptance
+	failNext       int
+	failNextStatus int
+	failUntil      time.Time
+	failStatus     int
+	limitUntil     time.Time
+	limitAfter     string
+	slowUntil      time.Time
+	latency        time.Duration
+	hangUntil      time.Time
+}
+
+// FakeProvider starts a fake provider on a loopback port and closes it when
+// the test ends.
+func FakeProvider(t testing.TB, opts ...FakeOption) *Fake {
+	t.Helper()
+	f := &Fake{now: time.Now, closing: make(chan struct{})}
+	for _, o := range opts {
+		o(f)
+	}
+	if f.contract < 0 {
+		t.Fatalf("testenv: fake provider contract %d: must be >= 0", f.contract)
+	}
+	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
+	t.Cleanup(f.Close)
+	return f
+}
+
+// URL is the fake's endpoint, http://127.0.0.1:<port>/send.
+func (f *Fake) URL() string { return f.srv.URL + "/send" }
+
+// Close stops the server: held and slow requests are cut off, later
+// requests are refused. Safe to call more than once.
+func (f *Fake) Close() {
+	f.close.Do(func() {
+		close(f.closing)
+		f.srv.Close()
+	})
+}
+
+// FailNext answers the next n requests with status, before the contract is
+// consulted (they do not count toward it).
+func (f *Fake) FailNext(n, status int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failNext, f.failNextStatus = n, status
+}
+
+// FailFor answers every request with status for d from now.
+func (f *Fake) FailFor(d time.Duration, status int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failUntil, f.failStatus = f.now().Add(d), status
+}
+
+// RateLimitFor answers every request with 429 for d from now, with the
+// header Retry-After: retryAfter (left out when retryAfter is "").
+func (f *Fake) RateLimitFor(d time.Duration, retryAfter string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.limitUntil, f.limitAfter = f.now().Add(d), retryAfter
+}
+
+// SlowFor delays every answer to requests arriving in the next d by latency.
+func (f *Fake) SlowFor(d, latency time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.slowUntil, f.latency = f.now().Add(d), latency
+}
+
+// HangFor holds every request arriving in the next d without ever
+// answering, until its client gives up (or the fake is closed).
+func (f *Fake) HangFor(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.hangUntil = f.now().Add(d)
+}
+
+// Reset ends every misbehaviour set by FailNext, FailFor, RateLimitFor,
+// SlowFor and HangFor. The recordings and the contract are kept.
+func (f *Fake) Reset() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failNext = 0
+	f.failUntil, f.limitUntil, f.slowUntil, f.hangUntil = time.Time{}, time.Time{}, time.Time{}, time.Time{}
+}
+
+// answer is what the fake decided to do with one request.
+type answer struct {
+	status     int
+	retryAfter string
+	body       string
+	hold       bool
+	latency    time.Duration
+}
+
+func (f *Fake) serve(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(io.LimitReader(r.Body, fakeMaxBody+1))
+
+	f.mu.Lock()
+	now := f.now()
+	rec := FakeRequest{At: now, Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body,
+		ID: r.Header.Get("Idempotency-Key")}
+	var job struct {
+		ID string `json:"id"`
+	}
+	jsonErr := json.Unmarshal(body, &job)
+	if rec.ID == "" {
+		rec.ID = job.ID
+	}
+	a := f.decide(now, r, len(body), jsonErr)
+	if !a.hold {
+		rec.Status = a.status
+	}
+	f.requests = append(f.requests, rec)
+	if a.status >= 200 && a.status <= 299 && !a.hold {
+		f.accepted = append(f.accepted, len(f.requests)-1)
+	}
+	f.mu.Unlock()
+
+	if a.hold {
+		select {
+		case <-r.Context().Done():
+		case <-f.closing:
+		}
+		panic(http.ErrAbortHandler) // cut the connection without an answer
+	}
+	if a.latency > 0 {
+		timer := time.NewTimer(a.latency)
+		defer timer.Stop()
+		select {
+		case <-timer.C:
+		case <-r.Context().Done():
+			panic(http.ErrAbortHandler)
+		case <-f.closing:
+			panic(http.ErrAbortHandler)
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if a.retryAfter != "" {
+		w.Header().Set("Retry-After", a.retryAfter)
+	}
+	w.WriteHeader(a.status)
+	_, _ = io.WriteString(w, a.body)
+}
+
+// decide picks the answer to a request arriving at now. f.mu is held.
+func (f *Fake) decide(now time.Time, r *http.Request, size int, jsonErr error) answer {
+	var a answer
+	if now.Before(f.slowUntil) {
+		a.latency = f.latency
+	}
+	reason := func(status int, text string) answer {
+		a.status = status
+		a.body = `{"reason":` + strconv.Quote(text) + "}\n"
+		return a
+	}
+	mediaType, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	switch {
+	case r.Method != http.MethodPost:
+		return reason(http.StatusMethodNotAllowed, "method "+r.Method+" not allowed, use POST")
+	case mediaType != "application/json":
+		return reason(http.StatusUnsupportedMediaType, "content type must be application/json")
+	case size > fakeMaxBody:
+		return reason(http.StatusRequestEntityTooLarge, "body over 1 MiB")
+	case jsonErr != nil:
+		return reason(http.StatusBadRequest, "body is not a JSON object")
+	}
+	if now.Before(f.hangUntil) {
+		a.hold = true
+		return a
+	}
+	if f.failNext > 0 {
+		f.failNext--
+		return reason(f.failNextStatus, "injected "+strconv.Itoa(f.failNextStatus)+" by the testenv fake provider")
+	}
+	if now.Before(f.failUntil) {
+		return reason(f.failStatus, "injected "+strconv.Itoa(f.failStatus)+" by the testenv fake provider")
+	}
+	if now.Before(f.limitUntil) {
+		a.retryAfter = f.limitAfter
+		return reason(http.StatusTooManyRequests, "rate limited by the testenv fake provider")
+	}
+	if n := f.contract; n > 0 && len(f.accepted) >= n {
+		// The window (now-1s, now] already holds n accepted requests when
+		// the n-th most recent one is less than 1 s old; it frees 1 s
+		// after that one arrived.
+		oldest := f.requests[f.accepted[len(f.accepted)-n]].At
+		if wait := oldest.Add(time.Second).Sub(now); wait > 0 {
+			secs := int64((wait + time.Second - 1) / time.Second)
+			a.retryAfter = strconv.FormatInt(secs, 10)
+			return reason(http.StatusTooManyRequests, "contract of "+strconv.Itoa(n)+" per second exceeded")
+		}
+	}
+	a.status = http.StatusOK
+	a.body = `{"status":"accepted"}` + "\n"
+	return a
+}
+
+// Requests returns every request received so far, in order of arrival. The
+// slice is the caller's; the headers and bodies must not be modified.
+func (f *Fake) Requests() []FakeRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]FakeRequest(nil), f.requests...)
+}
+
+// Accepted returns the accepted (2xx) requests in order of acceptance.
+func (f *Fake) Accepted() []FakeRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]FakeRequest, len(f.accepted))
+	for i, idx := range f.accepted {
+		out[i] = f.requests[idx]
+	}
+	return out
+}
+
+// AcceptedIDs returns the job ids of the accepted requests, in order.
+func (f *Fake) AcceptedIDs() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]string, len(f.accepted))
+	for i, idx := range f.accepted {
+		out[i] = f.requests[idx].ID
+	}
+	return out
+}
+
+// Count returns how many requests were answered with status (0 counts the
+// requests held by HangFor).
+func (f *Fake) Count(status int) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, r := range f.requests {
+		if r.Status == status {
+			n++
+		}
+	}
+	return n
+}
+
+// MaxInWindow returns the most requests accepted within any window of
+// length window: the largest number of accepted requests whose arrival
+// times all lie in some [t, t+window). Pacing tests compare it with the
+// contract.
+func (f *Fake) MaxInWindow(window time.Duration) int {
+	if window <= 0 {
+		return 0
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	best, i := 0, 0
+	for j := range f.accepted {
+		for f.requests[f.accepted[j]].At.Sub(f.requests[f.accepted[i]].At) >= window {
+			i++
+		}
+		best = max(best, j-i+1)
+	}
+	return best
+}
+
+// Duplicates returns the job ids accepted more than once, each once, in the
+// order their second acceptance happened.
+func (f *Fake) Duplicates() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	seen := map[string]int{}
+	var dups []string
+	for _, idx := range f.accepted {
+		id := f.requests[idx].ID
+		seen[id]++
+		if seen[id] == 2 {
+			dups = append(dups, id)
+		}
+	}
+	return dups
+}

@@ -1,0 +1,374 @@
+package testenv_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/notifier/notifier/testenv"
+)
+
+// fakeClock is a manual clock for the fake provider.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{t: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// poster sends webhook requests to a fake provider.
+type poster struct {
+	t      *testing.T
+	url    string
+	client *http.Client
+}
+
+func newPoster(t *testing.T, f *testenv.Fake) *poster {
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &poster{t: t, url: f.URL(), client: &http.Client{Transport: tr}}
+}
+
+type reply struct {
+	status     int
+	retryAfter string
+	body       string
+	err        error
+}
+
+// post sends one job with id, the way the webhook provider does.
+func (p *poster) post(ctx context.Context, id string) reply {
+	body := fmt.Sprintf(`{"id":%q,"user_id":"u1","channel":"sms","to":"+447700900123","body":"hi"}`, id)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.url, strings.NewReader(body))
+	if err != nil {
+		p.t.Fatalf("new request: %v", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", id)
+	return p.do(req)
+}
+
+func (p *poster) do(req *http.Request) reply {
+	resp, err := p.client.Do(req)
+	if err != nil {
+		return reply{err: err}
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return reply{status: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After"), body: string(b)}
+}
+
+func (p *poster) expect(id string, status int) reply {
+	p.t.Helper()
+	r := p.post(context.Background(), id)
+	if r.err != nil || r.status != status {
+		p.t.Fatalf("post %s: got status %d err %v, want %d", id, r.status, r.err, status)
+	}
+	return r
+}
+
+func TestFakeContractWindowIsExact(t *testing.T) {
+	t.Parallel()
+	clk := newFakeClock()
+	f := testenv.FakeProvider(t, testenv.WithContract(3), testenv.WithClock(clk.Now))
+	p := newPoster(t, f)
+
+	for i := range 3 {
+		p.expect(fmt.Sprintf("a%d", i), 200)
+	}
+	clk.Advance(999 * time.Millisecond)
+	if r := p.expect("b0", 429); r.retryAfter != "1" {
+		t.Fatalf("Retry-After %q, want 1 (the window frees in 1 ms, rounded up)", r.retryAfter)
+	}
+	clk.Advance(time.Millisecond) // the first three are now exactly 1 s old: out of the window
+	for i := range 3 {
+		p.expect(fmt.Sprintf("c%d", i), 200)
+	}
+	p.expect("d0", 429)
+	clk.Advance(500 * time.Millisecond)
+	p.expect("d1", 429)
+
+	if got := f.Count(200); got != 6 {
+		t.Errorf("Count(200) = %d, want 6", got)
+	}
+	if got := f.Count(429); got != 3 {
+		t.Errorf("Count(429) = %d, want 3", got)
+	}
+	if got := f.MaxInWindow(time.Second); got != 3 {
+		t.Errorf("MaxInWindow(1s) = %d, want 3", got)
+	}
+	if got := f.MaxInWindow(2 * time.Second); got != 6 {
+		t.Errorf("MaxInWindow(2s) = %d, want 6", got)
+	}
+	want := []string{"a0", "a1", "a2", "c0", "c1", "c2"}
+	if got := f.AcceptedIDs(); !slices.Equal(got, want) {
+		t.Errorf("AcceptedIDs = %v, want %v", got, want)
+	}
+}
+
+func TestFakeContractRealClockFreesAfterRetryAfter(t *testing.T) {
+	t.Parallel()
+	f := testenv.FakeProvider(t, testenv.WithContract(2))
+	p := newPoster(t, f)
+
+	// Send until the contract answers 429 (at the latest at the third send
+	// within one second).
+	var limited reply
+	for i := 0; limited.status != 429; i++ {
+		limited = p.post(context.Background(), fmt.Sprintf("j%d", i))
+		if limited.err != nil || (limited.status != 200 && limited.status != 429) {
+			t.Fatalf("post: %d %v", limited.status, limited.err)
+		}
+	}
+	if limited.retryAfter != "1" {
+		t.Fatalf("Retry-After %q, want 1", limited.retryAfter)
+	}
+	testenv.WaitFor(t, 3*time.Second, "a send accepted once the window frees", func() bool {
+		return p.post(context.Background(), "late").status == 200
+	})
+	if got := f.MaxInWindow(time.Second); got > 2 {
+		t.Fatalf("MaxInWindow(1s) = %d over a contract of 2", got)
+	}
+}
+
+func TestFakeInjections(t *testing.T) {
+	t.Parallel()
+	clk := newFakeClock()
+	f := testenv.FakeProvider(t, testenv.WithContract(100), testenv.WithClock(clk.Now))
+	p := newPoster(t, f)
+
+	f.FailNext(2, 503)
+	p.expect("n1", 503)
+	p.expect("n2", 503)
+	p.expect("n3", 200)
+
+	f.FailFor(time.Second, 400)
+	r := p.expect("f1", 400)
+	if !strings.Contains(r.body, "injected 400") {
+		t.Errorf("400 body %q does not say it was injected", r.body)
+	}
+	clk.Advance(time.Second)
+	p.expect("f2", 200)
+
+	f.RateLimitFor(time.Second, "7")
+	if r := p.expect("r1", 429); r.retryAfter != "7" {
+		t.Errorf("Retry-After %q, want 7", r.retryAfter)
+	}
+	clk.Advance(time.Second)
+	f.RateLimitFor(time.Second, "")
+	if r := p.expect("r2", 429); r.retryAfter != "" {
+		t.Errorf("Retry-After %q, want none", r.retryAfter)
+	}
+	f.Reset()
+	p.expect("r3", 200)
+
+	f.FailFor(time.Hour, 500)
+	f.FailNext(1, 408)
+	p.expect("x1", 408) // FailNext before FailFor
+	p.expect("x2", 500)
+	f.Reset()
+	p.expect("x3", 200)
+
+	if got, want := f.AcceptedIDs(), []string{"n3", "f2", "r3", "x3"}; !slices.Equal(got, want) {
+		t.Errorf("AcceptedIDs = %v, want %v", got, want)
+	}
+	if got, want := f.Count(503)+f.Count(400)+f.Count(429)+f.Count(408)+f.Count(500), 7; got != want {
+		t.Errorf("injected failures answered: %d, want %d", got, want)
+	}
+}
+
+func TestFakeSlowAndHang(t *testing.T) {
+	t.Parallel()
+	f := testenv.FakeProvider(t)
+	p := newPoster(t, f)
+
+	const latency = 200 * time.Millisecond
+	f.SlowFor(time.Hour, latency)
+	start := time.Now()
+	p.expect("slow", 200)
+	if took := time.Since(start); took < latency {
+		t.Errorf("slow answer after %s, want at least %s", took, latency)
+	}
+
+	// A slow request whose client gives up is still accepted by the
+	// provider: the ambiguous case idempotency keys exist for.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	r := p.post(ctx, "gave-up")
+	cancel()
+	if !errors.Is(r.err, context.DeadlineExceeded) {
+		t.Fatalf("slow post with a short deadline: %v, want deadline exceeded", r.err)
+	}
+	f.Reset()
+
+	f.HangFor(time.Hour)
+	ctx, cancel = context.WithTimeout(context.Background(), 100*time.Millisecond)
+	r = p.post(ctx, "hung")
+	cancel()
+	if !errors.Is(r.err, context.DeadlineExceeded) {
+		t.Fatalf("hung post: %v, want deadline exceeded", r.err)
+	}
+	f.Reset()
+	p.expect("after", 200)
+
+	if got := f.Count(0); got != 1 {
+		t.Errorf("Count(0) (held) = %d, want 1", got)
+	}
+	if got, want := f.AcceptedIDs(), []string{"slow", "gave-up", "after"}; !slices.Equal(got, want) {
+		t.Errorf("AcceptedIDs = %v, want %v", got, want)
+	}
+}
+
+func TestFakeHangEndsWhenClosed(t *testing.T) {
+	t.Parallel()
+	f := testenv.FakeProvider(t)
+	p := newPoster(t, f)
+	f.HangFor(time.Hour)
+	done := make(chan reply, 1)
+	go func() { done <- p.post(context.Background(), "held") }()
+	testenv.WaitFor(t, 5*time.Second, "the request to arrive", func() bool { return len(f.Requests()) == 1 })
+	f.Close()
+	if r := <-done; r.err == nil {
+		t.Fatalf("held request answered %d after Close, want a connection error", r.status)
+	}
+	if r := p.post(context.Background(), "after-close"); !errors.Is(r.err, syscall.ECONNREFUSED) {
+		t.Fatalf("post after Close: %v, want connection refused", r.err)
+	}
+}
+
+func TestFakeRecordsRequests(t *testing.T) {
+	t.Parallel()
+	clk := newFakeClock()
+	f := testenv.FakeProvider(t, testenv.WithClock(clk.Now))
+	p := newPoster(t, f)
+
+	p.expect("job-1", 200)
+	clk.Advance(time.Minute)
+	// No Idempotency-Key: the id comes from the body.
+	req, _ := http.NewRequest(http.MethodPost, f.URL(), strings.NewReader(`{"id":"job-2"}`))
+	req.Header.Set("Content-Type", "application/json; charset=utf-8")
+	if r := p.do(req); r.status != 200 {
+		t.Fatalf("post without Idempotency-Key: %d %v", r.status, r.err)
+	}
+	p.expect("job-1", 200)
+
+	// Protocol violations are answered and recorded, never accepted.
+	get, _ := http.NewRequest(http.MethodGet, f.URL(), nil)
+	text, _ := http.NewRequest(http.MethodPost, f.URL(), strings.NewReader(`{"id":"t"}`))
+	text.Header.Set("Content-Type", "text/plain")
+	bad, _ := http.NewRequest(http.MethodPost, f.URL(), strings.NewReader(`{"id":`))
+	bad.Header.Set("Content-Type", "application/json")
+	huge, _ := http.NewRequest(http.MethodPost, f.URL(), bytes.NewReader(make([]byte, 2<<20)))
+	huge.Header.Set("Content-Type", "application/json")
+	for req, want := range map[*http.Request]int{get: 405, text: 415, bad: 400, huge: 413} {
+		if r := p.do(req); r.status != want {
+			t.Errorf("%s %s: status %d %v, want %d", req.Method, req.Header.Get("Content-Type"), r.status, r.err, want)
+		}
+	}
+
+	reqs := f.Requests()
+	if len(reqs) != 7 {
+		t.Fatalf("Requests() has %d, want 7", len(reqs))
+	}
+	first := reqs[0]
+	if first.ID != "job-1" || first.Method != "POST" || first.Path != "/send" || first.Status != 200 ||
+		!first.At.Equal(newFakeClock().Now()) || first.Header.Get("Idempotency-Key") != "job-1" ||
+		!strings.Contains(string(first.Body), `"to":"+447700900123"`) {
+		t.Errorf("first request recorded as %+v", first)
+	}
+	if reqs[1].ID != "job-2" || !reqs[1].At.Equal(newFakeClock().Now().Add(time.Minute)) {
+		t.Errorf("second request: id %q at %s, want job-2 a minute later", reqs[1].ID, reqs[1].At)
+	}
+	if got := len(f.Accepted()); got != 3 {
+		t.Errorf("Accepted() has %d, want 3", got)
+	}
+	if got := f.Duplicates(); !slices.Equal(got, []string{"job-1"}) {
+		t.Errorf("Duplicates() = %v, want [job-1]", got)
+	}
+}
+
+func TestFakeMaxInWindow(t *testing.T) {
+	t.Parallel()
+	clk := newFakeClock()
+	f := testenv.FakeProvider(t, testenv.WithClock(clk.Now))
+	p := newPoster(t, f)
+	// Accepted at 0, 0.5, 0.9, 1.0, 1.4 s.
+	for i, step := range []time.Duration{0, 500, 400, 100, 400} {
+		clk.Advance(step * time.Millisecond)
+		p.expect(fmt.Sprint(i), 200)
+	}
+	for window, want := range map[time.Duration]int{
+		time.Second:            4, // 0.5 0.9 1.0 1.4
+		900 * time.Millisecond: 3, // 0.5 0.9 1.0 (1.4-0.5 = 0.9 is not inside [0.5, 1.4))
+		time.Millisecond:       1,
+		time.Hour:              5,
+		0:                      0,
+	} {
+		if got := f.MaxInWindow(window); got != want {
+			t.Errorf("MaxInWindow(%s) = %d, want %d", window, got, want)
+		}
+	}
+}
+
+func TestFakeConcurrentUse(t *testing.T) {
+	t.Parallel()
+	f := testenv.FakeProvider(t)
+	p := newPoster(t, f)
+	const workers, each = 16, 25
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				if r := p.post(context.Background(), fmt.Sprintf("w%d-%d", w, i)); r.status != 200 {
+					t.Errorf("post: %d %v", r.status, r.err)
+				}
+			}
+		})
+	}
+	wg.Go(func() { // queries and injections while requests arrive
+		for range 50 {
+			f.Requests()
+			f.MaxInWindow(time.Second)
+			f.Duplicates()
+			f.Count(200)
+			f.SlowFor(0, 0)
+			f.Reset()
+		}
+	})
+	wg.Wait()
+	ids := f.AcceptedIDs()
+	if len(ids) != workers*each {
+		t.Fatalf("accepted %d, want %d", len(ids), workers*each)
+	}
+	if d := f.Duplicates(); len(d) != 0 {
+		t.Fatalf("duplicates %v", d)
+	}
+	reqs := f.Requests()
+	for i := 1; i < len(reqs); i++ {
+		if reqs[i].At.Before(reqs[i-1].At) {
+			t.Fatalf("arrival times out of order at %d", i)
+		}
+	}
+}
