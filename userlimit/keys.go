@@ -1,0 +1,75 @@
+package userlimit
+
+import "strings"
+
+// Tag returns the hash-tagged part every Redis key of key starts with:
+// "{" + prefix + "u:" + channel + ":" + user + "}". Redis Cluster hashes only
+// what is between the braces, so all keys of one decision live in one slot.
+//
+// '%', '{' and '}' in any part, and ':' in the channel, are percent-encoded,
+// so the tag always closes where intended and two different keys never share
+// a tag (channel "push", user "a:b" and channel "push:a", user "b" differ).
+func Tag(prefix string, key Key) string {
+	var b strings.Builder
+	b.Grow(len(prefix) + len(key.Channel) + len(key.User) + 6)
+	b.WriteByte('{')
+	escape(&b, prefix, false)
+	b.WriteString("u:")
+	escape(&b, key.Channel, true)
+	b.WriteByte(':')
+	escape(&b, key.User, false)
+	b.WriteByte('}')
+	return b.String()
+}
+
+func escape(b *strings.Builder, s string, colon bool) {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '%':
+			b.WriteString("%25")
+		case c == '{':
+			b.WriteString("%7B")
+		case c == '}':
+			b.WriteString("%7D")
+		case c == ':' && colon:
+			b.WriteString("%3A")
+		default:
+			b.WriteByte(c)
+		}
+	}
+}
+
+// suffix is the short name of an algorithm's state key.
+func suffix(a Algorithm) string {
+	switch a {
+	case SlidingLog:
+		return ":sl"
+	case SlidingWindow:
+		return ":sw"
+	case FixedWindow:
+		return ":fw"
+	case TokenBucket:
+		return ":tb"
+	}
+	return ":" + string(a)
+}
+
+// Keys returns the Redis keys one decision touches, in the order the script
+// takes them as KEYS:
+//
+//   - sliding_log: the log, a sorted set of the window's job ids scored by
+//     admission time in µs (Tag + ":sl");
+//   - the O(1) algorithms: their state (Tag + ":sw" hash {w, c, p},
+//     ":fw" hash {w, n}, ":tb" string tat in µs), then the job's marker
+//     (state key + ":j:" + jobID, a string holding when it lapses in µs).
+//
+// Each algorithm has its own keys, so changing a channel's algorithm starts
+// from empty state instead of misreading another algorithm's. Every key
+// expires on its own once idle.
+func Keys(prefix string, key Key, alg Algorithm, jobID string) []string {
+	state := Tag(prefix, key) + suffix(alg)
+	if alg == SlidingLog {
+		return []string{state}
+	}
+	return []string{state, state + ":j:" + jobID}
+}

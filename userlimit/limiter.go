@@ -1,0 +1,78 @@
+package userlimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Key names whose sends a Rule counts: one user on one channel.
+type Key struct {
+	Channel string
+	User    string
+}
+
+// Result is one decision.
+type Result struct {
+	// Allowed reports whether the job may be sent now.
+	Allowed bool
+	// Remaining is how many more jobs this key may send now, after this one.
+	Remaining int
+	// RetryAfter is, when denied, how long until a job would be allowed if
+	// nothing else is admitted meanwhile (what on_exceed: defer waits). It is
+	// 0 when allowed.
+	RetryAfter time.Duration
+}
+
+// Limiter decides whether one job of a key may be sent under a rule.
+//
+// jobID makes a decision idempotent: the same job id decided again within
+// its window (a JetStream redelivery) is allowed again without counting
+// twice. A denied decision counts nothing. An invalid rule or an empty job id
+// is an error, never a panic.
+type Limiter interface {
+	Allow(ctx context.Context, key Key, jobID string, rule Rule) (Result, error)
+}
+
+var (
+	_ Limiter = (*Memory)(nil)
+	_ Limiter = (*Redis)(nil)
+)
+
+// ErrNotLoaded is wrapped by a Decision's error when Redis did not have the
+// script cached (NOSCRIPT), which inside a pipeline has no EVAL fallback:
+// call Redis.Load and decide again. A restart, a failover or SCRIPT FLUSH
+// empties the cache.
+var ErrNotLoaded = errors.New("script not loaded on the server (call Load)")
+
+// errEmptyJobID is returned for an empty job id, which would make every
+// decision of the key look like a redelivery of the same job.
+var errEmptyJobID = errors.New("job id is empty")
+
+// prepare applies the rule's defaults and checks the call's arguments.
+func prepare(key Key, jobID string, rule Rule) (Rule, error) {
+	rule = rule.WithDefaults()
+	if err := rule.Validate(); err != nil {
+		return rule, wrapDecide(key, rule, err)
+	}
+	if jobID == "" {
+		return rule, wrapDecide(key, rule, errEmptyJobID)
+	}
+	return rule, nil
+}
+
+// wrapDecide prefixes err with the operation. The user id is left out: errors
+// end up in logs.
+func wrapDecide(key Key, rule Rule, err error) error {
+	return fmt.Errorf("decide user limit %s %s: %w", key.Channel, rule.Algorithm, err)
+}
+
+// result builds a Result from integer microseconds.
+func result(allowed bool, remaining, retryMicros int64) Result {
+	return Result{
+		Allowed:    allowed,
+		Remaining:  int(remaining),
+		RetryAfter: time.Duration(retryMicros) * time.Microsecond,
+	}
+}

@@ -1,0 +1,124 @@
+package userlimit
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Algorithm names how a Rule counts sends. See the package documentation for
+// which one to choose.
+type Algorithm string
+
+// The algorithms. The zero value "" means SlidingLog (see Rule.WithDefaults).
+const (
+	// SlidingLog is exact: it keeps the time of every admitted job of the
+	// last window. State: O(limit) per key.
+	SlidingLog Algorithm = "sliding_log"
+	// SlidingWindow weighs the previous fixed window's count by how much of
+	// it the sliding window still covers. State: O(1) per key; approximate.
+	SlidingWindow Algorithm = "sliding_window"
+	// FixedWindow is one counter per window aligned to the Unix epoch.
+	// State: O(1) per key; admits up to 2×limit across a boundary.
+	FixedWindow Algorithm = "fixed_window"
+	// TokenBucket holds limit tokens (the burst) and refills limit per
+	// window. State: O(1) per key.
+	TokenBucket Algorithm = "token_bucket"
+)
+
+// algorithms lists the valid algorithms in the order error messages name them.
+var algorithms = []Algorithm{SlidingLog, SlidingWindow, FixedWindow, TokenBucket}
+
+// OnExceed says what the dispatcher does with a job its user's cap refuses.
+// This package only carries it; Allow does not read it.
+type OnExceed string
+
+// The choices of OnExceed. The zero value "" means Drop.
+const (
+	// Drop suppresses the job (outcome suppressed, reason user_limit).
+	Drop OnExceed = "drop"
+	// Defer sends the job later, after Result.RetryAfter.
+	Defer OnExceed = "defer"
+)
+
+// Limits of a valid Rule.
+const (
+	// MaxSlidingLogLimit is the largest limit a SlidingLog rule may have: the
+	// log keeps one entry per admitted job of the window.
+	MaxSlidingLogLimit = 100_000
+	// MaxLimit is the largest limit of any rule.
+	MaxLimit = 1_000_000_000
+	// MinWindow is the shortest window.
+	MinWindow = time.Millisecond
+	// MaxWindow is the longest window (366 days), which keeps every time
+	// the Redis scripts compute exact in a Lua number.
+	MaxWindow = 366 * 24 * time.Hour
+)
+
+// Rule is one channel's cap, decoded from YAML user_limits.<channel>: at
+// most Limit jobs per (channel, user) in any Window, counted by Algorithm.
+// The zero value is not valid (Limit and Window are required).
+type Rule struct {
+	Limit     int           `mapstructure:"limit"`
+	Window    time.Duration `mapstructure:"window"`
+	Algorithm Algorithm     `mapstructure:"algorithm"`
+	OnExceed  OnExceed      `mapstructure:"on_exceed"`
+}
+
+// WithDefaults returns r with an empty Algorithm set to SlidingLog and an
+// empty OnExceed set to Drop.
+func (r Rule) WithDefaults() Rule {
+	if r.Algorithm == "" {
+		r.Algorithm = SlidingLog
+	}
+	if r.OnExceed == "" {
+		r.OnExceed = Drop
+	}
+	return r
+}
+
+// Validate returns nil when r (with defaults applied) is usable, or
+// errors.Join of one error per problem. Each message starts with the key
+// relative to the rule ("limit: ...", "window: ...") and names the bad
+// value and what is allowed, so a caller can prefix the YAML path
+// ("user_limits.push.").
+func (r Rule) Validate() error {
+	r = r.WithDefaults()
+	var errs []error
+	switch {
+	case r.Limit < 1:
+		errs = append(errs, fmt.Errorf("limit: must be a whole number of at least 1, got %d", r.Limit))
+	case r.Limit > MaxLimit:
+		errs = append(errs, fmt.Errorf("limit: must be at most %d, got %d", MaxLimit, r.Limit))
+	case r.Algorithm == SlidingLog && r.Limit > MaxSlidingLogLimit:
+		errs = append(errs, fmt.Errorf("limit: %d is above %d, the most sliding_log allows "+
+			"(it keeps every job of the window, O(limit) memory per user); use algorithm sliding_window for large limits",
+			r.Limit, MaxSlidingLogLimit))
+	}
+	switch {
+	case r.Window < MinWindow:
+		errs = append(errs, fmt.Errorf("window: must be a duration of at least %s, got %s", MinWindow, r.Window))
+	case r.Window > MaxWindow:
+		errs = append(errs, fmt.Errorf("window: must be at most %s (366 days), got %s", MaxWindow, r.Window))
+	}
+	if !validAlgorithm(r.Algorithm) {
+		errs = append(errs, fmt.Errorf("algorithm: %q is not one of sliding_log, sliding_window, fixed_window, token_bucket", string(r.Algorithm)))
+	}
+	if r.OnExceed != Drop && r.OnExceed != Defer {
+		errs = append(errs, fmt.Errorf("on_exceed: %q is not one of drop, defer", string(r.OnExceed)))
+	}
+	return errors.Join(errs...)
+}
+
+func validAlgorithm(a Algorithm) bool {
+	for _, v := range algorithms {
+		if a == v {
+			return true
+		}
+	}
+	return false
+}
+
+// windowMicros is the window in whole microseconds (sub-microsecond parts
+// are dropped; a valid window is at least 1000µs).
+func (r Rule) windowMicros() int64 { return int64(r.Window / time.Microsecond) }
