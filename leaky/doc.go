@@ -1,0 +1,108 @@
+// Package leaky is a provider's leaky bucket: a bounded virtual queue, shared
+// by every worker of the fleet, that drains at the provider's contract rate.
+// Bursts of jobs become latency, never a burst at the provider.
+//
+// # The maths (GCRA, virtual scheduling)
+//
+// The whole state of a provider's queue is one instant, tat (the theoretical
+// arrival time): when the queue will have drained. A reservation of cost k
+// units at time now takes
+//
+//	slot  = max(now, tat, pause end)
+//	full  if slot − now > max_queue_delay   (RetryAfter = slot − now − max_queue_delay)
+//	else  tat = slot + k·interval            (Delay = slot − now)
+//
+// and the worker sleeps Delay, then sends. Successive slots are therefore at
+// least one interval per unit apart, however many workers and processes
+// reserve: the queue holds at most Rate × MaxQueueDelay units, and its depth
+// now is (tat − now) / interval units. There is no burst tolerance: after an
+// idle gap slot = now, so an idle provider never receives a burst.
+//
+// # Units
+//
+// Time is integer microseconds. Backends return durations (Delay,
+// RetryAfter), never instants, so a worker's clock skew cannot matter; the
+// Redis backend reads the one Redis clock (TIME) for every decision.
+// Reservation.Slot is the slot as microseconds since the Unix epoch on the
+// backend's clock, for tests and tracing only. interval is per unit:
+//
+//	interval = 1 / (Rate × (1 − headroom)) seconds
+//
+// and a reservation of cost k advances tat by ⌈k × interval⌉ µs (rounded up
+// once per reservation, so pacing never runs over the contract; above about
+// 10 000 units/s the rounding makes it run noticeably under).
+//
+// # Headroom
+//
+// Go timers wake about ±1 ms late under load, so workers that sleep exactly
+// to their slots would put 101 sends into some 1 s windows of a 100/s
+// contract. The queue therefore paces a little under the contract: by
+// default 1 % (WithHeadroom), i.e. a 100/s contract is paced at 99/s, one
+// send every 10.102 ms.
+//
+// # Redis keys
+//
+// Every key of a provider shares one hash tag, so each script touches a
+// single Redis Cluster slot:
+//
+//	{<prefix>p:<provider>}:tat    hash: tat (µs), seq (write counter), node (run_id of the writer)
+//	{<prefix>p:<provider>}:pause  string: the pause end (µs)
+//
+// The state key expires when it has been idle for the queue's drain time plus
+// max_queue_delay plus the idle TTL (WithIdleTTL, default 24 h); the pause key
+// shortly after the pause ends.
+//
+// # Cold start and loss of state
+//
+// Slots handed out before Redis lost its state are still pending: workers are
+// sleeping towards them. The last of them can be as late as now +
+// max_queue_delay and still owes its interval. A provider whose state is
+// missing therefore starts as if its queue were full:
+//
+//	tat = now + max_queue_delay + maxCost·interval
+//
+// (maxCost is WithMaxCost, default 1). The cost: the first send after a cold
+// start waits max_queue_delay + interval, and reservations in between are
+// refused (queue full) for one interval. Redis cannot tell a lost state from
+// a provider it has never seen, so the very first start of a provider pays
+// this too, and so does a provider idle for longer than the idle TTL: that is
+// why the idle TTL is long by default. WithIdleTTL(0) expires the state as
+// soon as its queue has drained, at the price of that wait after every idle
+// gap.
+//
+// A Redis that lost only the latest writes is worse than an empty one: a
+// Redis Cluster or Sentinel failover promotes a replica, and replication is
+// asynchronous, so the replica's tat may be older than slots already handed
+// out; a restart from an RDB or AOF file reloads an old tat the same way.
+// Each write therefore stores the run_id of the Redis server that made it
+// (INFO server), and a state written by another server, or by an earlier run
+// of this one, is treated as cold: tat = max(tat, now + max_queue_delay +
+// maxCost·interval). No WAIT is needed. The cost is one INFO call inside the
+// reserve and cancel scripts (a few µs of Redis CPU, see the README's
+// benchmarks) and one cold start per provider after every failover, restart
+// or slot migration. Cancel refuses to give back a slot on such a state.
+//
+// Residual risks: (1) a reservation of cost k > maxCost made just before a
+// loss may overlap the first slot after it by (k − maxCost) intervals, so set
+// WithMaxCost to the largest cost you reserve (SMS segments); (2) the Redis
+// host's clock stepping forward by x (an NTP step rather than a slew) lets
+// new slots start up to x early against slots already handed out — run
+// Redis hosts with a slewing clock; (3) a 429 pause recorded before the loss
+// is forgotten (the cold start covers pauses no longer than max_queue_delay;
+// a longer one ends early and the provider's next 429 sets it again).
+//
+// # Pause
+//
+// Pause(d), after a provider's 429, pushes every later slot past now + d
+// (tat = max(tat, now + d)) and records the pause end, so that a worker
+// already sleeping towards an earlier slot sees it with PausedFor before it
+// sends, and reserves again instead of sending into the pause.
+//
+// # Concurrency
+//
+// Memory and Redis are safe for concurrent use by any number of goroutines;
+// Redis is also safe across processes, since every operation is one atomic
+// Lua script. The Memory backend keeps its state in the process: it starts a
+// provider at now (it cannot lose its state while the process lives), never
+// expires it, and suits tests, the demo and a single process.
+package leaky

@@ -1,0 +1,534 @@
+// Package leakytest is the conformance suite every leaky.Queue passes: step
+// tables of reservations on a fake clock, cancel, pause, depth, cold start,
+// validation and concurrent reservations. Run it from a backend's tests:
+//
+//	leakytest.Run(t, leakytest.Backend{New: func(t *testing.T, now func() time.Time, opts ...leaky.Option) leaky.Queue {
+//		return leaky.NewMemory(now, opts...)
+//	}})
+package leakytest
+
+import (
+	"context"
+	"math"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/notifier/notifier/leaky"
+)
+
+// Backend is a Queue implementation under test.
+type Backend struct {
+	// New returns a new queue, isolated from every other one it returned
+	// (its own key prefix), whose clock is now, with opts applied.
+	New func(t *testing.T, now func() time.Time, opts ...leaky.Option) leaky.Queue
+	// ColdStart: a provider with no state starts as if its queue were full
+	// (Redis), rather than at now (Memory).
+	ColdStart bool
+}
+
+// Clock is a fake clock, safe for concurrent use.
+type Clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+// NewClock returns a clock stopped at t.
+func NewClock(t time.Time) *Clock { return &Clock{t: t} }
+
+// Now returns the clock's time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+// Advance moves the clock forward by d.
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// Step is one reservation of a step table: advance the clock, reserve cost
+// units, and expect ok with delay, or full with retryAfter.
+type Step struct {
+	Advance    time.Duration
+	Cost       int
+	OK         bool
+	Delay      time.Duration
+	RetryAfter time.Duration
+}
+
+// Table is a named sequence of steps on one provider.
+type Table struct {
+	Name     string
+	Contract leaky.Contract
+	Opts     []leaky.Option
+	Steps    []Step
+}
+
+// us is n microseconds.
+func us(n int64) time.Duration { return time.Duration(n) * time.Microsecond }
+
+var ms = time.Millisecond
+
+// noHeadroom makes the tables' numbers round: rate 10/s paces at 100 ms.
+var noHeadroom = []leaky.Option{leaky.WithHeadroom(0)}
+
+// Tables are the step tables every backend must reproduce exactly, from a
+// warm provider (one whose earlier state has drained).
+var Tables = []Table{
+	{
+		Name:     "paces at the contract with no slack after idle",
+		Contract: leaky.Contract{Rate: 10, MaxQueueDelay: 300 * ms},
+		Opts:     noHeadroom,
+		Steps: []Step{
+			{Cost: 1, OK: true, Delay: 0},
+			{Cost: 1, OK: true, Delay: 100 * ms},
+			{Cost: 1, OK: true, Delay: 200 * ms},
+			{Cost: 1, OK: true, Delay: 300 * ms},
+			{Cost: 1, OK: false, RetryAfter: 100 * ms},
+			{Advance: 40 * ms, Cost: 1, OK: false, RetryAfter: 60 * ms},
+			{Advance: 60 * ms, Cost: 1, OK: true, Delay: 300 * ms},
+			{Advance: 10 * time.Second, Cost: 1, OK: true, Delay: 0},
+			{Cost: 1, OK: true, Delay: 100 * ms},
+		},
+	},
+	{
+		Name:     "cost k advances k intervals",
+		Contract: leaky.Contract{Rate: 10, MaxQueueDelay: 300 * ms},
+		Opts:     noHeadroom,
+		Steps: []Step{
+			{Cost: 3, OK: true, Delay: 0},
+			{Cost: 1, OK: true, Delay: 300 * ms},
+			{Cost: 1, OK: false, RetryAfter: 100 * ms},
+			{Advance: 100 * ms, Cost: 2, OK: true, Delay: 300 * ms},
+			{Advance: 300 * ms, Cost: 1, OK: true, Delay: 200 * ms},
+			{Cost: 5, OK: true, Delay: 300 * ms},
+			{Cost: 1, OK: false, RetryAfter: 500 * ms},
+		},
+	},
+	{
+		Name:     "zero max queue delay is a plain pacer",
+		Contract: leaky.Contract{Rate: 10, MaxQueueDelay: 0},
+		Opts:     noHeadroom,
+		Steps: []Step{
+			{Cost: 1, OK: true, Delay: 0},
+			{Cost: 1, OK: false, RetryAfter: 100 * ms},
+			{Advance: 50 * ms, Cost: 1, OK: false, RetryAfter: 50 * ms},
+			{Advance: 50 * ms, Cost: 1, OK: true, Delay: 0},
+		},
+	},
+	{
+		Name:     "default headroom paces 1 % under the contract",
+		Contract: leaky.Contract{Rate: 100, MaxQueueDelay: time.Second},
+		Steps: []Step{
+			{Cost: 1, OK: true, Delay: 0},
+			{Cost: 1, OK: true, Delay: us(10102)}, // ⌈1e6/99⌉
+			{Cost: 2, OK: true, Delay: us(20204)}, // then + ⌈2e6/99⌉ = 20203
+			{Cost: 1, OK: true, Delay: us(40407)},
+		},
+	},
+	{
+		Name:     "a fractional interval rounds up to whole microseconds",
+		Contract: leaky.Contract{Rate: 3, MaxQueueDelay: time.Second},
+		Opts:     noHeadroom,
+		Steps: []Step{
+			{Cost: 1, OK: true, Delay: 0},
+			{Cost: 1, OK: true, Delay: us(333334)},
+			{Cost: 1, OK: true, Delay: us(666668)},
+			{Cost: 1, OK: false, RetryAfter: us(2)},
+			{Advance: us(2), Cost: 1, OK: true, Delay: time.Second},
+		},
+	},
+}
+
+type harness struct {
+	t     *testing.T
+	q     leaky.Queue
+	clock *Clock
+	ctx   context.Context
+}
+
+func setup(t *testing.T, b Backend, opts ...leaky.Option) *harness {
+	t.Helper()
+	clock := NewClock(time.Now())
+	return &harness{t: t, q: b.New(t, clock.Now, opts...), clock: clock, ctx: context.Background()}
+}
+
+// warm makes provider's state exist and drain, so that a cold-starting
+// backend behaves like one that starts at now.
+func (h *harness) warm(provider string, c leaky.Contract) {
+	h.t.Helper()
+	h.reserve(provider, c, 1)
+	h.clock.Advance(time.Minute + 2*c.MaxQueueDelay)
+}
+
+func (h *harness) reserve(provider string, c leaky.Contract, cost int) leaky.Reservation {
+	h.t.Helper()
+	r, err := h.q.Reserve(h.ctx, provider, c, cost)
+	if err != nil {
+		h.t.Fatalf("reserve %s cost %d: %v", provider, cost, err)
+	}
+	return r
+}
+
+func (h *harness) expect(what string, r leaky.Reservation, ok bool, delay, retryAfter time.Duration) {
+	h.t.Helper()
+	if r.OK != ok || r.Delay != delay || r.RetryAfter != retryAfter {
+		h.t.Fatalf("%s: got ok=%v delay=%v retryAfter=%v, want ok=%v delay=%v retryAfter=%v",
+			what, r.OK, r.Delay, r.RetryAfter, ok, delay, retryAfter)
+	}
+	if ok && r.Slot != h.clock.Now().Add(delay).UnixMicro() {
+		h.t.Fatalf("%s: slot %d, want now+delay = %d", what, r.Slot, h.clock.Now().Add(delay).UnixMicro())
+	}
+}
+
+func (h *harness) pausedFor(provider string) time.Duration {
+	h.t.Helper()
+	d, err := h.q.PausedFor(h.ctx, provider)
+	if err != nil {
+		h.t.Fatalf("paused for %s: %v", provider, err)
+	}
+	return d
+}
+
+func (h *harness) depth(provider string, c leaky.Contract) float64 {
+	h.t.Helper()
+	d, err := h.q.Depth(h.ctx, provider, c)
+	if err != nil {
+		h.t.Fatalf("depth %s: %v", provider, err)
+	}
+	return d
+}
+
+// Run runs the conformance suite against b.
+func Run(t *testing.T, b Backend) {
+	t.Run("Tables", func(t *testing.T) {
+		t.Parallel()
+		for _, tb := range Tables {
+			t.Run(tb.Name, func(t *testing.T) {
+				t.Parallel()
+				h := setup(t, b, tb.Opts...)
+				h.warm("sms", tb.Contract)
+				for i, s := range tb.Steps {
+					h.clock.Advance(s.Advance)
+					r := h.reserve("sms", tb.Contract, s.Cost)
+					h.expect("step "+itoa(i), r, s.OK, s.Delay, s.RetryAfter)
+				}
+			})
+		}
+	})
+	t.Run("ColdStart", func(t *testing.T) { t.Parallel(); testColdStart(t, b) })
+	t.Run("Cancel", func(t *testing.T) { t.Parallel(); testCancel(t, b) })
+	t.Run("CancelPastSlot", func(t *testing.T) { t.Parallel(); testCancelPastSlot(t, b) })
+	t.Run("Pause", func(t *testing.T) { t.Parallel(); testPause(t, b) })
+	t.Run("Depth", func(t *testing.T) { t.Parallel(); testDepth(t, b) })
+	t.Run("ProvidersAreIndependent", func(t *testing.T) { t.Parallel(); testIndependent(t, b) })
+	t.Run("Invalid", func(t *testing.T) { t.Parallel(); testInvalid(t, b) })
+	t.Run("ConcurrentReservations", func(t *testing.T) { t.Parallel(); testConcurrent(t, b) })
+}
+
+func itoa(i int) string {
+	const digits = "0123456789"
+	if i < 10 {
+		return digits[i : i+1]
+	}
+	return itoa(i/10) + digits[i%10:i%10+1]
+}
+
+func testColdStart(t *testing.T, b Backend) {
+	c := leaky.Contract{Rate: 10, MaxQueueDelay: 300 * ms}
+	t.Run("fresh provider", func(t *testing.T) {
+		h := setup(t, b, noHeadroom...)
+		r := h.reserve("sms", c, 1)
+		if !b.ColdStart {
+			h.expect("first reservation", r, true, 0, 0)
+			return
+		}
+		// as if full: tat = now + 300 ms + 100 ms
+		h.expect("first reservation", r, false, 0, 100*ms)
+		h.clock.Advance(100 * ms)
+		h.expect("after one interval", h.reserve("sms", c, 1), true, 300*ms, 0)
+		h.expect("then", h.reserve("sms", c, 1), false, 0, 100*ms)
+	})
+	t.Run("max cost", func(t *testing.T) {
+		h := setup(t, b, append([]leaky.Option{leaky.WithMaxCost(3)}, noHeadroom...)...)
+		r := h.reserve("sms", c, 1)
+		if !b.ColdStart {
+			h.expect("first reservation", r, true, 0, 0)
+			return
+		}
+		h.expect("first reservation", r, false, 0, 300*ms)
+	})
+	t.Run("pause before the first reservation", func(t *testing.T) {
+		h := setup(t, b, noHeadroom...)
+		if err := h.q.Pause(h.ctx, "sms", time.Second); err != nil {
+			t.Fatal(err)
+		}
+		// both backends: the slot is the pause end, 700 ms past the bound
+		h.expect("during the pause", h.reserve("sms", c, 1), false, 0, 700*ms)
+		h.clock.Advance(700 * ms)
+		h.expect("at the bound", h.reserve("sms", c, 1), true, 300*ms, 0)
+	})
+}
+
+func testCancel(t *testing.T, b Backend) {
+	c := leaky.Contract{Rate: 10, MaxQueueDelay: time.Second}
+	h := setup(t, b, noHeadroom...)
+	h.warm("sms", c)
+	ctx := h.ctx
+
+	a := h.reserve("sms", c, 1)
+	h.expect("a", a, true, 0, 0)
+	bb := h.reserve("sms", c, 1)
+	h.expect("b", bb, true, 100*ms, 0)
+	if err := h.q.Cancel(ctx, "sms", c, bb, 1); err != nil {
+		t.Fatalf("cancel b: %v", err)
+	}
+	cc := h.reserve("sms", c, 1)
+	h.expect("c takes b's slot back", cc, true, 100*ms, 0)
+
+	// a is followed by c: giving it back would put c's successor too close
+	if err := h.q.Cancel(ctx, "sms", c, a, 1); err != nil {
+		t.Fatalf("cancel a: %v", err)
+	}
+	d := h.reserve("sms", c, 1)
+	h.expect("d after a refused cancel", d, true, 200*ms, 0)
+
+	// the wrong cost does not match where tat ends
+	if err := h.q.Cancel(ctx, "sms", c, d, 2); err != nil {
+		t.Fatalf("cancel d with the wrong cost: %v", err)
+	}
+	e := h.reserve("sms", c, 1)
+	h.expect("e", e, true, 300*ms, 0)
+
+	// a second cancel of the same reservation does nothing
+	if err := h.q.Cancel(ctx, "sms", c, e, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.q.Cancel(ctx, "sms", c, e, 1); err != nil {
+		t.Fatal(err)
+	}
+	f := h.reserve("sms", c, 1)
+	h.expect("f takes e's slot", f, true, 300*ms, 0)
+
+	// a pause after the reservation forbids the cancel
+	if err := h.q.Pause(ctx, "sms", 500*ms); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.q.Cancel(ctx, "sms", c, f, 1); err != nil {
+		t.Fatal(err)
+	}
+	h.expect("g after the pause", h.reserve("sms", c, 1), true, 500*ms, 0)
+
+	// a refused reservation cancels to nothing
+	full := leaky.Reservation{RetryAfter: time.Second}
+	if err := h.q.Cancel(ctx, "sms", c, full, 1); err != nil {
+		t.Fatalf("cancel a full reservation: %v", err)
+	}
+	h.expect("h", h.reserve("sms", c, 1), true, 600*ms, 0)
+}
+
+func testCancelPastSlot(t *testing.T, b Backend) {
+	c := leaky.Contract{Rate: 10, MaxQueueDelay: time.Second}
+	h := setup(t, b, noHeadroom...)
+	h.warm("sms", c)
+	a := h.reserve("sms", c, 1)
+	h.expect("a", a, true, 0, 0)
+	h.clock.Advance(50 * ms)
+	// a's job expired at its slot and was not sent: the provider is free now
+	if err := h.q.Cancel(h.ctx, "sms", c, a, 1); err != nil {
+		t.Fatal(err)
+	}
+	h.expect("b sends now", h.reserve("sms", c, 1), true, 0, 0)
+	h.expect("c one interval later", h.reserve("sms", c, 1), true, 100*ms, 0)
+}
+
+func testPause(t *testing.T, b Backend) {
+	c := leaky.Contract{Rate: 10, MaxQueueDelay: 2 * time.Second}
+	h := setup(t, b, noHeadroom...)
+	ctx := h.ctx
+	if got := h.pausedFor("sms"); got != 0 {
+		t.Fatalf("paused for on a new provider: %v, want 0", got)
+	}
+	h.warm("sms", c)
+	for i, want := range []time.Duration{0, 100 * ms, 200 * ms} {
+		h.expect("before "+itoa(i), h.reserve("sms", c, 1), true, want, 0)
+	}
+	if err := h.q.Pause(ctx, "sms", time.Second); err != nil {
+		t.Fatalf("pause: %v", err)
+	}
+	if got := h.pausedFor("sms"); got != time.Second {
+		t.Fatalf("paused for right after the pause: %v, want 1s", got)
+	}
+	h.clock.Advance(400 * ms)
+	if got := h.pausedFor("sms"); got != 600*ms {
+		t.Fatalf("paused for 400ms later: %v, want 600ms", got)
+	}
+	h.expect("first slot after the pause", h.reserve("sms", c, 1), true, 600*ms, 0)
+	h.expect("then the contract", h.reserve("sms", c, 1), true, 700*ms, 0)
+	// a shorter pause changes nothing
+	if err := h.q.Pause(ctx, "sms", 100*ms); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.pausedFor("sms"); got != 600*ms {
+		t.Fatalf("paused for after a shorter pause: %v, want 600ms", got)
+	}
+	h.expect("after a shorter pause", h.reserve("sms", c, 1), true, 800*ms, 0)
+	// no-op pauses
+	for _, d := range []time.Duration{0, -time.Second, 500 * time.Nanosecond} {
+		if err := h.q.Pause(ctx, "sms", d); err != nil {
+			t.Fatalf("pause %v: %v", d, err)
+		}
+	}
+	h.clock.Advance(700 * ms)
+	if got := h.pausedFor("sms"); got != 0 {
+		t.Fatalf("paused for after the end: %v, want 0", got)
+	}
+	// a pause longer than the queue's bound refuses reservations until it
+	// comes within the bound
+	if err := h.q.Pause(ctx, "sms", 3*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	h.expect("in a long pause", h.reserve("sms", c, 1), false, 0, time.Second)
+	h.clock.Advance(time.Second)
+	h.expect("within the bound", h.reserve("sms", c, 1), true, 2*time.Second, 0)
+	if got := h.pausedFor("other"); got != 0 {
+		t.Fatalf("another provider is paused for %v", got)
+	}
+}
+
+func testDepth(t *testing.T, b Backend) {
+	c := leaky.Contract{Rate: 10, MaxQueueDelay: time.Second}
+	h := setup(t, b, noHeadroom...)
+	if got := h.depth("sms", c); got != 0 {
+		t.Fatalf("depth of a new provider: %v, want 0", got)
+	}
+	h.warm("sms", c)
+	if got := h.depth("sms", c); got != 0 {
+		t.Fatalf("depth of a drained provider: %v, want 0", got)
+	}
+	for i := 0; i < 3; i++ {
+		h.reserve("sms", c, 1)
+	}
+	if got := h.depth("sms", c); got != 3 {
+		t.Fatalf("depth after 3 reservations: %v, want 3", got)
+	}
+	h.clock.Advance(150 * ms)
+	if got := h.depth("sms", c); got != 1.5 {
+		t.Fatalf("depth 150ms later: %v, want 1.5", got)
+	}
+	h.reserve("sms", c, 4)
+	if got := h.depth("sms", c); got != 5.5 {
+		t.Fatalf("depth after a cost-4 reservation: %v, want 5.5", got)
+	}
+
+	hd := setup(t, b) // default headroom: 100/s paces at 99/s, ⌈1e6/99⌉ = 10102 µs
+	c2 := leaky.Contract{Rate: 100, MaxQueueDelay: time.Second}
+	hd.warm("sms", c2)
+	for i := 0; i < 3; i++ {
+		hd.reserve("sms", c2, 1)
+	}
+	if got, want := hd.depth("sms", c2), 30306*99/1e6; math.Abs(got-want) > 1e-9 {
+		t.Fatalf("depth with headroom: %v, want %v", got, want)
+	}
+}
+
+func testIndependent(t *testing.T, b Backend) {
+	c := leaky.Contract{Rate: 10, MaxQueueDelay: 0}
+	h := setup(t, b, noHeadroom...)
+	h.warm("a", c)
+	h.warm("b", c)
+	h.expect("a", h.reserve("a", c, 1), true, 0, 0)
+	h.expect("a full", h.reserve("a", c, 1), false, 0, 100*ms)
+	h.expect("b", h.reserve("b", c, 1), true, 0, 0)
+	if err := h.q.Pause(h.ctx, "a", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.pausedFor("b"); got != 0 {
+		t.Fatalf("b paused for %v after a pause of a", got)
+	}
+}
+
+func testInvalid(t *testing.T, b Backend) {
+	h := setup(t, b)
+	good := leaky.Contract{Rate: 10, MaxQueueDelay: time.Second}
+	cases := []struct {
+		name string
+		c    leaky.Contract
+		cost int
+		want string
+	}{
+		{"zero rate", leaky.Contract{Rate: 0, MaxQueueDelay: time.Second}, 1, "rate must be greater than 0, got 0"},
+		{"negative rate", leaky.Contract{Rate: -5, MaxQueueDelay: time.Second}, 1, "rate must be greater than 0, got -5"},
+		{"NaN rate", leaky.Contract{Rate: math.NaN(), MaxQueueDelay: time.Second}, 1, "rate must be a finite number, got NaN"},
+		{"infinite rate", leaky.Contract{Rate: math.Inf(1), MaxQueueDelay: time.Second}, 1, "rate must be a finite number, got +Inf"},
+		{"negative delay", leaky.Contract{Rate: 10, MaxQueueDelay: -time.Second}, 1, "max queue delay must not be negative, got -1s"},
+		{"zero cost", good, 0, "cost must be at least 1, got 0"},
+	}
+	for _, tc := range cases {
+		_, err := h.q.Reserve(h.ctx, "sms", tc.c, tc.cost)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "reserve slot sms: ") {
+			t.Errorf("%s: reserve error %v, want reserve slot sms: ...%s", tc.name, err, tc.want)
+		}
+	}
+	if _, err := h.q.Depth(h.ctx, "sms", leaky.Contract{}); err == nil || !strings.HasPrefix(err.Error(), "read queue depth sms: ") {
+		t.Errorf("depth of an invalid contract: %v", err)
+	}
+	r := h.reserve("sms", good, 1)
+	if err := h.q.Cancel(h.ctx, "sms", good, r, 0); err == nil || !strings.HasPrefix(err.Error(), "cancel slot sms: ") {
+		t.Errorf("cancel with cost 0: %v", err)
+	}
+}
+
+func testConcurrent(t *testing.T, b Backend) {
+	const goroutines, each = 16, 10
+	c := leaky.Contract{Rate: 1000, MaxQueueDelay: time.Second}
+	h := setup(t, b, noHeadroom...)
+	h.warm("sms", c)
+	var (
+		mu    sync.Mutex
+		slots []int64
+		wg    sync.WaitGroup
+	)
+	errs := make(chan error, goroutines)
+	for g := 0; g < goroutines; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				r, err := h.q.Reserve(h.ctx, "sms", c, 1)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if !r.OK {
+					continue
+				}
+				mu.Lock()
+				slots = append(slots, r.Slot)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	// the clock stands still: 160 reservations fit in a 1 s queue at 1 ms each
+	if len(slots) != goroutines*each {
+		t.Fatalf("%d reservations of %d succeeded", len(slots), goroutines*each)
+	}
+	sort.Slice(slots, func(i, j int) bool { return slots[i] < slots[j] })
+	now := h.clock.Now().UnixMicro()
+	for i, s := range slots {
+		if want := now + int64(i)*1000; s != want {
+			t.Fatalf("slot %d at now+%dµs, want now+%dµs", i, s-now, want-now)
+		}
+	}
+}

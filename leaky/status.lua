@@ -1,0 +1,17 @@
+-- status.lua: read a provider's queue length and pause, without changing them.
+--
+-- KEYS[1]  {<prefix>p:<provider>}:tat    hash: tat (µs), seq, node (see reserve.lua)
+-- KEYS[2]  {<prefix>p:<provider>}:pause  string: pause end (µs)
+-- ARGV[1]  now: µs since the Unix epoch (optional, tests only; default: Redis TIME)
+--
+-- Reply: {queued µs = max(0, tat − now), paused for µs = max(0, pause − now)}.
+local now
+if ARGV[1] ~= nil and ARGV[1] ~= '' then
+  now = tonumber(ARGV[1])
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local tat = tonumber(redis.call('HGET', KEYS[1], 'tat')) or now
+local pause = tonumber(redis.call('GET', KEYS[2])) or now
+return {math.max(0, tat - now), math.max(0, pause - now)}
