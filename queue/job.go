@@ -1,0 +1,248 @@
+package queue
+
+import (
+	"fmt"
+	"net/mail"
+	"regexp"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Channels are the channels a job can be for, in the order SPEC §2 lists them.
+var Channels = []string{"sms", "push", "email"}
+
+// Limits of SPEC §2.
+const (
+	MaxJobBytes   = 64 << 10 // a published job, in bytes
+	MaxBodyBytes  = 16 << 10 // the body, in bytes of UTF-8
+	MaxIDLen      = 128      // the id, in characters of [A-Za-z0-9._:-]
+	MaxUserIDLen  = 256      // the user_id, in characters
+	maxProvider   = 128      // the provider name, in characters (not in SPEC: keeps log lines sane)
+	maxEmailLen   = 254      // RFC 5321 path limit
+	minDeviceLen  = 8        // shortest plausible push token
+	maxDeviceLen  = 4096     // longest plausible push token
+	maxEchoLength = 32       // longest channel value echoed in an error
+)
+
+// Job is one notification to send (SPEC §2). A Job is a plain value: it is
+// not safe for concurrent mutation, and its zero value is not a valid job.
+// Times are zero when absent.
+type Job struct {
+	ID        string            `json:"id"`
+	UserID    string            `json:"user_id"`
+	Channel   string            `json:"channel"`
+	To        string            `json:"to"`
+	Body      string            `json:"body"`
+	Title     string            `json:"title,omitempty"`
+	Data      map[string]string `json:"data,omitempty"`
+	Provider  string            `json:"provider,omitempty"`
+	ExpiresAt time.Time         `json:"expires_at,omitzero"` // RFC 3339
+	CreatedAt time.Time         `json:"created_at,omitzero"` // RFC 3339
+}
+
+// InvalidError says which field of a job breaks which rule. Error() is
+// "<field>: <rule>" ("user_id: required"), or just the rule for a problem
+// with the message as a whole ("not valid JSON (syntax error at byte 7)").
+// It never contains the value of to, body, title, data or user_id: it is
+// written to dead-letter headers and logs.
+type InvalidError struct {
+	Field string // JSON name of the field, "" for the whole message
+	Rule  string // the rule that was broken, in words
+}
+
+func (e *InvalidError) Error() string {
+	if e.Field == "" {
+		return e.Rule
+	}
+	return e.Field + ": " + e.Rule
+}
+
+func invalid(field, format string, args ...any) *InvalidError {
+	return &InvalidError{Field: field, Rule: fmt.Sprintf(format, args...)}
+}
+
+var (
+	idPattern    = regexp.MustCompile(`^[A-Za-z0-9._:-]+$`)
+	e164Pattern  = regexp.MustCompile(`^\+[1-9][0-9]{6,14}$`)
+	devicePatten = regexp.MustCompile(`^[A-Za-z0-9._:=+/~\[\]-]+$`)
+)
+
+// fields is the order in which a job's fields are checked: the first broken
+// rule in this order is the one reported.
+var fields = []string{"id", "user_id", "channel", "to", "body", "title", "data", "provider", "expires_at", "created_at"}
+
+// Validate checks a job built in Go against every rule of SPEC §2 that
+// Decode enforces, except the match with a subject (a Go-built job has
+// none), including that its encoding fits in 64 KiB. The error is an
+// *InvalidError.
+func (j *Job) Validate() error {
+	if err := j.validate("", false, nil); err != nil {
+		return err
+	}
+	_, err := j.encode()
+	return err
+}
+
+// Marshal validates the job and encodes it as compact JSON with the field
+// names of SPEC §2, optional fields left out when empty, data keys sorted
+// and times in UTC (RFC 3339 with the fractional seconds that are set).
+// Decode of the result gives back an equal job. An invalid job gives an
+// *InvalidError.
+func (j *Job) Marshal() ([]byte, error) {
+	if err := j.validate("", false, nil); err != nil {
+		return nil, err
+	}
+	return j.encode()
+}
+
+// validate runs the field rules in order. With match, the channel must
+// equal subjectChannel, the channel token of the subject the job arrived on.
+// typeErrs holds the rules broken while decoding, by field; such a field is
+// reported in its place in the order.
+func (j *Job) validate(subjectChannel string, match bool, typeErrs map[string]*InvalidError) error {
+	for _, f := range fields {
+		if err := typeErrs[f]; err != nil {
+			return err
+		}
+		if err := j.check(f, subjectChannel, match); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (j *Job) check(field, subjectChannel string, match bool) *InvalidError {
+	switch field {
+	case "id":
+		switch {
+		case j.ID == "":
+			return invalid(field, "required")
+		case len(j.ID) > MaxIDLen:
+			return invalid(field, "must be at most %d characters, got %d", MaxIDLen, len(j.ID))
+		case !idPattern.MatchString(j.ID):
+			return invalid(field, "must contain only A-Z a-z 0-9 . _ : -")
+		}
+	case "user_id":
+		switch n := utf8.RuneCountInString(j.UserID); {
+		case j.UserID == "":
+			return invalid(field, "required")
+		case !utf8.ValidString(j.UserID):
+			return invalid(field, "must be valid UTF-8")
+		case n > MaxUserIDLen:
+			return invalid(field, "must be at most %d characters, got %d", MaxUserIDLen, n)
+		case hasControl(j.UserID):
+			return invalid(field, "must not contain control characters")
+		}
+	case "channel":
+		switch {
+		case j.Channel == "":
+			return invalid(field, "required")
+		case match && j.Channel != subjectChannel:
+			return invalid(field, "%s does not match subject channel %s", echo(j.Channel), echo(subjectChannel))
+		case !isChannel(j.Channel):
+			return invalid(field, "%s is not one of %s", echo(j.Channel), strings.Join(Channels, ", "))
+		}
+	case "to":
+		return checkTo(j.Channel, j.To)
+	case "body":
+		switch {
+		case j.Body == "":
+			return invalid(field, "required")
+		case !utf8.ValidString(j.Body):
+			return invalid(field, "must be valid UTF-8")
+		case len(j.Body) > MaxBodyBytes:
+			return invalid(field, "must be at most %d bytes, got %d", MaxBodyBytes, len(j.Body))
+		}
+	case "title":
+		if !utf8.ValidString(j.Title) {
+			return invalid(field, "must be valid UTF-8")
+		}
+	case "data":
+		for k, v := range j.Data {
+			if !utf8.ValidString(k) || !utf8.ValidString(v) {
+				return invalid(field, "keys and values must be valid UTF-8")
+			}
+		}
+	case "provider":
+		switch n := utf8.RuneCountInString(j.Provider); {
+		case !utf8.ValidString(j.Provider):
+			return invalid(field, "must be valid UTF-8")
+		case n > maxProvider:
+			return invalid(field, "must be at most %d characters, got %d", maxProvider, n)
+		case hasControl(j.Provider):
+			return invalid(field, "must not contain control characters")
+		}
+	case "expires_at":
+		return checkTime(field, j.ExpiresAt)
+	case "created_at":
+		return checkTime(field, j.CreatedAt)
+	}
+	return nil
+}
+
+// checkTo checks the recipient for channel without ever echoing it.
+func checkTo(channel, to string) *InvalidError {
+	const field = "to"
+	if to == "" {
+		return invalid(field, "required")
+	}
+	switch channel {
+	case "sms":
+		if !e164Pattern.MatchString(to) {
+			return invalid(field, "must be an E.164 phone number: + then 7 to 15 digits, the first not 0")
+		}
+	case "push":
+		if len(to) < minDeviceLen || len(to) > maxDeviceLen || !devicePatten.MatchString(to) {
+			return invalid(field, "must be a device token: %d to %d characters of A-Z a-z 0-9 . _ : = + / ~ [ ] -", minDeviceLen, maxDeviceLen)
+		}
+	case "email":
+		if len(to) > maxEmailLen {
+			return invalid(field, "must be an email address of at most %d bytes, got %d", maxEmailLen, len(to))
+		}
+		a, err := mail.ParseAddress(to)
+		if err != nil || a.Name != "" || a.Address != to {
+			return invalid(field, "must be a plain email address (user@domain, no display name or angle brackets)")
+		}
+	}
+	return nil
+}
+
+// checkTime accepts the zero time (absent) and any instant whose UTC form
+// has a four-digit year, which is what RFC 3339 can write.
+func checkTime(field string, t time.Time) *InvalidError {
+	if t.IsZero() {
+		return nil
+	}
+	if y := t.UTC().Year(); y < 0 || y > 9999 {
+		return invalid(field, "must be between years 0000 and 9999 in UTC")
+	}
+	return nil
+}
+
+func isChannel(s string) bool {
+	for _, c := range Channels {
+		if s == c {
+			return true
+		}
+	}
+	return false
+}
+
+// hasControl reports whether s contains a C0 or C1 control character or DEL.
+func hasControl(s string) bool {
+	for _, r := range s {
+		if r < 0x20 || r >= 0x7f && r < 0xa0 {
+			return true
+		}
+	}
+	return false
+}
+
+// echo quotes a channel value for an error message, capped in length.
+func echo(s string) string {
+	if len(s) > maxEchoLength {
+		s = s[:maxEchoLength] + "…"
+	}
+	return fmt.Sprintf("%q", s)
+}
