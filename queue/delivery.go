@@ -1,0 +1,107 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Delivery is one delivery of a job message by a lane consumer. The exported
+// fields are copies taken when it was fetched; Data is the original bytes
+// (decode them with Decode(d.Subject, d.Data)). Exactly one of Ack, Nak,
+// NakWithDelay or Term should end it; InProgress may be called any number of
+// times before that. Its methods are safe for concurrent use, but a second
+// terminal call fails with jetstream.ErrMsgAlreadyAckd.
+type Delivery struct {
+	Subject string      // e.g. notify.jobs.sms.high
+	Data    []byte      // the message as published
+	High    bool        // from the subject: the priority lane
+	Channel string      // from the subject: its <channel> token, unchecked
+	Header  nats.Header // the message headers (Nats-Msg-Id among them)
+
+	// From the JetStream metadata; zero if the server sent none.
+	Stream       string    // the stream it is stored in
+	StreamSeq    uint64    // its sequence in that stream
+	NumDelivered uint64    // 1 on the first delivery
+	Published    time.Time // when the stream stored it
+
+	msg jetstream.Msg
+}
+
+func newDelivery(m jetstream.Msg) *Delivery {
+	d := &Delivery{
+		Subject: m.Subject(),
+		Data:    m.Data(),
+		Header:  m.Headers(),
+		msg:     m,
+	}
+	d.High = IsHigh(d.Subject)
+	d.Channel = ChannelOf(d.Subject)
+	if md, err := m.Metadata(); err == nil {
+		d.Stream = md.Stream
+		d.StreamSeq = md.Sequence.Stream
+		d.NumDelivered = md.NumDelivered
+		d.Published = md.Timestamp
+	}
+	return d
+}
+
+// Ack acknowledges the delivery and waits for the server to confirm it
+// (a double ack), so that a nil error means the job will not come back.
+// The context bounds the wait.
+func (d *Delivery) Ack(ctx context.Context) error {
+	if err := d.msg.DoubleAck(ctx); err != nil {
+		return fmt.Errorf("ack %s seq %d: %w", d.Subject, d.StreamSeq, err)
+	}
+	return nil
+}
+
+// Nak asks for an immediate redelivery. It counts as a delivery and ignores
+// any back-off; prefer NakWithDelay for a retry.
+func (d *Delivery) Nak() error {
+	if err := d.msg.Nak(); err != nil {
+		return fmt.Errorf("nak %s seq %d: %w", d.Subject, d.StreamSeq, err)
+	}
+	return nil
+}
+
+// NakWithDelay asks for a redelivery after delay. The redelivery counts as
+// a delivery (NumDelivered grows); the lane consumers have no MaxDeliver,
+// so this never drops a job, but it also cannot count failures: the
+// dispatcher's ledger does.
+func (d *Delivery) NakWithDelay(delay time.Duration) error {
+	if err := d.msg.NakWithDelay(delay); err != nil {
+		return fmt.Errorf("nak %s seq %d with delay %s: %w", d.Subject, d.StreamSeq, delay, err)
+	}
+	return nil
+}
+
+// InProgress tells the server the job is still being worked on, which
+// restarts its ack wait. Call it well within the ack wait (e.g. every third
+// of it) while a job is held back by a limiter.
+func (d *Delivery) InProgress() error {
+	if err := d.msg.InProgress(); err != nil {
+		return fmt.Errorf("in progress %s seq %d: %w", d.Subject, d.StreamSeq, err)
+	}
+	return nil
+}
+
+// Term tells the server never to redeliver the job; the reason (may be
+// empty) appears in the server's termination advisory. Dead-lettering
+// publishes and then acks instead: Term is for a job that must be dropped
+// without a trace in NOTIFY_DEAD.
+func (d *Delivery) Term(reason string) error {
+	var err error
+	if reason == "" {
+		err = d.msg.Term()
+	} else {
+		err = d.msg.TermWithReason(reason)
+	}
+	if err != nil {
+		return fmt.Errorf("term %s seq %d: %w", d.Subject, d.StreamSeq, err)
+	}
+	return nil
+}

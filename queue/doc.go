@@ -1,0 +1,75 @@
+// Package queue is the notifier's side of NATS JetStream: the Job message
+// and its validation, the streams and lane consumers, publishing, pulling,
+// acknowledging and dead-lettering. It knows nothing of limits or
+// providers.
+//
+// # Subjects
+//
+// A job for channel sms, push or email is published as JSON (SPEC §2, see
+// Decode) on notify.jobs.<channel> (the normal lane) or
+// notify.jobs.<channel>.high (the priority lane), with the header
+// Nats-Msg-Id set to the job id. A job that is not sent is published to
+// notify.dead.<channel> (failed) or notify.suppressed.<channel> (dropped on
+// purpose). JobSubject, DeadSubject, SuppressedSubject and ChannelOf build
+// and read these subjects.
+//
+// # Streams
+//
+// EnsureStreams creates or updates, idempotently and safely from many
+// processes at once:
+//
+//   - NOTIFY: subjects notify.jobs.* and notify.jobs.*.high only, work-queue
+//     retention (a job is deleted once acknowledged), file storage, a
+//     two-minute duplicate window, Discard New. A publish to any other
+//     subject under notify.jobs (notify.jobs.a.b.c) matches no stream and is
+//     refused, so nothing can sit unconsumed.
+//   - NOTIFY_DEAD: subjects notify.dead.> and notify.suppressed.>, limits
+//     retention with a maximum age of 7 days, file storage, a two-minute
+//     duplicate window.
+//
+// # Lanes and the pull discipline
+//
+// Two durable pull consumers are shared by every process, so each job is
+// out with one worker at a time: <name>-high on notify.jobs.*.high and
+// <name>-normal on notify.jobs.* (non-overlapping, as a work-queue stream
+// requires). Both use explicit acks with the configured ack wait, no
+// MaxDeliver (deferrals and retries must never make the server drop a job;
+// the dispatcher's ledger counts provider failures), no BackOff, and a
+// bounded MaxAckPending.
+//
+// Consumer.Fetch returns up to max deliveries as soon as one is available,
+// always high lane first. It pulls no more than max messages: the caller
+// asks for as many as it has free workers, so no message ages past its ack
+// wait in a client-side buffer (buffered messages are redelivered to another
+// process while still waiting here). When both lanes are empty it
+// long-polls both at once, one message each, without busy-looping, and
+// withdraws the other request by draining its subscription so nothing in
+// flight is lost.
+//
+// A Delivery is acknowledged with Ack (a double ack: confirmed by the
+// server), handed back with Nak or NakWithDelay (each counts as a
+// delivery), kept alive with InProgress while a limiter holds it, or
+// dropped with Term.
+//
+// # Deduplication
+//
+// Publisher.Publish sets Nats-Msg-Id to the job id, so a publish repeated
+// within two minutes is stored once (and reported as a duplicate).
+// Deduplication of sends after that window, and across redeliveries, is the
+// dispatcher's ledger's job.
+//
+// # Dead letters
+//
+// Publisher.DeadLetter publishes a delivery's original bytes with the
+// headers Notifier-Reason (one word), Notifier-Detail (one line) and
+// Notifier-Subject, and a Nats-Msg-Id derived from the original stream
+// sequence, so dead-lettering the same delivery twice (a crash between the
+// publish and the ack) stores it once. The caller then acks the delivery.
+//
+// # Connections
+//
+// Connect dials with a credentials file, a token, or a user and password,
+// and TLS with verification always on; it reconnects forever, and refuses a
+// server without JetStream or older than MinServerVersion. Config redacts
+// its secrets when printed or logged.
+package queue

@@ -1,0 +1,153 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Dead-letter headers (SPEC §3).
+const (
+	HeaderReason  = "Notifier-Reason"  // one word: why the job was not sent
+	HeaderDetail  = "Notifier-Detail"  // one line, human readable
+	HeaderSubject = "Notifier-Subject" // the subject the job was published on
+	// MaxDetailBytes caps Notifier-Detail.
+	MaxDetailBytes = 512
+)
+
+// Outcome says where DeadLetter publishes a job.
+type Outcome string
+
+// Outcomes of a job that is not sent (SPEC §6).
+const (
+	Dead       Outcome = "dead"       // failed: notify.dead.<channel>
+	Suppressed Outcome = "suppressed" // dropped on purpose: notify.suppressed.<channel>
+)
+
+// Publisher publishes jobs and dead letters to JetStream and waits for the
+// stream's acknowledgement. It is safe for concurrent use.
+type Publisher struct {
+	js jetstream.JetStream
+}
+
+// NewPublisher returns a Publisher using js.
+func NewPublisher(js jetstream.JetStream) *Publisher { return &Publisher{js: js} }
+
+// Publish validates and publishes j on JobSubject(j.Channel, high) with
+// Nats-Msg-Id set to j.ID, and reports whether the stream dropped it as a
+// duplicate of a publish within the duplicate window (2 minutes). An
+// invalid job is an *InvalidError and nothing is sent.
+func (p *Publisher) Publish(ctx context.Context, j *Job, high bool) (duplicate bool, err error) {
+	data, err := j.Marshal()
+	if err != nil {
+		return false, fmt.Errorf("publish job: %w", err)
+	}
+	return p.PublishRaw(ctx, JobSubject(j.Channel, high), data, j.ID)
+}
+
+// PublishRaw publishes data as is on subject, with Nats-Msg-Id msgID unless
+// msgID is empty, and reports whether the stream dropped it as a
+// duplicate. It sends lines of an NDJSON file as they are, and invalid input
+// in tests. A subject no stream takes fails (jetstream.ErrNoStreamResponse).
+func (p *Publisher) PublishRaw(ctx context.Context, subject string, data []byte, msgID string) (duplicate bool, err error) {
+	ack, err := p.js.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: data}, msgIDOpt(msgID)...)
+	if err != nil {
+		return false, fmt.Errorf("publish %s: %w", subject, err)
+	}
+	return ack.Duplicate, nil
+}
+
+func msgIDOpt(id string) []jetstream.PublishOpt {
+	if id == "" {
+		return nil
+	}
+	return []jetstream.PublishOpt{jetstream.WithMsgID(id)}
+}
+
+// DeadLetter publishes the delivery's original bytes to
+// notify.dead.<channel> (Dead) or notify.suppressed.<channel> (Suppressed)
+// with the headers Notifier-Reason (reason: one word of letters, digits,
+// '_' or '-', such as "invalid" or "user_limit"), Notifier-Detail (detail
+// on one line: control characters become spaces, capped at 512 bytes) and
+// Notifier-Subject (the original subject), and waits for the stream's
+// acknowledgement. The caller then acks the delivery.
+//
+// The <channel> is the delivery's subject token made safe for a subject
+// (see ChannelOf): a garbage subject still gets a dead letter. The
+// Nats-Msg-Id is derived from the original stream, sequence and store time,
+// so dead-lettering the same delivery again (after a crash between this
+// call and the ack) within the duplicate window stores nothing new.
+func (p *Publisher) DeadLetter(ctx context.Context, d *Delivery, o Outcome, reason, detail string) error {
+	var subject string
+	switch o {
+	case Dead:
+		subject = DeadSubject(subjectToken(d.Channel))
+	case Suppressed:
+		subject = SuppressedSubject(subjectToken(d.Channel))
+	default:
+		return fmt.Errorf("dead letter %s seq %d: outcome %q is not %q or %q", d.Subject, d.StreamSeq, o, Dead, Suppressed)
+	}
+	if !isWord(reason) {
+		return fmt.Errorf("dead letter %s seq %d: reason %q is not one word", d.Subject, d.StreamSeq, reason)
+	}
+	m := &nats.Msg{Subject: subject, Data: d.Data, Header: nats.Header{}}
+	m.Header.Set(HeaderReason, reason)
+	m.Header.Set(HeaderDetail, oneLine(detail, MaxDetailBytes))
+	m.Header.Set(HeaderSubject, oneLine(d.Subject, MaxDetailBytes))
+	var opts []jetstream.PublishOpt
+	if d.StreamSeq != 0 {
+		opts = msgIDOpt(deadLetterID(d))
+	}
+	if _, err := p.js.PublishMsg(ctx, m, opts...); err != nil {
+		return fmt.Errorf("dead letter %s seq %d to %s: %w", d.Subject, d.StreamSeq, subject, err)
+	}
+	return nil
+}
+
+// deadLetterID identifies a stored job: its stream and sequence, plus its
+// store time so that a stream deleted and re-created (sequences restart)
+// cannot collide with an earlier dead letter.
+func deadLetterID(d *Delivery) string {
+	return "dead:" + d.Stream + ":" + strconv.FormatUint(d.StreamSeq, 10) + ":" + strconv.FormatInt(d.Published.UnixNano(), 10)
+}
+
+func isWord(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// oneLine turns control characters (CR and LF among them) into spaces,
+// trims, and caps s at limit bytes on a rune boundary, marking a cut with
+// "…". Invalid UTF-8 becomes U+FFFD.
+func oneLine(s string, limit int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	s = strings.Map(func(r rune) rune {
+		if r < 0x20 || r >= 0x7f && r < 0xa0 || r == '\u2028' || r == '\u2029' {
+			return ' '
+		}
+		return r
+	}, s)
+	s = strings.TrimSpace(s)
+	if len(s) <= limit {
+		return s
+	}
+	const mark = "…"
+	cut := limit - len(mark)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + mark
+}
