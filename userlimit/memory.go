@@ -21,9 +21,11 @@ const sweepEvery = 64
 //
 // Memory is safe for concurrent use; keys are spread over 32 independently
 // locked shards. Memory stays bounded without a background goroutine: each
-// call counts against its shard, and once a shard has had as many calls as
-// it holds keys (at least 64), the call drops every key of the shard whose
-// state no longer matters (its window has passed). Memory per key is that of
+// call counts against its shard, and once a shard has had as many calls since
+// its last sweep as that sweep left keys (at least 64), the call sweeps it,
+// dropping every key whose state no longer matters (its window has passed).
+// That costs O(1) per call amortised and keeps at most about twice the live
+// keys, plus 64 per shard. Memory per key is that of
 // the Redis backend: O(limit) for sliding_log, O(1) plus one marker per job
 // admitted in the last window for the others.
 type Memory struct {
@@ -33,9 +35,10 @@ type Memory struct {
 }
 
 type memShard struct {
-	mu  sync.Mutex
-	m   map[memKey]*memState
-	ops int // calls since the last sweep
+	mu   sync.Mutex
+	m    map[memKey]*memState
+	ops  int // calls since the last sweep
+	next int // sweep once ops reaches this: max(sweepEvery, keys left by the last sweep)
 }
 
 type memKey struct {
@@ -122,15 +125,15 @@ func (m *Memory) Allow(ctx context.Context, key Key, jobID string, rule Rule) (R
 // since the last sweep that the sweep costs O(1) per call.
 func (sh *memShard) maybeSweep(now int64) {
 	sh.ops++
-	if sh.ops < sweepEvery || sh.ops < len(sh.m) {
+	if sh.ops < max(sweepEvery, sh.next) {
 		return
 	}
-	sh.ops = 0
 	for k, st := range sh.m {
 		if st.expire <= now {
 			delete(sh.m, k)
 		}
 	}
+	sh.ops, sh.next = 0, len(sh.m)
 }
 
 // marker reports whether job was admitted within its window.

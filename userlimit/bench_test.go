@@ -1,0 +1,114 @@
+package userlimit_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/notifier/notifier/testenv"
+	"github.com/notifier/notifier/userlimit"
+	"github.com/notifier/notifier/userlimit/userlimittest"
+)
+
+// benchUsers is how many users the benchmarks spread decisions over; with
+// benchRule nearly every decision is an admission, the costlier path.
+const benchUsers = 100_000
+
+var benchRule = userlimit.Rule{Limit: 100, Window: time.Hour}
+
+// floorScript is the floor every Redis figure is compared with: a bare
+// EVALSHA round trip of a script that does nothing.
+var floorScript = redis.NewScript("return 1")
+
+// runConcurrently makes b.N calls of op from g goroutines and reports
+// decisions per second.
+func runConcurrently(b *testing.B, g int, op func(i int64) error) {
+	b.Helper()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	for range g {
+		wg.Go(func() {
+			for {
+				i := next.Add(1)
+				if i > int64(b.N) {
+					return
+				}
+				if err := op(i); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+}
+
+func benchKey(i int64) userlimit.Key {
+	return userlimit.Key{Channel: "push", User: "user-" + strconv.FormatInt(i%benchUsers, 10)}
+}
+
+// BenchmarkAllow measures decisions per second of each algorithm on each
+// backend at 1, 8 and 64 goroutines, beside the floor (a bare EVALSHA round
+// trip) and go-redis/redis_rate's Allow on the same server in the same run.
+func BenchmarkAllow(b *testing.B) {
+	ctx := context.Background()
+	srv := testenv.Redis(b)
+	opts := srv.Options()
+	opts.PoolSize = 128 // enough connections for 64 goroutines: measure the server, not the pool
+	rdb := redis.NewClient(opts)
+	b.Cleanup(func() { _ = rdb.Close() })
+	if err := floorScript.Load(ctx, rdb).Err(); err != nil {
+		b.Fatal(err)
+	}
+	fresh := func(b *testing.B) {
+		b.Helper()
+		if err := rdb.FlushAll(ctx).Err(); err != nil { // the private server of this benchmark only
+			b.Fatal(err)
+		}
+	}
+	for _, g := range []int{1, 8, 64} {
+		b.Run(fmt.Sprintf("floor_evalsha/g=%d", g), func(b *testing.B) {
+			runConcurrently(b, g, func(i int64) error {
+				return floorScript.Run(ctx, rdb, []string{"floor:" + strconv.FormatInt(i%benchUsers, 10)}).Err()
+			})
+		})
+		b.Run(fmt.Sprintf("redis_rate/g=%d", g), func(b *testing.B) {
+			fresh(b)
+			lim := redis_rate.NewLimiter(rdb)
+			limit := redis_rate.Limit{Rate: benchRule.Limit, Burst: benchRule.Limit, Period: benchRule.Window}
+			runConcurrently(b, g, func(i int64) error {
+				_, err := lim.Allow(ctx, "push:user-"+strconv.FormatInt(i%benchUsers, 10), limit)
+				return err
+			})
+		})
+		for _, alg := range userlimittest.Algorithms {
+			rule := benchRule
+			rule.Algorithm = alg
+			b.Run(fmt.Sprintf("redis/%s/g=%d", alg, g), func(b *testing.B) {
+				fresh(b)
+				lim := userlimit.NewRedis(rdb, "bench:")
+				runConcurrently(b, g, func(i int64) error {
+					_, err := lim.Allow(ctx, benchKey(i), "job-"+strconv.FormatInt(i, 10), rule)
+					return err
+				})
+			})
+			b.Run(fmt.Sprintf("memory/%s/g=%d", alg, g), func(b *testing.B) {
+				lim := userlimit.NewMemory(nil)
+				runConcurrently(b, g, func(i int64) error {
+					_, err := lim.Allow(ctx, benchKey(i), "job-"+strconv.FormatInt(i, 10), rule)
+					return err
+				})
+			})
+		}
+	}
+}

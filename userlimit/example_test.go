@@ -1,0 +1,92 @@
+package userlimit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/notifier/notifier/userlimit"
+)
+
+func ExampleMemory() {
+	ctx := context.Background()
+	now := time.Date(2030, 1, 1, 9, 0, 0, 0, time.UTC)
+	lim := userlimit.NewMemory(func() time.Time { return now })
+	rule := userlimit.Rule{Limit: 2, Window: time.Hour} // sliding_log, drop
+	key := userlimit.Key{Channel: "push", User: "alice"}
+
+	for _, job := range []string{"job-1", "job-2", "job-3", "job-1"} {
+		res, err := lim.Allow(ctx, key, job, rule)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("%s allowed=%t remaining=%d retry_after=%s\n", job, res.Allowed, res.Remaining, res.RetryAfter)
+		now = now.Add(10 * time.Minute)
+	}
+	// Output:
+	// job-1 allowed=true remaining=1 retry_after=0s
+	// job-2 allowed=true remaining=0 retry_after=0s
+	// job-3 allowed=false remaining=0 retry_after=40m0s
+	// job-1 allowed=true remaining=0 retry_after=0s
+}
+
+func ExampleMemory_tokenBucket() {
+	ctx := context.Background()
+	now := time.Date(2030, 1, 1, 9, 0, 0, 0, time.UTC)
+	lim := userlimit.NewMemory(func() time.Time { return now })
+	// A burst of 3, then one more every 20 minutes.
+	rule := userlimit.Rule{Limit: 3, Window: time.Hour, Algorithm: userlimit.TokenBucket}
+	key := userlimit.Key{Channel: "sms", User: "bob"}
+
+	for i := range 5 {
+		res, _ := lim.Allow(ctx, key, fmt.Sprintf("job-%d", i), rule)
+		fmt.Printf("job-%d allowed=%t retry_after=%s\n", i, res.Allowed, res.RetryAfter)
+	}
+	now = now.Add(20 * time.Minute)
+	res, _ := lim.Allow(ctx, key, "job-5", rule)
+	fmt.Printf("20m later: job-5 allowed=%t remaining=%d\n", res.Allowed, res.Remaining)
+	// Output:
+	// job-0 allowed=true retry_after=0s
+	// job-1 allowed=true retry_after=0s
+	// job-2 allowed=true retry_after=0s
+	// job-3 allowed=false retry_after=20m0s
+	// job-4 allowed=false retry_after=20m0s
+	// 20m later: job-5 allowed=true remaining=0
+}
+
+func ExampleKeys() {
+	key := userlimit.Key{Channel: "push", User: "alice"}
+	fmt.Println(userlimit.Keys("notifier:", key, userlimit.SlidingLog, "job-1"))
+	fmt.Println(userlimit.Keys("notifier:", key, userlimit.TokenBucket, "job-1"))
+	fmt.Println(userlimit.Tag("notifier:", userlimit.Key{Channel: "push", User: "{odd}"}))
+	// Output:
+	// [{notifier:u:push:alice}:sl]
+	// [{notifier:u:push:alice}:tb {notifier:u:push:alice}:tb:j:job-1]
+	// {notifier:u:push:%7Bodd%7D}
+}
+
+// Two round trips per job at most: the per-user decision rides on a pipeline
+// with the job's other per-job commands.
+func ExampleRedis_AllowCmd() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer rdb.Close()
+	lim := userlimit.NewRedis(rdb, "notifier:")
+	if err := lim.Load(ctx); err != nil { // pipelines have no EVAL fallback
+		fmt.Println(err)
+		return
+	}
+	pipe := rdb.Pipeline()
+	d := lim.AllowCmd(ctx, pipe, userlimit.Key{Channel: "push", User: "alice"}, "job-1",
+		userlimit.Rule{Limit: 5, Window: time.Hour})
+	// ... queue the job's other commands on pipe ...
+	_, _ = pipe.Exec(ctx)
+	res, err := d.Result()
+	if errors.Is(err, userlimit.ErrNotLoaded) {
+		_ = lim.Load(ctx) // the server lost its scripts (restart, failover): load and decide again
+	}
+	fmt.Println(res.Allowed, err)
+}
