@@ -72,7 +72,7 @@ func ExampleKeys() {
 // with the job's other per-job commands.
 func ExampleRedis_AllowCmd() {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	rdb := redis.NewClient(&redis.Options{Addr: "redis.example:6379"})
 	defer rdb.Close()
 	lim := userlimit.NewRedis(rdb, "notifier:")
 	if err := lim.Load(ctx); err != nil { // pipelines have no EVAL fallback

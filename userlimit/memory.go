@@ -27,7 +27,8 @@ const sweepEvery = 64
 // That costs O(1) per call amortised and keeps at most about twice the live
 // keys, plus 64 per shard. Memory per key is that of
 // the Redis backend: O(limit) for sliding_log, O(1) plus one marker per job
-// admitted in the last window for the others.
+// admitted in the last window for the others. Use NewMemory; the zero value
+// is not usable.
 type Memory struct {
 	now    func() time.Time
 	seed   maphash.Seed

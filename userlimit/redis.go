@@ -46,7 +46,8 @@ func script(a Algorithm) *redis.Script {
 // process using the same server (standalone or Cluster) and key prefix.
 // Each decision is one atomic script run (EVALSHA, falling back to EVAL when
 // the server's script cache is empty) that reads the server's clock, so the
-// workers' clocks never matter. Safe for concurrent use.
+// workers' clocks never matter. Safe for concurrent use. Use NewRedis; the
+// zero value is not usable.
 type Redis struct {
 	rdb    redis.Scripter
 	prefix string
@@ -112,7 +113,8 @@ func (r *Redis) call(key Key, jobID string, rule Rule) ([]string, []any) {
 	return Keys(r.prefix, key, rule.Algorithm, jobID), args
 }
 
-// Decision is a decision queued on a pipeline by Redis.AllowCmd.
+// Decision is a decision queued on a pipeline by Redis.AllowCmd. Read it
+// once the pipeline has run, from any one goroutine.
 type Decision struct {
 	key  Key
 	rule Rule
