@@ -50,3 +50,5 @@ func TestConformance(t *testing.T) {
 		leakytest.Run(t, redisBackend(cluster.Client(), "cluster"))
 	})
 }
+
+func newClock() *leakytest.Clock { return leakytest.NewClock(time.Now()) }

@@ -162,11 +162,3 @@ func depthUnits(queuedMicros int64, c Contract, headroom float64) float64 {
 }
 
 func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
-
-// ceilMillis is ⌈us/1000⌉, at least 1: a TTL in milliseconds that outlives us.
-func ceilMillis(us int64) int64 {
-	if us <= 0 {
-		return 1
-	}
-	return (us + 999) / 1000
-}

@@ -1,0 +1,76 @@
+package leaky_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/notifier/notifier/leaky"
+)
+
+// A 10/s contract with a 250 ms queue: three sends are queued 100 ms apart,
+// the fourth finds the queue full.
+func ExampleMemory() {
+	ctx := context.Background()
+	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+	q := leaky.NewMemory(func() time.Time { return now }, leaky.WithHeadroom(0))
+	c := leaky.Contract{Rate: 10, MaxQueueDelay: 250 * time.Millisecond}
+	for i := 0; i < 4; i++ {
+		r, err := q.Reserve(ctx, "sms-gateway", c, 1)
+		if err != nil {
+			panic(err)
+		}
+		if r.OK {
+			fmt.Printf("send in %v\n", r.Delay)
+		} else {
+			fmt.Printf("queue full, retry in %v\n", r.RetryAfter)
+		}
+	}
+	depth, _ := q.Depth(ctx, "sms-gateway", c)
+	fmt.Printf("depth %.0f\n", depth)
+	// Output:
+	// send in 0s
+	// send in 100ms
+	// send in 200ms
+	// queue full, retry in 50ms
+	// depth 3
+}
+
+// A 429 with Retry-After 2s pauses the provider: a job already holding a
+// slot sees the pause before it sends, and new slots start after it.
+func ExampleMemory_Pause() {
+	ctx := context.Background()
+	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+	q := leaky.NewMemory(func() time.Time { return now }, leaky.WithHeadroom(0))
+	c := leaky.Contract{Rate: 10, MaxQueueDelay: 5 * time.Second}
+	held, _ := q.Reserve(ctx, "push", c, 1)
+	fmt.Println("held slot in", held.Delay)
+
+	_ = q.Pause(ctx, "push", 2*time.Second)
+	paused, _ := q.PausedFor(ctx, "push")
+	fmt.Println("before sending, paused for", paused)
+	r, _ := q.Reserve(ctx, "push", c, 1)
+	fmt.Println("next slot in", r.Delay)
+
+	now = now.Add(2 * time.Second)
+	paused, _ = q.PausedFor(ctx, "push")
+	fmt.Println("2s later, paused for", paused)
+	// Output:
+	// held slot in 0s
+	// before sending, paused for 2s
+	// next slot in 2s
+	// 2s later, paused for 0s
+}
+
+// An SMS of three segments costs three units of a segments contract.
+func ExampleMemory_cost() {
+	ctx := context.Background()
+	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+	q := leaky.NewMemory(func() time.Time { return now }) // default 1 % headroom
+	c := leaky.Contract{Rate: 100, MaxQueueDelay: time.Second}
+	a, _ := q.Reserve(ctx, "sms-gateway", c, 3)
+	b, _ := q.Reserve(ctx, "sms-gateway", c, 1)
+	fmt.Println(a.Delay, b.Delay)
+	// Output:
+	// 0s 30.304ms
+}
