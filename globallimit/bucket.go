@@ -1,0 +1,219 @@
+package globallimit
+
+import (
+	"context"
+	"math"
+	"sync"
+	"time"
+)
+
+// DefaultLeaseTTL is how long leased tokens stay usable by default.
+const DefaultLeaseTTL = time.Second
+
+// minSleep guards against a Store that answers "none, wait 0": Wait never
+// polls faster than this.
+const minSleep = time.Millisecond
+
+// LeaseSize is the default number of tokens a Bucket takes per Store call
+// for cfg: max(1, min(⌊Rate × 10 ms⌋, ⌊Burst / 50⌋)). With P processes the
+// fleet then admits at most P·L tokens more than the bucket's Burst +
+// Rate·t in any window of length t, which is at most P × 2 % of Burst and
+// P × 10 ms worth of Rate.
+func LeaseSize(cfg Config) int {
+	l := min(math.Floor(cfg.Rate/100), float64(cfg.Burst/50))
+	if !(l >= 1) { // also NaN
+		return 1
+	}
+	return int(l)
+}
+
+// Option configures a Bucket.
+type Option func(*Bucket)
+
+// WithLeaseSize fixes the number of tokens taken per Store call (n >= 1)
+// instead of LeaseSize(cfg). The fleet's over-admission bound is P·n.
+func WithLeaseSize(n int) Option {
+	return func(b *Bucket) {
+		if n >= 1 {
+			b.lease = n
+		}
+	}
+}
+
+// WithLeaseTTL sets how long leased tokens stay usable (default 1 s). It
+// does not change the over-admission bound (a process holds at most one
+// lease); it bounds how long a quiet process keeps tokens from the fleet.
+func WithLeaseTTL(d time.Duration) Option {
+	return func(b *Bucket) {
+		if d > 0 {
+			b.leaseTTL = d
+		}
+	}
+}
+
+// WithClock sets the clock that expires leases (default time.Now).
+func WithClock(now func() time.Time) Option {
+	return func(b *Bucket) {
+		if now != nil {
+			b.now = now
+		}
+	}
+}
+
+// WithSleeper sets how Wait sleeps until the store's next token is due
+// (default: a timer). sleep must return early with an error when ctx ends.
+func WithSleeper(sleep func(ctx context.Context, d time.Duration) error) Option {
+	return func(b *Bucket) {
+		if sleep != nil {
+			b.sleep = sleep
+		}
+	}
+}
+
+// Bucket is what the dispatcher holds: one per process, in front of the
+// fleet's Store. Wait blocks until a token is available; tokens are leased
+// from the Store in small batches (see the package doc). A Bucket is safe
+// for concurrent use and starts no goroutine; the zero value is not usable,
+// call New.
+type Bucket struct {
+	store    Store
+	lease    int // 0: LeaseSize(cfg)
+	leaseTTL time.Duration
+	now      func() time.Time
+	sleep    func(ctx context.Context, d time.Duration) error
+
+	mu      sync.Mutex
+	cfg     Config
+	tokens  int       // leased tokens on hand
+	expires time.Time // when they expire
+	refill  *refill   // the Store call in flight, nil when none
+	wake    func()    // cuts the refiller's sleep short (SetConfig); nil when none
+}
+
+// refill is one waiter's turn at the Store; the other waiters wait for done.
+type refill struct {
+	done chan struct{}
+	err  error // the Store's error, shared with every waiter of this refill
+}
+
+// New returns a process's bucket in front of store.
+func New(store Store, cfg Config, opts ...Option) *Bucket {
+	b := &Bucket{store: store, cfg: cfg, leaseTTL: DefaultLeaseTTL, now: time.Now, sleep: sleepTimer}
+	for _, o := range opts {
+		o(b)
+	}
+	return b
+}
+
+func sleepTimer(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// SetConfig replaces the configuration (hot reload), safe concurrently with
+// Wait. Leased tokens are dropped and a Wait sleeping towards the next
+// token under the old rate asks the Store again at once.
+func (b *Bucket) SetConfig(cfg Config) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if cfg == b.cfg {
+		return
+	}
+	b.cfg = cfg
+	b.tokens = 0
+	if b.wake != nil {
+		b.wake()
+	}
+}
+
+// Wait blocks until the process may take one job, or ctx ends (it then
+// returns ctx.Err()). A Store error (Redis unreachable, invalid
+// configuration) is returned to every waiter of the failed call.
+func (b *Bucket) Wait(ctx context.Context) error {
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		b.mu.Lock()
+		if b.tokens > 0 && b.now().Before(b.expires) {
+			b.tokens--
+			b.mu.Unlock()
+			return nil
+		}
+		b.tokens = 0
+		if r := b.refill; r != nil {
+			b.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-r.done:
+			}
+			if r.err != nil {
+				return r.err
+			}
+			continue
+		}
+		r := &refill{done: make(chan struct{})}
+		b.refill = r
+		b.mu.Unlock()
+		return b.fill(ctx, r)
+	}
+}
+
+// fill is the refiller's turn: take a lease from the Store, sleeping as the
+// Store says until at least one token comes; keep one for the caller and
+// leave the rest to the other waiters. It returns nil when the caller has
+// its token.
+func (b *Bucket) fill(ctx context.Context, r *refill) (err error) {
+	defer func() {
+		b.mu.Lock()
+		b.refill, b.wake = nil, nil
+		if err != nil && ctx.Err() == nil {
+			r.err = err // a Store failure, not our caller giving up: share it
+		}
+		b.mu.Unlock()
+		close(r.done)
+	}()
+	for {
+		b.mu.Lock()
+		cfg, n := b.cfg, b.lease
+		if n == 0 {
+			n = LeaseSize(cfg)
+		}
+		b.mu.Unlock()
+
+		granted, wait, err := b.store.Take(ctx, cfg, n)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+		if granted > 0 {
+			b.mu.Lock()
+			b.tokens = granted - 1
+			b.expires = b.now().Add(b.leaseTTL)
+			b.mu.Unlock()
+			return nil
+		}
+
+		sctx, cancel := context.WithCancel(ctx)
+		b.mu.Lock()
+		b.wake = cancel
+		b.mu.Unlock()
+		_ = b.sleep(sctx, max(wait, minSleep))
+		cancel()
+		b.mu.Lock()
+		b.wake = nil
+		b.mu.Unlock()
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+}

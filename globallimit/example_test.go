@@ -1,0 +1,58 @@
+package globallimit_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/notifier/notifier/globallimit"
+	"github.com/notifier/notifier/globallimit/globallimittest"
+)
+
+// A bucket of 3 refilling at 2 per second: a burst of 3, then one every
+// 500 ms. The fake sleeper advances the fake clock.
+func ExampleBucket() {
+	ctx := context.Background()
+	clock := globallimittest.NewClock(time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC))
+	sleep := func(_ context.Context, d time.Duration) error { clock.Advance(d); return nil }
+	b := globallimit.New(globallimit.NewMemory(clock.Now), globallimit.Config{Rate: 2, Burst: 3},
+		globallimit.WithClock(clock.Now), globallimit.WithSleeper(sleep))
+	start := clock.Now()
+	for i := 0; i < 6; i++ {
+		if err := b.Wait(ctx); err != nil {
+			panic(err)
+		}
+		fmt.Println("job", i, "at", clock.Now().Sub(start))
+	}
+	// Output:
+	// job 0 at 0s
+	// job 1 at 0s
+	// job 2 at 0s
+	// job 3 at 500ms
+	// job 4 at 1s
+	// job 5 at 1.5s
+}
+
+// Take leases several tokens at once and says when the next one is due.
+func ExampleMemoryStore_Take() {
+	ctx := context.Background()
+	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+	s := globallimit.NewMemory(func() time.Time { return now })
+	cfg := globallimit.Config{Rate: 100, Burst: 25}
+	for i := 0; i < 3; i++ {
+		granted, wait, _ := s.Take(ctx, cfg, 10)
+		fmt.Println(granted, wait)
+	}
+	// Output:
+	// 10 0s
+	// 10 0s
+	// 5 10ms
+}
+
+func ExampleConfig_Validate() {
+	err := globallimit.Config{Rate: -5, Burst: 0}.Validate()
+	fmt.Println(err)
+	// Output:
+	// rate: must be greater than 0, got -5
+	// burst: must be at least 1, got 0
+}

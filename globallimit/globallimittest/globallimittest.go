@@ -1,0 +1,210 @@
+// Package globallimittest is the conformance suite every globallimit.Store
+// passes: step tables on a fake clock, rounding, configuration changes,
+// validation and concurrent takes. Run it from a backend's tests:
+//
+//	globallimittest.Run(t, func(t *testing.T, now func() time.Time) globallimit.Store {
+//		return globallimit.NewMemory(now)
+//	})
+package globallimittest
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/notifier/notifier/globallimit"
+)
+
+// NewStore returns a new, full bucket, isolated from every other one it
+// returned (its own key prefix), whose clock is now.
+type NewStore func(t *testing.T, now func() time.Time) globallimit.Store
+
+// Clock is a fake clock, safe for concurrent use.
+type Clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+// NewClock returns a clock stopped at t.
+func NewClock(t time.Time) *Clock { return &Clock{t: t} }
+
+// Now returns the clock's time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+// Advance moves the clock forward by d.
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// Step is one Take of a step table: advance the clock, optionally switch
+// the configuration, take up to N tokens, expect Granted and Wait.
+type Step struct {
+	Advance time.Duration
+	Config  *globallimit.Config // nil: keep the table's
+	N       int
+	Granted int
+	Wait    time.Duration
+}
+
+// Table is a named sequence of steps on a new bucket.
+type Table struct {
+	Name   string
+	Config globallimit.Config
+	Steps  []Step
+}
+
+const ms = time.Millisecond
+
+func us(n int64) time.Duration { return time.Duration(n) * time.Microsecond }
+
+// Tables are the step tables every Store must reproduce exactly.
+var Tables = []Table{
+	{
+		Name:   "burst then the rate",
+		Config: globallimit.Config{Rate: 10, Burst: 3},
+		Steps: []Step{
+			{N: 1, Granted: 1},
+			{N: 5, Granted: 2, Wait: 100 * ms},
+			{N: 1, Granted: 0, Wait: 100 * ms},
+			{Advance: 50 * ms, N: 1, Granted: 0, Wait: 50 * ms},
+			{Advance: 50 * ms, N: 1, Granted: 1},
+			{Advance: 250 * ms, N: 3, Granted: 2, Wait: 50 * ms},
+			{Advance: 10 * time.Second, N: 10, Granted: 3, Wait: 100 * ms},
+			{Advance: 300 * ms, N: 3, Granted: 3},
+		},
+	},
+	{
+		Name:   "a fractional interval rounds each grant up",
+		Config: globallimit.Config{Rate: 3, Burst: 2},
+		Steps: []Step{
+			{N: 2, Granted: 2},                   // em(2) = ⌈666666.7⌉ = 666667 µs
+			{N: 1, Granted: 0, Wait: us(333334)}, // em(1) = 333334 µs
+			{Advance: us(333333), N: 1, Granted: 0, Wait: us(1)},
+			{Advance: us(1), N: 1, Granted: 1},
+		},
+	},
+	{
+		// 63 tokens at 0.7/s take exactly 90 s, but 9e7 × 0.7 / 1e6 is
+		// 62.99999999999999 in floating point: the count must be corrected
+		// up, identically in Go and Lua
+		Name:   "float rounding never loses a token",
+		Config: globallimit.Config{Rate: 0.7, Burst: 63},
+		Steps: []Step{
+			{N: 63, Granted: 63},
+			{N: 1, Granted: 0, Wait: us(1428572)}, // ⌈1e6/0.7⌉
+		},
+	},
+	{
+		Name:   "a burst of one is a plain rate",
+		Config: globallimit.Config{Rate: 1000, Burst: 1},
+		Steps: []Step{
+			{N: 3, Granted: 1, Wait: ms},
+			{Advance: ms, N: 3, Granted: 1, Wait: ms},
+			{Advance: 5 * ms, N: 3, Granted: 1, Wait: ms},
+		},
+	},
+	{
+		Name:   "configuration changes apply to the same state",
+		Config: globallimit.Config{Rate: 10, Burst: 10},
+		Steps: []Step{
+			{N: 10, Granted: 10},
+			// tat is now+1s; a burst of 2 leaves no room until 900 ms from now
+			{Config: &globallimit.Config{Rate: 10, Burst: 2}, N: 1, Granted: 0, Wait: 900 * ms},
+			{Advance: 900 * ms, Config: &globallimit.Config{Rate: 10, Burst: 2}, N: 2, Granted: 1, Wait: 100 * ms},
+			// the state is time owed (tat = now+200ms), not tokens: at a faster
+			// rate the burst's room is shorter, the next token due at
+			// tat + em(1) − em(burst) = 200 + 10 − 20 ms
+			{Config: &globallimit.Config{Rate: 100, Burst: 2}, N: 5, Granted: 0, Wait: 190 * ms},
+		},
+	},
+}
+
+// Run runs the conformance suite against newStore.
+func Run(t *testing.T, newStore NewStore) {
+	t.Run("Tables", func(t *testing.T) {
+		t.Parallel()
+		for _, tb := range Tables {
+			t.Run(tb.Name, func(t *testing.T) {
+				t.Parallel()
+				clock := NewClock(time.Now())
+				s := newStore(t, clock.Now)
+				for i, st := range tb.Steps {
+					clock.Advance(st.Advance)
+					cfg := tb.Config
+					if st.Config != nil {
+						cfg = *st.Config
+					}
+					g, w, err := s.Take(context.Background(), cfg, st.N)
+					if err != nil {
+						t.Fatalf("step %d: take %d: %v", i, st.N, err)
+					}
+					if g != st.Granted || w != st.Wait {
+						t.Fatalf("step %d: take %d: granted %d wait %v, want granted %d wait %v",
+							i, st.N, g, w, st.Granted, st.Wait)
+					}
+				}
+			})
+		}
+	})
+	t.Run("Invalid", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, time.Now)
+		cases := []struct {
+			cfg  globallimit.Config
+			n    int
+			want string
+		}{
+			{globallimit.Config{Rate: 0, Burst: 1}, 1, "take global tokens: rate: must be greater than 0, got 0"},
+			{globallimit.Config{Rate: 10, Burst: 0}, 1, "take global tokens: burst: must be at least 1, got 0"},
+			{globallimit.Config{Rate: 10, Burst: 1}, 0, "take global tokens: n must be at least 1, got 0"},
+		}
+		for _, tc := range cases {
+			_, _, err := s.Take(context.Background(), tc.cfg, tc.n)
+			if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+				t.Errorf("take %d with %+v: %v, want %q", tc.n, tc.cfg, err, tc.want)
+			}
+		}
+	})
+	t.Run("ConcurrentTakes", func(t *testing.T) {
+		t.Parallel()
+		// the clock stands still: exactly the burst is granted, however
+		// the takes interleave
+		clock := NewClock(time.Now())
+		s := newStore(t, clock.Now)
+		cfg := globallimit.Config{Rate: 1, Burst: 100}
+		var granted atomic.Int64
+		var wg sync.WaitGroup
+		errs := make(chan error, 16)
+		for g := 0; g < 16; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < 10; i++ {
+					n, _, err := s.Take(context.Background(), cfg, 1+i%3)
+					if err != nil {
+						errs <- err
+						return
+					}
+					granted.Add(int64(n))
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		if got := granted.Load(); got != 100 {
+			t.Fatalf("granted %d tokens from a bucket of 100 on a stopped clock", got)
+		}
+	})
+}

@@ -1,0 +1,53 @@
+-- take.lua: take up to n tokens from the fleet's token bucket.
+--
+-- KEYS[1]  {<prefix>g}  string: tat, µs (the bucket is full when tat <= now)
+-- ARGV[1]  rate:  tokens per second (a float, as Go's shortest round-trip text)
+-- ARGV[2]  burst: bucket size
+-- ARGV[3]  n:     tokens wanted (>= 1)
+-- ARGV[4]  now:   µs since the Unix epoch (optional, tests only; default: Redis TIME)
+--
+-- Reply: {granted, wait µs}; wait is when the next token is due when
+-- granted < n, else 0.
+--
+-- The maths mirror take() in store.go operation for operation, so that the
+-- Go and Redis stores give identical answers: em(k) = ceil(k * 1e6 / rate).
+local rate = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+local n = tonumber(ARGV[3])
+local now
+if ARGV[4] ~= nil and ARGV[4] ~= '' then
+  now = tonumber(ARGV[4])
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+local function em(k)
+  return math.ceil(k * 1000000 / rate)
+end
+
+local tat = tonumber(redis.call('GET', KEYS[1])) or 0
+local base = math.max(tat, now)
+local full = em(burst)
+local room = now + full - base
+local g = 0
+if room > 0 then
+  g = math.min(math.floor(room * rate / 1000000), n)
+  while g > 0 and em(g) > room do
+    g = g - 1
+  end
+  while g < n and em(g + 1) <= room do
+    g = g + 1
+  end
+end
+
+local newtat = base + em(g)
+if g > 0 then
+  -- a second past tat the bucket is full, which a missing key also means
+  redis.call('SET', KEYS[1], newtat, 'PX', math.ceil((newtat - now) / 1000) + 1000)
+end
+local wait = 0
+if g < n then
+  wait = math.max(0, newtat + em(1) - full - now)
+end
+return {g, wait}
