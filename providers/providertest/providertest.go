@@ -1,0 +1,463 @@
+// Package providertest is the conformance suite every HTTP provider kind
+// passes: Run points the provider under test at a local server that answers
+// each scenario (success, each error class, Retry-After forms, timeouts,
+// refused and reset connections, malformed and huge bodies, cancellation)
+// and checks that Send maps it to the right class with a safe, one-line
+// error text.
+//
+// The suite speaks plain HTTP statuses; what is particular to a kind's wire
+// format (its success body, its refusal body, its own rate-limit codes) is
+// given in Target or tested beside the kind.
+package providertest
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unicode"
+
+	"github.com/notifier/notifier/providers"
+)
+
+// Reply is one answer of the test server.
+type Reply struct {
+	Status int
+	Header http.Header
+	Body   string
+}
+
+// Target describes the provider kind under test.
+type Target struct {
+	// New builds the provider under test, sending to baseURL (the suite's
+	// server: every path of it answers the scenario) with the given
+	// per-request timeout. It registers its own cleanup.
+	New func(t *testing.T, baseURL string, timeout time.Duration) providers.Provider
+	// Message returns a fresh message the provider can send.
+	Message func() *providers.Message
+	// Accepted is the kind's success answer; default 200 with "{}".
+	Accepted Reply
+	// Refusal is a permanent refusal in the kind's own error format, whose
+	// reason RefusalReason must appear in the error text.
+	Refusal       Reply
+	RefusalReason string
+	// Secrets are the credentials New configured: they must never appear
+	// in an error text.
+	Secrets []string
+}
+
+// Run runs the conformance suite against target. Subtests run in parallel,
+// each with its own server.
+func Run(t *testing.T, target Target) {
+	t.Helper()
+	if target.Accepted.Status == 0 {
+		target.Accepted = Reply{Status: 200, Body: "{}"}
+	}
+	s := &suite{target: target}
+	t.Run("Accepted", s.accepted)
+	t.Run("AcceptedWhateverTheBody", s.acceptedBodies)
+	t.Run("Permanent", s.permanent)
+	t.Run("PermanentCarriesReason", s.permanentReason)
+	t.Run("PermanentOddBodies", s.permanentOddBodies)
+	t.Run("NoLeakInDetail", s.noLeak)
+	t.Run("Transient", s.transient)
+	t.Run("RateLimited", s.rateLimited)
+	t.Run("Timeout", s.timeout)
+	t.Run("ConnectionRefused", s.refused)
+	t.Run("ConnectionReset", s.reset)
+	t.Run("ContextCanceled", s.canceled)
+	t.Run("Concurrent", s.concurrent)
+}
+
+type suite struct{ target Target }
+
+// server starts a test server answering every request with h and counts the
+// requests. Requests' contexts end when the test does, so handlers that hold
+// a request never block the server's shutdown.
+func server(t *testing.T, h http.HandlerFunc) (string, *atomic.Int32) {
+	t.Helper()
+	var hits atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		h(w, r)
+	}))
+	ctx, cancel := context.WithCancel(context.Background())
+	srv.Config.BaseContext = func(net.Listener) context.Context { return ctx }
+	srv.Start()
+	t.Cleanup(func() {
+		cancel()
+		srv.Close()
+	})
+	return srv.URL, &hits
+}
+
+func answer(r Reply) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		for k, vs := range r.Header {
+			w.Header()[k] = vs
+		}
+		w.WriteHeader(r.Status)
+		_, _ = w.Write([]byte(r.Body))
+	}
+}
+
+// send builds the provider against h and sends one message.
+func (s *suite) send(t *testing.T, timeout time.Duration, h http.HandlerFunc) (error, *atomic.Int32) {
+	t.Helper()
+	url, hits := server(t, h)
+	p := s.target.New(t, url, timeout)
+	return p.Send(context.Background(), s.target.Message()), hits
+}
+
+var classes = map[string]error{
+	"ErrPermanent":   providers.ErrPermanent,
+	"ErrTransient":   providers.ErrTransient,
+	"ErrRateLimited": providers.ErrRateLimited,
+}
+
+// checkError asserts err wraps exactly the class want and that its text is
+// one printable line free of the recipient, the body and the secrets.
+func (s *suite) checkError(t *testing.T, err error, want error) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("Send returned nil, want %v", want)
+	}
+	var in []string
+	for name, class := range classes {
+		if errors.Is(err, class) {
+			in = append(in, name)
+		}
+	}
+	if len(in) != 1 || !errors.Is(err, want) {
+		t.Fatalf("error %q wraps classes %v, want exactly %v", err, in, want)
+	}
+	text := err.Error()
+	for _, r := range text {
+		if !unicode.IsPrint(r) {
+			t.Errorf("error text has the unprintable %U: %q", r, text)
+			break
+		}
+	}
+	if len(text) > 512 {
+		t.Errorf("error text is %d bytes long, want a short line: %.80q…", len(text), text)
+	}
+	m := s.target.Message()
+	leaks := append([]string{m.To, strings.TrimPrefix(m.To, "+"), m.Body}, s.target.Secrets...)
+	for _, l := range leaks {
+		if len(l) >= 4 && strings.Contains(text, l) {
+			t.Errorf("error text %q leaks %q", text, l)
+		}
+	}
+}
+
+func wantStatus(t *testing.T, err error, status int) {
+	t.Helper()
+	got := 0
+	var pe *providers.Error
+	var rl *providers.RateLimitedError
+	switch {
+	case errors.As(err, &rl):
+		got = rl.Status
+	case errors.As(err, &pe):
+		got = pe.Status
+	}
+	if got != status {
+		t.Errorf("error %q carries status %d, want %d", err, got, status)
+	}
+	class := "error"
+	if status != 0 {
+		class = strconv.Itoa(status/100) + "xx"
+	}
+	if got := providers.StatusClass(err); got != class {
+		t.Errorf("StatusClass(%q) = %q, want %q", err, got, class)
+	}
+}
+
+func (s *suite) accepted(t *testing.T) {
+	t.Parallel()
+	for _, status := range []int{200, 201, 202, 204} {
+		r := s.target.Accepted
+		r.Status = status
+		if status == 204 {
+			r.Body = ""
+		}
+		err, hits := s.send(t, 5*time.Second, answer(r))
+		if err != nil {
+			t.Errorf("status %d: Send = %v, want nil", status, err)
+		}
+		if n := hits.Load(); n != 1 {
+			t.Errorf("status %d: %d requests, want 1", status, n)
+		}
+		if got := providers.StatusClass(err); got != "2xx" {
+			t.Errorf("StatusClass(nil) = %q, want 2xx", got)
+		}
+	}
+}
+
+func (s *suite) acceptedBodies(t *testing.T) {
+	t.Parallel()
+	bodies := map[string]string{
+		"malformed": "\x00\xff{not json",
+		"huge":      strings.Repeat("x", 8<<20),
+	}
+	for name, body := range bodies {
+		if err, _ := s.send(t, 5*time.Second, answer(Reply{Status: 200, Body: body})); err != nil {
+			t.Errorf("200 with a %s body: Send = %v, want nil", name, err)
+		}
+	}
+	// The status line arrived, then the connection died mid-body.
+	err, _ := s.send(t, 5*time.Second, hijack(func(c net.Conn, rw *bufio.ReadWriter) {
+		_, _ = rw.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n{\"na")
+		_ = rw.Flush()
+	}))
+	if err != nil {
+		t.Errorf("200 with a truncated body: Send = %v, want nil", err)
+	}
+}
+
+func (s *suite) permanent(t *testing.T) {
+	t.Parallel()
+	for _, status := range []int{400, 401, 403, 404, 410, 413, 422} {
+		err, hits := s.send(t, 5*time.Second, answer(Reply{Status: status, Body: "nope"}))
+		s.checkError(t, err, providers.ErrPermanent)
+		wantStatus(t, err, status)
+		if !strings.Contains(err.Error(), strconv.Itoa(status)) {
+			t.Errorf("error %q does not name the status %d", err, status)
+		}
+		if n := hits.Load(); n != 1 {
+			t.Errorf("status %d: %d requests, want 1 (no retry inside Send)", status, n)
+		}
+	}
+}
+
+func (s *suite) permanentReason(t *testing.T) {
+	t.Parallel()
+	if s.target.Refusal.Status == 0 {
+		t.Skip("target has no Refusal")
+	}
+	err, _ := s.send(t, 5*time.Second, answer(s.target.Refusal))
+	s.checkError(t, err, providers.ErrPermanent)
+	if !strings.Contains(err.Error(), s.target.RefusalReason) {
+		t.Errorf("error %q does not carry the provider's reason %q", err, s.target.RefusalReason)
+	}
+}
+
+func (s *suite) permanentOddBodies(t *testing.T) {
+	t.Parallel()
+	bodies := map[string]string{
+		"huge":       strings.Repeat("very long reason ", 1<<19),
+		"binary":     "\x00\x01\x02\xff\xfe garbage \x1b[31m",
+		"multi-line": "first line\nsecond line\r\nthird",
+		"empty":      "",
+	}
+	for name, body := range bodies {
+		err, _ := s.send(t, 5*time.Second, answer(Reply{Status: 400, Body: body}))
+		s.checkError(t, err, providers.ErrPermanent)
+		if strings.Contains(err.Error(), "second line") {
+			t.Errorf("%s body: error %q carries more than the first line", name, err)
+		}
+	}
+}
+
+func (s *suite) noLeak(t *testing.T) {
+	t.Parallel()
+	m := s.target.Message()
+	echo := "invalid recipient " + m.To + " (" + strings.TrimPrefix(m.To, "+") + ") for message '" + m.Body + "'"
+	for _, secret := range s.target.Secrets {
+		echo += " with credentials " + secret
+	}
+	for _, r := range []Reply{
+		{Status: 400, Body: echo},
+		{Status: 400, Header: http.Header{"Content-Type": {"application/json"}}, Body: `{"message":` + strconv.Quote(echo) + `}`},
+		{Status: 503, Body: echo},
+		{Status: 429, Body: echo},
+	} {
+		err, _ := s.send(t, 5*time.Second, answer(r))
+		want := map[int]error{400: providers.ErrPermanent, 503: providers.ErrTransient, 429: providers.ErrRateLimited}[r.Status]
+		s.checkError(t, err, want)
+	}
+}
+
+func (s *suite) transient(t *testing.T) {
+	t.Parallel()
+	for _, status := range []int{408, 500, 502, 503, 504} {
+		err, hits := s.send(t, 5*time.Second, answer(Reply{Status: status, Body: "try later"}))
+		s.checkError(t, err, providers.ErrTransient)
+		wantStatus(t, err, status)
+		if n := hits.Load(); n != 1 {
+			t.Errorf("status %d: %d requests, want 1 (no retry inside Send)", status, n)
+		}
+	}
+}
+
+func (s *suite) rateLimited(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name         string
+		retryAfter   func() string
+		min, max     time.Duration
+		wantExplicit bool
+	}{
+		{"absent", nil, providers.DefaultRetryAfter, providers.DefaultRetryAfter, false},
+		{"seconds", func() string { return "7" }, 7 * time.Second, 7 * time.Second, true},
+		{"zero", func() string { return "0" }, 0, 0, true},
+		{"http-date", func() string { return time.Now().Add(30 * time.Second).UTC().Format(http.TimeFormat) },
+			28 * time.Second, 31 * time.Second, true},
+		{"rfc850-date", func() string {
+			return time.Now().Add(30 * time.Second).UTC().Format("Monday, 02-Jan-06 15:04:05 GMT")
+		}, 28 * time.Second, 31 * time.Second, true},
+		{"past-date", func() string { return "Sun, 06 Nov 1994 08:49:37 GMT" }, 0, 0, true},
+		{"garbage", func() string { return "soon, please" }, providers.DefaultRetryAfter, providers.DefaultRetryAfter, false},
+		{"absurd", func() string { return "99999999999999999999" }, providers.MaxRetryAfter, providers.MaxRetryAfter, true},
+	}
+	for _, c := range cases {
+		err, _ := s.send(t, 5*time.Second, func(w http.ResponseWriter, _ *http.Request) {
+			if c.retryAfter != nil {
+				w.Header().Set("Retry-After", c.retryAfter())
+			}
+			w.WriteHeader(http.StatusTooManyRequests)
+		})
+		s.checkError(t, err, providers.ErrRateLimited)
+		wantStatus(t, err, 429)
+		var rl *providers.RateLimitedError
+		if !errors.As(err, &rl) {
+			t.Fatalf("%s: error %q is not a *RateLimitedError", c.name, err)
+		}
+		if rl.RetryAfter < c.min || rl.RetryAfter > c.max || rl.Explicit != c.wantExplicit {
+			t.Errorf("%s: RetryAfter %s explicit %v, want [%s, %s] explicit %v",
+				c.name, rl.RetryAfter, rl.Explicit, c.min, c.max, c.wantExplicit)
+		}
+	}
+}
+
+// hang answers nothing until the client gives up or the test ends.
+func hang(w http.ResponseWriter, r *http.Request) {
+	// Reading the whole body lets the server notice the client leaving.
+	_, _ = io.Copy(io.Discard, r.Body)
+	<-r.Context().Done()
+}
+
+func (s *suite) timeout(t *testing.T) {
+	t.Parallel()
+	const timeout = 300 * time.Millisecond
+	start := time.Now()
+	err, _ := s.send(t, timeout, hang)
+	took := time.Since(start)
+	s.checkError(t, err, providers.ErrTransient)
+	wantStatus(t, err, 0)
+	if !strings.Contains(err.Error(), "timeout") {
+		t.Errorf("error %q does not say it timed out", err)
+	}
+	// Not a performance bound: a Send that ignored its timeout would hang
+	// until the test ends.
+	if took < timeout || took > timeout+10*time.Second {
+		t.Errorf("Send returned after %s with a timeout of %s", took, timeout)
+	}
+}
+
+func (s *suite) refused(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + l.Addr().String()
+	_ = l.Close()
+	p := s.target.New(t, url, 5*time.Second)
+	err = p.Send(context.Background(), s.target.Message())
+	s.checkError(t, err, providers.ErrTransient)
+	wantStatus(t, err, 0)
+}
+
+// hijack takes the connection over and closes it after f.
+func hijack(f func(net.Conn, *bufio.ReadWriter)) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		c, rw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			panic(err)
+		}
+		defer c.Close()
+		f(c, rw)
+	}
+}
+
+func (s *suite) reset(t *testing.T) {
+	t.Parallel()
+	err, _ := s.send(t, 5*time.Second, hijack(func(c net.Conn, _ *bufio.ReadWriter) {
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0) // RST rather than FIN
+		}
+	}))
+	s.checkError(t, err, providers.ErrTransient)
+	wantStatus(t, err, 0)
+
+	err, _ = s.send(t, 5*time.Second, hijack(func(_ net.Conn, rw *bufio.ReadWriter) {
+		_, _ = rw.WriteString("this is not HTTP\r\n\r\n")
+		_ = rw.Flush()
+	}))
+	s.checkError(t, err, providers.ErrTransient)
+}
+
+func (s *suite) canceled(t *testing.T) {
+	t.Parallel()
+	arrived := make(chan struct{}, 1)
+	url, _ := server(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case arrived <- struct{}{}:
+		default:
+		}
+		hang(w, r)
+	})
+	p := s.target.New(t, url, 30*time.Second)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := p.Send(ctx, s.target.Message())
+	s.checkError(t, err, providers.ErrTransient)
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Send with a canceled context: %q does not wrap context.Canceled", err)
+	}
+
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-arrived:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	err = p.Send(ctx, s.target.Message())
+	s.checkError(t, err, providers.ErrTransient)
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Send canceled in flight: %q does not wrap context.Canceled", err)
+	}
+}
+
+func (s *suite) concurrent(t *testing.T) {
+	t.Parallel()
+	url, hits := server(t, answer(s.target.Accepted))
+	p := s.target.New(t, url, 5*time.Second)
+	const n = 32
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			if err := p.Send(context.Background(), s.target.Message()); err != nil {
+				t.Errorf("concurrent Send: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if got := hits.Load(); got != n {
+		t.Errorf("%d requests for %d sends", got, n)
+	}
+}
