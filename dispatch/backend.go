@@ -1,0 +1,167 @@
+package dispatch
+
+import (
+	"context"
+	"time"
+)
+
+// currentLimits is the limit set in use now; nil while holding for an
+// unreachable backend.
+func (d *Dispatcher) currentLimits() *Limits {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.limits
+}
+
+// withBackend runs fn on the limit set in use. When the backend fails, the
+// dispatcher degrades (to the fallback, or to holding) and fn runs again;
+// meanwhile the job stays in its worker, heart-beaten. It returns only fn's
+// success or ctx's end.
+func (d *Dispatcher) withBackend(ctx context.Context, jb *job, fn func(*Limits) error) error {
+	wait := 50 * time.Millisecond
+	for {
+		l := d.currentLimits()
+		if l == nil {
+			if err := d.waitForRecovery(ctx, jb); err != nil {
+				return err
+			}
+			continue
+		}
+		err := fn(l)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		d.m.Deferrals.WithLabelValues(l.Name, "unavailable").Inc()
+		jb.log.Warn("limit backend failed", "backend", l.Name, "err", err)
+		d.backendFailed(l, err)
+		if err := d.hold(ctx, jb, wait); err != nil {
+			return err
+		}
+		wait = min(wait*2, time.Second)
+	}
+}
+
+// backendFailed switches away from a limit set whose backend failed: to the
+// fallback (redis.on_failure: local) or to holding (hold). It starts the
+// monitor that switches back once the primary backend answers.
+func (d *Dispatcher) backendFailed(l *Limits, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if l != d.limits || l != d.o.Limits {
+		return // already switched, or the fallback itself (in memory) failed
+	}
+	if d.o.Fallback != nil {
+		d.limits = d.o.Fallback()
+		d.log.Warn("limit backend unreachable: continuing on local limits, each contract divided by the live instances",
+			"backend", l.Name, "divisor", d.limits.RateDivisor, "err", err)
+	} else {
+		d.limits = nil
+		d.log.Warn("limit backend unreachable: holding jobs in JetStream until it answers", "backend", l.Name, "err", err)
+	}
+	d.recover = make(chan struct{})
+	mctx, cancel := context.WithCancel(context.Background())
+	d.monitor = cancel
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		d.monitorBackend(mctx)
+	}()
+}
+
+// monitorBackend pings the primary backend with backoff until it answers,
+// then switches back to it. From local limits it first lets the local leaky
+// queues run dry (the longest max_queue_delay), so slots handed out locally
+// and slots from the shared queue never overlap in one process.
+func (d *Dispatcher) monitorBackend(ctx context.Context) {
+	wait := 100 * time.Millisecond
+	for {
+		if sleep(ctx, wait) != nil {
+			return
+		}
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := d.ping(pctx)
+		cancel()
+		if err == nil {
+			break
+		}
+		wait = min(wait*2, 5*time.Second)
+	}
+	d.mu.Lock()
+	local := d.limits != nil
+	d.mu.Unlock()
+	if local {
+		var drain time.Duration
+		for _, p := range d.o.Providers.All() {
+			drain = max(drain, p.MaxQueueDelay)
+		}
+		if sleep(ctx, drain) != nil {
+			return
+		}
+	}
+	d.mu.Lock()
+	d.limits = d.o.Limits
+	close(d.recover)
+	d.monitor = nil
+	d.mu.Unlock()
+	d.log.Info("limit backend answers again; back on shared limits", "backend", d.o.Limits.Name)
+}
+
+func (d *Dispatcher) ping(ctx context.Context) error {
+	if d.o.Limits.Ping == nil {
+		return nil
+	}
+	return d.o.Limits.Ping(ctx)
+}
+
+// waitForRecovery holds a job until the primary backend is back.
+func (d *Dispatcher) waitForRecovery(ctx context.Context, jb *job) error {
+	d.mu.Lock()
+	ch := d.recover
+	d.mu.Unlock()
+	for {
+		if d.currentLimits() != nil {
+			return nil
+		}
+		t := time.NewTimer(d.o.AckWait / 3)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-ch:
+			t.Stop()
+		case <-t.C:
+			d.keepAlive(jb)
+		}
+	}
+}
+
+// waitForBackend blocks the fetch loop while holding: no job is taken while
+// the limit backend is unreachable.
+func (d *Dispatcher) waitForBackend(ctx context.Context) error {
+	for {
+		d.mu.Lock()
+		l, ch := d.limits, d.recover
+		d.mu.Unlock()
+		if l != nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		}
+	}
+}
+
+// stopMonitor ends a running backend monitor (on a stop).
+func (d *Dispatcher) stopMonitor() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.monitor != nil {
+		d.monitor()
+		d.monitor = nil
+	}
+}

@@ -1,0 +1,333 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/notifier/notifier/leaky"
+	"github.com/notifier/notifier/providers"
+	"github.com/notifier/notifier/queue"
+	"github.com/notifier/notifier/userlimit"
+)
+
+// Source is where jobs come from: queue.Consumer.
+type Source interface {
+	Fetch(ctx context.Context, max int, wait time.Duration) ([]*queue.Delivery, error)
+}
+
+// DeadLetterer records a job that is not sent: queue.Publisher.
+type DeadLetterer interface {
+	DeadLetter(ctx context.Context, d *queue.Delivery, o queue.Outcome, reason, detail string) error
+}
+
+// Waiter is the fleet bucket: globallimit.Bucket.
+type Waiter interface {
+	Wait(ctx context.Context) error
+}
+
+// Registry finds providers: providers.Registry.
+type Registry interface {
+	Get(name string) (providers.Provider, providers.Config, bool)
+	Default(channel string) (providers.Provider, providers.Config, bool)
+	All() []providers.Config
+}
+
+// Limits is one set of limit backends the pipeline runs on: Redis-backed
+// for the fleet, or in-memory (the demo, and redis.on_failure: local).
+type Limits struct {
+	Name   string // "redis" or "local", for logs and readiness
+	Ledger Ledger
+	Users  userlimit.Limiter
+	Global Waiter // nil: no fleet bucket
+	Leaky  leaky.Queue
+	// RateDivisor divides every provider contract (local mode: the live
+	// instances last seen, so the fleet stays within each contract). 0 or 1:
+	// the contract as configured.
+	RateDivisor int
+	// Ping checks that the backend is reachable (nil: always).
+	Ping func(ctx context.Context) error
+}
+
+func (l *Limits) contract(p providers.Config) leaky.Contract {
+	c := leaky.Contract{Rate: p.Rate, MaxQueueDelay: p.MaxQueueDelay}
+	if l.RateDivisor > 1 {
+		c.Rate /= float64(l.RateDivisor)
+	}
+	return c
+}
+
+// Options configures a Dispatcher. Zero values take the defaults noted.
+type Options struct {
+	Workers     int                       // jobs in flight in this process (default 32)
+	AckWait     time.Duration             // the consumers' ack_wait (default 30s): heartbeats go at a third of it
+	Retry       RetryConfig               // transient failure policy (defaults as RetryConfig.WithDefaults)
+	UserLimits  map[string]userlimit.Rule // per channel; a channel left out has no cap
+	MaxHold     time.Duration             // longest wait held in a worker; longer ones go back with NakWithDelay (default 10s)
+	FetchWait   time.Duration             // long-poll of an idle fetch (default 1s)
+	StopTimeout time.Duration             // how long sends at a provider may finish after a stop (default AckWait)
+	Instance    string                    // this process's id, in ledger lease owners (default random)
+
+	Source      Source
+	DeadLetters DeadLetterer
+	Providers   Registry
+	Limits      *Limits // the primary backends (Redis in production)
+	// Fallback builds in-memory limits for redis.on_failure: local; nil
+	// means hold (take no jobs until the primary backend answers again).
+	Fallback func() *Limits
+
+	Metrics *Metrics
+	Logger  *slog.Logger
+	Now     func() time.Time // default time.Now
+	Rand    func() float64   // default math/rand/v2.Float64 (jitter)
+}
+
+func (o Options) withDefaults() Options {
+	if o.Workers <= 0 {
+		o.Workers = 32
+	}
+	if o.AckWait <= 0 {
+		o.AckWait = 30 * time.Second
+	}
+	o.Retry = o.Retry.WithDefaults()
+	if o.MaxHold <= 0 {
+		o.MaxHold = 10 * time.Second
+	}
+	if o.FetchWait <= 0 {
+		o.FetchWait = time.Second
+	}
+	if o.StopTimeout <= 0 {
+		o.StopTimeout = o.AckWait
+	}
+	if o.Instance == "" {
+		o.Instance = fmt.Sprintf("i%08x", rand.Uint32())
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Rand == nil {
+		o.Rand = rand.Float64
+	}
+	return o
+}
+
+// Dispatcher runs the worker pool of one process. Create it with New and
+// call Run once.
+type Dispatcher struct {
+	o   Options
+	log *slog.Logger
+	m   *Metrics
+
+	seq      atomic.Uint64
+	inFlight atomic.Int64
+
+	mu       sync.Mutex
+	limits   *Limits         // the set in use now
+	degraded bool            // the primary backend failed; limits is the fallback, or nil while holding
+	recover  chan struct{}   // closed when the primary backend answers again
+	monitor  context.CancelFunc
+	breakers map[string]*breaker
+	ready    atomic.Bool
+	stopping atomic.Bool
+	wg       sync.WaitGroup // background loops of Run
+}
+
+// New checks the options and returns a Dispatcher.
+func New(o Options) (*Dispatcher, error) {
+	o = o.withDefaults()
+	switch {
+	case o.Source == nil:
+		return nil, errors.New("dispatch: Options.Source is required")
+	case o.DeadLetters == nil:
+		return nil, errors.New("dispatch: Options.DeadLetters is required")
+	case o.Providers == nil:
+		return nil, errors.New("dispatch: Options.Providers is required")
+	case o.Limits == nil || o.Limits.Ledger == nil || o.Limits.Users == nil || o.Limits.Leaky == nil:
+		return nil, errors.New("dispatch: Options.Limits with a Ledger, Users and Leaky is required")
+	case o.Metrics == nil:
+		return nil, errors.New("dispatch: Options.Metrics is required")
+	}
+	d := &Dispatcher{o: o, log: o.Logger, m: o.Metrics, limits: o.Limits, breakers: map[string]*breaker{}}
+	for _, p := range o.Providers.All() {
+		d.breakers[p.Name] = newBreaker(p.Name)
+		d.m.ProviderPaused.WithLabelValues(p.Name).Set(0)
+		d.m.QueueDepth.WithLabelValues(p.Name).Set(0)
+	}
+	return d, nil
+}
+
+// Ready reports whether the dispatcher is taking jobs: started, not
+// stopping, and its limit backend reachable (or a fallback in use).
+func (d *Dispatcher) Ready() error {
+	switch {
+	case d.stopping.Load():
+		return errors.New("stopping")
+	case !d.ready.Load():
+		return errors.New("not started")
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.limits == nil {
+		return errors.New("limit backend unreachable: holding jobs in JetStream")
+	}
+	return nil
+}
+
+// InFlight is the number of jobs this process's workers hold now.
+func (d *Dispatcher) InFlight() int { return int(d.inFlight.Load()) }
+
+// Run dispatches until ctx is cancelled, then stops softly: no more
+// fetching, waiting jobs released to JetStream, sends at a provider allowed
+// to finish within StopTimeout. It returns nil after a clean stop.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	// Sends get their own context: a stop does not cut a request to a
+	// provider halfway; only StopTimeout after the stop does.
+	sendCtx, cancelSends := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelSends()
+	stopWatch := context.AfterFunc(ctx, func() {
+		d.stopping.Store(true)
+		time.AfterFunc(d.o.StopTimeout, cancelSends)
+	})
+	defer stopWatch()
+
+	bgCtx, cancelBg := context.WithCancel(ctx)
+	defer cancelBg()
+	d.wg.Add(1)
+	go func() { defer d.wg.Done(); d.gaugeLoop(bgCtx) }()
+
+	jobs := make(chan *queue.Delivery)
+	slots := make(chan struct{}, d.o.Workers)
+	for i := 0; i < d.o.Workers; i++ {
+		slots <- struct{}{}
+	}
+	var workers sync.WaitGroup
+	for i := 0; i < d.o.Workers; i++ {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			for dl := range jobs {
+				d.inFlight.Add(1)
+				d.m.InFlight.Inc()
+				d.handle(ctx, sendCtx, dl)
+				d.m.InFlight.Dec()
+				d.inFlight.Add(-1)
+				slots <- struct{}{}
+			}
+		}()
+	}
+
+	d.ready.Store(true)
+	err := d.fetchLoop(ctx, jobs, slots)
+	close(jobs)
+	workers.Wait()
+	cancelBg()
+	d.stopMonitor()
+	d.wg.Wait()
+	d.ready.Store(false)
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+// fetchLoop pulls as many jobs as there are free workers and hands them
+// out, until ctx ends.
+func (d *Dispatcher) fetchLoop(ctx context.Context, jobs chan<- *queue.Delivery, slots chan struct{}) error {
+	backoff := 100 * time.Millisecond
+	for {
+		// Wait for at least one free worker, then count the others.
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-slots:
+		}
+		free := 1
+	count:
+		for free < d.o.Workers {
+			select {
+			case <-slots:
+				free++
+			default:
+				break count
+			}
+		}
+		// With the backend down and no fallback, take no jobs: they wait
+		// in JetStream.
+		if err := d.waitForBackend(ctx); err != nil {
+			return nil
+		}
+		dls, err := d.o.Source.Fetch(ctx, free, d.o.FetchWait)
+		for _, dl := range dls {
+			free--
+			jobs <- dl
+		}
+		for ; free > 0; free-- {
+			slots <- struct{}{}
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			d.log.Warn("fetch jobs", "err", err, "retry_in", backoff)
+			if sleep(ctx, backoff) != nil {
+				return nil
+			}
+			backoff = min(backoff*2, 5*time.Second)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+	}
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// gaugeLoop refreshes the fleet-wide gauges (queue depth, pause) once a
+// second.
+func (d *Dispatcher) gaugeLoop(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		l := d.currentLimits()
+		if l == nil {
+			continue
+		}
+		for _, p := range d.o.Providers.All() {
+			if depth, err := l.Leaky.Depth(ctx, p.Name, l.contract(p)); err == nil {
+				d.m.QueueDepth.WithLabelValues(p.Name).Set(depth)
+			}
+			if paused, err := l.Leaky.PausedFor(ctx, p.Name); err == nil {
+				v := 0.0
+				if paused > 0 {
+					v = 1
+				}
+				d.m.ProviderPaused.WithLabelValues(p.Name).Set(v)
+			}
+		}
+	}
+}

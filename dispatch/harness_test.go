@@ -1,0 +1,297 @@
+package dispatch
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/notifier/notifier/leaky"
+	"github.com/notifier/notifier/providers"
+	"github.com/notifier/notifier/queue"
+	"github.com/notifier/notifier/testenv"
+	"github.com/notifier/notifier/userlimit"
+)
+
+// bundle is one test's world: real NATS, real Redis, a fake provider.
+type bundle struct {
+	t      *testing.T
+	nats   *testenv.NATSServer
+	redis  *testenv.RedisServer
+	fake   *testenv.Fake
+	qcfg   queue.Config
+	pcfgs  []providers.Config
+	prefix string
+	pub    *queue.Publisher
+	js     jetstream.JetStream
+	logs   *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type setupOpts struct {
+	contract      int     // the fake provider's own contract (0: none)
+	rate          float64 // configured contract
+	maxQueueDelay time.Duration
+	ackWait       time.Duration
+	extra         []providers.Config
+}
+
+// setup starts the servers and the streams for one test.
+func setup(t *testing.T, so setupOpts) *bundle {
+	t.Helper()
+	if so.rate == 0 {
+		so.rate = 1000
+	}
+	if so.maxQueueDelay == 0 {
+		so.maxQueueDelay = 2 * time.Second
+	}
+	if so.ackWait == 0 {
+		so.ackWait = 5 * time.Second
+	}
+	b := &bundle{t: t, nats: testenv.NATS(t), redis: testenv.Redis(t), logs: &syncBuffer{}, prefix: "t:"}
+	var fopts []testenv.FakeOption
+	if so.contract > 0 {
+		fopts = append(fopts, testenv.WithContract(so.contract))
+	}
+	b.fake = testenv.FakeProvider(t, fopts...)
+	b.qcfg = queue.Config{URL: b.nats.URL(), AckWait: so.ackWait}.WithDefaults()
+	b.pcfgs = append([]providers.Config{{
+		Name: "sms-gw", Channel: "sms", Default: true, Kind: "webhook", URL: b.fake.URL(),
+		Rate: so.rate, MaxQueueDelay: so.maxQueueDelay, Timeout: 2 * time.Second,
+	}, {
+		Name: "push-gw", Channel: "push", Default: true, Kind: "webhook", URL: b.fake.URL(),
+		Rate: so.rate, MaxQueueDelay: so.maxQueueDelay, Timeout: 2 * time.Second,
+	}, {
+		Name: "email-gw", Channel: "email", Default: true, Kind: "webhook", URL: b.fake.URL(),
+		Rate: so.rate, MaxQueueDelay: so.maxQueueDelay, Timeout: 2 * time.Second,
+	}}, so.extra...)
+	for i := range b.pcfgs {
+		b.pcfgs[i] = b.pcfgs[i].WithDefaults()
+	}
+	ctx := context.Background()
+	nc := b.nats.Conn()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := queue.EnsureStreams(ctx, js, b.qcfg, 1); err != nil {
+		t.Fatalf("ensure streams: %v", err)
+	}
+	b.js, b.pub = js, queue.NewPublisher(js)
+	return b
+}
+
+// proc is one dispatcher "process": its own NATS and Redis connections.
+type proc struct {
+	d      *Dispatcher
+	reg    *prometheus.Registry
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// start runs a dispatcher like a separate process would, with mutate
+// applied to its options.
+func (b *bundle) start(mutate func(*Options)) *proc {
+	b.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	nc := b.nats.Conn()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	cons, err := queue.NewConsumer(ctx, js, b.qcfg, queue.ConsumerConfig{})
+	if err != nil {
+		b.t.Fatalf("consumer: %v", err)
+	}
+	reg, err := providers.NewRegistry(b.pcfgs, providers.Options{Version: "test"})
+	if err != nil {
+		b.t.Fatalf("registry: %v", err)
+	}
+	rdb := b.redis.Client()
+	lim := &Limits{
+		Name:   "redis",
+		Ledger: NewRedisLedger(rdb, b.prefix, time.Hour),
+		Users:  userlimit.NewRedis(rdb, b.prefix),
+		Leaky:  leaky.NewRedis(rdb, b.prefix),
+		Ping:   func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
+	}
+	preg := prometheus.NewRegistry()
+	o := Options{
+		Workers:     8,
+		AckWait:     b.qcfg.AckWait,
+		Retry:       RetryConfig{MaxAttempts: 3, BaseDelay: 50 * time.Millisecond, MaxDelay: 200 * time.Millisecond},
+		FetchWait:   200 * time.Millisecond,
+		StopTimeout: 3 * time.Second,
+		Source:      cons,
+		DeadLetters: queue.NewPublisher(js),
+		Providers:   reg,
+		Limits:      lim,
+		Metrics:     NewMetrics(preg),
+		Logger:      slog.New(slog.NewJSONHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	}
+	if mutate != nil {
+		mutate(&o)
+	}
+	d, err := New(o)
+	if err != nil {
+		b.t.Fatalf("new dispatcher: %v", err)
+	}
+	p := &proc{d: d, reg: preg, cancel: cancel, done: make(chan error, 1)}
+	go func() { p.done <- d.Run(ctx) }()
+	b.t.Cleanup(func() { p.stop(b.t) })
+	return p
+}
+
+// stop cancels the dispatcher and waits for Run to return.
+func (p *proc) stop(t *testing.T) {
+	t.Helper()
+	p.cancel()
+	select {
+	case err, ok := <-p.done:
+		if ok && err != nil {
+			t.Errorf("dispatcher Run: %v", err)
+		}
+		close(p.done)
+	case <-time.After(30 * time.Second):
+		t.Errorf("dispatcher did not stop within 30s")
+	}
+}
+
+// count is a counter or gauge value of p's registry.
+func (p *proc) count(c prometheus.Collector) float64 { return testutil.ToFloat64(c) }
+
+// newJob makes a valid job of channel for user with id.
+func newJob(id, channel, user string) *queue.Job {
+	to := map[string]string{"sms": "+447700900123", "push": "fcmtoken-" + strings.Repeat("a", 40), "email": "someone@example.com"}[channel]
+	return &queue.Job{ID: id, UserID: user, Channel: channel, To: to, Body: "your code is 123456"}
+}
+
+// publish publishes jobs on the normal lane.
+func (b *bundle) publish(jobs ...*queue.Job) {
+	b.t.Helper()
+	ctx := context.Background()
+	for _, j := range jobs {
+		if _, err := b.pub.Publish(ctx, j, false); err != nil {
+			b.t.Fatalf("publish %s: %v", j.ID, err)
+		}
+	}
+}
+
+// publishN publishes n jobs of channel, ids prefix-0..n-1, users cycling
+// over users.
+func (b *bundle) publishN(prefix, channel string, n, users int) []string {
+	b.t.Helper()
+	batch := b.pub.NewBatch(256, 10*time.Second)
+	ids := make([]string, n)
+	ctx := context.Background()
+	for i := 0; i < n; i++ {
+		ids[i] = fmt.Sprintf("%s-%d", prefix, i)
+		if err := batch.Publish(ctx, newJob(ids[i], channel, fmt.Sprintf("u%d", i%users)), false); err != nil {
+			b.t.Fatalf("publish: %v", err)
+		}
+	}
+	if _, err := batch.Wait(ctx); err != nil {
+		b.t.Fatalf("publish batch: %v", err)
+	}
+	return ids
+}
+
+// deadLetters reads every message of the dead stream: subject, reason,
+// detail, body.
+type deadLetter struct {
+	Subject, Reason, Detail string
+	Data                    []byte
+}
+
+func (b *bundle) deadLetters() []deadLetter {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := b.js.Stream(ctx, b.qcfg.DeadStream)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	var out []deadLetter
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			continue
+		}
+		out = append(out, deadLetter{Subject: m.Subject, Reason: m.Header.Get(queue.HeaderReason), Detail: m.Header.Get(queue.HeaderDetail), Data: m.Data})
+	}
+	return out
+}
+
+// remaining is how many jobs are still in the job stream.
+func (b *bundle) remaining() uint64 {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := b.js.Stream(ctx, b.qcfg.Stream)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+// acceptedOnce asserts that the fake accepted exactly ids, each once.
+func (b *bundle) acceptedOnce(ids []string) {
+	b.t.Helper()
+	got := map[string]int{}
+	for _, id := range b.fake.AcceptedIDs() {
+		got[id]++
+	}
+	var missing, dups []string
+	for _, id := range ids {
+		switch got[id] {
+		case 0:
+			missing = append(missing, id)
+		case 1:
+		default:
+			dups = append(dups, id)
+		}
+	}
+	if len(missing) > 0 || len(dups) > 0 || len(got) != len(ids) {
+		b.t.Fatalf("accepted %d distinct of %d: missing %d (e.g. %v), sent twice %d (e.g. %v)",
+			len(got), len(ids), len(missing), head(missing), len(dups), head(dups))
+	}
+}
+
+func head(s []string) []string {
+	if len(s) > 5 {
+		return s[:5]
+	}
+	return s
+}

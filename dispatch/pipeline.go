@@ -1,0 +1,579 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/notifier/notifier/leaky"
+	"github.com/notifier/notifier/providers"
+	"github.com/notifier/notifier/queue"
+	"github.com/notifier/notifier/userlimit"
+)
+
+// Reasons in Notifier-Reason (SPEC §6).
+const (
+	ReasonInvalid         = "invalid"
+	ReasonUnknownProvider = "unknown_provider"
+	ReasonRejected        = "rejected"
+	ReasonMaxAttempts     = "max_attempts"
+	ReasonUserLimit       = "user_limit"
+	ReasonExpired         = "expired"
+)
+
+// errHandled ends a job that already reached its end (acknowledged, or
+// handed back to JetStream with a delay): nothing more to do.
+var errHandled = errors.New("job handled")
+
+// errAgain sends a job held through a short deferral back to the top of the
+// pipeline, as if it had just been delivered.
+var errAgain = errors.New("process the job again")
+
+// job is one delivery on its way through the pipeline, owned by one worker.
+type job struct {
+	dl       *queue.Delivery
+	j        *queue.Job
+	owner    string // ledger lease owner token of this delivery
+	channel  string // metric label: a valid channel or "invalid"
+	provider string // metric label: a configured provider or "unknown"
+	prov     providers.Provider
+	pcfg     providers.Config
+	msg      *providers.Message
+	cost     int
+	lastBeat time.Time // last InProgress (or the fetch)
+	claimed  bool      // holds a ledger lease
+	claimAt  time.Time
+	log      *slog.Logger
+}
+
+// handle takes one delivery to exactly one end: acknowledged (sent,
+// duplicate, suppressed, dead), handed back with a delay (retry, long
+// deferral), or released on a stop.
+func (d *Dispatcher) handle(ctx, sendCtx context.Context, dl *queue.Delivery) {
+	jb := &job{dl: dl, lastBeat: time.Now(), channel: "invalid", provider: "unknown"}
+	jb.log = d.log.With("seq", dl.StreamSeq, "delivery", dl.NumDelivered)
+	err := d.process(ctx, sendCtx, jb)
+	for errors.Is(err, errAgain) {
+		jb = &job{dl: dl, lastBeat: jb.lastBeat, channel: jb.channel, provider: jb.provider, log: jb.log}
+		err = d.process(ctx, sendCtx, jb)
+	}
+	if err == nil || errors.Is(err, errHandled) {
+		return
+	}
+	// Only a stop gets here: give the job back at once, for another process.
+	if jb.claimed {
+		if l := d.currentLimits(); l != nil {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			_ = l.Ledger.Release(rctx, jb.j.ID, jb.owner)
+			cancel()
+		}
+	}
+	if nerr := dl.Nak(); nerr != nil {
+		jb.log.Warn("release job on stop", "err", nerr)
+	}
+	jb.log.Debug("job released", "cause", err)
+}
+
+func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) error {
+	dl := jb.dl
+	if queue.ChannelOf(dl.Subject) != "" && isChannel(queue.ChannelOf(dl.Subject)) {
+		jb.channel = queue.ChannelOf(dl.Subject)
+	}
+	j, err := queue.Decode(dl.Subject, dl.Data)
+	if err != nil {
+		return d.finish(ctx, jb, queue.Dead, ReasonInvalid, err.Error())
+	}
+	jb.j = j
+	jb.channel = j.Channel
+	jb.log = jb.log.With("job", j.ID, "channel", j.Channel)
+
+	if j.Provider != "" {
+		jb.prov, jb.pcfg, _ = d.o.Providers.Get(j.Provider)
+		if jb.prov != nil && jb.pcfg.Channel != j.Channel {
+			return d.finish(ctx, jb, queue.Dead, ReasonUnknownProvider,
+				fmt.Sprintf("provider %q serves channel %s, not %s", j.Provider, jb.pcfg.Channel, j.Channel))
+		}
+	} else {
+		jb.prov, jb.pcfg, _ = d.o.Providers.Default(j.Channel)
+	}
+	if jb.prov == nil {
+		detail := fmt.Sprintf("no default provider for channel %s", j.Channel)
+		if j.Provider != "" {
+			detail = fmt.Sprintf("no provider named %q in the configuration", truncate(j.Provider, 64))
+		}
+		return d.finish(ctx, jb, queue.Dead, ReasonUnknownProvider, detail)
+	}
+	jb.provider = jb.pcfg.Name
+	jb.log = jb.log.With("provider", jb.provider)
+	jb.msg = &providers.Message{
+		ID: j.ID, UserID: j.UserID, Channel: j.Channel, To: j.To, Body: j.Body, Title: j.Title,
+		Data: j.Data, Provider: j.Provider, ExpiresAt: timePtr(j.ExpiresAt), CreatedAt: timePtr(j.CreatedAt),
+	}
+	jb.cost = jb.pcfg.Cost(jb.msg)
+	jb.owner = ownerToken(d.o.Instance, d.seq.Add(1))
+
+	if d.expired(j) {
+		return d.finish(ctx, jb, queue.Suppressed, ReasonExpired, "expires_at "+j.ExpiresAt.UTC().Format(time.RFC3339)+" passed before sending")
+	}
+
+	// The ledger: already sent? Then take the send lease.
+	for {
+		var c Claim
+		err := d.withBackend(ctx, jb, func(l *Limits) (err error) {
+			c, err = l.Ledger.Claim(ctx, j.ID, jb.owner, d.lease(jb))
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if c.Status == AlreadySent {
+			return d.ack(ctx, jb, OutcomeDuplicate)
+		}
+		if c.Status == Claimed {
+			jb.claimed, jb.claimAt = true, time.Now()
+			if c.Attempts >= d.o.Retry.MaxAttempts {
+				return d.finish(ctx, jb, queue.Dead, ReasonMaxAttempts,
+					fmt.Sprintf("%d transient provider failures", c.Attempts))
+			}
+			break
+		}
+		d.m.Deferrals.WithLabelValues(LayerLedger, "busy").Inc()
+		if err := d.hold(ctx, jb, min(c.BusyFor, time.Second)); err != nil {
+			return err
+		}
+	}
+
+	// The per-user cap.
+	if rule, ok := d.o.UserLimits[j.Channel]; ok {
+		var res userlimit.Result
+		err := d.withBackend(ctx, jb, func(l *Limits) (err error) {
+			res, err = l.Users.Allow(ctx, userlimit.Key{Channel: j.Channel, User: j.UserID}, j.ID, rule)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if !res.Allowed {
+			d.m.LimitDecisions.WithLabelValues(LayerUser, "deny").Inc()
+			if rule.OnExceed == userlimit.Defer {
+				d.m.Deferrals.WithLabelValues(LayerUser, "defer").Inc()
+				return d.deferJob(ctx, jb, res.RetryAfter+d.jitter(res.RetryAfter/10+10*time.Millisecond), "per-user cap")
+			}
+			return d.finish(ctx, jb, queue.Suppressed, ReasonUserLimit,
+				fmt.Sprintf("over the %s cap of %d per %s", j.Channel, rule.Limit, rule.Window))
+		}
+		d.m.LimitDecisions.WithLabelValues(LayerUser, "allow").Inc()
+	}
+
+	// The fleet bucket, the provider's queue, and the send.
+	for {
+		if d.breakers[jb.provider].open() {
+			d.m.Deferrals.WithLabelValues(LayerProvider, "circuit_open").Inc()
+			if err := d.hold(ctx, jb, breakerOpen/5+d.jitter(breakerOpen/5)); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := d.waitGlobal(ctx, jb); err != nil {
+			return err
+		}
+		if err := d.waitSlot(ctx, jb); err != nil {
+			return err
+		}
+		done, err := d.send(ctx, sendCtx, jb)
+		if done || err != nil {
+			return err
+		}
+		// A 429 or an open breaker: the provider is paused; take a new slot.
+	}
+}
+
+// lease is how long a ledger claim lasts: the longest the job can sit in
+// the leaky queue, plus the send, plus a margin. Longer waits re-claim.
+func (d *Dispatcher) lease(jb *job) time.Duration {
+	return jb.pcfg.MaxQueueDelay + jb.pcfg.Timeout + d.o.AckWait
+}
+
+func (d *Dispatcher) expired(j *queue.Job) bool {
+	return !j.ExpiresAt.IsZero() && !d.o.Now().Before(j.ExpiresAt)
+}
+
+// waitGlobal takes a token from the fleet bucket, heart-beating while the
+// bucket is empty.
+func (d *Dispatcher) waitGlobal(ctx context.Context, jb *job) error {
+	start := time.Now()
+	err := d.withBackend(ctx, jb, func(l *Limits) error {
+		if l.Global == nil {
+			return nil
+		}
+		for {
+			wctx, cancel := context.WithTimeout(ctx, d.o.AckWait/3)
+			err := l.Global.Wait(wctx)
+			cancel()
+			if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+				return err
+			}
+			d.keepAlive(jb)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if l := d.currentLimits(); l != nil && l.Global != nil {
+		if time.Since(start) > 5*time.Millisecond {
+			d.m.LimitDecisions.WithLabelValues(LayerGlobal, "deny").Inc()
+			d.m.Deferrals.WithLabelValues(LayerGlobal, "empty").Inc()
+		} else {
+			d.m.LimitDecisions.WithLabelValues(LayerGlobal, "allow").Inc()
+		}
+	}
+	return nil
+}
+
+// waitSlot reserves the job's send slot in the provider's leaky queue and
+// sleeps until it, then makes sure no pause began meanwhile.
+func (d *Dispatcher) waitSlot(ctx context.Context, jb *job) error {
+	queued := time.Now()
+	for {
+		var r leaky.Reservation
+		var l *Limits
+		err := d.withBackend(ctx, jb, func(cur *Limits) (err error) {
+			l = cur
+			r, err = cur.Leaky.Reserve(ctx, jb.provider, cur.contract(jb.pcfg), jb.cost)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if !r.OK {
+			d.m.LimitDecisions.WithLabelValues(LayerLeaky, "deny").Inc()
+			d.m.Deferrals.WithLabelValues(LayerLeaky, "full").Inc()
+			// The queue holds max_queue_delay of work: waking a little
+			// late costs no throughput, and spreads the workers' retries.
+			wait := max(r.RetryAfter, jb.pcfg.MaxQueueDelay/20)
+			if err := d.hold(ctx, jb, wait+d.jitter(wait)); err != nil {
+				return err
+			}
+			continue
+		}
+		d.m.LimitDecisions.WithLabelValues(LayerLeaky, "allow").Inc()
+		if err := d.hold(ctx, jb, r.Delay); err != nil {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			_ = l.Leaky.Cancel(cctx, jb.provider, l.contract(jb.pcfg), r, jb.cost)
+			cancel()
+			return err
+		}
+		// A 429 seen by any worker after this slot was reserved pauses
+		// the provider; a slot inside the pause must not be used.
+		var paused time.Duration
+		if err := d.withBackend(ctx, jb, func(cur *Limits) (err error) {
+			paused, err = cur.Leaky.PausedFor(ctx, jb.provider)
+			return err
+		}); err != nil {
+			return err
+		}
+		if paused > 0 {
+			d.m.Deferrals.WithLabelValues(LayerProvider, "paused").Inc()
+			if err := d.hold(ctx, jb, paused); err != nil {
+				return err
+			}
+			continue
+		}
+		d.m.QueueLatency.WithLabelValues(jb.provider).Observe(time.Since(queued).Seconds())
+		return d.renewClaim(ctx, jb)
+	}
+}
+
+// renewClaim extends the ledger lease before a send when the job has waited
+// long enough for it to run short.
+func (d *Dispatcher) renewClaim(ctx context.Context, jb *job) error {
+	if time.Since(jb.claimAt) < d.lease(jb)/2 {
+		return nil
+	}
+	var c Claim
+	if err := d.withBackend(ctx, jb, func(l *Limits) (err error) {
+		c, err = l.Ledger.Claim(ctx, jb.j.ID, jb.owner, d.lease(jb))
+		return err
+	}); err != nil {
+		return err
+	}
+	switch c.Status {
+	case AlreadySent:
+		jb.claimed = false
+		_ = d.ackResult(ctx, jb, OutcomeDuplicate)
+		return errHandled
+	case Busy:
+		// Our lease ran out and another delivery of this job took it:
+		// that one sends; this copy steps aside.
+		jb.claimed = false
+		jb.log.Info("job leased to another worker meanwhile; releasing this delivery")
+		if err := jb.dl.NakWithDelay(c.BusyFor + time.Second); err != nil {
+			jb.log.Warn("release job", "err", err)
+		}
+		return errHandled
+	}
+	jb.claimAt = time.Now()
+	return nil
+}
+
+// send calls the provider once and acts on the answer. done is false when
+// the job must take a new slot (the provider paused it).
+func (d *Dispatcher) send(ctx, sendCtx context.Context, jb *job) (finished bool, err error) {
+	done, ok := d.breakers[jb.provider].allow()
+	if !ok {
+		// The provider failed every recent call: do not call it; the job
+		// waits (no attempt used) and takes a new slot after the probe.
+		d.m.Deferrals.WithLabelValues(LayerProvider, "circuit_open").Inc()
+		return false, d.hold(ctx, jb, breakerOpen/5+d.jitter(breakerOpen/5))
+	}
+	rctx, cancel := context.WithTimeout(sendCtx, jb.pcfg.Timeout)
+	start := time.Now()
+	serr := jb.prov.Send(rctx, jb.msg)
+	cancel()
+	d.m.ProviderSeconds.WithLabelValues(jb.provider).Observe(time.Since(start).Seconds())
+	var rl *providers.RateLimitedError
+	switch {
+	case errors.As(serr, &rl):
+		d.m.ProviderRequests.WithLabelValues(jb.provider, "429").Inc()
+	default:
+		d.m.ProviderRequests.WithLabelValues(jb.provider, providers.StatusClass(serr)).Inc()
+	}
+	done(serr)
+
+	switch {
+	case serr == nil:
+		if !jb.j.CreatedAt.IsZero() || !jb.dl.Published.IsZero() {
+			from := jb.dl.Published
+			if !jb.j.CreatedAt.IsZero() {
+				from = jb.j.CreatedAt
+			}
+			d.m.JobLatency.WithLabelValues(jb.channel, jb.provider).Observe(time.Since(from).Seconds())
+		}
+		d.recordSent(sendCtx, jb)
+		return true, d.ackResult(sendCtx, jb, OutcomeSent)
+
+	case rl != nil:
+		pause := rl.RetryAfter
+		if !rl.Explicit {
+			pause = providers.DefaultRetryAfter + d.jitter(providers.DefaultRetryAfter)
+		}
+		d.m.Deferrals.WithLabelValues(LayerProvider, "rate_limited").Inc()
+		jb.log.Warn("provider rate limited; pausing it fleet-wide", "pause", pause, "detail", rl.Detail)
+		if err := d.withBackend(ctx, jb, func(l *Limits) error { return l.Leaky.Pause(ctx, jb.provider, pause) }); err != nil {
+			return true, err
+		}
+		d.m.ProviderPaused.WithLabelValues(jb.provider).Set(1)
+		return false, nil
+
+	case errors.Is(serr, providers.ErrPermanent):
+		jb.log.Info("provider refused job", "detail", detailOf(serr))
+		d.release(ctx, jb)
+		return true, d.finish(ctx, jb, queue.Dead, ReasonRejected, detailOf(serr))
+
+	default: // transient: 5xx, 408, timeout, connection error
+		var attempts int
+		if err := d.withBackend(ctx, jb, func(l *Limits) (err error) {
+			attempts, err = l.Ledger.Failed(ctx, jb.j.ID, jb.owner)
+			return err
+		}); err != nil {
+			return true, err
+		}
+		jb.claimed = false
+		if attempts >= d.o.Retry.MaxAttempts {
+			jb.log.Warn("provider failed; attempts used up", "attempts", attempts, "detail", detailOf(serr))
+			return true, d.finish(ctx, jb, queue.Dead, ReasonMaxAttempts,
+				fmt.Sprintf("%d transient provider failures; last: %s", attempts, detailOf(serr)))
+		}
+		backoff := d.o.Retry.Backoff(attempts, d.o.Rand)
+		d.m.Deferrals.WithLabelValues(LayerProvider, "retry").Inc()
+		jb.log.Info("provider failed; retrying later", "attempts", attempts, "backoff", backoff, "detail", detailOf(serr))
+		return true, d.retryLater(jb, backoff)
+	}
+}
+
+// recordSent writes "sent" to the ledger, retrying briefly: the ack that
+// follows removes the job from JetStream, so the record only matters if that
+// ack is lost too.
+func (d *Dispatcher) recordSent(ctx context.Context, jb *job) {
+	for attempt := 0; ; attempt++ {
+		l := d.currentLimits()
+		if l == nil {
+			l = d.o.Limits
+		}
+		err := l.Ledger.Sent(ctx, jb.j.ID, jb.owner)
+		if err == nil {
+			jb.claimed = false
+			return
+		}
+		if attempt >= 20 || ctx.Err() != nil {
+			jb.log.Error("record sent job in the ledger; acknowledging anyway", "err", err)
+			return
+		}
+		d.backendFailed(l, err)
+		_ = sleep(ctx, time.Duration(attempt+1)*100*time.Millisecond)
+	}
+}
+
+// deferJob puts a job off for wait without using an attempt: held in the
+// worker when short, handed back to JetStream when long.
+func (d *Dispatcher) deferJob(ctx context.Context, jb *job, wait time.Duration, why string) error {
+	d.release(ctx, jb)
+	if wait <= d.o.MaxHold {
+		if err := d.hold(ctx, jb, wait); err != nil {
+			return err
+		}
+		return errAgain // the ledger and the cap are asked anew
+	}
+	jb.log.Debug("job deferred", "why", why, "for", wait)
+	if err := jb.dl.NakWithDelay(wait); err != nil {
+		jb.log.Warn("defer job", "err", err)
+	}
+	return errHandled
+}
+
+// retryLater hands a failed job back to JetStream to come again after wait.
+func (d *Dispatcher) retryLater(jb *job, wait time.Duration) error {
+	if err := jb.dl.NakWithDelay(wait); err != nil {
+		jb.log.Warn("schedule retry", "err", err)
+	}
+	return errHandled
+}
+
+// release gives up the job's ledger lease without counting anything.
+func (d *Dispatcher) release(ctx context.Context, jb *job) {
+	if !jb.claimed {
+		return
+	}
+	jb.claimed = false
+	l := d.currentLimits()
+	if l == nil {
+		return // the lease expires by itself
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if err := l.Ledger.Release(rctx, jb.j.ID, jb.owner); err != nil {
+		jb.log.Debug("release ledger lease", "err", err)
+	}
+}
+
+// finish dead-letters or suppresses a job, then acknowledges it. The dead
+// letter is written before the ack, so a job is never lost: a crash between
+// the two leaves it to be redelivered, and the dead-letter stream drops the
+// second copy (its id derives from the job's stream sequence).
+func (d *Dispatcher) finish(ctx context.Context, jb *job, o queue.Outcome, reason, detail string) error {
+	if jb.j != nil {
+		d.release(ctx, jb)
+	}
+	for {
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		err := d.o.DeadLetters.DeadLetter(pctx, jb.dl, o, reason, detail)
+		cancel()
+		if err == nil {
+			break
+		}
+		jb.log.Warn("write dead letter; holding the job", "reason", reason, "err", err)
+		if herr := d.hold(ctx, jb, time.Second); herr != nil {
+			return herr
+		}
+	}
+	outcome := OutcomeDead
+	if o == queue.Suppressed {
+		outcome = OutcomeSuppressed
+	}
+	jb.log.Info("job not sent", "outcome", outcome, "reason", reason, "detail", detail)
+	return d.ackResult(ctx, jb, outcome)
+}
+
+// ack acknowledges a job with an outcome.
+func (d *Dispatcher) ack(ctx context.Context, jb *job, outcome string) error {
+	d.release(ctx, jb)
+	return d.ackResult(ctx, jb, outcome)
+}
+
+// ackResult acknowledges the delivery and counts the outcome. A failed ack
+// is logged, not retried: the job comes back after ack_wait and the ledger
+// (or the dead-letter stream's dedup) makes the second pass a no-op.
+func (d *Dispatcher) ackResult(ctx context.Context, jb *job, outcome string) error {
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := jb.dl.Ack(actx); err != nil {
+		jb.log.Warn("acknowledge job", "outcome", outcome, "err", err)
+	}
+	d.m.Jobs.WithLabelValues(jb.channel, jb.provider, outcome).Inc()
+	if outcome == OutcomeSent {
+		jb.log.Debug("job sent")
+	}
+	return nil
+}
+
+// hold keeps a job in its worker for dur, heart-beating it with InProgress
+// so JetStream does not redeliver it. It returns ctx.Err() on a stop.
+func (d *Dispatcher) hold(ctx context.Context, jb *job, dur time.Duration) error {
+	deadline := time.Now().Add(dur)
+	beat := d.o.AckWait / 3
+	for {
+		d.keepAlive(jb)
+		left := time.Until(deadline)
+		if left <= 0 {
+			return ctx.Err()
+		}
+		if err := sleep(ctx, min(left, beat)); err != nil {
+			return err
+		}
+	}
+}
+
+// keepAlive sends InProgress when a third of ack_wait has passed since the
+// last one.
+func (d *Dispatcher) keepAlive(jb *job) {
+	if time.Since(jb.lastBeat) < d.o.AckWait/3 {
+		return
+	}
+	if err := jb.dl.InProgress(); err != nil {
+		jb.log.Debug("heartbeat job", "err", err)
+	}
+	jb.lastBeat = time.Now()
+}
+
+// jitter is a random duration in [0, d).
+func (d *Dispatcher) jitter(dur time.Duration) time.Duration {
+	if dur <= 0 {
+		return 0
+	}
+	return time.Duration(d.o.Rand() * float64(dur))
+}
+
+func detailOf(err error) string {
+	var pe *providers.Error
+	if errors.As(err, &pe) && pe.Detail != "" {
+		return pe.Detail
+	}
+	return truncate(err.Error(), 200)
+}
+
+func truncate(s string, n int) string {
+	s = strings.ReplaceAll(strings.ReplaceAll(s, "\r", " "), "\n", " ")
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func isChannel(ch string) bool {
+	for _, c := range queue.Channels {
+		if c == ch {
+			return true
+		}
+	}
+	return false
+}
