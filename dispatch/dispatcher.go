@@ -130,9 +130,8 @@ type Dispatcher struct {
 	inFlight atomic.Int64
 
 	mu       sync.Mutex
-	limits   *Limits         // the set in use now
-	degraded bool            // the primary backend failed; limits is the fallback, or nil while holding
-	recover  chan struct{}   // closed when the primary backend answers again
+	limits   *Limits       // the set in use now
+	recover  chan struct{} // closed when the primary backend answers again
 	monitor  context.CancelFunc
 	breakers map[string]*breaker
 	ready    atomic.Bool
