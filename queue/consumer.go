@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -16,7 +17,7 @@ const (
 	DefaultMaxAckPending = 1000
 )
 
-// drainTimeout bounds the wait for a cancelled long poll's subscription to
+// drainTimeout bounds the wait for a withdrawn pull request's inbox to
 // drain; it only matters when the connection is failing.
 const drainTimeout = 5 * time.Second
 
@@ -86,10 +87,11 @@ func laneConfig(name, filter, description string, ackWait time.Duration, maxAckP
 
 // Consumer pulls jobs from the two lanes of the job stream, the priority
 // lane first. It is safe for concurrent use; each Fetch pulls at most its
-// max. It holds no resources of its own: stop using it and close the
+// max. It holds no resources between calls: stop using it and close the
 // connection.
 type Consumer struct {
-	high, normal jetstream.Consumer
+	nc           *nats.Conn
+	high, normal *lane
 }
 
 // NewConsumer creates or updates the two durable lane consumers on the job
@@ -106,15 +108,16 @@ func NewConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, cc Con
 		laneConfig(cc.Name+"-high", highFilter, "notifier priority lane", cfg.AckWait, cc.MaxAckPending),
 		laneConfig(cc.Name+"-normal", normalFilter, "notifier normal lane", cfg.AckWait, cc.MaxAckPending),
 	}
-	var cons [2]jetstream.Consumer
+	prefix := apiPrefix(js)
+	var ls [2]*lane
 	for i, lc := range lanes {
-		c, err := js.CreateOrUpdateConsumer(ctx, cfg.Stream, lc)
+		cons, err := js.CreateOrUpdateConsumer(ctx, cfg.Stream, lc)
 		if err != nil {
 			return nil, fmt.Errorf("create or update consumer %s on stream %s: %w", lc.Durable, cfg.Stream, err)
 		}
-		cons[i] = c
+		ls[i] = &lane{name: lc.Durable, next: prefix + "CONSUMER.MSG.NEXT." + cfg.Stream + "." + lc.Durable, cons: cons}
 	}
-	return &Consumer{high: cons[0], normal: cons[1]}, nil
+	return &Consumer{nc: js.Conn(), high: ls[0], normal: ls[1]}, nil
 }
 
 // Fetch returns up to max deliveries as soon as at least one is available,
@@ -122,20 +125,21 @@ func NewConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, cc Con
 // delivery while a high-lane message is available, and high-lane deliveries
 // come first in the slice.
 //
-// It first asks each lane for what is available now (high, then normal for
-// the rest). When both are empty and wait > 0 it long-polls: one pull
+// It first asks each lane for what it can deliver now (high, then normal for
+// the rest). When both have nothing and wait > 0 it long-polls: one pull
 // request of one message on each lane, held by the server (no busy loop)
-// for up to wait. The first message to arrive ends the poll: both requests
-// are withdrawn by draining their subscriptions, so a message the server
-// sent meanwhile is still received, never lost to ack-wait. If both lanes
-// delivered and max is 1, the normal one is handed back at once with Nak.
+// for up to wait. The first message to arrive ends the poll; the other
+// request is withdrawn by draining its inbox, so a message the server sent
+// meanwhile is still received, never left to its ack wait. If both lanes
+// delivered and max is 1, the normal one is handed back at once with a Nak.
 // So Fetch never holds more than max messages: the caller passes its number
 // of free workers, and no message ages in a client-side buffer (the known
 // trap of large pull buffers).
 //
-// A poll that ends with no message returns an empty slice and no error. If
-// ctx ends during the poll, anything received is handed back with Nak and
-// the context's error returned. max must be at least 1.
+// A lane at MaxAckPending delivers nothing; Fetch waits up to 250ms for it
+// before moving on. A poll that ends with no message returns an empty slice
+// and no error. If ctx ends, anything received is handed back with a Nak
+// and the context's error returned. max must be at least 1.
 func (c *Consumer) Fetch(ctx context.Context, max int, wait time.Duration) ([]*Delivery, error) {
 	if max < 1 {
 		return nil, fmt.Errorf("fetch: max must be at least 1, got %d", max)
@@ -143,137 +147,28 @@ func (c *Consumer) Fetch(ctx context.Context, max int, wait time.Duration) ([]*D
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("fetch: %w", err)
 	}
-	msgs, err := fetchNow(c.high, max)
+	if !c.nc.IsConnected() {
+		return nil, fmt.Errorf("fetch: %w (%s)", errNotConnected, c.nc.Status())
+	}
+	msgs, err := c.fetchNow(ctx, c.high, max)
 	if err != nil && len(msgs) == 0 {
 		return nil, fmt.Errorf("fetch high lane: %w", err)
 	}
 	if len(msgs) < max {
-		more, err := fetchNow(c.normal, max-len(msgs))
-		if err != nil && len(msgs)+len(more) == 0 {
+		more, err := c.fetchNow(ctx, c.normal, max-len(msgs))
+		switch {
+		case err != nil && ctx.Err() != nil:
+			nakAll(c.nc, msgs)
+			return nil, fmt.Errorf("fetch: %w", err)
+		case err != nil && len(msgs)+len(more) == 0:
 			return nil, fmt.Errorf("fetch normal lane: %w", err)
 		}
 		msgs = append(msgs, more...)
 	}
 	if len(msgs) > 0 || wait <= 0 {
-		return deliveries(msgs), nil
+		return c.deliveries(msgs), nil
 	}
 	return c.longPoll(ctx, max, wait)
-}
-
-// fetchNow asks cons for up to n messages that are available now. Messages
-// received before an error are returned with it.
-func fetchNow(cons jetstream.Consumer, n int) ([]jetstream.Msg, error) {
-	batch, err := cons.FetchNoWait(n)
-	if err != nil {
-		return nil, err
-	}
-	var msgs []jetstream.Msg
-	for m := range batch.Messages() {
-		msgs = append(msgs, m)
-	}
-	return msgs, batch.Error()
-}
-
-func deliveries(msgs []jetstream.Msg) []*Delivery {
-	out := make([]*Delivery, len(msgs))
-	for i, m := range msgs {
-		out[i] = newDelivery(m)
-	}
-	return out
-}
-
-type polled struct {
-	msg jetstream.Msg
-	err error
-}
-
-// longPoll waits up to wait for the first message on either lane (see
-// Fetch).
-func (c *Consumer) longPoll(ctx context.Context, max int, wait time.Duration) ([]*Delivery, error) {
-	// The server-side requests outlive the poll; draining withdraws them.
-	opts := []jetstream.PullMessagesOpt{
-		jetstream.PullMaxMessages(1),
-		jetstream.PullExpiry(wait + 2*time.Second),
-		jetstream.WithMessagesErrOnMissingHeartbeat(false),
-	}
-	hi, err := c.high.Messages(opts...)
-	if err != nil {
-		return nil, fmt.Errorf("poll high lane: %w", err)
-	}
-	lo, err := c.normal.Messages(opts...)
-	if err != nil {
-		hi.Stop()
-		return nil, fmt.Errorf("poll normal lane: %w", err)
-	}
-
-	pollCtx, cancel := context.WithTimeout(ctx, wait)
-	hiRes, loRes := make(chan polled, 1), make(chan polled, 1)
-	next := func(it jetstream.MessagesContext, out chan<- polled) {
-		m, err := it.Next(jetstream.NextContext(pollCtx))
-		out <- polled{m, err}
-	}
-	go next(hi, hiRes)
-	go next(lo, loRes)
-	var h, l polled
-	select {
-	case h = <-hiRes:
-		cancel()
-		l = <-loRes
-	case l = <-loRes:
-		cancel()
-		h = <-hiRes
-	}
-	hi.Drain()
-	lo.Drain()
-
-	high, hiErr := collect(h, hi)
-	normal, loErr := collect(l, lo)
-	msgs := append(high, normal...)
-
-	if err := ctx.Err(); err != nil {
-		nakAll(msgs)
-		return nil, fmt.Errorf("fetch: %w", err)
-	}
-	if len(msgs) > max {
-		nakAll(msgs[max:]) // normal-lane surplus: back to the stream at once
-		msgs = msgs[:max]
-	}
-	if len(msgs) == 0 {
-		if err := errors.Join(hiErr, loErr); err != nil {
-			return nil, fmt.Errorf("poll lanes: %w", err)
-		}
-	}
-	return deliveries(msgs), nil
-}
-
-// collect returns the message the poll got, if any, and whatever the
-// drained subscription still delivers; the error is the poll's, unless it
-// only ended by cancellation or timeout.
-func collect(p polled, it jetstream.MessagesContext) ([]jetstream.Msg, error) {
-	var msgs []jetstream.Msg
-	var err error
-	if p.msg != nil {
-		msgs = append(msgs, p.msg)
-	} else if !errors.Is(p.err, context.Canceled) && !errors.Is(p.err, context.DeadlineExceeded) {
-		err = p.err
-	}
-	for {
-		m, nerr := it.Next(jetstream.NextMaxWait(drainTimeout))
-		if nerr != nil {
-			if !errors.Is(nerr, jetstream.ErrMsgIteratorClosed) {
-				it.Stop() // the drain did not finish: give up on it
-			}
-			return msgs, err
-		}
-		msgs = append(msgs, m)
-	}
-}
-
-func nakAll(msgs []jetstream.Msg) {
-	for _, m := range msgs {
-		// A failed nak only delays the job until its ack wait ends.
-		_ = m.Nak()
-	}
 }
 
 // Lane is the state of one lane consumer.
@@ -293,12 +188,12 @@ type Backlog struct {
 func (c *Consumer) Backlog(ctx context.Context) (Backlog, error) {
 	var b Backlog
 	for _, l := range []struct {
-		cons jetstream.Consumer
+		lane *lane
 		out  *Lane
 	}{{c.high, &b.High}, {c.normal, &b.Normal}} {
-		info, err := l.cons.Info(ctx)
+		info, err := l.lane.cons.Info(ctx)
 		if err != nil {
-			return Backlog{}, fmt.Errorf("consumer info %s: %w", l.cons.CachedInfo().Name, err)
+			return Backlog{}, fmt.Errorf("consumer info %s: %w", l.lane.name, err)
 		}
 		*l.out = Lane{Pending: info.NumPending, AckPending: info.NumAckPending, Redelivered: info.NumRedelivered, Waiting: info.NumWaiting}
 	}

@@ -1,0 +1,300 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Pull timing.
+const (
+	// stuckAfter ends a no-wait pull that the server has not answered: it
+	// holds one open while the lane is at MaxAckPending. Draining the inbox
+	// withdraws it without losing anything it sent.
+	stuckAfter = 250 * time.Millisecond
+	// pollSlice caps one long-poll request; a longer wait is several slices,
+	// so a request lost to a server restart costs at most one slice.
+	pollSlice = 5 * time.Second
+	// pollSlack is how long past its expiry a long-poll request may go
+	// unanswered before it is presumed lost.
+	pollSlack = 2 * time.Second
+)
+
+// errNotConnected fails a Fetch while the connection is down (reconnecting).
+var errNotConnected = errors.New("not connected to NATS")
+
+// pullRequest is the body of a JetStream pull request
+// ($JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>).
+type pullRequest struct {
+	Batch   int           `json:"batch"`
+	Expires time.Duration `json:"expires,omitempty"`
+	NoWait  bool          `json:"no_wait,omitempty"`
+}
+
+// lane is one durable pull consumer.
+type lane struct {
+	name string             // durable name
+	next string             // pull request subject
+	cons jetstream.Consumer // for info
+}
+
+// apiPrefix is the JetStream API prefix js uses ($JS.API. by default,
+// $JS.<domain>.API. for a domain).
+func apiPrefix(js jetstream.JetStream) string {
+	o := js.Options()
+	switch {
+	case o.Domain != "":
+		return "$JS." + o.Domain + ".API."
+	case o.APIPrefix != "":
+		if o.APIPrefix[len(o.APIPrefix)-1] != '.' {
+			return o.APIPrefix + "."
+		}
+		return o.APIPrefix
+	default:
+		return jetstream.DefaultAPIPrefix
+	}
+}
+
+// request sends a pull request for l answered on inbox.
+func (c *Consumer) request(l *lane, inbox string, req pullRequest) error {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	if err := c.nc.PublishRequest(l.next, inbox, body); err != nil {
+		return fmt.Errorf("pull request to %s: %w", l.name, err)
+	}
+	return nil
+}
+
+// status classifies a message received on a pull inbox: a stored message
+// (ok false), or a status that ends the request (end true, with an error
+// for a status that is a problem rather than "nothing (more) now").
+func status(m *nats.Msg) (isStatus, end bool, err error) {
+	code := m.Header.Get("Status")
+	if m.Reply != "" || code == "" || len(m.Data) > 0 {
+		return false, false, nil
+	}
+	switch code {
+	case "100": // idle heartbeat or flow control
+		return true, false, nil
+	case "404", "408": // no messages; request expired or pending elsewhere
+		return true, true, nil
+	case "409": // e.g. consumer deleted, leadership change, max waiting
+		return true, true, fmt.Errorf("server: %s %s", code, m.Header.Get("Description"))
+	case "503":
+		return true, true, fmt.Errorf("%w (is the stream or consumer missing?)", nats.ErrNoResponders)
+	default:
+		return true, true, fmt.Errorf("server: status %s %s", code, m.Header.Get("Description"))
+	}
+}
+
+// subscribe opens a pull inbox delivering into ch.
+func (c *Consumer) subscribe(ch chan *nats.Msg) (*nats.Subscription, error) {
+	sub, err := c.nc.ChanSubscribe(c.nc.NewInbox(), ch)
+	if err != nil {
+		return nil, fmt.Errorf("subscribe pull inbox: %w", err)
+	}
+	return sub, nil
+}
+
+// drain withdraws the pull requests answered on subs: the server drops a
+// waiting request once its inbox has no interest, and draining (rather than
+// unsubscribing) receives whatever it sent before that. It returns the
+// stored messages received, each with the subscription it came on.
+func drain(ch chan *nats.Msg, subs ...*nats.Subscription) []*nats.Msg {
+	closed := make(chan struct{}, len(subs))
+	for _, s := range subs {
+		s.SetClosedHandler(func(string) { closed <- struct{}{} })
+		if err := s.Drain(); err != nil {
+			_ = s.Unsubscribe() // connection closed: nothing more will come
+			closed <- struct{}{}
+		}
+	}
+	timeout := time.NewTimer(drainTimeout)
+	defer timeout.Stop()
+	for range subs {
+		select {
+		case <-closed:
+		case <-timeout.C:
+			// The connection is failing: whatever is not in yet is lost to
+			// its ack wait, and comes back then.
+			for _, s := range subs {
+				_ = s.Unsubscribe()
+			}
+		}
+	}
+	var msgs []*nats.Msg
+	for {
+		select {
+		case m := <-ch:
+			if isStatus, _, _ := status(m); !isStatus {
+				msgs = append(msgs, m)
+			}
+		default:
+			return msgs
+		}
+	}
+}
+
+// fetchNow pulls up to n messages that l can deliver now: a no-wait
+// request, answered at once with the messages available and a 404 or 408.
+// If the server holds the request instead (the lane is at MaxAckPending),
+// it is withdrawn after stuckAfter. Messages received before an error are
+// returned with it; if ctx ends they are handed back and only the error
+// returned.
+func (c *Consumer) fetchNow(ctx context.Context, l *lane, n int) ([]*nats.Msg, error) {
+	ch := make(chan *nats.Msg, n+8)
+	sub, err := c.subscribe(ch)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.request(l, sub.Subject, pullRequest{Batch: n, NoWait: true}); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, err
+	}
+	stuck := time.NewTimer(stuckAfter)
+	defer stuck.Stop()
+	var msgs []*nats.Msg
+	for {
+		select {
+		case m := <-ch:
+			isStatus, end, serr := status(m)
+			if !isStatus {
+				msgs = append(msgs, m)
+				if len(msgs) < n {
+					continue
+				}
+			} else if !end {
+				continue
+			}
+			// The request is complete: nothing more can come.
+			_ = sub.Unsubscribe()
+			if serr != nil {
+				serr = fmt.Errorf("pull from %s: %w", l.name, serr)
+			}
+			return msgs, serr
+		case <-stuck.C:
+			return append(msgs, drain(ch, sub)...), nil
+		case <-ctx.Done():
+			nakAll(c.nc, append(msgs, drain(ch, sub)...))
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// longPoll asks both lanes for one message each, held by the server up to
+// wait (in slices of pollSlice), and returns as soon as one arrives; the
+// other request is withdrawn by draining. High-lane messages come first;
+// more than max (only possible when max is 1) are handed back at once.
+func (c *Consumer) longPoll(ctx context.Context, max int, wait time.Duration) ([]*Delivery, error) {
+	ch := make(chan *nats.Msg, 16)
+	hiSub, err := c.subscribe(ch)
+	if err != nil {
+		return nil, err
+	}
+	loSub, err := c.subscribe(ch)
+	if err != nil {
+		_ = hiSub.Unsubscribe()
+		return nil, err
+	}
+	deadline := time.Now().Add(wait)
+	var (
+		got     []*nats.Msg
+		pollErr error
+	)
+	for len(got) == 0 && pollErr == nil {
+		slice := min(time.Until(deadline), pollSlice)
+		if slice <= 0 {
+			break
+		}
+		req := pullRequest{Batch: 1, Expires: slice}
+		if err := c.request(c.high, hiSub.Subject, req); err != nil {
+			pollErr = err
+			break
+		}
+		if err := c.request(c.normal, loSub.Subject, req); err != nil {
+			pollErr = err
+			break
+		}
+		var lost bool
+		got, pollErr, lost = c.awaitSlice(ctx, ch, slice+pollSlack)
+		if lost || ctx.Err() != nil {
+			break
+		}
+	}
+	got = append(got, drain(ch, hiSub, loSub)...)
+
+	// High lane first.
+	msgs := make([]*nats.Msg, 0, len(got))
+	for _, m := range got {
+		if m.Sub == hiSub {
+			msgs = append(msgs, m)
+		}
+	}
+	for _, m := range got {
+		if m.Sub != hiSub {
+			msgs = append(msgs, m)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		nakAll(c.nc, msgs)
+		return nil, fmt.Errorf("fetch: %w", err)
+	}
+	if len(msgs) > max {
+		nakAll(c.nc, msgs[max:]) // back to the stream at once, not left to age
+		msgs = msgs[:max]
+	}
+	if len(msgs) == 0 && pollErr != nil {
+		return nil, fmt.Errorf("poll lanes: %w", pollErr)
+	}
+	return c.deliveries(msgs), nil
+}
+
+// awaitSlice waits for the two requests of one poll slice: until a message
+// arrives, both end, ctx ends, or they are presumed lost after guard.
+func (c *Consumer) awaitSlice(ctx context.Context, ch chan *nats.Msg, guard time.Duration) (got []*nats.Msg, err error, lost bool) {
+	timer := time.NewTimer(guard)
+	defer timer.Stop()
+	for open := 2; open > 0; {
+		select {
+		case m := <-ch:
+			isStatus, end, serr := status(m)
+			if !isStatus {
+				return []*nats.Msg{m}, nil, false
+			}
+			if end {
+				open--
+				if serr != nil && err == nil {
+					err = serr
+				}
+			}
+		case <-timer.C:
+			return nil, err, true
+		case <-ctx.Done():
+			return nil, err, false
+		}
+	}
+	return nil, err, false
+}
+
+func (c *Consumer) deliveries(msgs []*nats.Msg) []*Delivery {
+	out := make([]*Delivery, len(msgs))
+	for i, m := range msgs {
+		out[i] = newDelivery(&pulledMsg{m: m, nc: c.nc})
+	}
+	return out
+}
+
+// nakAll hands messages back for immediate redelivery. A failed nak only
+// delays a job until its ack wait ends.
+func nakAll(nc *nats.Conn, msgs []*nats.Msg) {
+	for _, m := range msgs {
+		_ = (&pulledMsg{m: m, nc: nc}).Nak()
+	}
+}
