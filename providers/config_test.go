@@ -1,0 +1,221 @@
+package providers_test
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/notifier/notifier/providers"
+)
+
+func validWebhook() providers.Config {
+	return providers.Config{Name: "sms-gateway", Channel: "sms", Default: true, Kind: "webhook",
+		URL: "http://127.0.0.1:8080/send", Rate: 100}
+}
+
+func TestWithDefaults(t *testing.T) {
+	t.Parallel()
+	c := validWebhook().WithDefaults()
+	if c.Unit != "messages" || c.MaxQueueDelay != 5*time.Second || c.Timeout != 5*time.Second {
+		t.Errorf("webhook defaults: unit %q max_queue_delay %s timeout %s", c.Unit, c.MaxQueueDelay, c.Timeout)
+	}
+	kept := providers.Config{Kind: "webhook", Unit: "segments", MaxQueueDelay: -time.Second, Timeout: time.Minute}.WithDefaults()
+	if kept.Unit != "segments" || kept.MaxQueueDelay != -time.Second || kept.Timeout != time.Minute {
+		t.Errorf("WithDefaults changed set values: %+v", kept)
+	}
+	for kind, want := range map[string]string{"twilio": providers.DefaultTwilioURL, "fcm": providers.DefaultFCMURL,
+		"apns": providers.DefaultAPNsURL, "webhook": "", "log": ""} {
+		if got := (providers.Config{Kind: kind}).WithDefaults().URL; got != want {
+			t.Errorf("kind %s default url %q, want %q", kind, got, want)
+		}
+	}
+	a := providers.Config{Kind: "apns"}.WithDefaults()
+	if a.PushType != "alert" || a.Priority != 10 {
+		t.Errorf("apns defaults: push_type %q priority %d", a.PushType, a.Priority)
+	}
+	if s := (providers.Config{Kind: "smtp"}).WithDefaults(); s.Port != 587 {
+		t.Errorf("smtp default port %d", s.Port)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	t.Parallel()
+	with := func(f func(*providers.Config)) providers.Config {
+		c := validWebhook()
+		f(&c)
+		return c
+	}
+	cases := []struct {
+		name string
+		cfg  providers.Config
+		want []string // every message expected, in order; nil = valid
+	}{
+		{"valid webhook", validWebhook(), nil},
+		{"valid with everything set", with(func(c *providers.Config) {
+			c.Unit, c.MaxQueueDelay, c.Timeout, c.CredentialsEnv = "segments", time.Second, time.Second, "SMS_TOKEN"
+		}), nil},
+		{"valid log", providers.Config{Name: "dev", Channel: "email", Kind: "log", Rate: 1}, nil},
+		{"valid twilio", providers.Config{Name: "tw", Channel: "sms", Kind: "twilio", Rate: 1, AccountSID: "AC1",
+			From: "+15005550006", CredentialsEnv: "TWILIO_AUTH_TOKEN"}, nil},
+		{"valid twilio messaging service", providers.Config{Name: "tw", Channel: "sms", Kind: "twilio", Rate: 1,
+			AccountSID: "AC1", MessagingServiceSID: "MG1", CredentialsEnv: "T"}, nil},
+		{"valid fcm", providers.Config{Name: "push", Channel: "push", Kind: "fcm", Rate: 500, ProjectID: "p",
+			CredentialsEnv: "FCM_TOKEN"}, nil},
+		{"valid apns", providers.Config{Name: "ios", Channel: "push", Kind: "apns", Rate: 1, KeyFile: "k.p8",
+			KeyID: "ABC123DEFG", TeamID: "TEAM", Topic: "com.example.app", Priority: 5}, nil},
+		{"valid smtp", providers.Config{Name: "mail", Channel: "email", Kind: "smtp", Rate: 1, Host: "smtp.example.com",
+			From: "Example <no-reply@example.com>", Username: "u", PasswordEnv: "SMTP_PASSWORD"}, nil},
+
+		{"missing name", with(func(c *providers.Config) { c.Name = "" }), []string{"name: required"}},
+		{"bad name", with(func(c *providers.Config) { c.Name = "sms gateway" }),
+			[]string{`name: must be 1-64 characters of A-Z a-z 0-9 . _ -, got "sms gateway"`}},
+		{"missing channel", with(func(c *providers.Config) { c.Channel = "" }),
+			[]string{"channel: required, one of sms, push, email"}},
+		{"unknown channel", with(func(c *providers.Config) { c.Channel = "fax" }),
+			[]string{`channel: "fax" is not one of sms, push, email`}},
+		{"missing kind", with(func(c *providers.Config) { c.Kind = "" }),
+			[]string{"kind: required, one of webhook, twilio, fcm, apns, smtp, log"}},
+		{"unknown kind", with(func(c *providers.Config) { c.Kind = "carrier-pigeon" }),
+			[]string{`kind: "carrier-pigeon" is not one of webhook, twilio, fcm, apns, smtp, log`}},
+		{"kind on the wrong channel", providers.Config{Name: "tw", Channel: "push", Kind: "twilio", Rate: 1,
+			AccountSID: "AC1", From: "+15005550006", CredentialsEnv: "T"},
+			[]string{`channel: kind twilio sends sms only, got "push"`}},
+		{"negative rate", with(func(c *providers.Config) { c.Rate = -5 }), []string{"rate: must be greater than 0, got -5"}},
+		{"zero rate", with(func(c *providers.Config) { c.Rate = 0 }), []string{"rate: must be greater than 0, got 0"}},
+		{"NaN rate", with(func(c *providers.Config) { c.Rate = math.NaN() }), []string{"rate: must be greater than 0, got NaN"}},
+		{"unknown unit", with(func(c *providers.Config) { c.Unit = "bytes" }),
+			[]string{`unit: "bytes" is not one of messages, segments`}},
+		{"segments on push", providers.Config{Name: "p", Channel: "push", Kind: "webhook", URL: "https://x", Rate: 1,
+			Unit: "segments"}, []string{`unit: segments is only for channel sms, got channel "push"`}},
+		{"negative max_queue_delay", with(func(c *providers.Config) { c.MaxQueueDelay = -time.Second }),
+			[]string{"max_queue_delay: must be greater than 0, got -1s"}},
+		{"negative timeout", with(func(c *providers.Config) { c.Timeout = -time.Millisecond }),
+			[]string{"timeout: must be greater than 0, got -1ms"}},
+		{"missing url", with(func(c *providers.Config) { c.URL = "" }), []string{"url: required for kind webhook"}},
+		{"relative url", with(func(c *providers.Config) { c.URL = "/send" }),
+			[]string{`url: must be an absolute http(s) URL, got "/send"`}},
+		{"ftp url", with(func(c *providers.Config) { c.URL = "ftp://example.com/send" }),
+			[]string{`url: must be an absolute http(s) URL, got "ftp://example.com/send"`}},
+		{"url without host", with(func(c *providers.Config) { c.URL = "http://" }),
+			[]string{`url: must be an absolute http(s) URL, got "http://"`}},
+		{"bad env name", with(func(c *providers.Config) { c.CredentialsEnv = "$TOKEN" }),
+			[]string{`credentials_env: must be an environment variable name ([A-Za-z_][A-Za-z0-9_]*), got "$TOKEN"`}},
+		{"key of another kind", with(func(c *providers.Config) { c.ProjectID = "p" }),
+			[]string{"project_id: not used by kind webhook (used by fcm)"}},
+		{"url on log", providers.Config{Name: "dev", Channel: "sms", Kind: "log", Rate: 1, URL: "http://x"},
+			[]string{"url: not used by kind log (used by webhook, twilio, fcm, apns)"}},
+		{"twilio missing keys", providers.Config{Name: "tw", Channel: "sms", Kind: "twilio", Rate: 1}, []string{
+			"account_sid: required for kind twilio",
+			"credentials_env: required for kind twilio",
+			"from: required for kind twilio unless messaging_service_sid is set"}},
+		{"twilio bad from", providers.Config{Name: "tw", Channel: "sms", Kind: "twilio", Rate: 1, AccountSID: "AC",
+			CredentialsEnv: "T", From: "07700900123"},
+			[]string{`from: must be an E.164 phone number (+ and 7-15 digits), got "07700900123"`}},
+		{"fcm missing keys", providers.Config{Name: "push", Channel: "push", Kind: "fcm", Rate: 1}, []string{
+			"project_id: required for kind fcm", "credentials_env: required for kind fcm"}},
+		{"apns missing keys", providers.Config{Name: "ios", Channel: "push", Kind: "apns", Rate: 1, PushType: "loud",
+			Priority: 7}, []string{
+			"key_file: required for kind apns", "key_id: required for kind apns", "team_id: required for kind apns",
+			"topic: required for kind apns",
+			`push_type: "loud" is not one of alert, background, voip, complication, fileprovider, mdm, liveactivity, location, pushtotalk, controls, widgets`,
+			"priority: must be 10, 5 or 1, got 7"}},
+		{"smtp mistakes", providers.Config{Name: "mail", Channel: "email", Kind: "smtp", Rate: 1, Port: 70000,
+			From: "not an address", Username: "u"}, []string{
+			"host: required for kind smtp", "port: must be between 1 and 65535, got 70000",
+			`from: must be an email address, got "not an address"`,
+			"password_env: required for kind smtp when username is set"}},
+		{"several mistakes at once", providers.Config{Name: "x", Channel: "sms", Kind: "webhook", Rate: -1,
+			URL: "nope", Timeout: -time.Second}, []string{
+			"rate: must be greater than 0, got -1", "timeout: must be greater than 0, got -1s",
+			`url: must be an absolute http(s) URL, got "nope"`}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			err := c.cfg.Validate()
+			got := messages(err)
+			if strings.Join(got, "\n") != strings.Join(c.want, "\n") {
+				t.Errorf("Validate() =\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(c.want, "\n  "))
+			}
+		})
+	}
+}
+
+// messages splits a joined error into its messages.
+func messages(err error) []string {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []string
+		for _, e := range j.Unwrap() {
+			out = append(out, messages(e)...)
+		}
+		return out
+	}
+	return []string{err.Error()}
+}
+
+func TestValidateAll(t *testing.T) {
+	t.Parallel()
+	p := func(name, channel string, def bool) providers.Config {
+		return providers.Config{Name: name, Channel: channel, Default: def, Kind: "log", Rate: 1}
+	}
+	cases := []struct {
+		name string
+		cfgs []providers.Config
+		want []string
+	}{
+		{"valid", []providers.Config{p("sms-a", "sms", true), p("sms-b", "sms", false), p("push", "push", true)}, nil},
+		{"empty", nil, []string{"providers: at least one provider is required"}},
+		{"duplicate name", []providers.Config{p("a", "sms", true), p("b", "push", true), p("a", "email", true)},
+			[]string{`providers[2] (a).name: "a" is already used by providers[0]`}},
+		{"no default", []providers.Config{p("sms-a", "sms", false), p("sms-b", "sms", false), p("push", "push", true)},
+			[]string{"providers: channel sms has no default provider; set default: true on one of sms-a, sms-b"}},
+		{"two defaults", []providers.Config{p("sms-a", "sms", true), p("sms-b", "sms", true)},
+			[]string{"providers[1] (sms-b).default: channel sms already has default providers[0] (sms-a)"}},
+		{"every mistake", []providers.Config{p("a", "sms", true), p("a", "sms", true), p("m", "email", false)}, []string{
+			`providers[1] (a).name: "a" is already used by providers[0]`,
+			"providers[1] (a).default: channel sms already has default providers[0] (a)",
+			"providers: channel email has no default provider; set default: true on one of m"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			got := messages(providers.ValidateAll(c.cfgs))
+			if strings.Join(got, "\n") != strings.Join(c.want, "\n") {
+				t.Errorf("ValidateAll() =\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(c.want, "\n  "))
+			}
+		})
+	}
+}
+
+func TestCost(t *testing.T) {
+	t.Parallel()
+	long := &providers.Message{Body: strings.Repeat("a", 161)}
+	sms := validWebhook().WithDefaults()
+	if got := sms.Cost(long); got != 1 {
+		t.Errorf("unit messages: cost %d, want 1", got)
+	}
+	sms.Unit = "segments"
+	if got := sms.Cost(long); got != 2 {
+		t.Errorf("unit segments, 161 GSM chars: cost %d, want 2", got)
+	}
+	if got := sms.Cost(&providers.Message{}); got != 1 {
+		t.Errorf("unit segments, empty body: cost %d, want 1", got)
+	}
+}
+
+func TestValidateErrorsAreJoined(t *testing.T) {
+	t.Parallel()
+	err := providers.Config{}.Validate()
+	if err == nil || len(messages(err)) < 3 {
+		t.Fatalf("zero Config: %v, want one error per missing key", err)
+	}
+	var j interface{ Unwrap() []error }
+	if !errors.As(err, &j) {
+		t.Fatalf("Validate's error %T is not an errors.Join", err)
+	}
+}
