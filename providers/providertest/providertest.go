@@ -111,11 +111,11 @@ func answer(r Reply) http.HandlerFunc {
 }
 
 // send builds the provider against h and sends one message.
-func (s *suite) send(t *testing.T, timeout time.Duration, h http.HandlerFunc) (error, *atomic.Int32) {
+func (s *suite) send(t *testing.T, timeout time.Duration, h http.HandlerFunc) (*atomic.Int32, error) {
 	t.Helper()
 	url, hits := server(t, h)
 	p := s.target.New(t, url, timeout)
-	return p.Send(context.Background(), s.target.Message()), hits
+	return hits, p.Send(context.Background(), s.target.Message())
 }
 
 var classes = map[string]error{
@@ -190,7 +190,7 @@ func (s *suite) accepted(t *testing.T) {
 		if status == 204 {
 			r.Body = ""
 		}
-		err, hits := s.send(t, 5*time.Second, answer(r))
+		hits, err := s.send(t, 5*time.Second, answer(r))
 		if err != nil {
 			t.Errorf("status %d: Send = %v, want nil", status, err)
 		}
@@ -210,12 +210,12 @@ func (s *suite) acceptedBodies(t *testing.T) {
 		"huge":      strings.Repeat("x", 8<<20),
 	}
 	for name, body := range bodies {
-		if err, _ := s.send(t, 5*time.Second, answer(Reply{Status: 200, Body: body})); err != nil {
+		if _, err := s.send(t, 5*time.Second, answer(Reply{Status: 200, Body: body})); err != nil {
 			t.Errorf("200 with a %s body: Send = %v, want nil", name, err)
 		}
 	}
 	// The status line arrived, then the connection died mid-body.
-	err, _ := s.send(t, 5*time.Second, hijack(func(c net.Conn, rw *bufio.ReadWriter) {
+	_, err := s.send(t, 5*time.Second, hijack(func(c net.Conn, rw *bufio.ReadWriter) {
 		_, _ = rw.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n{\"na")
 		_ = rw.Flush()
 	}))
@@ -227,7 +227,7 @@ func (s *suite) acceptedBodies(t *testing.T) {
 func (s *suite) permanent(t *testing.T) {
 	t.Parallel()
 	for _, status := range []int{400, 401, 403, 404, 410, 413, 422} {
-		err, hits := s.send(t, 5*time.Second, answer(Reply{Status: status, Body: "nope"}))
+		hits, err := s.send(t, 5*time.Second, answer(Reply{Status: status, Body: "nope"}))
 		s.checkError(t, err, providers.ErrPermanent)
 		wantStatus(t, err, status)
 		if !strings.Contains(err.Error(), strconv.Itoa(status)) {
@@ -244,7 +244,7 @@ func (s *suite) permanentReason(t *testing.T) {
 	if s.target.Refusal.Status == 0 {
 		t.Skip("target has no Refusal")
 	}
-	err, _ := s.send(t, 5*time.Second, answer(s.target.Refusal))
+	_, err := s.send(t, 5*time.Second, answer(s.target.Refusal))
 	s.checkError(t, err, providers.ErrPermanent)
 	if !strings.Contains(err.Error(), s.target.RefusalReason) {
 		t.Errorf("error %q does not carry the provider's reason %q", err, s.target.RefusalReason)
@@ -260,7 +260,7 @@ func (s *suite) permanentOddBodies(t *testing.T) {
 		"empty":      "",
 	}
 	for name, body := range bodies {
-		err, _ := s.send(t, 5*time.Second, answer(Reply{Status: 400, Body: body}))
+		_, err := s.send(t, 5*time.Second, answer(Reply{Status: 400, Body: body}))
 		s.checkError(t, err, providers.ErrPermanent)
 		if strings.Contains(err.Error(), "second line") {
 			t.Errorf("%s body: error %q carries more than the first line", name, err)
@@ -281,7 +281,7 @@ func (s *suite) noLeak(t *testing.T) {
 		{Status: 503, Body: echo},
 		{Status: 429, Body: echo},
 	} {
-		err, _ := s.send(t, 5*time.Second, answer(r))
+		_, err := s.send(t, 5*time.Second, answer(r))
 		want := map[int]error{400: providers.ErrPermanent, 503: providers.ErrTransient, 429: providers.ErrRateLimited}[r.Status]
 		s.checkError(t, err, want)
 	}
@@ -290,7 +290,7 @@ func (s *suite) noLeak(t *testing.T) {
 func (s *suite) transient(t *testing.T) {
 	t.Parallel()
 	for _, status := range []int{408, 500, 502, 503, 504} {
-		err, hits := s.send(t, 5*time.Second, answer(Reply{Status: status, Body: "try later"}))
+		hits, err := s.send(t, 5*time.Second, answer(Reply{Status: status, Body: "try later"}))
 		s.checkError(t, err, providers.ErrTransient)
 		wantStatus(t, err, status)
 		if n := hits.Load(); n != 1 {
@@ -320,7 +320,7 @@ func (s *suite) rateLimited(t *testing.T) {
 		{"absurd", func() string { return "99999999999999999999" }, providers.MaxRetryAfter, providers.MaxRetryAfter, true},
 	}
 	for _, c := range cases {
-		err, _ := s.send(t, 5*time.Second, func(w http.ResponseWriter, _ *http.Request) {
+		_, err := s.send(t, 5*time.Second, func(w http.ResponseWriter, _ *http.Request) {
 			if c.retryAfter != nil {
 				w.Header().Set("Retry-After", c.retryAfter())
 			}
@@ -350,7 +350,7 @@ func (s *suite) timeout(t *testing.T) {
 	t.Parallel()
 	const timeout = 300 * time.Millisecond
 	start := time.Now()
-	err, _ := s.send(t, timeout, hang)
+	_, err := s.send(t, timeout, hang)
 	took := time.Since(start)
 	s.checkError(t, err, providers.ErrTransient)
 	wantStatus(t, err, 0)
@@ -392,7 +392,7 @@ func hijack(f func(net.Conn, *bufio.ReadWriter)) http.HandlerFunc {
 
 func (s *suite) reset(t *testing.T) {
 	t.Parallel()
-	err, _ := s.send(t, 5*time.Second, hijack(func(c net.Conn, _ *bufio.ReadWriter) {
+	_, err := s.send(t, 5*time.Second, hijack(func(c net.Conn, _ *bufio.ReadWriter) {
 		if tc, ok := c.(*net.TCPConn); ok {
 			_ = tc.SetLinger(0) // RST rather than FIN
 		}
@@ -400,7 +400,7 @@ func (s *suite) reset(t *testing.T) {
 	s.checkError(t, err, providers.ErrTransient)
 	wantStatus(t, err, 0)
 
-	err, _ = s.send(t, 5*time.Second, hijack(func(_ net.Conn, rw *bufio.ReadWriter) {
+	_, err = s.send(t, 5*time.Second, hijack(func(_ net.Conn, rw *bufio.ReadWriter) {
 		_, _ = rw.WriteString("this is not HTTP\r\n\r\n")
 		_ = rw.Flush()
 	}))
