@@ -56,18 +56,26 @@ func BenchmarkReserve(b *testing.B) {
 			})
 		}
 	})
-	b.Run("Redis", func(b *testing.B) {
-		rdb := testenv.Redis(b).Client()
-		for _, g := range benchGoroutines {
-			b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
-				q := leaky.NewRedis(rdb, newPrefix("bench"))
-				runConcurrent(b, g, func(ctx context.Context) error {
-					_, err := q.Reserve(ctx, "sms", benchContract, 1)
-					return err
+	for _, v := range []struct {
+		name string
+		opts []leaky.Option
+	}{
+		{"Redis", nil},
+		{"RedisWithoutFailoverGuard", []leaky.Option{leaky.WithoutFailoverGuard()}},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			rdb := testenv.Redis(b).Client()
+			for _, g := range benchGoroutines {
+				b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
+					q := leaky.NewRedis(rdb, newPrefix("bench"), v.opts...)
+					runConcurrent(b, g, func(ctx context.Context) error {
+						_, err := q.Reserve(ctx, "sms", benchContract, 1)
+						return err
+					})
 				})
-			})
-		}
-	})
+			}
+		})
+	}
 }
 
 var (

@@ -20,11 +20,12 @@ func newPrefix(name string) string {
 	return fmt.Sprintf("test:%s:%d:", name, prefixes.Add(1))
 }
 
-func redisBackend(rdb redis.Scripter, name string) leakytest.Backend {
+func redisBackend(rdb redis.Scripter, name string, extra ...leaky.Option) leakytest.Backend {
 	return leakytest.Backend{
 		ColdStart: true,
 		New: func(t *testing.T, now func() time.Time, opts ...leaky.Option) leaky.Queue {
-			return leaky.NewRedis(rdb, newPrefix(name), append(opts, leaky.WithNow(now))...)
+			opts = append(append(opts, extra...), leaky.WithNow(now))
+			return leaky.NewRedis(rdb, newPrefix(name), opts...)
 		},
 	}
 }
@@ -43,6 +44,11 @@ func TestConformance(t *testing.T) {
 		t.Parallel()
 		srv := testenv.Redis(t)
 		leakytest.Run(t, redisBackend(srv.Client(), "redis"))
+	})
+	t.Run("RedisWithoutFailoverGuard", func(t *testing.T) {
+		t.Parallel()
+		srv := testenv.Redis(t)
+		leakytest.Run(t, redisBackend(srv.Client(), "noguard", leaky.WithoutFailoverGuard()))
 	})
 	t.Run("RedisCluster", func(t *testing.T) {
 		t.Parallel()

@@ -66,6 +66,7 @@ type options struct {
 	maxCost  int
 	idleTTL  time.Duration
 	now      func() time.Time
+	noGuard  bool
 }
 
 func buildOptions(opts []Option) options {
@@ -102,6 +103,13 @@ func WithMaxCost(n int) Option { return func(o *options) { o.maxCost = n } }
 // a provider's sends. Default 24 h; 0 expires the state as soon as it no
 // longer matters for pacing. Memory ignores it.
 func WithIdleTTL(d time.Duration) Option { return func(o *options) { o.idleTTL = d } }
+
+// WithoutFailoverGuard drops the Redis backend's failover guard (the run_id
+// check, see the package doc), saving one INFO call per reserve and cancel.
+// Only for a Redis that cannot come back with an old state: no replicas, no
+// Sentinel or Cluster failover, no RDB or AOF persistence. A missing state
+// still starts cold. Memory ignores it.
+func WithoutFailoverGuard() Option { return func(o *options) { o.noGuard = true } }
 
 // WithNow replaces the backend's clock. Memory reads it instead of its now
 // argument; Redis sends it to its scripts as the optional now argument

@@ -346,6 +346,35 @@ func TestStateFromAnotherServerStartsCold(t *testing.T) {
 	}
 }
 
+// TestWithoutFailoverGuardTrustsAnyState: the guard's opt-out trusts a
+// state whatever server wrote it (the documented risk), and still starts a
+// missing one cold.
+func TestWithoutFailoverGuardTrustsAnyState(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb := testenv.Redis(t).Client()
+	clock := newClock()
+	prefix := newPrefix("noguard")
+	q := leaky.NewRedis(rdb, prefix, leaky.WithHeadroom(0), leaky.WithNow(clock.Now), leaky.WithoutFailoverGuard())
+	c := leaky.Contract{Rate: 10, MaxQueueDelay: 300 * time.Millisecond}
+	r, err := q.Reserve(ctx, "sms", c, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.OK || r.RetryAfter != 100*time.Millisecond {
+		t.Fatalf("first reservation: %+v, want a cold start", r)
+	}
+	clock.Advance(time.Minute)
+	reserveOK(t, q, c, 0)
+	reserveOK(t, q, c, 100*time.Millisecond)
+	key := "{" + prefix + "p:sms}:tat"
+	if err := rdb.HSet(ctx, key, "node", "0000000000000000000000000000000000000000").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// with the guard this would start cold (full, retry-after 100ms)
+	reserveOK(t, q, c, 200*time.Millisecond)
+}
+
 // TestRestartFromDiskStartsCold: a Redis restarted from its append-only
 // file reloads a tat that may be older than slots handed out before the
 // crash; the new run_id marks it untrusted.

@@ -64,8 +64,16 @@ func (q *Redis) nowArg() string {
 	return strconv.FormatInt(q.o.now().UnixMicro(), 10)
 }
 
+// guardArg is the guard flag: "1" checks the writer's run_id.
+func (q *Redis) guardArg() string {
+	if q.o.noGuard {
+		return "0"
+	}
+	return "1"
+}
+
 func (q *Redis) reserveArgs(p plan) []any {
-	return []any{p.inc, p.mqd, p.cold, q.o.idleTTL.Milliseconds(), q.nowArg()}
+	return []any{p.inc, p.mqd, p.cold, q.o.idleTTL.Milliseconds(), q.nowArg(), q.guardArg()}
 }
 
 // Load loads the scripts into the script cache of every server rdb reaches
@@ -145,7 +153,7 @@ func (q *Redis) Cancel(ctx context.Context, provider string, c Contract, r Reser
 		return nil
 	}
 	keys := []string{stateKey(q.prefix, provider)}
-	if err := cancelScript.Run(ctx, q.rdb, keys, r.Slot, p.inc, r.seq).Err(); err != nil {
+	if err := cancelScript.Run(ctx, q.rdb, keys, r.Slot, p.inc, r.seq, q.guardArg()).Err(); err != nil {
 		return fmt.Errorf("cancel slot %s: %w", provider, err)
 	}
 	return nil
