@@ -71,6 +71,13 @@ type Options struct {
 	MaxHold     time.Duration             // longest wait held in a worker; longer ones go back with NakWithDelay (default 10s)
 	FetchWait   time.Duration             // long-poll of an idle fetch (default 1s)
 	StopTimeout time.Duration             // how long sends at a provider may finish after a stop (default AckWait)
+	// LateTolerance is how late after its slot a send may still leave
+	// (default 5ms). A worker that wakes later (a busy machine, a slow
+	// Redis reply) takes a new slot instead: sends arrive at most this late,
+	// and with the leaky bucket's headroom h any window of 1 s then holds
+	// at most the contract as long as LateTolerance < h/(1−h) s (10.1ms at
+	// the default 1 %). The other half of the budget is for the network.
+	LateTolerance time.Duration
 	Instance    string                    // this process's id, in ledger lease owners (default random)
 
 	Source      Source
@@ -103,6 +110,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.StopTimeout <= 0 {
 		o.StopTimeout = o.AckWait
+	}
+	if o.LateTolerance <= 0 {
+		o.LateTolerance = 5 * time.Millisecond
 	}
 	if o.Instance == "" {
 		o.Instance = fmt.Sprintf("i%08x", rand.Uint32())

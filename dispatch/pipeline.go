@@ -44,6 +44,7 @@ type job struct {
 	msg      *providers.Message
 	cost     int
 	lastBeat time.Time // last InProgress (or the fetch)
+	slotAt   time.Time // when the reserved send slot is, on this process's clock
 	claimed  bool      // holds a ledger lease
 	claimAt  time.Time
 	log      *slog.Logger
@@ -260,7 +261,10 @@ func (d *Dispatcher) waitSlot(ctx context.Context, jb *job) error {
 			continue
 		}
 		d.m.LimitDecisions.WithLabelValues(LayerLeaky, "allow").Inc()
-		if err := d.hold(ctx, jb, r.Delay); err != nil {
+		jb.slotAt = time.Now().Add(r.Delay)
+		// Wake a little before the slot for the round trips below, so that
+		// they do not make the send late.
+		if err := d.hold(ctx, jb, time.Until(jb.slotAt)-preSlot); err != nil {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 			_ = l.Leaky.Cancel(cctx, jb.provider, l.contract(jb.pcfg), r, jb.cost)
 			cancel()
@@ -282,10 +286,20 @@ func (d *Dispatcher) waitSlot(ctx context.Context, jb *job) error {
 			}
 			continue
 		}
+		if err := d.renewClaim(ctx, jb); err != nil {
+			return err
+		}
+		if err := d.hold(ctx, jb, time.Until(jb.slotAt)); err != nil {
+			return err
+		}
 		d.m.QueueLatency.WithLabelValues(jb.provider).Observe(time.Since(queued).Seconds())
-		return d.renewClaim(ctx, jb)
+		return nil
 	}
 }
+
+// preSlot is how long before its send slot a worker wakes to check for a
+// pause and renew its lease.
+const preSlot = 3 * time.Millisecond
 
 // renewClaim extends the ledger lease before a send when the job has waited
 // long enough for it to run short.
@@ -322,6 +336,13 @@ func (d *Dispatcher) renewClaim(ctx context.Context, jb *job) error {
 // send calls the provider once and acts on the answer. done is false when
 // the job must take a new slot (the provider paused it).
 func (d *Dispatcher) send(ctx, sendCtx context.Context, jb *job) (finished bool, err error) {
+	if late := time.Since(jb.slotAt); late > d.o.LateTolerance {
+		// Sent now, this job could land in the same second as the sends
+		// of the slots after it: take a new slot instead.
+		d.m.Deferrals.WithLabelValues(LayerLeaky, "late").Inc()
+		jb.log.Debug("woke after the send slot; taking a new one", "late", late)
+		return false, nil
+	}
 	done, ok := d.breakers[jb.provider].allow()
 	if !ok {
 		// The provider failed every recent call: do not call it; the job
