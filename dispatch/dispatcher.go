@@ -78,7 +78,7 @@ type Options struct {
 	// at most the contract as long as LateTolerance < h/(1−h) s (10.1ms at
 	// the default 1 %). The other half of the budget is for the network.
 	LateTolerance time.Duration
-	Instance    string                    // this process's id, in ledger lease owners (default random)
+	Instance      string // this process's id, in ledger lease owners (default random)
 
 	Source      Source
 	DeadLetters DeadLetterer

@@ -158,7 +158,6 @@ func TestLogsCarryNoPersonalData(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{})
 	b.fake.FailNext(3, http.StatusBadGateway)
-	var jobs []string
 	for i := 0; i < 30; i++ {
 		j := newJob(fmt.Sprintf("pii-%d", i), []string{"sms", "push", "email"}[i%3], "user-secret-name")
 		j.To = map[string]string{"sms": "+447700900777", "push": "devtoken-SECRET-abcdefghijklmnopqrstuvwxyz0123456789", "email": "private.person@example.org"}[j.Channel]
@@ -167,7 +166,6 @@ func TestLogsCarryNoPersonalData(t *testing.T) {
 			j.ExpiresAt = time.Now().Add(-time.Hour)
 		}
 		b.publish(j)
-		jobs = append(jobs, j.ID)
 	}
 	b.fake.FailNext(1, http.StatusBadRequest)
 	b.start(nil)
