@@ -10,13 +10,17 @@
 // one attempt: a provider never retries on its own and never logs on the hot
 // path; the caller decides what an error means for the job from its class:
 //
-//	switch err := p.Send(ctx, m); {
-//	case err == nil:                          // sent
-//	case errors.Is(err, providers.ErrRateLimited): // pause the provider fleet-wide
-//		var rl *providers.RateLimitedError
-//		errors.As(err, &rl)                       // rl.RetryAfter
-//	case errors.Is(err, providers.ErrPermanent):   // dead-letter, reason "rejected"
-//	default:                                       // providers.ErrTransient: retry with backoff
+//	err := p.Send(ctx, m)
+//	var rl *providers.RateLimitedError
+//	switch {
+//	case err == nil:
+//		// sent
+//	case errors.As(err, &rl):
+//		// 429: pause the provider fleet-wide for rl.RetryAfter
+//	case errors.Is(err, providers.ErrPermanent):
+//		// dead-letter with reason "rejected"
+//	default:
+//		// providers.ErrTransient: retry with backoff, counting an attempt
 //	}
 //
 // Error texts are one line and never carry the recipient's address, the
