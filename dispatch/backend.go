@@ -165,3 +165,14 @@ func (d *Dispatcher) stopMonitor() {
 		d.monitor = nil
 	}
 }
+
+// LimitsName says which limits are in use: "redis" (or the primary set's
+// name), "local" (the fallback), or "holding" while the backend is down and
+// there is no fallback.
+func (d *Dispatcher) LimitsName() string {
+	l := d.currentLimits()
+	if l == nil {
+		return "holding"
+	}
+	return l.Name
+}

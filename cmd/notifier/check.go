@@ -1,0 +1,91 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+func checkCmd(e *env) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "check",
+		Short: "Validate the configuration: exit 0, or print every problem and exit 2",
+		Args:  cobra.NoArgs,
+	}
+	path := configFlag(c)
+	c.RunE = func(cmd *cobra.Command, _ []string) error {
+		cfg, err := LoadConfig(*path, e.getenv)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "configuration %s is valid\n", *path)
+		describeConfig(e.stdout, cfg)
+		return nil
+	}
+	return c
+}
+
+// describeConfig prints what the configuration will do, without a secret.
+func describeConfig(w io.Writer, cfg Config) {
+	fmt.Fprintf(w, "  nats:      %s (streams %s, %s; ack_wait %s; auth: %s)\n",
+		cfg.NATS.URL, cfg.NATS.Stream, cfg.NATS.DeadStream, fmtDur(cfg.NATS.AckWait), natsAuthKind(cfg))
+	mode := "standalone"
+	if len(cfg.Redis.Addrs) > 1 {
+		mode = "cluster"
+	}
+	auth := "none"
+	if cfg.Redis.Password != "" {
+		auth = "password"
+		if cfg.Redis.Username != "" {
+			auth = "ACL user " + cfg.Redis.Username
+		}
+	}
+	fmt.Fprintf(w, "  redis:     %s (%s, tls %v, auth %s, prefix %q, on_failure %s)\n",
+		strings.Join(cfg.Redis.Addrs, ","), mode, cfg.Redis.TLS.Enabled, auth, cfg.Redis.KeyPrefix, cfg.Redis.OnFailure)
+	fmt.Fprintf(w, "  workers:   %d per process; dedup_ttl %s; retry %d attempts, %s..%s\n",
+		cfg.Workers, fmtDur(cfg.DedupTTL), cfg.Retry.MaxAttempts, fmtDur(cfg.Retry.BaseDelay), fmtDur(cfg.Retry.MaxDelay))
+	if cfg.Global != nil {
+		fmt.Fprintf(w, "  global:    %g jobs/s, burst %d (whole fleet)\n", cfg.Global.Rate, cfg.Global.Burst)
+	} else {
+		fmt.Fprintf(w, "  global:    off\n")
+	}
+	for _, ch := range sortedKeys(cfg.UserLimits) {
+		r := cfg.UserLimits[ch]
+		fmt.Fprintf(w, "  cap %-5s  %d per %s per user (%s, on_exceed %s)\n", ch, r.Limit, fmtDur(r.Window), r.Algorithm, r.OnExceed)
+	}
+	for _, p := range cfg.Providers {
+		def := ""
+		if p.Default {
+			def = ", default"
+		}
+		fmt.Fprintf(w, "  provider   %s: %s %s%s, contract %g %s/s, max_queue_delay %s\n",
+			p.Name, p.Channel, p.Kind, def, p.Rate, p.Unit, fmtDur(p.MaxQueueDelay))
+	}
+}
+
+func natsAuthKind(cfg Config) string {
+	switch {
+	case cfg.NATS.CredsFile != "":
+		return "credentials file"
+	case cfg.NATS.Token != "":
+		return "token"
+	case cfg.NATS.User != "":
+		return "user " + cfg.NATS.User
+	}
+	return "none"
+}
+
+// fmtDur prints a duration the way it is written in YAML: 24h, 10m, 1m30s.
+func fmtDur(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}

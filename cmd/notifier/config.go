@@ -1,0 +1,515 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-viper/mapstructure/v2"
+	"github.com/spf13/viper"
+
+	"github.com/notifier/notifier/dispatch"
+	"github.com/notifier/notifier/globallimit"
+	"github.com/notifier/notifier/providers"
+	"github.com/notifier/notifier/queue"
+	"github.com/notifier/notifier/userlimit"
+)
+
+// Config is the whole YAML file of SPEC §4. Each section is the owning
+// package's own config type; this file only reads, merges the environment,
+// fills defaults and collects every problem.
+type Config struct {
+	NATS       queue.Config              `mapstructure:"nats"`
+	Redis      RedisConfig               `mapstructure:"redis"`
+	Workers    int                       `mapstructure:"workers"`
+	Metrics    MetricsConfig             `mapstructure:"metrics"`
+	DedupTTL   time.Duration             `mapstructure:"dedup_ttl"`
+	Retry      dispatch.RetryConfig      `mapstructure:"retry"`
+	Global     *globallimit.Config       `mapstructure:"global"`
+	UserLimits map[string]userlimit.Rule `mapstructure:"user_limits"`
+	Providers  []providers.Config        `mapstructure:"providers"`
+}
+
+// MetricsConfig is YAML metrics:.
+type MetricsConfig struct {
+	Listen string `mapstructure:"listen"` // host:port of /metrics, /healthz, /readyz; "off" disables
+}
+
+// envPrefix prefixes every environment override: NOTIFIER_ + the key path in
+// upper case with _ for . (NOTIFIER_REDIS_ADDRS, NOTIFIER_NATS_URL).
+const envPrefix = "NOTIFIER"
+
+// WithDefaults fills every key left out with SPEC §4's value.
+func (c Config) WithDefaults() Config {
+	c.NATS = c.NATS.WithDefaults()
+	c.Redis = c.Redis.WithDefaults()
+	if c.Workers == 0 {
+		c.Workers = 32
+	}
+	if c.Metrics.Listen == "" {
+		c.Metrics.Listen = "127.0.0.1:9464"
+	}
+	if c.DedupTTL == 0 {
+		c.DedupTTL = 24 * time.Hour
+	}
+	c.Retry = c.Retry.WithDefaults()
+	for ch, r := range c.UserLimits {
+		c.UserLimits[ch] = r.WithDefaults()
+	}
+	for i := range c.Providers {
+		c.Providers[i] = c.Providers[i].WithDefaults()
+	}
+	return c
+}
+
+// Validate reports every problem at once, each naming its YAML key.
+func (c Config) Validate() error {
+	var errs []error
+	add := func(prefix string, err error) {
+		for _, e := range flatten(err) {
+			errs = append(errs, fmt.Errorf("%s%w", prefix, e))
+		}
+	}
+	add("nats.", c.NATS.Validate())
+	add("redis.", c.Redis.Validate())
+	if c.Workers < 1 || c.Workers > 4096 {
+		errs = append(errs, fmt.Errorf("workers: must be a whole number from 1 to 4096, got %d", c.Workers))
+	}
+	if c.Metrics.Listen != "off" {
+		if _, port, err := net.SplitHostPort(c.Metrics.Listen); err != nil || !validPort(port) {
+			errs = append(errs, fmt.Errorf("metrics.listen: must be host:port (port 0 picks a free one) or \"off\", got %q", c.Metrics.Listen))
+		}
+	}
+	if c.DedupTTL < time.Minute {
+		errs = append(errs, fmt.Errorf("dedup_ttl: must be at least 1m (longer than a job can take to be redelivered), got %s", c.DedupTTL))
+	}
+	add("retry.", c.Retry.Validate())
+	if c.Global != nil {
+		add("global.", c.Global.Validate())
+	}
+	for _, ch := range sortedKeys(c.UserLimits) {
+		if !isChannel(ch) {
+			errs = append(errs, fmt.Errorf("user_limits.%s: %q is not a channel; use one of %s", ch, ch, strings.Join(queue.Channels, ", ")))
+			continue
+		}
+		add("user_limits."+ch+".", c.UserLimits[ch].Validate())
+	}
+	if len(c.Providers) == 0 {
+		errs = append(errs, errors.New("providers: required: at least one provider"))
+	}
+	for i, p := range c.Providers {
+		add(providerPath(i, p.Name)+".", p.Validate())
+	}
+	add("", providers.ValidateAll(c.Providers))
+	return errors.Join(errs...)
+}
+
+func providerPath(i int, name string) string {
+	if name == "" {
+		return fmt.Sprintf("providers[%d]", i)
+	}
+	return fmt.Sprintf("providers[%d] (%s)", i, name)
+}
+
+func validPort(p string) bool {
+	n, err := strconv.Atoi(p)
+	return err == nil && n >= 0 && n <= 65535
+}
+
+func isChannel(ch string) bool {
+	for _, c := range queue.Channels {
+		if c == ch {
+			return true
+		}
+	}
+	return false
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+// flatten unwraps errors.Join trees into their leaves.
+func flatten(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, flatten(e)...)
+		}
+		return out
+	}
+	return []error{err}
+}
+
+// ConfigError is a configuration that cannot be used: every problem found,
+// one per line. The command line maps it to exit code 2.
+type ConfigError struct {
+	File     string
+	Problems []error
+}
+
+func (e *ConfigError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "configuration %s: %d problem", e.File, len(e.Problems))
+	if len(e.Problems) != 1 {
+		b.WriteString("s")
+	}
+	for _, p := range e.Problems {
+		b.WriteString("\n  - ")
+		b.WriteString(p.Error())
+	}
+	return b.String()
+}
+
+// LoadConfig reads path (YAML), applies NOTIFIER_* environment overrides,
+// fills defaults and validates. getenv is os.Getenv in production. A
+// configuration that cannot be used returns a *ConfigError listing every
+// problem.
+func LoadConfig(path string, getenv func(string) string) (Config, error) {
+	v := viper.New()
+	v.SetConfigFile(path)
+	v.SetConfigType("yaml")
+	if err := v.ReadInConfig(); err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			return Config{}, &ConfigError{File: path, Problems: []error{fmt.Errorf("cannot read the file: %w", pe.Err)}}
+		}
+		return Config{}, &ConfigError{File: path, Problems: []error{fmt.Errorf("not valid YAML: %w", err)}}
+	}
+	return decodeConfig(v, path, getenv)
+}
+
+// ParseConfig is LoadConfig for YAML held in memory (tests, fuzzing).
+func ParseConfig(yaml []byte, getenv func(string) string) (Config, error) {
+	v := viper.New()
+	v.SetConfigType("yaml")
+	if err := v.ReadConfig(strings.NewReader(string(yaml))); err != nil {
+		return Config{}, &ConfigError{File: "(memory)", Problems: []error{fmt.Errorf("not valid YAML: %w", err)}}
+	}
+	return decodeConfig(v, "(memory)", getenv)
+}
+
+func decodeConfig(v *viper.Viper, file string, getenv func(string) string) (Config, error) {
+	// Environment overrides: viper looks a key up in the environment only if
+	// it knows the key, so bind every scalar key of the schema.
+	for _, k := range envKeys() {
+		env := envPrefix + "_" + strings.ToUpper(strings.ReplaceAll(k, ".", "_"))
+		if val := getenv(env); val != "" {
+			v.Set(k, val)
+		}
+	}
+	var cfg Config
+	var problems []error
+	dc := &mapstructure.DecoderConfig{
+		Result:           &cfg,
+		ErrorUnused:      true,
+		WeaklyTypedInput: false,
+		DecodeHook:       decodeHook,
+		TagName:          "mapstructure",
+	}
+	dec, err := mapstructure.NewDecoder(dc)
+	if err != nil {
+		return Config{}, fmt.Errorf("build config decoder: %w", err)
+	}
+	if err := dec.Decode(v.AllSettings()); err != nil {
+		problems = append(problems, decodeProblems(err)...)
+	}
+	cfg = cfg.WithDefaults()
+	// Validate too, so every problem shows at once; a key that could not
+	// be decoded is not reported a second time for its default value.
+	for _, p := range flatten(cfg.Validate()) {
+		if !reportedKey(problems, p) {
+			problems = append(problems, p)
+		}
+	}
+	if len(problems) > 0 {
+		sortProblems(problems)
+		return cfg, &ConfigError{File: file, Problems: problems}
+	}
+	return cfg, nil
+}
+
+// reportedKey reports whether p is about a key already in problems.
+func reportedKey(problems []error, p error) bool {
+	key, _, _ := strings.Cut(p.Error(), ": ")
+	for _, q := range problems {
+		if k, _, _ := strings.Cut(q.Error(), ": "); k == key {
+			return true
+		}
+	}
+	return false
+}
+
+func sortProblems(ps []error) {
+	sort.SliceStable(ps, func(i, j int) bool { return ps[i].Error() < ps[j].Error() })
+}
+
+// envKeys lists every key path an environment variable may override: the
+// scalar and list keys of every section, and those of user_limits.<channel>
+// for each channel. Entries of the providers list are set in the file; their
+// secrets come from the variables their *_env keys name.
+func envKeys() []string {
+	var keys []string
+	var walk func(prefix string, t reflect.Type)
+	walk = func(prefix string, t reflect.Type) {
+		for t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			tag := strings.Split(f.Tag.Get("mapstructure"), ",")[0]
+			if tag == "" || tag == "-" || !f.IsExported() {
+				continue
+			}
+			ft := f.Type
+			for ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			switch {
+			case ft.Kind() == reflect.Struct && ft != reflect.TypeOf(time.Time{}):
+				walk(prefix+tag+".", ft)
+			case ft.Kind() == reflect.Map && ft.Elem().Kind() == reflect.Struct:
+				for _, ch := range queue.Channels {
+					walk(prefix+tag+"."+ch+".", ft.Elem())
+				}
+			case ft.Kind() == reflect.Slice && ft.Elem().Kind() == reflect.Struct:
+				// list of sections (providers): file only
+			default:
+				keys = append(keys, prefix+tag)
+			}
+		}
+	}
+	walk("", reflect.TypeOf(Config{}))
+	return keys
+}
+
+var durationType = reflect.TypeOf(time.Duration(0))
+
+// decodeHook turns YAML and environment strings into the schema's types with
+// messages that say what is allowed. A bare number is refused for a
+// duration: 30 would be 30 nanoseconds.
+func decodeHook(from, to reflect.Type, data any) (any, error) {
+	if data == nil {
+		return data, nil
+	}
+	s, isString := data.(string)
+	switch {
+	case to == durationType:
+		switch d := data.(type) {
+		case string:
+			v, err := time.ParseDuration(strings.TrimSpace(d))
+			if err != nil {
+				return nil, fmt.Errorf("must be a duration such as 500ms, 30s, 5m or 24h, got %q", d)
+			}
+			return v, nil
+		case int, int64, float64:
+			if reflect.ValueOf(d).IsZero() {
+				return time.Duration(0), nil
+			}
+			return nil, fmt.Errorf("must be a duration with a unit, such as 30s or 5m, got the bare number %v", d)
+		}
+	case to.Kind() == reflect.Int && isString:
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil {
+			return nil, fmt.Errorf("must be a whole number, got %q", s)
+		}
+		return n, nil
+	case to.Kind() == reflect.Int && from.Kind() == reflect.Float64:
+		f := data.(float64)
+		if f != float64(int(f)) {
+			return nil, fmt.Errorf("must be a whole number, got %v", f)
+		}
+		return int(f), nil
+	case to.Kind() == reflect.Float64 && isString:
+		f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+		if err != nil {
+			return nil, fmt.Errorf("must be a number, got %q", s)
+		}
+		return f, nil
+	case to.Kind() == reflect.Float64 && from.Kind() == reflect.Int:
+		return float64(data.(int)), nil
+	case to.Kind() == reflect.Bool && isString:
+		b, err := strconv.ParseBool(strings.TrimSpace(s))
+		if err != nil {
+			return nil, fmt.Errorf("must be true or false, got %q", s)
+		}
+		return b, nil
+	case to.Kind() == reflect.Slice && to.Elem().Kind() == reflect.String && isString:
+		var out []string
+		for _, part := range strings.Split(s, ",") {
+			if part = strings.TrimSpace(part); part != "" {
+				out = append(out, part)
+			}
+		}
+		return out, nil
+	case to.Kind() == reflect.String && from.Kind() != reflect.String && from.Kind() != reflect.Interface:
+		switch from.Kind() {
+		case reflect.Map, reflect.Slice:
+			return nil, fmt.Errorf("must be a single value, got a %s", kindWord(from.Kind()))
+		}
+		return fmt.Sprint(data), nil // a number or boolean where text is expected (a port, a project id)
+	}
+	return data, nil
+}
+
+func kindWord(k reflect.Kind) string {
+	switch k {
+	case reflect.Map:
+		return "mapping"
+	case reflect.Slice:
+		return "list"
+	}
+	return k.String()
+}
+
+// decodeProblems rewrites mapstructure's errors as "key: problem" lines,
+// with a suggestion for a misspelt key.
+func decodeProblems(err error) []error {
+	var out []error
+	for _, e := range flatten(err) {
+		var de *mapstructure.DecodeError
+		if !errors.As(e, &de) {
+			out = append(out, e)
+			continue
+		}
+		name := de.Name()
+		inner := de.Unwrap()
+		msg := inner.Error()
+		if rest, ok := strings.CutPrefix(msg, "has invalid keys: "); ok {
+			for _, k := range strings.Split(rest, ", ") {
+				full := k
+				if name != "" {
+					full = name + "." + k
+				}
+				hint := ""
+				if s := suggest(k, knownKeysAt(name)); s != "" {
+					hint = fmt.Sprintf(" (did you mean %q?)", s)
+				}
+				out = append(out, fmt.Errorf("%s: unknown key%s; a misspelt key would silently fall back to its default, so it is refused", full, hint))
+			}
+			continue
+		}
+		var inner2 *mapstructure.DecodeError
+		if errors.As(inner, &inner2) {
+			out = append(out, decodeProblems(inner)...)
+			continue
+		}
+		if name == "" {
+			out = append(out, inner)
+			continue
+		}
+		// mapstructure's own type errors: say what the key wants.
+		var ute *mapstructure.UnconvertibleTypeError
+		if errors.As(inner, &ute) {
+			msg = "has the wrong type: " + msg
+		}
+		out = append(out, fmt.Errorf("%s: %s", name, msg))
+	}
+	return out
+}
+
+// knownKeysAt returns the keys allowed under a decoded path such as
+// "redis.tls", "user_limits.push" or "providers[2]".
+func knownKeysAt(path string) []string {
+	t := reflect.TypeOf(Config{})
+	if path != "" {
+		for _, seg := range strings.Split(path, ".") {
+			name, _, indexed := strings.Cut(seg, "[")
+			for t.Kind() == reflect.Pointer {
+				t = t.Elem()
+			}
+			if t.Kind() == reflect.Map {
+				t = t.Elem() // the segment is a map key (a channel)
+				continue
+			}
+			f, ok := fieldByTag(t, name)
+			if !ok {
+				return nil
+			}
+			t = f.Type
+			for t.Kind() == reflect.Pointer {
+				t = t.Elem()
+			}
+			if indexed && (t.Kind() == reflect.Slice || t.Kind() == reflect.Map) {
+				t = t.Elem()
+			}
+		}
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() == reflect.Map {
+		return nil
+	}
+	if t.Kind() != reflect.Struct {
+		return nil
+	}
+	var keys []string
+	for i := 0; i < t.NumField(); i++ {
+		if tag := strings.Split(t.Field(i).Tag.Get("mapstructure"), ",")[0]; tag != "" && tag != "-" {
+			keys = append(keys, tag)
+		}
+	}
+	return keys
+}
+
+func fieldByTag(t reflect.Type, tag string) (reflect.StructField, bool) {
+	if t.Kind() != reflect.Struct {
+		return reflect.StructField{}, false
+	}
+	for i := 0; i < t.NumField(); i++ {
+		if strings.Split(t.Field(i).Tag.Get("mapstructure"), ",")[0] == tag {
+			return t.Field(i), true
+		}
+	}
+	return reflect.StructField{}, false
+}
+
+// suggest returns the known key closest to k when it is close enough to be
+// a typo (edit distance at most 2, or a third of the key).
+func suggest(k string, known []string) string {
+	best, bestD := "", 1<<30
+	for _, c := range known {
+		if d := editDistance(k, c); d < bestD {
+			best, bestD = c, d
+		}
+	}
+	if best != "" && (bestD <= 2 || bestD*3 <= len(k)) {
+		return best
+	}
+	return ""
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

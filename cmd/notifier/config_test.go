@@ -1,0 +1,273 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// minimal is the smallest valid configuration: only providers is required.
+const minimal = `
+providers:
+  - name: sms-gateway
+    channel: sms
+    default: true
+    kind: webhook
+    url: http://127.0.0.1:8080/send
+    rate: 100
+`
+
+func noEnv(string) string { return "" }
+
+func envOf(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestMinimalConfigTakesSpecDefaults(t *testing.T) {
+	t.Parallel()
+	cfg, err := ParseConfig([]byte(minimal), noEnv)
+	if err != nil {
+		t.Fatalf("minimal config refused: %v", err)
+	}
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"nats.url", cfg.NATS.URL, "nats://127.0.0.1:4222"},
+		{"nats.stream", cfg.NATS.Stream, "NOTIFY"},
+		{"nats.dead_stream", cfg.NATS.DeadStream, "NOTIFY_DEAD"},
+		{"nats.ack_wait", cfg.NATS.AckWait, 30 * time.Second},
+		{"redis.addrs", strings.Join(cfg.Redis.Addrs, ","), "127.0.0.1:6379"},
+		{"redis.key_prefix", cfg.Redis.KeyPrefix, "notifier:"},
+		{"redis.on_failure", cfg.Redis.OnFailure, "hold"},
+		{"workers", cfg.Workers, 32},
+		{"metrics.listen", cfg.Metrics.Listen, "127.0.0.1:9464"},
+		{"dedup_ttl", cfg.DedupTTL, 24 * time.Hour},
+		{"retry.max_attempts", cfg.Retry.MaxAttempts, 8},
+		{"retry.base_delay", cfg.Retry.BaseDelay, time.Second},
+		{"retry.max_delay", cfg.Retry.MaxDelay, 5 * time.Minute},
+		{"global (left out: no fleet bucket)", cfg.Global == nil, true},
+		{"user_limits (left out: no cap)", len(cfg.UserLimits), 0},
+		{"providers[0].unit", cfg.Providers[0].Unit, "messages"},
+		{"providers[0].max_queue_delay", cfg.Providers[0].MaxQueueDelay, 5 * time.Second},
+		{"providers[0].timeout", cfg.Providers[0].Timeout, 5 * time.Second},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+}
+
+func TestRootConfigYAMLIsValid(t *testing.T) {
+	t.Parallel()
+	cfg, err := LoadConfig(filepath.Join("..", "..", "config.yaml"), noEnv)
+	if err != nil {
+		t.Fatalf("config.yaml at the root must be a working example: %v", err)
+	}
+	if cfg.Global == nil || len(cfg.UserLimits) != 3 || len(cfg.Providers) < 3 {
+		t.Fatalf("config.yaml should show every section: global=%v user_limits=%d providers=%d",
+			cfg.Global, len(cfg.UserLimits), len(cfg.Providers))
+	}
+}
+
+// TestConfigMistakes has one row per kind of mistake; each must be reported
+// with its key, its bad value and what is allowed.
+func TestConfigMistakes(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		yaml string
+		want []string // substrings of the report
+	}{
+		{"missing providers", "workers: 4\n", []string{"providers: required"}},
+		{"missing provider key", `
+providers:
+  - name: p
+    channel: sms
+    default: true
+    kind: webhook
+    rate: 10
+`, []string{"providers[0] (p).url"}},
+		{"bad duration", minimal + "dedup_ttl: 5 seconds\n", []string{"dedup_ttl: must be a duration", `"5 seconds"`}},
+		{"bare number duration", minimal + "nats:\n  ack_wait: 30\n", []string{"nats.ack_wait: must be a duration with a unit", "30"}},
+		{"unknown algorithm", minimal + "user_limits:\n  sms: { limit: 3, window: 10m, algorithm: leaky }\n",
+			[]string{"user_limits.sms.algorithm", `"leaky"`, "sliding_log"}},
+		{"unknown top-level key", minimal + "wrokers: 4\n", []string{"wrokers: unknown key", `did you mean "workers"`}},
+		{"unknown nested key", minimal + "redis:\n  adrs: [\"x:1\"]\n", []string{"redis.adrs: unknown key", `did you mean "addrs"`}},
+		{"unknown provider key", `
+providers:
+  - name: p
+    channel: sms
+    default: true
+    kind: webhook
+    url: http://x/
+    rate: 10
+    rat: 5
+`, []string{"providers[0].rat: unknown key", `did you mean "rate"`}},
+		{"duplicate provider name", minimal + `
+  - name: sms-gateway
+    channel: sms
+    kind: webhook
+    url: http://127.0.0.1:8081/send
+    rate: 50
+`, []string{"providers[1] (sms-gateway).name", "already used by providers[0]"}},
+		{"no default provider for a channel", `
+providers:
+  - name: a
+    channel: sms
+    kind: webhook
+    url: http://x/
+    rate: 10
+`, []string{"default"}},
+		{"negative rate", strings.Replace(minimal, "rate: 100", "rate: -5", 1), []string{"providers[0] (sms-gateway).rate", "-5"}},
+		{"user limit on an unknown channel", minimal + "user_limits:\n  fax: { limit: 3, window: 10m }\n", []string{"user_limits.fax", "not a channel"}},
+		{"bad on_failure", minimal + "redis:\n  on_failure: panic\n", []string{"redis.on_failure", `"panic"`, "hold, local"}},
+		{"bad workers", minimal + "workers: 0x\n", []string{"workers: must be a whole number", `"0x"`}},
+		{"negative global rate", minimal + "global:\n  rate: -1\n  burst: 10\n", []string{"global.rate", "-1"}},
+		{"brace in key prefix", minimal + "redis:\n  key_prefix: \"{x}\"\n", []string{"redis.key_prefix", "hash tags"}},
+		{"not yaml", "providers: [\n", []string{"not valid YAML"}},
+		{"wrong shape", "providers: 5\n", []string{"providers"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseConfig([]byte(tc.yaml), noEnv)
+			var ce *ConfigError
+			if !errors.As(err, &ce) {
+				t.Fatalf("want a *ConfigError, got %v", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("report lacks %q:\n%s", w, err)
+				}
+			}
+		})
+	}
+}
+
+func TestConfigReportsEveryProblemAtOnce(t *testing.T) {
+	t.Parallel()
+	y := strings.Replace(minimal, "rate: 100", "rate: -5", 1) + "workers: -3\nredis:\n  on_failure: x\nretry:\n  max_attempts: 0\n  base_delay: 2s\n  max_delay: 1s\n"
+	_, err := ParseConfig([]byte(y), noEnv)
+	var ce *ConfigError
+	if !errors.As(err, &ce) {
+		t.Fatalf("want *ConfigError, got %v", err)
+	}
+	if len(ce.Problems) < 4 {
+		t.Fatalf("want at least 4 problems reported together, got %d:\n%s", len(ce.Problems), err)
+	}
+	for _, w := range []string{"workers:", "redis.on_failure:", "retry.max_delay:", "providers[0] (sms-gateway).rate:"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("report lacks %q:\n%s", w, err)
+		}
+	}
+}
+
+func TestEnvironmentOverrides(t *testing.T) {
+	t.Parallel()
+	cfg, err := ParseConfig([]byte(minimal+"workers: 4\n"), envOf(map[string]string{
+		"NOTIFIER_WORKERS":                   "12",
+		"NOTIFIER_REDIS_ADDRS":               "10.0.0.1:7000, 10.0.0.2:7000,10.0.0.3:7000",
+		"NOTIFIER_NATS_URL":                  "nats://a:4222,nats://b:4222",
+		"NOTIFIER_NATS_ACK_WAIT":             "45s",
+		"NOTIFIER_REDIS_PASSWORD":            "pw-from-env",
+		"NOTIFIER_NATS_TOKEN":                "tok-from-env",
+		"NOTIFIER_GLOBAL_RATE":               "300",
+		"NOTIFIER_GLOBAL_BURST":              "50",
+		"NOTIFIER_USER_LIMITS_SMS_LIMIT":     "2",
+		"NOTIFIER_USER_LIMITS_SMS_WINDOW":    "1m",
+		"NOTIFIER_USER_LIMITS_SMS_ON_EXCEED": "defer",
+		"NOTIFIER_REDIS_TLS_ENABLED":         "false",
+	}))
+	if err != nil {
+		t.Fatalf("config with environment overrides refused: %v", err)
+	}
+	if cfg.Workers != 12 {
+		t.Errorf("workers = %d, want 12 from NOTIFIER_WORKERS over the file's 4", cfg.Workers)
+	}
+	if got := strings.Join(cfg.Redis.Addrs, "|"); got != "10.0.0.1:7000|10.0.0.2:7000|10.0.0.3:7000" {
+		t.Errorf("redis.addrs = %s", got)
+	}
+	if cfg.NATS.URL != "nats://a:4222,nats://b:4222" || cfg.NATS.AckWait != 45*time.Second {
+		t.Errorf("nats = %s %s", cfg.NATS.URL, cfg.NATS.AckWait)
+	}
+	if cfg.Redis.Password != "pw-from-env" || cfg.NATS.Token != "tok-from-env" {
+		t.Errorf("secrets from the environment not applied")
+	}
+	if cfg.Global == nil || cfg.Global.Rate != 300 || cfg.Global.Burst != 50 {
+		t.Errorf("global = %+v, want rate 300 burst 50 from the environment", cfg.Global)
+	}
+	if r := cfg.UserLimits["sms"]; r.Limit != 2 || r.Window != time.Minute || r.OnExceed != "defer" {
+		t.Errorf("user_limits.sms = %+v", r)
+	}
+}
+
+func TestSecretsNeverPrinted(t *testing.T) {
+	t.Parallel()
+	const pw, tok = "hunter2-redis-secret", "nats-token-secret-42"
+	env := envOf(map[string]string{"NOTIFIER_REDIS_PASSWORD": pw, "NOTIFIER_NATS_TOKEN": tok, "NOTIFIER_REDIS_USERNAME": "app"})
+	cfg, err := ParseConfig([]byte(minimal), env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	describeConfig(&b, cfg)
+	// A broken config with the same secrets: the report must not echo them.
+	_, bad := ParseConfig([]byte(minimal+"workers: -1\nredis:\n  addrs: [\"nohost\"]\n"), env)
+	for _, out := range []string{b.String(), bad.Error()} {
+		if strings.Contains(out, pw) || strings.Contains(out, tok) {
+			t.Fatalf("a secret was printed:\n%s", out)
+		}
+	}
+	if !strings.Contains(b.String(), "ACL user app") || !strings.Contains(b.String(), "auth: token") {
+		t.Errorf("check output should say which auth is used:\n%s", b.String())
+	}
+}
+
+func TestLoadConfigMissingFile(t *testing.T) {
+	t.Parallel()
+	_, err := LoadConfig(filepath.Join(t.TempDir(), "nope.yaml"), noEnv)
+	var ce *ConfigError
+	if !errors.As(err, &ce) || !strings.Contains(err.Error(), "cannot read the file") {
+		t.Fatalf("missing file: %v", err)
+	}
+}
+
+func TestEnvKeysCoverTheSchema(t *testing.T) {
+	t.Parallel()
+	keys := strings.Join(envKeys(), " ")
+	for _, k := range []string{"nats.url", "nats.token", "nats.tls.ca_file", "redis.addrs", "redis.password", "redis.tls.enabled",
+		"workers", "metrics.listen", "dedup_ttl", "retry.max_attempts", "global.rate", "user_limits.push.limit", "user_limits.email.on_exceed"} {
+		if !strings.Contains(" "+keys+" ", " "+k+" ") {
+			t.Errorf("envKeys lacks %s", k)
+		}
+	}
+}
+
+// FuzzParseConfig feeds arbitrary YAML (and a seed corpus in
+// testdata/fuzz/FuzzParseConfig): the loader must never panic, and a
+// configuration it accepts must validate again.
+func FuzzParseConfig(f *testing.F) {
+	f.Add([]byte(minimal))
+	if b, err := os.ReadFile(filepath.Join("..", "..", "config.yaml")); err == nil {
+		f.Add(b)
+	}
+	f.Add([]byte("providers: [{name: a, channel: sms, default: true, kind: webhook, url: 'http://x', rate: 1e309}]"))
+	f.Add([]byte("user_limits: {push: {limit: 99999999999999999999, window: -1h}}"))
+	f.Add([]byte("workers: [1,2]\nnats: 7\nretry: {base_delay: 1h, max_delay: 1ns}"))
+	f.Fuzz(func(t *testing.T, y []byte) {
+		cfg, err := ParseConfig(y, noEnv)
+		if err != nil {
+			var ce *ConfigError
+			if !errors.As(err, &ce) {
+				t.Fatalf("error is not a *ConfigError: %v", err)
+			}
+			return
+		}
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("accepted config does not validate again: %v", err)
+		}
+	})
+}

@@ -1,0 +1,191 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RedisConfig is YAML redis:. One address is a standalone server; several
+// are the seeds of a Redis Cluster.
+type RedisConfig struct {
+	Addrs     []string       `mapstructure:"addrs"`
+	Username  string         `mapstructure:"username"` // Redis 6+ ACL user
+	Password  string         `mapstructure:"password"` // better: NOTIFIER_REDIS_PASSWORD
+	TLS       RedisTLSConfig `mapstructure:"tls"`
+	KeyPrefix string         `mapstructure:"key_prefix"`
+	OnFailure string         `mapstructure:"on_failure"` // hold | local
+}
+
+// RedisTLSConfig is YAML redis.tls:. Server verification is always on.
+type RedisTLSConfig struct {
+	Enabled    bool   `mapstructure:"enabled"`
+	CAFile     string `mapstructure:"ca_file"`     // trust this CA (default: the system roots)
+	CertFile   string `mapstructure:"cert_file"`   // client certificate, with key_file
+	KeyFile    string `mapstructure:"key_file"`    //
+	ServerName string `mapstructure:"server_name"` // name to verify (default: the address's host)
+}
+
+// On-failure policies (SPEC §6).
+const (
+	OnFailureHold  = "hold"
+	OnFailureLocal = "local"
+)
+
+// WithDefaults fills the keys left out.
+func (c RedisConfig) WithDefaults() RedisConfig {
+	if len(c.Addrs) == 0 {
+		c.Addrs = []string{"127.0.0.1:6379"}
+	}
+	if c.KeyPrefix == "" {
+		c.KeyPrefix = "notifier:"
+	}
+	if c.OnFailure == "" {
+		c.OnFailure = OnFailureHold
+	}
+	return c
+}
+
+// Validate reports every problem, keys relative to redis:. It never prints
+// the password.
+func (c RedisConfig) Validate() error {
+	var errs []error
+	for i, a := range c.Addrs {
+		if _, port, err := net.SplitHostPort(a); err != nil || !validPort(port) || port == "0" {
+			errs = append(errs, fmt.Errorf("addrs[%d]: must be host:port, got %q", i, a))
+		}
+	}
+	if strings.ContainsAny(c.KeyPrefix, "{}") {
+		errs = append(errs, fmt.Errorf("key_prefix: must not contain { or } (they would break the keys' Redis Cluster hash tags), got %q", c.KeyPrefix))
+	}
+	if c.OnFailure != OnFailureHold && c.OnFailure != OnFailureLocal {
+		errs = append(errs, fmt.Errorf("on_failure: %q is not one of hold, local", c.OnFailure))
+	}
+	if c.Username != "" && c.Password == "" {
+		errs = append(errs, errors.New("password: required with username (set NOTIFIER_REDIS_PASSWORD)"))
+	}
+	errs = append(errs, checkTLSFiles("tls.", c.TLS.CAFile, c.TLS.CertFile, c.TLS.KeyFile)...)
+	if !c.TLS.Enabled && (c.TLS.CAFile != "" || c.TLS.CertFile != "") {
+		errs = append(errs, errors.New("tls.enabled: must be true when tls files are given (they would be ignored)"))
+	}
+	return errors.Join(errs...)
+}
+
+// checkTLSFiles checks that named files are readable and that a certificate
+// comes with its key.
+func checkTLSFiles(prefix, ca, cert, key string) []error {
+	var errs []error
+	for _, f := range []struct{ key, path string }{{"ca_file", ca}, {"cert_file", cert}, {"key_file", key}} {
+		if f.path == "" {
+			continue
+		}
+		if _, err := os.Stat(f.path); err != nil {
+			errs = append(errs, fmt.Errorf("%s%s: cannot read %q: %w", prefix, f.key, f.path, errors.Unwrap(err)))
+		}
+	}
+	if (cert == "") != (key == "") {
+		errs = append(errs, fmt.Errorf("%scert_file, %skey_file: give both or neither", prefix, prefix))
+	}
+	return errs
+}
+
+// tlsConfig builds the client TLS configuration: verification on, the CA
+// (or the system roots), and the client certificate when given.
+func (c RedisTLSConfig) tlsConfig() (*tls.Config, error) {
+	if !c.Enabled {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.ServerName}
+	if c.CAFile != "" {
+		pem, err := os.ReadFile(c.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("read redis.tls.ca_file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("redis.tls.ca_file %s: no PEM certificate in it", c.CAFile)
+		}
+		cfg.RootCAs = pool
+	}
+	if c.CertFile != "" {
+		pair, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("load redis.tls.cert_file and key_file: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return cfg, nil
+}
+
+// NewRedisClient makes a standalone or cluster client; it does not dial.
+func NewRedisClient(c RedisConfig, workers int) (redis.UniversalClient, error) {
+	tlsCfg, err := c.TLS.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	// A pool a little larger than the workers, so no worker waits for a
+	// connection; commands fail fast enough for hold/local to react.
+	pool := workers + 8
+	if len(c.Addrs) > 1 {
+		return redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs:        c.Addrs,
+			Username:     c.Username,
+			Password:     c.Password,
+			TLSConfig:    tlsCfg,
+			PoolSize:     pool,
+			DialTimeout:  2 * time.Second,
+			ReadTimeout:  2 * time.Second,
+			WriteTimeout: 2 * time.Second,
+		}), nil
+	}
+	return redis.NewClient(&redis.Options{
+		Addr:         c.Addrs[0],
+		Username:     c.Username,
+		Password:     c.Password,
+		TLSConfig:    tlsCfg,
+		PoolSize:     pool,
+		DialTimeout:  2 * time.Second,
+		ReadTimeout:  2 * time.Second,
+		WriteTimeout: 2 * time.Second,
+	}), nil
+}
+
+// ConnectRedis makes the client and checks that it reaches the server and
+// is allowed in. Errors name the addresses, never the password.
+func ConnectRedis(ctx context.Context, c RedisConfig, workers int) (redis.UniversalClient, error) {
+	rdb, err := NewRedisClient(c, workers)
+	if err != nil {
+		return nil, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := rdb.Ping(pctx).Err(); err != nil {
+		_ = rdb.Close()
+		return nil, fmt.Errorf("connect to redis at %s: %w", strings.Join(c.Addrs, ","), redactErr(err, c.Password))
+	}
+	return rdb, nil
+}
+
+// redactErr makes sure a secret never leaves in an error message.
+func redactErr(err error, secrets ...string) error {
+	msg := err.Error()
+	changed := false
+	for _, s := range secrets {
+		if s != "" && strings.Contains(msg, s) {
+			msg = strings.ReplaceAll(msg, s, "[redacted]")
+			changed = true
+		}
+	}
+	if !changed {
+		return err
+	}
+	return errors.New(msg)
+}

@@ -1,0 +1,226 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/notifier/notifier/dispatch"
+	"github.com/notifier/notifier/providers"
+	"github.com/notifier/notifier/queue"
+)
+
+func runCmd(e *env) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "run",
+		Short: "Run the dispatch workers until SIGINT or SIGTERM",
+		Long: `Run consumes jobs from the NOTIFY stream and dispatches them through the per-user cap,
+the fleet bucket and each provider's leaky queue. Start as many processes as you like,
+on as many machines: they share the durable consumers and the limits in Redis.
+
+On SIGINT or SIGTERM it stops taking jobs, hands the ones still waiting back to
+JetStream at once, lets the sends already at a provider finish, and exits 0.`,
+		Args: cobra.NoArgs,
+	}
+	path := configFlag(c)
+	logf := logFlags(c)
+	c.RunE = func(cmd *cobra.Command, _ []string) error {
+		cfg, err := LoadConfig(*path, e.getenv)
+		if err != nil {
+			return err
+		}
+		log, err := logf.logger(e.stderr)
+		if err != nil {
+			return err
+		}
+		return runDispatcher(cmd.Context(), cfg, log, e)
+	}
+	return c
+}
+
+// runDispatcher is `notifier run` once the configuration is loaded.
+func runDispatcher(ctx context.Context, cfg Config, log *slog.Logger, e *env) error {
+	log.Info("starting", "version", version, "workers", cfg.Workers, "redis", strings.Join(cfg.Redis.Addrs, ","),
+		"on_failure", cfg.Redis.OnFailure, "providers", len(cfg.Providers))
+
+	nc, err := queue.Connect(ctx, cfg.NATS, "notifier run",
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("nats disconnected", "err", err) }),
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "server", c.ConnectedUrlRedacted()) }),
+	)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	if err := queue.EnsureStreams(ctx, js, cfg.NATS, 1); err != nil {
+		return err
+	}
+	cons, err := queue.NewConsumer(ctx, js, cfg.NATS, queue.ConsumerConfig{})
+	if err != nil {
+		return err
+	}
+
+	rdb, err := NewRedisClient(cfg.Redis, cfg.Workers)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	if err := checkRedis(ctx, rdb, cfg.Redis, log); err != nil {
+		return err
+	}
+
+	reg, err := providers.NewRegistry(cfg.Providers, providers.Options{Version: version, Logger: log, Stdout: e.stdout})
+	if err != nil {
+		return err
+	}
+	defer reg.Close()
+
+	promReg := newPromRegistry()
+	metrics := dispatch.NewMetrics(promReg)
+	instance := instanceID()
+	lcfg := limitsConfig(cfg)
+	limits := dispatch.RedisLimits(rdb, lcfg)
+
+	var d *dispatch.Dispatcher
+	fleet := dispatch.NewFleet(rdb, cfg.Redis.KeyPrefix, instance, func() dispatch.InstanceInfo {
+		return instanceInfo(d, cfg.Workers)
+	}, log)
+	var fallback func() *dispatch.Limits
+	if cfg.Redis.OnFailure == OnFailureLocal {
+		fallback = func() *dispatch.Limits { return dispatch.MemoryLimits(lcfg, fleet.Live()) }
+	}
+	d, err = dispatch.New(dispatch.Options{
+		Workers:     cfg.Workers,
+		AckWait:     cfg.NATS.AckWait,
+		Retry:       cfg.Retry,
+		UserLimits:  cfg.UserLimits,
+		StopTimeout: stopTimeout(cfg),
+		Instance:    instance,
+		Source:      cons,
+		DeadLetters: queue.NewPublisher(js),
+		Providers:   reg,
+		Limits:      limits,
+		Fallback:    fallback,
+		Metrics:     metrics,
+		Logger:      log,
+	})
+	if err != nil {
+		return err
+	}
+
+	g, gctx := errgroup.WithContext(ctx)
+	srv, err := startMetricsServer(cfg.Metrics.Listen, promReg, func() error {
+		if !nc.IsConnected() {
+			return errors.New("not connected to NATS")
+		}
+		return d.Ready()
+	}, log)
+	if err != nil {
+		return err
+	}
+	if srv != nil {
+		g.Go(func() error { return srv.serve(gctx) })
+	}
+	g.Go(func() error { return fleet.Run(gctx) })
+	g.Go(func() error {
+		err := d.Run(gctx)
+		log.Info("dispatcher stopped")
+		return err
+	})
+	log.Info("dispatching", "instance", instance, "metrics", cfg.Metrics.Listen)
+	err = g.Wait()
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+// limitsConfig is the part of the configuration the limit sets need.
+func limitsConfig(cfg Config) dispatch.LimitsConfig {
+	maxCost := 1
+	for _, p := range cfg.Providers {
+		if p.Unit == "segments" {
+			maxCost = max(maxCost, segmentsMaxCost)
+		}
+	}
+	return dispatch.LimitsConfig{Prefix: cfg.Redis.KeyPrefix, DedupTTL: cfg.DedupTTL, Global: cfg.Global, MaxCost: maxCost}
+}
+
+// segmentsMaxCost is the cost a segment-metered provider's cold start leaves
+// room for (leaky.WithMaxCost): a 10-segment SMS. A longer message reserved
+// just before Redis loses its state may overlap the first slot after it.
+const segmentsMaxCost = 10
+
+// stopTimeout bounds how long sends at a provider may finish after a stop:
+// the longest provider timeout plus a second, and never past ack_wait.
+func stopTimeout(cfg Config) time.Duration {
+	var t time.Duration
+	for _, p := range cfg.Providers {
+		t = max(t, p.Timeout)
+	}
+	return min(t+time.Second, cfg.NATS.AckWait)
+}
+
+// checkRedis pings Redis at start. Wrong credentials or a certificate that
+// does not verify are fatal (they will not fix themselves); an unreachable
+// server is not: the dispatcher holds (or runs locally) until it answers.
+func checkRedis(ctx context.Context, rdb redis.UniversalClient, c RedisConfig, log *slog.Logger) error {
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	err := rdb.Ping(pctx).Err()
+	if err == nil {
+		return nil
+	}
+	err = redactErr(err, c.Password)
+	msg := err.Error()
+	for _, fatal := range []string{"WRONGPASS", "NOAUTH", "NOPERM", "invalid username-password", "x509:", "tls:", "certificate"} {
+		if strings.Contains(msg, fatal) {
+			return fmt.Errorf("connect to redis at %s: %w", strings.Join(c.Addrs, ","), err)
+		}
+	}
+	log.Warn("redis unreachable at start; taking no jobs until it answers", "addrs", strings.Join(c.Addrs, ","), "on_failure", c.OnFailure, "err", err)
+	return nil
+}
+
+// instanceID names this process in the fleet: host, pid and a random part.
+func instanceID() string {
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "host"
+	}
+	return fmt.Sprintf("%s-%d-%04x", host, os.Getpid(), time.Now().UnixNano()&0xffff)
+}
+
+func instanceInfo(d *dispatch.Dispatcher, workers int) dispatch.InstanceInfo {
+	host, _ := os.Hostname()
+	info := dispatch.InstanceInfo{Version: version, Host: host, Started: startedAt, Workers: workers, Limits: "redis"}
+	if d != nil {
+		info.InFlight = d.InFlight()
+		info.Limits = d.LimitsName()
+	}
+	return info
+}
+
+var startedAt = time.Now().UTC()
+
+// newPromRegistry is a fresh registry with the Go and process collectors.
+func newPromRegistry() *prometheus.Registry {
+	r := prometheus.NewRegistry()
+	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return r
+}

@@ -1,0 +1,107 @@
+package dispatch
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed fleet_heartbeat.lua
+	fleetHeartbeatLua    string
+	fleetHeartbeatScript = redis.NewScript(fleetHeartbeatLua)
+)
+
+// Fleet announces this process in Redis every Interval and counts the
+// instances heard from within Liveness. The count is what
+// redis.on_failure: local divides each contract by (the last one seen
+// before Redis went away), and what `notifier status` lists.
+type Fleet struct {
+	rdb      redis.Scripter
+	prefix   string
+	id       string
+	info     func() InstanceInfo
+	log      *slog.Logger
+	interval time.Duration
+	liveness time.Duration
+
+	live atomic.Int64
+}
+
+// InstanceInfo is what an instance says of itself in its heartbeat.
+type InstanceInfo struct {
+	Version  string    `json:"version"`
+	Host     string    `json:"host"`
+	Started  time.Time `json:"started"`
+	InFlight int       `json:"in_flight"`
+	Workers  int       `json:"workers"`
+	Limits   string    `json:"limits"` // redis | local | holding
+}
+
+// FleetKeys are the Redis keys of the fleet: the instances sorted set and
+// their info hash, under one hash tag.
+func FleetKeys(prefix string) (instances, info string) {
+	tag := "{" + prefix + "fleet}"
+	return tag + ":instances", tag + ":info"
+}
+
+// NewFleet returns a Fleet for instance id; info is called at each
+// heartbeat. It counts itself until the first heartbeat answers.
+func NewFleet(rdb redis.Scripter, prefix, id string, info func() InstanceInfo, log *slog.Logger) *Fleet {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	f := &Fleet{rdb: rdb, prefix: prefix, id: id, info: info, log: log, interval: 2 * time.Second, liveness: 10 * time.Second}
+	f.live.Store(1)
+	return f
+}
+
+// Live is the number of live instances at the last successful heartbeat
+// (at least 1: this one).
+func (f *Fleet) Live() int { return int(max(1, f.live.Load())) }
+
+// Beat sends one heartbeat and returns the live count.
+func (f *Fleet) Beat(ctx context.Context) (int, error) {
+	return f.call(ctx, "")
+}
+
+func (f *Fleet) call(ctx context.Context, op string) (int, error) {
+	info, err := json.Marshal(f.info())
+	if err != nil {
+		return 0, fmt.Errorf("encode instance info: %w", err)
+	}
+	insts, infos := FleetKeys(f.prefix)
+	n, err := fleetHeartbeatScript.Run(ctx, f.rdb, []string{insts, infos}, f.id, string(info), f.liveness.Milliseconds(), op).Int()
+	if err != nil {
+		return 0, fmt.Errorf("heartbeat instance %s: %w", f.id, err)
+	}
+	if op == "" {
+		f.live.Store(int64(n))
+	}
+	return n, nil
+}
+
+// Run beats every interval until ctx ends, then leaves the fleet.
+func (f *Fleet) Run(ctx context.Context) error {
+	t := time.NewTicker(f.interval)
+	defer t.Stop()
+	for {
+		if _, err := f.Beat(ctx); err != nil && ctx.Err() == nil {
+			f.log.Debug("fleet heartbeat", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			_, _ = f.call(lctx, "leave")
+			cancel()
+			return nil
+		case <-t.C:
+		}
+	}
+}
