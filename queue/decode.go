@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -24,7 +25,8 @@ import (
 //   - body: non-empty, at most 16 KiB of UTF-8;
 //   - title and provider strings (provider at most 128 characters, no
 //     control characters), data an object of strings, expires_at and
-//     created_at RFC 3339 times.
+//     created_at RFC 3339 times (of years 0000 to 9999 once in UTC, so that
+//     Marshal can write them back).
 //
 // Field names match exactly (case-sensitive): "ID" is an unknown field, and
 // unknown fields are ignored. A null optional field counts as absent; a null
@@ -122,6 +124,8 @@ func objectMembers(data []byte, strict func(string) bool) (map[string]json.RawMe
 func syntaxError(err error) *InvalidError {
 	var se *json.SyntaxError
 	switch {
+	case errors.As(err, &se) && strings.Contains(se.Error(), "max depth"):
+		return invalid("", "not valid JSON (nested too deep at byte %d)", se.Offset)
 	case errors.As(err, &se):
 		return invalid("", "not valid JSON (syntax error at byte %d)", se.Offset)
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):

@@ -78,6 +78,7 @@ func TestDecodeRules(t *testing.T) {
 		{"a string", sms, `"` + secretBody + `"`, "message is not a JSON object"},
 		{"two objects", sms, doc(nil) + doc(nil), fmt.Sprintf("not valid JSON (data after the object at byte %d)", len(doc(nil)))},
 		{"trailing garbage", sms, doc(nil) + " x", fmt.Sprintf("not valid JSON (data after the object at byte %d)", len(doc(nil)))},
+		{"nested too deep", sms, strings.TrimSuffix(doc(nil), "}") + `,"x":` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + "}", fmt.Sprintf("not valid JSON (nested too deep at byte %d)", len(doc(nil))+9993)}, // where encoding/json gives up (depth 10000)
 		{"trailing comma", sms, strings.TrimSuffix(doc(nil), "}") + ",}", fmt.Sprintf("not valid JSON (syntax error at byte %d)", len(doc(nil)))},
 
 		// id

@@ -41,10 +41,16 @@
 // always high lane first. It pulls no more than max messages: the caller
 // asks for as many as it has free workers, so no message ages past its ack
 // wait in a client-side buffer (buffered messages are redelivered to another
-// process while still waiting here). When both lanes are empty it
-// long-polls both at once, one message each, without busy-looping, and
-// withdraws the other request by draining its subscription so nothing in
-// flight is lost.
+// process while still waiting here). It first sends a no-wait pull request
+// to the high lane, then one for the rest to the normal lane; when both are
+// empty it long-polls both at once, one message each, held by the server
+// (no busy loop). A request is only ever withdrawn by draining its private
+// inbox: the server drops a waiting request whose inbox has no interest, and
+// the drain still receives anything it sent before, so nothing in flight is
+// left to its ack wait. Pull requests go to the consumers' API subject
+// directly rather than through jetstream.Consumer.Fetch, which can neither
+// bound a no-wait request held open at MaxAckPending nor withdraw one
+// without racing a delivery.
 //
 // A Delivery is acknowledged with Ack (a double ack: confirmed by the
 // server), handed back with Nak or NakWithDelay (each counts as a

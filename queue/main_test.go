@@ -30,6 +30,11 @@ type bundle struct {
 // whose Config has the given ack wait (30s when 0).
 func setup(t *testing.T, ackWait time.Duration) *bundle {
 	t.Helper()
+	return newBundle(t, ctx(t), ackWait)
+}
+
+func newBundle(t testing.TB, c context.Context, ackWait time.Duration) *bundle {
+	t.Helper()
 	srv := testenv.NATS(t)
 	nc := srv.Conn()
 	js, err := jetstream.New(nc)
@@ -37,10 +42,20 @@ func setup(t *testing.T, ackWait time.Duration) *bundle {
 		t.Fatal(err)
 	}
 	cfg := queue.Config{URL: srv.URL(), AckWait: ackWait}.WithDefaults()
-	if err := queue.EnsureStreams(ctx(t), js, cfg, 1); err != nil {
+	if err := queue.EnsureStreams(c, js, cfg, 1); err != nil {
 		t.Fatalf("EnsureStreams: %v", err)
 	}
 	return &bundle{srv: srv, nc: nc, js: js, cfg: cfg, pub: queue.NewPublisher(js)}
+}
+
+func setupB(b *testing.B) *bundle { return newBundle(b, b.Context(), 0) }
+
+func (bb *bundle) consumerB(b *testing.B) *queue.Consumer {
+	c, err := queue.NewConsumer(b.Context(), bb.js, bb.cfg, queue.ConsumerConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c
 }
 
 // ctx is a context that ends with the test, bounded to a minute.
