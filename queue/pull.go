@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -108,25 +109,32 @@ func (c *Consumer) subscribe(ch chan *nats.Msg) (*nats.Subscription, error) {
 // unsubscribing) receives whatever it sent before that. It returns the
 // stored messages received, each with the subscription it came on.
 func drain(ch chan *nats.Msg, subs ...*nats.Subscription) []*nats.Msg {
-	closed := make(chan struct{}, len(subs))
-	for _, s := range subs {
-		s.SetClosedHandler(func(string) { closed <- struct{}{} })
+	closed := make([]chan struct{}, len(subs))
+	for i, s := range subs {
+		done := make(chan struct{})
+		var once sync.Once
+		closed[i] = done
+		// Called by the client (under its locks) once the subscription is
+		// removed: after the drain's flush, or by an unsubscribe.
+		s.SetClosedHandler(func(string) { once.Do(func() { close(done) }) })
 		if err := s.Drain(); err != nil {
 			_ = s.Unsubscribe() // connection closed: nothing more will come
-			closed <- struct{}{}
+			once.Do(func() { close(done) })
 		}
 	}
 	timeout := time.NewTimer(drainTimeout)
 	defer timeout.Stop()
-	for range subs {
+wait:
+	for _, done := range closed {
 		select {
-		case <-closed:
+		case <-done:
 		case <-timeout.C:
-			// The connection is failing: whatever is not in yet is lost to
-			// its ack wait, and comes back then.
+			// The connection is failing: whatever is not in yet comes back
+			// when its ack wait ends.
 			for _, s := range subs {
 				_ = s.Unsubscribe()
 			}
+			break wait
 		}
 	}
 	var msgs []*nats.Msg
