@@ -10,16 +10,31 @@ const (
 	ucs2Part   = 67
 )
 
-// gsmBasic is the GSM 03.38 default alphabet: one septet each.
-var gsmBasic = func() map[rune]bool {
-	const chars = "@£$¥èéùìòÇ\nØø\rÅåΔ_ΦΓΛΩΠΨΣΘΞÆæßÉ !\"#¤%&'()*+,-./0123456789:;<=>?" +
-		"¡ABCDEFGHIJKLMNOPQRSTUVWXYZÄÖÑÜ§¿abcdefghijklmnopqrstuvwxyzäöñüà"
-	m := make(map[rune]bool, 128)
-	for _, r := range chars {
-		m[r] = true
+// gsmChars is the GSM 03.38 default alphabet: one septet each.
+const gsmChars = "@£$¥èéùìòÇ\nØø\rÅåΔ_ΦΓΛΩΠΨΣΘΞÆæßÉ !\"#¤%&'()*+,-./0123456789:;<=>?" +
+	"¡ABCDEFGHIJKLMNOPQRSTUVWXYZÄÖÑÜ§¿abcdefghijklmnopqrstuvwxyzäöñüà"
+
+// gsmASCII and gsmOther index gsmChars for isGSMBasic: a table for ASCII, a
+// map for the rest.
+var gsmASCII, gsmOther = func() ([128]bool, map[rune]bool) {
+	var ascii [128]bool
+	other := map[rune]bool{}
+	for _, r := range gsmChars {
+		if r < 128 {
+			ascii[r] = true
+		} else {
+			other[r] = true
+		}
 	}
-	return m
+	return ascii, other
 }()
+
+func isGSMBasic(r rune) bool {
+	if r >= 0 && r < 128 {
+		return gsmASCII[r]
+	}
+	return gsmOther[r]
+}
 
 // isGSMExtension reports the characters of the GSM 03.38 extension table
 // that are sent as ESC + character: two septets each.
@@ -48,7 +63,7 @@ func isGSMExtension(r rune) bool {
 func Segments(body string) int {
 	gsm := true
 	for _, r := range body {
-		if !gsmBasic[r] && !isGSMExtension(r) {
+		if !isGSMBasic(r) && !isGSMExtension(r) {
 			gsm = false
 			break
 		}
