@@ -33,6 +33,7 @@ type bundle struct {
 	pub    *queue.Publisher
 	js     jetstream.JetStream
 	logs   *syncBuffer
+	getenv func(string) string
 }
 
 type syncBuffer struct {
@@ -57,7 +58,8 @@ type setupOpts struct {
 	rate          float64 // configured contract
 	maxQueueDelay time.Duration
 	ackWait       time.Duration
-	extra         []providers.Config
+	extra         []providers.Config  // more providers (their channel's default must stay unique)
+	getenv        func(string) string // provider secrets (default: os.Getenv)
 }
 
 // setup starts the servers and the streams for one test.
@@ -72,7 +74,7 @@ func setup(t *testing.T, so setupOpts) *bundle {
 	if so.ackWait == 0 {
 		so.ackWait = 5 * time.Second
 	}
-	b := &bundle{t: t, nats: testenv.NATS(t), redis: testenv.Redis(t), logs: &syncBuffer{}, prefix: "t:"}
+	b := &bundle{t: t, nats: testenv.NATS(t), redis: testenv.Redis(t), logs: &syncBuffer{}, prefix: "t:", getenv: so.getenv}
 	var fopts []testenv.FakeOption
 	if so.contract > 0 {
 		fopts = append(fopts, testenv.WithContract(so.contract))
@@ -127,7 +129,7 @@ func (b *bundle) start(mutate func(*Options)) *proc {
 	if err != nil {
 		b.t.Fatalf("consumer: %v", err)
 	}
-	reg, err := providers.NewRegistry(b.pcfgs, providers.Options{Version: "test"})
+	reg, err := providers.NewRegistry(b.pcfgs, providers.Options{Version: "test", Getenv: b.getenv})
 	if err != nil {
 		b.t.Fatalf("registry: %v", err)
 	}
