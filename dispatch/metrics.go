@@ -40,6 +40,8 @@ const (
 // NewMetrics registers the metrics with reg (never the global registry).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	latency := []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}
+	// Queue waits are bounded by max_queue_delay (seconds): finer buckets there.
+	queueWait := []float64{.005, .01, .025, .05, .1, .2, .3, .5, .75, 1, 1.25, 1.5, 2, 2.5, 3, 4, 5, 7.5, 10, 15, 20, 30, 60}
 	m := &Metrics{
 		Jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "notifier_jobs_total", Help: "Jobs by final outcome (sent, duplicate, suppressed, dead).",
@@ -48,7 +50,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "notifier_deferrals_total", Help: "Transient deferrals and retries, by layer and reason.",
 		}, []string{"layer", "reason"}),
 		QueueLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "notifier_queue_latency_seconds", Help: "Time a job waited in its provider's leaky queue.", Buckets: latency,
+			Name: "notifier_queue_latency_seconds", Help: "Time a job waited in its provider's leaky queue.", Buckets: queueWait,
 		}, []string{"provider"}),
 		JobLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "notifier_job_latency_seconds", Help: "Time from publish to provider acceptance.", Buckets: latency,

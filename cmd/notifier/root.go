@@ -31,7 +31,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err: err} })
 	root.AddCommand(
+		demoCmd(e),
 		runCmd(e),
+		publishCmd(e),
 		checkCmd(e),
 		versionCmd(e),
 	)

@@ -1,0 +1,317 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/notifier/notifier/dispatch"
+	"github.com/notifier/notifier/globallimit"
+	"github.com/notifier/notifier/providers"
+	"github.com/notifier/notifier/queue"
+	"github.com/notifier/notifier/userlimit"
+)
+
+// demoFlags are the flags of `notifier demo`.
+type demoFlags struct {
+	jobs, users int
+	seed        uint64
+}
+
+func demoCmd(e *env) *cobra.Command {
+	f := &demoFlags{}
+	c := &cobra.Command{
+		Use:   "demo",
+		Short: "A tour with nothing to set up: embedded NATS, in-memory limits, a sandbox provider, a burst of jobs",
+		Long: `Demo starts an embedded NATS JetStream server, a sandbox provider that enforces
+its contracts (and answers 429 over them), and a dispatcher on in-memory limits;
+publishes a burst of jobs for a few hundred users (some over their per-user cap,
+a few invalid, a few expired, some on the priority lane); shows a live progress
+line; and ends with a report of what happened at each of the three limits.`,
+		Args: cobra.NoArgs,
+	}
+	c.Flags().IntVar(&f.jobs, "jobs", 2000, "jobs in the burst")
+	c.Flags().IntVar(&f.users, "users", 300, "users they are for")
+	c.Flags().Uint64Var(&f.seed, "seed", 1, "seed of the generated burst")
+	c.RunE = func(cmd *cobra.Command, _ []string) error {
+		if f.jobs < 100 || f.jobs > 1_000_000 || f.users < 1 {
+			return &usageError{err: fmt.Errorf("--jobs must be from 100 to 1000000 and --users at least 1")}
+		}
+		return runDemo(cmd.Context(), f, e)
+	}
+	return c
+}
+
+// demoLane is one sandbox provider of the demo.
+type demoLane struct {
+	name, channel, path string
+	rate                float64
+	failEvery           int
+}
+
+var demoLanes = []demoLane{
+	{name: "sms-sandbox", channel: "sms", path: "/sms", rate: 100, failEvery: 53},
+	{name: "push-sandbox", channel: "push", path: "/push", rate: 250},
+	{name: "email-sandbox", channel: "email", path: "/email", rate: 50},
+}
+
+// demoCaps are the per-user caps of the demo: push dropped over 5, sms
+// deferred over 3 per 2 s, email dropped over 10.
+var demoCaps = map[string]userlimit.Rule{
+	"push":  {Limit: 5, Window: time.Hour, Algorithm: userlimit.SlidingLog, OnExceed: userlimit.Drop},
+	"sms":   {Limit: 3, Window: 2 * time.Second, Algorithm: userlimit.SlidingLog, OnExceed: userlimit.Defer},
+	"email": {Limit: 10, Window: time.Hour, Algorithm: userlimit.SlidingWindow, OnExceed: userlimit.Drop},
+}
+
+var demoGlobal = globallimit.Config{Rate: 300, Burst: 100}
+
+func runDemo(ctx context.Context, f *demoFlags, e *env) error {
+	out := e.stdout
+	fmt.Fprintf(out, "notifier demo — %d jobs for %d users, through the three limits:\n", f.jobs, f.users)
+	fmt.Fprintf(out, "  per-user caps   push 5/h (drop) · sms 3 per 2s (defer) · email 10/h (drop)\n")
+	fmt.Fprintf(out, "  fleet bucket    %g jobs/s, burst %d\n", demoGlobal.Rate, demoGlobal.Burst)
+	fmt.Fprintf(out, "  provider queues ")
+	for i, l := range demoLanes {
+		if i > 0 {
+			fmt.Fprint(out, " · ")
+		}
+		fmt.Fprintf(out, "%s %g/s", l.channel, l.rate)
+	}
+	fmt.Fprintf(out, "  (the sandbox answers 429 over a contract; sms fails 1 request in %d with 503)\n\n", demoLanes[0].failEvery)
+
+	srv, err := startEmbeddedNATS()
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	sb, err := newSandbox()
+	if err != nil {
+		return err
+	}
+	defer sb.Close()
+
+	var pcfgs []providers.Config
+	for _, l := range demoLanes {
+		pcfgs = append(pcfgs, providers.Config{
+			Name: l.name, Channel: l.channel, Default: true, Kind: "webhook", URL: sb.lane(l.path, int(l.rate), l.failEvery),
+			Rate: l.rate, MaxQueueDelay: 2 * time.Second, Timeout: 2 * time.Second,
+		}.WithDefaults())
+	}
+	qcfg := queue.Config{URL: srv.URL()}.WithDefaults()
+	nc, err := nats.Connect(srv.URL())
+	if err != nil {
+		return fmt.Errorf("connect to embedded NATS: %w", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	if err := queue.EnsureStreams(ctx, js, qcfg, 1); err != nil {
+		return err
+	}
+	cons, err := queue.NewConsumer(ctx, js, qcfg, queue.ConsumerConfig{})
+	if err != nil {
+		return err
+	}
+	reg, err := providers.NewRegistry(pcfgs, providers.Options{Version: version})
+	if err != nil {
+		return err
+	}
+	defer reg.Close()
+
+	burst := demoBurst(f)
+	pub := queue.NewPublisher(js)
+	batch := pub.NewBatch(512, 0)
+	for _, m := range burst {
+		if err := batch.PublishRaw(ctx, m.subject, m.data, m.id); err != nil {
+			return err
+		}
+	}
+	if _, err := batch.Wait(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "published %d jobs (%s)\n", len(burst), burstMix(burst))
+
+	promReg := newPromRegistry()
+	metrics := dispatch.NewMetrics(promReg)
+	global := demoGlobal
+	d, err := dispatch.New(dispatch.Options{
+		Workers:     64,
+		Retry:       dispatch.RetryConfig{MaxAttempts: 5, BaseDelay: 200 * time.Millisecond, MaxDelay: 2 * time.Second},
+		UserLimits:  demoCaps,
+		FetchWait:   200 * time.Millisecond,
+		Source:      cons,
+		DeadLetters: pub,
+		Providers:   reg,
+		Limits:      dispatch.MemoryLimits(dispatch.LimitsConfig{DedupTTL: time.Hour, Global: &global}, 1),
+		Metrics:     metrics,
+		Logger:      slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	dctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- d.Run(dctx) }()
+
+	stream, err := js.Stream(ctx, qcfg.Stream)
+	if err != nil {
+		stop()
+		return fmt.Errorf("job stream: %w", err)
+	}
+	finished := func() bool {
+		info, err := stream.Info(ctx)
+		return err == nil && info.State.Msgs == 0 && d.InFlight() == 0
+	}
+	tty := isTerminal(e.stderr)
+	tick := time.NewTicker(250 * time.Millisecond)
+	lastLine := time.Time{}
+	interrupted := false
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			interrupted = true
+			break loop
+		case <-tick.C:
+		}
+		if tty || time.Since(lastLine) >= 2*time.Second {
+			line := progressLine(time.Since(start), promReg, sb)
+			if tty {
+				fmt.Fprintf(e.stderr, "\r\033[K%s", line)
+			} else {
+				fmt.Fprintln(e.stderr, line)
+			}
+			lastLine = time.Now()
+		}
+		if finished() {
+			break
+		}
+	}
+	tick.Stop()
+	if tty {
+		fmt.Fprintln(e.stderr)
+	}
+	elapsed := time.Since(start)
+	stop()
+	if err := <-done; err != nil {
+		return err
+	}
+	if interrupted {
+		fmt.Fprintln(out, "interrupted")
+	}
+	demoReport(out, elapsed, len(burst), promReg, sb)
+	return nil
+}
+
+// demoMsg is one message of the burst.
+type demoMsg struct {
+	id, subject string
+	data        []byte
+	channel     string
+	kind        string // ok | high | invalid | expired | unknown_provider
+}
+
+// demoBurst generates the burst: a skewed spread of users (a few heavy
+// users exceed their caps), some priority-lane one-time codes, some expired
+// jobs, and a few invalid messages of every kind.
+func demoBurst(f *demoFlags) []demoMsg {
+	rnd := rand.New(rand.NewPCG(f.seed, 42))
+	now := time.Now().UTC()
+	var out []demoMsg
+	invalid := []struct{ channel, body string }{
+		{"sms", `{"id":"bad-json-1","user_id":"u1",`},
+		{"sms", `{"id":"no-user-1","channel":"sms","to":"+447700900123","body":"hi"}`},
+		{"sms", `{"id":"bad-phone-1","user_id":"u2","channel":"sms","to":"0770 090","body":"hi"}`},
+		{"push", `{"id":"wrong-chan-1","user_id":"u3","channel":"sms","to":"+447700900123","body":"hi"}`},
+		{"email", `{"id":"bad-mail-1","user_id":"u4","channel":"email","to":"not-an-address","body":"hi"}`},
+		{"email", `{"id":"huge-1","user_id":"u5","channel":"email","to":"a@example.com","body":"` + strings.Repeat("x", 17<<10) + `"}`},
+		{"push", `{"id":"bad id with spaces","user_id":"u6","channel":"push","to":"tok_abcdefgh12345678","body":"hi"}`},
+		{"sms", `{"id":"no-body-1","user_id":"u7","channel":"sms","to":"+447700900123"}`},
+		{"push", `["not","an","object"]`},
+		{"sms", "\xff\xfe not utf-8"},
+		{"email", `{"id":"late-1","user_id":"u8","channel":"email","to":"a@example.com","body":"hi","expires_at":"yesterday"}`},
+		{"push", `{"id":"data-1","user_id":"u9","channel":"push","to":"tok_abcdefgh12345678","body":"hi","data":{"n":1}}`},
+	}
+	for i, x := range invalid {
+		out = append(out, demoMsg{id: fmt.Sprintf("invalid-%d", i), subject: queue.JobSubject(x.channel, false), data: []byte(x.body), channel: x.channel, kind: "invalid"})
+	}
+	n := f.jobs - len(out)
+	for i := 0; i < n; i++ {
+		r := rnd.Float64()
+		u := int(float64(f.users) * math.Pow(r, 1.5)) // skewed: low user numbers are heavy users
+		var channel string
+		switch c := rnd.Float64(); {
+		case c < 0.40:
+			channel = "push"
+		case c < 0.75:
+			channel = "sms"
+		default:
+			channel = "email"
+		}
+		j := &queue.Job{
+			ID:        fmt.Sprintf("demo-%05d", i),
+			UserID:    fmt.Sprintf("user-%d", u),
+			Channel:   channel,
+			Body:      fmt.Sprintf("demo message %d", i),
+			CreatedAt: now,
+		}
+		switch channel {
+		case "sms":
+			j.To = fmt.Sprintf("+1555%07d", u)
+		case "push":
+			j.To = fmt.Sprintf("demotoken%040d", u)
+			j.Title = "Demo"
+		case "email":
+			j.To = fmt.Sprintf("user%d@example.com", u)
+			j.Title = "Demo"
+		}
+		kind, high := "ok", false
+		switch {
+		case i%250 == 7:
+			j.ExpiresAt = now.Add(-time.Minute)
+			kind = "expired"
+		case i%400 == 11:
+			j.Provider = "carrier-pigeon"
+			kind = "unknown_provider"
+		case channel == "sms" && i%40 == 3:
+			high, kind = true, "high"
+			j.Body = fmt.Sprintf("Your code is %06d", rnd.IntN(1_000_000))
+			j.ExpiresAt = now.Add(5 * time.Minute)
+		}
+		data, _ := j.Marshal()
+		out = append(out, demoMsg{id: j.ID, subject: queue.JobSubject(channel, high), data: data, channel: channel, kind: kind})
+	}
+	rnd.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	return out
+}
+
+func burstMix(b []demoMsg) string {
+	count := map[string]int{}
+	for _, m := range b {
+		count[m.channel]++
+		if m.kind != "ok" {
+			count[m.kind]++
+		}
+	}
+	return fmt.Sprintf("push %d, sms %d, email %d; %d on the priority lane, %d invalid, %d already expired, %d for an unknown provider",
+		count["push"], count["sms"], count["email"], count["high"], count["invalid"], count["expired"], count["unknown_provider"])
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
