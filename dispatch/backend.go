@@ -55,6 +55,7 @@ func (d *Dispatcher) backendFailed(l *Limits, err error) {
 	}
 	if d.o.Fallback != nil {
 		d.limits = d.o.Fallback()
+		d.holdSlotsFor(d.maxQueue + d.o.LateTolerance)
 		d.log.Warn("limit backend unreachable: continuing on local limits, each contract divided by the live instances",
 			"backend", l.Name, "divisor", d.limits.RateDivisor, "err", err)
 	} else {
@@ -72,9 +73,9 @@ func (d *Dispatcher) backendFailed(l *Limits, err error) {
 }
 
 // monitorBackend pings the primary backend with backoff until it answers,
-// then switches back to it. From local limits it first lets the local leaky
-// queues run dry (the longest max_queue_delay), so slots handed out locally
-// and slots from the shared queue never overlap in one process.
+// then switches back to it. Coming from local limits, new reservations wait
+// until the local queues have run dry, so slots handed out locally and slots
+// from the shared queue never overlap.
 func (d *Dispatcher) monitorBackend(ctx context.Context) {
 	wait := 100 * time.Millisecond
 	for {
@@ -87,26 +88,31 @@ func (d *Dispatcher) monitorBackend(ctx context.Context) {
 		if err == nil {
 			break
 		}
-		wait = min(wait*2, 5*time.Second)
+		wait = min(wait*2, monitorMaxInterval)
 	}
 	d.mu.Lock()
-	local := d.limits != nil
-	d.mu.Unlock()
-	if local {
-		var drain time.Duration
-		for _, p := range d.o.Providers.All() {
-			drain = max(drain, p.MaxQueueDelay)
-		}
-		if sleep(ctx, drain) != nil {
-			return
-		}
+	if d.limits != nil {
+		// Back from local limits: their slots run up to the longest
+		// max_queue_delay ahead, and other processes may notice the
+		// recovery up to one ping interval later and still pace locally
+		// until then.
+		d.holdSlotsFor(d.maxQueue + monitorMaxInterval + d.o.LateTolerance)
 	}
-	d.mu.Lock()
 	d.limits = d.o.Limits
 	close(d.recover)
 	d.monitor = nil
 	d.mu.Unlock()
 	d.log.Info("limit backend answers again; back on shared limits", "backend", d.o.Limits.Name)
+}
+
+// monitorMaxInterval caps the backoff between pings of a failed backend, so
+// that the processes of a fleet notice a recovery within about this of each
+// other.
+const monitorMaxInterval = time.Second
+
+// holdSlotsFor holds new slot reservations for d from now.
+func (d *Dispatcher) holdSlotsFor(dur time.Duration) {
+	d.notBefore.Store(time.Now().Add(dur).UnixNano())
 }
 
 func (d *Dispatcher) ping(ctx context.Context) error {

@@ -144,7 +144,12 @@ type Dispatcher struct {
 	recover  chan struct{} // closed when the primary backend answers again
 	monitor  context.CancelFunc
 	breakers map[string]*breaker
-	ready    atomic.Bool
+	// notBefore (Unix ns) holds every new slot reservation after a switch
+	// of limit sets, until the slots the previous set handed out have run
+	// dry: the shared queue and a local one must never overlap.
+	notBefore atomic.Int64
+	maxQueue  time.Duration // the longest max_queue_delay of the providers
+	ready     atomic.Bool
 	stopping atomic.Bool
 	wg       sync.WaitGroup // background loops of Run
 }
@@ -166,6 +171,7 @@ func New(o Options) (*Dispatcher, error) {
 	}
 	d := &Dispatcher{o: o, log: o.Logger, m: o.Metrics, limits: o.Limits, breakers: map[string]*breaker{}}
 	for _, p := range o.Providers.All() {
+		d.maxQueue = max(d.maxQueue, p.MaxQueueDelay)
 		d.breakers[p.Name] = newBreaker(p.Name)
 		d.m.ProviderPaused.WithLabelValues(p.Name).Set(0)
 		d.m.QueueDepth.WithLabelValues(p.Name).Set(0)

@@ -239,6 +239,12 @@ func (d *Dispatcher) waitGlobal(ctx context.Context, jb *job) error {
 func (d *Dispatcher) waitSlot(ctx context.Context, jb *job) error {
 	queued := time.Now()
 	for {
+		if wait := time.Until(time.Unix(0, d.notBefore.Load())); wait > 0 {
+			d.m.Deferrals.WithLabelValues(LayerLeaky, "switch").Inc()
+			if err := d.hold(ctx, jb, wait); err != nil {
+				return err
+			}
+		}
 		var r leaky.Reservation
 		var l *Limits
 		err := d.withBackend(ctx, jb, func(cur *Limits) (err error) {

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/notifier/notifier/testenv"
+)
+
+// runCLI runs the command line in-process with the given environment.
+func runCLI(t *testing.T, env map[string]string, stdin string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	err := run(ctx, args, strings.NewReader(stdin), &out, &errb, envOf(env))
+	code = exitCode(err, &errb)
+	return out.String(), errb.String(), code
+}
+
+func writeConfig(t *testing.T, yaml string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(p, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestPublishNDJSON: valid lines are published (a repeated id is reported
+// as a duplicate), a bad line is reported with its number and skipped.
+func TestPublishNDJSON(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, 100, "")
+	lines := strings.Join([]string{
+		`{"id":"n1","user_id":"u1","channel":"sms","to":"+447700900123","body":"one"}`,
+		`{"id":"n2","user_id":"u1","channel":"push","to":"tok_abcdefgh12345678","body":"two"}`,
+		`{"id":"n3","user_id":"u1","channel":"sms","body":"no recipient"}`,
+		``,
+		`not json at all`,
+		`{"id":"n1","user_id":"u1","channel":"sms","to":"+447700900123","body":"one again"}`,
+		`{"id":"n4","user_id":"u2","channel":"email","to":"a@example.com","body":"four"}`,
+	}, "\n")
+	stdout, stderr, code := runCLI(t, nil, lines, "publish", "--config", w.config, "--file", "-", "--quiet")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	if !strings.Contains(stdout, "published 3, duplicates 1 (dropped by JetStream), failed 0, skipped 2 invalid lines") {
+		t.Fatalf("summary: %s", stdout)
+	}
+	for _, want := range []string{"line 3: to: required", "line 5: channel"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+	if strings.Contains(stderr, "no recipient") {
+		t.Errorf("an error echoes a message body:\n%s", stderr)
+	}
+	ids := w.streamIDs()
+	if strings.Join(ids, ",") != "n1,n2,n4" {
+		t.Fatalf("stream holds %v, want n1,n2,n4", ids)
+	}
+}
+
+func TestPublishOneAndHighLane(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, 100, "")
+	stdout, stderr, code := runCLI(t, nil, "", "publish", "--config", w.config,
+		"--id", "otp-1", "--channel", "sms", "--user", "u9", "--to", "+447700900123", "--body", "Your code is 123456", "--high")
+	if code != 0 || !strings.Contains(stdout, "job otp-1: published 1") {
+		t.Fatalf("exit %d: %s %s", code, stdout, stderr)
+	}
+	_, stderr, code = runCLI(t, nil, "", "publish", "--config", w.config, "--channel", "sms", "--user", "u9", "--to", "12", "--body", "x")
+	if code != 2 || !strings.Contains(stderr, "to:") {
+		t.Fatalf("a bad job from flags: exit %d, %s", code, stderr)
+	}
+	_, stderr, code = runCLI(t, nil, "", "publish", "--config", w.config, "--count", "5", "--file", "x")
+	if code != 2 || !strings.Contains(stderr, "give one of") {
+		t.Fatalf("two modes at once: exit %d, %s", code, stderr)
+	}
+}
+
+// TestDemoRuns runs a small demo end to end: every job accounted for, no
+// provider contract broken.
+func TestDemoRuns(t *testing.T) {
+	t.Parallel()
+	stdout, stderr, code := runCLI(t, nil, "", "demo", "--jobs", "300", "--users", "50")
+	if code != 0 {
+		t.Fatalf("demo: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	if !strings.Contains(stdout, "300 jobs, each with exactly one outcome (300 accounted for)") {
+		t.Fatalf("demo report:\n%s", stdout)
+	}
+	for _, lane := range demoLanes {
+		var contract, most, n429 int
+		for _, line := range strings.Split(stdout, "\n") {
+			f := strings.Fields(line)
+			if len(f) >= 6 && f[0] == lane.name {
+				fmt.Sscanf(f[1], "%d/s", &contract)
+				fmt.Sscanf(f[3], "%d", &most)
+				fmt.Sscanf(f[4], "%d", &n429)
+			}
+		}
+		if contract == 0 || most > contract || n429 != 0 {
+			t.Errorf("%s: contract %d, most in 1 s %d, 429s %d\n%s", lane.name, contract, most, n429, stdout)
+		}
+	}
+}
+
+// TestRedisTLSAndACL: the client built from redis: config connects over TLS
+// with the CA and a client certificate, as an ACL user; without the CA the
+// server's certificate does not verify.
+func TestRedisTLSAndACL(t *testing.T) {
+	t.Parallel()
+	certs := testenv.NewCerts(t)
+	srv := testenv.Redis(t, testenv.WithRedisTLS(certs), testenv.WithRedisACLUser("app", "app-secret"))
+	ctx := context.Background()
+	good := RedisConfig{
+		Addrs: []string{srv.Addr()}, Username: "app", Password: "app-secret",
+		TLS: RedisTLSConfig{Enabled: true, CAFile: certs.CAFile, CertFile: certs.ClientCertFile, KeyFile: certs.ClientKeyFile},
+	}.WithDefaults()
+	if err := good.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	rdb, err := ConnectRedis(ctx, good, 4)
+	if err != nil {
+		t.Fatalf("connect over TLS as app: %v", err)
+	}
+	who, err := rdb.Do(ctx, "ACL", "WHOAMI").Text()
+	_ = rdb.Close()
+	if err != nil || who != "app" {
+		t.Fatalf("ACL WHOAMI = %q, %v", who, err)
+	}
+	noCA := good
+	noCA.TLS.CAFile = ""
+	if _, err := ConnectRedis(ctx, noCA, 4); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("without the CA: %v, want a certificate error", err)
+	}
+	wrong := good
+	wrong.Password = "not-the-secret"
+	_, err = ConnectRedis(ctx, wrong, 4)
+	if err == nil || strings.Contains(err.Error(), "not-the-secret") || strings.Contains(err.Error(), "app-secret") {
+		t.Fatalf("wrong password: %v (must fail and not echo a secret)", err)
+	}
+}

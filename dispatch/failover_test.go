@@ -1,0 +1,141 @@
+package dispatch
+
+import (
+	"context"
+	"net/http"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/notifier/notifier/testenv"
+)
+
+// TestRedisDownLocalMode: with redis.on_failure: local, two dispatchers keep
+// sending while Redis is down, each at half of every contract (the live
+// instances they last saw), and go back to the shared state when it returns.
+// No 1 s window over the contract, nothing lost, nothing sent twice.
+func TestRedisDownLocalMode(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{contract: 100, rate: 100, maxQueueDelay: time.Second})
+	ids := b.publishN("loc", "sms", 900, 200)
+	var procs []*proc
+	for i := 0; i < 2; i++ {
+		rdb := b.redis.Client()
+		fleet := NewFleet(rdb, b.prefix, "inst-"+string(rune('a'+i)), func() InstanceInfo { return InstanceInfo{} }, nil)
+		fleet.interval = 200 * time.Millisecond
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = fleet.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+		procs = append(procs, b.start(func(o *Options) {
+			o.Workers = 16
+			o.Fallback = func() *Limits { return MemoryLimits(LimitsConfig{DedupTTL: time.Hour}, fleet.Live()) }
+		}))
+	}
+	testenv.WaitFor(t, 30*time.Second, "200 jobs sent on shared limits", func() bool { return len(b.fake.AcceptedIDs()) >= 200 })
+	b.redis.Stop()
+	before := len(b.fake.AcceptedIDs())
+	testenv.WaitFor(t, 30*time.Second, "both processes on local limits", func() bool {
+		return procs[0].d.LimitsName() == "local" && procs[1].d.LimitsName() == "local"
+	})
+	testenv.WaitFor(t, 30*time.Second, "200 more sent while Redis is down", func() bool { return len(b.fake.AcceptedIDs()) >= before+200 })
+	during := len(b.fake.AcceptedIDs()) - before
+	b.redis.Start()
+	testenv.WaitFor(t, 30*time.Second, "both back on shared limits", func() bool {
+		return procs[0].d.LimitsName() == "redis" && procs[1].d.LimitsName() == "redis"
+	})
+	testenv.WaitFor(t, 60*time.Second, "all 900 sent", func() bool { return len(b.fake.AcceptedIDs()) >= 900 })
+	testenv.WaitFor(t, 10*time.Second, "job stream empty", func() bool { return b.remaining() == 0 })
+	b.acceptedOnce(ids)
+	if n := b.fake.Count(http.StatusTooManyRequests); n != 0 {
+		t.Errorf("provider answered 429 %d times", n)
+	}
+	if most := b.fake.MaxInWindow(time.Second); most > 100 {
+		t.Errorf("most in a 1 s window: %d, contract 100", most)
+	}
+	t.Logf("%d sent on local limits while Redis was down; most in any 1 s window %d", during, b.fake.MaxInWindow(time.Second))
+}
+
+// TestCircuitBreakerStopsCalling: a provider that fails every request
+// (connection hangs past the timeout) is not called for a while after
+// breakerTrip failures, and is probed again; jobs are not dead-lettered for
+// it while the breaker is open.
+func TestCircuitBreakerStopsCalling(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	b.fake.FailFor(time.Hour, http.StatusBadGateway)
+	b.publishN("cb", "push", 40, 40)
+	p := b.start(func(o *Options) {
+		o.Retry = RetryConfig{MaxAttempts: 1000, BaseDelay: 10 * time.Millisecond, MaxDelay: 20 * time.Millisecond}
+	})
+	testenv.WaitFor(t, 20*time.Second, "the breaker opened", func() bool {
+		return p.count(p.d.m.Deferrals.WithLabelValues(LayerProvider, "circuit_open")) > 0
+	})
+	calls := len(b.fake.Requests())
+	time.Sleep(breakerOpen / 2) // an interval in which an open breaker must not call
+	if extra := len(b.fake.Requests()) - calls; extra > 1 {
+		t.Fatalf("%d calls to a provider whose breaker is open (one probe at most)", extra)
+	}
+	b.fake.Reset()
+	testenv.WaitFor(t, 30*time.Second, "all 40 sent once the provider answers", func() bool { return len(b.fake.AcceptedIDs()) >= 40 })
+	if len(b.deadLetters()) != 0 {
+		t.Fatalf("jobs were dead-lettered while the breaker was open")
+	}
+}
+
+// TestMetricsAreSpecs: every metric of SPEC §8 is exported with its labels,
+// and the registry passes the Prometheus lint.
+func TestMetricsAreSpecs(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	m.Jobs.WithLabelValues("sms", "p", OutcomeSent).Inc()
+	m.Deferrals.WithLabelValues(LayerUser, "defer").Inc()
+	m.QueueLatency.WithLabelValues("p").Observe(0.1)
+	m.JobLatency.WithLabelValues("sms", "p").Observe(0.1)
+	m.QueueDepth.WithLabelValues("p").Set(3)
+	m.LimitDecisions.WithLabelValues(LayerUser, "allow").Inc()
+	m.ProviderRequests.WithLabelValues("p", "2xx").Inc()
+	m.ProviderSeconds.WithLabelValues("p").Observe(0.01)
+	m.ProviderPaused.WithLabelValues("p").Set(0)
+	want := map[string][]string{
+		"notifier_jobs_total":               {"channel", "outcome", "provider"},
+		"notifier_deferrals_total":          {"layer", "reason"},
+		"notifier_queue_latency_seconds":    {"provider"},
+		"notifier_job_latency_seconds":      {"channel", "provider"},
+		"notifier_leaky_queue_depth":        {"provider"},
+		"notifier_limit_decisions_total":    {"decision", "layer"},
+		"notifier_provider_requests_total":  {"provider", "status"},
+		"notifier_provider_request_seconds": {"provider"},
+		"notifier_provider_paused":          {"provider"},
+	}
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]string{}
+	for _, f := range fams {
+		var labels []string
+		for _, lp := range f.GetMetric()[0].GetLabel() {
+			labels = append(labels, lp.GetName())
+		}
+		sort.Strings(labels)
+		got[f.GetName()] = labels
+	}
+	for name, labels := range want {
+		if strings.Join(got[name], ",") != strings.Join(labels, ",") {
+			t.Errorf("%s labels = %v, want %v", name, got[name], labels)
+		}
+	}
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+}
