@@ -150,8 +150,8 @@ type Dispatcher struct {
 	notBefore atomic.Int64
 	maxQueue  time.Duration // the longest max_queue_delay of the providers
 	ready     atomic.Bool
-	stopping atomic.Bool
-	wg       sync.WaitGroup // background loops of Run
+	stopping  atomic.Bool
+	wg        sync.WaitGroup // background loops of Run
 }
 
 // New checks the options and returns a Dispatcher.

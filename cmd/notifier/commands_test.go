@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -22,15 +20,6 @@ func runCLI(t *testing.T, env map[string]string, stdin string, args ...string) (
 	err := run(ctx, args, strings.NewReader(stdin), &out, &errb, envOf(env))
 	code = exitCode(err, &errb)
 	return out.String(), errb.String(), code
-}
-
-func writeConfig(t *testing.T, yaml string) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "config.yaml")
-	if err := os.WriteFile(p, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
 }
 
 // TestPublishNDJSON: valid lines are published (a repeated id is reported
