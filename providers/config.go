@@ -66,9 +66,18 @@ type Config struct {
 	// ProjectID is the Firebase project (fcm, required).
 	ProjectID string `mapstructure:"project_id"`
 	// CredentialsEnv names the environment variable holding the secret:
-	// the bearer token of a webhook (optional) or of fcm (required), the auth
-	// token of twilio (required).
+	// the bearer token of a webhook (optional) or of fcm (this or
+	// CredentialsFile is required), the auth token of twilio (required).
 	CredentialsEnv string `mapstructure:"credentials_env"`
+	// CredentialsFile is the path of a Google service-account JSON key
+	// (fcm, instead of CredentialsEnv): the provider exchanges it for OAuth
+	// access tokens at the key's token_uri and caches each until shortly
+	// before it expires. The file is a secret; only its path is configured.
+	CredentialsFile string `mapstructure:"credentials_file"`
+	// TLSCAFile is a PEM file of CA certificates that replaces the system
+	// roots when verifying the provider's server (webhook, twilio, fcm, apns,
+	// smtp): for a private CA or a test server. Verification is never off.
+	TLSCAFile string `mapstructure:"tls_ca_file"`
 
 	// AccountSID is the Twilio account (twilio, required; basic-auth user and
 	// part of the API path).
@@ -92,12 +101,14 @@ type Config struct {
 	// PushType is the apns-push-type header (apns, default alert).
 	PushType string `mapstructure:"push_type"`
 	// Priority is the apns-priority header: 10 (immediate, default), 5 or 1
-	// (apns).
+	// (apns). Push type background requires 5, its default.
 	Priority int `mapstructure:"priority"`
 
 	// Host is the SMTP server (smtp, required).
 	Host string `mapstructure:"host"`
-	// Port is the SMTP submission port (smtp, default 587; STARTTLS).
+	// Port is the SMTP submission port (smtp, default 587). The session
+	// always upgrades with STARTTLS before AUTH and mail; a server that does
+	// not offer it is refused (implicit TLS on 465 is not supported).
 	Port int `mapstructure:"port"`
 	// Username is the SMTP AUTH user (smtp, optional).
 	Username string `mapstructure:"username"`
@@ -137,6 +148,9 @@ func (c Config) WithDefaults() Config {
 		}
 		if c.Priority == 0 {
 			c.Priority = DefaultAPNsPriority
+			if c.PushType == "background" {
+				c.Priority = 5
+			}
 		}
 	case "smtp":
 		if c.Port == 0 {
@@ -163,6 +177,8 @@ var kindKeys = []struct {
 	{"url", []string{"webhook", "twilio", "fcm", "apns"}, func(c Config) bool { return c.URL != "" }},
 	{"project_id", []string{"fcm"}, func(c Config) bool { return c.ProjectID != "" }},
 	{"credentials_env", []string{"webhook", "twilio", "fcm"}, func(c Config) bool { return c.CredentialsEnv != "" }},
+	{"credentials_file", []string{"fcm"}, func(c Config) bool { return c.CredentialsFile != "" }},
+	{"tls_ca_file", []string{"webhook", "twilio", "fcm", "apns", "smtp"}, func(c Config) bool { return c.TLSCAFile != "" }},
 	{"account_sid", []string{"twilio"}, func(c Config) bool { return c.AccountSID != "" }},
 	{"from", []string{"twilio", "smtp"}, func(c Config) bool { return c.From != "" }},
 	{"messaging_service_sid", []string{"twilio"}, func(c Config) bool { return c.MessagingServiceSID != "" }},
@@ -279,9 +295,17 @@ func (c Config) Validate() error {
 	case "fcm":
 		checkURL()
 		required("project_id", c.ProjectID)
-		required("credentials_env", c.CredentialsEnv)
+		switch {
+		case c.CredentialsEnv == "" && c.CredentialsFile == "":
+			add("credentials_env", "required for kind fcm unless credentials_file is set")
+		case c.CredentialsEnv != "" && c.CredentialsFile != "":
+			add("credentials_file", "set either credentials_env (a bearer token) or credentials_file (a service-account key), not both")
+		}
 	case "apns":
 		checkURL()
+		if u, err := url.Parse(c.URL); err == nil && u.Scheme == "http" {
+			add("url", "must be https for kind apns (APNs speaks HTTP/2 over TLS only), got %q", c.URL)
+		}
 		required("key_file", c.KeyFile)
 		required("key_id", c.KeyID)
 		required("team_id", c.TeamID)
@@ -289,8 +313,11 @@ func (c Config) Validate() error {
 		if !slices.Contains(PushTypes, c.PushType) {
 			add("push_type", "%q is not one of %s", c.PushType, strings.Join(PushTypes, ", "))
 		}
-		if c.Priority != 10 && c.Priority != 5 && c.Priority != 1 {
+		switch {
+		case c.Priority != 10 && c.Priority != 5 && c.Priority != 1:
 			add("priority", "must be 10, 5 or 1, got %d", c.Priority)
+		case c.PushType == "background" && c.Priority != 5:
+			add("priority", "must be 5 for push_type background (APNs refuses anything else), got %d", c.Priority)
 		}
 	case "smtp":
 		required("host", c.Host)

@@ -114,7 +114,25 @@ func TestValidate(t *testing.T) {
 			CredentialsEnv: "T", From: "07700900123"},
 			[]string{`from: must be an E.164 phone number (+ and 7-15 digits), got "07700900123"`}},
 		{"fcm missing keys", providers.Config{Name: "push", Channel: "push", Kind: "fcm", Rate: 1}, []string{
-			"project_id: required for kind fcm", "credentials_env: required for kind fcm"}},
+			"project_id: required for kind fcm", "credentials_env: required for kind fcm unless credentials_file is set"}},
+		{"valid fcm service account", providers.Config{Name: "push", Channel: "push", Kind: "fcm", Rate: 1, ProjectID: "p",
+			CredentialsFile: "/etc/notifier/fcm.json", TLSCAFile: "/etc/ca.pem"}, nil},
+		{"fcm both credentials", providers.Config{Name: "push", Channel: "push", Kind: "fcm", Rate: 1, ProjectID: "p",
+			CredentialsEnv: "T", CredentialsFile: "k.json"}, []string{
+			"credentials_file: set either credentials_env (a bearer token) or credentials_file (a service-account key), not both"}},
+		{"credentials_file on twilio", providers.Config{Name: "tw", Channel: "sms", Kind: "twilio", Rate: 1, AccountSID: "AC",
+			CredentialsEnv: "T", From: "+15005550006", CredentialsFile: "k.json"},
+			[]string{"credentials_file: not used by kind twilio (used by fcm)"}},
+		{"tls_ca_file on log", providers.Config{Name: "dev", Channel: "sms", Kind: "log", Rate: 1, TLSCAFile: "ca.pem"},
+			[]string{"tls_ca_file: not used by kind log (used by webhook, twilio, fcm, apns, smtp)"}},
+		{"apns over http", providers.Config{Name: "ios", Channel: "push", Kind: "apns", Rate: 1, URL: "http://127.0.0.1:1", KeyFile: "k",
+			KeyID: "k", TeamID: "t", Topic: "t"}, []string{
+			`url: must be https for kind apns (APNs speaks HTTP/2 over TLS only), got "http://127.0.0.1:1"`}},
+		{"apns background defaults to priority 5", providers.Config{Name: "ios", Channel: "push", Kind: "apns", Rate: 1, KeyFile: "k",
+			KeyID: "k", TeamID: "t", Topic: "t", PushType: "background"}, nil},
+		{"apns background at priority 10", providers.Config{Name: "ios", Channel: "push", Kind: "apns", Rate: 1, KeyFile: "k",
+			KeyID: "k", TeamID: "t", Topic: "t", PushType: "background", Priority: 10}, []string{
+			"priority: must be 5 for push_type background (APNs refuses anything else), got 10"}},
 		{"apns missing keys", providers.Config{Name: "ios", Channel: "push", Kind: "apns", Rate: 1, PushType: "loud",
 			Priority: 7}, []string{
 			"key_file: required for kind apns", "key_id: required for kind apns", "team_id: required for kind apns",

@@ -22,9 +22,10 @@ func TestConfigDecodesFromYAMLKeys(t *testing.T) {
 		{"name": "tw", "channel": "sms", "kind": "twilio", "account_sid": "AC1", "from": "+15005550006",
 			"messaging_service_sid": "MG1", "rate": 1.5, "unit": "segments"},
 		{"name": "ios", "channel": "push", "kind": "apns", "key_file": "k.p8", "key_id": "K", "team_id": "T",
-			"topic": "com.example", "push_type": "alert", "priority": 5, "rate": 1},
+			"topic": "com.example", "push_type": "alert", "priority": 5, "rate": 1, "tls_ca_file": "ca.pem"},
 		{"name": "mail", "channel": "email", "default": true, "kind": "smtp", "host": "smtp.example.com", "port": 2525,
 			"from": "a@example.com", "username": "u", "password_env": "SMTP_PASSWORD", "rate": 1},
+		{"name": "push-sa", "channel": "push", "kind": "fcm", "project_id": "my-project", "credentials_file": "/etc/fcm.json", "rate": 1},
 	}
 	var cfgs []providers.Config
 	dec, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
@@ -47,9 +48,10 @@ func TestConfigDecodesFromYAMLKeys(t *testing.T) {
 		{Name: "tw", Channel: "sms", Kind: "twilio", AccountSID: "AC1", From: "+15005550006", MessagingServiceSID: "MG1",
 			Rate: 1.5, Unit: "segments"},
 		{Name: "ios", Channel: "push", Kind: "apns", KeyFile: "k.p8", KeyID: "K", TeamID: "T", Topic: "com.example",
-			PushType: "alert", Priority: 5, Rate: 1},
+			PushType: "alert", Priority: 5, Rate: 1, TLSCAFile: "ca.pem"},
 		{Name: "mail", Channel: "email", Default: true, Kind: "smtp", Host: "smtp.example.com", Port: 2525,
 			From: "a@example.com", Username: "u", PasswordEnv: "SMTP_PASSWORD", Rate: 1},
+		{Name: "push-sa", Channel: "push", Kind: "fcm", ProjectID: "my-project", CredentialsFile: "/etc/fcm.json", Rate: 1},
 	}
 	if len(cfgs) != len(want) {
 		t.Fatalf("decoded %d entries", len(cfgs))

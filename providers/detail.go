@@ -145,14 +145,14 @@ func oneLine(text string, max int) string {
 	return b.String()
 }
 
-// statusDetail is the detail of a non-2xx answer: "HTTP 400 Bad Request" and
-// the provider's scrubbed reason, if it gave one.
-func statusDetail(status int, body []byte, s scrubber) string {
+// reasonDetail is the detail of a non-2xx answer: "HTTP 400 Bad Request" and
+// the provider's reason, scrubbed and cut to one line, if it gave one.
+func reasonDetail(status int, reason string, s scrubber) string {
 	d := "HTTP " + strconv.Itoa(status)
 	if text := http.StatusText(status); text != "" {
 		d += " " + text
 	}
-	if reason := oneLine(s.scrub(responseReason(body)), maxReason); reason != "" {
+	if reason := oneLine(s.scrub(reason), maxReason); reason != "" {
 		d += ": " + reason
 	}
 	return d

@@ -27,7 +27,19 @@
 // message body or a secret, so they can go straight into the
 // Notifier-Detail header of a dead letter.
 //
-// Kinds built in this version: webhook (SPEC §7) and log. The twilio, fcm,
-// apns and smtp kinds are configured and validated here, but NewRegistry
-// refuses them until their clients are built.
+// Kinds (SPEC §7), each a client of the real protocol whose base URL or
+// host is configurable, so tests point it at a fake (testenv):
+//
+//	kind     type     protocol                                      secret
+//	webhook  Webhook  POST <url>, the job as JSON                   credentials_env (optional bearer token)
+//	twilio   Twilio   Twilio Programmable Messaging, form + basic   credentials_env (auth token)
+//	fcm      FCM      Firebase Cloud Messaging HTTP v1, bearer      credentials_env (token) or credentials_file (service account)
+//	apns     APNs     APNs over HTTP/2, ES256 provider JWT          key_file (.p8 key)
+//	smtp     SMTP     SMTP submission, STARTTLS + AUTH PLAIN        password_env
+//	log      Log      one JSON line per send on stdout              -
+//
+// Each type's documentation gives its error mapping; docs/providers.md has
+// the keys, secrets and mapping of every kind in one place. A secret is read
+// once, when the provider is built, and is never in a Config, an error, a
+// log line or the provider's printed form.
 package providers

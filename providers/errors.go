@@ -37,6 +37,11 @@ type Error struct {
 	Status   int    // the HTTP status answered, 0 when no response was received
 	Detail   string // one line, safe to log and to put in Notifier-Detail
 	Err      error  // the underlying cause (transport error, context error), or nil
+	// RetryAfter is, for a transient failure whose answer carried a
+	// Retry-After header (a 503 of an overloaded provider), how long the
+	// provider asked us to wait; 0 when it did not say. A hint for the
+	// retry's delay: unlike a rate limit it does not pause the provider.
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string { return e.Provider + ": " + e.Detail }

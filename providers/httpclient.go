@@ -1,9 +1,13 @@
 package providers
 
 import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"time"
 )
 
@@ -20,12 +24,14 @@ const (
 // newTransport returns the transport one provider uses for all its requests:
 // keep-alive, HTTP/2 when the server offers it, a pool sized for a worker
 // pool of a few dozen, and bounded connection set-up. The per-request
-// timeout comes from the request context.
-func newTransport() *http.Transport {
+// timeout comes from the request context. tlsConfig may be nil (the system
+// roots).
+func newTransport(tlsConfig *tls.Config) *http.Transport {
 	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 	return &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
 		DialContext:           dialer.DialContext,
+		TLSClientConfig:       tlsConfig,
 		ForceAttemptHTTP2:     true,
 		MaxIdleConns:          128,
 		MaxIdleConnsPerHost:   64,
@@ -33,6 +39,25 @@ func newTransport() *http.Transport {
 		TLSHandshakeTimeout:   5 * time.Second,
 		ExpectContinueTimeout: time.Second,
 	}
+}
+
+// clientTLS is the TLS configuration of a provider's connections: nil (Go's
+// defaults, the system roots) without tls_ca_file, else a configuration
+// whose only roots are the certificates of that PEM file. Verification is
+// never turned off.
+func clientTLS(caFile string) (*tls.Config, error) {
+	if caFile == "" {
+		return nil, nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("tls_ca_file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("tls_ca_file: %q holds no PEM certificate", caFile)
+	}
+	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
 }
 
 // newClient wraps a transport in a client that does not follow redirects:

@@ -78,8 +78,9 @@ type registered struct {
 // NewRegistry validates cfgs (each entry and the list as a whole; the
 // errors are prefixed with EntryPath) and builds one provider per entry,
 // each Config with its defaults applied. It fails, naming every problem, if
-// the configuration is invalid, a secret's environment variable is unset, or
-// an entry's kind has no client in this version (twilio, fcm, apns, smtp).
+// the configuration is invalid, a secret's environment variable is unset,
+// or a file an entry names (key_file, credentials_file, tls_ca_file) cannot
+// be read or is not what it should be. Building connects to nothing.
 func NewRegistry(cfgs []Config, opts Options) (*Registry, error) {
 	opts = opts.withDefaults()
 	var errs []error
@@ -124,8 +125,16 @@ func build(c Config, opts Options) (Provider, error) {
 		return NewWebhook(c, opts)
 	case "log":
 		return NewLog(c, opts)
+	case "twilio":
+		return NewTwilio(c, opts)
+	case "fcm":
+		return NewFCM(c, opts)
+	case "apns":
+		return NewAPNs(c, opts)
+	case "smtp":
+		return NewSMTP(c, opts)
 	}
-	return nil, fmt.Errorf("kind %s: client not built in this version", c.Kind)
+	return nil, fmt.Errorf("kind %q: no such kind", c.Kind)
 }
 
 // prefixErrors splits a joined error and prefixes each part.
@@ -172,8 +181,8 @@ func (r *Registry) All() []Config {
 	return out
 }
 
-// Close releases every provider's resources (idle connections). Call it
-// after the last Send.
+// Close releases every provider's resources (idle HTTP connections, idle
+// SMTP sessions). Call it after the last Send.
 func (r *Registry) Close() error {
 	var errs []error
 	for _, e := range r.entries {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -88,17 +89,19 @@ func TestNewRegistryRefuses(t *testing.T) {
 		{"secret not set", []providers.Config{{Name: "sms", Channel: "sms", Default: true, Kind: "webhook",
 			URL: "http://127.0.0.1:1/", Rate: 1, CredentialsEnv: "NOT_SET_ANYWHERE"}},
 			[]string{"providers[0] (sms): new webhook sms: credentials_env: environment variable NOT_SET_ANYWHERE is not set or empty"}},
-		{"fcm not built", []providers.Config{ok, {Name: "push", Channel: "push", Default: true, Kind: "fcm", Rate: 1,
-			ProjectID: "p", CredentialsEnv: "FCM_TOKEN"}},
-			[]string{"providers[1] (push): kind fcm: client not built in this version"}},
-		{"twilio, apns, smtp not built", []providers.Config{
+		{"every kind's secrets and files, all at once", []providers.Config{
 			{Name: "tw", Channel: "sms", Default: true, Kind: "twilio", Rate: 1, AccountSID: "AC", From: "+15005550006",
-				CredentialsEnv: "T"},
-			{Name: "ios", Channel: "push", Default: true, Kind: "apns", Rate: 1, KeyFile: "k", KeyID: "k", TeamID: "t", Topic: "t"},
-			{Name: "mail", Channel: "email", Default: true, Kind: "smtp", Rate: 1, Host: "h", From: "a@b.c"}}, []string{
-			"providers[0] (tw): kind twilio: client not built in this version",
-			"providers[1] (ios): kind apns: client not built in this version",
-			"providers[2] (mail): kind smtp: client not built in this version"}},
+				CredentialsEnv: "TWILIO_UNSET"},
+			{Name: "ios", Channel: "push", Default: true, Kind: "apns", Rate: 1, KeyFile: "/nonexistent/k.p8", KeyID: "k", TeamID: "t", Topic: "t"},
+			{Name: "android", Channel: "push", Kind: "fcm", Rate: 1, ProjectID: "p", CredentialsFile: "/nonexistent/sa.json"},
+			{Name: "mail", Channel: "email", Default: true, Kind: "smtp", Rate: 1, Host: "h", From: "a@b.c", Username: "u",
+				PasswordEnv: "SMTP_UNSET"},
+			{Name: "hook", Channel: "email", Kind: "webhook", Rate: 1, URL: "https://x", TLSCAFile: "/nonexistent/ca.pem"}}, []string{
+			"providers[0] (tw): new twilio tw: credentials_env: environment variable TWILIO_UNSET is not set or empty",
+			"providers[1] (ios): new apns ios: key_file: open /nonexistent/k.p8",
+			"providers[2] (android): new fcm android: credentials_file: open /nonexistent/sa.json",
+			"providers[3] (mail): new smtp mail: password_env: environment variable SMTP_UNSET is not set or empty",
+			"providers[4] (hook): new webhook hook: tls_ca_file: open /nonexistent/ca.pem"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -114,6 +117,57 @@ func TestNewRegistryRefuses(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRegistryBuildsEveryKind builds one provider of each kind against
+// its fake, sends through each, and closes the registry: goleak (TestMain)
+// then finds no HTTP/2 connection or SMTP session left behind.
+func TestRegistryBuildsEveryKind(t *testing.T) {
+	t.Parallel()
+	hook := testenv.FakeProvider(t)
+	tw := testenv.FakeTwilio(t)
+	fcm := testenv.FakeFCM(t)
+	fcmSA := testenv.FakeFCM(t)
+	ios := testenv.FakeAPNs(t)
+	mail := testenv.FakeSMTP(t)
+	cfgs := []providers.Config{
+		{Name: "hook", Channel: "sms", Kind: "webhook", URL: hook.URL(), Rate: 10},
+		{Name: "tw", Channel: "sms", Default: true, Kind: "twilio", URL: tw.URL(), Rate: 10, Unit: "segments",
+			AccountSID: tw.AccountSID(), From: "+15005550006", CredentialsEnv: "TWILIO_AUTH_TOKEN"},
+		{Name: "android", Channel: "push", Default: true, Kind: "fcm", URL: fcm.URL(), Rate: 10, ProjectID: fcm.ProjectID(),
+			CredentialsEnv: "FCM_TOKEN"},
+		{Name: "android-sa", Channel: "push", Kind: "fcm", URL: fcmSA.URL(), Rate: 10, ProjectID: fcmSA.ProjectID(),
+			CredentialsFile: fcmSA.ServiceAccountFile()},
+		{Name: "ios", Channel: "push", Kind: "apns", URL: ios.URL(), TLSCAFile: ios.CAFile(), Rate: 10, KeyFile: ios.KeyFile(),
+			KeyID: ios.KeyID(), TeamID: ios.TeamID(), Topic: ios.Topic()},
+		{Name: "mail", Channel: "email", Default: true, Kind: "smtp", Host: mail.Host(), Port: mail.Port(), TLSCAFile: mail.CAFile(),
+			Rate: 10, From: "no-reply@example.com", Username: mail.Username(), PasswordEnv: "SMTP_PASSWORD"},
+	}
+	r, err := providers.NewRegistry(cfgs, providers.Options{Getenv: env(map[string]string{
+		"TWILIO_AUTH_TOKEN": tw.AuthToken(), "FCM_TOKEN": fcm.BearerToken(), "SMTP_PASSWORD": mail.Password()})})
+	if err != nil {
+		t.Fatalf("NewRegistry: %v", err)
+	}
+	messages := map[string]*providers.Message{"hook": smsMessage(), "tw": smsMessage(), "android": pushMessage(),
+		"android-sa": pushMessage(), "ios": iosMessage(), "mail": emailMessage()}
+	for _, c := range r.All() {
+		p, _, _ := r.Get(c.Name)
+		for range 3 {
+			if err := p.Send(context.Background(), messages[c.Name]); err != nil {
+				t.Errorf("%s (%s): Send: %v", c.Name, c.Kind, err)
+			}
+		}
+	}
+	if err := r.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if got := []int{len(hook.Accepted()), len(tw.Messages()), len(fcm.Messages()), len(fcmSA.Messages()), len(ios.Notifications()),
+		len(mail.Messages())}; fmt.Sprint(got) != "[3 3 3 3 3 3]" {
+		t.Errorf("accepted per kind %v, want 3 each", got)
+	}
+	if n := mail.Connections(); n != 1 {
+		t.Errorf("smtp used %d connections for 3 mails", n)
 	}
 }
 

@@ -21,8 +21,9 @@ import (
 //
 // A 2xx is accepted; 429 is a *RateLimitedError honouring Retry-After; 408,
 // 5xx, other unexpected statuses (redirects are not followed), timeouts and
-// connection errors are ErrTransient; any other 4xx is ErrPermanent with the
-// provider's reason in the detail. A Webhook is safe for concurrent use; its
+// connection errors are ErrTransient (a Retry-After on them is kept in
+// Error.RetryAfter); any other 4xx is ErrPermanent with the provider's reason
+// in the detail. A Webhook is safe for concurrent use; its
 // connections are pooled and kept alive until Close.
 type Webhook struct {
 	name      string
@@ -68,7 +69,11 @@ func NewWebhook(cfg Config, opts Options) (*Webhook, error) {
 		w.auth = &credential{"Bearer " + token}
 	}
 	if w.client == nil {
-		w.transport = newTransport()
+		tlsConfig, err := clientTLS(cfg.TLSCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("new webhook %s: %w", cfg.Name, err)
+		}
+		w.transport = newTransport(tlsConfig)
 		w.client = newClient(w.transport)
 	}
 	return w, nil
@@ -120,7 +125,7 @@ func (w *Webhook) Send(ctx context.Context, m *Message) error {
 	if err != nil {
 		return transportError(ctx, w.name, w.timeout, err, s)
 	}
-	return responseError(w.name, resp, s, w.now)
+	return classifyResponse(w.name, resp, s, w.now, nil)
 }
 
 func (w *Webhook) scrubber(m *Message) scrubber {
@@ -128,39 +133,6 @@ func (w *Webhook) scrubber(m *Message) scrubber {
 		return newScrubber(m)
 	}
 	return newScrubber(m, w.auth.value, w.auth.value[len("Bearer "):])
-}
-
-// responseError maps a response to nil (2xx) or the error of its class, and
-// always drains (bounded) and closes the body.
-func responseError(provider string, resp *http.Response, s scrubber, now func() time.Time) error {
-	status := resp.StatusCode
-	if status >= 200 && status <= 299 {
-		drainClose(resp.Body)
-		return nil
-	}
-	body := readReason(resp.Body)
-	detail := statusDetail(status, body, s)
-	switch {
-	case status == http.StatusTooManyRequests:
-		ref := now()
-		if date, err := http.ParseTime(resp.Header.Get("Date")); err == nil {
-			// An HTTP-date Retry-After is relative to the provider's own
-			// clock; its Date header removes the skew between the clocks.
-			ref = date
-		}
-		rl := &RateLimitedError{Provider: provider, Status: status, Detail: detail, RetryAfter: DefaultRetryAfter}
-		if d, ok := ParseRetryAfter(resp.Header.Get("Retry-After"), ref); ok {
-			rl.RetryAfter, rl.Explicit = d, true
-		}
-		return rl
-	case status == http.StatusRequestTimeout, status >= 500:
-		return &Error{Provider: provider, Class: ErrTransient, Status: status, Detail: detail}
-	case status >= 400:
-		return &Error{Provider: provider, Class: ErrPermanent, Status: status, Detail: detail}
-	case status >= 300 && status <= 399:
-		detail += " (redirects are not followed)"
-	}
-	return &Error{Provider: provider, Class: ErrTransient, Status: status, Detail: detail}
 }
 
 // transportError classifies a failed round trip: all are transient, told

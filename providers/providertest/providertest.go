@@ -7,12 +7,15 @@
 //
 // The suite speaks plain HTTP statuses; what is particular to a kind's wire
 // format (its success body, its refusal body, its own rate-limit codes) is
-// given in Target or tested beside the kind.
+// given in Target or tested beside the kind. Kinds that speak HTTP/2 over
+// TLS only (apns) set Target.ServerTLS. RunSMTP is the same suite for SMTP
+// kinds, on a scripted SMTP server.
 package providertest
 
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -53,6 +56,10 @@ type Target struct {
 	// Secrets are the credentials New configured: they must never appear
 	// in an error text.
 	Secrets []string
+	// ServerTLS, when set, makes every server of the suite speak HTTPS with
+	// this configuration, HTTP/2 offered first; New then gets an https base
+	// URL and must trust the configuration's certificate.
+	ServerTLS *tls.Config
 }
 
 // Run runs the conformance suite against target. Subtests run in parallel,
@@ -62,7 +69,7 @@ func Run(t *testing.T, target Target) {
 	if target.Accepted.Status == 0 {
 		target.Accepted = Reply{Status: 200, Body: "{}"}
 	}
-	s := &suite{target: target}
+	s := &suite{target: target, tls: target.ServerTLS}
 	t.Run("Accepted", s.accepted)
 	t.Run("AcceptedWhateverTheBody", s.acceptedBodies)
 	t.Run("Permanent", s.permanent)
@@ -78,12 +85,15 @@ func Run(t *testing.T, target Target) {
 	t.Run("Concurrent", s.concurrent)
 }
 
-type suite struct{ target Target }
+type suite struct {
+	target Target
+	tls    *tls.Config // nil: plain HTTP/1.1
+}
 
 // server starts a test server answering every request with h and counts the
 // requests. Requests' contexts end when the test does, so handlers that hold
 // a request never block the server's shutdown.
-func server(t *testing.T, h http.HandlerFunc) (string, *atomic.Int32) {
+func (s *suite) server(t *testing.T, h http.HandlerFunc) (string, *atomic.Int32) {
 	t.Helper()
 	var hits atomic.Int32
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -92,7 +102,14 @@ func server(t *testing.T, h http.HandlerFunc) (string, *atomic.Int32) {
 	}))
 	ctx, cancel := context.WithCancel(context.Background())
 	srv.Config.BaseContext = func(net.Listener) context.Context { return ctx }
-	srv.Start()
+	if s.tls != nil {
+		srv.EnableHTTP2 = true
+		srv.TLS = s.tls.Clone()
+		srv.TLS.NextProtos = []string{"h2", "http/1.1"}
+		srv.StartTLS()
+	} else {
+		srv.Start()
+	}
 	t.Cleanup(func() {
 		cancel()
 		srv.Close()
@@ -113,7 +130,7 @@ func answer(r Reply) http.HandlerFunc {
 // send builds the provider against h and sends one message.
 func (s *suite) send(t *testing.T, timeout time.Duration, h http.HandlerFunc) (*atomic.Int32, error) {
 	t.Helper()
-	url, hits := server(t, h)
+	url, hits := s.server(t, h)
 	p := s.target.New(t, url, timeout)
 	return hits, p.Send(context.Background(), s.target.Message())
 }
@@ -131,6 +148,7 @@ func (s *suite) checkError(t *testing.T, err error, want error) {
 	if err == nil {
 		t.Fatalf("Send returned nil, want %v", want)
 	}
+	t.Logf("%v: %v", want, err)
 	var in []string
 	for name, class := range classes {
 		if errors.Is(err, class) {
@@ -215,7 +233,14 @@ func (s *suite) acceptedBodies(t *testing.T) {
 		}
 	}
 	// The status line arrived, then the connection died mid-body.
-	_, err := s.send(t, 5*time.Second, hijack(func(c net.Conn, rw *bufio.ReadWriter) {
+	_, err := s.send(t, 5*time.Second, s.cut(func(w http.ResponseWriter, rw *bufio.ReadWriter) {
+		if rw == nil { // HTTP/2: the stream is reset after the headers
+			w.Header().Set("Content-Length", "1000")
+			w.WriteHeader(http.StatusOK)
+			_, _ = w.Write([]byte(`{"na`))
+			_ = http.NewResponseController(w).Flush()
+			return
+		}
 		_, _ = rw.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n{\"na")
 		_ = rw.Flush()
 	}))
@@ -297,6 +322,25 @@ func (s *suite) transient(t *testing.T) {
 			t.Errorf("status %d: %d requests, want 1 (no retry inside Send)", status, n)
 		}
 	}
+	// An overloaded provider's Retry-After is kept as a hint, in both forms.
+	for _, ra := range []struct {
+		value    func() string
+		min, max time.Duration
+	}{
+		{func() string { return "30" }, 30 * time.Second, 30 * time.Second},
+		{func() string { return time.Now().Add(20 * time.Second).UTC().Format(http.TimeFormat) }, 18 * time.Second, 21 * time.Second},
+	} {
+		_, err := s.send(t, 5*time.Second, answer(Reply{Status: 503, Header: http.Header{"Retry-After": {ra.value()}}}))
+		s.checkError(t, err, providers.ErrTransient)
+		var pe *providers.Error
+		if !errors.As(err, &pe) || pe.RetryAfter < ra.min || pe.RetryAfter > ra.max {
+			t.Errorf("503 with Retry-After %s: %v, want a transient *Error with RetryAfter in [%s, %s]", ra.value(), err, ra.min, ra.max)
+		}
+	}
+	// A malformed body on an error status: the status decides.
+	_, err := s.send(t, 5*time.Second, answer(Reply{Status: 502, Header: http.Header{"Content-Type": {"application/json"}},
+		Body: `{"error": {"code": 502, "message": "trunc`}))
+	s.checkError(t, err, providers.ErrTransient)
 }
 
 func (s *suite) rateLimited(t *testing.T) {
@@ -371,6 +415,9 @@ func (s *suite) refused(t *testing.T) {
 		t.Fatal(err)
 	}
 	url := "http://" + l.Addr().String()
+	if s.tls != nil {
+		url = "https://" + l.Addr().String()
+	}
 	_ = l.Close()
 	p := s.target.New(t, url, 5*time.Second)
 	err = p.Send(context.Background(), s.target.Message())
@@ -378,39 +425,94 @@ func (s *suite) refused(t *testing.T) {
 	wantStatus(t, err, 0)
 }
 
-// hijack takes the connection over and closes it after f.
-func hijack(f func(net.Conn, *bufio.ReadWriter)) http.HandlerFunc {
-	return func(w http.ResponseWriter, _ *http.Request) {
+// cut lets f write part of an answer, then kills the exchange: over
+// HTTP/1 it takes the connection over (f gets its buffered writer) and
+// closes it; over HTTP/2, where a connection cannot be taken over, f writes
+// through w (rw is nil) and the stream is reset.
+func (s *suite) cut(f func(w http.ResponseWriter, rw *bufio.ReadWriter)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor == 2 {
+			f(w, nil)
+			panic(http.ErrAbortHandler)
+		}
 		c, rw, err := http.NewResponseController(w).Hijack()
 		if err != nil {
 			panic(err)
 		}
 		defer c.Close()
-		f(c, rw)
+		f(w, rw)
 	}
+}
+
+// rawServer accepts connections on a loopback port (TLS when the suite
+// speaks it) and hands each to f, which must close it.
+func (s *suite) rawServer(t *testing.T, f func(net.Conn)) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	scheme := "http://"
+	if s.tls != nil {
+		scheme = "https://"
+		cfg := s.tls.Clone()
+		cfg.NextProtos = []string{"h2", "http/1.1"}
+		l = tls.NewListener(l, cfg)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		_ = l.Close()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() { f(c) })
+		}
+	})
+	return scheme + l.Addr().String()
 }
 
 func (s *suite) reset(t *testing.T) {
 	t.Parallel()
-	_, err := s.send(t, 5*time.Second, hijack(func(c net.Conn, _ *bufio.ReadWriter) {
+	// The connection is reset once the request has arrived.
+	url := s.rawServer(t, func(c net.Conn) {
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, _ = c.Read(make([]byte, 1024))
 		if tc, ok := c.(*net.TCPConn); ok {
 			_ = tc.SetLinger(0) // RST rather than FIN
+		} else if tc, ok := c.(*tls.Conn); ok {
+			if raw, ok := tc.NetConn().(*net.TCPConn); ok {
+				_ = raw.SetLinger(0)
+			}
 		}
-	}))
+		_ = c.Close()
+	})
+	p := s.target.New(t, url, 5*time.Second)
+	err := p.Send(context.Background(), s.target.Message())
 	s.checkError(t, err, providers.ErrTransient)
 	wantStatus(t, err, 0)
 
-	_, err = s.send(t, 5*time.Second, hijack(func(_ net.Conn, rw *bufio.ReadWriter) {
-		_, _ = rw.WriteString("this is not HTTP\r\n\r\n")
-		_ = rw.Flush()
-	}))
+	// The server answers something that is not HTTP (not HTTP/2 either).
+	url = s.rawServer(t, func(c net.Conn) {
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, _ = c.Read(make([]byte, 1024))
+		_, _ = c.Write([]byte("this is not HTTP\r\n\r\n"))
+		_ = c.Close()
+	})
+	p = s.target.New(t, url, 5*time.Second)
+	err = p.Send(context.Background(), s.target.Message())
 	s.checkError(t, err, providers.ErrTransient)
+	wantStatus(t, err, 0)
 }
 
 func (s *suite) canceled(t *testing.T) {
 	t.Parallel()
 	arrived := make(chan struct{}, 1)
-	url, _ := server(t, func(w http.ResponseWriter, r *http.Request) {
+	url, _ := s.server(t, func(w http.ResponseWriter, r *http.Request) {
 		select {
 		case arrived <- struct{}{}:
 		default:
@@ -445,7 +547,7 @@ func (s *suite) canceled(t *testing.T) {
 
 func (s *suite) concurrent(t *testing.T) {
 	t.Parallel()
-	url, hits := server(t, answer(s.target.Accepted))
+	url, hits := s.server(t, answer(s.target.Accepted))
 	p := s.target.New(t, url, 5*time.Second)
 	const n = 32
 	var wg sync.WaitGroup

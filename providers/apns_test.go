@@ -1,0 +1,304 @@
+package providers_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/notifier/notifier/providers"
+	"github.com/notifier/notifier/providers/providertest"
+	"github.com/notifier/notifier/testenv"
+)
+
+const deviceToken = "a4f1c3d2e5b6a7980f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a6978"
+
+func iosMessage() *providers.Message {
+	return &providers.Message{ID: "job-42", UserID: "user-7", Channel: "push", To: deviceToken,
+		Title: "Hello", Body: "Your code is 493817", Data: map[string]string{"k": "v"}}
+}
+
+// writeP8 writes a fresh .p8 key and returns its path and PEM text.
+func writeP8(t *testing.T) (string, string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))
+	path := filepath.Join(t.TempDir(), "AuthKey.p8")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path, text
+}
+
+func newAPNs(t *testing.T, cfg providers.Config, opts providers.Options) *providers.APNs {
+	t.Helper()
+	cfg.Name, cfg.Channel, cfg.Kind, cfg.Rate = "push-apns", "push", "apns", 10
+	if cfg.KeyID == "" {
+		cfg.KeyID, cfg.TeamID, cfg.Topic = "ABC123DEFG", "TEAM123456", "com.example.notifier"
+	}
+	p, err := providers.NewAPNs(cfg, opts)
+	if err != nil {
+		t.Fatalf("NewAPNs: %v", err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+// apnsAgainst builds an apns provider for fake.
+func apnsAgainst(t *testing.T, fake *testenv.APNsFake, cfg providers.Config, now func() time.Time) *providers.APNs {
+	t.Helper()
+	cfg.URL, cfg.TLSCAFile, cfg.KeyFile = fake.URL(), fake.CAFile(), fake.KeyFile()
+	cfg.KeyID, cfg.TeamID, cfg.Topic = fake.KeyID(), fake.TeamID(), fake.Topic()
+	return newAPNs(t, cfg, providers.Options{Now: now})
+}
+
+func TestAPNsConformance(t *testing.T) {
+	t.Parallel()
+	certs := testenv.NewCerts(t)
+	keyFile, keyText := writeP8(t)
+	providertest.Run(t, providertest.Target{
+		New: func(t *testing.T, url string, timeout time.Duration) providers.Provider {
+			return newAPNs(t, providers.Config{URL: url, Timeout: timeout, KeyFile: keyFile, TLSCAFile: certs.CAFile}, providers.Options{})
+		},
+		Message: iosMessage,
+		Refusal: providertest.Reply{Status: 410, Header: http.Header{"Content-Type": {"application/json"}},
+			Body: `{"reason":"Unregistered","timestamp":1700000000000}`},
+		RefusalReason: "HTTP 410 Gone: Unregistered",
+		Secrets:       []string{keyText, strings.Split(keyText, "\n")[1]},
+		ServerTLS:     serverTLS(t, certs),
+	})
+}
+
+func TestAPNsID(t *testing.T) {
+	t.Parallel()
+	uuid := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-5[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+	for _, id := range []string{"job-42", "a", "x:y.z", strings.Repeat("9", 128)} {
+		got := providers.APNsID(id)
+		if !uuid.MatchString(got) || providers.APNsID(id) != got {
+			t.Errorf("APNsID(%q) = %q: want a stable version-5 UUID", id, got)
+		}
+	}
+	if providers.APNsID("job-42") == providers.APNsID("job-43") {
+		t.Error("two ids give one apns-id")
+	}
+	if got := providers.APNsID("8E3D1A5C-2B4F-4C6D-9E8F-0A1B2C3D4E5F"); got != "8e3d1a5c-2b4f-4c6d-9e8f-0a1b2c3d4e5f" {
+		t.Errorf("a UUID id is not kept: %q", got)
+	}
+}
+
+func TestAPNsAgainstFake(t *testing.T) {
+	t.Parallel()
+	fake := testenv.FakeAPNs(t)
+	p := apnsAgainst(t, fake, providers.Config{}, nil)
+	ctx := context.Background()
+	exp := time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)
+	m := iosMessage()
+	m.ExpiresAt = &exp
+	m.Data = map[string]string{"k": "v", "aps": "overridden?"}
+	if err := p.Send(ctx, m); err != nil {
+		t.Fatalf("Send: %v", err)
+	}
+	n := fake.Notifications()
+	if len(n) != 1 {
+		t.Fatalf("fake accepted %d", len(n))
+	}
+	got := n[0]
+	if got.Token != deviceToken || got.Topic != fake.Topic() || got.PushType != "alert" || got.Priority != "10" ||
+		got.ID != providers.APNsID("job-42") || got.Expiration != "1924992000" {
+		t.Errorf("notification %+v", got)
+	}
+	if s := fmt.Sprint(got.Payload); s != "map[aps:map[alert:map[body:Your code is 493817 title:Hello]] k:v]" {
+		t.Errorf("payload %s", s)
+	}
+	if r := fake.Requests()[0]; r.Proto != "HTTP/2.0" {
+		t.Errorf("sent over %s, want HTTP/2.0", r.Proto)
+	}
+	if time.Since(got.IssuedAt) > time.Minute {
+		t.Errorf("provider token issued at %s", got.IssuedAt)
+	}
+
+	bg := apnsAgainst(t, fake, providers.Config{PushType: "background"}, nil)
+	if err := bg.Send(ctx, iosMessage()); err != nil {
+		t.Fatalf("background Send: %v", err)
+	}
+	if got := fake.Notifications()[1]; got.PushType != "background" || got.Priority != "5" ||
+		fmt.Sprint(got.Payload) != "map[aps:map[content-available:1] k:v]" {
+		t.Errorf("background notification %+v", got)
+	}
+
+	bad := iosMessage()
+	bad.To = "not-hex"
+	if err := p.Send(ctx, bad); !errors.Is(err, providers.ErrPermanent) || !strings.Contains(err.Error(), "HTTP 400 Bad Request: BadDeviceToken") {
+		t.Errorf("bad device token: %v", err)
+	}
+	gone := iosMessage()
+	gone.To = strings.Repeat("ab", 32)
+	fake.Unregister(gone.To)
+	if err := p.Send(ctx, gone); !errors.Is(err, providers.ErrPermanent) || !strings.Contains(err.Error(), "HTTP 410 Gone: Unregistered") {
+		t.Errorf("unregistered: %v", err)
+	}
+	big := iosMessage()
+	big.Body = strings.Repeat("x", 5000)
+	if err := p.Send(ctx, big); !errors.Is(err, providers.ErrPermanent) || !strings.Contains(err.Error(), "PayloadTooLarge") {
+		t.Errorf("too large: %v", err)
+	}
+	wrongTopic := newAPNs(t, providers.Config{URL: fake.URL(), TLSCAFile: fake.CAFile(), KeyFile: fake.KeyFile(), KeyID: fake.KeyID(),
+		TeamID: fake.TeamID(), Topic: "com.other.app"}, providers.Options{})
+	if err := wrongTopic.Send(ctx, iosMessage()); !errors.Is(err, providers.ErrPermanent) || !strings.Contains(err.Error(), "TopicDisallowed") {
+		t.Errorf("wrong topic: %v", err)
+	}
+	otherKey, _ := writeP8(t)
+	forged := newAPNs(t, providers.Config{URL: fake.URL(), TLSCAFile: fake.CAFile(), KeyFile: otherKey, KeyID: fake.KeyID(),
+		TeamID: fake.TeamID(), Topic: fake.Topic()}, providers.Options{})
+	if err := forged.Send(ctx, iosMessage()); !errors.Is(err, providers.ErrPermanent) || !strings.Contains(err.Error(), "InvalidProviderToken") {
+		t.Errorf("token signed by another key: %v", err)
+	}
+	wrongTeam := newAPNs(t, providers.Config{URL: fake.URL(), TLSCAFile: fake.CAFile(), KeyFile: fake.KeyFile(), KeyID: fake.KeyID(),
+		TeamID: "OTHERTEAM1", Topic: fake.Topic()}, providers.Options{})
+	if err := wrongTeam.Send(ctx, iosMessage()); !errors.Is(err, providers.ErrPermanent) || !strings.Contains(err.Error(), "InvalidProviderToken") {
+		t.Errorf("wrong team: %v", err)
+	}
+
+	fake.FailNext(1, 503)
+	if err := p.Send(ctx, iosMessage()); !errors.Is(err, providers.ErrTransient) || !strings.Contains(err.Error(), "ServiceUnavailable") {
+		t.Errorf("injected 503: %v", err)
+	}
+	fake.RateLimitFor(time.Hour, "")
+	var rl *providers.RateLimitedError
+	if err := p.Send(ctx, iosMessage()); !errors.As(err, &rl) || rl.Explicit || !strings.Contains(err.Error(), "TooManyRequests") {
+		t.Errorf("rate limited: %v", err)
+	}
+	fake.Reset()
+	if n := len(fake.Notifications()); n != 2 {
+		t.Errorf("%d accepted, want 2", n)
+	}
+}
+
+// TestAPNsProviderToken: the JWT is reused, replaced at 50 minutes, and
+// after an ExpiredProviderToken only if it is at least 20 minutes old.
+func TestAPNsProviderToken(t *testing.T) {
+	t.Parallel()
+	fakeClock, provClock := newClock(), newClock()
+	fake := testenv.FakeAPNs(t, testenv.WithClock(fakeClock.Now))
+	p := apnsAgainst(t, fake, providers.Config{}, provClock.Now)
+	ctx := context.Background()
+	send := func() error { return p.Send(ctx, iosMessage()) }
+	for range 5 {
+		if err := send(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := fake.ProviderTokens(); n != 1 {
+		t.Fatalf("5 sends used %d provider tokens, want 1", n)
+	}
+	fakeClock.Advance(49 * time.Minute)
+	provClock.Advance(49 * time.Minute)
+	if err := send(); err != nil || fake.ProviderTokens() != 1 {
+		t.Fatalf("at 49 min: %v, %d tokens, want the same token", err, fake.ProviderTokens())
+	}
+	fakeClock.Advance(time.Minute)
+	provClock.Advance(time.Minute)
+	if err := send(); err != nil || fake.ProviderTokens() != 2 {
+		t.Fatalf("at 50 min: %v, %d tokens, want a new token", err, fake.ProviderTokens())
+	}
+
+	// APNs's clock runs ahead: it calls the 10-minute-old token expired.
+	// Too young to replace (APNs would answer TooManyProviderTokenUpdates):
+	// transient, same token.
+	provClock.Advance(10 * time.Minute)
+	fakeClock.Advance(61 * time.Minute)
+	err := send()
+	if !errors.Is(err, providers.ErrTransient) || !strings.Contains(err.Error(), "ExpiredProviderToken") {
+		t.Fatalf("expired token: %v, want transient ExpiredProviderToken", err)
+	}
+	if err := send(); !errors.Is(err, providers.ErrTransient) || fake.ProviderTokens() != 2 {
+		t.Fatalf("a 10-minute-old token was replaced: %v, %d tokens", err, fake.ProviderTokens())
+	}
+	// At 20 minutes it may be replaced: the next send after the refusal
+	// carries a new token.
+	provClock.Advance(10 * time.Minute)
+	if err := send(); !errors.Is(err, providers.ErrTransient) {
+		t.Fatalf("still expired: %v", err)
+	}
+	fakeClock.Advance(10 * time.Minute)
+	if err := send(); err != nil || fake.ProviderTokens() != 3 {
+		t.Fatalf("after the refresh: %v, %d tokens, want 3", err, fake.ProviderTokens())
+	}
+	if n := fake.Count(http.StatusTooManyRequests); n != 0 {
+		t.Errorf("APNs answered TooManyProviderTokenUpdates %d times", n)
+	}
+}
+
+// TestAPNsRequiresHTTP2: a TLS server that speaks only HTTP/1.1 is not
+// APNs.
+func TestAPNsRequiresHTTP2(t *testing.T) {
+	t.Parallel()
+	certs := testenv.NewCerts(t)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(200) }))
+	srv.TLS = serverTLS(t, certs)
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshake
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	keyFile, _ := writeP8(t)
+	p := newAPNs(t, providers.Config{URL: srv.URL, KeyFile: keyFile, TLSCAFile: certs.CAFile}, providers.Options{})
+	if err := p.Send(context.Background(), iosMessage()); !errors.Is(err, providers.ErrTransient) {
+		t.Errorf("HTTP/1.1-only server: %v, want a transient failure", err)
+	}
+}
+
+func TestNewAPNsErrors(t *testing.T) {
+	t.Parallel()
+	base := providers.Config{Name: "ios", Channel: "push", Kind: "apns", Rate: 1, KeyID: "K", TeamID: "T", Topic: "t"}
+	notKey := filepath.Join(t.TempDir(), "cert.pem")
+	if err := os.WriteFile(notKey, []byte("-----BEGIN CERTIFICATE-----\nMIIBsecretish\n-----END CERTIFICATE-----\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for file, want := range map[string]string{"/nonexistent/k.p8": "key_file: open /nonexistent/k.p8", notKey: "not a PEM-encoded EC (.p8) key"} {
+		cfg := base
+		cfg.KeyFile = file
+		_, err := providers.NewAPNs(cfg, providers.Options{})
+		if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "MIIB") {
+			t.Errorf("key file %s: %v, want %q", file, err, want)
+		}
+	}
+	plain := base
+	plain.KeyFile, plain.URL = "k.p8", "http://127.0.0.1:1"
+	if _, err := providers.NewAPNs(plain, providers.Options{}); err == nil || !strings.Contains(err.Error(), "must be https") {
+		t.Errorf("http url: %v", err)
+	}
+	bgPriority := base
+	bgPriority.KeyFile, bgPriority.PushType, bgPriority.Priority = "k.p8", "background", 10
+	if err := bgPriority.Validate(); err == nil || !strings.Contains(err.Error(), "must be 5 for push_type background") {
+		t.Errorf("background with priority 10: %v", err)
+	}
+	keyFile, keyText := writeP8(t)
+	ok := base
+	ok.KeyFile = keyFile
+	p := newAPNs(t, ok, providers.Options{})
+	for _, format := range []string{"%v", "%+v", "%#v", "%s"} {
+		if s := fmt.Sprintf(format, p); strings.Contains(s, strings.Split(keyText, "\n")[1][:20]) {
+			t.Errorf("Sprintf(%q, apns) prints the key", format)
+		}
+	}
+}

@@ -1,0 +1,145 @@
+package providers
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+
+	"golang.org/x/oauth2"
+	"golang.org/x/oauth2/google"
+	"golang.org/x/oauth2/jwt"
+)
+
+const (
+	// oauthEarly is how long before its expiry a cached access token is
+	// replaced, so a token never expires in flight.
+	oauthEarly = time.Minute
+	// oauthDefaultLife is how long a token whose answer gave no expires_in
+	// is kept.
+	oauthDefaultLife = 55 * time.Minute
+)
+
+// oauthSource fetches and caches the OAuth access tokens of a Google
+// service account (the JWT-bearer grant of RFC 7523, done by
+// golang.org/x/oauth2/jwt against the key's token_uri). One fetch at a time;
+// senders arriving meanwhile wait for it, or for their context. Safe for
+// concurrent use.
+type oauthSource struct {
+	conf *jwt.Config
+	rt   http.RoundTripper
+	now  func() time.Time
+	sem  chan struct{} // a context-aware mutex around fetches
+
+	mu     sync.Mutex
+	access string
+	expiry time.Time // by now
+}
+
+// newOAuthSource reads a service-account JSON key.
+func newOAuthSource(key []byte, rt http.RoundTripper, now func() time.Time) (*oauthSource, error) {
+	conf, err := google.JWTConfigFromJSON(key, FCMScope)
+	if err != nil {
+		// The key's text is never part of this error: the JSON decoder
+		// names positions and types, google names the "type" field.
+		return nil, err
+	}
+	if len(conf.PrivateKey) == 0 || conf.Email == "" {
+		return nil, errors.New("not a service-account key: client_email or private_key missing")
+	}
+	if rt == nil {
+		rt = http.DefaultTransport
+	}
+	return &oauthSource{conf: conf, rt: rt, now: now, sem: make(chan struct{}, 1)}, nil
+}
+
+// cached returns the cached token while it has more than oauthEarly left.
+func (o *oauthSource) cached() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.access != "" && o.now().Before(o.expiry.Add(-oauthEarly)) {
+		return o.access
+	}
+	return ""
+}
+
+// invalidate drops token if it is still the cached one.
+func (o *oauthSource) invalidate(token string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.access == token {
+		o.access = ""
+	}
+}
+
+// token returns a valid access token, fetching one (bounded by timeout and
+// ctx) when none is cached. Its errors are provider errors of provider.
+func (o *oauthSource) token(ctx context.Context, provider string, timeout time.Duration, s scrubber) (string, error) {
+	if t := o.cached(); t != "" {
+		return t, nil
+	}
+	select {
+	case o.sem <- struct{}{}:
+	case <-ctx.Done():
+		return "", &Error{Provider: provider, Class: ErrTransient, Detail: "gave up waiting for an oauth token: " +
+			causeDetail(ctx.Err(), s), Err: ctx.Err()}
+	}
+	defer func() { <-o.sem }()
+	if t := o.cached(); t != "" {
+		return t, nil
+	}
+
+	fctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	rec := &ctxTransport{rt: o.rt, ctx: fctx}
+	hctx := context.WithValue(context.Background(), oauth2.HTTPClient, newClient(rec))
+	tok, err := o.conf.TokenSource(hctx).Token()
+	if err != nil {
+		var re *oauth2.RetrieveError
+		switch {
+		case errors.As(err, &re) && re.Response != nil:
+			status := re.Response.StatusCode
+			class := classByStatus(status)
+			if class == ErrRateLimited {
+				class = ErrTransient // the token endpoint's limit, not the provider's contract
+			}
+			return "", &Error{Provider: provider, Class: class, Status: status,
+				Detail: "oauth token: " + reasonDetail(status, responseReason(re.Body), s)}
+		case rec.err != nil:
+			e := transportError(ctx, provider, timeout, rec.err, s).(*Error)
+			e.Detail = "oauth token: " + e.Detail
+			return "", e
+		}
+		// A 2xx the library could not read (not JSON, no access_token).
+		return "", &Error{Provider: provider, Class: ErrTransient, Detail: "oauth token: unreadable answer from the token endpoint"}
+	}
+	if tok.AccessToken == "" {
+		return "", &Error{Provider: provider, Class: ErrTransient, Detail: "oauth token: the token endpoint answered no access_token"}
+	}
+	life := oauthDefaultLife
+	if !tok.Expiry.IsZero() {
+		// The library stamps the expiry with the wall clock; keep the
+		// lifetime and measure it on ours.
+		life = time.Until(tok.Expiry)
+	}
+	o.mu.Lock()
+	o.access, o.expiry = tok.AccessToken, o.now().Add(life)
+	o.mu.Unlock()
+	return tok.AccessToken, nil
+}
+
+// ctxTransport binds every request to ctx (the oauth2 library's token
+// requests carry none) and remembers the last transport error, which the
+// library flattens into text.
+type ctxTransport struct {
+	rt  http.RoundTripper
+	ctx context.Context
+	err error
+}
+
+func (c *ctxTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := c.rt.RoundTrip(req.WithContext(c.ctx))
+	c.err = err
+	return resp, err
+}

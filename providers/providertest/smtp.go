@@ -1,0 +1,458 @@
+package providertest
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/notifier/notifier/providers"
+)
+
+// SMTPTarget describes an SMTP provider kind under test.
+type SMTPTarget struct {
+	// New builds the provider under test, sending to addr (host:port of the
+	// suite's scripted server) with the given timeout, trusting ServerTLS's
+	// certificate. It registers its own cleanup.
+	New func(t *testing.T, addr string, timeout time.Duration) providers.Provider
+	// Message returns a fresh message the provider can send.
+	Message func() *providers.Message
+	// ServerTLS is the servers' STARTTLS configuration (required).
+	ServerTLS *tls.Config
+	// Secrets are the credentials New configured: they must never appear
+	// in an error text.
+	Secrets []string
+}
+
+// Script step names: the SMTP verbs, plus "greeting" (the banner) and "."
+// (the reply to the end of DATA).
+const (
+	// Hang sends no reply until the client leaves or the test ends.
+	Hang = "<hang>"
+	// Drop closes the connection (with a reset) instead of replying.
+	Drop = "<drop>"
+)
+
+// Script overrides the scripted server's reply to steps: a reply line
+// ("451 4.3.0 try later", several lines joined with \r\n), Hang or Drop.
+type Script map[string]string
+
+// RunSMTP runs the conformance suite against an SMTP kind: every outcome of
+// a mail submission (each reply class at each step, malformed replies, no
+// STARTTLS, timeouts, refused and reset connections, cancellation,
+// concurrency) must map to the right class with a safe, one-line error. A
+// 4xx reply is ErrTransient and a 5xx reply ErrPermanent, each carrying the
+// reply code as Error.Status; failures without a reply are ErrTransient with
+// status 0. SMTP has no Retry-After: its rate limits are 4xx replies.
+func RunSMTP(t *testing.T, target SMTPTarget) {
+	t.Helper()
+	if target.ServerTLS == nil {
+		t.Fatal("providertest: SMTPTarget.ServerTLS is required")
+	}
+	s := &smtpSuite{target: target, base: &suite{target: Target{Message: target.Message, Secrets: target.Secrets}}}
+	t.Run("Accepted", s.accepted)
+	t.Run("Transient", s.transient)
+	t.Run("Permanent", s.permanent)
+	t.Run("PermanentCarriesReason", s.permanentReason)
+	t.Run("NoLeakInDetail", s.noLeak)
+	t.Run("MalformedReply", s.malformed)
+	t.Run("NoSTARTTLS", s.noSTARTTLS)
+	t.Run("Timeout", s.timeout)
+	t.Run("ConnectionRefused", s.refused)
+	t.Run("ConnectionReset", s.reset)
+	t.Run("ContextCanceled", s.canceled)
+	t.Run("Concurrent", s.concurrent)
+}
+
+type smtpSuite struct {
+	target SMTPTarget
+	base   *suite // for checkError
+}
+
+// smtpServer is a scripted SMTP server.
+type smtpServer struct {
+	addr      string
+	delivered atomic.Int32  // mails whose end of DATA was answered 250
+	arrived   chan struct{} // a signal per step that hangs
+}
+
+// serve starts a scripted server for one subtest.
+func (s *smtpSuite) serve(t *testing.T, script Script) *smtpServer {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &smtpServer{addr: l.Addr().String(), arrived: make(chan struct{}, 64)}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		close(done)
+		_ = l.Close()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				stop := context.AfterFunc(contextOf(done), func() { _ = c.Close() })
+				defer stop()
+				s.session(c, script, srv)
+			})
+		}
+	})
+	return srv
+}
+
+// contextOf is a context that ends when done is closed.
+func contextOf(done <-chan struct{}) context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-done
+		cancel()
+	}()
+	return ctx
+}
+
+// session runs one scripted SMTP dialogue on c.
+func (s *smtpSuite) session(c net.Conn, script Script, srv *smtpServer) {
+	defer func() { _ = c.Close() }()
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	r := bufio.NewReader(c)
+	secure := false
+	// reply answers step; false ends the session.
+	reply := func(step, def string) bool {
+		text, ok := script[step]
+		if !ok {
+			text = def
+		}
+		switch text {
+		case Hang:
+			srv.arrived <- struct{}{}
+			_, _ = r.ReadByte() // returns when the client leaves (or the deadline)
+			return false
+		case Drop:
+			if tc, ok := c.(*net.TCPConn); ok {
+				_ = tc.SetLinger(0)
+			} else if tc, ok := c.(*tls.Conn); ok {
+				if raw, ok := tc.NetConn().(*net.TCPConn); ok {
+					_ = raw.SetLinger(0)
+				}
+			}
+			return false
+		}
+		_, err := c.Write([]byte(text + "\r\n"))
+		return err == nil && !strings.HasPrefix(text, "421") && !strings.HasPrefix(text, "221")
+	}
+	if !reply("greeting", "220 fake.test ESMTP ready") {
+		return
+	}
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return
+		}
+		verb, _, _ := strings.Cut(strings.ToUpper(strings.TrimSpace(line)), " ")
+		def := "250 2.0.0 ok"
+		switch verb {
+		case "EHLO", "HELO":
+			lines := []string{"250-fake.test", "250-8BITMIME", "250-ENHANCEDSTATUSCODES"}
+			if secure {
+				lines = append(lines, "250-AUTH PLAIN")
+			} else {
+				lines = append(lines, "250-STARTTLS")
+			}
+			def = strings.Join(lines, "\r\n") + "\r\n250 SIZE 10240000"
+		case "STARTTLS":
+			if !reply("STARTTLS", "220 2.0.0 ready to start TLS") {
+				return
+			}
+			if _, overridden := script["STARTTLS"]; overridden && !strings.HasPrefix(script["STARTTLS"], "220") {
+				continue
+			}
+			tc := tls.Server(c, s.target.ServerTLS)
+			if tc.Handshake() != nil {
+				return
+			}
+			c, r, secure = tc, bufio.NewReader(tc), true
+			continue
+		case "AUTH":
+			def = "235 2.7.0 authenticated"
+		case "DATA":
+			if !reply("DATA", "354 end data with <CR><LF>.<CR><LF>") {
+				return
+			}
+			if _, overridden := script["DATA"]; overridden && !strings.HasPrefix(script["DATA"], "354") {
+				continue
+			}
+			for {
+				l, err := r.ReadString('\n')
+				if err != nil {
+					return
+				}
+				if l == ".\r\n" {
+					break
+				}
+			}
+			text, ok := script["."]
+			if !ok || strings.HasPrefix(text, "250") {
+				srv.delivered.Add(1)
+			}
+			if !reply(".", "250 2.0.0 queued") {
+				return
+			}
+			continue
+		case "QUIT":
+			def = "221 2.0.0 bye"
+		}
+		if !reply(verb, def) {
+			return
+		}
+	}
+}
+
+// send builds the provider against a scripted server and sends once.
+func (s *smtpSuite) send(t *testing.T, timeout time.Duration, script Script) (*smtpServer, error) {
+	t.Helper()
+	srv := s.serve(t, script)
+	p := s.target.New(t, srv.addr, timeout)
+	return srv, p.Send(context.Background(), s.target.Message())
+}
+
+func (s *smtpSuite) accepted(t *testing.T) {
+	t.Parallel()
+	srv, err := s.send(t, 5*time.Second, nil)
+	if err != nil {
+		t.Fatalf("Send = %v, want nil", err)
+	}
+	if n := srv.delivered.Load(); n != 1 {
+		t.Errorf("%d mails delivered, want 1", n)
+	}
+	if got := providers.StatusClass(err); got != "2xx" {
+		t.Errorf("StatusClass(nil) = %q", got)
+	}
+}
+
+// replyCases are scripted replies at each step of the dialogue.
+func replyCases(class int) []Script {
+	if class == 4 {
+		return []Script{
+			{"greeting": "421 4.3.2 service not available"},
+			{"EHLO": "451 4.3.0 try later"},
+			{"AUTH": "454 4.7.0 temporary authentication failure"},
+			{"MAIL": "451 4.3.0 try later"},
+			{"RCPT": "450 4.2.1 mailbox busy"},
+			{"RCPT": "452 4.5.3 too many recipients"},
+			{"DATA": "451 4.3.0 try later"},
+			{".": "451 4.7.1 rate limit exceeded"},
+			{".": "421 4.4.2 closing connection"},
+		}
+	}
+	return []Script{
+		{"greeting": "554 5.3.2 no service here"},
+		{"AUTH": "535 5.7.8 authentication credentials invalid"},
+		{"MAIL": "550 5.7.1 sender refused"},
+		{"RCPT": "550 5.1.1 mailbox unavailable"},
+		{"RCPT": "553 5.1.3 bad address syntax"},
+		{"DATA": "554 5.5.1 no valid recipients"},
+		{".": "552 5.3.4 message too big"},
+		{".": "554 5.7.1 message rejected as spam"},
+	}
+}
+
+func scriptCode(sc Script) int {
+	for _, v := range sc {
+		code, _ := strconv.Atoi(v[:3])
+		return code
+	}
+	return 0
+}
+
+func (s *smtpSuite) transient(t *testing.T) {
+	t.Parallel()
+	for _, sc := range replyCases(4) {
+		srv, err := s.send(t, 5*time.Second, sc)
+		s.base.checkError(t, err, providers.ErrTransient)
+		wantStatus(t, err, scriptCode(sc))
+		if n := srv.delivered.Load(); n != 0 {
+			t.Errorf("%v: %d mails delivered", sc, n)
+		}
+	}
+}
+
+func (s *smtpSuite) permanent(t *testing.T) {
+	t.Parallel()
+	for _, sc := range replyCases(5) {
+		_, err := s.send(t, 5*time.Second, sc)
+		s.base.checkError(t, err, providers.ErrPermanent)
+		wantStatus(t, err, scriptCode(sc))
+		if !strings.Contains(err.Error(), strconv.Itoa(scriptCode(sc))) {
+			t.Errorf("error %q does not name the reply code", err)
+		}
+	}
+}
+
+func (s *smtpSuite) permanentReason(t *testing.T) {
+	t.Parallel()
+	_, err := s.send(t, 5*time.Second, Script{".": "554-5.7.1 message rejected as spam\r\n554 5.7.1 second line of the reply"})
+	s.base.checkError(t, err, providers.ErrPermanent)
+	if !strings.Contains(err.Error(), "5.7.1 message rejected as spam") {
+		t.Errorf("error %q does not carry the server's reason", err)
+	}
+	if strings.Contains(err.Error(), "second line") {
+		t.Errorf("error %q carries more than the first line", err)
+	}
+}
+
+func (s *smtpSuite) noLeak(t *testing.T) {
+	t.Parallel()
+	m := s.target.Message()
+	echo := "mailbox " + m.To + " refused for message '" + m.Body + "'"
+	for _, secret := range s.target.Secrets {
+		echo += " with credentials " + secret
+	}
+	for _, sc := range []Script{{"RCPT": "550 5.1.1 " + echo}, {".": "451 4.3.0 " + echo}, {"AUTH": "535 5.7.8 " + echo}} {
+		_, err := s.send(t, 5*time.Second, sc)
+		want := providers.ErrPermanent
+		if scriptCode(sc) < 500 {
+			want = providers.ErrTransient
+		}
+		s.base.checkError(t, err, want)
+	}
+}
+
+func (s *smtpSuite) malformed(t *testing.T) {
+	t.Parallel()
+	for _, sc := range []Script{
+		{"greeting": "hello there"},
+		{"RCPT": "ok, whatever you say"},
+		{".": "2"},
+		{"MAIL": "999 what"},
+	} {
+		srv, err := s.send(t, 5*time.Second, sc)
+		s.base.checkError(t, err, providers.ErrTransient)
+		if n := srv.delivered.Load(); n != 0 {
+			t.Errorf("%v: %d mails delivered", sc, n)
+		}
+	}
+}
+
+func (s *smtpSuite) noSTARTTLS(t *testing.T) {
+	t.Parallel()
+	// The server does not offer STARTTLS: nothing is sent in clear.
+	srv, err := s.send(t, 5*time.Second, Script{"EHLO": "250-fake.test\r\n250 AUTH PLAIN"})
+	s.base.checkError(t, err, providers.ErrTransient)
+	if n := srv.delivered.Load(); n != 0 {
+		t.Errorf("a mail was delivered without TLS")
+	}
+	// It offers it, then refuses it.
+	_, err = s.send(t, 5*time.Second, Script{"STARTTLS": "454 4.7.0 TLS not available"})
+	s.base.checkError(t, err, providers.ErrTransient)
+}
+
+func (s *smtpSuite) timeout(t *testing.T) {
+	t.Parallel()
+	const timeout = 300 * time.Millisecond
+	for _, step := range []string{"greeting", "RCPT", "."} {
+		start := time.Now()
+		_, err := s.send(t, timeout, Script{step: Hang})
+		took := time.Since(start)
+		s.base.checkError(t, err, providers.ErrTransient)
+		wantStatus(t, err, 0)
+		if !strings.Contains(err.Error(), "timeout") {
+			t.Errorf("hang at %s: error %q does not say it timed out", step, err)
+		}
+		// Not a performance bound: a Send that ignored its timeout would
+		// hang until the test ends.
+		if took < timeout || took > timeout+10*time.Second {
+			t.Errorf("hang at %s: Send returned after %s with a timeout of %s", step, took, timeout)
+		}
+	}
+}
+
+func (s *smtpSuite) refused(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	p := s.target.New(t, addr, 5*time.Second)
+	err = p.Send(context.Background(), s.target.Message())
+	s.base.checkError(t, err, providers.ErrTransient)
+	wantStatus(t, err, 0)
+	if !strings.Contains(err.Error(), "refused") {
+		t.Errorf("error %q does not say the connection was refused", err)
+	}
+}
+
+func (s *smtpSuite) reset(t *testing.T) {
+	t.Parallel()
+	for _, step := range []string{"greeting", "MAIL", "."} {
+		srv, err := s.send(t, 5*time.Second, Script{step: Drop})
+		s.base.checkError(t, err, providers.ErrTransient)
+		wantStatus(t, err, 0)
+		if n := srv.delivered.Load(); step != "." && n != 0 {
+			t.Errorf("drop at %s: %d delivered", step, n)
+		}
+	}
+}
+
+func (s *smtpSuite) canceled(t *testing.T) {
+	t.Parallel()
+	srv := s.serve(t, Script{".": Hang})
+	p := s.target.New(t, srv.addr, 30*time.Second)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := p.Send(ctx, s.target.Message())
+	s.base.checkError(t, err, providers.ErrTransient)
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Send with a canceled context: %q does not wrap context.Canceled", err)
+	}
+
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-srv.arrived:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	err = p.Send(ctx, s.target.Message())
+	s.base.checkError(t, err, providers.ErrTransient)
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Send canceled in flight: %q does not wrap context.Canceled", err)
+	}
+}
+
+func (s *smtpSuite) concurrent(t *testing.T) {
+	t.Parallel()
+	srv := s.serve(t, nil)
+	p := s.target.New(t, srv.addr, 5*time.Second)
+	const n = 32
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			if err := p.Send(context.Background(), s.target.Message()); err != nil {
+				t.Errorf("concurrent Send: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if got := srv.delivered.Load(); got != n {
+		t.Errorf("%d mails delivered for %d sends", got, n)
+	}
+}

@@ -1,0 +1,419 @@
+package providers
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/mail"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/emersion/go-sasl"
+	"github.com/emersion/go-smtp"
+)
+
+// SMTP session pool limits.
+const (
+	// SMTPMaxIdle is the most idle sessions an smtp provider keeps open.
+	SMTPMaxIdle = 16
+	// SMTPIdleTimeout is how long an idle session is kept: one idle
+	// longer is closed instead of reused (servers drop idle clients after
+	// a minute or a few).
+	SMTPIdleTimeout = 30 * time.Second
+)
+
+// SMTP is the smtp provider (SPEC §7): mail submission with
+// github.com/emersion/go-smtp's client. A session connects to host:port,
+// upgrades with STARTTLS (required, the server's certificate verified
+// against the system roots or tls_ca_file), authenticates with AUTH PLAIN
+// when username is set (the password read from password_env), and then
+// carries any number of mails: MAIL FROM, RCPT TO, DATA.
+//
+// Each mail is an RFC 5322 message: From, To, Subject (the title, as RFC
+// 2047 encoded-words when it is not short plain ASCII), Date, Message-ID
+// (SMTPMessageID of the job id and the sender's domain, the same on a
+// retry), MIME-Version, Content-Type text/plain; charset=UTF-8,
+// Content-Transfer-Encoding quoted-printable, Auto-Submitted:
+// auto-generated, and the body.
+//
+// Sessions are reused: after a mail the session goes back to a pool of at
+// most SMTPMaxIdle idle sessions (newest first; one idle for more than
+// SMTPIdleTimeout is closed), so a busy channel does not open a TCP and TLS
+// session per mail. After a refused transaction the session is reset with
+// RSET. A pooled session the server has meanwhile closed fails on its first
+// command; that mail is then sent on a new session (nothing was
+// transmitted). Close quits the idle sessions.
+//
+// Answers: a 4xx reply at any step is ErrTransient, a 5xx reply
+// ErrPermanent, the reply (code, enhanced code, first line of text) in the
+// detail and the code in Error.Status. Timeouts, connection errors,
+// malformed replies and TLS failures are ErrTransient. A recipient that is
+// not an email address is ErrPermanent without connecting.
+//
+// An SMTP is safe for concurrent use: each Send has a session to itself.
+type SMTP struct {
+	name      string
+	addr      string
+	timeout   time.Duration
+	from      *mail.Address
+	domain    string // of the sender, for Message-IDs
+	username  string
+	password  *credential // nil without username
+	tls       *tls.Config
+	localName string
+	now       func() time.Time
+	dialer    net.Dialer
+
+	mu     sync.Mutex
+	idle   []*smtpSession // oldest first
+	closed bool
+}
+
+var _ Provider = (*SMTP)(nil)
+
+// smtpSession is one connection to the server, authenticated and idle
+// between mails.
+type smtpSession struct {
+	c        *smtp.Client
+	conn     net.Conn // the TCP connection under TLS
+	lastUsed time.Time
+	utf8     bool // the server offers SMTPUTF8
+}
+
+// NewSMTP builds an smtp provider from a kind smtp entry, reading the
+// password from password_env through opts.Getenv when username is set.
+// It connects to nothing until the first Send.
+func NewSMTP(cfg Config, opts Options) (*SMTP, error) {
+	cfg = cfg.WithDefaults()
+	if cfg.Kind != "smtp" {
+		return nil, fmt.Errorf("new smtp %s: kind is %q, not smtp", cfg.Name, cfg.Kind)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("new smtp %s: %w", cfg.Name, err)
+	}
+	opts = opts.withDefaults()
+	from, err := mail.ParseAddress(cfg.From)
+	if err != nil {
+		return nil, fmt.Errorf("new smtp %s: from: %w", cfg.Name, err)
+	}
+	tlsConfig, err := clientTLS(cfg.TLSCAFile)
+	if err != nil {
+		return nil, fmt.Errorf("new smtp %s: %w", cfg.Name, err)
+	}
+	if tlsConfig == nil {
+		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	tlsConfig.ServerName = cfg.Host
+	p := &SMTP{
+		name:      cfg.Name,
+		addr:      net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)),
+		timeout:   cfg.Timeout,
+		from:      from,
+		domain:    from.Address[strings.LastIndexByte(from.Address, '@')+1:],
+		username:  cfg.Username,
+		tls:       tlsConfig,
+		localName: "localhost",
+		now:       opts.Now,
+		dialer:    net.Dialer{KeepAlive: 30 * time.Second},
+	}
+	if h, err := os.Hostname(); err == nil && h != "" && !strings.ContainsAny(h, " \r\n") {
+		p.localName = h
+	}
+	if cfg.Username != "" {
+		password, err := lookupSecret(opts, cfg.PasswordEnv)
+		if err != nil {
+			return nil, fmt.Errorf("new smtp %s: password_env: %w", cfg.Name, err)
+		}
+		p.password = &credential{password}
+	}
+	return p, nil
+}
+
+// Name returns the configured name.
+func (p *SMTP) Name() string { return p.name }
+
+// String describes the provider without its secret.
+func (p *SMTP) String() string { return "smtp " + p.name }
+
+// Close quits and closes the idle sessions; sessions in use are closed when
+// their Send ends. Send still works after Close, without keeping sessions.
+func (p *SMTP) Close() error {
+	p.mu.Lock()
+	idle := p.idle
+	p.idle, p.closed = nil, true
+	p.mu.Unlock()
+	for _, s := range idle {
+		s.quit()
+	}
+	return nil
+}
+
+// scrubber hides the password, in clear and inside AUTH PLAIN's base64.
+func (p *SMTP) scrubber(m *Message) scrubber {
+	if p.password == nil {
+		return newScrubber(m)
+	}
+	return newScrubber(m, p.password.value, plainResponse(p.username, p.password.value))
+}
+
+// Send submits m as one mail to m.To.
+func (p *SMTP) Send(ctx context.Context, m *Message) error {
+	s := p.scrubber(m)
+	if m == nil {
+		return &Error{Provider: p.name, Class: ErrPermanent, Detail: "nil message"}
+	}
+	rcpt, err := mail.ParseAddress(m.To)
+	if err != nil || strings.ContainsAny(rcpt.Address, "\r\n<>") {
+		return &Error{Provider: p.name, Class: ErrPermanent, Detail: "recipient is not an email address"}
+	}
+	msg := p.compose(m, rcpt)
+	utf8 := !isASCII(p.from.Address) || !isASCII(rcpt.Address)
+
+	rctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	for fresh := false; ; fresh = true {
+		sess, reused, err := p.session(rctx, fresh)
+		if err != nil {
+			return p.fail(ctx, rctx, err, s)
+		}
+		stage, err := p.deliver(rctx, sess, rcpt.Address, utf8, msg)
+		if err == nil {
+			p.release(sess)
+			return nil
+		}
+		if reused && stage == "mail" && stale(err) && rctx.Err() == nil {
+			// The server closed the idle session; nothing was sent.
+			sess.close()
+			continue
+		}
+		var se *smtp.SMTPError
+		if errors.As(err, &se) && se.Code != 421 && p.reset(rctx, sess) == nil {
+			p.release(sess)
+		} else {
+			sess.close()
+		}
+		return p.fail(ctx, rctx, &stageError{stage, err}, s)
+	}
+}
+
+// session returns an idle session (unless fresh) or a new one.
+func (p *SMTP) session(ctx context.Context, fresh bool) (*smtpSession, bool, error) {
+	if !fresh {
+		if s := p.takeIdle(); s != nil {
+			return s, true, nil
+		}
+	}
+	s, err := p.dial(ctx)
+	return s, false, err
+}
+
+// takeIdle pops the newest idle session, closing any that idled too long.
+func (p *SMTP) takeIdle() *smtpSession {
+	var stale []*smtpSession
+	defer func() {
+		for _, s := range stale {
+			s.quit()
+		}
+	}()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for len(p.idle) > 0 {
+		s := p.idle[len(p.idle)-1]
+		p.idle = p.idle[:len(p.idle)-1]
+		if time.Since(s.lastUsed) <= SMTPIdleTimeout {
+			return s
+		}
+		stale = append(stale, s)
+	}
+	return nil
+}
+
+// release puts a session back into the pool, or quits it when the pool is
+// full or closed.
+func (p *SMTP) release(s *smtpSession) {
+	s.lastUsed = time.Now()
+	p.mu.Lock()
+	if !p.closed && len(p.idle) < SMTPMaxIdle {
+		p.idle = append(p.idle, s)
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Unlock()
+	s.quit()
+}
+
+// stageError names the step of the dialogue an error happened at.
+type stageError struct {
+	stage string
+	err   error
+}
+
+func (e *stageError) Error() string { return e.stage + ": " + e.err.Error() }
+func (e *stageError) Unwrap() error { return e.err }
+
+// dial opens, secures and authenticates a new session, bounded by ctx.
+func (p *SMTP) dial(ctx context.Context) (*smtpSession, error) {
+	conn, err := p.dialer.DialContext(ctx, "tcp", p.addr)
+	if err != nil {
+		return nil, &stageError{"connect", err}
+	}
+	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
+	defer stop()
+	stage := "hello" // greeting, EHLO, STARTTLS, EHLO under TLS
+	fail := func(err error) (*smtpSession, error) {
+		_ = conn.Close()
+		return nil, &stageError{stage, err}
+	}
+	// Greeting, EHLO, STARTTLS.
+	c, err := smtp.NewClientStartTLS(conn, p.tls)
+	if err != nil {
+		return fail(err)
+	}
+	c.CommandTimeout, c.SubmissionTimeout = p.timeout, p.timeout
+	// EHLO again, now under TLS: the handshake happens here.
+	if err := c.Hello(p.localName); err != nil {
+		return fail(err)
+	}
+	if _, ok := c.TLSConnectionState(); !ok {
+		return fail(errors.New("the session is not encrypted"))
+	}
+	if p.password != nil {
+		stage = "auth"
+		if err := c.Auth(sasl.NewPlainClient("", p.username, p.password.value)); err != nil {
+			return fail(err)
+		}
+	}
+	utf8, _ := c.Extension("SMTPUTF8")
+	return &smtpSession{c: c, conn: conn, utf8: utf8}, nil
+}
+
+// deliver runs one mail transaction on s, bounded by ctx, and returns the
+// stage it failed at.
+func (p *SMTP) deliver(ctx context.Context, s *smtpSession, rcpt string, utf8 bool, msg []byte) (string, error) {
+	stop := context.AfterFunc(ctx, func() { _ = s.conn.Close() })
+	defer stop()
+	if utf8 && !s.utf8 {
+		return "mail", &smtp.SMTPError{Code: 553, EnhancedCode: smtp.EnhancedCode{5, 6, 7},
+			Message: "an address is not ASCII and the server does not offer SMTPUTF8"}
+	}
+	if err := s.c.Mail(p.from.Address, &smtp.MailOptions{Size: int64(len(msg)), UTF8: utf8}); err != nil {
+		return "mail", err
+	}
+	if err := s.c.Rcpt(rcpt, nil); err != nil {
+		return "rcpt", err
+	}
+	w, err := s.c.Data()
+	if err != nil {
+		return "data", err
+	}
+	if _, err := w.Write(msg); err != nil {
+		_ = w.Close()
+		return "data", err
+	}
+	if err := w.Close(); err != nil {
+		return "data", err
+	}
+	return "", nil
+}
+
+// reset ends a refused transaction so the session can carry the next mail.
+func (p *SMTP) reset(ctx context.Context, s *smtpSession) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	stop := context.AfterFunc(ctx, func() { _ = s.conn.Close() })
+	defer stop()
+	return s.c.Reset()
+}
+
+// quit ends a session politely, waiting a second at most.
+func (s *smtpSession) quit() {
+	s.c.CommandTimeout = time.Second
+	if s.c.Quit() != nil {
+		s.close()
+	}
+}
+
+func (s *smtpSession) close() { _ = s.c.Close() }
+
+// stale reports an error of a session the server closed while it idled:
+// the connection is gone, or the server said 421 (closing).
+func stale(err error) bool {
+	var se *smtp.SMTPError
+	if errors.As(err, &se) {
+		return se.Code == 421
+	}
+	return true
+}
+
+// fail maps a failed step to the error of its class. parent is the
+// caller's context, rctx the one bounded by the timeout.
+func (p *SMTP) fail(parent, rctx context.Context, err error, s scrubber) error {
+	stage := "send"
+	var st *stageError
+	if errors.As(err, &st) {
+		stage = st.stage
+	}
+	var se *smtp.SMTPError
+	if errors.As(err, &se) {
+		class := ErrTransient
+		if se.Code >= 500 && se.Code <= 599 {
+			class = ErrPermanent
+		}
+		return &Error{Provider: p.name, Class: class, Status: se.Code, Detail: stage + ": " + smtpReply(se, s)}
+	}
+	cause := errors.Unwrap(err)
+	if cause == nil {
+		cause = err
+	}
+	e := &Error{Provider: p.name, Class: ErrTransient, Err: cause}
+	var ne net.Error
+	switch {
+	case parent.Err() != nil:
+		e.Detail = "gave up: " + causeDetail(parent.Err(), s)
+		e.Err = parent.Err()
+	case rctx.Err() != nil, errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		e.Detail = "timeout after " + p.timeout.String() + " (" + stage + ")"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		e.Detail = "connection refused"
+	default:
+		e.Detail = stage + ": " + causeDetail(cause, s)
+	}
+	return e
+}
+
+// smtpReply describes a reply: "SMTP 550 5.1.1 mailbox unavailable", its
+// text cut to the first line and scrubbed.
+func smtpReply(se *smtp.SMTPError, s scrubber) string {
+	d := "SMTP " + strconv.Itoa(se.Code)
+	if c := se.EnhancedCode; c != (smtp.EnhancedCode{}) && c != smtp.NoEnhancedCode {
+		d += fmt.Sprintf(" %d.%d.%d", c[0], c[1], c[2])
+	}
+	text, _, _ := strings.Cut(se.Message, "\n")
+	if text = oneLine(s.scrub(text), maxReason); text != "" {
+		d += " " + text
+	}
+	return d
+}
+
+// plainResponse is the base64 AUTH PLAIN initial response for user and
+// password, as it would appear on the wire.
+func plainResponse(user, password string) string {
+	_, resp, _ := sasl.NewPlainClient("", user, password).Start()
+	return base64Std(resp)
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,485 @@
+package testenv
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unicode/utf8"
+)
+
+// This file holds the Twilio fake and the machinery it shares with the FCM
+// and APNs fakes (fake_fcm.go, fake_apns.go) and, for the fault injection
+// and contract, the SMTP fake (fake_smtp.go).
+
+// faultState is the contract and the injected misbehaviour every service
+// fake shares. Its methods are promoted to the fakes and are safe for
+// concurrent use; mu also guards each fake's recordings.
+type faultState struct {
+	mu       sync.Mutex
+	now      func() time.Time
+	contract int
+
+	acceptedAt     []time.Time
+	failNext       int
+	failNextStatus int
+	failUntil      time.Time
+	failStatus     int
+	limitUntil     time.Time
+	limitAfter     string
+	slowUntil      time.Time
+	latency        time.Duration
+	hangUntil      time.Time
+}
+
+// newFaultState applies the options the webhook fake takes (WithContract,
+// WithClock) to a service fake.
+func newFaultState(t testing.TB, opts []FakeOption) *faultState {
+	t.Helper()
+	var probe Fake
+	probe.now = time.Now
+	for _, o := range opts {
+		o(&probe)
+	}
+	if probe.contract < 0 {
+		t.Fatalf("testenv: fake contract %d: must be >= 0", probe.contract)
+	}
+	return &faultState{now: probe.now, contract: probe.contract}
+}
+
+// FailNext answers the next n requests (that pass the protocol checks)
+// with status: an HTTP status, or an SMTP reply code for the SMTP fake.
+// They do not count toward the contract.
+func (s *faultState) FailNext(n, status int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failNext, s.failNextStatus = n, status
+}
+
+// FailFor answers every request with status for d from now.
+func (s *faultState) FailFor(d time.Duration, status int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failUntil, s.failStatus = s.now().Add(d), status
+}
+
+// RateLimitFor answers every request as rate limited for d from now: a 429
+// in the service's own format with the header Retry-After: retryAfter
+// (delay-seconds or an HTTP-date; left out when ""), or for the SMTP fake a
+// 451 4.7.1 reply naming it.
+func (s *faultState) RateLimitFor(d time.Duration, retryAfter string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.limitUntil, s.limitAfter = s.now().Add(d), retryAfter
+}
+
+// SlowFor delays every answer to requests arriving in the next d by
+// latency (real time).
+func (s *faultState) SlowFor(d, latency time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.slowUntil, s.latency = s.now().Add(d), latency
+}
+
+// HangFor holds every request arriving in the next d without ever
+// answering, until its client gives up or the fake is closed.
+func (s *faultState) HangFor(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hangUntil = s.now().Add(d)
+}
+
+// Reset ends every misbehaviour set by FailNext, FailFor, RateLimitFor,
+// SlowFor and HangFor. Recordings and the contract are kept.
+func (s *faultState) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failNext = 0
+	s.failUntil, s.limitUntil, s.slowUntil, s.hangUntil = time.Time{}, time.Time{}, time.Time{}, time.Time{}
+}
+
+// MaxInWindow returns the most requests accepted within any window of
+// length window (see Fake.MaxInWindow).
+func (s *faultState) MaxInWindow(window time.Duration) int {
+	if window <= 0 {
+		return 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	best, i := 0, 0
+	for j := range s.acceptedAt {
+		for s.acceptedAt[j].Sub(s.acceptedAt[i]) >= window {
+			i++
+		}
+		best = max(best, j-i+1)
+	}
+	return best
+}
+
+// verdict is what the injected faults and the contract decided.
+type verdict struct {
+	hold       bool          // never answer
+	status     int           // 0: accept; else fail with it
+	limited    bool          // a rate limit (status 429 for HTTP)
+	retryAfter string        // for a rate limit
+	why        string        // a reason for the answer's text
+	latency    time.Duration // delay the answer
+}
+
+// decide applies the faults and the contract to a request arriving at now.
+// s.mu is held.
+func (s *faultState) decide(now time.Time) verdict {
+	var v verdict
+	if now.Before(s.slowUntil) {
+		v.latency = s.latency
+	}
+	switch {
+	case now.Before(s.hangUntil):
+		v.hold = true
+	case s.failNext > 0:
+		s.failNext--
+		v.status, v.why = s.failNextStatus, "injected "+strconv.Itoa(s.failNextStatus)+" by the testenv fake"
+	case now.Before(s.failUntil):
+		v.status, v.why = s.failStatus, "injected "+strconv.Itoa(s.failStatus)+" by the testenv fake"
+	case now.Before(s.limitUntil):
+		v.status, v.limited, v.retryAfter, v.why = http.StatusTooManyRequests, true, s.limitAfter, "rate limited by the testenv fake"
+	case s.contract > 0 && len(s.acceptedAt) >= s.contract:
+		// The window (now-1s, now] is full when the contract-th most
+		// recent acceptance is less than 1 s old; it frees 1 s after it.
+		oldest := s.acceptedAt[len(s.acceptedAt)-s.contract]
+		if wait := oldest.Add(time.Second).Sub(now); wait > 0 {
+			secs := int64((wait + time.Second - 1) / time.Second)
+			v.status, v.limited, v.retryAfter = http.StatusTooManyRequests, true, strconv.FormatInt(secs, 10)
+			v.why = "contract of " + strconv.Itoa(s.contract) + " per second exceeded"
+		}
+	}
+	return v
+}
+
+// ServiceRequest is one request an HTTP service fake (Twilio, FCM, APNs)
+// received, whatever it answered.
+type ServiceRequest struct {
+	At     time.Time   // arrival, by the fake's clock
+	Method string      // HTTP method
+	Path   string      // URL path
+	Proto  string      // "HTTP/1.1" or "HTTP/2.0"
+	Header http.Header // request headers
+	Body   []byte      // request body (at most 1 MiB is read)
+	Status int         // the answer's status; 0 for a request held by HangFor
+}
+
+// fakeReply is an HTTP answer of a service fake.
+type fakeReply struct {
+	status int
+	header http.Header
+	body   string
+}
+
+// service is what one HTTP service fake adds to httpFake. Its methods are
+// called with the faultState's mutex held.
+type service interface {
+	// check applies the service's protocol rules (auth, path, content type,
+	// fields, recipient format); nil lets the request through.
+	check(r *http.Request, body []byte, now time.Time) *fakeReply
+	// refuse is the service's answer with status, in its error format.
+	refuse(status int, why string) fakeReply
+	// accept records an accepted request and answers it.
+	accept(r *http.Request, body []byte, now time.Time) fakeReply
+}
+
+// httpFake serves one service fake: protocol checks, then HangFor,
+// FailNext, FailFor, RateLimitFor and the contract, then acceptance.
+type httpFake struct {
+	*faultState
+	srv      *httptest.Server
+	svc      service
+	closing  chan struct{}
+	once     sync.Once
+	requests []ServiceRequest
+}
+
+func newHTTPFake(fs *faultState, svc service) *httpFake {
+	return &httpFake{faultState: fs, svc: svc, closing: make(chan struct{})}
+}
+
+// Close stops the server: held and slow requests are cut off, later
+// requests are refused. Safe to call more than once.
+func (f *httpFake) Close() {
+	f.once.Do(func() {
+		close(f.closing)
+		f.srv.Close()
+	})
+}
+
+// Requests returns every request received so far, in order of arrival.
+// The slice is the caller's; headers and bodies must not be modified.
+func (f *httpFake) Requests() []ServiceRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]ServiceRequest(nil), f.requests...)
+}
+
+// Count returns how many requests were answered with status (0 counts the
+// requests held by HangFor).
+func (f *httpFake) Count(status int) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, r := range f.requests {
+		if r.Status == status {
+			n++
+		}
+	}
+	return n
+}
+
+func (f *httpFake) serve(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(io.LimitReader(r.Body, fakeMaxBody+1))
+	f.mu.Lock()
+	now := f.now()
+	rec := ServiceRequest{At: now, Method: r.Method, Path: r.URL.Path, Proto: r.Proto, Header: r.Header.Clone(), Body: body}
+	var reply fakeReply
+	v := verdict{}
+	if bad := f.svc.check(r, body, now); bad != nil {
+		reply = *bad
+	} else if v = f.decide(now); !v.hold {
+		switch {
+		case v.status != 0:
+			reply = f.svc.refuse(v.status, v.why)
+			if v.limited && v.retryAfter != "" {
+				if reply.header == nil {
+					reply.header = http.Header{}
+				}
+				reply.header.Set("Retry-After", v.retryAfter)
+			}
+		default:
+			reply = f.svc.accept(r, body, now)
+			f.acceptedAt = append(f.acceptedAt, now)
+		}
+	}
+	if !v.hold {
+		rec.Status = reply.status
+	}
+	f.requests = append(f.requests, rec)
+	f.mu.Unlock()
+
+	if v.hold {
+		select {
+		case <-r.Context().Done():
+		case <-f.closing:
+		}
+		panic(http.ErrAbortHandler) // cut the stream without an answer
+	}
+	if v.latency > 0 {
+		timer := time.NewTimer(v.latency)
+		defer timer.Stop()
+		select {
+		case <-timer.C:
+		case <-r.Context().Done():
+			panic(http.ErrAbortHandler)
+		case <-f.closing:
+			panic(http.ErrAbortHandler)
+		}
+	}
+	for k, vs := range reply.header {
+		w.Header()[k] = vs
+	}
+	w.WriteHeader(reply.status)
+	_, _ = io.WriteString(w, reply.body)
+}
+
+// randomHex is n random bytes in hex.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func jsonReply(status int, v any) fakeReply {
+	b, _ := json.Marshal(v)
+	return fakeReply{status: status, header: http.Header{"Content-Type": {"application/json"}}, body: string(b) + "\n"}
+}
+
+// TwilioMessage is one message the Twilio fake accepted.
+type TwilioMessage struct {
+	At                  time.Time
+	SID                 string // the message SID the fake assigned, SM…
+	To                  string
+	From                string // "" when sent through a Messaging Service
+	MessagingServiceSID string
+	Body                string
+}
+
+// TwilioFake is a fake of the Twilio Programmable Messaging API: it
+// answers `POST /2010-04-01/Accounts/{AccountSid}/Messages.json` as Twilio
+// does, checking what Twilio checks, in this order:
+//
+//   - the path and method (404 code 20404, 405 code 20004);
+//   - HTTP basic auth: user = the account SID of the path, password = the
+//     auth token (401 code 20003);
+//   - Content-Type application/x-www-form-urlencoded (400 code 20001);
+//   - To present (21604) and E.164 (21211); From (E.164, 21212) or a
+//     MessagingServiceSid (MG + 32 hex, 21701) present (21603); Body present
+//     (21602) and at most 1600 characters (21617);
+//   - a number refused with RefuseNumber (400 with its code).
+//
+// Then HangFor, FailNext, FailFor, RateLimitFor and the contract (429 with
+// code 20429 and Retry-After), then 201 with the message resource (status
+// "queued"). Errors are Twilio's JSON: {"code":21211,"message":"…",
+// "more_info":"https://www.twilio.com/docs/errors/21211","status":400}.
+// Its methods are safe for concurrent use.
+type TwilioFake struct {
+	*httpFake
+	sid, token string
+	refused    map[string]int
+	messages   []TwilioMessage
+}
+
+// FakeTwilio starts a Twilio fake on a loopback port (plain HTTP) with a
+// fresh account SID and auth token, and closes it when the test ends. It
+// takes WithContract and WithClock.
+func FakeTwilio(t testing.TB, opts ...FakeOption) *TwilioFake {
+	t.Helper()
+	f := &TwilioFake{sid: "AC" + randomHex(16), token: randomHex(16), refused: map[string]int{}}
+	f.httpFake = newHTTPFake(newFaultState(t, opts), f)
+	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
+	t.Cleanup(f.Close)
+	return f
+}
+
+// URL is the API base URL, http://127.0.0.1:<port> (the twilio kind's url).
+func (f *TwilioFake) URL() string { return f.srv.URL }
+
+// AccountSID is the account the fake serves, AC…
+func (f *TwilioFake) AccountSID() string { return f.sid }
+
+// AuthToken is the account's auth token.
+func (f *TwilioFake) AuthToken() string { return f.token }
+
+// RefuseNumber makes every message to the number to answer 400 with the
+// Twilio error code (21211 invalid number, 21610 unsubscribed recipient,
+// 21614 not a mobile number…).
+func (f *TwilioFake) RefuseNumber(to string, code int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.refused[to] = code
+}
+
+// Messages returns the accepted messages in order of acceptance.
+func (f *TwilioFake) Messages() []TwilioMessage {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]TwilioMessage(nil), f.messages...)
+}
+
+var (
+	twilioPathRE = regexp.MustCompile(`^/2010-04-01/Accounts/([^/]+)/Messages\.json$`)
+	fakeE164RE   = regexp.MustCompile(`^\+[1-9][0-9]{6,14}$`)
+	twilioMGRE   = regexp.MustCompile(`^MG[0-9a-f]{32}$`)
+)
+
+func twilioError(status, code int, message string) fakeReply {
+	return jsonReply(status, map[string]any{
+		"code": code, "message": message, "status": status,
+		"more_info": "https://www.twilio.com/docs/errors/" + strconv.Itoa(code),
+	})
+}
+
+func (f *TwilioFake) check(r *http.Request, body []byte, _ time.Time) *fakeReply {
+	fail := func(status, code int, message string) *fakeReply {
+		reply := twilioError(status, code, message)
+		return &reply
+	}
+	m := twilioPathRE.FindStringSubmatch(r.URL.Path)
+	switch {
+	case m == nil:
+		return fail(404, 20404, "The requested resource "+r.URL.Path+" was not found")
+	case r.Method != http.MethodPost:
+		return fail(405, 20004, "Method not allowed")
+	}
+	user, pass, ok := r.BasicAuth()
+	switch {
+	case !ok:
+		return fail(401, 20003, "Authentication Error - No credentials provided")
+	case user != f.sid || m[1] != f.sid:
+		return fail(401, 20003, "Authentication Error - invalid username")
+	case pass != f.token:
+		return fail(401, 20003, "Authentication Error - invalid password")
+	}
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/x-www-form-urlencoded" {
+		return fail(400, 20001, "Content-Type must be application/x-www-form-urlencoded")
+	}
+	form, err := url.ParseQuery(string(body))
+	if err != nil {
+		return fail(400, 20001, "Unable to parse the request body")
+	}
+	to, from, service, text := form.Get("To"), form.Get("From"), form.Get("MessagingServiceSid"), form.Get("Body")
+	switch {
+	case to == "":
+		return fail(400, 21604, "A 'To' phone number is required.")
+	case !fakeE164RE.MatchString(to):
+		return fail(400, 21211, "The 'To' number "+to+" is not a valid phone number.")
+	case from == "" && service == "":
+		return fail(400, 21603, "A 'From' phone number is required.")
+	case service != "" && !twilioMGRE.MatchString(service):
+		return fail(400, 21701, "The Messaging Service Sid "+service+" is invalid.")
+	case service == "" && !fakeE164RE.MatchString(from):
+		return fail(400, 21212, "The 'From' number "+from+" is not a valid phone number, shortcode, or alphanumeric sender ID.")
+	case text == "":
+		return fail(400, 21602, "Message body is required.")
+	case utf8.RuneCountInString(text) > 1600:
+		return fail(400, 21617, "The concatenated message body exceeds the 1600 character limit.")
+	}
+	if code, ok := f.refused[to]; ok {
+		return fail(400, code, fmt.Sprintf("Message to %s refused (Twilio error %d).", to, code))
+	}
+	return nil
+}
+
+// twilioCodes are the error codes of injected statuses.
+var twilioCodes = map[int]int{400: 21211, 401: 20003, 404: 20404, 429: 20429, 500: 20500, 503: 20503}
+
+func (f *TwilioFake) refuse(status int, why string) fakeReply {
+	code, ok := twilioCodes[status]
+	if !ok {
+		code = 20001
+	}
+	if status == 429 {
+		why = "Too Many Requests: " + why
+	}
+	return twilioError(status, code, why)
+}
+
+func (f *TwilioFake) accept(r *http.Request, body []byte, now time.Time) fakeReply {
+	form, _ := url.ParseQuery(string(body))
+	msg := TwilioMessage{At: now, SID: "SM" + randomHex(16), To: form.Get("To"), Body: form.Get("Body"),
+		MessagingServiceSID: form.Get("MessagingServiceSid")}
+	if msg.MessagingServiceSID == "" {
+		msg.From = form.Get("From")
+	}
+	f.messages = append(f.messages, msg)
+	return jsonReply(http.StatusCreated, map[string]any{
+		"sid": msg.SID, "account_sid": f.sid, "to": msg.To, "from": nullable(msg.From), "body": msg.Body,
+		"messaging_service_sid": nullable(msg.MessagingServiceSID), "status": "queued", "api_version": "2010-04-01",
+		"date_created": now.UTC().Format(time.RFC1123Z), "direction": "outbound-api",
+		"uri": strings.TrimSuffix(r.URL.Path, ".json") + "/" + msg.SID + ".json",
+	})
+}
+
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
