@@ -1,0 +1,169 @@
+package testenv_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/oauth2"
+	"golang.org/x/oauth2/google"
+
+	"github.com/notifier/notifier/testenv"
+)
+
+// fcmPost sends one messages:send request and decodes the answer.
+func fcmPost(t *testing.T, url, auth, contentType, body string) (int, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	req.Header.Set("Content-Type", contentType)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var out map[string]any
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatalf("status %d body %q is not JSON", resp.StatusCode, b)
+	}
+	return resp.StatusCode, out
+}
+
+// rpc returns a google.rpc body's status and first errorCode.
+func rpc(body map[string]any) (string, string) {
+	e, _ := body["error"].(map[string]any)
+	status, _ := e["status"].(string)
+	code := ""
+	if d, ok := e["details"].([]any); ok && len(d) > 0 {
+		code, _ = d[0].(map[string]any)["errorCode"].(string)
+	}
+	return status, code
+}
+
+func TestFakeFCMChecksWhatFCMChecks(t *testing.T) {
+	t.Parallel()
+	f := testenv.FakeFCM(t)
+	t.Cleanup(http.DefaultClient.CloseIdleConnections)
+	send := f.URL() + "/v1/projects/" + f.ProjectID() + "/messages:send"
+	bearer := "Bearer " + f.BearerToken()
+	const js = "application/json"
+	token := "dKx9:APA91b" + strings.Repeat("x", 60)
+	msg := `{"message":{"token":"` + token + `","notification":{"title":"t","body":"b"},"data":{"k":"v"}}}`
+	cases := []struct {
+		name, url, auth, ct, body string
+		status                    int
+		rpcStatus, errorCode      string
+	}{
+		{"wrong path", f.URL() + "/v1/messages", bearer, js, msg, 404, "NOT_FOUND", ""},
+		{"no auth", send, "", js, msg, 401, "UNAUTHENTICATED", ""},
+		{"wrong token", send, "Bearer nope", js, msg, 401, "UNAUTHENTICATED", ""},
+		{"other project", f.URL() + "/v1/projects/other/messages:send", bearer, js, msg, 403, "PERMISSION_DENIED", ""},
+		{"form body", send, bearer, "application/x-www-form-urlencoded", msg, 400, "INVALID_ARGUMENT", ""},
+		{"unknown field", send, bearer, js, `{"message":{"token":"` + token + `","colour":"red"}}`, 400, "INVALID_ARGUMENT", ""},
+		{"no message", send, bearer, js, `{}`, 400, "INVALID_ARGUMENT", "INVALID_ARGUMENT"},
+		{"two targets", send, bearer, js, `{"message":{"token":"` + token + `","topic":"news"}}`, 400, "INVALID_ARGUMENT", "INVALID_ARGUMENT"},
+		{"bad token", send, bearer, js, `{"message":{"token":"short"}}`, 400, "INVALID_ARGUMENT", "INVALID_ARGUMENT"},
+		{"reserved data key", send, bearer, js, `{"message":{"token":"` + token + `","data":{"gcm.x":"1"}}}`, 400, "INVALID_ARGUMENT", "INVALID_ARGUMENT"},
+		{"data not strings", send, bearer, js, `{"message":{"token":"` + token + `","data":{"n":1}}}`, 400, "INVALID_ARGUMENT", ""},
+	}
+	for _, c := range cases {
+		status, body := fcmPost(t, c.url, c.auth, c.ct, c.body)
+		rs, ec := rpc(body)
+		if status != c.status || rs != c.rpcStatus || ec != c.errorCode {
+			t.Errorf("%s: %d %s %s, want %d %s %q (%v)", c.name, status, rs, ec, c.status, c.rpcStatus, c.errorCode, body)
+		}
+	}
+	status, body := fcmPost(t, send, bearer, "application/json; charset=utf-8", msg)
+	if name, _ := body["name"].(string); status != 200 || !strings.HasPrefix(name, "projects/"+f.ProjectID()+"/messages/") {
+		t.Fatalf("valid message: %d %v", status, body)
+	}
+	f.Unregister(token)
+	if status, body := fcmPost(t, send, bearer, js, msg); status != 404 {
+		t.Errorf("unregistered: %d %v", status, body)
+	} else if rs, ec := rpc(body); rs != "NOT_FOUND" || ec != "UNREGISTERED" {
+		t.Errorf("unregistered: %s %s", rs, ec)
+	}
+	got := f.Messages()
+	if len(got) != 1 || got[0].Token != token || got[0].Title != "t" || got[0].Body != "b" || got[0].Data["k"] != "v" || got[0].OAuth {
+		t.Errorf("messages %+v", got)
+	}
+
+	f.FailNext(1, 503)
+	if status, body := fcmPost(t, send, bearer, js, `{"message":{"token":"`+token+`x"}}`); status != 503 {
+		t.Errorf("injected 503: %d", status)
+	} else if rs, ec := rpc(body); rs != "UNAVAILABLE" || ec != "UNAVAILABLE" {
+		t.Errorf("injected 503: %s %s", rs, ec)
+	}
+	f.RateLimitFor(time.Hour, "5")
+	if status, body := fcmPost(t, send, bearer, js, `{"message":{"token":"`+token+`x"}}`); status != 429 {
+		t.Errorf("rate limited: %d", status)
+	} else if rs, ec := rpc(body); rs != "RESOURCE_EXHAUSTED" || ec != "QUOTA_EXCEEDED" {
+		t.Errorf("rate limited: %s %s", rs, ec)
+	}
+}
+
+// TestFakeFCMTokenEndpoint exchanges the fake's service-account key with
+// the oauth2 library, as a real client does.
+func TestFakeFCMTokenEndpoint(t *testing.T) {
+	t.Parallel()
+	clk := newFakeClock()
+	f := testenv.FakeFCM(t, testenv.WithClock(clk.Now))
+	key, err := os.ReadFile(f.ServiceAccountFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	ctx := context.WithValue(context.Background(), oauth2.HTTPClient, &http.Client{Transport: tr})
+	fetch := func(scope string) (*oauth2.Token, error) {
+		conf, err := google.JWTConfigFromJSON(key, scope)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return conf.TokenSource(ctx).Token()
+	}
+	tok, err := fetch("https://www.googleapis.com/auth/firebase.messaging")
+	if err != nil || !strings.HasPrefix(tok.AccessToken, "ya29.") {
+		t.Fatalf("token: %v %v", tok, err)
+	}
+	if _, err := fetch("https://www.googleapis.com/auth/cloud-platform.read-only"); err == nil {
+		t.Error("a token was issued for another scope")
+	}
+	forged := strings.Replace(string(key), f.TokenURL(), f.TokenURL()+"?", 1) // another audience
+	if conf, err := google.JWTConfigFromJSON([]byte(forged), "https://www.googleapis.com/auth/firebase.messaging"); err == nil {
+		if _, err := conf.TokenSource(ctx).Token(); err == nil {
+			t.Error("an assertion for another audience was accepted")
+		}
+	}
+	f.FailTokens(1, 400)
+	if _, err := fetch("https://www.googleapis.com/auth/firebase.messaging"); err == nil || !strings.Contains(err.Error(), "invalid_grant") {
+		t.Errorf("injected invalid_grant: %v", err)
+	}
+	if n := f.TokenRequests(); n != 4 {
+		t.Errorf("TokenRequests = %d, want 4", n)
+	}
+
+	send := f.URL() + "/v1/projects/" + f.ProjectID() + "/messages:send"
+	msg := `{"message":{"token":"` + strings.Repeat("t", 40) + `"}}`
+	if status, _ := fcmPost(t, send, "Bearer "+tok.AccessToken, "application/json", msg); status != 200 {
+		t.Fatalf("issued token refused: %d", status)
+	}
+	if got := f.Messages(); len(got) != 1 || !got[0].OAuth {
+		t.Errorf("messages %+v", got)
+	}
+	clk.Advance(time.Hour)
+	if status, _ := fcmPost(t, send, "Bearer "+tok.AccessToken, "application/json", msg); status != 401 {
+		t.Errorf("expired token: %d, want 401", status)
+	}
+}

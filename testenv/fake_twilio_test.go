@@ -1,0 +1,136 @@
+package testenv_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/notifier/notifier/testenv"
+)
+
+// twilioPost sends one Messages.json request.
+func twilioPost(t *testing.T, base, sid, user, pass, contentType string, form url.Values) (int, http.Header, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, base+"/2010-04-01/Accounts/"+sid+"/Messages.json", strings.NewReader(form.Encode()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if user != "" {
+		req.SetBasicAuth(user, pass)
+	}
+	req.Header.Set("Content-Type", contentType)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var body map[string]any
+	if err := json.Unmarshal(b, &body); err != nil {
+		t.Fatalf("status %d body %q is not JSON", resp.StatusCode, b)
+	}
+	return resp.StatusCode, resp.Header, body
+}
+
+func TestFakeTwilioChecksWhatTwilioChecks(t *testing.T) {
+	t.Parallel()
+	f := testenv.FakeTwilio(t)
+	t.Cleanup(http.DefaultClient.CloseIdleConnections)
+	sid, token := f.AccountSID(), f.AuthToken()
+	const form = "application/x-www-form-urlencoded"
+	ok := url.Values{"To": {"+447700900123"}, "From": {"+15005550006"}, "Body": {"hi"}}
+	with := func(k, v string) url.Values {
+		u := url.Values{}
+		for key, vs := range ok {
+			u[key] = vs
+		}
+		if v == "" {
+			u.Del(k)
+		} else {
+			u.Set(k, v)
+		}
+		return u
+	}
+	cases := []struct {
+		name              string
+		sid, user, pass   string
+		contentType       string
+		form              url.Values
+		wantStatus, wants int
+	}{
+		{"no auth", sid, "", "", form, ok, 401, 20003},
+		{"wrong token", sid, sid, "nope", form, ok, 401, 20003},
+		{"user is not the path's account", sid, "AC" + strings.Repeat("0", 32), token, form, ok, 401, 20003},
+		{"json body", sid, sid, token, "application/json", ok, 400, 20001},
+		{"no To", sid, sid, token, form, with("To", ""), 400, 21604},
+		{"To not E.164", sid, sid, token, form, with("To", "07700900123"), 400, 21211},
+		{"no From", sid, sid, token, form, with("From", ""), 400, 21603},
+		{"bad service", sid, sid, token, form, url.Values{"To": {"+447700900123"}, "MessagingServiceSid": {"MGnope"}, "Body": {"x"}}, 400, 21701},
+		{"no Body", sid, sid, token, form, with("Body", ""), 400, 21602},
+		{"Body too long", sid, sid, token, form, with("Body", strings.Repeat("é", 1601)), 400, 21617},
+	}
+	for _, c := range cases {
+		status, _, body := twilioPost(t, f.URL(), c.sid, c.user, c.pass, c.contentType, c.form)
+		if status != c.wantStatus || body["code"] != float64(c.wants) || body["status"] != float64(c.wantStatus) ||
+			body["more_info"] != fmt.Sprintf("https://www.twilio.com/docs/errors/%d", c.wants) {
+			t.Errorf("%s: %d %v, want %d with code %d", c.name, status, body, c.wantStatus, c.wants)
+		}
+	}
+	status, _, body := twilioPost(t, f.URL(), sid, sid, token, form, ok)
+	if status != 201 || body["status"] != "queued" || !strings.HasPrefix(body["sid"].(string), "SM") || body["to"] != "+447700900123" {
+		t.Fatalf("valid message: %d %v", status, body)
+	}
+	service := url.Values{"To": {"+447700900123"}, "MessagingServiceSid": {"MG" + strings.Repeat("ab", 16)}, "Body": {"x"}}
+	if status, _, body := twilioPost(t, f.URL(), sid, sid, token, form, service); status != 201 || body["from"] != nil {
+		t.Fatalf("through a Messaging Service: %d %v", status, body)
+	}
+	f.RefuseNumber("+447700900999", 21610)
+	if status, _, body := twilioPost(t, f.URL(), sid, sid, token, form, with("To", "+447700900999")); status != 400 || body["code"] != float64(21610) {
+		t.Errorf("refused number: %d %v", status, body)
+	}
+	msgs := f.Messages()
+	if len(msgs) != 2 || msgs[0].From != "+15005550006" || msgs[1].MessagingServiceSID == "" || msgs[0].Body != "hi" {
+		t.Errorf("messages %+v", msgs)
+	}
+	if n := f.Count(201); n != 2 || len(f.Requests()) != len(cases)+3 {
+		t.Errorf("Count(201) = %d, requests %d", n, len(f.Requests()))
+	}
+}
+
+func TestFakeTwilioFaultsAndContract(t *testing.T) {
+	t.Parallel()
+	clk := newFakeClock()
+	f := testenv.FakeTwilio(t, testenv.WithContract(2), testenv.WithClock(clk.Now))
+	t.Cleanup(http.DefaultClient.CloseIdleConnections)
+	const form = "application/x-www-form-urlencoded"
+	send := func() (int, http.Header, map[string]any) {
+		return twilioPost(t, f.URL(), f.AccountSID(), f.AccountSID(), f.AuthToken(), form,
+			url.Values{"To": {"+447700900123"}, "From": {"+15005550006"}, "Body": {"hi"}})
+	}
+	f.FailNext(1, 500)
+	if status, _, body := send(); status != 500 || body["code"] != float64(20500) {
+		t.Errorf("injected 500: %d %v", status, body)
+	}
+	date := clk.Now().Add(30 * time.Second).UTC().Format(http.TimeFormat)
+	f.RateLimitFor(time.Second, date)
+	if status, h, body := send(); status != 429 || body["code"] != float64(20429) || h.Get("Retry-After") != date {
+		t.Errorf("rate limited: %d %v %v", status, h, body)
+	}
+	clk.Advance(time.Second)
+	for range 2 {
+		if status, _, _ := send(); status != 201 {
+			t.Fatalf("within the contract: %d", status)
+		}
+	}
+	if status, h, body := send(); status != 429 || body["code"] != float64(20429) || h.Get("Retry-After") != "1" {
+		t.Errorf("over the contract: %d %v %v", status, h, body)
+	}
+	if got := f.MaxInWindow(time.Second); got != 2 {
+		t.Errorf("MaxInWindow = %d", got)
+	}
+}
