@@ -29,7 +29,8 @@ func sustainedRate(f *testenv.Fake) float64 {
 // enforces the same contract, no 1 s window over 100, and at least 95 % of
 // the contract sustained.
 func TestPacingAcrossDispatchers(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it measures pacing, and the package's other tests
+	// (run in parallel after it) would load the machine's two cores.
 	b := setup(t, setupOpts{contract: 100, rate: 100, maxQueueDelay: time.Second})
 	ids := b.publishN("pace", "sms", 2000, 300)
 	var procs []*proc
@@ -63,7 +64,8 @@ func TestPacingAcrossDispatchers(t *testing.T) {
 // in the end, and 429s stay a small fraction of the jobs: a 429 pauses the
 // provider fleet-wide, no retry storm.
 func TestRateLimitedProviderNoStorm(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it measures pacing, and the package's other tests
+	// (run in parallel after it) would load the machine's two cores.
 	b := setup(t, setupOpts{contract: 50, rate: 100, maxQueueDelay: time.Second})
 	ids := b.publishN("half", "sms", 600, 100)
 	var procs []*proc
@@ -128,7 +130,8 @@ func TestTransientFailuresRetryThenDead(t *testing.T) {
 // TestRedisRestartHold: Redis restarts empty mid-run under redis.on_failure
 // hold. Nothing is lost, nothing sent twice, the contract holds.
 func TestRedisRestartHold(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it measures pacing, and the package's other tests
+	// (run in parallel after it) would load the machine's two cores.
 	b := setup(t, setupOpts{contract: 100, rate: 100, maxQueueDelay: time.Second})
 	ids := b.publishN("rr", "push", 600, 100)
 	for i := 0; i < 2; i++ {

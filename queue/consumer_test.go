@@ -82,6 +82,12 @@ func TestFetchTakesHighLaneFirst(t *testing.T) {
 	// A high message published while the normal lane has a backlog is the
 	// next one fetched.
 	b.publish(t, true, job("email", "h-late"))
+	// The server counts a stored message as pending for a consumer a moment
+	// after the publish is acknowledged; until then no pull can see it.
+	testenv.WaitFor(t, 5*time.Second, "the high lane counts the late message", func() bool {
+		bl, err := c.Backlog(ctx(t))
+		return err == nil && bl.High.Pending >= 1
+	})
 	ds, err = c.Fetch(ctx(t), 1, time.Second)
 	if err != nil || len(ds) != 1 || !ds[0].High || ds[0].Channel != "email" {
 		t.Fatalf("next after a late high publish: %+v %v", ds, err)
