@@ -333,9 +333,16 @@ func (d *Dispatcher) gaugeLoop(ctx context.Context) {
 			continue
 		}
 		for _, p := range d.o.Providers.All() {
-			if depth, err := l.Leaky.Depth(ctx, p.Name, l.contract(p)); err == nil {
-				d.m.QueueDepth.WithLabelValues(p.Name).Set(depth)
+			depth, err := l.Leaky.Depth(ctx, p.Name, l.contract(p))
+			if err != nil {
+				if ctx.Err() == nil {
+					// An idle process notices a lost backend here, within
+					// a second: it stops fetching (hold) or goes local.
+					d.backendFailed(l, err)
+				}
+				break
 			}
+			d.m.QueueDepth.WithLabelValues(p.Name).Set(depth)
 			if paused, err := l.Leaky.PausedFor(ctx, p.Name); err == nil {
 				v := 0.0
 				if paused > 0 {

@@ -351,3 +351,53 @@ func TestCheckExitCodes(t *testing.T) {
 		t.Errorf("version: %v %s", err, out)
 	}
 }
+
+// TestRunServesHealthAndMetrics: /healthz answers, /readyz says ready and
+// turns 503 within seconds of Redis going away (hold: no jobs taken), then
+// ready again; /metrics carries SPEC §8's metrics.
+func TestRunServesHealthAndMetrics(t *testing.T) {
+	t.Parallel()
+	port := testenv.FreePort(t)
+	w := newWorld(t, 100, "")
+	cfg, err := os.ReadFile(w.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg = bytes.Replace(cfg, []byte("listen: 127.0.0.1:0"), []byte(fmt.Sprintf("listen: 127.0.0.1:%d", port)), 1)
+	if err := os.WriteFile(w.config, cfg, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	status := func(path string) (int, string) {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		var b bytes.Buffer
+		_, _ = b.ReadFrom(resp.Body)
+		return resp.StatusCode, b.String()
+	}
+	ids := w.publish(20)
+	w.run()
+	testenv.WaitFor(t, 30*time.Second, "/readyz 200", func() bool { c, _ := status("/readyz"); return c == 200 })
+	if c, body := status("/healthz"); c != 200 || body != "ok\n" {
+		t.Fatalf("/healthz: %d %q", c, body)
+	}
+	testenv.WaitFor(t, 30*time.Second, "20 jobs sent", func() bool { return len(w.fake.AcceptedIDs()) >= len(ids) })
+	_, metrics := status("/metrics")
+	for _, name := range []string{"notifier_jobs_total", "notifier_deferrals_total", "notifier_queue_latency_seconds",
+		"notifier_job_latency_seconds", "notifier_leaky_queue_depth", "notifier_limit_decisions_total",
+		"notifier_provider_requests_total", "notifier_provider_request_seconds", "notifier_provider_paused"} {
+		if !strings.Contains(metrics, name) {
+			t.Errorf("/metrics lacks %s", name)
+		}
+	}
+	if !strings.Contains(metrics, `notifier_jobs_total{channel="sms",outcome="sent",provider="sms-gw"} 20`) {
+		t.Errorf("/metrics does not count the 20 sent jobs")
+	}
+	w.redis.Stop()
+	testenv.WaitFor(t, 10*time.Second, "/readyz 503 while Redis is down", func() bool { c, _ := status("/readyz"); return c == 503 })
+	w.redis.Start()
+	testenv.WaitFor(t, 20*time.Second, "/readyz 200 again", func() bool { c, _ := status("/readyz"); return c == 200 })
+}
