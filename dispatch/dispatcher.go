@@ -175,6 +175,8 @@ func New(o Options) (*Dispatcher, error) {
 		d.breakers[p.Name] = newBreaker(p.Name)
 		d.m.ProviderPaused.WithLabelValues(p.Name).Set(0)
 		d.m.QueueDepth.WithLabelValues(p.Name).Set(0)
+		d.m.Contract.WithLabelValues(p.Name).Set(p.Rate)
+		d.m.MaxQueueDelay.WithLabelValues(p.Name).Set(p.MaxQueueDelay.Seconds())
 	}
 	return d, nil
 }
@@ -328,6 +330,11 @@ func (d *Dispatcher) gaugeLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		ready := 0.0
+		if d.Ready() == nil {
+			ready = 1
+		}
+		d.m.Ready.Set(ready)
 		l := d.currentLimits()
 		if l == nil {
 			continue

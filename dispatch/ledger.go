@@ -139,6 +139,22 @@ func (l *RedisLedger) Release(ctx context.Context, id, owner string) error {
 	return err
 }
 
+// HeaderReplayed marks a job republished by `notifier dead replay`; its
+// value is the replay's time (RFC 3339).
+const HeaderReplayed = "Notifier-Replayed"
+
+// ResetForReplay forgets the ledger record of job id before a dead letter
+// is replayed, so the replay starts with no attempts counted. A job the
+// ledger says was sent is kept and reported (sent = true): replaying it
+// would send it twice.
+func (l *RedisLedger) ResetForReplay(ctx context.Context, id string) (sent bool, err error) {
+	n, err := l.settle(ctx, id, "", "reset")
+	if err != nil {
+		return false, err
+	}
+	return n < 0, nil
+}
+
 // MemoryLedger keeps the ledger in this process: the demo's, and the
 // fallback of redis.on_failure: local, where it still stops one process from
 // sending a job twice (across processes JetStream's single delivery is then

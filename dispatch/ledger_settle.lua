@@ -2,15 +2,18 @@
 --
 -- KEYS[1]  the job's ledger hash, {<prefix>j:<id>}
 -- ARGV[1]  owner token of the caller
--- ARGV[2]  what happened: "sent" | "failed" | "release"
+-- ARGV[2]  what happened: "sent" | "failed" | "release" | "reset"
 -- ARGV[3]  record TTL (dedup_ttl), integer milliseconds
 --
 -- sent:    s = 1 (remembered for dedup_ttl), lease cleared whoever holds it
 --          (the provider accepted the job: that fact wins over any lease)
 -- failed:  a = a + 1 (one transient provider failure), the caller's lease cleared
 -- release: the caller's lease cleared; nothing counted
+-- reset:   forget the record of a job that was not sent (a dead letter being
+--          replayed starts with no attempts); a sent job is kept
 --
--- Reply: attempts after the operation (integer)
+-- Reply: attempts after the operation (integer); for reset, -1 when the job
+-- was sent (and is kept), else 0
 local key = KEYS[1]
 local op = ARGV[2]
 if op == 'sent' then
@@ -25,6 +28,12 @@ elseif op == 'release' then
   if redis.call('HGET', key, 'o') == ARGV[1] then
     redis.call('HDEL', key, 'o', 'l')
   end
+elseif op == 'reset' then
+  if redis.call('HGET', key, 's') == '1' then
+    return -1
+  end
+  redis.call('DEL', key)
+  return 0
 else
   return redis.error_reply('settle: unknown operation ' .. tostring(op))
 end

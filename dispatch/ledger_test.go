@@ -207,3 +207,32 @@ func TestRedisLedgerDownIsAnError(t *testing.T) {
 		t.Fatalf("claim after Redis came back: %v", err)
 	}
 }
+
+func TestRedisLedgerResetForReplay(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := NewRedisLedger(testenv.Redis(t).Client(), "rp:", time.Hour)
+	for i := 0; i < 3; i++ {
+		if _, err := l.Failed(ctx, "dead-1", "o"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Sent(ctx, "sent-1", "o"); err != nil {
+		t.Fatal(err)
+	}
+	if sent, err := l.ResetForReplay(ctx, "dead-1"); err != nil || sent {
+		t.Fatalf("reset of a dead job: sent=%v err=%v", sent, err)
+	}
+	if c, err := l.Claim(ctx, "dead-1", "o2", time.Second); err != nil || c.Status != Claimed || c.Attempts != 0 {
+		t.Fatalf("claim after reset: %+v %v, want Claimed with 0 attempts", c, err)
+	}
+	if sent, err := l.ResetForReplay(ctx, "sent-1"); err != nil || !sent {
+		t.Fatalf("reset of a sent job: sent=%v err=%v, want sent=true (kept)", sent, err)
+	}
+	if c, _ := l.Claim(ctx, "sent-1", "o3", time.Second); c.Status != AlreadySent {
+		t.Fatalf("a sent job was forgotten by reset: %+v", c)
+	}
+	if sent, err := l.ResetForReplay(ctx, "never-seen"); err != nil || sent {
+		t.Fatalf("reset of an unknown job: %v %v", sent, err)
+	}
+}

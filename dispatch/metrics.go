@@ -18,6 +18,10 @@ type Metrics struct {
 	ProviderSeconds  *prometheus.HistogramVec // provider
 	ProviderPaused   *prometheus.GaugeVec     // provider
 	InFlight         prometheus.Gauge         // jobs held by this process's workers
+	Contract         *prometheus.GaugeVec     // provider: the configured contract, units per second
+	MaxQueueDelay    *prometheus.GaugeVec     // provider: the configured max_queue_delay, seconds
+	Ready            prometheus.Gauge         // 1 while the process takes jobs (its /readyz)
+	Replays          *prometheus.CounterVec   // channel: replayed dead letters taken by this process
 }
 
 // Outcomes (SPEC §6).
@@ -73,8 +77,21 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		InFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "notifier_jobs_in_flight", Help: "Jobs held by this process's workers now.",
 		}),
+		Contract: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "notifier_provider_contract", Help: "The provider's configured contract, in units (messages or segments) per second, fleet-wide.",
+		}, []string{"provider"}),
+		MaxQueueDelay: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "notifier_provider_max_queue_delay_seconds", Help: "The provider's configured max_queue_delay: the bound of notifier_queue_latency_seconds.",
+		}, []string{"provider"}),
+		Ready: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "notifier_ready", Help: "1 while this process takes jobs (what /readyz says), else 0.",
+		}),
+		Replays: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "notifier_replays_total", Help: "Replayed dead letters (notifier dead replay) taken by this process.",
+		}, []string{"channel"}),
 	}
 	reg.MustRegister(m.Jobs, m.Deferrals, m.QueueLatency, m.JobLatency, m.QueueDepth,
-		m.LimitDecisions, m.ProviderRequests, m.ProviderSeconds, m.ProviderPaused, m.InFlight)
+		m.LimitDecisions, m.ProviderRequests, m.ProviderSeconds, m.ProviderPaused, m.InFlight,
+		m.Contract, m.MaxQueueDelay, m.Ready, m.Replays)
 	return m
 }

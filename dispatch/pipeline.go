@@ -89,6 +89,9 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) error {
 	}
 	jb.j = j
 	jb.channel = j.Channel
+	if dl.Header.Get(HeaderReplayed) != "" && dl.NumDelivered == 1 {
+		d.m.Replays.WithLabelValues(j.Channel).Inc()
+	}
 	jb.log = jb.log.With("job", j.ID, "channel", j.Channel)
 
 	if j.Provider != "" {
