@@ -41,7 +41,7 @@ func paced(t *testing.T, name string, arrivals []time.Time, most, perSecond, ref
 		for i := 1; i < len(arrivals); i++ {
 			gaps = append(gaps, arrivals[i].Sub(arrivals[i-1]).Round(100*time.Microsecond).String())
 		}
-		t.Logf("DEBUG gaps %v", gaps)
+		t.Logf("%s: gaps between arrivals %v", name, gaps)
 	}
 	if len(arrivals) < 2 {
 		t.Fatalf("%s: %d arrivals", name, len(arrivals))
@@ -419,7 +419,7 @@ func TestKindsLogsCarryNoSecrets(t *testing.T) {
 	b.publish(jobs...)
 	p := b.start(closeRegistry(t))
 	testenv.WaitFor(t, 30*time.Second, "every job handled", func() bool { return b.remaining() == 0 })
-	// A rate limit and an expired APNs token too.
+	// A rate limit too.
 	tw.RateLimitFor(time.Hour, "1")
 	b.publish(&queue.Job{ID: "sec-rl", UserID: "u1", Channel: "sms", To: "+447700900123", Body: "x", Provider: "tw"})
 	testenv.WaitFor(t, 10*time.Second, "the rate-limited job tried", func() bool { return tw.Count(http.StatusTooManyRequests) > 0 })
