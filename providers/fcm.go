@@ -20,7 +20,9 @@ import (
 // variable named by credentials_env, or OAuth access tokens obtained with
 // the service-account key in credentials_file (scope
 // https://www.googleapis.com/auth/firebase.messaging) through
-// golang.org/x/oauth2/google, each cached until a minute before it expires.
+// golang.org/x/oauth2/google, each cached until a minute before it expires
+// and replaced in the background from five minutes before, so only the
+// first send waits for a token.
 //
 // The answer's google.rpc error body is read: the FCM error code in
 // error.details[].errorCode, else error.status, decides the class.
@@ -98,9 +100,12 @@ func (f *FCM) Name() string { return f.name }
 // String describes the provider without its secret.
 func (f *FCM) String() string { return "fcm " + f.name }
 
-// Close releases the provider's idle connections. Send still works after
-// Close, opening new connections.
+// Close ends a background token fetch and releases the provider's idle
+// connections. Send still works after Close, opening new connections.
 func (f *FCM) Close() error {
+	if f.oauth != nil {
+		f.oauth.close()
+	}
 	f.closeIdle()
 	return nil
 }

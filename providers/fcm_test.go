@@ -228,13 +228,25 @@ func TestFCMServiceAccount(t *testing.T) {
 			t.Fatalf("a message was not sent with an issued token")
 		}
 	}
-	clk.Advance(58 * time.Minute)
+	clk.Advance(54 * time.Minute)
 	if err := p.Send(ctx, pushMessage()); err != nil || fake.TokenRequests() != 1 {
-		t.Fatalf("at 58 min: %v, %d token requests, want the cached token", err, fake.TokenRequests())
+		t.Fatalf("at 54 min: %v, %d token requests, want the cached token", err, fake.TokenRequests())
 	}
-	clk.Advance(90 * time.Second) // 59.5 min: within a minute of the expiry
+	// Within five minutes of the expiry: the send goes out with the cached
+	// token while a new one is fetched in the background.
+	clk.Advance(2 * time.Minute)
+	if err := p.Send(ctx, pushMessage()); err != nil {
+		t.Fatalf("at 56 min: %v", err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "a token fetched ahead of the expiry", func() bool { return fake.TokenRequests() == 2 })
+	clk.Advance(3*time.Minute + 30*time.Second) // the first token has 30 s left: unusable
 	if err := p.Send(ctx, pushMessage()); err != nil || fake.TokenRequests() != 2 {
-		t.Fatalf("at 59.5 min: %v, %d token requests, want a fresh token", err, fake.TokenRequests())
+		t.Fatalf("at 59.5 min: %v, %d token requests, want the token fetched ahead", err, fake.TokenRequests())
+	}
+	// With no token left at all, the send fetches one itself.
+	clk.Advance(2 * time.Hour)
+	if err := p.Send(ctx, pushMessage()); err != nil || fake.TokenRequests() != 3 {
+		t.Fatalf("after both expired: %v, %d token requests, want 3", err, fake.TokenRequests())
 	}
 
 	// FCM refuses the token before its expiry (revoked): transient, and
@@ -244,8 +256,8 @@ func TestFCMServiceAccount(t *testing.T) {
 	if !errors.Is(err, providers.ErrTransient) || !strings.Contains(err.Error(), "401") {
 		t.Fatalf("refused access token: %v, want transient", err)
 	}
-	if err := p.Send(ctx, pushMessage()); err != nil || fake.TokenRequests() != 3 {
-		t.Fatalf("after a refused token: %v, %d token requests, want 3", err, fake.TokenRequests())
+	if err := p.Send(ctx, pushMessage()); err != nil || fake.TokenRequests() != 4 {
+		t.Fatalf("after a refused token: %v, %d token requests, want 4", err, fake.TokenRequests())
 	}
 
 	// Token endpoint failures, classed like sends.
