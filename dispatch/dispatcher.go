@@ -90,6 +90,12 @@ type Options struct {
 
 	Metrics *Metrics
 	Logger  *slog.Logger
+	// Trace, when set, is told how long each step of a job took: "ledger"
+	// (claim), "user" (per-user cap), "global" (fleet bucket, including any
+	// wait), "leaky" (the reservation call, not the wait for the slot),
+	// "provider" (the send) and "ledger_sent". For benchmarks; it must be
+	// fast and safe for concurrent use.
+	Trace func(step string, took time.Duration)
 	Now     func() time.Time // default time.Now
 	Rand    func() float64   // default math/rand/v2.Float64 (jitter)
 }

@@ -126,10 +126,12 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) error {
 	// The ledger: already sent? Then take the send lease.
 	for {
 		var c Claim
+		t0 := time.Now()
 		err := d.withBackend(ctx, jb, func(l *Limits) (err error) {
 			c, err = l.Ledger.Claim(ctx, j.ID, jb.owner, d.lease(jb))
 			return err
 		})
+		d.trace("ledger", t0)
 		if err != nil {
 			return err
 		}
@@ -153,10 +155,12 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) error {
 	// The per-user cap.
 	if rule, ok := d.o.UserLimits[j.Channel]; ok {
 		var res userlimit.Result
+		t0 := time.Now()
 		err := d.withBackend(ctx, jb, func(l *Limits) (err error) {
 			res, err = l.Users.Allow(ctx, userlimit.Key{Channel: j.Channel, User: j.UserID}, j.ID, rule)
 			return err
 		})
+		d.trace("user", t0)
 		if err != nil {
 			return err
 		}
@@ -223,6 +227,7 @@ func (d *Dispatcher) waitGlobal(ctx context.Context, jb *job) error {
 			d.keepAlive(jb)
 		}
 	})
+	d.trace("global", start)
 	if err != nil {
 		return err
 	}
@@ -250,11 +255,13 @@ func (d *Dispatcher) waitSlot(ctx context.Context, jb *job) error {
 		}
 		var r leaky.Reservation
 		var l *Limits
+		t0 := time.Now()
 		err := d.withBackend(ctx, jb, func(cur *Limits) (err error) {
 			l = cur
 			r, err = cur.Leaky.Reserve(ctx, jb.provider, cur.contract(jb.pcfg), jb.cost)
 			return err
 		})
+		d.trace("leaky", t0)
 		if err != nil {
 			return err
 		}
@@ -363,6 +370,7 @@ func (d *Dispatcher) send(ctx, sendCtx context.Context, jb *job) (finished bool,
 	start := time.Now()
 	serr := jb.prov.Send(rctx, jb.msg)
 	cancel()
+	d.trace("provider", start)
 	d.m.ProviderSeconds.WithLabelValues(jb.provider).Observe(time.Since(start).Seconds())
 	var rl *providers.RateLimitedError
 	switch {
@@ -433,7 +441,9 @@ func (d *Dispatcher) recordSent(ctx context.Context, jb *job) {
 		if l == nil {
 			l = d.o.Limits
 		}
+		t0 := time.Now()
 		err := l.Ledger.Sent(ctx, jb.j.ID, jb.owner)
+		d.trace("ledger_sent", t0)
 		if err == nil {
 			jb.claimed = false
 			return
@@ -566,6 +576,13 @@ func (d *Dispatcher) keepAlive(jb *job) {
 		jb.log.Debug("heartbeat job", "err", err)
 	}
 	jb.lastBeat = time.Now()
+}
+
+// trace reports a step's duration to Options.Trace.
+func (d *Dispatcher) trace(step string, start time.Time) {
+	if d.o.Trace != nil {
+		d.o.Trace(step, time.Since(start))
+	}
 }
 
 // jitter is a random duration in [0, d).

@@ -32,6 +32,7 @@ type Config struct {
 	Stream     string        `mapstructure:"stream"`      // job stream
 	DeadStream string        `mapstructure:"dead_stream"` // dead-letter stream
 	AckWait    time.Duration `mapstructure:"ack_wait"`    // redelivery timeout of an unacknowledged job
+	Replicas   int           `mapstructure:"replicas"`    // stream replicas: 1, or 3 on a JetStream cluster (default 1)
 	CredsFile  string        `mapstructure:"creds_file"`  // NATS credentials (JWT + nkey seed)
 	Token      string        `mapstructure:"token"`       // secret
 	User       string        `mapstructure:"user"`
@@ -56,6 +57,9 @@ func (c Config) WithDefaults() Config {
 	if strings.TrimSpace(c.URL) == "" {
 		c.URL = DefaultURL
 	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
 	if c.Stream == "" {
 		c.Stream = DefaultStream
 	}
@@ -77,6 +81,9 @@ func (c Config) WithDefaults() Config {
 func (c Config) Validate() error {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if c.Replicas < 0 || c.Replicas > 5 { // 0: the default, 1
+		add("replicas: must be from 1 to 5 (3 on a JetStream cluster), got %d", c.Replicas)
+	}
 
 	if strings.TrimSpace(c.URL) == "" {
 		add("url: required")
@@ -278,8 +285,8 @@ func redactURLs(s string) string {
 
 // String prints the configuration with secrets redacted.
 func (c Config) String() string {
-	return fmt.Sprintf("{url:%s stream:%s dead_stream:%s ack_wait:%s creds_file:%s token:%s user:%s password:%s tls:{ca_file:%s cert_file:%s key_file:%s}}",
-		redactURLs(c.URL), c.Stream, c.DeadStream, c.AckWait, c.CredsFile, secret(c.Token), c.User, secret(c.Password),
+	return fmt.Sprintf("{url:%s stream:%s dead_stream:%s ack_wait:%s replicas:%d creds_file:%s token:%s user:%s password:%s tls:{ca_file:%s cert_file:%s key_file:%s}}",
+		redactURLs(c.URL), c.Stream, c.DeadStream, c.AckWait, c.Replicas, c.CredsFile, secret(c.Token), c.User, secret(c.Password),
 		c.TLS.CAFile, c.TLS.CertFile, c.TLS.KeyFile)
 }
 

@@ -22,7 +22,7 @@ const (
 func TestConfigDefaults(t *testing.T) {
 	t.Parallel()
 	got := queue.Config{}.WithDefaults()
-	want := queue.Config{URL: "nats://127.0.0.1:4222", Stream: "NOTIFY", DeadStream: "NOTIFY_DEAD", AckWait: 30 * time.Second}
+	want := queue.Config{URL: "nats://127.0.0.1:4222", Stream: "NOTIFY", DeadStream: "NOTIFY_DEAD", AckWait: 30 * time.Second, Replicas: 1}
 	if got != want {
 		t.Fatalf("WithDefaults() = %v, want %v", got, want)
 	}

@@ -130,7 +130,7 @@ func publish(ctx context.Context, cfg Config, f *publishFlags, mode publishMode,
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
-	if err := queue.EnsureStreams(ctx, js, cfg.NATS, 1); err != nil {
+	if err := queue.EnsureStreams(ctx, js, cfg.NATS, cfg.NATS.Replicas); err != nil {
 		return err
 	}
 	pub := queue.NewPublisher(js)

@@ -67,7 +67,7 @@ func runDispatcher(ctx context.Context, cfg Config, log *slog.Logger, e *env) er
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
-	if err := queue.EnsureStreams(ctx, js, cfg.NATS, 1); err != nil {
+	if err := queue.EnsureStreams(ctx, js, cfg.NATS, cfg.NATS.Replicas); err != nil {
 		return err
 	}
 	cons, err := queue.NewConsumer(ctx, js, cfg.NATS, queue.ConsumerConfig{})
