@@ -96,8 +96,8 @@ type Options struct {
 	// "provider" (the send) and "ledger_sent". For benchmarks; it must be
 	// fast and safe for concurrent use.
 	Trace func(step string, took time.Duration)
-	Now     func() time.Time // default time.Now
-	Rand    func() float64   // default math/rand/v2.Float64 (jitter)
+	Now   func() time.Time // default time.Now
+	Rand  func() float64   // default math/rand/v2.Float64 (jitter)
 }
 
 func (o Options) withDefaults() Options {
