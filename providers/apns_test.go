@@ -99,6 +99,10 @@ func TestAPNsID(t *testing.T) {
 			t.Errorf("APNsID(%q) = %q: want a stable version-5 UUID", id, got)
 		}
 	}
+	// Cross-checked with Python: uuid.uuid5(uuid.NAMESPACE_URL, "urn:notifier:job:job-42").
+	if got := providers.APNsID("job-42"); got != "2120edd1-23d8-5583-97dc-651420d1082a" {
+		t.Errorf("APNsID(job-42) = %q, want the RFC 9562 version-5 UUID 2120edd1-23d8-5583-97dc-651420d1082a", got)
+	}
 	if providers.APNsID("job-42") == providers.APNsID("job-43") {
 		t.Error("two ids give one apns-id")
 	}

@@ -41,5 +41,11 @@
 // Each type's documentation gives its error mapping; docs/providers.md has
 // the keys, secrets and mapping of every kind in one place. A secret is read
 // once, when the provider is built, and is never in a Config, an error, a
-// log line or the provider's printed form.
+// log line or the provider's printed form. Building a provider connects to
+// nothing: the first Send opens the connection (and, for fcm with a service
+// account, fetches the first access token), so it arrives somewhat later
+// than the slot it left on.
+//
+// The conformance suites in providertest (Run for HTTP kinds, RunSMTP for
+// smtp) hold every kind to the same mapping of answers onto classes.
 package providers

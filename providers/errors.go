@@ -34,7 +34,7 @@ const DefaultRetryAfter = time.Second
 type Error struct {
 	Provider string // the provider's configured name
 	Class    error  // ErrPermanent or ErrTransient
-	Status   int    // the HTTP status answered, 0 when no response was received
+	Status   int    // the HTTP status (smtp: the reply code) answered, 0 when no answer was received
 	Detail   string // one line, safe to log and to put in Notifier-Detail
 	Err      error  // the underlying cause (transport error, context error), or nil
 	// RetryAfter is, for a transient failure whose answer carried a
@@ -83,8 +83,8 @@ func (e *RateLimitedError) Is(target error) bool { return target == ErrRateLimit
 
 // StatusClass names the outcome of a Send for the
 // notifier_provider_requests_total status label: "2xx" for nil, "4xx" or
-// "5xx" (or "1xx", "3xx") for an error carrying an HTTP status, and "error"
-// when no HTTP response was received.
+// "5xx" (or "1xx", "3xx") for an error carrying an HTTP status or SMTP reply
+// code, and "error" when no answer was received.
 func StatusClass(err error) string {
 	if err == nil {
 		return "2xx"

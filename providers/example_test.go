@@ -92,3 +92,21 @@ func ExampleRateLimitedError() {
 	// pause the provider for 3s
 	// true 4xx
 }
+
+func ExampleAPNsID() {
+	fmt.Println(providers.APNsID("8E3D1A5C-2B4F-4C6D-9E8F-0A1B2C3D4E5F")) // a UUID is kept
+	fmt.Println(providers.APNsID("job-42"))                               // anything else: its version-5 UUID
+	fmt.Println(providers.APNsID("job-42"))                               // stable: a retry carries the same apns-id
+	// Output:
+	// 8e3d1a5c-2b4f-4c6d-9e8f-0a1b2c3d4e5f
+	// 2120edd1-23d8-5583-97dc-651420d1082a
+	// 2120edd1-23d8-5583-97dc-651420d1082a
+}
+
+func ExampleSMTPMessageID() {
+	fmt.Println(providers.SMTPMessageID("job-42", "example.com"))
+	fmt.Println(providers.SMTPMessageID("order:7.retry", "example.com"))
+	// Output:
+	// <job-42@example.com>
+	// <order=3A7=2Eretry@example.com>
+}
