@@ -54,7 +54,8 @@ const (
 // ErrPermanent, the reply (code, enhanced code, first line of text) in the
 // detail and the code in Error.Status. Timeouts, connection errors,
 // malformed replies and TLS failures are ErrTransient. A recipient that is
-// not an email address is ErrPermanent without connecting.
+// not an email address is ErrPermanent without connecting, and so is a
+// non-ASCII address when the server does not offer SMTPUTF8.
 //
 // An SMTP is safe for concurrent use: each Send has a session to itself.
 type SMTP struct {
@@ -182,6 +183,11 @@ func (p *SMTP) Send(ctx context.Context, m *Message) error {
 		if err != nil {
 			return p.fail(ctx, rctx, err, s)
 		}
+		if utf8 && !sess.utf8 {
+			p.release(sess)
+			return &Error{Provider: p.name, Class: ErrPermanent,
+				Detail: "an address is not ASCII and the server does not offer SMTPUTF8"}
+		}
 		stage, err := p.deliver(rctx, sess, rcpt.Address, utf8, msg)
 		if err == nil {
 			p.release(sess)
@@ -298,10 +304,6 @@ func (p *SMTP) dial(ctx context.Context) (*smtpSession, error) {
 func (p *SMTP) deliver(ctx context.Context, s *smtpSession, rcpt string, utf8 bool, msg []byte) (string, error) {
 	stop := context.AfterFunc(ctx, func() { _ = s.conn.Close() })
 	defer stop()
-	if utf8 && !s.utf8 {
-		return "mail", &smtp.SMTPError{Code: 553, EnhancedCode: smtp.EnhancedCode{5, 6, 7},
-			Message: "an address is not ASCII and the server does not offer SMTPUTF8"}
-	}
 	if err := s.c.Mail(p.from.Address, &smtp.MailOptions{Size: int64(len(msg)), UTF8: utf8}); err != nil {
 		return "mail", err
 	}

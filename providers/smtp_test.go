@@ -224,7 +224,7 @@ func TestSMTPAgainstFakeFaults(t *testing.T) {
 	t.Parallel()
 	frozen := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	fake := testenv.FakeSMTP(t, testenv.WithContract(2), testenv.WithClock(func() time.Time { return frozen }))
-	p := smtpAgainst(t, fake, 300*time.Millisecond)
+	p := smtpAgainst(t, fake, 5*time.Second)
 	ctx := context.Background()
 
 	fake.FailNext(1, 451)
@@ -236,7 +236,8 @@ func TestSMTPAgainstFakeFaults(t *testing.T) {
 		t.Errorf("injected 554: %v", err)
 	}
 	fake.HangFor(time.Hour)
-	if err := p.Send(ctx, emailMessage()); !errors.Is(err, providers.ErrTransient) || !strings.Contains(err.Error(), "timeout") {
+	hung := smtpAgainst(t, fake, 300*time.Millisecond)
+	if err := hung.Send(ctx, emailMessage()); !errors.Is(err, providers.ErrTransient) || !strings.Contains(err.Error(), "timeout") {
 		t.Errorf("hung server: %v, want a transient timeout", err)
 	}
 	fake.Reset()
@@ -316,5 +317,21 @@ func TestNewSMTPErrors(t *testing.T) {
 		if s := fmt.Sprintf(format, w); strings.Contains(s, smtpPassword) {
 			t.Errorf("Sprintf(%q, smtp) prints the password: %s", format, s)
 		}
+	}
+}
+
+// TestSMTPUTF8Addresses: an internationalised address goes out with
+// SMTPUTF8 when the server offers it.
+func TestSMTPUTF8Addresses(t *testing.T) {
+	t.Parallel()
+	fake := testenv.FakeSMTP(t) // offers SMTPUTF8
+	p := smtpAgainst(t, fake, 5*time.Second)
+	m := emailMessage()
+	m.To = "jürgen@exämple.org"
+	if err := p.Send(context.Background(), m); err != nil {
+		t.Fatalf("Send to %q: %v", m.To, err)
+	}
+	if got := fake.Messages(); len(got) != 1 || got[0].To[0] != m.To {
+		t.Fatalf("accepted %+v", got)
 	}
 }

@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -224,5 +227,33 @@ func TestNewWebhookErrors(t *testing.T) {
 	bad.URL = "ftp://x"
 	if _, err := providers.NewWebhook(bad, providers.Options{}); err == nil || !strings.Contains(err.Error(), "url:") {
 		t.Errorf("bad url: %v", err)
+	}
+}
+
+// TestWebhookTLSCAFile: tls_ca_file replaces the system roots; without it
+// the test CA is not trusted.
+func TestWebhookTLSCAFile(t *testing.T) {
+	t.Parallel()
+	certs := testenv.NewCerts(t)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(202) }))
+	srv.TLS = serverTLS(t, certs)
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshake
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	build := func(ca string) *providers.Webhook {
+		w, err := providers.NewWebhook(providers.Config{Name: "hook", Channel: "sms", Kind: "webhook", URL: srv.URL, Rate: 1,
+			TLSCAFile: ca}, providers.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = w.Close() })
+		return w
+	}
+	if err := build(certs.CAFile).Send(context.Background(), smsMessage()); err != nil {
+		t.Errorf("trusting the CA: %v", err)
+	}
+	if err := build("").Send(context.Background(), smsMessage()); !errors.Is(err, providers.ErrTransient) ||
+		!strings.Contains(err.Error(), "certificate") {
+		t.Errorf("system roots: %v, want a transient certificate error", err)
 	}
 }
