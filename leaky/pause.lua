@@ -5,8 +5,14 @@
 -- ARGV[1]  d:    the pause, µs (> 0)
 -- ARGV[2]  idle: ms the state outlives its drained queue
 -- ARGV[3]  now:  µs since the Unix epoch (optional, tests only; default: Redis TIME)
+-- ARGV[4]  the pub/sub channel to announce the pause on (PauseChannel), or ''
+-- ARGV[5]  the provider's name, for the announcement
 --
 -- Reply: the pause end, µs.
+--
+-- The announcement is "<pause left, µs> <provider>": a duration, not an
+-- instant, so that a receiver's clock does not matter. Every process of the
+-- fleet subscribes (PauseWatcher) and knows of the pause without asking.
 --
 -- The pause end only grows. An existing tat is pushed to at least the pause
 -- end (every later slot waits); a missing one is left missing, so that the
@@ -28,6 +34,10 @@ if old == nil or old < pause then
   redis.call('SET', KEYS[2], pause, 'PX', math.ceil(d / 1000) + 1000)
 else
   pause = old
+end
+
+if ARGV[4] ~= nil and ARGV[4] ~= '' then
+  redis.call('PUBLISH', ARGV[4], string.format('%.0f', pause - now) .. ' ' .. ARGV[5])
 end
 
 local tat = tonumber(redis.call('HGET', KEYS[1], 'tat'))

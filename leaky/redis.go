@@ -165,7 +165,8 @@ func (q *Redis) Pause(ctx context.Context, provider string, d time.Duration) err
 	if us <= 0 {
 		return nil
 	}
-	err := pauseScript.Run(ctx, q.rdb, q.keys(provider), us, q.o.idleTTL.Milliseconds(), q.nowArg()).Err()
+	err := pauseScript.Run(ctx, q.rdb, q.keys(provider), us, q.o.idleTTL.Milliseconds(), q.nowArg(),
+		PauseChannel(q.prefix), provider).Err()
 	if err != nil {
 		return fmt.Errorf("pause provider %s: %w", provider, err)
 	}
