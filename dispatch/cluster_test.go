@@ -1,0 +1,259 @@
+package dispatch
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/notifier/notifier/providers"
+	"github.com/notifier/notifier/queue"
+	"github.com/notifier/notifier/testenv"
+)
+
+// clusterWorld is the scale-out set-up: a three-node JetStream cluster with
+// the job streams at three replicas, a three-master Redis Cluster for every
+// limit, and a fake provider enforcing a contract.
+type clusterWorld struct {
+	t     *testing.T
+	nats  *testenv.NATSClusterServer
+	redis *testenv.RedisClusterServer
+	fake  *testenv.Fake
+	qcfg  queue.Config
+	pcfgs []providers.Config
+	js    jetstream.JetStream
+	logs  *syncBuffer
+}
+
+func setupCluster(t *testing.T, contract int) *clusterWorld {
+	t.Helper()
+	w := &clusterWorld{
+		t:     t,
+		nats:  testenv.NATSCluster(t, 3),
+		redis: testenv.RedisCluster(t),
+		fake:  testenv.FakeProvider(t, testenv.WithContract(contract)),
+		logs:  &syncBuffer{},
+	}
+	w.qcfg = queue.Config{URL: w.nats.URLs(), AckWait: 4 * time.Second, Replicas: 3}.WithDefaults()
+	w.pcfgs = []providers.Config{providers.Config{
+		Name: "sms-gw", Channel: "sms", Default: true, Kind: "webhook", URL: w.fake.URL(),
+		Rate: float64(contract), MaxQueueDelay: time.Second, Timeout: 2 * time.Second,
+	}.WithDefaults()}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js, err := jetstream.New(w.nats.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := queue.EnsureStreams(ctx, js, w.qcfg, 3); err != nil {
+		t.Fatalf("ensure R3 streams: %v", err)
+	}
+	w.js = js
+	return w
+}
+
+// publishN publishes n sms jobs for users users and returns their ids.
+func (w *clusterWorld) publishN(prefix string, n, users int) []string {
+	w.t.Helper()
+	ctx := context.Background()
+	batch := queue.NewPublisher(w.js).NewBatch(256, 30*time.Second)
+	ids := make([]string, n)
+	for i := range n {
+		ids[i] = fmt.Sprintf("%s-%d", prefix, i)
+		if err := batch.Publish(ctx, newJob(ids[i], "sms", fmt.Sprintf("u%d", i%users)), false); err != nil {
+			w.t.Fatalf("publish: %v", err)
+		}
+	}
+	if _, err := batch.Wait(ctx); err != nil {
+		w.t.Fatalf("publish batch: %v", err)
+	}
+	return ids
+}
+
+// start runs a dispatcher as a separate process would: its own NATS
+// connection, made to node first (then the others, for reconnects), and its
+// own Redis Cluster client, with the limit set notifier run builds.
+func (w *clusterWorld) start(node, workers int) *proc {
+	w.t.Helper()
+	urls := []string{w.nats.Node(node).URL()}
+	for i := 0; i < w.nats.Size(); i++ {
+		if i != node {
+			urls = append(urls, w.nats.Node(i).URL())
+		}
+	}
+	nc, err := nats.Connect(strings.Join(urls, ","), nats.DontRandomize(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		w.t.Fatalf("connect to node %d: %v", node, err)
+	}
+	w.t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cctx, ccancel := context.WithTimeout(ctx, 30*time.Second)
+	defer ccancel()
+	cons, err := queue.NewConsumer(cctx, js, w.qcfg, queue.ConsumerConfig{})
+	if err != nil {
+		cancel()
+		w.t.Fatalf("consumer: %v", err)
+	}
+	reg, err := providers.NewRegistry(w.pcfgs, providers.Options{Version: "test"})
+	if err != nil {
+		cancel()
+		w.t.Fatalf("registry: %v", err)
+	}
+	preg := prometheus.NewRegistry()
+	d, err := New(Options{
+		Workers:     workers,
+		AckWait:     w.qcfg.AckWait,
+		Retry:       RetryConfig{MaxAttempts: 3, BaseDelay: 50 * time.Millisecond, MaxDelay: 200 * time.Millisecond},
+		FetchWait:   200 * time.Millisecond,
+		StopTimeout: 3 * time.Second,
+		Instance:    fmt.Sprintf("node%d", node),
+		Source:      cons,
+		DeadLetters: queue.NewPublisher(js),
+		Providers:   reg,
+		Limits:      RedisLimits(w.redis.Client(), LimitsConfig{Prefix: "cluster:", DedupTTL: time.Hour}),
+		Metrics:     NewMetrics(preg),
+		Logger:      slog.New(slog.NewJSONHandler(w.logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
+	})
+	if err != nil {
+		cancel()
+		w.t.Fatalf("new dispatcher: %v", err)
+	}
+	p := &proc{d: d, reg: preg, cancel: cancel, done: make(chan error, 1)}
+	go func() { p.done <- d.Run(ctx) }()
+	w.t.Cleanup(func() { p.stop(w.t) })
+	return p
+}
+
+// streamLeader is the index of the node leading the job stream.
+func (w *clusterWorld) streamLeader() int {
+	w.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := w.js.Stream(ctx, w.qcfg.Stream)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if info.Cluster == nil || len(info.Cluster.Replicas) != 2 {
+		w.t.Fatalf("job stream cluster info %+v, want a leader and two replicas", info.Cluster)
+	}
+	return w.nats.NodeIndex(info.Cluster.Leader)
+}
+
+// remaining is how many jobs are still in the job stream (-1 while the
+// stream cannot answer, during an election).
+func (w *clusterWorld) remaining() int64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := w.js.Stream(ctx, w.qcfg.Stream)
+	if err != nil {
+		return -1
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return -1
+	}
+	return int64(info.State.Msgs)
+}
+
+// TestClusterKillNATSNode is the scale-out test: the job stream at three
+// replicas on a three-node JetStream cluster, every limit on a three-master
+// Redis Cluster, three dispatchers each connected to a different node, a
+// 1,000-job backlog on a 100/s contract. The node leading the job stream is
+// shut down a third of the way through. Every job is sent exactly once
+// (nothing lost, no duplicate at the provider), the provider never answers
+// 429, and no 1 s window holds more than the contract.
+func TestClusterKillNATSNode(t *testing.T) {
+	// Not parallel: it measures pacing, and the package's other tests
+	// (run in parallel after it) would load the machine's two cores.
+	const contract, jobs = 100, 1000
+	w := setupCluster(t, contract)
+	ids := w.publishN("scale", jobs, 300)
+	var procs []*proc
+	for node := 0; node < 3; node++ {
+		procs = append(procs, w.start(node, 16))
+	}
+	testenv.WaitFor(t, 60*time.Second, "a third of the jobs sent", func() bool { return len(w.fake.AcceptedIDs()) >= jobs/3 })
+	leader := w.streamLeader()
+	killedAt := len(w.fake.AcceptedIDs())
+	w.nats.Node(leader).Stop()
+	t.Logf("stopped node n%d (the job stream's leader) after %d sends", leader, killedAt)
+
+	testenv.WaitFor(t, 120*time.Second, "every job sent", func() bool { return len(w.fake.AcceptedIDs()) >= jobs })
+	testenv.WaitFor(t, 30*time.Second, "job stream empty", func() bool { return w.remaining() == 0 })
+
+	(&bundle{t: t, fake: w.fake}).acceptedOnce(ids)
+	if d := w.fake.Duplicates(); len(d) > 0 {
+		t.Errorf("the provider accepted %d jobs twice, e.g. %v", len(d), head(d))
+	}
+	if n := w.fake.Count(http.StatusTooManyRequests); n != 0 {
+		t.Errorf("the provider answered 429 %d times; the contract was exceeded:\n%s", n, explain429s(w.fake, contract))
+	}
+	if most := w.fake.MaxInWindow(time.Second); most > contract {
+		t.Errorf("most sends in any 1 s window: %d, contract %d", most, contract)
+	}
+	var sent, dup, late float64
+	for _, p := range procs {
+		sent += p.count(p.d.m.Jobs.WithLabelValues("sms", "sms-gw", OutcomeSent))
+		dup += p.count(p.d.m.Jobs.WithLabelValues("sms", "sms-gw", OutcomeDuplicate))
+		late += p.count(p.d.m.Deferrals.WithLabelValues(LayerLeaky, "late"))
+	}
+	if int(sent) != jobs {
+		t.Errorf("outcome sent counted %v times, want %d", sent, jobs)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if s, err := w.js.Stream(ctx, w.qcfg.DeadStream); err != nil {
+		t.Errorf("dead stream: %v", err)
+	} else if info, err := s.Info(ctx); err != nil {
+		t.Errorf("dead stream info: %v", err)
+	} else if info.State.Msgs != 0 {
+		t.Errorf("dead stream holds %d jobs, want none", info.State.Msgs)
+	}
+	t.Logf("%d jobs sent once each through a node failure; %v redeliveries of sent jobs acknowledged as duplicates; "+
+		"most in a 1 s window %d; sustained %.1f/s; %v slots retaken after a late wake",
+		jobs, dup, w.fake.MaxInWindow(time.Second), sustainedRate(w.fake), late)
+}
+
+// explain429s says, for each request the fake refused over its contract,
+// how the contract+1 arrivals up to it were bunched: a window of 1 s holds
+// contract+1 paced sends only when the oldest of them arrived late by more
+// than the pacing headroom (about 10 ms).
+func explain429s(f *testenv.Fake, contract int) string {
+	reqs := f.Requests()
+	sort.SliceStable(reqs, func(i, j int) bool { return reqs[i].At.Before(reqs[j].At) })
+	var b strings.Builder
+	start := time.Time{}
+	if len(reqs) > 0 {
+		start = reqs[0].At
+	}
+	var accepted []time.Time
+	for _, r := range reqs {
+		if r.Status == http.StatusTooManyRequests && len(accepted) >= contract {
+			oldest := accepted[len(accepted)-contract]
+			fmt.Fprintf(&b, "  429 at +%s: the %d accepted before it span %s (paced they would span %s); previous accepted %s before\n",
+				r.At.Sub(start).Round(time.Millisecond), contract, r.At.Sub(oldest).Round(100*time.Microsecond),
+				time.Duration(float64(contract)*float64(time.Second)/(0.99*float64(contract))).Round(100*time.Microsecond),
+				r.At.Sub(accepted[len(accepted)-1]).Round(100*time.Microsecond))
+		}
+		if r.Status == http.StatusOK {
+			accepted = append(accepted, r.At)
+		}
+	}
+	return b.String()
+}
