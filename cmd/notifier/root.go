@@ -36,6 +36,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		publishCmd(e),
 		checkCmd(e),
 		versionCmd(e),
+		deadCmd(e),
 	)
 	_, err := root.ExecuteContextC(ctx)
 	if err != nil && isCobraUsageError(err) {
