@@ -319,3 +319,38 @@ func TestDeadLettersRepublish(t *testing.T) {
 		t.Fatal("Republish to a stream that does not take the subject succeeded")
 	}
 }
+
+// BenchmarkDeadLettersList times one listing of 1,000 dead letters (of
+// 2,000 stored: the server filters out the other kind) and reports letters
+// read per second.
+func BenchmarkDeadLettersList(b *testing.B) {
+	bb := setupB(b)
+	for i := range 2000 {
+		o := queue.Dead
+		if i%2 == 1 {
+			o = queue.Suppressed
+		}
+		d := &queue.Delivery{Subject: "notify.jobs.sms", Data: []byte(jobJSONB(i)), Channel: "sms",
+			Stream: "NOTIFY", StreamSeq: uint64(i + 1), Published: time.Now()}
+		if err := bb.pub.DeadLetter(b.Context(), d, o, "rejected", "provider answered 400"); err != nil {
+			b.Fatal(err)
+		}
+	}
+	r := queue.NewDeadLetters(bb.js, bb.cfg)
+	b.ResetTimer()
+	for b.Loop() {
+		ls, _, err := r.List(b.Context(), queue.DeadFilter{Kind: queue.Dead})
+		if err != nil || len(ls) != 1000 {
+			b.Fatalf("List: %d, %v", len(ls), err)
+		}
+	}
+	b.ReportMetric(float64(1000*b.N)/b.Elapsed().Seconds(), "letters/s")
+}
+
+func jobJSONB(i int) string {
+	data, err := job("sms", fmt.Sprintf("b%05d", i)).Marshal()
+	if err != nil {
+		panic(err)
+	}
+	return string(data)
+}
