@@ -122,15 +122,23 @@ var grafanaDurations = newSet("__rate_interval", "__interval", "__range")
 // built-in durations by 5m, the dashboard's variables by a marker the
 // checker recognises. An undefined variable is an error.
 func expandGrafana(expr string, vars set) (string, error) {
+	return substituteGrafana(expr, func(name string) (string, bool) {
+		return grafanaVar + name, vars[name]
+	})
+}
+
+// substituteGrafana replaces the built-in durations by 5m and every other
+// variable by what value returns for it; an unknown variable is an error.
+func substituteGrafana(expr string, value func(name string) (string, bool)) (string, error) {
 	var errs []error
 	out := grafanaRef.ReplaceAllStringFunc(expr, func(ref string) string {
 		m := grafanaRef.FindStringSubmatch(ref)
 		name := m[1] + m[2] + m[3]
-		switch {
-		case grafanaDurations[name]:
+		if grafanaDurations[name] {
 			return "5m"
-		case vars[name]:
-			return grafanaVar + name
+		}
+		if v, ok := value(name); ok {
+			return v
 		}
 		errs = append(errs, fmt.Errorf("undefined variable %s", ref))
 		return ref

@@ -18,7 +18,8 @@
 // values (outcome, status, layer, decision, reason) must be ones the
 // notifier sets, and the rules' structure and annotation templates are
 // checked. Where promtool is on PATH the tests also run `promtool check
-// rules` and promtool rule unit tests that make every alert fire (and stay
-// quiet) on synthetic series. docs/operations-dashboards.md explains how to
-// install and read them.
+// rules` and promtool unit tests on synthetic series: every alert fires
+// when its `for` allows and stays quiet where it should, and every panel's
+// queries give the values the panel promises. docs/operations-dashboards.md
+// explains how to install and read them.
 package deploy

@@ -251,7 +251,19 @@ type promtoolGroup struct {
 	Name        string           `yaml:"name"`
 	Interval    string           `yaml:"interval"`
 	InputSeries []promtoolSeries `yaml:"input_series"`
-	AlertTests  []promtoolAlert  `yaml:"alert_rule_test"`
+	AlertTests  []promtoolAlert  `yaml:"alert_rule_test,omitempty"`
+	QueryTests  []promtoolQuery  `yaml:"promql_expr_test,omitempty"`
+}
+
+type promtoolQuery struct {
+	Expr       string           `yaml:"expr"`
+	EvalTime   string           `yaml:"eval_time"`
+	ExpSamples []promtoolSample `yaml:"exp_samples"`
+}
+
+type promtoolSample struct {
+	Labels string  `yaml:"labels"`
+	Value  float64 `yaml:"value"`
 }
 
 type promtoolSeries struct {
@@ -303,15 +315,17 @@ func promtoolTests(t *testing.T, rulesPath string) promtoolFile {
 	return f
 }
 
-// TestPromtool runs `promtool check rules` on the rules and promtool rule
-// unit tests built from alertCases: every alert fires when and only when
-// its case says, with the labels and summary it says.
+// TestPromtool runs `promtool check rules` on the rules, and promtool rule
+// unit tests built from alertCases (every alert fires when and only when
+// its case says, with the labels and summary it says) and queryCases (the
+// dashboard's queries give the values their panels promise).
 func TestPromtool(t *testing.T) {
 	t.Parallel()
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
-		t.Skip("promtool is not on PATH, so `promtool check rules` and the alerts' unit tests did not run; " +
-			"install it to run them (Debian: apt-get install prometheus)")
+		t.Skip("promtool is not on PATH, so `promtool check rules` and the unit tests of the alerts and the " +
+			"dashboard's queries did not run; install it to run them (Debian: apt-get install prometheus, " +
+			"or see docs/operations-dashboards.md for promtool alone)")
 	}
 	rulesPath, err := filepath.Abs(rulesFile)
 	if err != nil {
@@ -320,7 +334,9 @@ func TestPromtool(t *testing.T) {
 	if out, err := exec.Command(promtool, "check", "rules", rulesPath).CombinedOutput(); err != nil {
 		t.Fatalf("promtool check rules: %v\n%s", err, out)
 	}
-	b, err := yaml.Marshal(promtoolTests(t, rulesPath))
+	tests := promtoolTests(t, rulesPath)
+	tests.Tests = append(tests.Tests, promtoolQueryGroups(t)...)
+	b, err := yaml.Marshal(tests)
 	if err != nil {
 		t.Fatal(err)
 	}
