@@ -52,6 +52,21 @@ type Limits struct {
 	RateDivisor int
 	// Ping checks that the backend is reachable (nil: always).
 	Ping func(ctx context.Context) error
+	// Pauses is this process's view of the providers' 429 pauses, kept by
+	// Watch; nil: ask Leaky.PausedFor (a round trip) before each send.
+	Pauses *leaky.PauseWatcher
+	// Watch feeds Pauses until ctx ends; the dispatcher runs it.
+	Watch func(ctx context.Context, providers []string) error
+
+	redis *redisSet // set by RedisLimits: decisions can be pipelined
+}
+
+// pausedFor is how long provider's pause still lasts.
+func (l *Limits) pausedFor(ctx context.Context, provider string) (time.Duration, error) {
+	if l.Pauses != nil {
+		return l.Pauses.PausedFor(provider), nil
+	}
+	return l.Leaky.PausedFor(ctx, provider)
 }
 
 func (l *Limits) contract(p providers.Config) leaky.Contract {
@@ -73,10 +88,11 @@ type Options struct {
 	StopTimeout time.Duration             // how long sends at a provider may finish after a stop (default AckWait)
 	// LateTolerance is how late after its slot a send may still leave
 	// (default 5ms). A worker that wakes later (a busy machine, a slow
-	// Redis reply) takes a new slot instead: sends arrive at most this late,
+	// Redis reply) takes a new slot instead: sends leave at most this late,
 	// and with the leaky bucket's headroom h any window of 1 s then holds
-	// at most the contract as long as LateTolerance < h/(1−h) s (10.1ms at
-	// the default 1 %). The other half of the budget is for the network.
+	// at most the contract as long as the whole arrival jitter stays under
+	// h/(1−h) s (15.2ms at the default 1.5 %); the rest of that budget is for
+	// the network.
 	LateTolerance time.Duration
 	Instance      string // this process's id, in ledger lease owners (default random)
 
@@ -155,6 +171,8 @@ type Dispatcher struct {
 	// dry: the shared queue and a local one must never overlap.
 	notBefore atomic.Int64
 	maxQueue  time.Duration // the longest max_queue_delay of the providers
+	denials   denialRates   // per channel, for speculative reservations
+	clock     clockSync     // the limit backend's clock on ours, for send slots
 	ready     atomic.Bool
 	stopping  atomic.Bool
 	wg        sync.WaitGroup // background loops of Run
@@ -225,6 +243,19 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	defer cancelBg()
 	d.wg.Add(1)
 	go func() { defer d.wg.Done(); d.gaugeLoop(bgCtx) }()
+	if w := d.o.Limits.Watch; w != nil {
+		var names []string
+		for _, p := range d.o.Providers.All() {
+			names = append(names, p.Name)
+		}
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			if err := w(bgCtx, names); err != nil {
+				d.log.Warn("pause watcher stopped", "err", err)
+			}
+		}()
+	}
 
 	jobs := make(chan *queue.Delivery)
 	slots := make(chan struct{}, d.o.Workers)

@@ -14,11 +14,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
-	"github.com/notifier/notifier/userlimit"
 )
 
 // bundle is one test's world: real NATS, real Redis, a fake provider.
@@ -134,13 +132,7 @@ func (b *bundle) start(mutate func(*Options)) *proc {
 		b.t.Fatalf("registry: %v", err)
 	}
 	rdb := b.redis.Client()
-	lim := &Limits{
-		Name:   "redis",
-		Ledger: NewRedisLedger(rdb, b.prefix, time.Hour),
-		Users:  userlimit.NewRedis(rdb, b.prefix),
-		Leaky:  leaky.NewRedis(rdb, b.prefix),
-		Ping:   func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
-	}
+	lim := RedisLimits(rdb, LimitsConfig{Prefix: b.prefix, DedupTTL: time.Hour})
 	preg := prometheus.NewRegistry()
 	o := Options{
 		Workers:     8,

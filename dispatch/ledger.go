@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -94,13 +95,48 @@ func (l *RedisLedger) Load(ctx context.Context) error {
 	return nil
 }
 
-// Claim implements Ledger.
-func (l *RedisLedger) Claim(ctx context.Context, id, owner string, lease time.Duration) (Claim, error) {
+func (l *RedisLedger) claimArgs(owner string, lease time.Duration) []any {
 	args := []any{owner, lease.Milliseconds(), l.ttl.Milliseconds()}
 	if l.now != nil {
 		args = append(args, l.now().UnixMicro())
 	}
-	res, err := ledgerClaimScript.Run(ctx, l.rdb, []string{LedgerKey(l.prefix, id)}, args...).Int64Slice()
+	return args
+}
+
+// Claim implements Ledger.
+func (l *RedisLedger) Claim(ctx context.Context, id, owner string, lease time.Duration) (Claim, error) {
+	cmd := ledgerClaimScript.Run(ctx, l.rdb, []string{LedgerKey(l.prefix, id)}, l.claimArgs(owner, lease)...)
+	return decodeClaim(id, cmd)
+}
+
+// ClaimCmd is a claim queued on a pipeline; its Result is ready after the
+// pipeline's Exec.
+type ClaimCmd struct {
+	id  string
+	cmd *redis.Cmd
+}
+
+// ClaimCmd queues a claim on pipe (EVALSHA only: call Load first, and again
+// when Result says ErrNotLoaded).
+func (l *RedisLedger) ClaimCmd(ctx context.Context, pipe redis.Pipeliner, id, owner string, lease time.Duration) *ClaimCmd {
+	return &ClaimCmd{id: id, cmd: ledgerClaimScript.EvalSha(ctx, pipe, []string{LedgerKey(l.prefix, id)}, l.claimArgs(owner, lease)...)}
+}
+
+// Result decodes the claim; a script missing from the server's cache wraps
+// ErrNotLoaded.
+func (c *ClaimCmd) Result() (Claim, error) {
+	if err := c.cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		return Claim{}, fmt.Errorf("claim job %s: %w", c.id, ErrNotLoaded)
+	}
+	return decodeClaim(c.id, c.cmd)
+}
+
+// ErrNotLoaded: a pipelined script was not in the server's script cache (a
+// restart, a failover): Load the scripts and try again.
+var ErrNotLoaded = errors.New("script not loaded on the server")
+
+func decodeClaim(id string, cmd *redis.Cmd) (Claim, error) {
+	res, err := cmd.Int64Slice()
 	if err != nil {
 		return Claim{}, fmt.Errorf("claim job %s: %w", id, err)
 	}

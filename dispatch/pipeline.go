@@ -123,52 +123,51 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) error {
 		return d.finish(ctx, jb, queue.Suppressed, ReasonExpired, "expires_at "+j.ExpiresAt.UTC().Format(time.RFC3339)+" passed before sending")
 	}
 
-	// The ledger: already sent? Then take the send lease.
+	// The fleet bucket first: it protects the workers and what is behind
+	// them, so it counts every job taken, including those the checks below
+	// then suppress.
+	if err := d.waitGlobal(ctx, jb); err != nil {
+		return err
+	}
+
+	// One round trip: the ledger (already sent? then take the send lease),
+	// the per-user cap, and, speculatively, the slot in the provider's
+	// queue.
+	rule, capped := d.o.UserLimits[j.Channel]
+	var adm admission
 	for {
-		var c Claim
-		t0 := time.Now()
-		err := d.withBackend(ctx, jb, func(l *Limits) (err error) {
-			c, err = l.Ledger.Claim(ctx, j.ID, jb.owner, d.lease(jb))
-			return err
-		})
-		d.trace("ledger", t0)
+		var err error
+		adm, err = d.admit(ctx, jb, rule, capped)
 		if err != nil {
 			return err
 		}
-		if c.Status == AlreadySent {
-			return d.ack(ctx, jb, OutcomeDuplicate)
-		}
+		c := adm.claim
 		if c.Status == Claimed {
 			jb.claimed, jb.claimAt = true, time.Now()
-			if c.Attempts >= d.o.Retry.MaxAttempts {
-				return d.finish(ctx, jb, queue.Dead, ReasonMaxAttempts,
-					fmt.Sprintf("%d transient provider failures", c.Attempts))
-			}
 			break
+		}
+		d.cancelSlot(ctx, jb, adm)
+		if c.Status == AlreadySent {
+			return d.ack(ctx, jb, OutcomeDuplicate)
 		}
 		d.m.Deferrals.WithLabelValues(LayerLedger, "busy").Inc()
 		if err := d.hold(ctx, jb, min(c.BusyFor, time.Second)); err != nil {
 			return err
 		}
 	}
-
-	// The per-user cap.
-	if rule, ok := d.o.UserLimits[j.Channel]; ok {
-		var res userlimit.Result
-		t0 := time.Now()
-		err := d.withBackend(ctx, jb, func(l *Limits) (err error) {
-			res, err = l.Users.Allow(ctx, userlimit.Key{Channel: j.Channel, User: j.UserID}, j.ID, rule)
-			return err
-		})
-		d.trace("user", t0)
-		if err != nil {
-			return err
-		}
-		if !res.Allowed {
+	if adm.claim.Attempts >= d.o.Retry.MaxAttempts {
+		d.cancelSlot(ctx, jb, adm)
+		return d.finish(ctx, jb, queue.Dead, ReasonMaxAttempts,
+			fmt.Sprintf("%d transient provider failures", adm.claim.Attempts))
+	}
+	if capped {
+		d.noteCap(j.Channel, adm.cap.Allowed)
+		if !adm.cap.Allowed {
+			d.cancelSlot(ctx, jb, adm)
 			d.m.LimitDecisions.WithLabelValues(LayerUser, "deny").Inc()
 			if rule.OnExceed == userlimit.Defer {
 				d.m.Deferrals.WithLabelValues(LayerUser, "defer").Inc()
-				return d.deferJob(ctx, jb, res.RetryAfter+d.jitter(res.RetryAfter/10+10*time.Millisecond), "per-user cap")
+				return d.deferJob(ctx, jb, adm.cap.RetryAfter+d.jitter(adm.cap.RetryAfter/10+10*time.Millisecond), "per-user cap")
 			}
 			return d.finish(ctx, jb, queue.Suppressed, ReasonUserLimit,
 				fmt.Sprintf("over the %s cap of %d per %s", j.Channel, rule.Limit, rule.Window))
@@ -176,21 +175,22 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) error {
 		d.m.LimitDecisions.WithLabelValues(LayerUser, "allow").Inc()
 	}
 
-	// The fleet bucket, the provider's queue, and the send.
+	// The provider's queue and the send.
+	first := adm
 	for {
 		if d.breakers[jb.provider].open() {
+			d.cancelSlot(ctx, jb, first)
+			first.slot = nil
 			d.m.Deferrals.WithLabelValues(LayerProvider, "circuit_open").Inc()
 			if err := d.hold(ctx, jb, breakerOpen/5+d.jitter(breakerOpen/5)); err != nil {
 				return err
 			}
 			continue
 		}
-		if err := d.waitGlobal(ctx, jb); err != nil {
+		if err := d.waitSlot(ctx, jb, first); err != nil {
 			return err
 		}
-		if err := d.waitSlot(ctx, jb); err != nil {
-			return err
-		}
+		first.slot = nil
 		done, err := d.send(ctx, sendCtx, jb)
 		if done || err != nil {
 			return err
@@ -244,26 +244,35 @@ func (d *Dispatcher) waitGlobal(ctx context.Context, jb *job) error {
 
 // waitSlot reserves the job's send slot in the provider's leaky queue and
 // sleeps until it, then makes sure no pause began meanwhile.
-func (d *Dispatcher) waitSlot(ctx context.Context, jb *job) error {
+// first, when its slot is not nil, is a reservation already made by the
+// admission round trip.
+func (d *Dispatcher) waitSlot(ctx context.Context, jb *job, first admission) error {
 	queued := time.Now()
 	for {
-		if wait := time.Until(time.Unix(0, d.notBefore.Load())); wait > 0 {
-			d.m.Deferrals.WithLabelValues(LayerLeaky, "switch").Inc()
-			if err := d.hold(ctx, jb, wait); err != nil {
-				return err
-			}
-		}
 		var r leaky.Reservation
 		var l *Limits
-		t0 := time.Now()
-		err := d.withBackend(ctx, jb, func(cur *Limits) (err error) {
-			l = cur
-			r, err = cur.Leaky.Reserve(ctx, jb.provider, cur.contract(jb.pcfg), jb.cost)
-			return err
-		})
-		d.trace("leaky", t0)
-		if err != nil {
-			return err
+		if first.slot != nil {
+			r, l = *first.slot, first.limits
+			jb.slotAt = first.slotAt
+			first.slot = nil
+		} else {
+			if wait := time.Until(time.Unix(0, d.notBefore.Load())); wait > 0 {
+				d.m.Deferrals.WithLabelValues(LayerLeaky, "switch").Inc()
+				if err := d.hold(ctx, jb, wait); err != nil {
+					return err
+				}
+			}
+			t0 := time.Now()
+			err := d.withBackend(ctx, jb, func(cur *Limits) (err error) {
+				l = cur
+				r, err = cur.Leaky.Reserve(ctx, jb.provider, cur.contract(jb.pcfg), jb.cost)
+				return err
+			})
+			d.trace("leaky", t0)
+			if err != nil {
+				return err
+			}
+			jb.slotAt = d.clock.slotTime(time.Now(), r.Slot, r.Delay)
 		}
 		if !r.OK {
 			d.m.LimitDecisions.WithLabelValues(LayerLeaky, "deny").Inc()
@@ -277,7 +286,6 @@ func (d *Dispatcher) waitSlot(ctx context.Context, jb *job) error {
 			continue
 		}
 		d.m.LimitDecisions.WithLabelValues(LayerLeaky, "allow").Inc()
-		jb.slotAt = time.Now().Add(r.Delay)
 		// Wake a little before the slot for the round trips below, so that
 		// they do not make the send late.
 		if err := d.hold(ctx, jb, time.Until(jb.slotAt)-preSlot); err != nil {
@@ -290,7 +298,7 @@ func (d *Dispatcher) waitSlot(ctx context.Context, jb *job) error {
 		// the provider; a slot inside the pause must not be used.
 		var paused time.Duration
 		if err := d.withBackend(ctx, jb, func(cur *Limits) (err error) {
-			paused, err = cur.Leaky.PausedFor(ctx, jb.provider)
+			paused, err = cur.pausedFor(ctx, jb.provider)
 			return err
 		}); err != nil {
 			return err
@@ -400,7 +408,12 @@ func (d *Dispatcher) send(ctx, sendCtx context.Context, jb *job) (finished bool,
 		}
 		d.m.Deferrals.WithLabelValues(LayerProvider, "rate_limited").Inc()
 		jb.log.Warn("provider rate limited; pausing it fleet-wide", "pause", pause, "detail", rl.Detail)
-		if err := d.withBackend(ctx, jb, func(l *Limits) error { return l.Leaky.Pause(ctx, jb.provider, pause) }); err != nil {
+		if err := d.withBackend(ctx, jb, func(l *Limits) error {
+			if l.Pauses != nil {
+				l.Pauses.Note(jb.provider, pause) // at once, before the announcement comes back
+			}
+			return l.Leaky.Pause(ctx, jb.provider, pause)
+		}); err != nil {
 			return true, err
 		}
 		d.m.ProviderPaused.WithLabelValues(jb.provider).Set(1)
