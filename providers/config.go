@@ -204,7 +204,9 @@ var kindKeys = []struct {
 //
 // The caller prefixes the entry's position ("providers[2] (sms-gateway).").
 // Validate checks the file only: whether the environment variables it names
-// are set is checked by NewRegistry.
+// are set, and whether the files it names (key_file, credentials_file,
+// tls_ca_file) can be read and hold what they should, is checked by
+// NewRegistry.
 func (c Config) Validate() error {
 	c = c.WithDefaults()
 	var errs []error

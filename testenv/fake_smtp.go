@@ -67,6 +67,7 @@ type SMTPFake struct {
 	open     map[*trackedConn]bool
 	rejected map[string]int
 	messages []SMTPMessage
+	replies  map[int]int // end-of-DATA reply code → count
 }
 
 // FakeSMTP starts an SMTP fake on a loopback port with fresh credentials
@@ -81,7 +82,7 @@ func FakeSMTP(t testing.TB, opts ...FakeOption) *SMTPFake {
 	}
 	f := &SMTPFake{faultState: newFaultState(t, opts), user: "notifier@example.com", pass: "pw-" + randomHex(12),
 		caFile: certs.CAFile, closing: make(chan struct{}), served: make(chan struct{}), rejected: map[string]int{},
-		open: map[*trackedConn]bool{}}
+		open: map[*trackedConn]bool{}, replies: map[int]int{}}
 	f.srv = smtp.NewServer(smtp.BackendFunc(f.newSession))
 	f.srv.Domain = "fake-smtp.test"
 	f.srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
@@ -135,6 +136,16 @@ func (f *SMTPFake) Messages() []SMTPMessage {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]SMTPMessage(nil), f.messages...)
+}
+
+// Count returns how many messages were answered with code at the end of
+// DATA: 250 for the accepted ones, 451 for those over the contract or
+// RateLimitFor, the injected codes, 554 for refused content; 0 counts the
+// messages held by HangFor.
+func (f *SMTPFake) Count(code int) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.replies[code]
 }
 
 // Connections is how many connections the server accepted.
@@ -273,14 +284,27 @@ func (s *fakeSMTPSession) Data(r io.Reader) error {
 	if err != nil {
 		return err
 	}
+	f := s.f
 	msg, err := checkMail(data)
 	if err != nil {
+		f.mu.Lock()
+		f.replies[554]++
+		f.mu.Unlock()
 		return err
 	}
-	f := s.f
 	f.mu.Lock()
 	now := f.now()
 	v := f.decide(now)
+	switch {
+	case v.hold:
+		f.replies[0]++
+	case v.limited:
+		f.replies[451]++
+	case v.status != 0:
+		f.replies[v.status]++
+	default:
+		f.replies[250]++
+	}
 	if !v.hold && v.status == 0 {
 		msg.At, msg.From, msg.To, msg.User = now, s.from, append([]string(nil), s.to...), s.user
 		if tc, ok := underlying(s.conn.Conn()).(*trackedConn); ok {

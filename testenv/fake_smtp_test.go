@@ -152,6 +152,9 @@ func TestFakeSMTPFaultsAndContract(t *testing.T) {
 	if n := f.MaxInWindow(time.Second); n != 2 {
 		t.Errorf("MaxInWindow = %d", n)
 	}
+	if got := [4]int{f.Count(250), f.Count(451), f.Count(554), f.Count(0)}; got != [4]int{2, 3, 1, 0} {
+		t.Errorf("Count(250, 451, 554, 0) = %v, want [2 3 1 0]", got)
+	}
 
 	// HangFor: no reply; the client's deadline ends the wait.
 	f.Reset()
