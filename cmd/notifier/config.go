@@ -376,6 +376,8 @@ func kindWord(k reflect.Kind) string {
 	return k.String()
 }
 
+var rootTypeName = reflect.TypeOf(Config{}).String()
+
 // decodeProblems rewrites mapstructure's errors as "key: problem" lines,
 // with a suggestion for a misspelt key.
 func decodeProblems(err error) []error {
@@ -387,6 +389,9 @@ func decodeProblems(err error) []error {
 			continue
 		}
 		name := de.Name()
+		if name == rootTypeName {
+			name = "" // mapstructure ≥ 2.5 names the root by its type
+		}
 		inner := de.Unwrap()
 		msg := inner.Error()
 		if rest, ok := strings.CutPrefix(msg, "has invalid keys: "); ok {
