@@ -105,6 +105,9 @@ type Options struct {
 	Fallback func() *Limits
 
 	Metrics *Metrics
+	// Denials, when set, counts per-user cap denials in Redis for
+	// `notifier top` (not while on local limits).
+	Denials *Denials
 	Logger  *slog.Logger
 	// Trace, when set, is told how long each step of a job took: "ledger"
 	// (claim), "user" (per-user cap), "global" (fleet bucket, including any
@@ -173,6 +176,7 @@ type Dispatcher struct {
 	maxQueue  time.Duration // the longest max_queue_delay of the providers
 	denials   denialRates   // per channel, for speculative reservations
 	clock     clockSync     // the limit backend's clock on ours, for send slots
+	activity  rolling       // recent outcomes and sends, for the fleet heartbeat
 	ready     atomic.Bool
 	stopping  atomic.Bool
 	wg        sync.WaitGroup // background loops of Run
@@ -396,4 +400,39 @@ func (d *Dispatcher) gaugeLoop(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// ProviderActivity is what an instance reports of one provider in its
+// heartbeat.
+type ProviderActivity struct {
+	Sent10s int64  `json:"sent_10s"` // jobs this instance sent in the last 10 s
+	Breaker string `json:"breaker"`  // closed, half-open or open
+}
+
+// ChannelActivity is what an instance reports of one channel: outcomes in
+// the last minute.
+type ChannelActivity struct {
+	Sent       int64 `json:"sent"`
+	Suppressed int64 `json:"suppressed"`
+	Dead       int64 `json:"dead"`
+}
+
+// Activity is this process's recent work, per provider and per channel.
+func (d *Dispatcher) Activity() (map[string]ProviderActivity, map[string]ChannelActivity) {
+	now := time.Now()
+	tenS := d.activity.sums(now, 10*time.Second)
+	minute := d.activity.sums(now, time.Minute)
+	ps := map[string]ProviderActivity{}
+	for _, p := range d.o.Providers.All() {
+		ps[p.Name] = ProviderActivity{Sent10s: tenS["p:"+p.Name], Breaker: d.breakers[p.Name].State()}
+	}
+	cs := map[string]ChannelActivity{}
+	for _, ch := range queue.Channels {
+		cs[ch] = ChannelActivity{
+			Sent:       minute["c:"+ch+":"+OutcomeSent],
+			Suppressed: minute["c:"+ch+":"+OutcomeSuppressed],
+			Dead:       minute["c:"+ch+":"+OutcomeDead],
+		}
+	}
+	return ps, cs
 }

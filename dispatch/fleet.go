@@ -42,7 +42,47 @@ type InstanceInfo struct {
 	InFlight int       `json:"in_flight"`
 	Workers  int       `json:"workers"`
 	Limits   string    `json:"limits"` // redis | local | holding
+	// Recent work: sends per provider in the last 10 s with the breaker's
+	// state, outcomes per channel in the last minute.
+	Providers map[string]ProviderActivity `json:"providers,omitempty"`
+	Channels  map[string]ChannelActivity  `json:"channels,omitempty"`
 }
+
+// Instance is one live member of the fleet as its heartbeat says.
+type Instance struct {
+	ID       string
+	LastSeen time.Duration // since its last heartbeat
+	Info     InstanceInfo
+}
+
+// ReadFleet lists the live instances (heard from within liveness), newest
+// heartbeat first.
+func ReadFleet(ctx context.Context, rdb redis.UniversalClient, prefix string) ([]Instance, error) {
+	insts, infos := FleetKeys(prefix)
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read fleet: %w", err)
+	}
+	zs, err := rdb.ZRangeByScoreWithScores(ctx, insts, &redis.ZRangeBy{
+		Min: fmt.Sprint(now.Add(-fleetLiveness).UnixMilli()), Max: "+inf",
+	}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read fleet: %w", err)
+	}
+	var out []Instance
+	for i := len(zs) - 1; i >= 0; i-- {
+		id, _ := zs[i].Member.(string)
+		inst := Instance{ID: id, LastSeen: now.Sub(time.UnixMilli(int64(zs[i].Score)))}
+		if raw, err := rdb.HGet(ctx, infos, id).Result(); err == nil {
+			_ = json.Unmarshal([]byte(raw), &inst.Info)
+		}
+		out = append(out, inst)
+	}
+	return out, nil
+}
+
+// fleetLiveness: an instance silent this long is gone.
+const fleetLiveness = 10 * time.Second
 
 // FleetKeys are the Redis keys of the fleet: the instances sorted set and
 // their info hash, under one hash tag.
@@ -57,7 +97,7 @@ func NewFleet(rdb redis.Scripter, prefix, id string, info func() InstanceInfo, l
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	f := &Fleet{rdb: rdb, prefix: prefix, id: id, info: info, log: log, interval: 2 * time.Second, liveness: 10 * time.Second}
+	f := &Fleet{rdb: rdb, prefix: prefix, id: id, info: info, log: log, interval: 2 * time.Second, liveness: fleetLiveness}
 	f.live.Store(1)
 	return f
 }

@@ -165,6 +165,7 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) error {
 		if !adm.cap.Allowed {
 			d.cancelSlot(ctx, jb, adm)
 			d.m.LimitDecisions.WithLabelValues(LayerUser, "deny").Inc()
+			d.recordDenial(ctx, jb, adm.limits)
 			if rule.OnExceed == userlimit.Defer {
 				d.m.Deferrals.WithLabelValues(LayerUser, "defer").Inc()
 				return d.deferJob(ctx, jb, adm.cap.RetryAfter+d.jitter(adm.cap.RetryAfter/10+10*time.Millisecond), "per-user cap")
@@ -556,7 +557,10 @@ func (d *Dispatcher) ackResult(ctx context.Context, jb *job, outcome string) err
 		jb.log.Warn("acknowledge job", "outcome", outcome, "err", err)
 	}
 	d.m.Jobs.WithLabelValues(jb.channel, jb.provider, outcome).Inc()
+	now := time.Now()
+	d.activity.add("c:"+jb.channel+":"+outcome, now)
 	if outcome == OutcomeSent {
+		d.activity.add("p:"+jb.provider, now)
 		jb.log.Debug("job sent")
 	}
 	return nil
@@ -589,6 +593,17 @@ func (d *Dispatcher) keepAlive(jb *job) {
 		jb.log.Debug("heartbeat job", "err", err)
 	}
 	jb.lastBeat = time.Now()
+}
+
+// recordDenial counts a cap denial for `notifier top` (shared limits only:
+// local ones have no Redis to count in).
+func (d *Dispatcher) recordDenial(ctx context.Context, jb *job, l *Limits) {
+	if d.o.Denials == nil || l == nil || l.redis == nil {
+		return
+	}
+	if err := d.o.Denials.Record(ctx, jb.j.Channel, jb.j.UserID); err != nil {
+		jb.log.Debug("count cap denial", "err", err)
+	}
 }
 
 // trace reports a step's duration to Options.Trace.

@@ -33,6 +33,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	root.AddCommand(
 		demoCmd(e),
 		runCmd(e),
+		statusCmd(e),
+		topCmd(e),
 		publishCmd(e),
 		checkCmd(e),
 		versionCmd(e),

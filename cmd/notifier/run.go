@@ -117,6 +117,7 @@ func runDispatcher(ctx context.Context, cfg Config, log *slog.Logger, e *env) er
 		Limits:      limits,
 		Fallback:    fallback,
 		Metrics:     metrics,
+		Denials:     dispatch.NewDenials(rdb, cfg.Redis.KeyPrefix),
 		Logger:      log,
 	})
 	if err != nil {
@@ -212,6 +213,7 @@ func instanceInfo(d *dispatch.Dispatcher, workers int) dispatch.InstanceInfo {
 	if d != nil {
 		info.InFlight = d.InFlight()
 		info.Limits = d.LimitsName()
+		info.Providers, info.Channels = d.Activity()
 	}
 	return info
 }

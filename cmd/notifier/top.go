@@ -1,0 +1,75 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/notifier/notifier/dispatch"
+)
+
+func topCmd(e *env) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "top",
+		Short: "List the users hitting their per-user cap most",
+		Long: `Top lists the users whose jobs the per-user cap of a channel denied most often over a
+window (whole UTC hours, at most 8 days). A user at the top all the time is either
+abusing the service or has outgrown their plan; both are worth knowing. The counts
+live in Redis, never in a metric label.`,
+		Args: cobra.NoArgs,
+	}
+	path := configFlag(c)
+	channel := c.Flags().String("channel", "", "sms, push or email (required)")
+	window := c.Flags().Duration("window", 24*time.Hour, "how far back, in whole hours (at most 192h)")
+	limit := c.Flags().Int("limit", 20, "how many users")
+	asJSON := c.Flags().Bool("json", false, "print as JSON")
+	c.RunE = func(cmd *cobra.Command, _ []string) error {
+		if !isChannel(*channel) {
+			return &usageError{err: fmt.Errorf("--channel must be sms, push or email, got %q", *channel)}
+		}
+		if *window < time.Hour || *window > dispatch.TopRetention || *limit < 1 {
+			return &usageError{err: fmt.Errorf("--window must be from 1h to %s and --limit at least 1", fmtDur(dispatch.TopRetention))}
+		}
+		cfg, err := LoadConfig(*path, e.getenv)
+		if err != nil {
+			return err
+		}
+		ctx := cmd.Context()
+		rdb, err := ConnectRedis(ctx, cfg.Redis, 4)
+		if err != nil {
+			return err
+		}
+		defer rdb.Close()
+		rows, err := dispatch.NewDenials(rdb, cfg.Redis.KeyPrefix).Top(ctx, *channel, *window, *limit)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			type row struct {
+				User    string `json:"user"`
+				Denials int64  `json:"denials"`
+			}
+			out := []row{}
+			for _, r := range rows {
+				out = append(out, row{r.User, r.Denials})
+			}
+			return json.NewEncoder(e.stdout).Encode(out)
+		}
+		rule, capped := cfg.UserLimits[*channel]
+		if capped {
+			fmt.Fprintf(e.stdout, "users denied by the %s cap (%d per %s), last %s\n", *channel, rule.Limit, fmtDur(rule.Window), fmtDur(*window))
+		} else {
+			fmt.Fprintf(e.stdout, "users denied by the %s cap (no cap configured now), last %s\n", *channel, fmtDur(*window))
+		}
+		if len(rows) == 0 {
+			fmt.Fprintln(e.stdout, "  nobody")
+		}
+		for i, r := range rows {
+			fmt.Fprintf(e.stdout, "%4d. %-40s %8d\n", i+1, r.User, r.Denials)
+		}
+		return nil
+	}
+	return c
+}

@@ -1,0 +1,61 @@
+package dispatch
+
+import (
+	"sync"
+	"time"
+)
+
+// rolling counts events per key over the last rollingSpan seconds, in
+// one-second buckets, for the fleet heartbeat (what `notifier status`
+// shows). Safe for concurrent use.
+type rolling struct {
+	mu   sync.Mutex
+	keys map[string]*ring
+}
+
+const rollingSpan = 60
+
+type ring struct {
+	sec   [rollingSpan]int64
+	count [rollingSpan]int64
+}
+
+// add counts one event of key at now.
+func (r *rolling) add(key string, now time.Time) {
+	s := now.Unix()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.keys == nil {
+		r.keys = map[string]*ring{}
+	}
+	g := r.keys[key]
+	if g == nil {
+		g = &ring{}
+		r.keys[key] = g
+	}
+	i := s % rollingSpan
+	if g.sec[i] != s {
+		g.sec[i], g.count[i] = s, 0
+	}
+	g.count[i]++
+}
+
+// sums is every key's count over the last window (at most rollingSpan
+// seconds) before now.
+func (r *rolling) sums(now time.Time, window time.Duration) map[string]int64 {
+	s := now.Unix()
+	n := min(int64(window/time.Second), rollingSpan)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]int64, len(r.keys))
+	for k, g := range r.keys {
+		var total int64
+		for i := range g.sec {
+			if age := s - g.sec[i]; age >= 0 && age < n {
+				total += g.count[i]
+			}
+		}
+		out[k] = total
+	}
+	return out
+}

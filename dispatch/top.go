@@ -1,0 +1,92 @@
+package dispatch
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed top.lua
+	topLua    string
+	topScript = redis.NewScript(topLua)
+)
+
+// Denials are counted per channel and UTC hour, kept TopRetention, at most
+// TopMaxUsers users an hour.
+const (
+	TopRetention = 8 * 24 * time.Hour
+	TopMaxUsers  = 20_000
+)
+
+// topKey is the sorted set of one channel's denials in the hour of t. All
+// hours of a channel share one hash tag, so a window of them can be summed
+// with one ZUNION on Redis Cluster.
+func topKey(prefix, channel string, t time.Time) string {
+	return "{" + prefix + "top:" + channel + "}:" + t.UTC().Format("2006010215")
+}
+
+// Denials counts per-user cap denials in Redis, so that the users hitting
+// their caps most can be found: "a tenant hitting their limit continuously
+// is either abusing the API or has outgrown their plan". Never a metric
+// label: user ids stay in Redis.
+type Denials struct {
+	rdb    redis.UniversalClient
+	prefix string
+	now    func() time.Time
+}
+
+// NewDenials returns the counter under prefix.
+func NewDenials(rdb redis.UniversalClient, prefix string) *Denials {
+	return &Denials{rdb: rdb, prefix: prefix, now: time.Now}
+}
+
+// Record counts one denial of user's job on channel.
+func (d *Denials) Record(ctx context.Context, channel, user string) error {
+	err := topScript.Run(ctx, d.rdb, []string{topKey(d.prefix, channel, d.now())},
+		user, TopRetention.Milliseconds(), TopMaxUsers).Err()
+	if err != nil {
+		return fmt.Errorf("count cap denial on %s: %w", channel, err)
+	}
+	return nil
+}
+
+// UserDenials is one row of Top.
+type UserDenials struct {
+	User    string
+	Denials int64
+}
+
+// Top returns the limit users of channel with the most cap denials in the
+// hours overlapping the last window (at most TopRetention), most first.
+func (d *Denials) Top(ctx context.Context, channel string, window time.Duration, limit int) ([]UserDenials, error) {
+	window = min(window, TopRetention)
+	now := d.now().UTC().Truncate(time.Hour)
+	var keys []string
+	for t := now; !t.Before(now.Add(-window + time.Hour)); t = t.Add(-time.Hour) {
+		keys = append(keys, topKey(d.prefix, channel, t))
+	}
+	zs, err := d.rdb.ZUnionWithScores(ctx, redis.ZStore{Keys: keys}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read cap denials of %s: %w", channel, err)
+	}
+	out := make([]UserDenials, 0, len(zs))
+	for _, z := range zs {
+		user, _ := z.Member.(string)
+		out = append(out, UserDenials{User: user, Denials: int64(z.Score)})
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Denials != out[j].Denials {
+			return out[i].Denials > out[j].Denials
+		}
+		return out[i].User < out[j].User
+	})
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
