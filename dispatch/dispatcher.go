@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/notifier/notifier/globallimit"
 	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
@@ -59,6 +60,10 @@ type Limits struct {
 	Watch func(ctx context.Context, providers []string) error
 
 	redis *redisSet // set by RedisLimits: decisions can be pipelined
+
+	gmu       sync.Mutex                      // guards Global on a reload
+	globalCfg *globallimit.Config             // what Global was set up with
+	newGlobal func(globallimit.Config) Waiter // builds a bucket on this set's store
 }
 
 // pausedFor is how long provider's pause still lasts.
@@ -164,11 +169,11 @@ type Dispatcher struct {
 	seq      atomic.Uint64
 	inFlight atomic.Int64
 
-	mu       sync.Mutex
-	limits   *Limits       // the set in use now
-	recover  chan struct{} // closed when the primary backend answers again
-	monitor  context.CancelFunc
-	breakers map[string]*breaker
+	mu      sync.Mutex
+	limits  *Limits       // the set in use now
+	recover chan struct{} // closed when the primary backend answers again
+	monitor context.CancelFunc
+	live    atomic.Pointer[liveConfig] // what a reload may change; each job reads it once
 	// notBefore (Unix ns) holds every new slot reservation after a switch
 	// of limit sets, until the slots the previous set handed out have run
 	// dry: the shared queue and a local one must never overlap.
@@ -197,16 +202,60 @@ func New(o Options) (*Dispatcher, error) {
 	case o.Metrics == nil:
 		return nil, errors.New("dispatch: Options.Metrics is required")
 	}
-	d := &Dispatcher{o: o, log: o.Logger, m: o.Metrics, limits: o.Limits, breakers: map[string]*breaker{}}
-	for _, p := range o.Providers.All() {
+	d := &Dispatcher{o: o, log: o.Logger, m: o.Metrics, limits: o.Limits}
+	d.live.Store(d.newLive(o.UserLimits, o.Providers, nil))
+	return d, nil
+}
+
+// liveConfig is the part of the configuration a reload may change: the
+// per-user caps and the providers (contracts, endpoints), with a circuit
+// breaker per provider. It is replaced whole, never changed in place.
+type liveConfig struct {
+	userLimits map[string]userlimit.Rule
+	providers  Registry
+	breakers   map[string]*breaker
+}
+
+// newLive builds a live configuration, keeping the breakers of providers
+// that stay (their state survives a reload), and sets the per-provider
+// gauges.
+func (d *Dispatcher) newLive(caps map[string]userlimit.Rule, reg Registry, old *liveConfig) *liveConfig {
+	lc := &liveConfig{userLimits: caps, providers: reg, breakers: map[string]*breaker{}}
+	for _, p := range reg.All() {
 		d.maxQueue = max(d.maxQueue, p.MaxQueueDelay)
-		d.breakers[p.Name] = newBreaker(p.Name)
-		d.m.ProviderPaused.WithLabelValues(p.Name).Set(0)
-		d.m.QueueDepth.WithLabelValues(p.Name).Set(0)
+		if old != nil && old.breakers[p.Name] != nil {
+			lc.breakers[p.Name] = old.breakers[p.Name]
+		} else {
+			lc.breakers[p.Name] = newBreaker(p.Name)
+			d.m.ProviderPaused.WithLabelValues(p.Name).Set(0)
+			d.m.QueueDepth.WithLabelValues(p.Name).Set(0)
+		}
 		d.m.Contract.WithLabelValues(p.Name).Set(p.Rate)
 		d.m.MaxQueueDelay.WithLabelValues(p.Name).Set(p.MaxQueueDelay.Seconds())
 	}
-	return d, nil
+	return lc
+}
+
+// Reload is the part of the configuration that changes without a restart.
+type Reload struct {
+	UserLimits map[string]userlimit.Rule
+	Providers  Registry            // a new registry (the caller closes the old one once jobs have let go of it)
+	Global     *globallimit.Config // nil: no fleet bucket
+}
+
+// Reload switches to new caps, providers and fleet bucket. Jobs already
+// under way finish on the configuration they started with; the next ones
+// take the new one. No job is dropped. Safe to call while Run runs.
+func (d *Dispatcher) Reload(r Reload) {
+	old := d.live.Load()
+	d.live.Store(d.newLive(r.UserLimits, r.Providers, old))
+	d.mu.Lock()
+	l := d.limits
+	d.mu.Unlock()
+	d.o.Limits.setGlobal(r.Global)
+	if l != nil && l != d.o.Limits {
+		l.setGlobal(r.Global) // the local fallback in use
+	}
 }
 
 // Ready reports whether the dispatcher is taking jobs: started, not
@@ -249,7 +298,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	go func() { defer d.wg.Done(); d.gaugeLoop(bgCtx) }()
 	if w := d.o.Limits.Watch; w != nil {
 		var names []string
-		for _, p := range d.o.Providers.All() {
+		for _, p := range d.live.Load().providers.All() {
 			names = append(names, p.Name)
 		}
 		d.wg.Add(1)
@@ -380,7 +429,7 @@ func (d *Dispatcher) gaugeLoop(ctx context.Context) {
 		if l == nil {
 			continue
 		}
-		for _, p := range d.o.Providers.All() {
+		for _, p := range d.live.Load().providers.All() {
 			depth, err := l.Leaky.Depth(ctx, p.Name, l.contract(p))
 			if err != nil {
 				if ctx.Err() == nil {
@@ -423,8 +472,9 @@ func (d *Dispatcher) Activity() (map[string]ProviderActivity, map[string]Channel
 	tenS := d.activity.sums(now, 10*time.Second)
 	minute := d.activity.sums(now, time.Minute)
 	ps := map[string]ProviderActivity{}
-	for _, p := range d.o.Providers.All() {
-		ps[p.Name] = ProviderActivity{Sent10s: tenS["p:"+p.Name], Breaker: d.breakers[p.Name].State()}
+	live := d.live.Load()
+	for _, p := range live.providers.All() {
+		ps[p.Name] = ProviderActivity{Sent10s: tenS["p:"+p.Name], Breaker: live.breakers[p.Name].State()}
 	}
 	cs := map[string]ChannelActivity{}
 	for _, ch := range queue.Channels {

@@ -63,10 +63,40 @@ func RedisLimits(rdb redis.UniversalClient, c LimitsConfig) *Limits {
 	l.Watch = func(ctx context.Context, providers []string) error {
 		return pauses.Run(ctx, rdb, rs.leaky, providers)
 	}
-	if c.Global != nil {
-		l.Global = globallimit.New(globallimit.NewRedis(rdb, c.Prefix), *c.Global)
-	}
+	store := globallimit.NewRedis(rdb, c.Prefix)
+	l.newGlobal = func(cfg globallimit.Config) Waiter { return globallimit.New(store, cfg) }
+	l.setGlobal(c.Global)
 	return l
+}
+
+// global is the fleet bucket in use, nil when there is none.
+func (l *Limits) global() Waiter {
+	l.gmu.Lock()
+	defer l.gmu.Unlock()
+	return l.Global
+}
+
+// setGlobal configures the fleet bucket: off (nil), on, or a new rate and
+// burst for the bucket in place (waiters keep their turn).
+func (l *Limits) setGlobal(cfg *globallimit.Config) {
+	l.gmu.Lock()
+	defer l.gmu.Unlock()
+	switch {
+	case cfg == nil:
+		l.Global = nil
+	case l.Global != nil && l.globalCfg != nil:
+		if b, ok := l.Global.(interface{ SetConfig(globallimit.Config) }); ok {
+			g := *cfg
+			if l.RateDivisor > 1 {
+				g.Rate /= float64(l.RateDivisor)
+				g.Burst = max(1, g.Burst/l.RateDivisor)
+			}
+			b.SetConfig(g)
+		}
+	case l.newGlobal != nil:
+		l.Global = l.newGlobal(*cfg)
+	}
+	l.globalCfg = cfg
 }
 
 // redisSet is the Redis backends of a limit set, typed, for pipelining.
@@ -105,11 +135,12 @@ func MemoryLimits(c LimitsConfig, divisor int) *Limits {
 		Leaky:       leaky.NewMemory(nil, leaky.WithHeadroom(c.headroom())),
 		RateDivisor: divisor,
 	}
-	if c.Global != nil {
-		g := *c.Global
+	store := globallimit.NewMemory(nil)
+	l.newGlobal = func(g globallimit.Config) Waiter {
 		g.Rate /= float64(divisor)
 		g.Burst = max(1, g.Burst/divisor)
-		l.Global = globallimit.New(globallimit.NewMemory(nil), g)
+		return globallimit.New(store, g)
 	}
+	l.setGlobal(c.Global)
 	return l
 }

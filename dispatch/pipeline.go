@@ -45,7 +45,8 @@ type job struct {
 	cost     int
 	lastBeat time.Time // last InProgress (or the fetch)
 	slotAt   time.Time // when the reserved send slot is, on this process's clock
-	claimed  bool      // holds a ledger lease
+	live     *liveConfig
+	claimed  bool // holds a ledger lease
 	claimAt  time.Time
 	log      *slog.Logger
 }
@@ -89,19 +90,20 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) error {
 	}
 	jb.j = j
 	jb.channel = j.Channel
+	jb.live = d.live.Load()
 	if dl.Header.Get(HeaderReplayed) != "" && dl.NumDelivered == 1 {
 		d.m.Replays.WithLabelValues(j.Channel).Inc()
 	}
 	jb.log = jb.log.With("job", j.ID, "channel", j.Channel)
 
 	if j.Provider != "" {
-		jb.prov, jb.pcfg, _ = d.o.Providers.Get(j.Provider)
+		jb.prov, jb.pcfg, _ = jb.live.providers.Get(j.Provider)
 		if jb.prov != nil && jb.pcfg.Channel != j.Channel {
 			return d.finish(ctx, jb, queue.Dead, ReasonUnknownProvider,
 				fmt.Sprintf("provider %q serves channel %s, not %s", j.Provider, jb.pcfg.Channel, j.Channel))
 		}
 	} else {
-		jb.prov, jb.pcfg, _ = d.o.Providers.Default(j.Channel)
+		jb.prov, jb.pcfg, _ = jb.live.providers.Default(j.Channel)
 	}
 	if jb.prov == nil {
 		detail := fmt.Sprintf("no default provider for channel %s", j.Channel)
@@ -133,7 +135,7 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) error {
 	// One round trip: the ledger (already sent? then take the send lease),
 	// the per-user cap, and, speculatively, the slot in the provider's
 	// queue.
-	rule, capped := d.o.UserLimits[j.Channel]
+	rule, capped := jb.live.userLimits[j.Channel]
 	var adm admission
 	for {
 		var err error
@@ -179,7 +181,7 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) error {
 	// The provider's queue and the send.
 	first := adm
 	for {
-		if d.breakers[jb.provider].open() {
+		if jb.live.breakers[jb.provider].open() {
 			d.cancelSlot(ctx, jb, first)
 			first.slot = nil
 			d.m.Deferrals.WithLabelValues(LayerProvider, "circuit_open").Inc()
@@ -215,12 +217,13 @@ func (d *Dispatcher) expired(j *queue.Job) bool {
 func (d *Dispatcher) waitGlobal(ctx context.Context, jb *job) error {
 	start := time.Now()
 	err := d.withBackend(ctx, jb, func(l *Limits) error {
-		if l.Global == nil {
+		g := l.global()
+		if g == nil {
 			return nil
 		}
 		for {
 			wctx, cancel := context.WithTimeout(ctx, d.o.AckWait/3)
-			err := l.Global.Wait(wctx)
+			err := g.Wait(wctx)
 			cancel()
 			if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
 				return err
@@ -232,7 +235,7 @@ func (d *Dispatcher) waitGlobal(ctx context.Context, jb *job) error {
 	if err != nil {
 		return err
 	}
-	if l := d.currentLimits(); l != nil && l.Global != nil {
+	if l := d.currentLimits(); l != nil && l.global() != nil {
 		if time.Since(start) > 5*time.Millisecond {
 			d.m.LimitDecisions.WithLabelValues(LayerGlobal, "deny").Inc()
 			d.m.Deferrals.WithLabelValues(LayerGlobal, "empty").Inc()
@@ -368,7 +371,7 @@ func (d *Dispatcher) send(ctx, sendCtx context.Context, jb *job) (finished bool,
 		jb.log.Debug("woke after the send slot; taking a new one", "late", late)
 		return false, nil
 	}
-	done, ok := d.breakers[jb.provider].allow()
+	done, ok := jb.live.breakers[jb.provider].allow()
 	if !ok {
 		// The provider failed every recent call: do not call it; the job
 		// waits (no attempt used) and takes a new slot after the probe.

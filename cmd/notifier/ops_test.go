@@ -1,8 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -84,5 +87,68 @@ func TestTopFindsTheUsersHittingTheirCaps(t *testing.T) {
 	out, _, _ = runCLI(t, nil, "", "top", "--config", w.config, "--channel", "sms", "--limit", "2")
 	if !strings.Contains(out, "cap (2 per 1h)") || strings.Count(out, "user-") != 2 {
 		t.Fatalf("top --limit 2:\n%s", out)
+	}
+}
+
+// TestReloadOnFileChangeAndSIGHUP: a running process takes a new contract
+// when its file changes, refuses a broken file (logging its problems and
+// keeping the old configuration, still sending), and reloads on SIGHUP.
+func TestReloadOnFileChangeAndSIGHUP(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, 60, "") // the fake enforces 60/s; the configuration starts at 20/s
+	orig, err := os.ReadFile(w.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orig = bytes.Replace(orig, []byte("rate: 60"), []byte("rate: 20"), 1)
+	if err := os.WriteFile(w.config, orig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w.publish(600)
+	p := w.run()
+	testenv.WaitFor(t, 30*time.Second, "40 sent at 20/s", func() bool { return len(w.fake.AcceptedIDs()) >= 40 })
+	if most := w.fake.MaxInWindow(time.Second); most > 20 {
+		t.Fatalf("before the reload: %d in a second, contract 20", most)
+	}
+	write := func(b []byte) {
+		t.Helper()
+		// Write-then-rename, as editors and config managers do.
+		tmp := w.config + ".tmp"
+		if err := os.WriteFile(tmp, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, w.config); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(bytes.Replace(orig, []byte("rate: 20"), []byte("rate: 60"), 1))
+	testenv.WaitFor(t, 20*time.Second, "the file change reloaded", func() bool { return strings.Contains(p.logs.String(), `"trigger":"file changed"`) })
+	testenv.WaitFor(t, 20*time.Second, "a second with more than 40 sends", func() bool { return w.fake.MaxInWindow(time.Second) > 40 })
+	if most := w.fake.MaxInWindow(time.Second); most > 60 {
+		t.Fatalf("after the reload: %d in a second, contract 60", most)
+	}
+
+	sent := len(w.fake.AcceptedIDs())
+	write(append(bytes.Replace(orig, []byte("rate: 20"), []byte("rate: -5"), 1), []byte("wrokers: 3\n")...))
+	testenv.WaitFor(t, 20*time.Second, "the broken file refused", func() bool {
+		return strings.Contains(p.logs.String(), "configuration reload refused")
+	})
+	for _, want := range []string{"rate: must be greater than 0, got -5", "wrokers: unknown key"} {
+		testenv.WaitFor(t, 5*time.Second, "the refusal names "+want, func() bool { return strings.Contains(p.logs.String(), want) })
+	}
+	testenv.WaitFor(t, 20*time.Second, "still sending on the old configuration", func() bool { return len(w.fake.AcceptedIDs()) > sent+40 })
+
+	if err := os.WriteFile(w.config, append(bytes.Replace(orig, []byte("rate: 20"), []byte("rate: 60"), 1),
+		[]byte("user_limits:\n  email: {limit: 5, window: 1h}\n")...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(600 * time.Millisecond) // let the watcher's own reload of this write go first
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 20*time.Second, "reloaded on SIGHUP", func() bool { return strings.Contains(p.logs.String(), `"trigger":"SIGHUP"`) })
+	testenv.WaitFor(t, 60*time.Second, "all 600 sent", func() bool { return len(w.fake.AcceptedIDs()) >= 600 })
+	if dups := w.fake.Duplicates(); len(dups) > 0 {
+		t.Fatalf("sent twice across reloads: %v", dups)
 	}
 }

@@ -45,13 +45,13 @@ JetStream at once, lets the sends already at a provider finish, and exits 0.`,
 		if err != nil {
 			return err
 		}
-		return runDispatcher(cmd.Context(), cfg, log, e)
+		return runDispatcher(cmd.Context(), *path, cfg, log, e)
 	}
 	return c
 }
 
-// runDispatcher is `notifier run` once the configuration is loaded.
-func runDispatcher(ctx context.Context, cfg Config, log *slog.Logger, e *env) error {
+// runDispatcher is `notifier run` once the configuration at path is loaded.
+func runDispatcher(ctx context.Context, path string, cfg Config, log *slog.Logger, e *env) error {
 	log.Info("starting", "version", version, "workers", cfg.Workers, "redis", strings.Join(cfg.Redis.Addrs, ","),
 		"on_failure", cfg.Redis.OnFailure, "providers", len(cfg.Providers))
 
@@ -84,12 +84,14 @@ func runDispatcher(ctx context.Context, cfg Config, log *slog.Logger, e *env) er
 		return err
 	}
 
-	reg, err := providers.NewRegistry(cfg.Providers, providers.Options{Version: version, Logger: log, Stdout: e.stdout})
+	popts := providers.Options{Version: version, Logger: log, Stdout: e.stdout, Getenv: e.getenv}
+	reg, err := providers.NewRegistry(cfg.Providers, popts)
 	if err != nil {
 		return err
 	}
-	defer reg.Close()
 
+	rl := newReloader(path, cfg, reg, popts, e.getenv, log)
+	defer rl.close()
 	promReg := newPromRegistry()
 	metrics := dispatch.NewMetrics(promReg)
 	instance := instanceID()
@@ -102,7 +104,11 @@ func runDispatcher(ctx context.Context, cfg Config, log *slog.Logger, e *env) er
 	}, log)
 	var fallback func() *dispatch.Limits
 	if cfg.Redis.OnFailure == OnFailureLocal {
-		fallback = func() *dispatch.Limits { return dispatch.MemoryLimits(lcfg, fleet.Live()) }
+		fallback = func() *dispatch.Limits {
+			lc := lcfg
+			lc.Global = rl.current().Global // as last reloaded
+			return dispatch.MemoryLimits(lc, fleet.Live())
+		}
 	}
 	d, err = dispatch.New(dispatch.Options{
 		Workers:     cfg.Workers,
@@ -138,6 +144,7 @@ func runDispatcher(ctx context.Context, cfg Config, log *slog.Logger, e *env) er
 		g.Go(func() error { return srv.serve(gctx) })
 	}
 	g.Go(func() error { return fleet.Run(gctx) })
+	g.Go(func() error { return rl.run(gctx, d, reloadGrace(cfg)) })
 	g.Go(func() error {
 		err := d.Run(gctx)
 		log.Info("dispatcher stopped")
@@ -175,6 +182,17 @@ func stopTimeout(cfg Config) time.Duration {
 		t = max(t, p.Timeout)
 	}
 	return min(t+time.Second, cfg.NATS.AckWait)
+}
+
+// reloadGrace is how long a replaced provider registry stays open after a
+// reload: a job that picked a provider just before can still wait its
+// longest queue delay and then send.
+func reloadGrace(cfg Config) time.Duration {
+	var q, t time.Duration
+	for _, p := range cfg.Providers {
+		q, t = max(q, p.MaxQueueDelay), max(t, p.Timeout)
+	}
+	return q + t + 5*time.Second
 }
 
 // checkRedis pings Redis at start. Wrong credentials or a certificate that
