@@ -47,8 +47,7 @@ type faultState struct {
 // WithClock) to a service fake.
 func newFaultState(t testing.TB, opts []FakeOption) *faultState {
 	t.Helper()
-	var probe Fake
-	probe.now = time.Now
+	probe := Fake{faultState: &faultState{now: time.Now}}
 	for _, o := range opts {
 		o(&probe)
 	}
@@ -110,7 +109,9 @@ func (s *faultState) Reset() {
 }
 
 // MaxInWindow returns the most requests accepted within any window of
-// length window (see Fake.MaxInWindow).
+// length window: the largest number of accepted requests whose arrival
+// times all lie in some [t, t+window). Pacing tests compare it with the
+// contract.
 func (s *faultState) MaxInWindow(window time.Duration) int {
 	if window <= 0 {
 		return 0

@@ -61,31 +61,24 @@ type FakeRequest struct {
 // delays whatever answer was decided. Only 2xx answers are accepted and only
 // they count toward the contract.
 type Fake struct {
-	srv      *httptest.Server
-	now      func() time.Time
-	contract int
-	closing  chan struct{}
-	close    sync.Once
+	// faultState holds the injected faults, the contract and the acceptance
+	// times, shared with the service fakes; its mu also guards requests and
+	// accepted below. FailNext, FailFor, RateLimitFor, SlowFor, HangFor,
+	// Reset and MaxInWindow are its.
+	*faultState
+	srv     *httptest.Server
+	closing chan struct{}
+	close   sync.Once
 
-	mu             sync.Mutex
-	requests       []FakeRequest
-	accepted       []int // indexes into requests, in order of acceptance
-	failNext       int
-	failNextStatus int
-	failUntil      time.Time
-	failStatus     int
-	limitUntil     time.Time
-	limitAfter     string
-	slowUntil      time.Time
-	latency        time.Duration
-	hangUntil      time.Time
+	requests []FakeRequest
+	accepted []int // indexes into requests, in order of acceptance
 }
 
 // FakeProvider starts a fake provider on a loopback port and closes it when
 // the test ends.
 func FakeProvider(t testing.TB, opts ...FakeOption) *Fake {
 	t.Helper()
-	f := &Fake{now: time.Now, closing: make(chan struct{})}
+	f := &Fake{faultState: &faultState{now: time.Now}, closing: make(chan struct{})}
 	for _, o := range opts {
 		o(f)
 	}
@@ -107,53 +100,6 @@ func (f *Fake) Close() {
 		close(f.closing)
 		f.srv.Close()
 	})
-}
-
-// FailNext answers the next n requests with status, before the contract is
-// consulted (they do not count toward it).
-func (f *Fake) FailNext(n, status int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.failNext, f.failNextStatus = n, status
-}
-
-// FailFor answers every request with status for d from now.
-func (f *Fake) FailFor(d time.Duration, status int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.failUntil, f.failStatus = f.now().Add(d), status
-}
-
-// RateLimitFor answers every request with 429 for d from now, with the
-// header Retry-After: retryAfter (left out when retryAfter is "").
-func (f *Fake) RateLimitFor(d time.Duration, retryAfter string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.limitUntil, f.limitAfter = f.now().Add(d), retryAfter
-}
-
-// SlowFor delays every answer to requests arriving in the next d by latency.
-func (f *Fake) SlowFor(d, latency time.Duration) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.slowUntil, f.latency = f.now().Add(d), latency
-}
-
-// HangFor holds every request arriving in the next d without ever
-// answering, until its client gives up (or the fake is closed).
-func (f *Fake) HangFor(d time.Duration) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.hangUntil = f.now().Add(d)
-}
-
-// Reset ends every misbehaviour set by FailNext, FailFor, RateLimitFor,
-// SlowFor and HangFor. The recordings and the contract are kept.
-func (f *Fake) Reset() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.failNext = 0
-	f.failUntil, f.limitUntil, f.slowUntil, f.hangUntil = time.Time{}, time.Time{}, time.Time{}, time.Time{}
 }
 
 // answer is what the fake decided to do with one request.
@@ -186,6 +132,7 @@ func (f *Fake) serve(w http.ResponseWriter, r *http.Request) {
 	f.requests = append(f.requests, rec)
 	if a.status >= 200 && a.status <= 299 && !a.hold {
 		f.accepted = append(f.accepted, len(f.requests)-1)
+		f.acceptedAt = append(f.acceptedAt, now)
 	}
 	f.mu.Unlock()
 
@@ -218,9 +165,6 @@ func (f *Fake) serve(w http.ResponseWriter, r *http.Request) {
 // decide picks the answer to a request arriving at now. f.mu is held.
 func (f *Fake) decide(now time.Time, r *http.Request, size int, jsonErr error) answer {
 	var a answer
-	if now.Before(f.slowUntil) {
-		a.latency = f.latency
-	}
 	reason := func(status int, text string) answer {
 		a.status = status
 		a.body = `{"reason":` + strconv.Quote(text) + "}\n"
@@ -237,32 +181,16 @@ func (f *Fake) decide(now time.Time, r *http.Request, size int, jsonErr error) a
 	case jsonErr != nil:
 		return reason(http.StatusBadRequest, "body is not a JSON object")
 	}
-	if now.Before(f.hangUntil) {
+	v := f.faultState.decide(now)
+	switch {
+	case v.hold:
 		a.hold = true
 		return a
+	case v.status != 0:
+		a.retryAfter = v.retryAfter
+		return reason(v.status, v.why)
 	}
-	if f.failNext > 0 {
-		f.failNext--
-		return reason(f.failNextStatus, "injected "+strconv.Itoa(f.failNextStatus)+" by the testenv fake provider")
-	}
-	if now.Before(f.failUntil) {
-		return reason(f.failStatus, "injected "+strconv.Itoa(f.failStatus)+" by the testenv fake provider")
-	}
-	if now.Before(f.limitUntil) {
-		a.retryAfter = f.limitAfter
-		return reason(http.StatusTooManyRequests, "rate limited by the testenv fake provider")
-	}
-	if n := f.contract; n > 0 && len(f.accepted) >= n {
-		// The window (now-1s, now] already holds n accepted requests when
-		// the n-th most recent one is less than 1 s old; it frees 1 s
-		// after that one arrived.
-		oldest := f.requests[f.accepted[len(f.accepted)-n]].At
-		if wait := oldest.Add(time.Second).Sub(now); wait > 0 {
-			secs := int64((wait + time.Second - 1) / time.Second)
-			a.retryAfter = strconv.FormatInt(secs, 10)
-			return reason(http.StatusTooManyRequests, "contract of "+strconv.Itoa(n)+" per second exceeded")
-		}
-	}
+	a.latency = v.latency
 	a.status = http.StatusOK
 	a.body = `{"status":"accepted"}` + "\n"
 	return a
@@ -310,26 +238,6 @@ func (f *Fake) Count(status int) int {
 		}
 	}
 	return n
-}
-
-// MaxInWindow returns the most requests accepted within any window of
-// length window: the largest number of accepted requests whose arrival
-// times all lie in some [t, t+window). Pacing tests compare it with the
-// contract.
-func (f *Fake) MaxInWindow(window time.Duration) int {
-	if window <= 0 {
-		return 0
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	best, i := 0, 0
-	for j := range f.accepted {
-		for f.requests[f.accepted[j]].At.Sub(f.requests[f.accepted[i]].At) >= window {
-			i++
-		}
-		best = max(best, j-i+1)
-	}
-	return best
 }
 
 // Duplicates returns the job ids accepted more than once, each once, in the
