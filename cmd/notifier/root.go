@@ -38,6 +38,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		publishCmd(e),
 		checkCmd(e),
 		versionCmd(e),
+		benchCmd(e),
 		deadCmd(e),
 	)
 	_, err := root.ExecuteContextC(ctx)

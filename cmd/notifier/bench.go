@@ -1,0 +1,459 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+
+	"github.com/notifier/notifier/globallimit"
+	"github.com/notifier/notifier/providers"
+	"github.com/notifier/notifier/queue"
+)
+
+// benchFlags are the flags of `notifier bench`.
+type benchFlags struct {
+	jobs, users, workers int
+	natsURL, redisAddr   string
+	contract, processes  int
+	cluster, json        bool
+}
+
+func benchCmd(e *env) *cobra.Command {
+	f := &benchFlags{}
+	c := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure throughput, Redis cost, per-layer latency and pacing on this machine",
+		Long: `Bench measures the notifier on this machine, each figure beside its reference in the same run.
+
+  notifier bench                                throughput with the limits wide open, beside a bare JetStream
+                                                pull-consume-and-ack loop over the same messages (the floor);
+                                                Redis round trips and commands, CPU seconds and allocations per
+                                                job; the latency each layer adds (p50/p99)
+  notifier bench --contract 100 --processes 3   pacing: 3 notifier run processes drain a backlog on a 100/s
+                                                contract; achieved rate, most sends in any 1 s window, the gaps
+                                                between sends, and the provider's 429s (there must be none)
+  notifier bench --cluster                      the same on a 3-node embedded JetStream cluster (streams at 3
+                                                replicas) and a 3-master Redis Cluster it starts itself
+
+It starts what it needs: an embedded NATS server (or --nats-url, a server for benchmarking: the bench
+consumes notify.jobs.*), a private redis-server child process on a free port when redis-server is on
+PATH (or --redis-addr), and the demo's sandbox provider in this process, over loopback HTTP. Every
+section prints the command line that reproduces it. Progress goes to stderr; --json prints one JSON
+object with every figure instead of the report. It exits 1 when a pacing run broke the contract.`,
+		Args: cobra.NoArgs,
+	}
+	fl := c.Flags()
+	fl.IntVar(&f.jobs, "jobs", 20000, "jobs per pass (pacing: default 30 s of the contract)")
+	fl.IntVar(&f.users, "users", 1000, "users the jobs are spread over")
+	fl.IntVar(&f.workers, "workers", 32, "workers per dispatcher (and the floor's consumers and pull size)")
+	fl.StringVar(&f.natsURL, "nats-url", "", "use this NATS server (comma-separated for a cluster) instead of an embedded one")
+	fl.StringVar(&f.redisAddr, "redis-addr", "", "use this Redis (host:port; comma-separated seeds of a Redis Cluster) instead of a private redis-server")
+	fl.IntVar(&f.contract, "contract", 0, "pacing run: the provider's contract in sends per second")
+	fl.IntVar(&f.processes, "processes", 3, "pacing run: notifier run processes")
+	fl.BoolVar(&f.cluster, "cluster", false, "run on a 3-node JetStream cluster (R3) and a 3-master Redis Cluster")
+	fl.BoolVar(&f.json, "json", false, "print one JSON object with every figure instead of the report")
+	c.RunE = func(cmd *cobra.Command, _ []string) error {
+		if err := f.check(cmd); err != nil {
+			return &usageError{err: err}
+		}
+		return runBench(cmd.Context(), f, e)
+	}
+	return c
+}
+
+// check validates the flags and fills the pacing run's default job count.
+func (f *benchFlags) check(cmd *cobra.Command) error {
+	switch {
+	case f.users < 1:
+		return fmt.Errorf("--users must be at least 1, got %d", f.users)
+	case f.workers < 1 || f.workers > 4096:
+		return fmt.Errorf("--workers must be from 1 to 4096, got %d", f.workers)
+	case f.contract < 0 || f.contract > 100_000:
+		return fmt.Errorf("--contract must be from 1 to 100000 sends per second, got %d", f.contract)
+	case f.contract == 0 && cmd.Flags().Changed("processes"):
+		return fmt.Errorf("--processes is for the pacing run: give --contract too")
+	case f.processes < 1 || f.processes > 64:
+		return fmt.Errorf("--processes must be from 1 to 64, got %d", f.processes)
+	}
+	if f.contract > 0 && !cmd.Flags().Changed("jobs") {
+		f.jobs = max(300, 30*f.contract)
+	}
+	if f.jobs < 100 || f.jobs > 10_000_000 {
+		return fmt.Errorf("--jobs must be from 100 to 10000000, got %d", f.jobs)
+	}
+	return nil
+}
+
+// command is the command line that reproduces a section.
+func (f *benchFlags) command(pacing bool) string {
+	args := []string{"notifier", "bench"}
+	if f.cluster {
+		args = append(args, "--cluster")
+	}
+	if f.natsURL != "" {
+		args = append(args, "--nats-url", redactList(f.natsURL))
+	}
+	if f.redisAddr != "" {
+		args = append(args, "--redis-addr", f.redisAddr)
+	}
+	if pacing {
+		args = append(args, "--contract", strconv.Itoa(f.contract), "--processes", strconv.Itoa(f.processes))
+	}
+	args = append(args, "--jobs", strconv.Itoa(f.jobs))
+	if !pacing {
+		args = append(args, "--users", strconv.Itoa(f.users))
+	}
+	return strings.Join(append(args, "--workers", strconv.Itoa(f.workers)), " ")
+}
+
+// benchResult is every figure of one run; --json prints it.
+type benchResult struct {
+	Version    string            `json:"version"`
+	Go         string            `json:"go"`
+	Platform   string            `json:"platform"`
+	CPUs       int               `json:"cpus"`
+	Mode       string            `json:"mode"` // throughput or pacing
+	Cluster    bool              `json:"cluster"`
+	NATS       string            `json:"nats"`
+	Redis      string            `json:"redis"`
+	Sink       string            `json:"sink"`
+	Jobs       int               `json:"jobs"`
+	Users      int               `json:"users"`
+	Workers    int               `json:"workers"`
+	Warmup     int               `json:"warmup_jobs_per_pass,omitempty"`
+	Throughput *throughputResult `json:"throughput,omitempty"`
+	Latency    *latencyResult    `json:"latency,omitempty"`
+	Pacing     *pacingResult     `json:"pacing,omitempty"`
+}
+
+// throughputResult is the throughput section: the floor and the two
+// dispatcher passes.
+type throughputResult struct {
+	Command         string     `json:"command"`
+	Floor           passResult `json:"floor"`
+	WideOpen        passResult `json:"wide_open"`
+	AllLayers       passResult `json:"all_layers"`
+	WideOpenLimits  string     `json:"wide_open_limits"`
+	AllLayersLimits string     `json:"all_layers_limits"`
+}
+
+// latencyResult is the per-layer latency section.
+type latencyResult struct {
+	Command string        `json:"command"`
+	Pass    string        `json:"pass"`
+	Steps   []stepLatency `json:"steps"`
+}
+
+// benchWorld is what every pass runs on.
+type benchWorld struct {
+	f      *benchFlags
+	nats   *benchNATS
+	redis  *benchRedis
+	sb     *sandbox
+	sink   providers.Config // the sandbox as a provider with a contract far above reach
+	qcfg   queue.Config
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	rdb    redis.UniversalClient // the dispatchers' client, round trips counted
+	trips  *roundTrips
+	prefix string // Redis key prefix of this run
+	run    string // job id prefix of this run
+	prog   *progress
+}
+
+func runBench(ctx context.Context, f *benchFlags, e *env) error {
+	res := &benchResult{
+		Version: version, Go: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH, CPUs: runtime.NumCPU(),
+		Mode: "throughput", Cluster: f.cluster, Jobs: f.jobs, Users: f.users, Workers: f.workers,
+	}
+	var exe string
+	if f.contract > 0 {
+		res.Mode = "pacing"
+		var err error
+		if exe, err = notifierExecutable(); err != nil {
+			return err
+		}
+	}
+	prog := newProgress(e.stderr)
+	defer prog.close()
+	prog.set("starting servers", 0, nil)
+
+	natsSrv, err := startBenchNATS(f.natsURL, f.cluster)
+	if err != nil {
+		return err
+	}
+	defer natsSrv.close()
+	rds, err := startBenchRedis(ctx, f.redisAddr, f.cluster)
+	if err != nil {
+		return err
+	}
+	defer rds.close()
+	sb, err := newSandbox()
+	if err != nil {
+		return err
+	}
+	defer sb.Close()
+	res.NATS, res.Redis = natsSrv.desc, rds.desc
+
+	id := strconv.FormatUint(rand.Uint64()&0xffffffff, 36)
+	w := &benchWorld{
+		f: f, nats: natsSrv, redis: rds, sb: sb, trips: &roundTrips{}, prog: prog,
+		prefix: "notifier-bench-" + id + ":", run: "bench-" + id,
+		qcfg: queue.Config{URL: natsSrv.url, AckWait: 30 * time.Second, Replicas: natsSrv.replicas}.WithDefaults(),
+	}
+	nc, js, err := natsSrv.connect(ctx, "notifier bench")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	w.nc, w.js = nc, js
+	if natsSrv.external {
+		if err := checkEmpty(ctx, js, w.qcfg); err != nil {
+			return err
+		}
+	}
+	if err := queue.EnsureStreams(ctx, js, w.qcfg, natsSrv.replicas); err != nil {
+		return err
+	}
+	w.rdb = rds.newClient(f.workers, w.trips)
+	defer w.rdb.Close()
+	defer rds.cleanup(context.WithoutCancel(ctx), w.prefix)
+
+	if f.contract > 0 {
+		res.Sink = fmt.Sprintf("the sandbox provider in this process (webhook over loopback HTTP), enforcing a contract of %d per any 1 s window (429 beyond it)", f.contract)
+		r, err := w.pacingPass(ctx, exe, f.jobs)
+		if err != nil {
+			return err
+		}
+		r.Command = f.command(true)
+		res.Pacing = r
+	} else {
+		res.Sink = "the sandbox provider in this process (webhook over loopback HTTP), contract off"
+		res.Warmup = warmupJobs(f.jobs)
+		w.sink = providers.Config{
+			Name: sinkProvider, Channel: "sms", Default: true, Kind: "webhook", URL: sb.lane("/sink", math.MaxInt32, 0),
+			Rate: sinkRate, MaxQueueDelay: 100 * time.Millisecond, Timeout: 5 * time.Second,
+		}.WithDefaults()
+		t := &throughputResult{
+			Command:        f.command(false),
+			WideOpenLimits: fmt.Sprintf("no per-user cap, no fleet bucket, a contract of %.0f/s: the ledger and the provider queue only", sinkRate),
+			AllLayersLimits: fmt.Sprintf("also a per-user cap (%s, %d per %s) and a fleet bucket (%.0f/s, burst %d, leases of %d tokens), configured never to deny",
+				benchUserRule.Algorithm, benchUserRule.Limit, shortDuration(benchUserRule.Window), benchGlobalConfig.Rate, benchGlobalConfig.Burst, globallimit.LeaseSize(benchGlobalConfig)),
+		}
+		if t.Floor, err = w.floorPass(ctx, f.jobs); err != nil {
+			return err
+		}
+		if t.WideOpen, err = w.dispatchPass(ctx, "open", "limits wide open", false, f.jobs); err != nil {
+			return err
+		}
+		if t.AllLayers, err = w.dispatchPass(ctx, "layers", "every layer on", true, f.jobs); err != nil {
+			return err
+		}
+		for _, p := range []*passResult{&t.WideOpen, &t.AllLayers} {
+			p.RatioToFloor = p.JobsPerSecond / t.Floor.JobsPerSecond
+		}
+		res.Throughput = t
+		res.Latency = &latencyResult{Command: f.command(false), Pass: "every layer on", Steps: latencies(t.AllLayers.stepDurations)}
+	}
+	prog.close()
+
+	if f.json {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(res); err != nil {
+			return err
+		}
+	} else {
+		printBench(e.stdout, res)
+	}
+	if p := res.Pacing; p != nil && !p.ContractHeld {
+		return fmt.Errorf("%w: most sends in a 1 s window %d (contract %d), 429 answers %d", errContractBroken, p.MostInOneSecond, p.Contract, p.Answered429)
+	}
+	return nil
+}
+
+// printBench prints the report.
+func printBench(w io.Writer, r *benchResult) {
+	fmt.Fprintf(w, "notifier bench — notifier %s, %s %s, %d CPUs\n", r.Version, r.Go, r.Platform, r.CPUs)
+	fmt.Fprintf(w, "  NATS   %s\n", r.NATS)
+	fmt.Fprintf(w, "  Redis  %s\n", r.Redis)
+	fmt.Fprintf(w, "  sink   %s\n", r.Sink)
+	if t := r.Throughput; t != nil {
+		fmt.Fprintf(w, "  jobs   %d per pass for %d users, %d workers, each pass after a warm-up of %d jobs\n", r.Jobs, r.Users, r.Workers, r.Warmup)
+
+		fmt.Fprintf(w, "\nthroughput, beside the bare JetStream floor\n  reproduce: %s\n\n", t.Command)
+		fmt.Fprintf(w, "  %-28s %9s %9s %17s %11s\n", "pass", "jobs/s", "vs floor", "CPU s/1000 jobs", "allocs/job")
+		for _, p := range []passResult{t.Floor, t.WideOpen, t.AllLayers} {
+			fmt.Fprintf(w, "  %-28s %9.0f %9.2f %17.3f %11.0f\n", p.Name, p.JobsPerSecond, p.RatioToFloor, p.CPUSecondsPer1000, p.AllocsPerJob)
+		}
+		fmt.Fprintf(w, "\n  floor       = the same messages through a pull consumer with the lanes' settings, %d pulled at a time,\n", r.Workers)
+		fmt.Fprintf(w, "                %d goroutines double-acking them (on a stream with the job stream's settings)\n", r.Workers)
+		fmt.Fprintf(w, "  wide open   = %s\n", t.WideOpenLimits)
+		fmt.Fprintf(w, "  every layer = %s\n", t.AllLayersLimits)
+		fmt.Fprintln(w, "  CPU and allocations are this whole process: the embedded NATS server and the sandbox run in it too")
+		fmt.Fprintln(w, "  (the floor's row is their share without the dispatcher)")
+
+		fmt.Fprintf(w, "\nRedis cost per sent job\n  reproduce: %s\n\n", t.Command)
+		fmt.Fprintf(w, "  %-28s %12s %9s %22s   %s\n", "pass", "round trips", "commands", "redis CPU s/1000 jobs", "top commands per job")
+		for _, p := range []passResult{t.WideOpen, t.AllLayers} {
+			var top []string
+			for i, c := range p.Redis.TopCommands {
+				if i == 5 {
+					break
+				}
+				top = append(top, fmt.Sprintf("%s %.2f", c.Command, c.PerJob))
+			}
+			fmt.Fprintf(w, "  %-28s %12.2f %9.2f %22.3f   %s\n", p.Name, p.Redis.RoundTripsPerJob, p.Redis.CommandsPerJob, p.Redis.CPUSecondsPer1000, strings.Join(top, ", "))
+		}
+		fmt.Fprintln(w, "\n  round trips: a hook on the dispatcher's Redis client counts each command and each pipeline once, the")
+		fmt.Fprintln(w, "  background calls (queue-depth gauges, pause subscription) included; commands: INFO commandstats before")
+		fmt.Fprintln(w, "  and after, the commands scripts run included")
+		for _, p := range []passResult{t.WideOpen, t.AllLayers} {
+			if len(p.Deferrals) > 0 {
+				fmt.Fprintf(w, "  waits in %q: %s\n", p.Name, formatCounts(p.Deferrals))
+			}
+		}
+	}
+	if l := r.Latency; l != nil {
+		fmt.Fprintf(w, "\nlatency each layer adds, per job (pass %q)\n  reproduce: %s\n\n", l.Pass, l.Command)
+		fmt.Fprintf(w, "  %-66s %9s %9s\n", "step", "p50", "p99")
+		for _, s := range l.Steps {
+			fmt.Fprintf(w, "  %-66s %7.2fms %7.2fms\n", s.What, s.P50Ms, s.P99Ms)
+		}
+	}
+	if p := r.Pacing; p != nil {
+		fmt.Fprintf(w, "\npacing: %d jobs through %d notifier run processes (%d workers each) on a %d/s contract\n  reproduce: %s\n\n",
+			p.Jobs, p.Processes, p.WorkersPerProcess, p.Contract, p.Command)
+		fmt.Fprintf(w, "  sent                %d of %d (%d lost, %d sent twice)\n", p.Sent, p.Jobs, p.Lost, p.SentTwice)
+		fmt.Fprintf(w, "  achieved rate       %.1f/s sustained, first to last send over %.1fs (%.1f %% of the contract)\n", p.SustainedPerSecond, p.Seconds, 100*p.SustainedFraction)
+		fmt.Fprintf(w, "  most in any 1 s     %d (contract %d)\n", p.MostInOneSecond, p.Contract)
+		fmt.Fprintf(w, "  gap between sends   p1 %.2fms · p50 %.2fms · p99 %.2fms (the queue paces one send every %.2fms)\n",
+			p.GapP1Ms, p.GapP50Ms, p.GapP99Ms, 1000/(0.99*float64(p.Contract)))
+		fmt.Fprintf(w, "  429 answers         %d\n", p.Answered429)
+		held := "held: no 1 s window over it, no 429"
+		if !p.ContractHeld {
+			held = "BROKEN"
+		}
+		fmt.Fprintf(w, "  contract            %s\n", held)
+	}
+}
+
+// shortDuration prints 1h rather than 1h0m0s.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// formatCounts prints a map of counts in key order.
+func formatCounts(m map[string]int) string {
+	var parts []string
+	for _, k := range sortedKeys(m) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// progress is the live line on stderr: the phase, jobs done of the total,
+// the rate and the time in the phase. On a terminal the line is redrawn
+// four times a second; otherwise a line is printed every 2 s.
+type progress struct {
+	w   io.Writer
+	tty bool
+
+	mu       sync.Mutex
+	phase    string
+	total    int
+	done     func() int
+	start    time.Time
+	lastLine time.Time
+	closed   bool
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+func newProgress(w io.Writer) *progress {
+	p := &progress{w: w, tty: isTerminal(w), stop: make(chan struct{})}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-p.stop:
+				return
+			case <-t.C:
+				p.print(false)
+			}
+		}
+	}()
+	return p
+}
+
+// set starts a phase: done reports how many of total are done (nil: no
+// count).
+func (p *progress) set(phase string, total int, done func() int) {
+	p.mu.Lock()
+	p.phase, p.total, p.done, p.start = phase, total, done, time.Now()
+	p.mu.Unlock()
+	p.print(true)
+}
+
+func (p *progress) print(force bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || p.phase == "" || (!p.tty && !force && time.Since(p.lastLine) < 2*time.Second) {
+		return
+	}
+	elapsed := time.Since(p.start)
+	line := fmt.Sprintf("bench  %-44s %5.1fs", p.phase, elapsed.Seconds())
+	if p.done != nil {
+		n := p.done()
+		line += fmt.Sprintf("  %d/%d jobs", n, p.total)
+		if elapsed > 0 {
+			line += fmt.Sprintf("  %.0f/s", float64(n)/elapsed.Seconds())
+		}
+	}
+	if p.tty {
+		fmt.Fprintf(p.w, "\r\033[K%s", line)
+	} else {
+		fmt.Fprintln(p.w, line)
+	}
+	p.lastLine = time.Now()
+}
+
+// close ends the live line; it may be called more than once.
+func (p *progress) close() {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.closed = true
+	p.mu.Unlock()
+	close(p.stop)
+	p.wg.Wait()
+	if p.tty {
+		fmt.Fprint(p.w, "\r\033[K")
+	}
+}

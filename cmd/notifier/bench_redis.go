@@ -1,0 +1,458 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// benchRedis is the Redis the bench runs the limits on: private
+// redis-server child processes it started (one, or three as a Redis
+// Cluster), or a server the user pointed it at with --redis-addr.
+type benchRedis struct {
+	addrs   []string
+	desc    string        // one line for the report
+	private bool          // started by the bench (and stopped at the end)
+	procs   []*redisChild // the private servers
+	// client is the bench's own client for the statistics (INFO); it is not
+	// the dispatchers' client, so its calls are not counted as theirs.
+	client redis.UniversalClient
+}
+
+// noRedisHint names both ways to give the bench a Redis.
+const noRedisHint = "the bench needs a Redis: install redis-server so that it can start a private one " +
+	"(sudo apt-get install redis-server, or brew install redis), or point it at a server with --redis-addr host:port"
+
+// startBenchRedis starts what the flags ask for: --redis-addr (comma-
+// separated seeds of a Redis Cluster), else a private redis-server (three
+// as a cluster with --cluster), else fails naming both options.
+func startBenchRedis(ctx context.Context, addr string, cluster bool) (*benchRedis, error) {
+	if addr != "" {
+		r := &benchRedis{addrs: splitList(addr)}
+		r.client = newStatsClient(r.addrs)
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if err := r.client.Ping(pctx).Err(); err != nil {
+			_ = r.client.Close()
+			return nil, fmt.Errorf("connect to redis at %s (--redis-addr): %w", addr, err)
+		}
+		r.desc = fmt.Sprintf("redis %s at %s (--redis-addr; other clients' commands would count too)", r.version(ctx), addr)
+		if len(r.addrs) > 1 {
+			r.desc = fmt.Sprintf("Redis Cluster %s seeded by %s (--redis-addr; other clients' commands would count too)", r.version(ctx), addr)
+		}
+		return r, nil
+	}
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, errors.New(noRedisHint)
+	}
+	r := &benchRedis{private: true}
+	n := 1
+	if cluster {
+		n = 3
+	}
+	for range n {
+		p, err := startRedisChild(ctx, bin, cluster)
+		if err != nil {
+			r.close()
+			return nil, fmt.Errorf("start a private redis-server (%s): %w; or point the bench at a server with --redis-addr", bin, err)
+		}
+		r.procs = append(r.procs, p)
+		r.addrs = append(r.addrs, p.addr)
+	}
+	if cluster {
+		if err := formCluster(ctx, r.procs); err != nil {
+			r.close()
+			return nil, err
+		}
+	}
+	r.client = newStatsClient(r.addrs)
+	r.desc = fmt.Sprintf("private redis-server %s on %s", r.version(ctx), r.addrs[0])
+	if cluster {
+		r.desc = fmt.Sprintf("private 3-master Redis Cluster, redis-server %s on %s", r.version(ctx), strings.Join(r.addrs, ", "))
+	}
+	return r, nil
+}
+
+// newStatsClient is a client of addrs: standalone for one address, a
+// cluster client for several.
+func newStatsClient(addrs []string) redis.UniversalClient {
+	if len(addrs) > 1 {
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	}
+	return redis.NewClient(&redis.Options{Addr: addrs[0]})
+}
+
+// newClient is the dispatchers' client, with the round-trip counter hooked
+// into every connection to a server: on a cluster, into each node's client,
+// where a pipeline split across nodes counts once per node it goes to.
+func (r *benchRedis) newClient(workers int, trips *roundTrips) redis.UniversalClient {
+	if len(r.addrs) > 1 {
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: r.addrs, PoolSize: workers + 8})
+		c.OnNewNode(func(node *redis.Client) { node.AddHook(trips) })
+		return c
+	}
+	c := redis.NewClient(&redis.Options{Addr: r.addrs[0], PoolSize: workers + 8})
+	c.AddHook(trips)
+	return c
+}
+
+// version is the server's redis_version.
+func (r *benchRedis) version(ctx context.Context) string {
+	infos, err := r.info(ctx, "server")
+	if err != nil || len(infos) == 0 {
+		return "(version unknown)"
+	}
+	return infos[0]["redis_version"]
+}
+
+// info runs INFO section on every master and parses each reply.
+func (r *benchRedis) info(ctx context.Context, section string) ([]map[string]string, error) {
+	var out []map[string]string
+	parse := func(s string) map[string]string {
+		m := map[string]string{}
+		for _, line := range strings.Split(s, "\n") {
+			if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok && !strings.HasPrefix(k, "#") {
+				m[k] = v
+			}
+		}
+		return m
+	}
+	switch c := r.client.(type) {
+	case *redis.ClusterClient:
+		ch := make(chan map[string]string, 16)
+		err := c.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			s, err := node.Info(ctx, section).Result()
+			if err != nil {
+				return err
+			}
+			ch <- parse(s)
+			return nil
+		})
+		close(ch)
+		for m := range ch {
+			out = append(out, m)
+		}
+		return out, err
+	case *redis.Client:
+		s, err := c.Info(ctx, section).Result()
+		if err != nil {
+			return nil, err
+		}
+		return append(out, parse(s)), nil
+	}
+	return nil, fmt.Errorf("redis client of type %T", r.client)
+}
+
+// redisStats is what the servers counted: commands by name (the calls of
+// INFO commandstats, commands run inside scripts included) and CPU seconds,
+// summed over the masters.
+type redisStats struct {
+	calls   map[string]int64
+	cpu     float64
+	masters int
+}
+
+func (r *benchRedis) stats(ctx context.Context) (redisStats, error) {
+	st := redisStats{calls: map[string]int64{}}
+	cmds, err := r.info(ctx, "commandstats")
+	if err != nil {
+		return st, fmt.Errorf("redis INFO commandstats: %w", err)
+	}
+	for _, m := range cmds {
+		st.masters++
+		for k, v := range m {
+			name, ok := strings.CutPrefix(k, "cmdstat_")
+			if !ok {
+				continue
+			}
+			for _, f := range strings.Split(v, ",") {
+				if n, ok := strings.CutPrefix(f, "calls="); ok {
+					c, _ := strconv.ParseInt(n, 10, 64)
+					st.calls[name] += c
+				}
+			}
+		}
+	}
+	cpus, err := r.info(ctx, "cpu")
+	if err != nil {
+		return st, fmt.Errorf("redis INFO cpu: %w", err)
+	}
+	for _, m := range cpus {
+		u, _ := strconv.ParseFloat(m["used_cpu_user"], 64)
+		s, _ := strconv.ParseFloat(m["used_cpu_sys"], 64)
+		st.cpu += u + s
+	}
+	return st, nil
+}
+
+// commandCount is one command's calls.
+type commandCount struct {
+	Command string  `json:"command"`
+	Calls   int64   `json:"calls"`
+	PerJob  float64 `json:"per_job"`
+}
+
+// diff is what the servers did between before and r, less the bench's own
+// statistics calls: the INFO of before's snapshot (two per master: the
+// commandstats and the cpu section) shows in r, r's own do not.
+func (r redisStats) diff(before redisStats) (total int64, byCommand []commandCount, cpu float64) {
+	for name, n := range r.calls {
+		d := n - before.calls[name]
+		if name == "info" {
+			d -= int64(2 * before.masters)
+		}
+		if d <= 0 {
+			continue
+		}
+		total += d
+		byCommand = append(byCommand, commandCount{Command: name, Calls: d})
+	}
+	sort.Slice(byCommand, func(i, j int) bool {
+		if byCommand[i].Calls != byCommand[j].Calls {
+			return byCommand[i].Calls > byCommand[j].Calls
+		}
+		return byCommand[i].Command < byCommand[j].Command
+	})
+	return total, byCommand, r.cpu - before.cpu
+}
+
+// cleanup deletes the bench's keys from a server the user pointed it at (a
+// private server is simply stopped). Keys carry hash tags, {<prefix>...}:
+// both forms are matched.
+func (r *benchRedis) cleanup(ctx context.Context, prefix string) {
+	if r.private {
+		return
+	}
+	del := func(ctx context.Context, c *redis.Client) error {
+		for _, pattern := range []string{prefix + "*", "{" + prefix + "*"} {
+			it := c.Scan(ctx, 0, pattern, 1000).Iterator()
+			for it.Next(ctx) {
+				c.Del(ctx, it.Val())
+			}
+			if err := it.Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	switch c := r.client.(type) {
+	case *redis.ClusterClient:
+		_ = c.ForEachMaster(ctx, del)
+	case *redis.Client:
+		_ = del(ctx, c)
+	}
+}
+
+func (r *benchRedis) close() {
+	if r.client != nil {
+		_ = r.client.Close()
+	}
+	for _, p := range r.procs {
+		p.stop()
+	}
+}
+
+// roundTrips counts a client's round trips to its servers: one per
+// command, one per pipeline however many commands it carries. Safe for
+// concurrent use.
+type roundTrips struct{ n atomic.Int64 }
+
+func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// redisChild is a private redis-server child process: loopback only, no
+// persistence, killed with the bench (and, on Linux, if the bench dies).
+type redisChild struct {
+	cmd    *exec.Cmd
+	addr   string
+	port   int
+	dir    string
+	exited chan error
+	out    *bytes.Buffer
+}
+
+// startRedisChild starts redis-server on a free port (a cluster node also
+// needs port+10000, its bus port, free), retrying with another port when
+// one was taken in between.
+func startRedisChild(ctx context.Context, bin string, cluster bool) (*redisChild, error) {
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		port, err := freeRedisPort(cluster)
+		if err != nil {
+			return nil, err
+		}
+		dir, err := os.MkdirTemp("", "notifier-bench-redis-*")
+		if err != nil {
+			return nil, fmt.Errorf("redis work directory: %w", err)
+		}
+		args := []string{
+			"--bind", "127.0.0.1", "--port", strconv.Itoa(port),
+			"--save", "", "--appendonly", "no", "--dir", dir,
+			"--daemonize", "no", "--protected-mode", "no", "--loglevel", "warning",
+		}
+		if cluster {
+			args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000")
+		}
+		p := &redisChild{addr: "127.0.0.1:" + strconv.Itoa(port), port: port, dir: dir, exited: make(chan error, 1), out: &bytes.Buffer{}}
+		p.cmd = exec.Command(bin, args...)
+		p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+		dieWithParent(p.cmd)
+		if err := p.cmd.Start(); err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, err
+		}
+		go func() { p.exited <- p.cmd.Wait() }()
+		if lastErr = p.waitReady(ctx); lastErr == nil {
+			return p, nil
+		}
+		p.stop()
+	}
+	return nil, lastErr
+}
+
+// freeRedisPort is a loopback port that was free a moment ago; for a
+// cluster node, port+10000 (its cluster bus) was free too.
+func freeRedisPort(cluster bool) (int, error) {
+	for range 50 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, fmt.Errorf("find a free port: %w", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		if !cluster {
+			_ = l.Close()
+			return port, nil
+		}
+		if port+10000 > 65535 {
+			_ = l.Close()
+			continue
+		}
+		bus, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+10000))
+		_ = l.Close()
+		if err != nil {
+			continue
+		}
+		_ = bus.Close()
+		return port, nil
+	}
+	return 0, errors.New("no free port pair for a Redis Cluster node")
+}
+
+func (p *redisChild) waitReady(ctx context.Context) error {
+	c := redis.NewClient(&redis.Options{Addr: p.addr, MaxRetries: -1})
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		select {
+		case err := <-p.exited:
+			p.exited <- err
+			return fmt.Errorf("redis-server on port %d exited (%v): %s", p.port, err, strings.TrimSpace(p.out.String()))
+		default:
+		}
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		err := c.Ping(pctx).Err()
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("redis-server on port %d not ready: %w", p.port, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (p *redisChild) stop() {
+	if p.cmd.Process != nil {
+		_ = p.cmd.Process.Kill()
+		err := <-p.exited
+		p.exited <- err
+	}
+	_ = os.RemoveAll(p.dir)
+}
+
+// formCluster makes three cluster-enabled servers one Redis Cluster: a
+// third of the 16384 slots each, joined with CLUSTER MEET, ready when every
+// node says cluster_state:ok with all slots served.
+func formCluster(ctx context.Context, nodes []*redisChild) error {
+	clients := make([]*redis.Client, len(nodes))
+	for i, n := range nodes {
+		clients[i] = redis.NewClient(&redis.Options{Addr: n.addr})
+		defer clients[i].Close()
+	}
+	const slots = 16384
+	for i, c := range clients {
+		from, to := i*slots/len(nodes), (i+1)*slots/len(nodes)
+		args := []any{"CLUSTER", "ADDSLOTS"}
+		for s := from; s < to; s++ {
+			args = append(args, s)
+		}
+		if err := c.Do(ctx, args...).Err(); err != nil {
+			return fmt.Errorf("redis cluster: assign slots %d-%d to %s: %w", from, to-1, nodes[i].addr, err)
+		}
+	}
+	for _, n := range nodes[1:] {
+		if err := clients[0].ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(n.port)).Err(); err != nil {
+			return fmt.Errorf("redis cluster: meet %s: %w", n.addr, err)
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ready := true
+		for _, c := range clients {
+			info, err := c.ClusterInfo(ctx).Result()
+			if err != nil || !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_slots_ok:16384") ||
+				!strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(len(nodes))) {
+				ready = false
+				break
+			}
+		}
+		if ready {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errors.New("redis cluster: not every node reports cluster_state:ok with all 16384 slots after 30s")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// splitList splits a comma-separated list, dropping empty entries.
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

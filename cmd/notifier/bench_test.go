@@ -1,0 +1,246 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/notifier/notifier/testenv"
+)
+
+// decodeBench parses --json output, failing on any field it does not know.
+func decodeBench(t *testing.T, stdout string) *benchResult {
+	t.Helper()
+	dec := json.NewDecoder(strings.NewReader(stdout))
+	dec.DisallowUnknownFields()
+	var r benchResult
+	if err := dec.Decode(&r); err != nil {
+		t.Fatalf("bench --json output is not one benchResult object: %v\n%s", err, stdout)
+	}
+	if dec.More() {
+		t.Fatalf("bench --json printed more than one object:\n%s", stdout)
+	}
+	return &r
+}
+
+// checkPass checks one dispatcher pass's figures for sanity.
+func checkPass(t *testing.T, p passResult, jobs int, floor float64) {
+	t.Helper()
+	if p.Jobs != jobs || p.Outcomes["sent"] != jobs {
+		t.Errorf("%s: %d jobs, %d sent, want %d", p.Name, p.Jobs, p.Outcomes["sent"], jobs)
+	}
+	if p.Seconds <= 0 || p.JobsPerSecond <= 0 || p.CPUSecondsPer1000 <= 0 || p.AllocsPerJob <= 0 {
+		t.Errorf("%s: seconds %v, jobs/s %v, CPU s/1000 %v, allocs/job %v: each must be above 0", p.Name, p.Seconds, p.JobsPerSecond, p.CPUSecondsPer1000, p.AllocsPerJob)
+	}
+	if got := p.JobsPerSecond / floor; p.RatioToFloor <= 0 || got < p.RatioToFloor*0.999 || got > p.RatioToFloor*1.001 {
+		t.Errorf("%s: ratio to floor %v, but jobs/s over the floor's is %v", p.Name, p.RatioToFloor, got)
+	}
+	r := p.Redis
+	if r == nil {
+		t.Fatalf("%s: no Redis figures", p.Name)
+	}
+	// A sent job needs at least the admission and the ledger's "sent";
+	// retaken slots and background calls add a little.
+	if r.RoundTripsPerJob < 1 || r.RoundTripsPerJob > 20 {
+		t.Errorf("%s: %v Redis round trips per job", p.Name, r.RoundTripsPerJob)
+	}
+	if r.CommandsPerJob < r.RoundTripsPerJob {
+		t.Errorf("%s: %v commands per job, fewer than its %v round trips", p.Name, r.CommandsPerJob, r.RoundTripsPerJob)
+	}
+	if r.CPUSecondsPer1000 < 0 || len(r.TopCommands) == 0 {
+		t.Errorf("%s: Redis CPU %v, top commands %v", p.Name, r.CPUSecondsPer1000, r.TopCommands)
+	}
+	var sum int64
+	for i, c := range r.TopCommands {
+		if c.Calls <= 0 || c.PerJob != float64(c.Calls)/float64(jobs) || (i > 0 && c.Calls > r.TopCommands[i-1].Calls) {
+			t.Errorf("%s: top commands not in order or not per job: %+v", p.Name, r.TopCommands)
+			break
+		}
+		sum += c.Calls
+	}
+	if float64(sum) > r.CommandsPerJob*float64(jobs)+0.5 {
+		t.Errorf("%s: the top commands (%d calls) are more than all commands (%v per job)", p.Name, sum, r.CommandsPerJob)
+	}
+}
+
+// TestBenchJSON runs a short throughput bench in-process: the JSON has
+// every figure, and each is sane.
+func TestBenchJSON(t *testing.T) {
+	t.Parallel()
+	stdout, stderr, code := runCLI(t, nil, "", "bench", "--jobs", "500", "--users", "50", "--workers", "16", "--json")
+	if code != 0 {
+		t.Fatalf("bench: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	r := decodeBench(t, stdout)
+	if r.Mode != "throughput" || r.Jobs != 500 || r.Users != 50 || r.Workers != 16 || r.CPUs < 1 || r.Go == "" || r.Pacing != nil {
+		t.Fatalf("header: %+v", r)
+	}
+	for _, s := range []string{r.NATS, r.Redis, r.Sink} {
+		if s == "" {
+			t.Fatalf("a set-up description is empty: %+v", r)
+		}
+	}
+	if !strings.Contains(r.Redis, "private redis-server") || !strings.Contains(r.NATS, "embedded") {
+		t.Errorf("servers: NATS %q, Redis %q", r.NATS, r.Redis)
+	}
+	tp := r.Throughput
+	if tp == nil {
+		t.Fatal("no throughput section")
+	}
+	const want = "notifier bench --jobs 500 --users 50 --workers 16"
+	if tp.Command != want || r.Latency == nil || r.Latency.Command != want {
+		t.Errorf("reproduce commands %q and %+v, want %q", tp.Command, r.Latency, want)
+	}
+	if tp.Floor.Jobs != 500 || tp.Floor.JobsPerSecond <= 0 || tp.Floor.RatioToFloor != 1 || tp.Floor.CPUSecondsPer1000 <= 0 || tp.Floor.Redis != nil {
+		t.Errorf("floor: %+v", tp.Floor)
+	}
+	checkPass(t, tp.WideOpen, 500, tp.Floor.JobsPerSecond)
+	checkPass(t, tp.AllLayers, 500, tp.Floor.JobsPerSecond)
+	if tp.WideOpenLimits == "" || tp.AllLayersLimits == "" {
+		t.Errorf("the passes' limits are not described: %+v", tp)
+	}
+
+	steps := map[string]stepLatency{}
+	for _, s := range r.Latency.Steps {
+		steps[s.Step] = s
+		if s.Count < 1 || s.P50Ms < 0 || s.P99Ms < s.P50Ms || s.What == "" {
+			t.Errorf("latency of %s: %+v", s.Step, s)
+		}
+	}
+	// Every sent job goes through the fleet bucket, the provider and the
+	// ledger's "sent"; the decisions before the send are one step or several.
+	for _, step := range []string{"global", "provider", "ledger_sent"} {
+		if steps[step].Count < 500 {
+			t.Errorf("latency of %s: %+v, want a figure from each of the 500 jobs", step, steps[step])
+		}
+	}
+	if _, ok := steps["admit"]; !ok && steps["ledger"].Count < 500 {
+		t.Errorf("no latency of the ledger (or the admission round trip): %+v", r.Latency.Steps)
+	}
+	if !strings.Contains(stderr, "bench  ") || !strings.Contains(stderr, "every layer on") {
+		t.Errorf("no progress on stderr:\n%s", stderr)
+	}
+}
+
+// TestBenchReport: the text report has every section, each with the
+// command that reproduces it.
+func TestBenchReport(t *testing.T) {
+	t.Parallel()
+	stdout, stderr, code := runCLI(t, nil, "", "bench", "--jobs", "300", "--workers", "8")
+	if code != 0 {
+		t.Fatalf("bench: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	for _, want := range []string{
+		"throughput, beside the bare JetStream floor\n  reproduce: notifier bench --jobs 300 --users 1000 --workers 8\n",
+		"Redis cost per sent job\n  reproduce: notifier bench --jobs 300 --users 1000 --workers 8\n",
+		"latency each layer adds, per job (pass \"every layer on\")\n  reproduce: notifier bench --jobs 300 --users 1000 --workers 8\n",
+		"bare JetStream pull + ack", "limits wide open", "every layer on", "round trips", "provider call",
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("report lacks %q:\n%s", want, stdout)
+		}
+	}
+}
+
+// TestBenchCluster runs the throughput bench on a three-node JetStream
+// cluster (R3) and a Redis Cluster it starts.
+func TestBenchCluster(t *testing.T) {
+	t.Parallel()
+	stdout, stderr, code := runCLI(t, nil, "", "bench", "--cluster", "--jobs", "200", "--workers", "8", "--json")
+	if code != 0 {
+		t.Fatalf("bench --cluster: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	r := decodeBench(t, stdout)
+	if !r.Cluster || !strings.Contains(r.NATS, "3-node JetStream cluster") || !strings.Contains(r.Redis, "Redis Cluster") {
+		t.Fatalf("servers: cluster %v, NATS %q, Redis %q", r.Cluster, r.NATS, r.Redis)
+	}
+	if !strings.HasPrefix(r.Throughput.Command, "notifier bench --cluster --jobs 200") {
+		t.Errorf("reproduce: %q", r.Throughput.Command)
+	}
+	checkPass(t, r.Throughput.WideOpen, 200, r.Throughput.Floor.JobsPerSecond)
+	checkPass(t, r.Throughput.AllLayers, 200, r.Throughput.Floor.JobsPerSecond)
+}
+
+// TestBenchPacing runs the pacing bench from the binary (it starts itself
+// as `notifier run`): two processes drain 300 jobs on a 50/s contract that
+// the sandbox enforces.
+func TestBenchPacing(t *testing.T) {
+	// Not parallel: it measures pacing, and the package's other tests (run
+	// in parallel after it) would load the machine's two cores.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, notifierBinary(t), "bench", "--processes", "2", "--contract", "50", "--jobs", "300", "--json")
+	var stderr lockedBuffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	r := decodeBench(t, string(out))
+	p := r.Pacing
+	if r.Mode != "pacing" || p == nil || r.Throughput != nil {
+		t.Fatalf("exit %d, mode %q, pacing %+v\n%s", code, r.Mode, p, stderr.String())
+	}
+	if p.Command != "notifier bench --contract 50 --processes 2 --jobs 300 --workers 32" {
+		t.Errorf("reproduce: %q", p.Command)
+	}
+	if p.Contract != 50 || p.Processes != 2 || p.Jobs != 300 || p.Sent != 300 || p.Lost != 0 || p.SentTwice != 0 {
+		t.Errorf("pacing: %+v", p)
+	}
+	if p.Seconds <= 0 || p.SustainedPerSecond <= 0 || p.SustainedFraction != p.SustainedPerSecond/50 || p.MostInOneSecond < 1 {
+		t.Errorf("rates: %+v", p)
+	}
+	if !(0 <= p.GapP1Ms && p.GapP1Ms <= p.GapP50Ms && p.GapP50Ms <= p.GapP99Ms) {
+		t.Errorf("gaps p1 %v p50 %v p99 %v", p.GapP1Ms, p.GapP50Ms, p.GapP99Ms)
+	}
+	held := p.MostInOneSecond <= 50 && p.Answered429 == 0
+	if p.ContractHeld != held || (code == 0) != held {
+		t.Fatalf("most in 1 s %d, 429s %d: contract_held %v, exit %d\n%s", p.MostInOneSecond, p.Answered429, p.ContractHeld, code, stderr.String())
+	}
+	if !held {
+		t.Errorf("the contract was broken: most in 1 s %d of 50, 429s %d", p.MostInOneSecond, p.Answered429)
+	}
+	t.Logf("pacing: %.1f/s sustained (%.1f %%), most in 1 s %d, gaps p1/p50/p99 %.1f/%.1f/%.1f ms",
+		p.SustainedPerSecond, 100*p.SustainedFraction, p.MostInOneSecond, p.GapP1Ms, p.GapP50Ms, p.GapP99Ms)
+}
+
+// TestBenchUsageAndSetUpErrors: bad flags exit 2; no Redis anywhere fails
+// naming both ways to give one; a pacing run from a test binary is refused.
+func TestBenchUsageAndSetUpErrors(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"bench", "--jobs", "5"},
+		{"bench", "--processes", "2"},
+		{"bench", "--contract", "-1"},
+		{"bench", "--workers", "0"},
+	} {
+		if _, stderr, code := runCLI(t, nil, "", args...); code != 2 {
+			t.Errorf("%v: exit %d, want 2\n%s", args, code, stderr)
+		}
+	}
+	_, stderr, code := runCLI(t, nil, "", "bench", "--contract", "50", "--jobs", "300")
+	if code != 1 || !strings.Contains(stderr, "test binary") {
+		t.Errorf("pacing from a test binary: exit %d\n%s", code, stderr)
+	}
+	port := testenv.FreePort(t)
+	_, stderr, code = runCLI(t, nil, "", "bench", "--jobs", "100", "--redis-addr", "127.0.0.1:"+strconv.Itoa(port))
+	if code != 1 || !strings.Contains(stderr, "--redis-addr") || !strings.Contains(stderr, "127.0.0.1:"+strconv.Itoa(port)) {
+		t.Errorf("an unreachable --redis-addr: exit %d\n%s", code, stderr)
+	}
+
+	cmd := exec.Command(notifierBinary(t), "bench", "--jobs", "100")
+	cmd.Env = append(os.Environ(), "PATH="+t.TempDir())
+	out, err := cmd.CombinedOutput()
+	ee, ok := err.(*exec.ExitError)
+	if !ok || ee.ExitCode() != 1 || !strings.Contains(string(out), "redis-server") || !strings.Contains(string(out), "--redis-addr") {
+		t.Errorf("no redis-server on PATH and no --redis-addr: %v\n%s", err, out)
+	}
+}
