@@ -2,7 +2,8 @@
 #
 #   make demo    the zero-set-up tour (embedded NATS, in-memory limits, sandbox provider)
 #   make test    everything CI runs: formatting, vet, staticcheck, and the race-enabled tests
-#                against real servers (private redis-server processes, embedded NATS)
+#                against real servers (private redis-server processes, embedded NATS) and
+#                headless Chromium (the /status page; `make chromium` installs it where missing)
 
 GO          ?= go
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -10,7 +11,7 @@ LDFLAGS     := -X main.version=$(VERSION)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 PKGS        := ./...
 
-.PHONY: all build demo test lint fmt-check vet staticcheck race fuzz bench clean
+.PHONY: all build demo test lint fmt-check vet staticcheck race chromium fuzz bench clean
 
 all: build
 
@@ -20,7 +21,7 @@ build:
 demo:
 	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/notifier demo
 
-test: lint race
+test: chromium lint race
 
 lint: fmt-check vet staticcheck
 
@@ -33,8 +34,25 @@ vet:
 staticcheck:
 	$(GO) run $(STATICCHECK) $(PKGS)
 
-race:
+race: chromium
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
+
+# The /status page's tests drive Debian's chromium headless. Installed here
+# where missing (as root, with apt-get); otherwise this fails with the command.
+CHROMIUM := /usr/bin/chromium
+chromium:
+	@if [ -x $(CHROMIUM) ]; then \
+		echo "chromium: $(CHROMIUM) is installed"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "chromium: $(CHROMIUM) is missing; installing Debian's chromium:"; \
+		echo "  apt-get update && apt-get install -y chromium"; \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium \
+			|| { echo "chromium: the install failed; run: apt-get install -y chromium"; exit 1; }; \
+	else \
+		echo "chromium: $(CHROMIUM) is missing and cannot be installed from here (needs root and apt-get)."; \
+		echo "  Install it with: sudo apt-get install -y chromium"; \
+		exit 1; \
+	fi
 
 # Each fuzz target for a while (the checked-in seeds already run in `make test`).
 FUZZTIME ?= 60s
