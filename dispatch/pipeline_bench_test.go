@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -83,7 +85,6 @@ func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // pipelineWorld is one benchmark's servers and limit set, kept across the
 // benchmark's b.N rounds so that each round finds the limit state warm.
 type pipelineWorld struct {
-	nats      *testenv.NATSServer
 	qcfg      queue.Config
 	js        jetstream.JetStream
 	reg       *noopRegistry
@@ -103,9 +104,15 @@ var benchUserCap = map[string]userlimit.Rule{"sms": {Limit: userlimit.MaxSliding
 
 func newPipelineWorld(b *testing.B, backend string, allLayers bool) *pipelineWorld {
 	b.Helper()
-	w := &pipelineWorld{nats: testenv.NATS(b), reg: newNoopRegistry()}
-	w.qcfg = queue.Config{URL: w.nats.URL(), AckWait: 30 * time.Second}.WithDefaults()
-	js, err := jetstream.New(w.nats.Conn())
+	w := &pipelineWorld{reg: newNoopRegistry()}
+	url := benchNATS(b)
+	w.qcfg = queue.Config{URL: url, AckWait: 30 * time.Second}.WithDefaults()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -137,6 +144,25 @@ func newPipelineWorld(b *testing.B, backend string, allLayers bool) *pipelineWor
 	// cold, max_queue_delay ahead), the script cache and the connections.
 	w.round(b, 200)
 	return w
+}
+
+// benchNATS starts an embedded JetStream server with the server's default
+// sync (testenv.NATS syncs every write, which would make the benchmark one
+// of the disk's fsyncs) and returns its URL.
+func benchNATS(b *testing.B) string {
+	b.Helper()
+	srv, err := server.NewServer(&server.Options{
+		Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: b.TempDir(), NoLog: true, NoSigs: true,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		b.Fatal("embedded NATS not ready after 10s")
+	}
+	b.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	return srv.ClientURL()
 }
 
 // round publishes n jobs, then runs a fresh dispatcher until all n are
@@ -207,7 +233,7 @@ func (w *pipelineWorld) round(b *testing.B, n int) (time.Duration, int64) {
 }
 
 // BenchmarkPipeline times jobs through a whole Dispatcher: pulled from an
-// embedded JetStream (file store, SyncAlways), through the ledger and the
+// embedded JetStream (file store, the server's default sync), through the ledger and the
 // limits, to a provider that accepts at once, acknowledged. One op is one
 // job; ns/job and jobs/s are the same figure two ways. redis runs on a
 // private redis-server with the limits wide open (no per-user cap, no

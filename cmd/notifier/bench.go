@@ -46,7 +46,8 @@ func benchCmd(e *env) *cobra.Command {
                                                 contract; achieved rate, most sends in any 1 s window, the gaps
                                                 between sends, and the provider's 429s (there must be none)
   notifier bench --cluster                      the same on a 3-node embedded JetStream cluster (streams at 3
-                                                replicas) and a 3-master Redis Cluster it starts itself
+                                                replicas) and a 3-master Redis Cluster it starts itself (with
+                                                --contract, the pacing run on them)
 
 It starts what it needs: an embedded NATS server (or --nats-url, a server for benchmarking: the bench
 consumes notify.jobs.*), a private redis-server child process on a free port when redis-server is on
@@ -321,6 +322,9 @@ func printBench(w io.Writer, r *benchResult) {
 		fmt.Fprintln(w, "\n  round trips: a hook on the dispatcher's Redis client counts each command and each pipeline once, the")
 		fmt.Fprintln(w, "  background calls (queue-depth gauges, pause subscription) included; commands: INFO commandstats before")
 		fmt.Fprintln(w, "  and after, the commands scripts run included")
+		if r.Cluster || strings.Contains(r.Redis, "Cluster") {
+			fmt.Fprintln(w, "  on a Redis Cluster a pipeline counts once per node it reaches (go-redis sends the nodes' parts at once)")
+		}
 		for _, p := range []passResult{t.WideOpen, t.AllLayers} {
 			if len(p.Deferrals) > 0 {
 				fmt.Fprintf(w, "  waits in %q: %s\n", p.Name, formatCounts(p.Deferrals))
@@ -329,9 +333,13 @@ func printBench(w io.Writer, r *benchResult) {
 	}
 	if l := r.Latency; l != nil {
 		fmt.Fprintf(w, "\nlatency each layer adds, per job (pass %q)\n  reproduce: %s\n\n", l.Pass, l.Command)
-		fmt.Fprintf(w, "  %-66s %9s %9s\n", "step", "p50", "p99")
+		width := len("step")
 		for _, s := range l.Steps {
-			fmt.Fprintf(w, "  %-66s %7.2fms %7.2fms\n", s.What, s.P50Ms, s.P99Ms)
+			width = max(width, len(s.What))
+		}
+		fmt.Fprintf(w, "  %-*s %9s %9s\n", width, "step", "p50", "p99")
+		for _, s := range l.Steps {
+			fmt.Fprintf(w, "  %-*s %7.2fms %7.2fms\n", width, s.What, s.P50Ms, s.P99Ms)
 		}
 	}
 	if p := r.Pacing; p != nil {

@@ -244,3 +244,49 @@ func TestBenchUsageAndSetUpErrors(t *testing.T) {
 		t.Errorf("no redis-server on PATH and no --redis-addr: %v\n%s", err, out)
 	}
 }
+
+// TestRedisStatsDiff: the commands between two snapshots, less the
+// snapshot's own INFO calls, largest first.
+func TestRedisStatsDiff(t *testing.T) {
+	t.Parallel()
+	before := redisStats{calls: map[string]int64{"evalsha": 10, "info": 4, "ping": 1}, cpu: 1.5, masters: 1}
+	after := redisStats{calls: map[string]int64{"evalsha": 30, "info": 6, "ping": 1, "hset": 20, "time": 5}, cpu: 2.0, masters: 1}
+	total, by, cpu := after.diff(before)
+	if total != 45 || cpu != 0.5 {
+		t.Fatalf("total %d, cpu %v; want 45 (evalsha 20, hset 20, time 5; the 2 INFO are the bench's own), 0.5", total, cpu)
+	}
+	want := []commandCount{{Command: "evalsha", Calls: 20}, {Command: "hset", Calls: 20}, {Command: "time", Calls: 5}}
+	if len(by) != len(want) {
+		t.Fatalf("by command %+v, want %+v", by, want)
+	}
+	for i := range want {
+		if by[i] != want[i] {
+			t.Fatalf("by command %+v, want %+v", by, want)
+		}
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	t.Parallel()
+	var ds []time.Duration
+	for i := 1; i <= 100; i++ {
+		ds = append(ds, time.Duration(i)*time.Millisecond)
+	}
+	for _, c := range []struct {
+		q    float64
+		want time.Duration
+	}{{0.01, time.Millisecond}, {0.5, 50 * time.Millisecond}, {0.99, 99 * time.Millisecond}, {1, 100 * time.Millisecond}, {0, time.Millisecond}} {
+		if got := percentile(ds, c.q); got != c.want {
+			t.Errorf("percentile(1..100 ms, %v) = %s, want %s", c.q, got, c.want)
+		}
+	}
+	if got := percentile(nil, 0.5); got != 0 {
+		t.Errorf("percentile of nothing = %s", got)
+	}
+	if got := shortDuration(time.Hour); got != "1h" {
+		t.Errorf("shortDuration(1h) = %q", got)
+	}
+	if got := shortDuration(90 * time.Second); got != "1m30s" {
+		t.Errorf("shortDuration(90s) = %q", got)
+	}
+}
