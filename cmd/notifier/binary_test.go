@@ -396,6 +396,13 @@ func TestRunServesHealthAndMetrics(t *testing.T) {
 	if !strings.Contains(metrics, `notifier_jobs_total{channel="sms",outcome="sent",provider="sms-gw"} 20`) {
 		t.Errorf("/metrics does not count the 20 sent jobs")
 	}
+	if c, page := status("/status"); c != 200 || !strings.Contains(page, "<canvas") && !strings.Contains(page, "<script") {
+		t.Errorf("/status: %d, not the status page", c)
+	}
+	testenv.WaitFor(t, 10*time.Second, "/status.json names the provider", func() bool {
+		c, js := status("/status.json")
+		return c == 200 && strings.Contains(js, `"sms-gw"`)
+	})
 	w.redis.Stop()
 	testenv.WaitFor(t, 10*time.Second, "/readyz 503 while Redis is down", func() bool { c, _ := status("/readyz"); return c == 503 })
 	w.redis.Start()

@@ -131,17 +131,21 @@ func runDispatcher(ctx context.Context, path string, cfg Config, log *slog.Logge
 	}
 
 	g, gctx := errgroup.WithContext(ctx)
+	page := newStatusPage(func(ctx context.Context) (fleetStatus, error) {
+		return readStatus(ctx, rdb, rl.current())
+	}, time.Second, 10*time.Minute)
 	srv, err := startMetricsServer(cfg.Metrics.Listen, promReg, func() error {
 		if !nc.IsConnected() {
 			return errors.New("not connected to NATS")
 		}
 		return d.Ready()
-	}, log)
+	}, page, log)
 	if err != nil {
 		return err
 	}
 	if srv != nil {
 		g.Go(func() error { return srv.serve(gctx) })
+		g.Go(func() error { return page.Run(gctx) })
 	}
 	g.Go(func() error { return fleet.Run(gctx) })
 	g.Go(func() error { return rl.run(gctx, d, reloadGrace(cfg)) })

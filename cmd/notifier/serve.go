@@ -24,8 +24,8 @@ type metricsServer struct {
 
 // startMetricsServer binds listen at once (a busy port fails the start, not
 // later) and returns a server to run with serve; nil when listen is "off".
-// ready answers /readyz: nil is ready.
-func startMetricsServer(listen string, reg *prometheus.Registry, ready func() error, log *slog.Logger) (*metricsServer, error) {
+// ready answers /readyz: nil is ready. status, when set, serves /status.
+func startMetricsServer(listen string, reg *prometheus.Registry, ready func() error, status http.Handler, log *slog.Logger) (*metricsServer, error) {
 	if listen == "off" {
 		return nil, nil
 	}
@@ -46,6 +46,11 @@ func startMetricsServer(listen string, reg *prometheus.Registry, ready func() er
 		}
 		_, _ = io.WriteString(w, "ready\n")
 	})
+	if status != nil {
+		mux.Handle("GET /status", status)
+		mux.Handle("GET /status.json", status)
+		mux.Handle("GET /status/", status)
+	}
 	return &metricsServer{ln: ln, srv: &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 5 * time.Second,
