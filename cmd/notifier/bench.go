@@ -222,8 +222,12 @@ func runBench(ctx context.Context, f *benchFlags, e *env) error {
 	defer nc.Close()
 	w.nc, w.js = nc, js
 	if natsSrv.external {
-		if err := checkEmpty(ctx, js, w.qcfg); err != nil {
+		existed, err := checkEmpty(ctx, js, w.qcfg)
+		if err != nil {
 			return err
+		}
+		if !existed {
+			defer deleteStreams(context.WithoutCancel(ctx), js, w.qcfg)
 		}
 	}
 	if err := queue.EnsureStreams(ctx, js, w.qcfg, natsSrv.replicas); err != nil {

@@ -73,23 +73,34 @@ func (n *benchNATS) connect(ctx context.Context, name string) (*nats.Conn, jetst
 }
 
 // checkEmpty refuses to run on a server whose job stream holds jobs: the
-// bench consumes notify.jobs.* and would take them.
-func checkEmpty(ctx context.Context, js jetstream.JetStream, qcfg queue.Config) error {
+// bench consumes notify.jobs.* and would take them. It reports whether the
+// stream exists.
+func checkEmpty(ctx context.Context, js jetstream.JetStream, qcfg queue.Config) (exists bool, err error) {
 	s, err := js.Stream(ctx, qcfg.Stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return fmt.Errorf("look up stream %s: %w", qcfg.Stream, err)
+		return false, fmt.Errorf("look up stream %s: %w", qcfg.Stream, err)
 	}
 	info, err := s.Info(ctx)
 	if err != nil {
-		return fmt.Errorf("stream %s info: %w", qcfg.Stream, err)
+		return true, fmt.Errorf("stream %s info: %w", qcfg.Stream, err)
 	}
 	if info.State.Msgs > 0 {
-		return fmt.Errorf("stream %s on %s holds %d jobs: the bench consumes notify.jobs.* and would take them; point --nats-url at a server for benchmarking", qcfg.Stream, redactList(qcfg.URL), info.State.Msgs)
+		return true, fmt.Errorf("stream %s on %s holds %d jobs: the bench consumes notify.jobs.* and would take them; point --nats-url at a server for benchmarking", qcfg.Stream, redactList(qcfg.URL), info.State.Msgs)
 	}
-	return nil
+	return true, nil
+}
+
+// deleteStreams removes the job streams the bench created on a server it
+// was pointed at.
+func deleteStreams(ctx context.Context, js jetstream.JetStream, qcfg queue.Config) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for _, name := range []string{qcfg.Stream, qcfg.DeadStream} {
+		_ = js.DeleteStream(ctx, name)
+	}
 }
 
 func redactList(urls string) string {

@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
 )
 
@@ -288,5 +291,52 @@ func TestPercentile(t *testing.T) {
 	}
 	if got := shortDuration(90 * time.Second); got != "1m30s" {
 		t.Errorf("shortDuration(90s) = %q", got)
+	}
+}
+
+// TestBenchExternalServers points the bench at servers it did not start:
+// it refuses a job stream that holds jobs (it would consume them), and
+// otherwise runs and leaves no key and no stream of its own behind.
+func TestBenchExternalServers(t *testing.T) {
+	t.Parallel()
+	natsSrv, redisSrv := testenv.NATS(t), testenv.Redis(t)
+	ctx := context.Background()
+	js, err := jetstream.New(natsSrv.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	qcfg := queue.Config{URL: natsSrv.URL()}.WithDefaults()
+	if err := queue.EnsureStreams(ctx, js, qcfg, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := queue.NewPublisher(js).Publish(ctx, &queue.Job{ID: "precious", UserID: "u", Channel: "sms", To: "+447700900123", Body: "hi"}, false); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"bench", "--nats-url", natsSrv.URL(), "--redis-addr", redisSrv.Addr(), "--jobs", "200", "--workers", "8", "--json"}
+	_, stderr, code := runCLI(t, nil, "", args...)
+	if code != 1 || !strings.Contains(stderr, "holds 1 jobs") {
+		t.Fatalf("a job stream holding a job: exit %d\n%s", code, stderr)
+	}
+	if err := js.DeleteStream(ctx, qcfg.Stream); err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteStream(ctx, qcfg.DeadStream); err != nil {
+		t.Fatal(err)
+	}
+
+	stdout, stderr, code := runCLI(t, nil, "", args...)
+	if code != 0 {
+		t.Fatalf("bench on given servers: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	r := decodeBench(t, stdout)
+	if !strings.Contains(r.NATS, "--nats-url") || !strings.Contains(r.Redis, "--redis-addr") {
+		t.Errorf("servers: NATS %q, Redis %q", r.NATS, r.Redis)
+	}
+	checkPass(t, r.Throughput.WideOpen, 200, r.Throughput.Floor.JobsPerSecond)
+	if n, err := redisSrv.Client().DBSize(ctx).Result(); err != nil || n != 0 {
+		t.Errorf("keys left in Redis: %d (%v)", n, err)
+	}
+	for name := range js.StreamNames(ctx).Name() {
+		t.Errorf("stream %s left on the server", name)
 	}
 }
