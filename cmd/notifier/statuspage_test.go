@@ -501,6 +501,33 @@ func TestStatusPageConcurrent(t *testing.T) {
 	}
 }
 
+// BenchmarkStatusJSON: one GET /status.json with the ring full (10 min of
+// 1 s samples) of a fleet of three providers and three channels.
+func BenchmarkStatusJSON(b *testing.B) {
+	p, src, clk := newTestPage(time.Second, 10*time.Minute)
+	src.set(func(at time.Time) fleetStatus {
+		st := oneProvider(98.7)(at)
+		st.Providers = append(st.Providers,
+			providerStatus{Name: "push-fcm", Channel: "push", Contract: 500, SentPerSec: 250.3, QueueDepth: 600, QueueDelay: 1.2, MaxDelay: 2},
+			providerStatus{Name: "email-smtp", Channel: "email", Contract: 20, SentPerSec: 19.9, QueueDepth: 3, QueueDelay: 0.15, MaxDelay: 5})
+		st.Channels = append(st.Channels, channelStatus{Channel: "push", Sent: 15000}, channelStatus{Channel: "email", Sent: 1194})
+		return st
+	}, nil)
+	for range 601 {
+		p.sample(context.Background())
+		clk.Advance(time.Second)
+	}
+	req := httptest.NewRequest(http.MethodGet, "/status.json", nil)
+	var size int
+	b.ReportAllocs()
+	for b.Loop() {
+		rec := httptest.NewRecorder()
+		p.ServeHTTP(rec, req)
+		size = rec.Body.Len()
+	}
+	b.ReportMetric(float64(size), "bytes/response")
+}
+
 // Example_statusPage shows /status.json after two samples: one column per
 // series, one value per sample, the table as `notifier status` prints it.
 func Example_statusPage() {
