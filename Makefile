@@ -34,8 +34,11 @@ vet:
 staticcheck:
 	$(GO) run $(STATICCHECK) $(PKGS)
 
+# One package at a time (-p 1): several packages assert pacing at a fake
+# provider, which two packages' servers and processes on two cores would
+# disturb. The whole run takes a few minutes.
 race: chromium
-	$(GO) test -race -count=1 -timeout 30m $(PKGS)
+	$(GO) test -race -count=1 -p 1 -timeout 30m $(PKGS)
 
 # The /status page's tests drive Debian's chromium headless. Installed here
 # where missing (as root, with apt-get); otherwise this fails with the command.

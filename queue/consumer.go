@@ -85,6 +85,25 @@ func laneConfig(name, filter, description string, ackWait time.Duration, maxAckP
 	}
 }
 
+// ensureConsumer returns the durable consumer lc on stream, creating it, or
+// updating it when its settings drifted. A consumer already as wanted is
+// only read: processes starting together do not all rewrite it (which also
+// keeps clear of a race in nats-server 2.15's consumer update).
+func ensureConsumer(ctx context.Context, js jetstream.JetStream, stream string, lc jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	if cons, err := js.Consumer(ctx, stream, lc.Durable); err == nil {
+		if c := cons.CachedInfo().Config; c.FilterSubject == lc.FilterSubject && c.AckPolicy == lc.AckPolicy &&
+			c.AckWait == lc.AckWait && c.MaxDeliver == lc.MaxDeliver && c.MaxAckPending == lc.MaxAckPending &&
+			c.DeliverPolicy == lc.DeliverPolicy && c.Description == lc.Description {
+			return cons, nil
+		}
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, stream, lc)
+	if err != nil {
+		return nil, fmt.Errorf("create or update consumer %s on stream %s: %w", lc.Durable, stream, err)
+	}
+	return cons, nil
+}
+
 // Consumer pulls jobs from the two lanes of the job stream, the priority
 // lane first. It is safe for concurrent use; each Fetch pulls at most its
 // max. It holds no resources between calls: stop using it and close the
@@ -111,9 +130,9 @@ func NewConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, cc Con
 	prefix := apiPrefix(js)
 	var ls [2]*lane
 	for i, lc := range lanes {
-		cons, err := js.CreateOrUpdateConsumer(ctx, cfg.Stream, lc)
+		cons, err := ensureConsumer(ctx, js, cfg.Stream, lc)
 		if err != nil {
-			return nil, fmt.Errorf("create or update consumer %s on stream %s: %w", lc.Durable, cfg.Stream, err)
+			return nil, err
 		}
 		ls[i] = &lane{name: lc.Durable, next: prefix + "CONSUMER.MSG.NEXT." + cfg.Stream + "." + lc.Durable, cons: cons}
 	}

@@ -91,16 +91,19 @@ providers:
 // process is one `notifier run`.
 type process struct {
 	cmd  *exec.Cmd
-	logs *bytes.Buffer
+	out  *lockedWriter
 	done chan struct{} // closed when the process has exited; err is then set
 	err  error
 }
 
+// logs is what the process wrote so far (stdout and stderr).
+func (p *process) logs() string { return p.out.String() }
+
 func (w *world) run(env ...string) *process {
 	w.t.Helper()
 	cmd := exec.Command(notifierBinary(w.t), "run", "--config", w.config, "--log-level", "debug")
-	p := &process{cmd: cmd, logs: &bytes.Buffer{}, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = &lockedWriter{w: p.logs}, &lockedWriter{w: p.logs}
+	p := &process{cmd: cmd, out: &lockedWriter{w: &bytes.Buffer{}}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p.out, p.out
 	cmd.Env = append(os.Environ(), env...)
 	if err := cmd.Start(); err != nil {
 		w.t.Fatal(err)
@@ -110,7 +113,7 @@ func (w *world) run(env ...string) *process {
 		_ = cmd.Process.Kill()
 		<-p.done
 		if w.t.Failed() {
-			w.t.Logf("logs of pid %d:\n%s", cmd.Process.Pid, tail(p.logs.String(), 3000))
+			w.t.Logf("logs of pid %d:\n%s", cmd.Process.Pid, tail(p.logs(), 3000))
 		}
 	})
 	return p
@@ -125,6 +128,12 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+func (l *lockedWriter) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.String()
 }
 
 func tail(s string, n int) string {
@@ -224,7 +233,8 @@ func (w *world) delivered(ids []string) []string {
 // documented window, about a millisecond per send), and then with the same
 // Idempotency-Key, which a provider honouring it drops.
 func TestKilledWorkerLosesNothing(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it asserts pacing at the provider, which the other
+	// tests' processes (run in parallel after it) would disturb.
 	w := newWorld(t, 100, "")
 	ids := w.publish(600)
 	procs := []*process{w.run(), w.run(), w.run()}
@@ -260,7 +270,8 @@ func TestKilledWorkerLosesNothing(t *testing.T) {
 // it exits 0 within ack_wait, having released its waiting jobs; restarted,
 // it finishes the work with the other. Nothing lost, nothing sent twice.
 func TestSIGTERMStopsCleanly(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it asserts pacing at the provider, which the other
+	// tests' processes (run in parallel after it) would disturb.
 	w := newWorld(t, 100, "")
 	ids := w.publish(500)
 	a, b := w.run(), w.run()
@@ -273,7 +284,7 @@ func TestSIGTERMStopsCleanly(t *testing.T) {
 	select {
 	case <-a.done:
 		if a.err != nil {
-			t.Fatalf("exit after SIGTERM: %v, want 0\n%s", a.err, tail(a.logs.String(), 2000))
+			t.Fatalf("exit after SIGTERM: %v, want 0\n%s", a.err, tail(a.logs(), 2000))
 		}
 	case <-time.After(4 * time.Second): // ack_wait
 		t.Fatalf("no exit within ack_wait (4s) of SIGTERM")
@@ -385,16 +396,17 @@ func TestRunServesHealthAndMetrics(t *testing.T) {
 		t.Fatalf("/healthz: %d %q", c, body)
 	}
 	testenv.WaitFor(t, 30*time.Second, "20 jobs sent", func() bool { return len(w.fake.AcceptedIDs()) >= len(ids) })
-	_, metrics := status("/metrics")
+	var metrics string
+	testenv.WaitFor(t, 10*time.Second, "/metrics counts the 20 sent jobs", func() bool {
+		_, metrics = status("/metrics")
+		return strings.Contains(metrics, `notifier_jobs_total{channel="sms",outcome="sent",provider="sms-gw"} 20`)
+	})
 	for _, name := range []string{"notifier_jobs_total", "notifier_deferrals_total", "notifier_queue_latency_seconds",
 		"notifier_job_latency_seconds", "notifier_leaky_queue_depth", "notifier_limit_decisions_total",
 		"notifier_provider_requests_total", "notifier_provider_request_seconds", "notifier_provider_paused"} {
 		if !strings.Contains(metrics, name) {
 			t.Errorf("/metrics lacks %s", name)
 		}
-	}
-	if !strings.Contains(metrics, `notifier_jobs_total{channel="sms",outcome="sent",provider="sms-gw"} 20`) {
-		t.Errorf("/metrics does not count the 20 sent jobs")
 	}
 	if c, page := status("/status"); c != 200 || !strings.Contains(page, "<canvas") && !strings.Contains(page, "<script") {
 		t.Errorf("/status: %d, not the status page", c)

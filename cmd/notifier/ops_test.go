@@ -94,7 +94,8 @@ func TestTopFindsTheUsersHittingTheirCaps(t *testing.T) {
 // when its file changes, refuses a broken file (logging its problems and
 // keeping the old configuration, still sending), and reloads on SIGHUP.
 func TestReloadOnFileChangeAndSIGHUP(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it asserts pacing at the provider, which the other
+	// tests' processes (run in parallel after it) would disturb.
 	w := newWorld(t, 60, "") // the fake enforces 60/s; the configuration starts at 20/s
 	orig, err := os.ReadFile(w.config)
 	if err != nil {
@@ -122,7 +123,7 @@ func TestReloadOnFileChangeAndSIGHUP(t *testing.T) {
 		}
 	}
 	write(bytes.Replace(orig, []byte("rate: 20"), []byte("rate: 60"), 1))
-	testenv.WaitFor(t, 20*time.Second, "the file change reloaded", func() bool { return strings.Contains(p.logs.String(), `"trigger":"file changed"`) })
+	testenv.WaitFor(t, 20*time.Second, "the file change reloaded", func() bool { return strings.Contains(p.logs(), `"trigger":"file changed"`) })
 	testenv.WaitFor(t, 20*time.Second, "a second with more than 40 sends", func() bool { return w.fake.MaxInWindow(time.Second) > 40 })
 	if most := w.fake.MaxInWindow(time.Second); most > 60 {
 		t.Fatalf("after the reload: %d in a second, contract 60", most)
@@ -131,10 +132,10 @@ func TestReloadOnFileChangeAndSIGHUP(t *testing.T) {
 	sent := len(w.fake.AcceptedIDs())
 	write(append(bytes.Replace(orig, []byte("rate: 20"), []byte("rate: -5"), 1), []byte("wrokers: 3\n")...))
 	testenv.WaitFor(t, 20*time.Second, "the broken file refused", func() bool {
-		return strings.Contains(p.logs.String(), "configuration reload refused")
+		return strings.Contains(p.logs(), "configuration reload refused")
 	})
 	for _, want := range []string{"rate: must be greater than 0, got -5", "wrokers: unknown key"} {
-		testenv.WaitFor(t, 5*time.Second, "the refusal names "+want, func() bool { return strings.Contains(p.logs.String(), want) })
+		testenv.WaitFor(t, 5*time.Second, "the refusal names "+want, func() bool { return strings.Contains(p.logs(), want) })
 	}
 	testenv.WaitFor(t, 20*time.Second, "still sending on the old configuration", func() bool { return len(w.fake.AcceptedIDs()) > sent+40 })
 
@@ -146,7 +147,7 @@ func TestReloadOnFileChangeAndSIGHUP(t *testing.T) {
 	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	testenv.WaitFor(t, 20*time.Second, "reloaded on SIGHUP", func() bool { return strings.Contains(p.logs.String(), `"trigger":"SIGHUP"`) })
+	testenv.WaitFor(t, 20*time.Second, "reloaded on SIGHUP", func() bool { return strings.Contains(p.logs(), `"trigger":"SIGHUP"`) })
 	testenv.WaitFor(t, 60*time.Second, "all 600 sent", func() bool { return len(w.fake.AcceptedIDs()) >= 600 })
 	if dups := w.fake.Duplicates(); len(dups) > 0 {
 		t.Fatalf("sent twice across reloads: %v", dups)
