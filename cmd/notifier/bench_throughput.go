@@ -171,9 +171,10 @@ func (w *benchWorld) publishJobs(ctx context.Context, tag string, n int, subject
 
 // floorPass moves n messages through a bare JetStream pull-consume-and-ack
 // loop: a stream with the job stream's settings, a durable pull consumer
-// with the lanes' settings, one puller with a buffer of --workers messages
-// handing out to --workers goroutines that each acknowledge with a double
-// ack (waiting for the server's confirmation, as a dispatcher does).
+// with the lanes' settings, and --workers goroutines that each acknowledge
+// a message with a double ack (waiting for the server's confirmation, as a
+// dispatcher does), fed by one loop that pulls as many messages as there
+// are free workers, as a dispatcher's fetch loop does.
 func (w *benchWorld) floorPass(ctx context.Context, n int) (passResult, error) {
 	sc := queue.JobStreamConfig(w.qcfg, w.nats.replicas)
 	sc.Name, sc.Subjects, sc.Description = floorStream, []string{"bench.floor.*"}, "notifier bench: the bare JetStream floor"
@@ -197,19 +198,11 @@ func (w *benchWorld) floorPass(ctx context.Context, n int) (passResult, error) {
 	if err != nil {
 		return passResult{}, fmt.Errorf("create the floor's consumer: %w", err)
 	}
-	// One puller for the warm-up and the timed run: a stopped one may
-	// leave a pull request at the server whose messages then wait out
-	// their ack wait.
-	it, err := cons.Messages(jetstream.PullMaxMessages(w.f.workers))
-	if err != nil {
-		return passResult{}, fmt.Errorf("pull from %s: %w", floorStream, err)
-	}
-	defer it.Stop()
 	warm := warmupJobs(n)
 	if err := w.publishJobs(ctx, "floor-warmup", warm, floorSubject); err != nil {
 		return passResult{}, err
 	}
-	if _, err := w.consumeFloor(ctx, it, "bare JetStream: warming up", warm); err != nil {
+	if _, err := w.consumeFloor(ctx, cons, "bare JetStream: warming up", warm); err != nil {
 		return passResult{}, err
 	}
 	if err := w.publishJobs(ctx, "floor", n, floorSubject); err != nil {
@@ -219,7 +212,7 @@ func (w *benchWorld) floorPass(ctx context.Context, n int) (passResult, error) {
 	if err != nil {
 		return passResult{}, err
 	}
-	took, err := w.consumeFloor(ctx, it, "bare JetStream: pull + ack", n)
+	took, err := w.consumeFloor(ctx, cons, "bare JetStream: pull + ack", n)
 	if err != nil {
 		return passResult{}, err
 	}
@@ -230,13 +223,17 @@ func (w *benchWorld) floorPass(ctx context.Context, n int) (passResult, error) {
 
 // consumeFloor pulls and double-acks n messages and returns how long it
 // took from the first pull to the last confirmation.
-func (w *benchWorld) consumeFloor(ctx context.Context, it jetstream.MessagesContext, phase string, n int) (time.Duration, error) {
+func (w *benchWorld) consumeFloor(ctx context.Context, cons jetstream.Consumer, phase string, n int) (time.Duration, error) {
 	var acked, failed atomic.Int64
 	w.prog.set(phase, n, func() int { return int(acked.Load()) })
-	start := time.Now()
-	msgs := make(chan jetstream.Msg)
+	workers := w.f.workers
+	slots := make(chan struct{}, workers)
+	for range workers {
+		slots <- struct{}{}
+	}
+	msgs := make(chan jetstream.Msg, workers)
 	var wg sync.WaitGroup
-	for range w.f.workers {
+	for range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -248,17 +245,47 @@ func (w *benchWorld) consumeFloor(ctx context.Context, it jetstream.MessagesCont
 					acked.Add(1)
 				}
 				cancel()
+				slots <- struct{}{}
 			}
 		}()
 	}
+	start := time.Now()
 	var pullErr error
-	for got := 0; got < n; got++ {
-		m, err := it.Next(jetstream.NextMaxWait(30 * time.Second))
+	lastMove := start
+	for got := 0; got < n && pullErr == nil; {
+		<-slots
+		free := 1
+	count:
+		for free < min(workers, n-got) {
+			select {
+			case <-slots:
+				free++
+			default:
+				break count
+			}
+		}
+		batch, err := cons.Fetch(free, jetstream.FetchMaxWait(time.Second))
 		if err != nil {
 			pullErr = fmt.Errorf("pull from %s after %d of %d messages: %w", floorStream, got, n, err)
 			break
 		}
-		msgs <- m
+		k := 0
+		for m := range batch.Messages() {
+			msgs <- m
+			k++
+		}
+		for ; k < free; free-- {
+			slots <- struct{}{}
+		}
+		got += k
+		switch {
+		case k > 0:
+			lastMove = time.Now()
+		case time.Since(lastMove) > 30*time.Second:
+			pullErr = fmt.Errorf("pull from %s: %d of %d messages, none for 30s (last error: %v)", floorStream, got, n, batch.Error())
+		case ctx.Err() != nil:
+			pullErr = ctx.Err()
+		}
 	}
 	close(msgs)
 	wg.Wait()
@@ -269,7 +296,7 @@ func (w *benchWorld) consumeFloor(ctx context.Context, it jetstream.MessagesCont
 	if f := failed.Load(); f > 0 {
 		return 0, fmt.Errorf("the floor: %d of %d double acks failed", f, n)
 	}
-	return took, ctx.Err()
+	return took, nil
 }
 
 // tracer collects Options.Trace's step durations while it is on. Safe for
