@@ -304,8 +304,8 @@ func printBench(w io.Writer, r *benchResult) {
 		for _, p := range []passResult{t.Floor, t.WideOpen, t.AllLayers} {
 			fmt.Fprintf(w, "  %-28s %9.0f %9.2f %17.3f %11.0f\n", p.Name, p.JobsPerSecond, p.RatioToFloor, p.CPUSecondsPer1000, p.AllocsPerJob)
 		}
-		fmt.Fprintf(w, "\n  floor       = the same messages through a pull consumer with the lanes' settings, %d pulled at a time,\n", r.Workers)
-		fmt.Fprintf(w, "                %d goroutines double-acking them (on a stream with the job stream's settings)\n", r.Workers)
+		fmt.Fprintf(w, "\n  floor       = the same messages through a pull consumer with the lanes' settings on a stream with the job\n")
+		fmt.Fprintf(w, "                stream's: one loop pulls as many as there are free workers, %d goroutines double-ack them\n", r.Workers)
 		fmt.Fprintf(w, "  wide open   = %s\n", t.WideOpenLimits)
 		fmt.Fprintf(w, "  every layer = %s\n", t.AllLayersLimits)
 		fmt.Fprintln(w, "  CPU and allocations are this whole process: the embedded NATS server and the sandbox run in it too")
