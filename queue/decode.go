@@ -46,6 +46,15 @@ func Decode(subject string, data []byte) (*Job, error) {
 	if !utf8.Valid(data) {
 		return nil, invalid("", "message is not valid UTF-8")
 	}
+	if j, ok := decodeFast(subject, data); ok {
+		return j, nil
+	}
+	return decodeStrict(subject, data)
+}
+
+// decodeStrict is Decode for every message the fast path does not take: it
+// reads the message token by token and names the first broken rule.
+func decodeStrict(subject string, data []byte) (*Job, error) {
 	members, err := objectMembers(data, isField)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,67 @@
+package queue
+
+import (
+	"time"
+
+	jsonv2 "github.com/go-json-experiment/json"
+)
+
+// wireJob is a job as decodeFast reads it: every field as the JSON type it
+// must have; times as strings, parsed the way the strict path parses them.
+type wireJob struct {
+	ID        string             `json:"id"`
+	UserID    string             `json:"user_id"`
+	Channel   string             `json:"channel"`
+	To        string             `json:"to"`
+	Body      string             `json:"body"`
+	Title     string             `json:"title"`
+	Data      map[string]*string `json:"data"` // a null value is refused, as the strict path does
+	Provider  string             `json:"provider"`
+	ExpiresAt *string            `json:"expires_at"`
+	CreatedAt *string            `json:"created_at"`
+}
+
+// decodeFast decodes a well-formed, valid job in one pass. It reports false
+// for anything else, and Decode then takes the strict path, which names the
+// broken rule. The JSON parser (the reference implementation of Go's
+// encoding/json/v2) matches names case-sensitively, rejects a name given
+// twice at any level, invalid UTF-8 and data after the object, so when it
+// accepts a message the strict path reads the same fields from it; the
+// differential fuzz test FuzzDecodeFastPath holds the two to that.
+//
+// It exists for speed: the strict path reads token by token to report every
+// problem precisely, which costs about 170 allocations a job on the hot
+// path of every delivery.
+func decodeFast(subject string, data []byte) (*Job, bool) {
+	var w wireJob
+	if jsonv2.Unmarshal(data, &w) != nil {
+		return nil, false
+	}
+	j := &Job{ID: w.ID, UserID: w.UserID, Channel: w.Channel, To: w.To, Body: w.Body, Title: w.Title, Provider: w.Provider}
+	if len(w.Data) > 0 {
+		j.Data = make(map[string]string, len(w.Data))
+		for k, v := range w.Data {
+			if v == nil {
+				return nil, false
+			}
+			j.Data[k] = *v
+		}
+	}
+	for _, t := range []struct {
+		s   *string
+		dst *time.Time
+	}{{w.ExpiresAt, &j.ExpiresAt}, {w.CreatedAt, &j.CreatedAt}} {
+		if t.s == nil {
+			continue
+		}
+		v, err := time.Parse(time.RFC3339, *t.s)
+		if err != nil {
+			return nil, false
+		}
+		*t.dst = v
+	}
+	if j.validate(ChannelOf(subject), subject != "", nil) != nil {
+		return nil, false
+	}
+	return j, true
+}

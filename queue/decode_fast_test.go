@@ -1,0 +1,103 @@
+package queue
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// FuzzDecodeFastPath: whenever the fast path accepts a message, the strict
+// path accepts it too and reads exactly the same job; the fast path never
+// accepts what the strict path refuses. Seeds: FuzzDecode's corpus and the
+// rows of the decode tables.
+func FuzzDecodeFastPath(f *testing.F) {
+	for _, s := range decodeSeeds() {
+		f.Add("notify.jobs.sms", []byte(s))
+		f.Add("notify.jobs.push.high", []byte(s))
+	}
+	f.Fuzz(func(t *testing.T, subject string, data []byte) {
+		fast, ok := decodeFast(subject, data)
+		strict, err := decodeStrict(subject, data)
+		if !ok {
+			return
+		}
+		if err != nil {
+			t.Fatalf("fast path accepted what the strict path refuses (%v): %q", err, data)
+		}
+		if !reflect.DeepEqual(fast, strict) {
+			t.Fatalf("fast and strict paths disagree on %q:\nfast   %#v\nstrict %#v", data, fast, strict)
+		}
+	})
+}
+
+// decodeSeeds are messages worth starting from: valid jobs and the
+// corner cases the strict path was written for.
+func decodeSeeds() []string {
+	seeds := []string{
+		`{"id":"a1","user_id":"u","channel":"sms","to":"+447700900123","body":"hi"}`,
+		`{"id":"a1","user_id":"u","channel":"push","to":"tok_abcdefgh","body":"hi","title":"t","data":{"k":"v"},"provider":"p","expires_at":"2030-01-01T00:00:00Z","created_at":"2026-01-01T00:00:00+01:00"}`,
+		`{"id":"a1","ID":"b","user_id":"u","channel":"sms","to":"+447700900123","body":"hi"}`,
+		`{"id":"a1","id":"a2","user_id":"u","channel":"sms","to":"+447700900123","body":"hi"}`,
+		`{"id":"a1","user_id":"u","channel":"sms","to":"+447700900123","body":"hi","x":1,"x":2}`,
+		`{"id":"a1","user_id":"u","channel":"sms","to":"+447700900123","body":"hi","data":{}}`,
+		`{"id":"a1","user_id":"u","channel":"sms","to":"+447700900123","body":"hi","data":null,"title":null}`,
+		`{"id":"a1","user_id":"u","channel":"sms","to":"+447700900123","body":"\ud800"}`,
+		`{"id":"a1","user_id":"u","channel":"sms","to":"+447700900123","body":"hi"} `,
+		`{"id":"a1","user_id":"u","channel":"sms","to":"+447700900123","body":"hi"}{}`,
+		`{"id":"a1","user_id":"u","channel":"sms","to":"+447700900123","body":"hi","expires_at":"2030-01-01T00:00:00.123456789Z"}`,
+		`{"id":"a1","user_id":"u","channel":"email","to":"a@example.com","body":"hi","data":{"a":"1","a":"2"}}`,
+		`{"id":"a1","user_id":"u","channel":"email","to":"a@example.com","body":"hi","data":{"a":null}}`,
+		`{"id":null,"user_id":"u","channel":"sms","to":"+447700900123","body":"hi"}`,
+		`{"id":"a1","user_id":"u","channel":"sms","to":"+447700900123","body":"hi","expires_at":null,"created_at":""}`,
+	}
+	files, _ := filepath.Glob(filepath.Join("testdata", "fuzz", "FuzzDecode", "*"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		// go test fuzz v1 corpus: a line []byte("...") holds the message.
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "[]byte("); ok {
+				seeds = append(seeds, unquoteSeed(strings.TrimSuffix(v, ")")))
+			}
+		}
+	}
+	return seeds
+}
+
+func unquoteSeed(q string) string {
+	var out strings.Builder
+	if len(q) < 2 {
+		return q
+	}
+	q = q[1 : len(q)-1]
+	for i := 0; i < len(q); i++ {
+		if q[i] == '\\' && i+1 < len(q) {
+			i++
+			switch q[i] {
+			case 'n':
+				out.WriteByte('\n')
+			case 't':
+				out.WriteByte('\t')
+			default:
+				out.WriteByte(q[i])
+			}
+			continue
+		}
+		out.WriteByte(q[i])
+	}
+	return out.String()
+}
+
+func BenchmarkDecodeStrictPath(b *testing.B) {
+	data := []byte(`{"id":"job-123456","user_id":"user-42","channel":"sms","to":"+447700900123","body":"Your code is 123456","created_at":"2026-12-02T10:00:00Z"}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := decodeStrict("notify.jobs.sms", data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
