@@ -552,11 +552,21 @@ func (d *Dispatcher) ack(ctx context.Context, jb *job, outcome string) error {
 
 // ackResult acknowledges the delivery and counts the outcome. A failed ack
 // is logged, not retried: the job comes back after ack_wait and the ledger
-// (or the dead-letter stream's dedup) makes the second pass a no-op.
+// (or the dead-letter stream's dedup) makes the second pass a no-op. On the
+// shared limits the ack does not wait for the server's confirmation (one
+// round trip less per job): a lost ack only brings the job back to a ledger
+// that already knows it. On local limits the ledger is this process's own,
+// so the ack waits.
 func (d *Dispatcher) ackResult(ctx context.Context, jb *job, outcome string) error {
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if err := jb.dl.Ack(actx); err != nil {
+	var err error
+	if l := d.currentLimits(); l != nil && l.redis != nil {
+		err = jb.dl.AckNoWait()
+	} else {
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		err = jb.dl.Ack(actx)
+		cancel()
+	}
+	if err != nil {
 		jb.log.Warn("acknowledge job", "outcome", outcome, "err", err)
 	}
 	d.m.Jobs.WithLabelValues(jb.channel, jb.provider, outcome).Inc()

@@ -59,6 +59,18 @@ func (d *Delivery) Ack(ctx context.Context) error {
 	return nil
 }
 
+// AckNoWait acknowledges the delivery without waiting for the server to
+// confirm it. The ack may be lost (a disconnection at that moment), and the
+// job is then delivered again after ack_wait: use it only where a second
+// delivery is harmless — when a shared ledger says the job was sent, or its
+// dead letter is already stored.
+func (d *Delivery) AckNoWait() error {
+	if err := d.msg.Ack(); err != nil {
+		return fmt.Errorf("ack %s seq %d: %w", d.Subject, d.StreamSeq, err)
+	}
+	return nil
+}
+
 // Nak asks for an immediate redelivery. It counts as a delivery and ignores
 // any back-off; prefer NakWithDelay for a retry.
 func (d *Delivery) Nak() error {
