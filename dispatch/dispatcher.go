@@ -202,6 +202,11 @@ func New(o Options) (*Dispatcher, error) {
 	case o.Metrics == nil:
 		return nil, errors.New("dispatch: Options.Metrics is required")
 	}
+	for ch, r := range o.UserLimits {
+		if err := r.Validate(); err != nil {
+			return nil, fmt.Errorf("dispatch: Options.UserLimits[%s]: %w", ch, err)
+		}
+	}
 	d := &Dispatcher{o: o, log: o.Logger, m: o.Metrics, limits: o.Limits}
 	d.live.Store(d.newLive(o.UserLimits, o.Providers, nil))
 	return d, nil
@@ -245,8 +250,14 @@ type Reload struct {
 
 // Reload switches to new caps, providers and fleet bucket. Jobs already
 // under way finish on the configuration they started with; the next ones
-// take the new one. No job is dropped. Safe to call while Run runs.
-func (d *Dispatcher) Reload(r Reload) {
+// take the new one. No job is dropped. An invalid cap refuses the whole
+// reload. Safe to call while Run runs.
+func (d *Dispatcher) Reload(r Reload) error {
+	for ch, rule := range r.UserLimits {
+		if err := rule.Validate(); err != nil {
+			return fmt.Errorf("reload: user limit %s: %w", ch, err)
+		}
+	}
 	old := d.live.Load()
 	d.live.Store(d.newLive(r.UserLimits, r.Providers, old))
 	d.mu.Lock()
@@ -256,6 +267,7 @@ func (d *Dispatcher) Reload(r Reload) {
 	if l != nil && l != d.o.Limits {
 		l.setGlobal(r.Global) // the local fallback in use
 	}
+	return nil
 }
 
 // Ready reports whether the dispatcher is taking jobs: started, not

@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,11 +36,14 @@ func TestReloadChangesContractsAndCaps(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = reg.Close() })
-	p.d.Reload(Reload{
+	err = p.d.Reload(Reload{
 		UserLimits: map[string]userlimit.Rule{"push": userlimit.Rule{Limit: 3, Window: time.Hour, OnExceed: userlimit.Drop}.WithDefaults()},
 		Providers:  reg,
 		Global:     &globallimit.Config{Rate: 1000, Burst: 10},
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	reloaded := time.Now()
 	testenv.WaitFor(t, 30*time.Second, "all 200 sent", func() bool { return len(b.fake.AcceptedIDs()) >= 200 })
 	b.acceptedOnce(ids)
@@ -72,4 +76,28 @@ func TestReloadChangesContractsAndCaps(t *testing.T) {
 		t.Fatal("the fleet bucket was not switched on by the reload")
 	}
 	t.Logf("most in 1 s: %d before the reload (contract 20), %d after (60); %d sent after it", before, b.fake.MaxInWindow(time.Second), after)
+}
+
+func TestNewAndReloadRefuseInvalidCaps(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	bad := map[string]userlimit.Rule{"sms": {Limit: 500_000, Window: time.Hour, Algorithm: userlimit.SlidingLog}}
+	_, err := New(Options{Source: nil})
+	if err == nil {
+		t.Fatal("New without a source succeeded")
+	}
+	p := b.start(nil)
+	reg, err := providers.NewRegistry(b.pcfgs, providers.Options{Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = reg.Close() })
+	if err := p.d.Reload(Reload{UserLimits: bad, Providers: reg}); err == nil {
+		t.Fatal("a reload with a sliding_log limit of 500000 was taken")
+	}
+	o := p.d.o
+	o.UserLimits = bad
+	if _, err := New(o); err == nil || !strings.Contains(err.Error(), "UserLimits[sms]") {
+		t.Fatalf("New with an invalid cap: %v", err)
+	}
 }

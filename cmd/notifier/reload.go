@@ -136,13 +136,17 @@ func (r *reloader) reload(d *dispatch.Dispatcher, why string, grace time.Duratio
 		r.log.Error("configuration reload refused; keeping the one in force", "trigger", why, "err", err)
 		return
 	}
+	if err := d.Reload(dispatch.Reload{UserLimits: cfg.UserLimits, Providers: reg, Global: cfg.Global}); err != nil {
+		_ = reg.Close()
+		r.log.Error("configuration reload refused; keeping the one in force", "trigger", why, "err", err)
+		return
+	}
 	r.mu.Lock()
 	prev := r.cfg
 	oldReg := r.reg
 	r.cfg, r.reg = cfg, reg
 	r.old = append(r.old, oldReg)
 	r.mu.Unlock()
-	d.Reload(dispatch.Reload{UserLimits: cfg.UserLimits, Providers: reg, Global: cfg.Global})
 	time.AfterFunc(grace, func() { _ = oldReg.Close() })
 	for _, k := range restartKeys(prev, cfg) {
 		r.log.Warn("configuration key changed but needs a restart to apply", "key", k)
