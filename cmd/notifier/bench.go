@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
+	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/globallimit"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
@@ -353,7 +354,7 @@ func printBench(w io.Writer, r *benchResult) {
 		fmt.Fprintf(w, "  achieved rate       %.1f/s sustained, first to last send over %.1fs (%.1f %% of the contract)\n", p.SustainedPerSecond, p.Seconds, 100*p.SustainedFraction)
 		fmt.Fprintf(w, "  most in any 1 s     %d (contract %d)\n", p.MostInOneSecond, p.Contract)
 		fmt.Fprintf(w, "  gap between sends   p1 %.2fms · p50 %.2fms · p99 %.2fms (the queue paces one send every %.2fms)\n",
-			p.GapP1Ms, p.GapP50Ms, p.GapP99Ms, 1000/(0.99*float64(p.Contract)))
+			p.GapP1Ms, p.GapP50Ms, p.GapP99Ms, 1000/((1-dispatch.DefaultHeadroom)*float64(p.Contract)))
 		fmt.Fprintf(w, "  429 answers         %d\n", p.Answered429)
 		held := "held: no 1 s window over it, no 429"
 		if !p.ContractHeld {
