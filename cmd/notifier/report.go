@@ -207,7 +207,7 @@ func demoReport(w io.Writer, elapsed time.Duration, published int, reg prometheu
 	}
 	fmt.Fprintf(w, "  %-14s %7g/s %9.1f/s %11d   (all providers together: the fleet bucket, burst %d)\n",
 		"fleet bucket", demoGlobal.Rate, float64(mostInWindow(sb.all(), 5*time.Second))/5, mostInWindow(sb.all(), time.Second), demoGlobal.Burst)
-	fmt.Fprintln(w, "\n  busiest 5s = accepted sends per second while the queue had a backlog; each queue paces 1 % under")
+	fmt.Fprintln(w, "\n  busiest 5s = accepted sends per second while the queue had a backlog; each queue paces 1.5 % under")
 	fmt.Fprintln(w, "  its contract so that timer jitter never puts a send over it. Queue latency: how long a job waited for its slot.")
 }
 
