@@ -81,7 +81,7 @@ func (d *Dispatcher) handle(ctx, sendCtx context.Context, dl *queue.Delivery) {
 
 func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) error {
 	dl := jb.dl
-	if queue.ChannelOf(dl.Subject) != "" && isChannel(queue.ChannelOf(dl.Subject)) {
+	if queue.ChannelOf(dl.Subject) != "" && queue.IsChannel(queue.ChannelOf(dl.Subject)) {
 		jb.channel = queue.ChannelOf(dl.Subject)
 	}
 	j, err := queue.Decode(dl.Subject, dl.Data)
@@ -655,13 +655,4 @@ func timePtr(t time.Time) *time.Time {
 		return nil
 	}
 	return &t
-}
-
-func isChannel(ch string) bool {
-	for _, c := range queue.Channels {
-		if c == ch {
-			return true
-		}
-	}
-	return false
 }

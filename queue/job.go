@@ -140,7 +140,7 @@ func (j *Job) check(field, subjectChannel string, match bool) *InvalidError {
 			return invalid(field, "required")
 		case match && j.Channel != subjectChannel:
 			return invalid(field, "%s does not match subject channel %s", echo(j.Channel), echo(subjectChannel))
-		case !isChannel(j.Channel):
+		case !IsChannel(j.Channel):
 			return invalid(field, "%s is not one of %s", echo(j.Channel), strings.Join(Channels, ", "))
 		}
 	case "to":
@@ -220,7 +220,8 @@ func checkTime(field string, t time.Time) *InvalidError {
 	return nil
 }
 
-func isChannel(s string) bool {
+// IsChannel reports whether s is one of Channels.
+func IsChannel(s string) bool {
 	for _, c := range Channels {
 		if s == c {
 			return true

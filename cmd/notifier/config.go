@@ -94,7 +94,7 @@ func (c Config) Validate() error {
 		add("global.", c.Global.Validate())
 	}
 	for _, ch := range sortedKeys(c.UserLimits) {
-		if !isChannel(ch) {
+		if !queue.IsChannel(ch) {
 			errs = append(errs, fmt.Errorf("user_limits.%s: %q is not a channel; use one of %s", ch, ch, strings.Join(queue.Channels, ", ")))
 			continue
 		}
@@ -120,15 +120,6 @@ func providerPath(i int, name string) string {
 func validPort(p string) bool {
 	n, err := strconv.Atoi(p)
 	return err == nil && n >= 0 && n <= 65535
-}
-
-func isChannel(ch string) bool {
-	for _, c := range queue.Channels {
-		if c == ch {
-			return true
-		}
-	}
-	return false
 }
 
 func sortedKeys[V any](m map[string]V) []string {

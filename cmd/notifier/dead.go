@@ -372,7 +372,7 @@ func viewOf(d *queue.DeadLetter, reveal bool) deadView {
 		return v
 	}
 	channel, _ := fields["channel"].(string)
-	if !isChannel(channel) {
+	if !queue.IsChannel(channel) {
 		channel = d.Channel
 	}
 	hidden := func(x any) string {

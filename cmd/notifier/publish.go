@@ -102,7 +102,7 @@ func (f *publishFlags) mode() (publishMode, error) {
 	case f.file != "":
 		return publishFile, nil
 	case f.count > 0:
-		if !isChannel(f.channel) {
+		if !queue.IsChannel(f.channel) {
 			return 0, fmt.Errorf("--count needs --channel sms, push or email, got %q", f.channel)
 		}
 		if f.users < 1 {
@@ -250,7 +250,7 @@ func publishNDJSON(ctx context.Context, in io.Reader, batch *queue.Batch, high b
 			Channel string `json:"channel"`
 		}
 		_ = json.Unmarshal(raw, &probe)
-		if !isChannel(probe.Channel) {
+		if !queue.IsChannel(probe.Channel) {
 			fmt.Fprintf(errw, "line %d: channel: must be one of sms, push, email; line skipped\n", line)
 			skipped++
 			continue

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/notifier/notifier/dispatch"
+	"github.com/notifier/notifier/queue"
 )
 
 func topCmd(e *env) *cobra.Command {
@@ -26,7 +27,7 @@ live in Redis, never in a metric label.`,
 	limit := c.Flags().Int("limit", 20, "how many users")
 	asJSON := c.Flags().Bool("json", false, "print as JSON")
 	c.RunE = func(cmd *cobra.Command, _ []string) error {
-		if !isChannel(*channel) {
+		if !queue.IsChannel(*channel) {
 			return &usageError{err: fmt.Errorf("--channel must be sms, push or email, got %q", *channel)}
 		}
 		if *window < time.Hour || *window > dispatch.TopRetention || *limit < 1 {
