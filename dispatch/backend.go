@@ -7,11 +7,7 @@ import (
 
 // currentLimits is the limit set in use now; nil while holding for an
 // unreachable backend.
-func (d *Dispatcher) currentLimits() *Limits {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.limits
-}
+func (d *Dispatcher) currentLimits() *Limits { return d.limits.Load() }
 
 // withBackend runs fn on the limit set in use. When the backend fails, the
 // dispatcher degrades (to the fallback, or to holding) and fn runs again;
@@ -50,16 +46,17 @@ func (d *Dispatcher) withBackend(ctx context.Context, jb *job, fn func(*Limits) 
 func (d *Dispatcher) backendFailed(l *Limits, err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if l != d.limits || l != d.o.Limits {
+	if l != d.limits.Load() || l != d.o.Limits {
 		return // already switched, or the fallback itself (in memory) failed
 	}
 	if d.o.Fallback != nil {
-		d.limits = d.o.Fallback()
-		d.holdSlotsFor(d.maxQueue + d.o.LateTolerance)
+		fb := d.o.Fallback()
+		d.holdSlotsFor(d.live.Load().maxQueue + d.o.LateTolerance)
+		d.limits.Store(fb)
 		d.log.Warn("limit backend unreachable: continuing on local limits, each contract divided by the live instances",
-			"backend", l.Name, "divisor", d.limits.RateDivisor, "err", err)
+			"backend", l.Name, "divisor", fb.RateDivisor, "err", err)
 	} else {
-		d.limits = nil
+		d.limits.Store(nil)
 		d.log.Warn("limit backend unreachable: holding jobs in JetStream until it answers", "backend", l.Name, "err", err)
 	}
 	d.recover = make(chan struct{})
@@ -91,14 +88,14 @@ func (d *Dispatcher) monitorBackend(ctx context.Context) {
 		wait = min(wait*2, monitorMaxInterval)
 	}
 	d.mu.Lock()
-	if d.limits != nil {
+	if d.limits.Load() != nil {
 		// Back from local limits: their slots run up to the longest
 		// max_queue_delay ahead, and other processes may notice the
 		// recovery up to one ping interval later and still pace locally
 		// until then.
-		d.holdSlotsFor(d.maxQueue + monitorMaxInterval + d.o.LateTolerance)
+		d.holdSlotsFor(d.live.Load().maxQueue + monitorMaxInterval + d.o.LateTolerance)
 	}
-	d.limits = d.o.Limits
+	d.limits.Store(d.o.Limits)
 	close(d.recover)
 	d.monitor = nil
 	d.mu.Unlock()
@@ -149,7 +146,7 @@ func (d *Dispatcher) waitForRecovery(ctx context.Context, jb *job) error {
 func (d *Dispatcher) waitForBackend(ctx context.Context) error {
 	for {
 		d.mu.Lock()
-		l, ch := d.limits, d.recover
+		l, ch := d.limits.Load(), d.recover
 		d.mu.Unlock()
 		if l != nil {
 			return nil

@@ -169,8 +169,11 @@ type Dispatcher struct {
 	seq      atomic.Uint64
 	inFlight atomic.Int64
 
-	mu      sync.Mutex
-	limits  *Limits       // the set in use now
+	// limits is the set in use now, nil while holding for an unreachable
+	// backend. Read without a lock (every job reads it several times);
+	// switched only under mu.
+	limits  atomic.Pointer[Limits]
+	mu      sync.Mutex    // guards the switches of limits, recover and monitor
 	recover chan struct{} // closed when the primary backend answers again
 	monitor context.CancelFunc
 	live    atomic.Pointer[liveConfig] // what a reload may change; each job reads it once
@@ -178,10 +181,9 @@ type Dispatcher struct {
 	// of limit sets, until the slots the previous set handed out have run
 	// dry: the shared queue and a local one must never overlap.
 	notBefore atomic.Int64
-	maxQueue  time.Duration // the longest max_queue_delay of the providers
-	denials   denialRates   // per channel, for speculative reservations
-	clock     clockSync     // the limit backend's clock on ours, for send slots
-	activity  rolling       // recent outcomes and sends, for the fleet heartbeat
+	denials   denialRates // per channel, for speculative reservations
+	clock     clockSync   // the limit backend's clock on ours, for send slots
+	activity  rolling     // recent outcomes and sends, for the fleet heartbeat
 	ready     atomic.Bool
 	stopping  atomic.Bool
 	wg        sync.WaitGroup // background loops of Run
@@ -207,7 +209,8 @@ func New(o Options) (*Dispatcher, error) {
 			return nil, fmt.Errorf("dispatch: Options.UserLimits[%s]: %w", ch, err)
 		}
 	}
-	d := &Dispatcher{o: o, log: o.Logger, m: o.Metrics, limits: o.Limits}
+	d := &Dispatcher{o: o, log: o.Logger, m: o.Metrics}
+	d.limits.Store(o.Limits)
 	d.live.Store(d.newLive(o.UserLimits, o.Providers, nil))
 	return d, nil
 }
@@ -219,6 +222,7 @@ type liveConfig struct {
 	userLimits map[string]userlimit.Rule
 	providers  Registry
 	breakers   map[string]*breaker
+	maxQueue   time.Duration // the longest max_queue_delay of the providers
 }
 
 // newLive builds a live configuration, keeping the breakers of providers
@@ -227,7 +231,7 @@ type liveConfig struct {
 func (d *Dispatcher) newLive(caps map[string]userlimit.Rule, reg Registry, old *liveConfig) *liveConfig {
 	lc := &liveConfig{userLimits: caps, providers: reg, breakers: map[string]*breaker{}}
 	for _, p := range reg.All() {
-		d.maxQueue = max(d.maxQueue, p.MaxQueueDelay)
+		lc.maxQueue = max(lc.maxQueue, p.MaxQueueDelay)
 		if old != nil && old.breakers[p.Name] != nil {
 			lc.breakers[p.Name] = old.breakers[p.Name]
 		} else {
@@ -260,9 +264,7 @@ func (d *Dispatcher) Reload(r Reload) error {
 	}
 	old := d.live.Load()
 	d.live.Store(d.newLive(r.UserLimits, r.Providers, old))
-	d.mu.Lock()
-	l := d.limits
-	d.mu.Unlock()
+	l := d.currentLimits()
 	d.o.Limits.setGlobal(r.Global)
 	if l != nil && l != d.o.Limits {
 		l.setGlobal(r.Global) // the local fallback in use
@@ -279,9 +281,7 @@ func (d *Dispatcher) Ready() error {
 	case !d.ready.Load():
 		return errors.New("not started")
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.limits == nil {
+	if d.currentLimits() == nil {
 		return errors.New("limit backend unreachable: holding jobs in JetStream")
 	}
 	return nil
