@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/notifier/notifier/testenv"
 )
 
@@ -64,6 +66,18 @@ func TestPublishOneAndHighLane(t *testing.T) {
 		"--id", "otp-1", "--channel", "sms", "--user", "u9", "--to", "+447700900123", "--body", "Your code is 123456", "--high")
 	if code != 0 || !strings.Contains(stdout, "job otp-1: published 1") {
 		t.Fatalf("exit %d: %s %s", code, stdout, stderr)
+	}
+	js, err := jetstream.New(w.nats.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(context.Background(), "NOTIFY")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.GetLastMsgForSubject(context.Background(), "notify.jobs.sms.high")
+	if err != nil || m.Header.Get("Nats-Msg-Id") != "otp-1" {
+		t.Fatalf("--high: the job is not on the priority lane with its Nats-Msg-Id: %v %v", m, err)
 	}
 	_, stderr, code = runCLI(t, nil, "", "publish", "--config", w.config, "--channel", "sms", "--user", "u9", "--to", "12", "--body", "x")
 	if code != 2 || !strings.Contains(stderr, "to:") {

@@ -1,0 +1,37 @@
+package dispatch
+
+import (
+	"testing"
+	"time"
+)
+
+// TestSpeculationFollowsDenials: the admission stops reserving a slot ahead
+// for a channel whose cap lately denies often (each denial would waste a
+// slot), and starts again once denials are rare; uncapped channels always
+// reserve ahead.
+func TestSpeculationFollowsDenials(t *testing.T) {
+	t.Parallel()
+	d := &Dispatcher{}
+	if !d.speculate("sms", true) || !d.speculate("push", false) {
+		t.Fatal("no denials yet: must reserve ahead")
+	}
+	for i := 0; i < 20; i++ {
+		d.noteCap("sms", false)
+	}
+	if d.speculate("sms", true) {
+		t.Fatalf("after 20 denials in a row (rate %.2f): must not reserve ahead", d.denials.rate("sms"))
+	}
+	if !d.speculate("sms", false) || !d.speculate("email", true) {
+		t.Fatal("another channel, or no cap: must reserve ahead")
+	}
+	for i := 0; i < 400; i++ {
+		d.noteCap("sms", true)
+	}
+	if !d.speculate("sms", true) {
+		t.Fatalf("after 400 allowed (rate %.3f): must reserve ahead again", d.denials.rate("sms"))
+	}
+	d.holdSlotsFor(time.Minute)
+	if d.speculate("push", false) {
+		t.Fatal("while slots are held after a switch of limit sets: must not reserve ahead")
+	}
+}
