@@ -168,6 +168,32 @@ func (s *faultState) decide(now time.Time) verdict {
 	return v
 }
 
+// delayAnswer carries out a fake's decision to hold a request (never
+// answered: the connection is cut when the client gives up or the fake
+// closes) or to answer it after latency. A handler calls it after recording
+// the request, with the mutex released.
+func delayAnswer(r *http.Request, closing <-chan struct{}, hold bool, latency time.Duration) {
+	if hold {
+		select {
+		case <-r.Context().Done():
+		case <-closing:
+		}
+		panic(http.ErrAbortHandler) // cut the connection without an answer
+	}
+	if latency <= 0 {
+		return
+	}
+	timer := time.NewTimer(latency)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case <-r.Context().Done():
+		panic(http.ErrAbortHandler)
+	case <-closing:
+		panic(http.ErrAbortHandler)
+	}
+}
+
 // ServiceRequest is one request an HTTP service fake (Twilio, FCM, APNs)
 // received, whatever it answered.
 type ServiceRequest struct {
@@ -275,24 +301,7 @@ func (f *httpFake) serve(w http.ResponseWriter, r *http.Request) {
 	f.requests = append(f.requests, rec)
 	f.mu.Unlock()
 
-	if v.hold {
-		select {
-		case <-r.Context().Done():
-		case <-f.closing:
-		}
-		panic(http.ErrAbortHandler) // cut the stream without an answer
-	}
-	if v.latency > 0 {
-		timer := time.NewTimer(v.latency)
-		defer timer.Stop()
-		select {
-		case <-timer.C:
-		case <-r.Context().Done():
-			panic(http.ErrAbortHandler)
-		case <-f.closing:
-			panic(http.ErrAbortHandler)
-		}
-	}
+	delayAnswer(r, f.closing, v.hold, v.latency)
 	for k, vs := range reply.header {
 		w.Header()[k] = vs
 	}

@@ -136,24 +136,7 @@ func (f *Fake) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	f.mu.Unlock()
 
-	if a.hold {
-		select {
-		case <-r.Context().Done():
-		case <-f.closing:
-		}
-		panic(http.ErrAbortHandler) // cut the connection without an answer
-	}
-	if a.latency > 0 {
-		timer := time.NewTimer(a.latency)
-		defer timer.Stop()
-		select {
-		case <-timer.C:
-		case <-r.Context().Done():
-			panic(http.ErrAbortHandler)
-		case <-f.closing:
-			panic(http.ErrAbortHandler)
-		}
-	}
+	delayAnswer(r, f.closing, a.hold, a.latency)
 	w.Header().Set("Content-Type", "application/json")
 	if a.retryAfter != "" {
 		w.Header().Set("Retry-After", a.retryAfter)
