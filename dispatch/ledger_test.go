@@ -11,42 +11,25 @@ import (
 	"github.com/notifier/notifier/testenv"
 )
 
-// fakeClock is a settable clock shared by a test and the code under test.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{t: time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
+// newFakeClock is the clock of the ledger's step tables.
+func newFakeClock() *testenv.Clock {
+	return testenv.NewClock(time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC))
 }
 
 // ledgerBackends returns a fresh ledger per backend, each driven by clock.
-func ledgerBackends(t *testing.T) map[string]func(clock *fakeClock, ttl time.Duration) Ledger {
+func ledgerBackends(t *testing.T) map[string]func(clock *testenv.Clock, ttl time.Duration) Ledger {
 	redisSrv := testenv.Redis(t)
 	cluster := testenv.RedisCluster(t)
 	var n atomic.Int64
 	prefix := func() string { return fmt.Sprintf("t%d:", n.Add(1)) }
-	return map[string]func(*fakeClock, time.Duration) Ledger{
-		"memory": func(c *fakeClock, ttl time.Duration) Ledger { return NewMemoryLedger(c.Now, ttl) },
-		"redis": func(c *fakeClock, ttl time.Duration) Ledger {
+	return map[string]func(*testenv.Clock, time.Duration) Ledger{
+		"memory": func(c *testenv.Clock, ttl time.Duration) Ledger { return NewMemoryLedger(c.Now, ttl) },
+		"redis": func(c *testenv.Clock, ttl time.Duration) Ledger {
 			l := NewRedisLedger(redisSrv.Client(), prefix(), ttl)
 			l.now = c.Now
 			return l
 		},
-		"cluster": func(c *fakeClock, ttl time.Duration) Ledger {
+		"cluster": func(c *testenv.Clock, ttl time.Duration) Ledger {
 			l := NewRedisLedger(cluster.Client(), prefix(), ttl)
 			l.now = c.Now
 			return l

@@ -182,24 +182,7 @@ func TestFCMAgainstFake(t *testing.T) {
 }
 
 // clock is a manual clock shared by a provider and a fake.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *clock { return &clock{t: time.Now()} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
+func newClock() *testenv.Clock { return testenv.NewClock(time.Now()) }
 
 // TestFCMServiceAccount: the key is exchanged for an access token at its
 // token_uri, cached until a minute before it expires, fetched again after,

@@ -17,26 +17,8 @@ import (
 	"github.com/notifier/notifier/testenv"
 )
 
-// fakeClock is a manual clock for the fake provider.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{t: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
+func newFakeClock() *testenv.Clock {
+	return testenv.NewClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
 }
 
 // poster sends webhook requests to a fake provider.

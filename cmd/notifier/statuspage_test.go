@@ -27,26 +27,8 @@ import (
 	"github.com/notifier/notifier/testenv"
 )
 
-// fakeClock is a clock tests move by hand.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{t: time.Date(2026, 1, 2, 12, 0, 0, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
+func newFakeClock() *testenv.Clock {
+	return testenv.NewClock(time.Date(2026, 1, 2, 12, 0, 0, 0, time.UTC))
 }
 
 // scriptedSource is a status source whose answer a test sets.
@@ -54,7 +36,7 @@ type scriptedSource struct {
 	mu  sync.Mutex
 	st  func(at time.Time) fleetStatus
 	err error
-	clk *fakeClock
+	clk *testenv.Clock
 }
 
 func (s *scriptedSource) set(st func(at time.Time) fleetStatus, err error) {
@@ -85,7 +67,7 @@ func oneProvider(sent float64) func(time.Time) fleetStatus {
 }
 
 // newTestPage is a page on a fake clock sampling a scripted source.
-func newTestPage(every, keep time.Duration) (*statusPage, *scriptedSource, *fakeClock) {
+func newTestPage(every, keep time.Duration) (*statusPage, *scriptedSource, *testenv.Clock) {
 	clk := newFakeClock()
 	src := &scriptedSource{clk: clk, st: oneProvider(0)}
 	p := newStatusPage(src.read, every, keep)

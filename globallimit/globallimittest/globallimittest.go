@@ -16,34 +16,18 @@ import (
 	"time"
 
 	"github.com/notifier/notifier/globallimit"
+	"github.com/notifier/notifier/testenv"
 )
 
 // NewStore returns a new, full bucket, isolated from every other one it
 // returned (its own key prefix), whose clock is now.
 type NewStore func(t *testing.T, now func() time.Time) globallimit.Store
 
-// Clock is a fake clock, safe for concurrent use.
-type Clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+// Clock is a fake clock, safe for concurrent use (testenv.Clock).
+type Clock = testenv.Clock
 
 // NewClock returns a clock stopped at t.
-func NewClock(t time.Time) *Clock { return &Clock{t: t} }
-
-// Now returns the clock's time.
-func (c *Clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-// Advance moves the clock forward by d.
-func (c *Clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
+func NewClock(t time.Time) *Clock { return testenv.NewClock(t) }
 
 // Step is one Take of a step table: advance the clock, optionally switch
 // the configuration, take up to N tokens, expect Granted and Wait.

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/notifier/notifier/leaky"
+	"github.com/notifier/notifier/testenv"
 )
 
 // Backend is a Queue implementation under test.
@@ -29,28 +30,11 @@ type Backend struct {
 	ColdStart bool
 }
 
-// Clock is a fake clock, safe for concurrent use.
-type Clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+// Clock is a fake clock, safe for concurrent use (testenv.Clock).
+type Clock = testenv.Clock
 
 // NewClock returns a clock stopped at t.
-func NewClock(t time.Time) *Clock { return &Clock{t: t} }
-
-// Now returns the clock's time.
-func (c *Clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-// Advance moves the clock forward by d.
-func (c *Clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
+func NewClock(t time.Time) *Clock { return testenv.NewClock(t) }
 
 // Step is one reservation of a step table: advance the clock, reserve cost
 // units, and expect ok with delay, or full with retryAfter.
