@@ -12,7 +12,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/notifier/notifier/globallimit"
 	"github.com/notifier/notifier/providers"
@@ -62,26 +61,6 @@ func (r *noopRegistry) Default(channel string) (providers.Provider, providers.Co
 
 func (r *noopRegistry) All() []providers.Config { return []providers.Config{r.cfg} }
 
-// roundTrips counts a Redis client's round trips: one per command, one per
-// pipeline however many commands it carries.
-type roundTrips struct{ n atomic.Int64 }
-
-func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-
-func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.n.Add(1)
-		return next(ctx, cmds)
-	}
-}
-
 // pipelineWorld is one benchmark's servers and limit set, kept across the
 // benchmark's b.N rounds so that each round finds the limit state warm.
 type pipelineWorld struct {
@@ -90,7 +69,7 @@ type pipelineWorld struct {
 	reg       *noopRegistry
 	limits    *Limits
 	users     map[string]userlimit.Rule
-	trips     *roundTrips // nil for Memory limits
+	trips     *RoundTripCounter // nil for Memory limits
 	published int
 }
 
@@ -132,7 +111,7 @@ func newPipelineWorld(b *testing.B, backend string, allLayers bool) *pipelineWor
 	switch backend {
 	case "redis":
 		rdb := testenv.Redis(b).Client()
-		w.trips = &roundTrips{}
+		w.trips = &RoundTripCounter{}
 		rdb.AddHook(w.trips)
 		w.limits = RedisLimits(rdb, lc)
 	case "memory":
@@ -205,7 +184,7 @@ func (w *pipelineWorld) round(b *testing.B, n int) (time.Duration, int64) {
 	sent := m.Jobs.WithLabelValues("sms", "noop", OutcomeSent)
 	var trips0 int64
 	if w.trips != nil {
-		trips0 = w.trips.n.Load()
+		trips0 = w.trips.Count()
 	}
 	dctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -223,7 +202,7 @@ func (w *pipelineWorld) round(b *testing.B, n int) (time.Duration, int64) {
 	b.StopTimer()
 	var trips int64
 	if w.trips != nil {
-		trips = w.trips.n.Load() - trips0
+		trips = w.trips.Count() - trips0
 	}
 	cancel()
 	if err := <-done; err != nil {

@@ -170,7 +170,7 @@ type benchWorld struct {
 	nc     *nats.Conn
 	js     jetstream.JetStream
 	rdb    redis.UniversalClient // the dispatchers' client, round trips counted
-	trips  *roundTrips
+	trips  *dispatch.RoundTripCounter
 	prefix string // Redis key prefix of this run
 	run    string // job id prefix of this run
 	prog   *progress
@@ -212,7 +212,7 @@ func runBench(ctx context.Context, f *benchFlags, e *env) error {
 
 	id := strconv.FormatUint(rand.Uint64()&0xffffffff, 36)
 	w := &benchWorld{
-		f: f, nats: natsSrv, redis: rds, sb: sb, trips: &roundTrips{}, prog: prog,
+		f: f, nats: natsSrv, redis: rds, sb: sb, trips: &dispatch.RoundTripCounter{}, prog: prog,
 		prefix: "notifier-bench-" + id + ":", run: "bench-" + id,
 		qcfg: queue.Config{URL: natsSrv.url, AckWait: 30 * time.Second, Replicas: natsSrv.replicas}.WithDefaults(),
 	}

@@ -11,10 +11,11 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/notifier/notifier/dispatch"
 )
 
 // benchRedis is the Redis the bench runs the limits on: private
@@ -97,7 +98,7 @@ func newStatsClient(addrs []string) redis.UniversalClient {
 // newClient is the dispatchers' client, with the round-trip counter hooked
 // into every connection to a server: on a cluster, into each node's client,
 // where a pipeline split across nodes counts once per node it goes to.
-func (r *benchRedis) newClient(workers int, trips *roundTrips) redis.UniversalClient {
+func (r *benchRedis) newClient(workers int, trips *dispatch.RoundTripCounter) redis.UniversalClient {
 	if len(r.addrs) > 1 {
 		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: r.addrs, PoolSize: workers + 8})
 		c.OnNewNode(func(node *redis.Client) { node.AddHook(trips) })
@@ -261,27 +262,6 @@ func (r *benchRedis) close() {
 	}
 	for _, p := range r.procs {
 		p.stop()
-	}
-}
-
-// roundTrips counts a client's round trips to its servers: one per
-// command, one per pipeline however many commands it carries. Safe for
-// concurrent use.
-type roundTrips struct{ n atomic.Int64 }
-
-func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-
-func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.n.Add(1)
-		return next(ctx, cmds)
 	}
 }
 

@@ -83,7 +83,7 @@ func (w *benchWorld) readMeter(ctx context.Context, withRedis bool) (meter, erro
 			return m, err
 		}
 		m.redis = st
-		m.trips = w.trips.n.Load()
+		m.trips = w.trips.Count()
 	}
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
