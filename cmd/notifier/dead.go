@@ -120,14 +120,9 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 
 // openDeadLetters connects to NATS; the caller closes the connection.
 func openDeadLetters(ctx context.Context, cfg Config, name string) (*nats.Conn, *queue.DeadLetters, error) {
-	nc, err := queue.Connect(ctx, cfg.NATS, name)
+	nc, js, err := connectJetStream(ctx, cfg, name, false)
 	if err != nil {
 		return nil, nil, err
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return nil, nil, fmt.Errorf("jetstream: %w", err)
 	}
 	return nc, queue.NewDeadLetters(js, cfg.NATS), nil
 }

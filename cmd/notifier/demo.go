@@ -269,14 +269,8 @@ func demoBurst(f *demoFlags) []demoMsg {
 			Body:      fmt.Sprintf("demo message %d", i),
 			CreatedAt: now,
 		}
-		switch channel {
-		case "sms":
-			j.To = fmt.Sprintf("+1555%07d", u)
-		case "push":
-			j.To = fmt.Sprintf("demotoken%040d", u)
-			j.Title = "Demo"
-		case "email":
-			j.To = fmt.Sprintf("user%d@example.com", u)
+		j.To = syntheticRecipient(channel, u)
+		if channel != "sms" {
 			j.Title = "Demo"
 		}
 		kind, high := "ok", false

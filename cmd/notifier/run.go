@@ -55,7 +55,7 @@ func runDispatcher(ctx context.Context, path string, cfg Config, log *slog.Logge
 	log.Info("starting", "version", version, "workers", cfg.Workers, "redis", strings.Join(cfg.Redis.Addrs, ","),
 		"on_failure", cfg.Redis.OnFailure, "providers", len(cfg.Providers))
 
-	nc, err := queue.Connect(ctx, cfg.NATS, "notifier run",
+	nc, js, err := connectJetStream(ctx, cfg, "notifier run", true,
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("nats disconnected", "err", err) }),
 		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "server", c.ConnectedUrlRedacted()) }),
 	)
@@ -63,13 +63,6 @@ func runDispatcher(ctx context.Context, path string, cfg Config, log *slog.Logge
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("jetstream: %w", err)
-	}
-	if err := queue.EnsureStreams(ctx, js, cfg.NATS, cfg.NATS.Replicas); err != nil {
-		return err
-	}
 	cons, err := queue.NewConsumer(ctx, js, cfg.NATS, queue.ConsumerConfig{})
 	if err != nil {
 		return err
@@ -160,6 +153,28 @@ func runDispatcher(ctx context.Context, path string, cfg Config, log *slog.Logge
 		return err
 	}
 	return nil
+}
+
+// connectJetStream connects to NATS as name and opens JetStream; with
+// ensure it also creates or updates the streams. The caller closes the
+// connection.
+func connectJetStream(ctx context.Context, cfg Config, name string, ensure bool, opts ...nats.Option) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := queue.Connect(ctx, cfg.NATS, name, opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("jetstream: %w", err)
+	}
+	if ensure {
+		if err := queue.EnsureStreams(ctx, js, cfg.NATS, cfg.NATS.Replicas); err != nil {
+			nc.Close()
+			return nil, nil, err
+		}
+	}
+	return nc, js, nil
 }
 
 // limitsConfig is the part of the configuration the limit sets need.
