@@ -139,7 +139,7 @@ func (d *Dispatcher) cancelSlot(ctx context.Context, jb *job, adm admission) {
 	defer cancel()
 	l := adm.limits
 	if err := l.Leaky.Cancel(cctx, jb.provider, l.contract(jb.pcfg), *adm.slot, jb.cost); err != nil {
-		jb.log.Debug("give back an unused send slot", "err", err)
+		jb.debug("give back an unused send slot", "err", err)
 	}
 }
 

@@ -31,7 +31,7 @@ func (d *Dispatcher) withBackend(ctx context.Context, jb *job, fn func(*Limits) 
 			return ctx.Err()
 		}
 		d.m.Deferrals.WithLabelValues(l.Name, "unavailable").Inc()
-		jb.log.Warn("limit backend failed", "backend", l.Name, "err", err)
+		jb.log().Warn("limit backend failed", "backend", l.Name, "err", err)
 		d.backendFailed(l, err)
 		if err := d.hold(ctx, jb, wait); err != nil {
 			return err

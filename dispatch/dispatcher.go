@@ -486,14 +486,14 @@ func (d *Dispatcher) Activity() (map[string]ProviderActivity, map[string]Channel
 	ps := map[string]ProviderActivity{}
 	live := d.live.Load()
 	for _, p := range live.providers.All() {
-		ps[p.Name] = ProviderActivity{Sent10s: tenS["p:"+p.Name], Breaker: live.breakers[p.Name].State()}
+		ps[p.Name] = ProviderActivity{Sent10s: tenS[rollKey{provider: p.Name}], Breaker: live.breakers[p.Name].State()}
 	}
 	cs := map[string]ChannelActivity{}
 	for _, ch := range queue.Channels {
 		cs[ch] = ChannelActivity{
-			Sent:       minute["c:"+ch+":"+OutcomeSent],
-			Suppressed: minute["c:"+ch+":"+OutcomeSuppressed],
-			Dead:       minute["c:"+ch+":"+OutcomeDead],
+			Sent:       minute[rollKey{channel: ch, outcome: OutcomeSent}],
+			Suppressed: minute[rollKey{channel: ch, outcome: OutcomeSuppressed}],
+			Dead:       minute[rollKey{channel: ch, outcome: OutcomeDead}],
 		}
 	}
 	return ps, cs

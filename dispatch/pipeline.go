@@ -44,22 +44,46 @@ type job struct {
 	msg      *providers.Message
 	cost     int
 	lastBeat time.Time // last InProgress (or the fetch)
-	slotAt   time.Time // when the reserved send slot is, on this process's clock
+	base     *slog.Logger
+	lg       *slog.Logger // built from base on the first line logged
+	slotAt   time.Time    // when the reserved send slot is, on this process's clock
 	live     *liveConfig
 	claimed  bool // holds a ledger lease
 	claimAt  time.Time
-	log      *slog.Logger
+}
+
+// log is the job's logger: its delivery, id, channel and provider as far as
+// known. It is built on the first line logged, so a job that logs nothing
+// (a send, at the default level) does not pay for it.
+func (jb *job) log() *slog.Logger {
+	if jb.lg == nil {
+		args := []any{"seq", jb.dl.StreamSeq, "delivery", jb.dl.NumDelivered}
+		if jb.j != nil {
+			args = append(args, "job", jb.j.ID, "channel", jb.j.Channel)
+		}
+		if jb.prov != nil {
+			args = append(args, "provider", jb.provider)
+		}
+		jb.lg = jb.base.With(args...)
+	}
+	return jb.lg
+}
+
+// debug logs at debug level, building nothing when that level is off.
+func (jb *job) debug(msg string, args ...any) {
+	if jb.base.Enabled(context.Background(), slog.LevelDebug) {
+		jb.log().Debug(msg, args...)
+	}
 }
 
 // handle takes one delivery to exactly one end: acknowledged (sent,
 // duplicate, suppressed, dead), handed back with a delay (retry, long
 // deferral), or released on a stop.
 func (d *Dispatcher) handle(ctx, sendCtx context.Context, dl *queue.Delivery) {
-	jb := &job{dl: dl, lastBeat: time.Now(), channel: "invalid", provider: "unknown"}
-	jb.log = d.log.With("seq", dl.StreamSeq, "delivery", dl.NumDelivered)
+	jb := &job{dl: dl, lastBeat: time.Now(), channel: "invalid", provider: "unknown", base: d.log}
 	err := d.process(ctx, sendCtx, jb)
 	for errors.Is(err, errAgain) {
-		jb = &job{dl: dl, lastBeat: jb.lastBeat, channel: jb.channel, provider: jb.provider, log: jb.log}
+		jb = &job{dl: dl, lastBeat: jb.lastBeat, channel: jb.channel, provider: jb.provider, base: d.log}
 		err = d.process(ctx, sendCtx, jb)
 	}
 	if err == nil || errors.Is(err, errHandled) {
@@ -74,9 +98,9 @@ func (d *Dispatcher) handle(ctx, sendCtx context.Context, dl *queue.Delivery) {
 		}
 	}
 	if nerr := dl.Nak(); nerr != nil {
-		jb.log.Warn("release job on stop", "err", nerr)
+		jb.log().Warn("release job on stop", "err", nerr)
 	}
-	jb.log.Debug("job released", "cause", err)
+	jb.debug("job released", "cause", err)
 }
 
 func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) error {
@@ -94,7 +118,6 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) error {
 	if dl.Header.Get(HeaderReplayed) != "" && dl.NumDelivered == 1 {
 		d.m.Replays.WithLabelValues(j.Channel).Inc()
 	}
-	jb.log = jb.log.With("job", j.ID, "channel", j.Channel)
 
 	if j.Provider != "" {
 		jb.prov, jb.pcfg, _ = jb.live.providers.Get(j.Provider)
@@ -113,7 +136,7 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) error {
 		return d.finish(ctx, jb, queue.Dead, ReasonUnknownProvider, detail)
 	}
 	jb.provider = jb.pcfg.Name
-	jb.log = jb.log.With("provider", jb.provider)
+	jb.lg = nil // a logger built before now lacks the job and the provider
 	jb.msg = &providers.Message{
 		ID: j.ID, UserID: j.UserID, Channel: j.Channel, To: j.To, Body: j.Body, Title: j.Title,
 		Data: j.Data, Provider: j.Provider, ExpiresAt: timePtr(j.ExpiresAt), CreatedAt: timePtr(j.CreatedAt),
@@ -351,9 +374,9 @@ func (d *Dispatcher) renewClaim(ctx context.Context, jb *job) error {
 		// Our lease ran out and another delivery of this job took it:
 		// that one sends; this copy steps aside.
 		jb.claimed = false
-		jb.log.Info("job leased to another worker meanwhile; releasing this delivery")
+		jb.log().Info("job leased to another worker meanwhile; releasing this delivery")
 		if err := jb.dl.NakWithDelay(c.BusyFor + time.Second); err != nil {
-			jb.log.Warn("release job", "err", err)
+			jb.log().Warn("release job", "err", err)
 		}
 		return errHandled
 	}
@@ -368,7 +391,7 @@ func (d *Dispatcher) send(ctx, sendCtx context.Context, jb *job) (finished bool,
 		// Sent now, this job could land in the same second as the sends
 		// of the slots after it: take a new slot instead.
 		d.m.Deferrals.WithLabelValues(LayerLeaky, "late").Inc()
-		jb.log.Debug("woke after the send slot; taking a new one", "late", late)
+		jb.debug("woke after the send slot; taking a new one", "late", late)
 		return false, nil
 	}
 	done, ok := jb.live.breakers[jb.provider].allow()
@@ -411,7 +434,7 @@ func (d *Dispatcher) send(ctx, sendCtx context.Context, jb *job) (finished bool,
 			pause = providers.DefaultRetryAfter + d.jitter(providers.DefaultRetryAfter)
 		}
 		d.m.Deferrals.WithLabelValues(LayerProvider, "rate_limited").Inc()
-		jb.log.Warn("provider rate limited; pausing it fleet-wide", "pause", pause, "detail", rl.Detail)
+		jb.log().Warn("provider rate limited; pausing it fleet-wide", "pause", pause, "detail", rl.Detail)
 		if err := d.withBackend(ctx, jb, func(l *Limits) error {
 			if l.Pauses != nil {
 				l.Pauses.Note(jb.provider, pause) // at once, before the announcement comes back
@@ -424,7 +447,7 @@ func (d *Dispatcher) send(ctx, sendCtx context.Context, jb *job) (finished bool,
 		return false, nil
 
 	case errors.Is(serr, providers.ErrPermanent):
-		jb.log.Info("provider refused job", "detail", detailOf(serr))
+		jb.log().Info("provider refused job", "detail", detailOf(serr))
 		d.release(ctx, jb)
 		return true, d.finish(ctx, jb, queue.Dead, ReasonRejected, detailOf(serr))
 
@@ -438,13 +461,13 @@ func (d *Dispatcher) send(ctx, sendCtx context.Context, jb *job) (finished bool,
 		}
 		jb.claimed = false
 		if attempts >= d.o.Retry.MaxAttempts {
-			jb.log.Warn("provider failed; attempts used up", "attempts", attempts, "detail", detailOf(serr))
+			jb.log().Warn("provider failed; attempts used up", "attempts", attempts, "detail", detailOf(serr))
 			return true, d.finish(ctx, jb, queue.Dead, ReasonMaxAttempts,
 				fmt.Sprintf("%d transient provider failures; last: %s", attempts, detailOf(serr)))
 		}
 		backoff := d.o.Retry.Backoff(attempts, d.o.Rand)
 		d.m.Deferrals.WithLabelValues(LayerProvider, "retry").Inc()
-		jb.log.Info("provider failed; retrying later", "attempts", attempts, "backoff", backoff, "detail", detailOf(serr))
+		jb.log().Info("provider failed; retrying later", "attempts", attempts, "backoff", backoff, "detail", detailOf(serr))
 		return true, d.retryLater(jb, backoff)
 	}
 }
@@ -466,7 +489,7 @@ func (d *Dispatcher) recordSent(ctx context.Context, jb *job) {
 			return
 		}
 		if attempt >= 20 || ctx.Err() != nil {
-			jb.log.Error("record sent job in the ledger; acknowledging anyway", "err", err)
+			jb.log().Error("record sent job in the ledger; acknowledging anyway", "err", err)
 			return
 		}
 		d.backendFailed(l, err)
@@ -484,9 +507,9 @@ func (d *Dispatcher) deferJob(ctx context.Context, jb *job, wait time.Duration, 
 		}
 		return errAgain // the ledger and the cap are asked anew
 	}
-	jb.log.Debug("job deferred", "why", why, "for", wait)
+	jb.debug("job deferred", "why", why, "for", wait)
 	if err := jb.dl.NakWithDelay(wait); err != nil {
-		jb.log.Warn("defer job", "err", err)
+		jb.log().Warn("defer job", "err", err)
 	}
 	return errHandled
 }
@@ -494,7 +517,7 @@ func (d *Dispatcher) deferJob(ctx context.Context, jb *job, wait time.Duration, 
 // retryLater hands a failed job back to JetStream to come again after wait.
 func (d *Dispatcher) retryLater(jb *job, wait time.Duration) error {
 	if err := jb.dl.NakWithDelay(wait); err != nil {
-		jb.log.Warn("schedule retry", "err", err)
+		jb.log().Warn("schedule retry", "err", err)
 	}
 	return errHandled
 }
@@ -512,7 +535,7 @@ func (d *Dispatcher) release(ctx context.Context, jb *job) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
 	if err := l.Ledger.Release(rctx, jb.j.ID, jb.owner); err != nil {
-		jb.log.Debug("release ledger lease", "err", err)
+		jb.debug("release ledger lease", "err", err)
 	}
 }
 
@@ -531,7 +554,7 @@ func (d *Dispatcher) finish(ctx context.Context, jb *job, o queue.Outcome, reaso
 		if err == nil {
 			break
 		}
-		jb.log.Warn("write dead letter; holding the job", "reason", reason, "err", err)
+		jb.log().Warn("write dead letter; holding the job", "reason", reason, "err", err)
 		if herr := d.hold(ctx, jb, time.Second); herr != nil {
 			return herr
 		}
@@ -540,7 +563,7 @@ func (d *Dispatcher) finish(ctx context.Context, jb *job, o queue.Outcome, reaso
 	if o == queue.Suppressed {
 		outcome = OutcomeSuppressed
 	}
-	jb.log.Info("job not sent", "outcome", outcome, "reason", reason, "detail", detail)
+	jb.log().Info("job not sent", "outcome", outcome, "reason", reason, "detail", detail)
 	return d.ackResult(ctx, jb, outcome)
 }
 
@@ -567,14 +590,14 @@ func (d *Dispatcher) ackResult(ctx context.Context, jb *job, outcome string) err
 		cancel()
 	}
 	if err != nil {
-		jb.log.Warn("acknowledge job", "outcome", outcome, "err", err)
+		jb.log().Warn("acknowledge job", "outcome", outcome, "err", err)
 	}
 	d.m.Jobs.WithLabelValues(jb.channel, jb.provider, outcome).Inc()
 	now := time.Now()
-	d.activity.add("c:"+jb.channel+":"+outcome, now)
+	d.activity.add(rollKey{channel: jb.channel, outcome: outcome}, now)
 	if outcome == OutcomeSent {
-		d.activity.add("p:"+jb.provider, now)
-		jb.log.Debug("job sent")
+		d.activity.add(rollKey{provider: jb.provider}, now)
+		jb.debug("job sent")
 	}
 	return nil
 }
@@ -603,7 +626,7 @@ func (d *Dispatcher) keepAlive(jb *job) {
 		return
 	}
 	if err := jb.dl.InProgress(); err != nil {
-		jb.log.Debug("heartbeat job", "err", err)
+		jb.debug("heartbeat job", "err", err)
 	}
 	jb.lastBeat = time.Now()
 }
@@ -615,7 +638,7 @@ func (d *Dispatcher) recordDenial(ctx context.Context, jb *job, l *Limits) {
 		return
 	}
 	if err := d.o.Denials.Record(ctx, jb.j.Channel, jb.j.UserID); err != nil {
-		jb.log.Debug("count cap denial", "err", err)
+		jb.debug("count cap denial", "err", err)
 	}
 }
 

@@ -10,8 +10,12 @@ import (
 // shows). Safe for concurrent use.
 type rolling struct {
 	mu   sync.Mutex
-	keys map[string]*ring
+	keys map[rollKey]*ring
 }
+
+// rollKey names what is counted: sends of a provider, or an outcome of a
+// channel. A struct, so that counting a job builds no string.
+type rollKey struct{ provider, channel, outcome string }
 
 const rollingSpan = 60
 
@@ -21,12 +25,12 @@ type ring struct {
 }
 
 // add counts one event of key at now.
-func (r *rolling) add(key string, now time.Time) {
+func (r *rolling) add(key rollKey, now time.Time) {
 	s := now.Unix()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.keys == nil {
-		r.keys = map[string]*ring{}
+		r.keys = map[rollKey]*ring{}
 	}
 	g := r.keys[key]
 	if g == nil {
@@ -42,12 +46,12 @@ func (r *rolling) add(key string, now time.Time) {
 
 // sums is every key's count over the last window (at most rollingSpan
 // seconds) before now.
-func (r *rolling) sums(now time.Time, window time.Duration) map[string]int64 {
+func (r *rolling) sums(now time.Time, window time.Duration) map[rollKey]int64 {
 	s := now.Unix()
 	n := min(int64(window/time.Second), rollingSpan)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make(map[string]int64, len(r.keys))
+	out := make(map[rollKey]int64, len(r.keys))
 	for k, g := range r.keys {
 		var total int64
 		for i := range g.sec {
