@@ -133,25 +133,13 @@ func NewRedisClient(c RedisConfig, workers int) (redis.UniversalClient, error) {
 	}
 	// A pool a little larger than the workers, so no worker waits for a
 	// connection; commands fail fast enough for hold/local to react.
-	pool := workers + 8
-	if len(c.Addrs) > 1 {
-		return redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs:        c.Addrs,
-			Username:     c.Username,
-			Password:     c.Password,
-			TLSConfig:    tlsCfg,
-			PoolSize:     pool,
-			DialTimeout:  2 * time.Second,
-			ReadTimeout:  2 * time.Second,
-			WriteTimeout: 2 * time.Second,
-		}), nil
-	}
-	return redis.NewClient(&redis.Options{
-		Addr:         c.Addrs[0],
+	// One address: a standalone Client; several: a ClusterClient.
+	return redis.NewUniversalClient(&redis.UniversalOptions{
+		Addrs:        c.Addrs,
 		Username:     c.Username,
 		Password:     c.Password,
 		TLSConfig:    tlsCfg,
-		PoolSize:     pool,
+		PoolSize:     workers + 8,
 		DialTimeout:  2 * time.Second,
 		ReadTimeout:  2 * time.Second,
 		WriteTimeout: 2 * time.Second,
