@@ -234,7 +234,9 @@ func runBench(ctx context.Context, f *benchFlags, e *env) error {
 	if err := queue.EnsureStreams(ctx, js, w.qcfg, natsSrv.replicas); err != nil {
 		return err
 	}
-	w.rdb = rds.newClient(f.workers, w.trips)
+	if w.rdb, err = rds.newClient(f.workers, w.trips); err != nil {
+		return err
+	}
 	defer w.rdb.Close()
 	defer rds.cleanup(context.WithoutCancel(ctx), w.prefix)
 

@@ -98,15 +98,20 @@ func newStatsClient(addrs []string) redis.UniversalClient {
 // newClient is the dispatchers' client, with the round-trip counter hooked
 // into every connection to a server: on a cluster, into each node's client,
 // where a pipeline split across nodes counts once per node it goes to.
-func (r *benchRedis) newClient(workers int, trips *dispatch.RoundTripCounter) redis.UniversalClient {
-	if len(r.addrs) > 1 {
-		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: r.addrs, PoolSize: workers + 8})
-		c.OnNewNode(func(node *redis.Client) { node.AddHook(trips) })
-		return c
+// It is the client notifier run makes (NewRedisClient: same pool and
+// timeouts), so the bench measures what runs in production.
+func (r *benchRedis) newClient(workers int, trips *dispatch.RoundTripCounter) (redis.UniversalClient, error) {
+	rdb, err := NewRedisClient(RedisConfig{Addrs: r.addrs}.WithDefaults(), workers)
+	if err != nil {
+		return nil, err
 	}
-	c := redis.NewClient(&redis.Options{Addr: r.addrs[0], PoolSize: workers + 8})
-	c.AddHook(trips)
-	return c
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		c.OnNewNode(func(node *redis.Client) { node.AddHook(trips) })
+	case *redis.Client:
+		c.AddHook(trips)
+	}
+	return rdb, nil
 }
 
 // version is the server's redis_version.
