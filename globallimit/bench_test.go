@@ -3,8 +3,6 @@ package globallimit_test
 import (
 	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -15,29 +13,8 @@ import (
 
 var benchGoroutines = []int{1, 8, 64}
 
-// runConcurrent runs op b.N times in total on exactly goroutines goroutines
-// and reports decisions per second.
-func runConcurrent(b *testing.B, goroutines int, op func(ctx context.Context) error) {
-	ctx := context.Background()
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	b.ResetTimer()
-	for g := 0; g < goroutines; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for next.Add(1) <= int64(b.N) {
-				if err := op(ctx); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	b.StopTimer()
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
-}
+// benchCtx is the context of every benchmarked call.
+var benchCtx = context.Background()
 
 // a bucket that grants and refuses at a high rate: the decision is measured,
 // not the pacing
@@ -48,8 +25,8 @@ func BenchmarkTake(b *testing.B) {
 		for _, g := range benchGoroutines {
 			b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
 				s := globallimit.NewMemory(nil)
-				runConcurrent(b, g, func(ctx context.Context) error {
-					_, _, err := s.Take(ctx, benchConfig, 1)
+				testenv.RunConcurrent(b, g, func(int64) error {
+					_, _, err := s.Take(benchCtx, benchConfig, 1)
 					return err
 				})
 			})
@@ -60,8 +37,8 @@ func BenchmarkTake(b *testing.B) {
 		for _, g := range benchGoroutines {
 			b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
 				s := globallimit.NewRedis(rdb, newPrefix("bench"))
-				runConcurrent(b, g, func(ctx context.Context) error {
-					_, _, err := s.Take(ctx, benchConfig, 1)
+				testenv.RunConcurrent(b, g, func(int64) error {
+					_, _, err := s.Take(benchCtx, benchConfig, 1)
 					return err
 				})
 			})
@@ -78,7 +55,7 @@ func BenchmarkWaitLeased(b *testing.B) {
 	for _, g := range benchGoroutines {
 		b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
 			bk := globallimit.New(globallimit.NewRedis(rdb, newPrefix("bench")), cfg)
-			runConcurrent(b, g, bk.Wait)
+			testenv.RunConcurrent(b, g, func(int64) error { return bk.Wait(benchCtx) })
 		})
 	}
 }
@@ -91,8 +68,8 @@ func BenchmarkEvalShaFloor(b *testing.B) {
 	rdb := testenv.Redis(b).Client()
 	for _, g := range benchGoroutines {
 		b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
-			runConcurrent(b, g, func(ctx context.Context) error {
-				return floorScript.Run(ctx, rdb, nil).Err()
+			testenv.RunConcurrent(b, g, func(int64) error {
+				return floorScript.Run(benchCtx, rdb, nil).Err()
 			})
 		})
 	}

@@ -3,8 +3,6 @@ package leaky_test
 import (
 	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,29 +14,8 @@ import (
 
 var benchGoroutines = []int{1, 8, 64}
 
-// runConcurrent runs op b.N times in total on exactly goroutines goroutines
-// and reports decisions per second.
-func runConcurrent(b *testing.B, goroutines int, op func(ctx context.Context) error) {
-	ctx := context.Background()
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	b.ResetTimer()
-	for g := 0; g < goroutines; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for next.Add(1) <= int64(b.N) {
-				if err := op(ctx); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	b.StopTimer()
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
-}
+// benchCtx is the context of every benchmarked call.
+var benchCtx = context.Background()
 
 // the benchmark contract: reservations are decided, queued or refused,
 // at a high rate on one provider (the hottest key)
@@ -49,8 +26,8 @@ func BenchmarkReserve(b *testing.B) {
 		for _, g := range benchGoroutines {
 			b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
 				q := leaky.NewMemory(nil)
-				runConcurrent(b, g, func(ctx context.Context) error {
-					_, err := q.Reserve(ctx, "sms", benchContract, 1)
+				testenv.RunConcurrent(b, g, func(int64) error {
+					_, err := q.Reserve(benchCtx, "sms", benchContract, 1)
 					return err
 				})
 			})
@@ -68,8 +45,8 @@ func BenchmarkReserve(b *testing.B) {
 			for _, g := range benchGoroutines {
 				b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
 					q := leaky.NewRedis(rdb, newPrefix("bench"), v.opts...)
-					runConcurrent(b, g, func(ctx context.Context) error {
-						_, err := q.Reserve(ctx, "sms", benchContract, 1)
+					testenv.RunConcurrent(b, g, func(int64) error {
+						_, err := q.Reserve(benchCtx, "sms", benchContract, 1)
 						return err
 					})
 				})
@@ -90,8 +67,8 @@ func BenchmarkEvalShaFloor(b *testing.B) {
 	rdb := testenv.Redis(b).Client()
 	for _, g := range benchGoroutines {
 		b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
-			runConcurrent(b, g, func(ctx context.Context) error {
-				return floorScript.Run(ctx, rdb, nil).Err()
+			testenv.RunConcurrent(b, g, func(int64) error {
+				return floorScript.Run(benchCtx, rdb, nil).Err()
 			})
 		})
 	}
@@ -104,8 +81,8 @@ func BenchmarkEvalShaRunID(b *testing.B) {
 	rdb := testenv.Redis(b).Client()
 	for _, g := range benchGoroutines {
 		b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
-			runConcurrent(b, g, func(ctx context.Context) error {
-				return infoScript.Run(ctx, rdb, nil).Err()
+			testenv.RunConcurrent(b, g, func(int64) error {
+				return infoScript.Run(benchCtx, rdb, nil).Err()
 			})
 		})
 	}

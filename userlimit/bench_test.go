@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,32 +24,6 @@ var benchRule = userlimit.Rule{Limit: 100, Window: time.Hour}
 // floorScript is the floor every Redis figure is compared with: a bare
 // EVALSHA round trip of a script that does nothing.
 var floorScript = redis.NewScript("return 1")
-
-// runConcurrently makes b.N calls of op from g goroutines and reports
-// decisions per second.
-func runConcurrently(b *testing.B, g int, op func(i int64) error) {
-	b.Helper()
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	b.ResetTimer()
-	for range g {
-		wg.Go(func() {
-			for {
-				i := next.Add(1)
-				if i > int64(b.N) {
-					return
-				}
-				if err := op(i); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	b.StopTimer()
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
-}
 
 func benchKey(i int64) userlimit.Key {
 	return userlimit.Key{Channel: "push", User: "user-" + strconv.FormatInt(i%benchUsers, 10)}
@@ -78,7 +50,7 @@ func BenchmarkAllow(b *testing.B) {
 	}
 	for _, g := range []int{1, 8, 64} {
 		b.Run(fmt.Sprintf("floor_evalsha/g=%d", g), func(b *testing.B) {
-			runConcurrently(b, g, func(i int64) error {
+			testenv.RunConcurrent(b, g, func(i int64) error {
 				return floorScript.Run(ctx, rdb, []string{"floor:" + strconv.FormatInt(i%benchUsers, 10)}).Err()
 			})
 		})
@@ -86,7 +58,7 @@ func BenchmarkAllow(b *testing.B) {
 			fresh(b)
 			lim := redis_rate.NewLimiter(rdb)
 			limit := redis_rate.Limit{Rate: benchRule.Limit, Burst: benchRule.Limit, Period: benchRule.Window}
-			runConcurrently(b, g, func(i int64) error {
+			testenv.RunConcurrent(b, g, func(i int64) error {
 				_, err := lim.Allow(ctx, "push:user-"+strconv.FormatInt(i%benchUsers, 10), limit)
 				return err
 			})
@@ -97,14 +69,14 @@ func BenchmarkAllow(b *testing.B) {
 			b.Run(fmt.Sprintf("redis/%s/g=%d", alg, g), func(b *testing.B) {
 				fresh(b)
 				lim := userlimit.NewRedis(rdb, "bench:")
-				runConcurrently(b, g, func(i int64) error {
+				testenv.RunConcurrent(b, g, func(i int64) error {
 					_, err := lim.Allow(ctx, benchKey(i), "job-"+strconv.FormatInt(i, 10), rule)
 					return err
 				})
 			})
 			b.Run(fmt.Sprintf("memory/%s/g=%d", alg, g), func(b *testing.B) {
 				lim := userlimit.NewMemory(nil)
-				runConcurrently(b, g, func(i int64) error {
+				testenv.RunConcurrent(b, g, func(i int64) error {
 					_, err := lim.Allow(ctx, benchKey(i), "job-"+strconv.FormatInt(i, 10), rule)
 					return err
 				})
