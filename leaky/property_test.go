@@ -76,6 +76,39 @@ func TestRedisMatchesMemory(t *testing.T) {
 					hold = append(hold, held{provider: p, cost: cost, mem: m, red: r})
 				}
 			},
+			// Several reservations in one script run (a ReserveGroup on a
+			// pipeline, as the dispatcher makes them) answer as that many
+			// Memory reservations at one instant.
+			"reserveGroup": func(rt *rapid.T) {
+				p := rapid.SampledFrom(providers).Draw(rt, "provider")
+				costs := rapid.SliceOfN(rapid.IntRange(1, 4), 1, 12).Draw(rt, "costs")
+				g := red.ReserveGroup(p, c)
+				cmds := make([]*leaky.ReserveCmd, len(costs))
+				for i, cost := range costs {
+					cmds[i] = g.Add(cost)
+				}
+				pipe := rdb.Pipeline()
+				g.Queue(ctx, pipe)
+				if _, err := pipe.Exec(ctx); err != nil {
+					rt.Fatal(err)
+				}
+				for i, cost := range costs {
+					m, err := mem.Reserve(ctx, p, c, cost)
+					if err != nil {
+						rt.Fatal(err)
+					}
+					r, err := cmds[i].Result()
+					if err != nil {
+						rt.Fatal(err)
+					}
+					if m.OK != r.OK || m.Delay != r.Delay || m.RetryAfter != r.RetryAfter || m.Slot != r.Slot {
+						rt.Fatalf("group reservation %d of %d (%s, cost %d): memory %+v, redis %+v", i+1, len(costs), p, cost, m, r)
+					}
+					if m.OK {
+						hold = append(hold, held{provider: p, cost: cost, mem: m, red: r})
+					}
+				}
+			},
 			"cancel": func(rt *rapid.T) {
 				if len(hold) == 0 {
 					return
@@ -129,7 +162,7 @@ func TestRedisMatchesMemory(t *testing.T) {
 		}
 		// rt.Repeat runs about 30 actions; queues need longer runs to fill,
 		// drain and pause, so run 200, weighted towards reserving.
-		names := []string{"advance", "advance", "reserve", "reserve", "reserve", "reserve", "cancel", "pause", "pausedFor", "depth"}
+		names := []string{"advance", "advance", "reserve", "reserve", "reserve", "reserveGroup", "cancel", "pause", "pausedFor", "depth"}
 		for i := 0; i < 200; i++ {
 			actions[rapid.SampledFrom(names).Draw(rt, "action")](rt)
 		}

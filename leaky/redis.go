@@ -3,8 +3,10 @@ package leaky
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -72,8 +74,9 @@ func (q *Redis) guardArg() string {
 	return "1"
 }
 
-func (q *Redis) reserveArgs(p plan) []any {
-	return []any{p.inc, p.mqd, p.cold, q.o.idleTTL.Milliseconds(), q.nowArg(), q.guardArg()}
+// reserveArgs are reserve.lua's arguments before the incs.
+func (q *Redis) reserveArgs(p plan, n int) []any {
+	return append(make([]any, 0, 5+n), p.mqd, p.cold, q.o.idleTTL.Milliseconds(), q.nowArg(), q.guardArg())
 }
 
 // Load loads the scripts into the script cache of every server rdb reaches
@@ -96,7 +99,7 @@ func (q *Redis) Reserve(ctx context.Context, provider string, c Contract, cost i
 	if err != nil {
 		return Reservation{}, fmt.Errorf("reserve slot %s: %w", provider, err)
 	}
-	v, err := reserveScript.Run(ctx, q.rdb, q.keys(provider), q.reserveArgs(p)...).Result()
+	v, err := reserveScript.Run(ctx, q.rdb, q.keys(provider), append(q.reserveArgs(p, 1), p.inc)...).Result()
 	if err != nil {
 		return Reservation{}, fmt.Errorf("reserve slot %s: %w", provider, err)
 	}
@@ -107,40 +110,116 @@ func (q *Redis) Reserve(ctx context.Context, provider string, c Contract, cost i
 	return r, nil
 }
 
-// ReserveCmd is a reservation queued on a pipeline; its Result is ready
-// after the pipeline's Exec.
+// ReserveCmd is a reservation queued on a pipeline, alone or in a
+// ReserveGroup; its Result is ready after the pipeline's Exec.
 type ReserveCmd struct {
-	provider string
-	cmd      *redis.Cmd
-	err      error // a request refused before it was queued
+	g   *ReserveGroup
+	i   int   // its place in the group
+	err error // a request refused before it was queued
 }
 
 // ReserveCmd queues a Reserve on pipe (EVALSHA only: call Load first) and
 // returns a handle to decode after pipe.Exec. An invalid request is not
 // queued; its error comes from Result.
 func (q *Redis) ReserveCmd(ctx context.Context, pipe redis.Pipeliner, provider string, c Contract, cost int) *ReserveCmd {
-	p, err := q.o.plan(c, cost)
-	if err != nil {
-		return &ReserveCmd{provider: provider, err: err}
+	g := q.ReserveGroup(provider, c)
+	rc := g.Add(cost)
+	g.Queue(ctx, pipe)
+	return rc
+}
+
+// ReserveGroup is several reservations in one provider's queue under one
+// contract, made by one script run: the same answers, in the order of Add,
+// as that many Reserve calls at one instant, for a fraction of the cost
+// (one EVALSHA, one read of the clock, of the state and of the failover
+// guard's run_id, one write). It is how the dispatcher reserves the slots
+// of all the jobs one pipeline carries. Add and Queue are not safe for
+// concurrent use; the ReserveCmds' Results are, once the pipeline has run.
+type ReserveGroup struct {
+	q        *Redis
+	provider string
+	c        Contract
+	plan     plan  // of cost 1: mqd and cold are the same for every cost
+	err      error // an invalid contract: every reservation fails
+	incs     []int64
+	cmd      *redis.Cmd
+
+	once     sync.Once
+	replies  []Reservation
+	replyErr error
+}
+
+// ReserveGroup starts a group of reservations in provider's queue under c.
+func (q *Redis) ReserveGroup(provider string, c Contract) *ReserveGroup {
+	p, err := q.o.plan(c, 1)
+	return &ReserveGroup{q: q, provider: provider, c: c, plan: p, err: err}
+}
+
+// Add adds a reservation of cost units to the group and returns its handle.
+func (g *ReserveGroup) Add(cost int) *ReserveCmd {
+	rc := &ReserveCmd{g: g, i: len(g.incs)}
+	if g.err != nil {
+		rc.err = g.err
+		return rc
 	}
-	cmd := reserveScript.EvalSha(ctx, pipe, q.keys(provider), q.reserveArgs(p)...)
-	return &ReserveCmd{provider: provider, cmd: cmd}
+	p, err := g.q.o.plan(g.c, cost)
+	if err != nil {
+		rc.err = err
+		return rc
+	}
+	g.incs = append(g.incs, p.inc)
+	return rc
+}
+
+// Len is the number of reservations added.
+func (g *ReserveGroup) Len() int { return len(g.incs) }
+
+// Queue queues the group's script on pipe (EVALSHA only: call Load first).
+// A group with no valid reservation queues nothing.
+func (g *ReserveGroup) Queue(ctx context.Context, pipe redis.Pipeliner) {
+	if len(g.incs) == 0 {
+		return
+	}
+	args := g.q.reserveArgs(g.plan, len(g.incs))
+	for _, inc := range g.incs {
+		args = append(args, inc)
+	}
+	g.cmd = reserveScript.EvalSha(ctx, pipe, g.q.keys(g.provider), args...)
+}
+
+// decode reads the group's reply once.
+func (g *ReserveGroup) decode() {
+	if g.cmd == nil {
+		g.replyErr = errors.New("reservation group not queued")
+		return
+	}
+	v, err := g.cmd.Result()
+	if err != nil {
+		g.replyErr = err
+		return
+	}
+	n, err := ints(v, 4*len(g.incs))
+	if err != nil {
+		g.replyErr = err
+		return
+	}
+	g.replies = make([]Reservation, len(g.incs))
+	for i := range g.replies {
+		g.replies[i] = reservationOf(n[4*i : 4*i+4])
+	}
 }
 
 // Result decodes the reservation after the pipeline's Exec.
 func (rc *ReserveCmd) Result() (Reservation, error) {
+	g := rc.g
 	if rc.err != nil {
-		return Reservation{}, fmt.Errorf("reserve slot %s: %w", rc.provider, rc.err)
+		return Reservation{}, fmt.Errorf("reserve slot %s: %w", g.provider, rc.err)
 	}
-	v, err := rc.cmd.Result()
-	if err != nil {
-		return Reservation{}, fmt.Errorf("reserve slot %s: %w", rc.provider, err)
+	g.once.Do(g.decode)
+	if g.replyErr != nil {
+		return Reservation{}, fmt.Errorf("reserve slot %s: %w", g.provider, g.replyErr)
 	}
-	r, err := decodeReservation(v)
-	if err != nil {
-		return Reservation{}, fmt.Errorf("reserve slot %s: %w", rc.provider, err)
-	}
-	return r, nil
+	return g.replies[rc.i], nil
 }
 
 // Cancel implements Queue.
@@ -212,10 +291,15 @@ func decodeReservation(v any) (Reservation, error) {
 	if err != nil {
 		return Reservation{}, err
 	}
+	return reservationOf(n), nil
+}
+
+// reservationOf reads one reservation's four integers of a reserve reply.
+func reservationOf(n []int64) Reservation {
 	if n[0] == 1 {
-		return Reservation{OK: true, Delay: micros(n[1]), Slot: n[2], seq: n[3]}, nil
+		return Reservation{OK: true, Delay: micros(n[1]), Slot: n[2], seq: n[3]}
 	}
-	return Reservation{RetryAfter: micros(n[1])}, nil
+	return Reservation{RetryAfter: micros(n[1])}
 }
 
 // ints checks that a script reply is an array of n integers.
