@@ -67,7 +67,7 @@ var (
 // {<prefix>j:<id>}, so it runs unchanged on Redis Cluster. Every operation
 // is one atomic script reading the Redis clock.
 type RedisLedger struct {
-	rdb    redis.Scripter
+	rdb    redis.Cmdable
 	prefix string
 	ttl    time.Duration
 	now    func() time.Time // tests only: when set, scripts get this clock instead of TIME
@@ -77,7 +77,7 @@ var _ Ledger = (*RedisLedger)(nil)
 
 // NewRedisLedger returns a ledger that remembers each job for ttl
 // (dedup_ttl) after its last change.
-func NewRedisLedger(rdb redis.Scripter, prefix string, ttl time.Duration) *RedisLedger {
+func NewRedisLedger(rdb redis.Cmdable, prefix string, ttl time.Duration) *RedisLedger {
 	return &RedisLedger{rdb: rdb, prefix: prefix, ttl: ttl}
 }
 
@@ -95,60 +95,120 @@ func (l *RedisLedger) Load(ctx context.Context) error {
 	return nil
 }
 
-func (l *RedisLedger) claimArgs(owner string, lease time.Duration) []any {
-	args := []any{owner, lease.Milliseconds(), l.ttl.Milliseconds()}
-	if l.now != nil {
-		args = append(args, l.now().UnixMicro())
-	}
-	return args
-}
-
 // Claim implements Ledger.
 func (l *RedisLedger) Claim(ctx context.Context, id, owner string, lease time.Duration) (Claim, error) {
-	cmd := ledgerClaimScript.Run(ctx, l.rdb, []string{LedgerKey(l.prefix, id)}, l.claimArgs(owner, lease)...)
-	return decodeClaim(id, cmd)
+	g := l.ClaimGroup()
+	c := g.Add(id, owner, lease)
+	g.cmd = ledgerClaimScript.Run(ctx, l.rdb, g.keys, g.args...)
+	return c.Result()
 }
 
-// ClaimCmd is a claim queued on a pipeline; its Result is ready after the
-// pipeline's Exec.
+// ClaimGroup is the claims of several jobs made by one script run: the
+// same answers, in the order of Add, as that many Claim calls at one
+// instant, for one EVALSHA and one read of the clock. On Redis Cluster the
+// jobs of one group must hash to one slot (LedgerSlot). Add and Queue are
+// not safe for concurrent use; the ClaimCmds' Results are, once the
+// pipeline has run.
+type ClaimGroup struct {
+	l    *RedisLedger
+	ids  []string
+	keys []string
+	args []any
+	cmd  *redis.Cmd
+
+	once    sync.Once
+	replies []Claim
+	err     error
+}
+
+// ClaimGroup starts a group of claims.
+func (l *RedisLedger) ClaimGroup() *ClaimGroup {
+	now := ""
+	if l.now != nil {
+		now = strconv.FormatInt(l.now().UnixMicro(), 10)
+	}
+	return &ClaimGroup{l: l, args: []any{l.ttl.Milliseconds(), now}}
+}
+
+// Add adds the claim of job id by owner for lease and returns its handle.
+func (g *ClaimGroup) Add(id, owner string, lease time.Duration) *ClaimCmd {
+	g.ids = append(g.ids, id)
+	g.keys = append(g.keys, LedgerKey(g.l.prefix, id))
+	g.args = append(g.args, owner, lease.Milliseconds())
+	return &ClaimCmd{g: g, i: len(g.ids) - 1}
+}
+
+// Len is the number of claims added.
+func (g *ClaimGroup) Len() int { return len(g.ids) }
+
+// Queue queues the group's script on pipe (EVALSHA only: call Load first,
+// and again when a Result says ErrNotLoaded). An empty group queues
+// nothing.
+func (g *ClaimGroup) Queue(ctx context.Context, pipe redis.Pipeliner) {
+	if len(g.ids) > 0 {
+		g.cmd = ledgerClaimScript.EvalSha(ctx, pipe, g.keys, g.args...)
+	}
+}
+
+// ClaimCmd is a claim queued on a pipeline in a ClaimGroup; its Result is
+// ready after the pipeline's Exec.
 type ClaimCmd struct {
-	id  string
-	cmd *redis.Cmd
+	g *ClaimGroup
+	i int
 }
 
-// ClaimCmd queues a claim on pipe (EVALSHA only: call Load first, and again
-// when Result says ErrNotLoaded).
+// ClaimCmd queues a claim on pipe, alone (EVALSHA only: call Load first,
+// and again when Result says ErrNotLoaded).
 func (l *RedisLedger) ClaimCmd(ctx context.Context, pipe redis.Pipeliner, id, owner string, lease time.Duration) *ClaimCmd {
-	return &ClaimCmd{id: id, cmd: ledgerClaimScript.EvalSha(ctx, pipe, []string{LedgerKey(l.prefix, id)}, l.claimArgs(owner, lease)...)}
+	g := l.ClaimGroup()
+	c := g.Add(id, owner, lease)
+	g.Queue(ctx, pipe)
+	return c
 }
 
 // Result decodes the claim; a script missing from the server's cache wraps
 // ErrNotLoaded.
 func (c *ClaimCmd) Result() (Claim, error) {
-	if err := c.cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		return Claim{}, fmt.Errorf("claim job %s: %w", c.id, ErrNotLoaded)
+	g := c.g
+	g.once.Do(g.decode)
+	if g.err != nil {
+		return Claim{}, fmt.Errorf("claim job %s: %w", g.ids[c.i], g.err)
 	}
-	return decodeClaim(c.id, c.cmd)
+	return g.replies[c.i], nil
+}
+
+// decode reads the group's reply once.
+func (g *ClaimGroup) decode() {
+	if g.cmd == nil {
+		g.err = errors.New("claim not queued")
+		return
+	}
+	res, err := g.cmd.Int64Slice()
+	switch {
+	case err != nil && redis.HasErrorPrefix(err, "NOSCRIPT"):
+		g.err = ErrNotLoaded
+		return
+	case err != nil:
+		g.err = err
+		return
+	case len(res) != 3*len(g.ids):
+		g.err = fmt.Errorf("unexpected reply %v for %d claims", res, len(g.ids))
+		return
+	}
+	g.replies = make([]Claim, len(g.ids))
+	for i := range g.replies {
+		c := Claim{Status: ClaimStatus(res[3*i]), Attempts: int(res[3*i+1]), BusyFor: time.Duration(res[3*i+2]) * time.Millisecond}
+		if c.Status < Claimed || c.Status > Busy {
+			g.err = fmt.Errorf("unexpected status %d", res[3*i])
+			return
+		}
+		g.replies[i] = c
+	}
 }
 
 // ErrNotLoaded: a pipelined script was not in the server's script cache (a
 // restart, a failover): Load the scripts and try again.
 var ErrNotLoaded = errors.New("script not loaded on the server")
-
-func decodeClaim(id string, cmd *redis.Cmd) (Claim, error) {
-	res, err := cmd.Int64Slice()
-	if err != nil {
-		return Claim{}, fmt.Errorf("claim job %s: %w", id, err)
-	}
-	if len(res) != 3 {
-		return Claim{}, fmt.Errorf("claim job %s: unexpected reply %v", id, res)
-	}
-	c := Claim{Status: ClaimStatus(res[0]), Attempts: int(res[1]), BusyFor: time.Duration(res[2]) * time.Millisecond}
-	if c.Status < Claimed || c.Status > Busy {
-		return Claim{}, fmt.Errorf("claim job %s: unexpected status %d", id, res[0])
-	}
-	return c, nil
-}
 
 func (l *RedisLedger) settle(ctx context.Context, id, owner, op string) (int, error) {
 	n, err := ledgerSettleScript.Run(ctx, l.rdb, []string{LedgerKey(l.prefix, id)}, owner, op, l.ttl.Milliseconds()).Int()
@@ -160,8 +220,39 @@ func (l *RedisLedger) settle(ctx context.Context, id, owner, op string) (int, er
 
 // Sent implements Ledger.
 func (l *RedisLedger) Sent(ctx context.Context, id, owner string) error {
-	_, err := l.settle(ctx, id, owner, "sent")
-	return err
+	pipe := l.rdb.Pipeline()
+	sc := l.SentCmd(ctx, pipe, id, owner)
+	_, _ = pipe.Exec(ctx)
+	return sc.Err()
+}
+
+// SentCmd is a Sent queued on a pipeline; its Err is ready after the
+// pipeline's Exec.
+type SentCmd struct {
+	id         string
+	set, renew redis.Cmder
+}
+
+// SentCmd queues a Sent on pipe. It needs no script: "sent" is not a
+// decision but a fact, so it is two plain commands, s = 1 (which every
+// later claim reads first, so the lease fields left beside it mean nothing
+// any more) and the record's TTL renewed for dedup_ttl. A claim running
+// between the two sees the job sent.
+func (l *RedisLedger) SentCmd(ctx context.Context, pipe redis.Pipeliner, id, _ string) *SentCmd {
+	key := LedgerKey(l.prefix, id)
+	return &SentCmd{id: id, set: pipe.HSet(ctx, key, "s", "1"), renew: pipe.PExpire(ctx, key, l.ttl)}
+}
+
+// Err is the pipelined Sent's error.
+func (c *SentCmd) Err() error {
+	err := c.set.Err()
+	if err == nil {
+		err = c.renew.Err()
+	}
+	if err != nil {
+		return fmt.Errorf("record sent for job %s: %w", c.id, err)
+	}
+	return nil
 }
 
 // Failed implements Ledger.

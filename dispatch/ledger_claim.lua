@@ -1,36 +1,43 @@
--- claim: take the send lease of one job, or say why not.
+-- claim: take the send lease of one job, or of several jobs in one script
+-- run (the claims of many jobs that share a Redis node and slot), or say
+-- why not.
 --
--- KEYS[1]  the job's ledger hash, {<prefix>j:<id>}
--- ARGV[1]  owner token of the caller (unique per delivery attempt)
--- ARGV[2]  lease length, integer milliseconds
--- ARGV[3]  record TTL (dedup_ttl), integer milliseconds
--- ARGV[4]  optional: now, integer microseconds (tests only; production reads TIME)
+-- KEYS[i]     the ledger hash of job i, {<prefix>j:<id>}
+-- ARGV[1]     record TTL (dedup_ttl), integer milliseconds
+-- ARGV[2]     now, integer microseconds (tests only; '' reads TIME)
+-- ARGV[1+2i]  owner token of the caller of job i (unique per delivery attempt)
+-- ARGV[2+2i]  lease length of job i, integer milliseconds
 --
 -- Fields: s = 1 once sent; a = transient provider failures so far;
 --         o = lease owner; l = lease end (µs of the Redis clock).
 --
--- Reply: { status, attempts, busy_ms }
+-- Reply: three integers per job, in KEYS' order: status, attempts, busy_ms
 --   status 0 = claimed by the caller (a new lease, or the caller's own lease extended)
 --   status 1 = already sent: the caller must not send
 --   status 2 = another owner holds an unexpired lease; busy_ms until it ends
 local now
-if ARGV[4] then
-  now = tonumber(ARGV[4])
+if ARGV[2] ~= '' then
+  now = tonumber(ARGV[2])
 else
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-local key = KEYS[1]
-local rec = redis.call('HMGET', key, 's', 'a', 'o', 'l')
-local attempts = tonumber(rec[2]) or 0
-if rec[1] == '1' then
-  return {1, attempts, 0}
+local out = {}
+for i, key in ipairs(KEYS) do
+  local me = ARGV[1 + 2 * i]
+  local rec = redis.call('HMGET', key, 's', 'a', 'o', 'l')
+  local attempts = tonumber(rec[2]) or 0
+  local owner = rec[3]
+  local lease_end = tonumber(rec[4]) or 0
+  local n = #out
+  if rec[1] == '1' then
+    out[n + 1], out[n + 2], out[n + 3] = 1, attempts, 0
+  elseif owner and owner ~= me and lease_end > now then
+    out[n + 1], out[n + 2], out[n + 3] = 2, attempts, math.ceil((lease_end - now) / 1000)
+  else
+    redis.call('HSET', key, 'o', me, 'l', now + tonumber(ARGV[2 + 2 * i]) * 1000)
+    redis.call('PEXPIRE', key, ARGV[1])
+    out[n + 1], out[n + 2], out[n + 3] = 0, attempts, 0
+  end
 end
-local owner = rec[3]
-local lease_end = tonumber(rec[4]) or 0
-if owner and owner ~= ARGV[1] and lease_end > now then
-  return {2, attempts, math.ceil((lease_end - now) / 1000)}
-end
-redis.call('HSET', key, 'o', ARGV[1], 'l', now + tonumber(ARGV[2]) * 1000)
-redis.call('PEXPIRE', key, ARGV[3])
-return {0, attempts, 0}
+return out

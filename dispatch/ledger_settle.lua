@@ -1,12 +1,11 @@
--- settle: record what became of a send and give up the lease.
+-- settle: record what became of a failed or abandoned send, and give up
+-- the lease. (A sent job needs no script: RedisLedger.SentCmd sets s = 1.)
 --
 -- KEYS[1]  the job's ledger hash, {<prefix>j:<id>}
 -- ARGV[1]  owner token of the caller
--- ARGV[2]  what happened: "sent" | "failed" | "release" | "reset"
+-- ARGV[2]  what happened: "failed" | "release" | "reset"
 -- ARGV[3]  record TTL (dedup_ttl), integer milliseconds
 --
--- sent:    s = 1 (remembered for dedup_ttl), lease cleared whoever holds it
---          (the provider accepted the job: that fact wins over any lease)
 -- failed:  a = a + 1 (one transient provider failure), the caller's lease cleared
 -- release: the caller's lease cleared; nothing counted
 -- reset:   forget the record of a job that was not sent (a dead letter being
@@ -16,10 +15,7 @@
 -- was sent (and is kept), else 0
 local key = KEYS[1]
 local op = ARGV[2]
-if op == 'sent' then
-  redis.call('HSET', key, 's', '1')
-  redis.call('HDEL', key, 'o', 'l')
-elseif op == 'failed' then
+if op == 'failed' then
   redis.call('HINCRBY', key, 'a', 1)
   if redis.call('HGET', key, 'o') == ARGV[1] then
     redis.call('HDEL', key, 'o', 'l')
