@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -111,6 +112,7 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, stream string, 
 type Consumer struct {
 	nc           *nats.Conn
 	high, normal *lane
+	highIdle     atomic.Bool // the priority lane had nothing at the last look
 }
 
 // NewConsumer creates or updates the two durable lane consumers on the job
@@ -144,8 +146,10 @@ func NewConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, cc Con
 // delivery while a high-lane message is available, and high-lane deliveries
 // come first in the slice.
 //
-// It first asks each lane for what it can deliver now (high, then normal for
-// the rest). When both have nothing and wait > 0 it long-polls: one pull
+// It first asks the lanes for what they can deliver now: both at once
+// while the priority lane had nothing at the last look (normal-lane
+// messages beyond max are then handed back at once), else the priority lane
+// first and the normal lane for the rest. When both have nothing and wait > 0 it long-polls: one pull
 // request of one message on each lane, held by the server (no busy loop)
 // for up to wait. The first message to arrive ends the poll; the other
 // request is withdrawn by draining its inbox, so a message the server sent
@@ -169,25 +173,72 @@ func (c *Consumer) Fetch(ctx context.Context, max int, wait time.Duration) ([]*D
 	if !c.nc.IsConnected() {
 		return nil, fmt.Errorf("fetch: %w (%s)", errNotConnected, c.nc.Status())
 	}
-	msgs, err := c.fetchNow(ctx, c.high, max)
-	if err != nil && len(msgs) == 0 {
-		return nil, fmt.Errorf("fetch high lane: %w", err)
-	}
-	if len(msgs) < max {
-		more, err := c.fetchNow(ctx, c.normal, max-len(msgs))
-		switch {
-		case err != nil && ctx.Err() != nil:
-			nakAll(c.nc, msgs)
-			return nil, fmt.Errorf("fetch: %w", err)
-		case err != nil && len(msgs)+len(more) == 0:
-			return nil, fmt.Errorf("fetch normal lane: %w", err)
-		}
-		msgs = append(msgs, more...)
+	msgs, err := c.fetchLanes(ctx, max)
+	if err != nil {
+		return nil, err
 	}
 	if len(msgs) > 0 || wait <= 0 {
 		return c.deliveries(msgs), nil
 	}
 	return c.longPoll(ctx, max, wait)
+}
+
+// fetchLanes takes up to max messages the lanes can deliver now, the
+// priority lane's first. When the priority lane had nothing at the last
+// look (the usual case), both lanes are asked at once, one round trip; the
+// normal-lane messages that the priority lane's leave no room for are handed
+// back at once with a Nak. Otherwise the priority lane is asked first and
+// the normal lane for the rest, so that a busy priority lane costs no
+// handed-back messages.
+func (c *Consumer) fetchLanes(ctx context.Context, max int) ([]*nats.Msg, error) {
+	if c.highIdle.Load() {
+		got, err := c.fetchNow(ctx, max, c.high, c.normal)
+		if err != nil && ctx.Err() != nil {
+			return nil, fmt.Errorf("fetch: %w", ctx.Err())
+		}
+		if got == nil {
+			c.highIdle.Store(false)
+			return nil, fmt.Errorf("fetch lanes: %w", err)
+		}
+		high, normal := got[0], got[1]
+		// A lane that failed is asked alone next time, where its error
+		// shows as it did before.
+		c.highIdle.Store(len(high) == 0 && err == nil)
+		if len(high)+len(normal) == 0 && err != nil {
+			return nil, fmt.Errorf("fetch lanes: %w", err)
+		}
+		if room := max - len(high); len(normal) > room {
+			nakAll(c.nc, normal[room:])
+			normal = normal[:room]
+		}
+		return append(high, normal...), nil
+	}
+	got, err := c.fetchNow(ctx, max, c.high)
+	if err != nil && ctx.Err() != nil {
+		return nil, fmt.Errorf("fetch: %w", ctx.Err())
+	}
+	var msgs []*nats.Msg
+	if got != nil {
+		msgs = got[0]
+	}
+	c.highIdle.Store(len(msgs) == 0 && err == nil)
+	if err != nil && len(msgs) == 0 {
+		return nil, fmt.Errorf("fetch high lane: %w", err)
+	}
+	if len(msgs) < max {
+		got, err := c.fetchNow(ctx, max-len(msgs), c.normal)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			nakAll(c.nc, msgs)
+			return nil, fmt.Errorf("fetch: %w", err)
+		case err != nil && len(msgs) == 0 && (got == nil || len(got[0]) == 0):
+			return nil, fmt.Errorf("fetch normal lane: %w", err)
+		}
+		if got != nil {
+			msgs = append(msgs, got[0]...)
+		}
+	}
+	return msgs, nil
 }
 
 // Lane is the state of one lane consumer.

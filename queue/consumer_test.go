@@ -104,12 +104,86 @@ func TestFetchTakesHighLaneFirst(t *testing.T) {
 			t.Fatal("high delivery from an empty high lane")
 		}
 	}
-	// Deliveries carry their metadata.
-	d := ds[0]
-	if d.Stream != "NOTIFY" || d.StreamSeq == 0 || d.NumDelivered != 1 || time.Since(d.Published) > time.Minute || d.Channel == "" {
-		t.Errorf("delivery metadata: %+v", d)
+	// Deliveries carry their metadata. The fetch of h-late asked both
+	// lanes at once (the high lane had been empty): the normal message it
+	// had no room for was handed back, and comes again as its second
+	// delivery; the others are first deliveries.
+	again := 0
+	for _, d := range ds {
+		if d.Stream != "NOTIFY" || d.StreamSeq == 0 || d.NumDelivered < 1 || d.NumDelivered > 2 || time.Since(d.Published) > time.Minute || d.Channel == "" {
+			t.Errorf("delivery metadata: %+v", d)
+		}
+		if d.NumDelivered == 2 {
+			again++
+		}
+	}
+	if again > 1 {
+		t.Errorf("%d deliveries came a second time, want at most the one handed back", again)
 	}
 	ackAll(t, ds)
+}
+
+// TestFetchAsksBothLanesAtOnce: once the high lane was found empty, a
+// fetch asks both lanes in one round trip. When high messages have come
+// meanwhile they still come first, the normal messages beyond max are
+// handed back at once, and every message is delivered exactly once in the
+// end (the handed-back ones as their second delivery).
+func TestFetchAsksBothLanesAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	c := b.consumer(t, queue.ConsumerConfig{})
+	b.publish(t, false, job("sms", "warm"))
+	ds, err := c.Fetch(ctx(t), 1, time.Second) // the high lane is seen empty
+	if err != nil || len(ds) != 1 || ds[0].High {
+		t.Fatalf("first fetch: %+v %v", ds, err)
+	}
+	ackAll(t, ds)
+	for i := range 6 {
+		b.publish(t, false, job("sms", fmt.Sprintf("n-%d", i)))
+	}
+	b.publish(t, true, job("push", "h-0"), job("push", "h-1"))
+	testenv.WaitFor(t, 5*time.Second, "both lanes count their messages", func() bool {
+		bl, err := c.Backlog(ctx(t))
+		return err == nil && bl.High.Pending == 2 && bl.Normal.Pending == 6
+	})
+	ds, err = c.Fetch(ctx(t), 3, time.Second)
+	if err != nil || len(ds) != 3 {
+		t.Fatalf("fetch 3: %d deliveries, %v", len(ds), err)
+	}
+	if !ds[0].High || !ds[1].High || ds[2].High {
+		t.Fatalf("fetch 3: high flags %v %v %v, want high, high, normal", ds[0].High, ds[1].High, ds[2].High)
+	}
+	seen := map[string]int{}
+	again := 0
+	for _, id := range ackAll(t, ds) {
+		seen[id]++
+	}
+	for len(seen) < 8 {
+		ds, err := c.Fetch(ctx(t), 2, time.Second)
+		if err != nil || len(ds) == 0 {
+			t.Fatalf("after %d of 8 jobs: %d deliveries, %v", len(seen), len(ds), err)
+		}
+		for _, d := range ds {
+			if d.High {
+				t.Fatalf("a high delivery from an emptied high lane: %+v", d)
+			}
+			if d.NumDelivered > 1 {
+				again++
+			}
+		}
+		for _, id := range ackAll(t, ds) {
+			seen[id]++
+		}
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Errorf("%s delivered %d times", id, n)
+		}
+	}
+	// The normal request asked for 3 and 1 fitted: 2 were handed back.
+	if again != 2 {
+		t.Errorf("%d second deliveries, want the 2 handed back", again)
+	}
 }
 
 func TestFetchLongPollWakesOnPublish(t *testing.T) {

@@ -150,50 +150,94 @@ wait:
 	}
 }
 
-// fetchNow pulls up to n messages that l can deliver now: a no-wait
-// request, answered at once with the messages available and a 404 or 408.
-// If the server holds the request instead (the lane is at MaxAckPending),
-// it is withdrawn after stuckAfter. Messages received before an error are
-// returned with it; if ctx ends they are handed back and only the error
-// returned.
-func (c *Consumer) fetchNow(ctx context.Context, l *lane, n int) ([]*nats.Msg, error) {
-	ch := make(chan *nats.Msg, n+8)
-	sub, err := c.subscribe(ch)
-	if err != nil {
-		return nil, err
+// fetchNow pulls up to n messages from each of lanes that they can deliver
+// now, all requests sent at once (one round trip however many lanes): a
+// no-wait request per lane, answered at once with the messages available
+// and a 404 or 408. If the server holds a request instead (the lane is at
+// MaxAckPending), it is withdrawn after stuckAfter. It returns each lane's
+// messages in lanes' order; messages received before an error are returned
+// with it (the first lane's error first); if ctx ends they are handed back
+// and only the error returned.
+func (c *Consumer) fetchNow(ctx context.Context, n int, lanes ...*lane) ([][]*nats.Msg, error) {
+	ch := make(chan *nats.Msg, len(lanes)*n+8)
+	subs := make([]*nats.Subscription, 0, len(lanes))
+	unsubscribe := func() {
+		for _, s := range subs {
+			_ = s.Unsubscribe()
+		}
 	}
-	if err := c.request(l, sub.Subject, pullRequest{Batch: n, NoWait: true}); err != nil {
-		_ = sub.Unsubscribe()
-		return nil, err
+	for range lanes {
+		sub, err := c.subscribe(ch)
+		if err != nil {
+			unsubscribe()
+			return nil, err
+		}
+		subs = append(subs, sub)
+	}
+	for i, l := range lanes {
+		if err := c.request(l, subs[i].Subject, pullRequest{Batch: n, NoWait: true}); err != nil {
+			unsubscribe()
+			return nil, err
+		}
+	}
+	got := make([][]*nats.Msg, len(lanes))
+	errs := make([]error, len(lanes))
+	ended := make([]bool, len(lanes))
+	laneOf := func(m *nats.Msg) int {
+		for i, s := range subs {
+			if m.Sub == s {
+				return i
+			}
+		}
+		return -1
 	}
 	stuck := time.NewTimer(stuckAfter)
 	defer stuck.Stop()
-	var msgs []*nats.Msg
-	for {
+	for open := len(lanes); open > 0; {
 		select {
 		case m := <-ch:
+			i := laneOf(m)
+			if i < 0 || ended[i] {
+				continue
+			}
 			isStatus, end, serr := status(m)
 			if !isStatus {
-				msgs = append(msgs, m)
-				if len(msgs) < n {
+				got[i] = append(got[i], m)
+				if len(got[i]) < n {
 					continue
 				}
 			} else if !end {
 				continue
 			}
 			// The request is complete: nothing more can come.
-			_ = sub.Unsubscribe()
+			ended[i], open = true, open-1
+			_ = subs[i].Unsubscribe()
 			if serr != nil {
-				serr = fmt.Errorf("pull from %s: %w", l.name, serr)
+				errs[i] = fmt.Errorf("pull from %s: %w", lanes[i].name, serr)
 			}
-			return msgs, serr
 		case <-stuck.C:
-			return append(msgs, drain(ch, sub)...), nil
+			var waiting []*nats.Subscription
+			for i, s := range subs {
+				if !ended[i] {
+					waiting = append(waiting, s)
+				}
+			}
+			for _, m := range drain(ch, waiting...) {
+				if i := laneOf(m); i >= 0 {
+					got[i] = append(got[i], m)
+				}
+			}
+			return got, errors.Join(errs...)
 		case <-ctx.Done():
-			nakAll(c.nc, append(msgs, drain(ch, sub)...))
+			var all []*nats.Msg
+			for _, g := range got {
+				all = append(all, g...)
+			}
+			nakAll(c.nc, append(all, drain(ch, subs...)...))
 			return nil, ctx.Err()
 		}
 	}
+	return got, errors.Join(errs...)
 }
 
 // longPoll asks both lanes for one message each, held by the server up to
