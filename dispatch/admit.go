@@ -44,24 +44,29 @@ func (d *Dispatcher) admit(ctx context.Context, jb *job, rule userlimit.Rule, ca
 	return adm, err
 }
 
-// admitPipelined sends the three decisions in one pipeline. A script
+// admitPipelined sends the three decisions in one pipeline, shared with
+// the other workers' requests of the moment (pipeBatcher). A script
 // missing from the server's cache (after a restart or failover) loads the
 // scripts and tries once more.
 func (d *Dispatcher) admitPipelined(ctx context.Context, jb *job, l *Limits, rule userlimit.Rule, capped, reserve bool) (admission, error) {
 	j := jb.j
 	for attempt := 0; ; attempt++ {
 		adm := admission{limits: l}
-		pipe := l.redis.rdb.Pipeline()
-		cc := l.redis.ledger.ClaimCmd(ctx, pipe, j.ID, jb.owner, d.lease(jb))
-		var dc *userlimit.Decision
-		if capped {
-			dc = l.redis.users.AllowCmd(ctx, pipe, userlimit.Key{Channel: j.Channel, User: j.UserID}, j.ID, rule)
-		}
-		var rc *leaky.ReserveCmd
-		if reserve {
-			rc = l.redis.leaky.ReserveCmd(ctx, pipe, jb.provider, l.contract(jb.pcfg), jb.cost)
-		}
-		_, _ = pipe.Exec(ctx) // each command carries its own error
+		var (
+			cc *ClaimCmd
+			dc *userlimit.Decision
+			rc *leaky.ReserveCmd
+		)
+		lease, contract := d.lease(jb), l.contract(jb.pcfg)
+		l.redis.batch.do(ctx, func(bt *pipeBatch) {
+			cc = bt.claim(l.redis.ledger, j.ID, jb.owner, lease)
+			if capped {
+				dc = l.redis.users.AllowCmd(ctx, bt.pipe, userlimit.Key{Channel: j.Channel, User: j.UserID}, j.ID, rule)
+			}
+			if reserve {
+				rc = bt.reserve(l.redis.leaky, jb.provider, contract, jb.cost)
+			}
+		})
 		replied := time.Now()
 		var errs []error
 		var err error

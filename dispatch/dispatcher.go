@@ -187,6 +187,7 @@ type Dispatcher struct {
 	ready     atomic.Bool
 	stopping  atomic.Bool
 	wg        sync.WaitGroup // background loops of Run
+	settleQ   chan *job      // sent jobs for the settler; set by Run before any worker starts
 }
 
 // New checks the options and returns a Dispatcher.
@@ -322,6 +323,14 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}()
 	}
 
+	// The settler records and acknowledges sent jobs for the workers
+	// (shared limits only); it stops once the workers have and its queue
+	// is empty, so every job a worker sent is acknowledged before Run
+	// returns.
+	d.settleQ = make(chan *job, d.o.Workers)
+	settled := make(chan struct{})
+	go func() { defer close(settled); d.settleLoop(sendCtx, d.settleQ) }()
+
 	jobs := make(chan *queue.Delivery)
 	slots := make(chan struct{}, d.o.Workers)
 	for i := 0; i < d.o.Workers; i++ {
@@ -347,6 +356,8 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	err := d.fetchLoop(ctx, jobs, slots)
 	close(jobs)
 	workers.Wait()
+	close(d.settleQ)
+	<-settled
 	cancelBg()
 	d.stopMonitor()
 	d.wg.Wait()

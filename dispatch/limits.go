@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -49,6 +50,7 @@ func RedisLimits(rdb redis.UniversalClient, c LimitsConfig) *Limits {
 		ledger: NewRedisLedger(rdb, c.Prefix, c.DedupTTL),
 		users:  userlimit.NewRedis(rdb, c.Prefix),
 		leaky:  leaky.NewRedis(rdb, c.Prefix, leaky.WithMaxCost(max(1, c.MaxCost)), leaky.WithHeadroom(c.headroom())),
+		batch:  newPipeBatcher(rdb),
 	}
 	pauses := leaky.NewPauseWatcher(nil)
 	l := &Limits{
@@ -105,6 +107,24 @@ type redisSet struct {
 	ledger *RedisLedger
 	users  *userlimit.Redis
 	leaky  *leaky.Redis
+	batch  *pipeBatcher // the admissions and sent records of all workers, pipelined together
+}
+
+// sent records sent jobs in the ledger, in the workers' shared pipeline.
+func (r *redisSet) sent(ctx context.Context, jobs []*job) error {
+	cmds := make([]*SentCmd, len(jobs))
+	r.batch.do(ctx, func(bt *pipeBatch) {
+		for i, jb := range jobs {
+			cmds[i] = r.ledger.SentCmd(ctx, bt.pipe, jb.j.ID, jb.owner)
+		}
+	})
+	var errs []error
+	for _, sc := range cmds {
+		if err := sc.Err(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // load puts every script in the servers' script caches, which a pipeline

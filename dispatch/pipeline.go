@@ -425,8 +425,8 @@ func (d *Dispatcher) send(ctx, sendCtx context.Context, jb *job) (finished bool,
 			}
 			d.m.JobLatency.WithLabelValues(jb.channel, jb.provider).Observe(time.Since(from).Seconds())
 		}
-		d.recordSent(sendCtx, jb)
-		return true, d.ackResult(sendCtx, jb, OutcomeSent)
+		d.settle(sendCtx, jb)
+		return true, nil
 
 	case rl != nil:
 		pause := rl.RetryAfter
@@ -472,24 +472,80 @@ func (d *Dispatcher) send(ctx, sendCtx context.Context, jb *job) (finished bool,
 	}
 }
 
-// recordSent writes "sent" to the ledger, retrying briefly: the ack that
-// follows removes the job from JetStream, so the record only matters if that
-// ack is lost too.
-func (d *Dispatcher) recordSent(ctx context.Context, jb *job) {
+// settle records a sent job in the ledger and then acknowledges it. On
+// the shared limits the worker hands the job to the settler (settleLoop)
+// and is free for the next job at once: the record and the ack, which no
+// longer decide anything, leave the worker's path, and the settler records
+// every job handed to it meanwhile in one round trip. On local limits the
+// worker does both itself (the ack there waits for the server).
+func (d *Dispatcher) settle(ctx context.Context, jb *job) {
+	if l := d.currentLimits(); l != nil && l.redis != nil && d.settleQ != nil {
+		d.settleQ <- jb
+		return
+	}
+	d.recordSent(ctx, []*job{jb})
+	_ = d.ackResult(ctx, jb, OutcomeSent)
+}
+
+// settleLoop is the settler: it records and acknowledges the sent jobs
+// handed to it, as many at a time as have come in, until q is closed and
+// empty.
+func (d *Dispatcher) settleLoop(ctx context.Context, q <-chan *job) {
+	batch := make([]*job, 0, cap(q))
+	for jb := range q {
+		batch = append(batch[:0], jb)
+	more:
+		for len(batch) < cap(batch) {
+			select {
+			case jb, ok := <-q:
+				if !ok {
+					break more
+				}
+				batch = append(batch, jb)
+			default:
+				break more
+			}
+		}
+		d.recordSent(ctx, batch)
+		for _, jb := range batch {
+			_ = d.ackResult(ctx, jb, OutcomeSent)
+		}
+	}
+}
+
+// recordSent writes "sent" to the ledger for jobs the provider accepted
+// (one round trip on Redis, however many), retrying briefly: the ack that
+// follows removes each job from JetStream, so the record only matters if
+// that ack is lost too. A retry writes every record again; they are
+// idempotent.
+func (d *Dispatcher) recordSent(ctx context.Context, jobs []*job) {
 	for attempt := 0; ; attempt++ {
 		l := d.currentLimits()
 		if l == nil {
 			l = d.o.Limits
 		}
 		t0 := time.Now()
-		err := l.Ledger.Sent(ctx, jb.j.ID, jb.owner)
-		d.trace("ledger_sent", t0)
+		var err error
+		if l.redis != nil {
+			err = l.redis.sent(ctx, jobs)
+		} else {
+			for _, jb := range jobs {
+				err = errors.Join(err, l.Ledger.Sent(ctx, jb.j.ID, jb.owner))
+			}
+		}
+		for range jobs {
+			d.trace("ledger_sent", t0)
+		}
 		if err == nil {
-			jb.claimed = false
+			for _, jb := range jobs {
+				jb.claimed = false
+			}
 			return
 		}
 		if attempt >= 20 || ctx.Err() != nil {
-			jb.log().Error("record sent job in the ledger; acknowledging anyway", "err", err)
+			for _, jb := range jobs {
+				jb.log().Error("record sent job in the ledger; acknowledging anyway", "err", err)
+			}
 			return
 		}
 		d.backendFailed(l, err)

@@ -1,0 +1,135 @@
+package dispatch
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/notifier/notifier/leaky"
+)
+
+// pipeBatcher puts the Redis requests of many workers into one pipeline
+// (a group commit): a worker adds its commands to the batch that is open
+// now and waits for that batch's reply. The first worker of a batch leads
+// it: it waits until the pipeline before it has come back (one pipeline in
+// flight per client), closes the batch and sends it; the others' commands
+// ride along. Under load a batch therefore holds what the workers asked
+// for during one round trip, and the round trips per job fall with the
+// number of workers; an idle dispatcher sends each request at once, as
+// before. Nothing waits on a timer, and there is no goroutine to own: the
+// leader sends.
+//
+// A batch also merges what can be merged: the ledger claims of all its
+// jobs go in one script run (one per cluster slot on a Redis Cluster), and
+// the slot reservations of all its jobs in one provider's queue in another.
+// Each request still gets its own answer and error, as in any pipeline: one
+// job's failed command does not fail the others. Safe for concurrent use.
+type pipeBatcher struct {
+	rdb     redis.UniversalClient
+	cluster bool          // claims are grouped per cluster slot
+	max     int           // requests in one batch at most; a full batch is closed to newcomers
+	turn    chan struct{} // held by the leader whose pipeline is in flight
+
+	mu   sync.Mutex
+	open *pipeBatch // the batch taking requests now, nil when none
+}
+
+// pipeBatch is one pipeline being filled. Its methods are called under the
+// batcher's lock, by the function given to do.
+type pipeBatch struct {
+	pipe     redis.Pipeliner
+	cluster  bool // group claims per cluster slot
+	requests int
+	claims   map[uint16]*ClaimGroup // by cluster slot (all 0 on a single server)
+	reserves map[reserveKey]*leaky.ReserveGroup
+	done     chan struct{} // closed once the pipeline's replies are in
+}
+
+type reserveKey struct {
+	provider string
+	contract leaky.Contract
+}
+
+// maxBatchRequests bounds one pipeline, so that no batch waits behind an
+// unbounded one.
+const maxBatchRequests = 128
+
+func newPipeBatcher(rdb redis.UniversalClient) *pipeBatcher {
+	_, cluster := rdb.(*redis.ClusterClient)
+	return &pipeBatcher{rdb: rdb, cluster: cluster, max: maxBatchRequests, turn: make(chan struct{}, 1)}
+}
+
+// do adds fn's commands to the open batch (fn must only queue, and runs
+// under the batcher's lock) and returns once they have been executed; each
+// command queued then carries its reply or its error. A cancelled ctx does
+// not abandon the wait: the commands are on their way to the server, and
+// the caller must read what they did (the pipeline is bounded by the
+// client's read and write timeouts).
+func (b *pipeBatcher) do(ctx context.Context, fn func(bt *pipeBatch)) {
+	b.mu.Lock()
+	bt, lead := b.open, false
+	if bt == nil {
+		bt, lead = &pipeBatch{pipe: b.rdb.Pipeline(), cluster: b.cluster, done: make(chan struct{})}, true
+		b.open = bt
+	}
+	fn(bt)
+	if bt.requests++; bt.requests >= b.max {
+		b.open = nil
+	}
+	b.mu.Unlock()
+	if !lead {
+		<-bt.done
+		return
+	}
+	b.turn <- struct{}{} // the pipeline before this one is back
+	b.mu.Lock()
+	if b.open == bt {
+		b.open = nil
+	}
+	b.mu.Unlock()
+	// Closed: nothing adds to bt any more.
+	ectx := context.WithoutCancel(ctx)
+	for _, g := range bt.claims {
+		g.Queue(ectx, bt.pipe)
+	}
+	for _, g := range bt.reserves {
+		g.Queue(ectx, bt.pipe)
+	}
+	_, _ = bt.pipe.Exec(ectx) // each command carries its own error
+	<-b.turn
+	close(bt.done)
+}
+
+// claim adds a ledger claim to the batch's claim group of its slot.
+func (bt *pipeBatch) claim(l *RedisLedger, id, owner string, lease time.Duration) *ClaimCmd {
+	var slot uint16
+	if bt.cluster {
+		slot = clusterSlot(LedgerKey(l.prefix, id))
+	}
+	if bt.claims == nil {
+		bt.claims = map[uint16]*ClaimGroup{}
+	}
+	g := bt.claims[slot]
+	if g == nil {
+		g = l.ClaimGroup()
+		bt.claims[slot] = g
+	}
+	return g.Add(id, owner, lease)
+}
+
+// reserve adds a slot reservation to the batch's group of the provider's
+// queue.
+func (bt *pipeBatch) reserve(q *leaky.Redis, provider string, c leaky.Contract, cost int) *leaky.ReserveCmd {
+	if bt.reserves == nil {
+		bt.reserves = map[reserveKey]*leaky.ReserveGroup{}
+	}
+	k := reserveKey{provider, c}
+	g := bt.reserves[k]
+	if g == nil {
+		g = q.ReserveGroup(provider, c)
+		bt.reserves[k] = g
+	}
+	return g.Add(cost)
+}

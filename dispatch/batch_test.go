@@ -1,0 +1,251 @@
+package dispatch
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"pgregory.net/rapid"
+
+	"github.com/notifier/notifier/leaky"
+	"github.com/notifier/notifier/testenv"
+)
+
+// TestClaimGroupMatchesMemory drives the in-memory ledger with single
+// claims and the Redis ledger with the same claims made in groups (one
+// script run each, as a batch makes them), among sent records, failures,
+// releases and clock steps, and demands the same answers.
+func TestClaimGroupMatchesMemory(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb := testenv.Redis(t).Client()
+	if err := NewRedisLedger(rdb, "", time.Hour).Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	run := 0
+	rapid.Check(t, func(rt *rapid.T) {
+		run++
+		clock := newFakeClock()
+		mem := NewMemoryLedger(clock.Now, 24*time.Hour)
+		red := NewRedisLedger(rdb, fmt.Sprintf("cg%d:", run), 24*time.Hour)
+		red.now = clock.Now
+		ids := rapid.SampledFrom([]string{"j0", "j1", "j2", "j3"})
+		owners := rapid.SampledFrom([]string{"a", "b", "c"})
+		actions := map[string]func(*rapid.T){
+			"advance": func(rt *rapid.T) {
+				clock.Advance(time.Duration(rapid.Int64Range(0, 15_000).Draw(rt, "advanceMs")) * time.Millisecond)
+			},
+			"claims": func(rt *rapid.T) {
+				n := rapid.IntRange(1, 8).Draw(rt, "claims")
+				g := red.ClaimGroup()
+				type req struct {
+					id, owner string
+					lease     time.Duration
+				}
+				reqs := make([]req, n)
+				cmds := make([]*ClaimCmd, n)
+				for i := range reqs {
+					reqs[i] = req{ids.Draw(rt, "id"), owners.Draw(rt, "owner"), time.Duration(rapid.IntRange(1, 20).Draw(rt, "leaseS")) * time.Second}
+					cmds[i] = g.Add(reqs[i].id, reqs[i].owner, reqs[i].lease)
+				}
+				pipe := rdb.Pipeline()
+				g.Queue(ctx, pipe)
+				if _, err := pipe.Exec(ctx); err != nil {
+					rt.Fatal(err)
+				}
+				for i, r := range reqs {
+					want, err := mem.Claim(ctx, r.id, r.owner, r.lease)
+					if err != nil {
+						rt.Fatal(err)
+					}
+					got, err := cmds[i].Result()
+					if err != nil {
+						rt.Fatal(err)
+					}
+					if got != want {
+						rt.Fatalf("claim %d of %d (%+v): redis group %+v, memory %+v", i+1, n, r, got, want)
+					}
+				}
+			},
+			"sent": func(rt *rapid.T) {
+				id, owner := ids.Draw(rt, "id"), owners.Draw(rt, "owner")
+				if err := mem.Sent(ctx, id, owner); err != nil {
+					rt.Fatal(err)
+				}
+				if err := red.Sent(ctx, id, owner); err != nil {
+					rt.Fatal(err)
+				}
+			},
+			"failed": func(rt *rapid.T) {
+				id, owner := ids.Draw(rt, "id"), owners.Draw(rt, "owner")
+				want, err := mem.Failed(ctx, id, owner)
+				if err != nil {
+					rt.Fatal(err)
+				}
+				got, err := red.Failed(ctx, id, owner)
+				if err != nil {
+					rt.Fatal(err)
+				}
+				if got != want {
+					rt.Fatalf("failed %s by %s: redis %d attempts, memory %d", id, owner, got, want)
+				}
+			},
+			"release": func(rt *rapid.T) {
+				id, owner := ids.Draw(rt, "id"), owners.Draw(rt, "owner")
+				if err := mem.Release(ctx, id, owner); err != nil {
+					rt.Fatal(err)
+				}
+				if err := red.Release(ctx, id, owner); err != nil {
+					rt.Fatal(err)
+				}
+			},
+		}
+		names := []string{"advance", "claims", "claims", "claims", "sent", "failed", "release"}
+		for range 60 {
+			actions[rapid.SampledFrom(names).Draw(rt, "action")](rt)
+		}
+	})
+}
+
+// TestPipeBatcherMergesRequests: many workers' requests at once share
+// pipelines (far fewer round trips than requests), every request gets its
+// own answers, and the claims and reservations merged into one script run
+// per batch answer as if made one by one: every job claimed once, the
+// provider's slots all distinct and one interval apart. Run on a single
+// server and on a Redis Cluster (claims grouped per slot there).
+func TestPipeBatcherMergesRequests(t *testing.T) {
+	t.Parallel()
+	for name, rdb := range map[string]redis.UniversalClient{
+		"redis":   testenv.Redis(t).Client(),
+		"cluster": testenv.RedisCluster(t).Client(),
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			trips := &RoundTripCounter{}
+			rdb.AddHook(trips)
+			prefix := "batch-" + name + ":"
+			ledger := NewRedisLedger(rdb, prefix, time.Hour)
+			q := leaky.NewRedis(rdb, prefix, leaky.WithHeadroom(0))
+			if err := ledger.Load(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := q.Load(ctx); err != nil {
+				t.Fatal(err)
+			}
+			// A warm queue: a new one starts cold (full for max_queue_delay).
+			c := leaky.Contract{Rate: 1e5, MaxQueueDelay: time.Hour}
+			if _, err := q.Reserve(ctx, "p", c, 1); err != nil {
+				t.Fatal(err)
+			}
+			b := newPipeBatcher(rdb)
+			rs := &redisSet{rdb: rdb, ledger: ledger, leaky: q, batch: b}
+			const workers, rounds = 32, 20
+			type answer struct {
+				claim Claim
+				slot  leaky.Reservation
+			}
+			answers := make([][]answer, workers)
+			trips0 := trips.Count()
+			var wg sync.WaitGroup
+			for w := range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for r := range rounds {
+						var cc *ClaimCmd
+						var rc *leaky.ReserveCmd
+						id := fmt.Sprintf("w%d-r%d", w, r)
+						b.do(ctx, func(bt *pipeBatch) {
+							cc = bt.claim(ledger, id, "owner-"+id, time.Minute)
+							rc = bt.reserve(q, "p", c, 1)
+						})
+						claim, err := cc.Result()
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						slot, err := rc.Result()
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						answers[w] = append(answers[w], answer{claim, slot})
+					}
+				}()
+			}
+			wg.Wait()
+			used := trips.Count() - trips0
+			requests := int64(workers * rounds)
+			// A cluster pipeline counts once per node it reaches (3 here).
+			if used*2 > requests*3 {
+				t.Errorf("%d round trips for %d requests: batches hardly merged", used, requests)
+			}
+			seen := map[int64]bool{}
+			for w := range workers {
+				if len(answers[w]) != rounds {
+					t.Fatalf("worker %d: %d answers, want %d", w, len(answers[w]), rounds)
+				}
+				for _, a := range answers[w] {
+					if a.claim.Status != Claimed || !a.slot.OK {
+						t.Fatalf("answer %+v: want a claim and a slot", a)
+					}
+					if seen[a.slot.Slot] {
+						t.Fatalf("slot %d given twice", a.slot.Slot)
+					}
+					seen[a.slot.Slot] = true
+				}
+			}
+			// The slots follow one another at the contract's interval, as
+			// if reserved one by one: 10 µs apart at 100,000/s.
+			var first, last int64
+			for s := range seen {
+				if first == 0 || s < first {
+					first = s
+				}
+				last = max(last, s)
+			}
+			if span := last - first; span != 10*(requests-1) {
+				t.Errorf("slots span %d µs, want %d (one every 10 µs)", span, 10*(requests-1))
+			}
+			// A second claim of every job through the batch finds it held.
+			var cc *ClaimCmd
+			b.do(ctx, func(bt *pipeBatch) { cc = bt.claim(ledger, "w0-r0", "someone-else", time.Minute) })
+			if got, err := cc.Result(); err != nil || got.Status != Busy {
+				t.Errorf("claim of a held job: %+v, %v; want Busy", got, err)
+			}
+			// The sent records go the same way.
+			jobs := []*job{{j: newJob("w0-r0", "sms", "u"), owner: "owner-w0-r0"}}
+			if err := rs.sent(ctx, jobs); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := ledger.Claim(ctx, "w0-r0", "x", time.Minute); err != nil || got.Status != AlreadySent {
+				t.Errorf("claim after the batched sent: %+v, %v; want AlreadySent", got, err)
+			}
+		})
+	}
+}
+
+// TestClusterSlot checks the hash slot the claims are grouped by against
+// the cluster's own CLUSTER KEYSLOT.
+func TestClusterSlot(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb := testenv.RedisCluster(t).Client()
+	keys := []string{"", "a", "foo", "{user1000}.following", "foo{}{bar}", "foo{{bar}}zap", "foo{bar}{zap}", "{}x", "x{", "x}"}
+	for i := range 200 {
+		keys = append(keys, LedgerKey("notifier:", fmt.Sprintf("job-%d", i)))
+	}
+	for _, k := range keys {
+		want, err := rdb.ClusterKeySlot(ctx, k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := clusterSlot(k); int64(got) != want {
+			t.Errorf("clusterSlot(%q) = %d, CLUSTER KEYSLOT = %d", k, got, want)
+		}
+	}
+}
