@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,6 +28,7 @@ import (
 // benchFlags are the flags of `notifier bench`.
 type benchFlags struct {
 	jobs, users, workers int
+	rounds               int
 	natsURL, redisAddr   string
 	contract, processes  int
 	cluster, json        bool
@@ -61,6 +63,7 @@ object with every figure instead of the report. It exits 1 when a pacing run bro
 	fl.IntVar(&f.jobs, "jobs", 20000, "jobs per pass (pacing: default 30 s of the contract)")
 	fl.IntVar(&f.users, "users", 1000, "users the jobs are spread over")
 	fl.IntVar(&f.workers, "workers", 32, "workers per dispatcher (and the floor's consumers and pull size)")
+	fl.IntVar(&f.rounds, "rounds", 3, "throughput: rounds of the three passes, one after another; each figure is the median round's")
 	fl.StringVar(&f.natsURL, "nats-url", "", "use this NATS server (comma-separated for a cluster) instead of an embedded one")
 	fl.StringVar(&f.redisAddr, "redis-addr", "", "use this Redis (host:port; comma-separated seeds of a Redis Cluster) instead of a private redis-server")
 	fl.IntVar(&f.contract, "contract", 0, "pacing run: the provider's contract in sends per second")
@@ -89,6 +92,10 @@ func (f *benchFlags) check(cmd *cobra.Command) error {
 		return fmt.Errorf("--processes is for the pacing run: give --contract too")
 	case f.processes < 1 || f.processes > 64:
 		return fmt.Errorf("--processes must be from 1 to 64, got %d", f.processes)
+	case f.rounds < 1 || f.rounds > 99:
+		return fmt.Errorf("--rounds must be from 1 to 99, got %d", f.rounds)
+	case f.contract > 0 && cmd.Flags().Changed("rounds"):
+		return fmt.Errorf("--rounds is for the throughput passes, not the pacing run")
 	}
 	if f.contract > 0 && !cmd.Flags().Changed("jobs") {
 		f.jobs = max(300, 30*f.contract)
@@ -116,7 +123,7 @@ func (f *benchFlags) command(pacing bool) string {
 	}
 	args = append(args, "--jobs", strconv.Itoa(f.jobs))
 	if !pacing {
-		args = append(args, "--users", strconv.Itoa(f.users))
+		args = append(args, "--users", strconv.Itoa(f.users), "--rounds", strconv.Itoa(f.rounds))
 	}
 	return strings.Join(append(args, "--workers", strconv.Itoa(f.workers)), " ")
 }
@@ -135,6 +142,7 @@ type benchResult struct {
 	Jobs       int               `json:"jobs"`
 	Users      int               `json:"users"`
 	Workers    int               `json:"workers"`
+	Rounds     int               `json:"rounds,omitempty"`
 	Warmup     int               `json:"warmup_jobs_per_pass,omitempty"`
 	Throughput *throughputResult `json:"throughput,omitempty"`
 	Latency    *latencyResult    `json:"latency,omitempty"`
@@ -142,14 +150,50 @@ type benchResult struct {
 }
 
 // throughputResult is the throughput section: the floor and the two
-// dispatcher passes.
+// dispatcher passes, each the round with the median jobs/s of its pass,
+// their ratios to the floor the medians of the rounds' ratios (each pass
+// against the floor measured just before it), and every round's figures.
 type throughputResult struct {
-	Command         string     `json:"command"`
-	Floor           passResult `json:"floor"`
-	WideOpen        passResult `json:"wide_open"`
-	AllLayers       passResult `json:"all_layers"`
-	WideOpenLimits  string     `json:"wide_open_limits"`
-	AllLayersLimits string     `json:"all_layers_limits"`
+	Command         string        `json:"command"`
+	Floor           passResult    `json:"floor"`
+	WideOpen        passResult    `json:"wide_open"`
+	AllLayers       passResult    `json:"all_layers"`
+	Rounds          []roundResult `json:"rounds"`
+	WideOpenLimits  string        `json:"wide_open_limits"`
+	AllLayersLimits string        `json:"all_layers_limits"`
+}
+
+// roundResult is one round's throughput: the three passes, one after
+// another, and the dispatcher passes' ratios to that round's floor.
+type roundResult struct {
+	Floor          float64 `json:"floor_jobs_per_second"`
+	WideOpen       float64 `json:"wide_open_jobs_per_second"`
+	AllLayers      float64 `json:"all_layers_jobs_per_second"`
+	WideOpenRatio  float64 `json:"wide_open_ratio"`
+	AllLayersRatio float64 `json:"all_layers_ratio"`
+}
+
+// median is the median of xs (the mean of the middle two of an even
+// count); xs is not changed.
+func median(xs []float64) float64 {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	n := len(s)
+	if n == 0 {
+		return 0
+	}
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// medianPass is the pass of the round with the median jobs/s (the lower
+// middle one of an even count).
+func medianPass(rounds []passResult) passResult {
+	sorted := append([]passResult(nil), rounds...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].JobsPerSecond < sorted[j].JobsPerSecond })
+	return sorted[(len(sorted)-1)/2]
 }
 
 // latencyResult is the per-layer latency section.
@@ -261,20 +305,44 @@ func runBench(ctx context.Context, f *benchFlags, e *env) error {
 			AllLayersLimits: fmt.Sprintf("also a per-user cap (%s, %d per %s) and a fleet bucket (%.0f/s, burst %d, leases of %d tokens), configured never to deny",
 				benchUserRule.Algorithm, benchUserRule.Limit, shortDuration(benchUserRule.Window), benchGlobalConfig.Rate, benchGlobalConfig.Burst, globallimit.LeaseSize(benchGlobalConfig)),
 		}
-		if t.Floor, err = w.floorPass(ctx, f.jobs); err != nil {
-			return err
+		// Rounds of the three passes one after another, so that a slow
+		// spell of a shared machine falls on every pass alike; each figure
+		// is then the median round's.
+		var floors, wides, alls []passResult
+		var steps map[string][]time.Duration
+		for i := range f.rounds {
+			prog.prefix = ""
+			if f.rounds > 1 {
+				prog.prefix = fmt.Sprintf("round %d/%d: ", i+1, f.rounds)
+			}
+			floor, err := w.floorPass(ctx, fmt.Sprintf("r%d", i), f.jobs)
+			if err != nil {
+				return err
+			}
+			wide, err := w.dispatchPass(ctx, fmt.Sprintf("open-r%d", i), "limits wide open", false, f.jobs)
+			if err != nil {
+				return err
+			}
+			all, err := w.dispatchPass(ctx, fmt.Sprintf("layers-r%d", i), "every layer on", true, f.jobs)
+			if err != nil {
+				return err
+			}
+			floors, wides, alls = append(floors, floor), append(wides, wide), append(alls, all)
+			t.Rounds = append(t.Rounds, roundResult{
+				Floor: floor.JobsPerSecond, WideOpen: wide.JobsPerSecond, AllLayers: all.JobsPerSecond,
+				WideOpenRatio: wide.JobsPerSecond / floor.JobsPerSecond, AllLayersRatio: all.JobsPerSecond / floor.JobsPerSecond,
+			})
+			steps = mergeSteps(steps, all.stepDurations)
 		}
-		if t.WideOpen, err = w.dispatchPass(ctx, "open", "limits wide open", false, f.jobs); err != nil {
-			return err
+		t.Floor, t.WideOpen, t.AllLayers = medianPass(floors), medianPass(wides), medianPass(alls)
+		var wideRatios, allRatios []float64
+		for _, rd := range t.Rounds {
+			wideRatios, allRatios = append(wideRatios, rd.WideOpenRatio), append(allRatios, rd.AllLayersRatio)
 		}
-		if t.AllLayers, err = w.dispatchPass(ctx, "layers", "every layer on", true, f.jobs); err != nil {
-			return err
-		}
-		for _, p := range []*passResult{&t.WideOpen, &t.AllLayers} {
-			p.RatioToFloor = p.JobsPerSecond / t.Floor.JobsPerSecond
-		}
+		t.WideOpen.RatioToFloor, t.AllLayers.RatioToFloor = median(wideRatios), median(allRatios)
+		res.Rounds = f.rounds
 		res.Throughput = t
-		res.Latency = &latencyResult{Command: f.command(false), Pass: "every layer on", Steps: latencies(t.AllLayers.stepDurations)}
+		res.Latency = &latencyResult{Command: f.command(false), Pass: "every layer on", Steps: latencies(steps)}
 	}
 	prog.close()
 
@@ -301,6 +369,9 @@ func printBench(w io.Writer, r *benchResult) {
 	fmt.Fprintf(w, "  sink   %s\n", r.Sink)
 	if t := r.Throughput; t != nil {
 		fmt.Fprintf(w, "  jobs   %d per pass for %d users, %d workers, each pass after a warm-up of %d jobs\n", r.Jobs, r.Users, r.Workers, r.Warmup)
+		if r.Rounds > 1 {
+			fmt.Fprintf(w, "  rounds %d of the three passes, one after another; each figure below is its pass's median round\n", r.Rounds)
+		}
 
 		fmt.Fprintf(w, "\nthroughput, beside the bare JetStream floor\n  reproduce: %s\n\n", t.Command)
 		fmt.Fprintf(w, "  %-28s %9s %9s %17s %11s\n", "pass", "jobs/s", "vs floor", "CPU s/1000 jobs", "allocs/job")
@@ -313,6 +384,14 @@ func printBench(w io.Writer, r *benchResult) {
 		fmt.Fprintf(w, "  every layer = %s\n", t.AllLayersLimits)
 		fmt.Fprintln(w, "  CPU and allocations are this whole process: the embedded NATS server and the sandbox run in it too")
 		fmt.Fprintln(w, "  (the floor's row is their share without the dispatcher)")
+		if len(t.Rounds) > 1 {
+			fmt.Fprintln(w, "  jobs/s is the median round's; vs floor is the median of the rounds' ratios, each dispatcher pass")
+			fmt.Fprintln(w, "  against the floor measured just before it:")
+			fmt.Fprintf(w, "\n  %-6s %13s %24s %24s\n", "round", "floor jobs/s", "wide open jobs/s (ratio)", "every layer jobs/s (ratio)")
+			for i, rd := range t.Rounds {
+				fmt.Fprintf(w, "  %-6d %13.0f %16.0f (%5.2f) %18.0f (%5.2f)\n", i+1, rd.Floor, rd.WideOpen, rd.WideOpenRatio, rd.AllLayers, rd.AllLayersRatio)
+			}
+		}
 
 		fmt.Fprintf(w, "\nRedis cost per sent job\n  reproduce: %s\n\n", t.Command)
 		fmt.Fprintf(w, "  %-28s %12s %9s %22s   %s\n", "pass", "round trips", "commands", "redis CPU s/1000 jobs", "top commands per job")
@@ -396,6 +475,7 @@ type progress struct {
 
 	mu       sync.Mutex
 	phase    string
+	prefix   string // put before every phase (the round); set between phases
 	total    int
 	done     func() int
 	start    time.Time
@@ -429,7 +509,7 @@ func newProgress(w io.Writer) *progress {
 // count).
 func (p *progress) set(phase string, total int, done func() int) {
 	p.mu.Lock()
-	p.phase, p.total, p.done, p.start = phase, total, done, time.Now()
+	p.phase, p.total, p.done, p.start = p.prefix+phase, total, done, time.Now()
 	p.mu.Unlock()
 	p.print(true)
 }

@@ -31,8 +31,23 @@ func decodeBench(t *testing.T, stdout string) *benchResult {
 	return &r
 }
 
-// checkPass checks one dispatcher pass's figures for sanity.
-func checkPass(t *testing.T, p passResult, jobs int, floor float64) {
+// roundRatios is the rounds' ratios of the wide-open (or every-layer)
+// pass to their floors.
+func roundRatios(tp *throughputResult, allLayers bool) []float64 {
+	var out []float64
+	for _, rd := range tp.Rounds {
+		if allLayers {
+			out = append(out, rd.AllLayersRatio)
+		} else {
+			out = append(out, rd.WideOpenRatio)
+		}
+	}
+	return out
+}
+
+// checkPass checks one dispatcher pass's figures for sanity; ratios are
+// its rounds' ratios to their floors, whose median it must report.
+func checkPass(t *testing.T, p passResult, jobs int, ratios []float64) {
 	t.Helper()
 	if p.Jobs != jobs || p.Outcomes["sent"] != jobs {
 		t.Errorf("%s: %d jobs, %d sent, want %d", p.Name, p.Jobs, p.Outcomes["sent"], jobs)
@@ -40,16 +55,17 @@ func checkPass(t *testing.T, p passResult, jobs int, floor float64) {
 	if p.Seconds <= 0 || p.JobsPerSecond <= 0 || p.CPUSecondsPer1000 <= 0 || p.AllocsPerJob <= 0 {
 		t.Errorf("%s: seconds %v, jobs/s %v, CPU s/1000 %v, allocs/job %v: each must be above 0", p.Name, p.Seconds, p.JobsPerSecond, p.CPUSecondsPer1000, p.AllocsPerJob)
 	}
-	if got := p.JobsPerSecond / floor; p.RatioToFloor <= 0 || got < p.RatioToFloor*0.999 || got > p.RatioToFloor*1.001 {
-		t.Errorf("%s: ratio to floor %v, but jobs/s over the floor's is %v", p.Name, p.RatioToFloor, got)
+	if got := median(ratios); p.RatioToFloor <= 0 || got != p.RatioToFloor {
+		t.Errorf("%s: ratio to floor %v, but the median of the rounds' ratios %v is %v", p.Name, p.RatioToFloor, ratios, got)
 	}
 	r := p.Redis
 	if r == nil {
 		t.Fatalf("%s: no Redis figures", p.Name)
 	}
-	// A sent job needs at least the admission and the ledger's "sent";
-	// retaken slots and background calls add a little.
-	if r.RoundTripsPerJob < 1 || r.RoundTripsPerJob > 20 {
+	// A sent job needs the admission and the ledger's "sent", each shared
+	// with the other workers' of the moment; on a Redis Cluster a pipeline
+	// counts once per node it reaches.
+	if r.RoundTripsPerJob <= 0 || r.RoundTripsPerJob > 6 {
 		t.Errorf("%s: %v Redis round trips per job", p.Name, r.RoundTripsPerJob)
 	}
 	if r.CommandsPerJob < r.RoundTripsPerJob {
@@ -75,12 +91,12 @@ func checkPass(t *testing.T, p passResult, jobs int, floor float64) {
 // every figure, and each is sane.
 func TestBenchJSON(t *testing.T) {
 	t.Parallel()
-	stdout, stderr, code := runCLI(t, nil, "", "bench", "--jobs", "500", "--users", "50", "--workers", "16", "--json")
+	stdout, stderr, code := runCLI(t, nil, "", "bench", "--jobs", "500", "--users", "50", "--workers", "16", "--rounds", "2", "--json")
 	if code != 0 {
 		t.Fatalf("bench: exit %d\n%s\n%s", code, stdout, stderr)
 	}
 	r := decodeBench(t, stdout)
-	if r.Mode != "throughput" || r.Jobs != 500 || r.Users != 50 || r.Workers != 16 || r.CPUs < 1 || r.Go == "" || r.Pacing != nil {
+	if r.Mode != "throughput" || r.Jobs != 500 || r.Users != 50 || r.Workers != 16 || r.Rounds != 2 || r.CPUs < 1 || r.Go == "" || r.Pacing != nil {
 		t.Fatalf("header: %+v", r)
 	}
 	for _, s := range []string{r.NATS, r.Redis, r.Sink} {
@@ -95,15 +111,35 @@ func TestBenchJSON(t *testing.T) {
 	if tp == nil {
 		t.Fatal("no throughput section")
 	}
-	const want = "notifier bench --jobs 500 --users 50 --workers 16"
+	const want = "notifier bench --jobs 500 --users 50 --rounds 2 --workers 16"
 	if tp.Command != want || r.Latency == nil || r.Latency.Command != want {
 		t.Errorf("reproduce commands %q and %+v, want %q", tp.Command, r.Latency, want)
 	}
 	if tp.Floor.Jobs != 500 || tp.Floor.JobsPerSecond <= 0 || tp.Floor.RatioToFloor != 1 || tp.Floor.CPUSecondsPer1000 <= 0 || tp.Floor.Redis != nil {
 		t.Errorf("floor: %+v", tp.Floor)
 	}
-	checkPass(t, tp.WideOpen, 500, tp.Floor.JobsPerSecond)
-	checkPass(t, tp.AllLayers, 500, tp.Floor.JobsPerSecond)
+	if len(tp.Rounds) != 2 {
+		t.Fatalf("%d rounds, want 2: %+v", len(tp.Rounds), tp.Rounds)
+	}
+	for i, rd := range tp.Rounds {
+		if rd.Floor <= 0 || rd.WideOpenRatio != rd.WideOpen/rd.Floor || rd.AllLayersRatio != rd.AllLayers/rd.Floor {
+			t.Errorf("round %d: %+v", i+1, rd)
+		}
+	}
+	// Each pass is the round with the median jobs/s (the lower of two).
+	if tp.Floor.JobsPerSecond != min(tp.Rounds[0].Floor, tp.Rounds[1].Floor) ||
+		tp.WideOpen.JobsPerSecond != min(tp.Rounds[0].WideOpen, tp.Rounds[1].WideOpen) {
+		t.Errorf("median passes: floor %v, wide open %v, rounds %+v", tp.Floor.JobsPerSecond, tp.WideOpen.JobsPerSecond, tp.Rounds)
+	}
+	checkPass(t, tp.WideOpen, 500, roundRatios(tp, false))
+	checkPass(t, tp.AllLayers, 500, roundRatios(tp, true))
+	// The promise: at most two Redis round trips per sent job (each one
+	// shared with other workers' requests, so fewer).
+	for _, p := range []passResult{tp.WideOpen, tp.AllLayers} {
+		if p.Redis.RoundTripsPerJob > 2 {
+			t.Errorf("%s: %v Redis round trips per job, want at most 2", p.Name, p.Redis.RoundTripsPerJob)
+		}
+	}
 	if tp.WideOpenLimits == "" || tp.AllLayersLimits == "" {
 		t.Errorf("the passes' limits are not described: %+v", tp)
 	}
@@ -134,15 +170,16 @@ func TestBenchJSON(t *testing.T) {
 // command that reproduces it.
 func TestBenchReport(t *testing.T) {
 	t.Parallel()
-	stdout, stderr, code := runCLI(t, nil, "", "bench", "--jobs", "300", "--workers", "8")
+	stdout, stderr, code := runCLI(t, nil, "", "bench", "--jobs", "300", "--workers", "8", "--rounds", "2")
 	if code != 0 {
 		t.Fatalf("bench: exit %d\n%s\n%s", code, stdout, stderr)
 	}
 	for _, want := range []string{
-		"throughput, beside the bare JetStream floor\n  reproduce: notifier bench --jobs 300 --users 1000 --workers 8\n",
-		"Redis cost per sent job\n  reproduce: notifier bench --jobs 300 --users 1000 --workers 8\n",
-		"latency each layer adds, per job (pass \"every layer on\")\n  reproduce: notifier bench --jobs 300 --users 1000 --workers 8\n",
+		"throughput, beside the bare JetStream floor\n  reproduce: notifier bench --jobs 300 --users 1000 --rounds 2 --workers 8\n",
+		"Redis cost per sent job\n  reproduce: notifier bench --jobs 300 --users 1000 --rounds 2 --workers 8\n",
+		"latency each layer adds, per job (pass \"every layer on\")\n  reproduce: notifier bench --jobs 300 --users 1000 --rounds 2 --workers 8\n",
 		"bare JetStream pull + ack", "limits wide open", "every layer on", "round trips", "provider call",
+		"rounds 2 of the three passes", "median of the rounds' ratios",
 	} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("report lacks %q:\n%s", want, stdout)
@@ -154,7 +191,7 @@ func TestBenchReport(t *testing.T) {
 // cluster (R3) and a Redis Cluster it starts.
 func TestBenchCluster(t *testing.T) {
 	t.Parallel()
-	stdout, stderr, code := runCLI(t, nil, "", "bench", "--cluster", "--jobs", "200", "--workers", "8", "--json")
+	stdout, stderr, code := runCLI(t, nil, "", "bench", "--cluster", "--jobs", "200", "--workers", "8", "--rounds", "1", "--json")
 	if code != 0 {
 		t.Fatalf("bench --cluster: exit %d\n%s\n%s", code, stdout, stderr)
 	}
@@ -162,11 +199,11 @@ func TestBenchCluster(t *testing.T) {
 	if !r.Cluster || !strings.Contains(r.NATS, "3-node JetStream cluster") || !strings.Contains(r.Redis, "Redis Cluster") {
 		t.Fatalf("servers: cluster %v, NATS %q, Redis %q", r.Cluster, r.NATS, r.Redis)
 	}
-	if !strings.HasPrefix(r.Throughput.Command, "notifier bench --cluster --jobs 200") {
+	if !strings.HasPrefix(r.Throughput.Command, "notifier bench --cluster --jobs 200 --users 1000 --rounds 1") {
 		t.Errorf("reproduce: %q", r.Throughput.Command)
 	}
-	checkPass(t, r.Throughput.WideOpen, 200, r.Throughput.Floor.JobsPerSecond)
-	checkPass(t, r.Throughput.AllLayers, 200, r.Throughput.Floor.JobsPerSecond)
+	checkPass(t, r.Throughput.WideOpen, 200, roundRatios(r.Throughput, false))
+	checkPass(t, r.Throughput.AllLayers, 200, roundRatios(r.Throughput, true))
 }
 
 // TestBenchPacing runs the pacing bench from the binary (it starts itself
@@ -221,6 +258,8 @@ func TestBenchUsageAndSetUpErrors(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{
 		{"bench", "--jobs", "5"},
+		{"bench", "--rounds", "0"},
+		{"bench", "--contract", "50", "--rounds", "2"},
 		{"bench", "--processes", "2"},
 		{"bench", "--contract", "-1"},
 		{"bench", "--workers", "0"},
@@ -312,7 +351,7 @@ func TestBenchExternalServers(t *testing.T) {
 	if _, err := queue.NewPublisher(js).Publish(ctx, &queue.Job{ID: "precious", UserID: "u", Channel: "sms", To: "+447700900123", Body: "hi"}, false); err != nil {
 		t.Fatal(err)
 	}
-	args := []string{"bench", "--nats-url", natsSrv.URL(), "--redis-addr", redisSrv.Addr(), "--jobs", "200", "--workers", "8", "--json"}
+	args := []string{"bench", "--nats-url", natsSrv.URL(), "--redis-addr", redisSrv.Addr(), "--jobs", "200", "--workers", "8", "--rounds", "1", "--json"}
 	_, stderr, code := runCLI(t, nil, "", args...)
 	if code != 1 || !strings.Contains(stderr, "holds 1 jobs") {
 		t.Fatalf("a job stream holding a job: exit %d\n%s", code, stderr)
@@ -332,7 +371,7 @@ func TestBenchExternalServers(t *testing.T) {
 	if !strings.Contains(r.NATS, "--nats-url") || !strings.Contains(r.Redis, "--redis-addr") {
 		t.Errorf("servers: NATS %q, Redis %q", r.NATS, r.Redis)
 	}
-	checkPass(t, r.Throughput.WideOpen, 200, r.Throughput.Floor.JobsPerSecond)
+	checkPass(t, r.Throughput.WideOpen, 200, roundRatios(r.Throughput, false))
 	if n, err := redisSrv.Client().DBSize(ctx).Result(); err != nil || n != 0 {
 		t.Errorf("keys left in Redis: %d (%v)", n, err)
 	}

@@ -175,7 +175,7 @@ func (w *benchWorld) publishJobs(ctx context.Context, tag string, n int, subject
 // a message with a double ack (waiting for the server's confirmation, as a
 // dispatcher does), fed by one loop that pulls as many messages as there
 // are free workers, as a dispatcher's fetch loop does.
-func (w *benchWorld) floorPass(ctx context.Context, n int) (passResult, error) {
+func (w *benchWorld) floorPass(ctx context.Context, tag string, n int) (passResult, error) {
 	sc := queue.JobStreamConfig(w.qcfg, w.nats.replicas)
 	sc.Name, sc.Subjects, sc.Description = floorStream, []string{"bench.floor.*"}, "notifier bench: the bare JetStream floor"
 	if _, err := w.js.CreateOrUpdateStream(ctx, sc); err != nil {
@@ -199,13 +199,13 @@ func (w *benchWorld) floorPass(ctx context.Context, n int) (passResult, error) {
 		return passResult{}, fmt.Errorf("create the floor's consumer: %w", err)
 	}
 	warm := warmupJobs(n)
-	if err := w.publishJobs(ctx, "floor-warmup", warm, floorSubject); err != nil {
+	if err := w.publishJobs(ctx, "floor-warmup-"+tag, warm, floorSubject); err != nil {
 		return passResult{}, err
 	}
 	if _, err := w.consumeFloor(ctx, cons, "bare JetStream: warming up", warm); err != nil {
 		return passResult{}, err
 	}
-	if err := w.publishJobs(ctx, "floor", n, floorSubject); err != nil {
+	if err := w.publishJobs(ctx, "floor-"+tag, n, floorSubject); err != nil {
 		return passResult{}, err
 	}
 	before, err := w.readMeter(ctx, false)
@@ -453,6 +453,17 @@ func (w *benchWorld) dispatchPass(ctx context.Context, tag, name string, layers 
 	}
 	r.stepDurations = tr.steps
 	return r, nil
+}
+
+// mergeSteps adds a pass's step durations to those of the passes before.
+func mergeSteps(into, from map[string][]time.Duration) map[string][]time.Duration {
+	if into == nil {
+		into = map[string][]time.Duration{}
+	}
+	for k, v := range from {
+		into[k] = append(into[k], v...)
+	}
+	return into
 }
 
 // waitForJobs waits until done reports n, failing when nothing moves for a
