@@ -10,7 +10,9 @@
 //   - Redis: state shared by every process through Redis or Redis Cluster.
 //     Each decision is one atomic Lua script (EVALSHA, EVAL when the server
 //     lost its script cache) that reads the server's TIME, so no worker's
-//     clock matters. Redis.AllowCmd queues a decision on a pipeline.
+//     clock matters. Redis.AllowCmd queues a decision on a pipeline, and a
+//     Group makes the decisions of many jobs in one script run (the same
+//     answers as one call each at one instant).
 //   - Memory: state in this process, with an injectable clock; for the demo
 //     and as the fallback while Redis is unreachable.
 //

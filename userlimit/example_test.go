@@ -90,3 +90,29 @@ func ExampleRedis_AllowCmd() {
 	}
 	fmt.Println(res.Allowed, err)
 }
+
+// The decisions of many jobs in one script run: a dispatcher batching its
+// workers' requests adds each job's decision to the group of its algorithm
+// (on a Redis Cluster, of its algorithm and cluster slot: see Redis.Tag)
+// and sends the group once.
+func ExampleRedis_Group() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: "redis.example:6379"})
+	defer rdb.Close()
+	lim := userlimit.NewRedis(rdb, "notifier:")
+	if err := lim.Load(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+	rule := userlimit.Rule{Limit: 3, Window: 10 * time.Minute}
+	g := lim.Group(userlimit.SlidingLog)
+	alice := g.Add(userlimit.Key{Channel: "sms", User: "alice"}, "job-1", rule)
+	bob := g.Add(userlimit.Key{Channel: "sms", User: "bob"}, "job-2", rule)
+	pipe := rdb.Pipeline()
+	g.Queue(ctx, pipe)
+	_, _ = pipe.Exec(ctx)
+	for _, d := range []*userlimit.Decision{alice, bob} {
+		res, err := d.Result()
+		fmt.Println(res.Allowed, res.Remaining, err)
+	}
+}

@@ -65,3 +65,75 @@ func TestPropertyMemoryMatchesRedis(t *testing.T) {
 		}
 	})
 }
+
+// TestPropertyGroupMatchesMemory: the decisions of several jobs made by one
+// script run (a Group on a pipeline, as the dispatcher makes them, among
+// them the same user and the same job more than once) answer as that many
+// Memory decisions at one instant, for every algorithm.
+func TestPropertyGroupMatchesMemory(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb := testenv.Redis(t).Client()
+	if err := userlimit.NewRedis(rdb, "").Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	users := []string{"alice", "bob", "{c}:d"}
+	rapid.Check(t, func(rt *rapid.T) {
+		alg := rapid.SampledFrom(userlimittest.Algorithms).Draw(rt, "algorithm")
+		window := rapid.SampledFrom([]time.Duration{time.Millisecond, time.Second, time.Hour}).Draw(rt, "window")
+		clock := userlimittest.NewClock(userlimittest.Start)
+		mem := userlimit.NewMemory(clock.Now)
+		red := userlimit.NewRedis(rdb, newPrefix("group"))
+		red.SetNowForTest(clock.Now)
+		for i := range rapid.IntRange(1, 20).Draw(rt, "groups") {
+			clock.Advance(time.Duration(rapid.Int64Range(0, window.Microseconds()).Draw(rt, "advance µs")) * time.Microsecond)
+			type req struct {
+				key  userlimit.Key
+				job  string
+				rule userlimit.Rule
+			}
+			reqs := make([]req, rapid.IntRange(1, 10).Draw(rt, "decisions"))
+			g := red.Group(alg)
+			ds := make([]*userlimit.Decision, len(reqs))
+			for k := range reqs {
+				reqs[k] = req{
+					key:  userlimit.Key{Channel: "sms", User: rapid.SampledFrom(users).Draw(rt, "user")},
+					job:  fmt.Sprintf("job-%d", rapid.IntRange(0, 8).Draw(rt, "job")),
+					rule: userlimit.Rule{Limit: rapid.IntRange(1, 4).Draw(rt, "limit"), Window: window, Algorithm: alg},
+				}
+				ds[k] = g.Add(reqs[k].key, reqs[k].job, reqs[k].rule)
+			}
+			pipe := rdb.Pipeline()
+			g.Queue(ctx, pipe)
+			if _, err := pipe.Exec(ctx); err != nil {
+				rt.Fatal(err)
+			}
+			for k, r := range reqs {
+				want, err := mem.Allow(ctx, r.key, r.job, r.rule)
+				if err != nil {
+					rt.Fatal(err)
+				}
+				got, err := ds[k].Result()
+				if err != nil {
+					rt.Fatal(err)
+				}
+				if got != want {
+					rt.Fatalf("group %d, decision %d of %d (%s, %s, %s, limit %d): redis %+v, memory %+v",
+						i, k+1, len(reqs), alg, r.key.User, r.job, r.rule.Limit, got, want)
+				}
+			}
+		}
+	})
+}
+
+// TestGroupRefusesAnotherAlgorithm: a decision of another algorithm than
+// its group's is refused, not mixed in.
+func TestGroupRefusesAnotherAlgorithm(t *testing.T) {
+	t.Parallel()
+	red := userlimit.NewRedis(testenv.Redis(t).Client(), newPrefix("mixed"))
+	g := red.Group(userlimit.SlidingLog)
+	d := g.Add(userlimit.Key{Channel: "sms", User: "u"}, "j", userlimit.Rule{Limit: 1, Window: time.Second, Algorithm: userlimit.FixedWindow})
+	if _, err := d.Result(); err == nil || g.Len() != 0 {
+		t.Fatalf("a fixed_window decision in a sliding_log group: err %v, group of %d", err, g.Len())
+	}
+}

@@ -5,27 +5,34 @@ import (
 	_ "embed" // the .lua scripts
 	"errors"
 	"fmt"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
+// Each script is its algorithm's decide function followed by the driver
+// (decide.lua) that runs it for every decision of a call.
 var (
+	//go:embed decide.lua
+	decideLua string
+
 	//go:embed sliding_log.lua
 	slidingLogLua    string
-	slidingLogScript = redis.NewScript(slidingLogLua)
+	slidingLogScript = redis.NewScript(slidingLogLua + decideLua)
 
 	//go:embed sliding_window.lua
 	slidingWindowLua    string
-	slidingWindowScript = redis.NewScript(slidingWindowLua)
+	slidingWindowScript = redis.NewScript(slidingWindowLua + decideLua)
 
 	//go:embed fixed_window.lua
 	fixedWindowLua    string
-	fixedWindowScript = redis.NewScript(fixedWindowLua)
+	fixedWindowScript = redis.NewScript(fixedWindowLua + decideLua)
 
 	//go:embed token_bucket.lua
 	tokenBucketLua    string
-	tokenBucketScript = redis.NewScript(tokenBucketLua)
+	tokenBucketScript = redis.NewScript(tokenBucketLua + decideLua)
 )
 
 // script returns the script of a valid algorithm.
@@ -62,20 +69,13 @@ func NewRedis(rdb redis.Scripter, prefix string) *Redis {
 
 // Allow decides one job in one round trip. See Limiter.
 func (r *Redis) Allow(ctx context.Context, key Key, jobID string, rule Rule) (Result, error) {
-	rule, err := prepare(key, jobID, rule)
-	if err != nil {
-		return Result{}, err
+	g := r.Group(rule.Algorithm)
+	d := g.Add(key, jobID, rule)
+	if d.err != nil {
+		return Result{}, d.err
 	}
-	keys, args := r.call(key, jobID, rule)
-	v, err := script(rule.Algorithm).Run(ctx, r.rdb, keys, args...).Result()
-	if err != nil {
-		return Result{}, wrapDecide(key, rule, err)
-	}
-	res, err := decode(v)
-	if err != nil {
-		return Result{}, wrapDecide(key, rule, err)
-	}
-	return res, nil
+	g.cmd = script(g.alg).Run(ctx, r.rdb, g.keys, g.args...)
+	return d.Result()
 }
 
 // AllowCmd queues the decision of one job on pipe (EVALSHA only) and returns
@@ -83,13 +83,9 @@ func (r *Redis) Allow(ctx context.Context, key Key, jobID string, rule Rule) (Re
 // NOSCRIPT has no EVAL fallback: call Load once before pipelining, and again
 // when a Decision's error wraps ErrNotLoaded.
 func (r *Redis) AllowCmd(ctx context.Context, pipe redis.Pipeliner, key Key, jobID string, rule Rule) *Decision {
-	rule, err := prepare(key, jobID, rule)
-	d := &Decision{key: key, rule: rule, err: err}
-	if err != nil {
-		return d
-	}
-	keys, args := r.call(key, jobID, rule)
-	d.cmd = script(rule.Algorithm).EvalSha(ctx, pipe, keys, args...)
+	g := r.Group(rule.Algorithm)
+	d := g.Add(key, jobID, rule)
+	g.Queue(ctx, pipe)
 	return d
 }
 
@@ -104,22 +100,113 @@ func (r *Redis) Load(ctx context.Context) error {
 	return nil
 }
 
-// call builds the KEYS and ARGV of one decision.
-func (r *Redis) call(key Key, jobID string, rule Rule) ([]string, []any) {
-	args := []any{rule.Limit, rule.windowMicros(), jobID}
-	if r.now != nil {
-		args = append(args, r.now().UnixMicro())
-	}
-	return Keys(r.prefix, key, rule.Algorithm, jobID), args
+// Tag is the hash tag of key's Redis keys under this limiter's prefix: the
+// decisions of a Group must share its cluster slot on a Redis Cluster.
+func (r *Redis) Tag(key Key) string { return Tag(r.prefix, key) }
+
+// Group is the decisions of several jobs under one algorithm, made by one
+// script run: the same answers, in the order of Add, as that many Allow
+// calls at one instant, for one EVALSHA and one read of the clock. It is how
+// the dispatcher decides the jobs of one pipeline. On a Redis Cluster every
+// decision's key must hash to one slot (see Tag). Add and Queue are not
+// safe for concurrent use; the Decisions' Results are, once the pipeline
+// has run.
+type Group struct {
+	r    *Redis
+	alg  Algorithm
+	keys []string
+	args []any
+	n    int // decisions queued
+	cmd  *redis.Cmd
+
+	once    sync.Once
+	replies []Result
+	err     error
 }
 
-// Decision is a decision queued on a pipeline by Redis.AllowCmd. Read it
-// once the pipeline has run, from any one goroutine.
+// Group starts a group of decisions under algorithm alg (the rules added
+// must all have it, after defaults: "" is sliding_log).
+func (r *Redis) Group(alg Algorithm) *Group {
+	if alg == "" {
+		alg = SlidingLog
+	}
+	now := ""
+	if r.now != nil {
+		now = strconv.FormatInt(r.now().UnixMicro(), 10)
+	}
+	nkeys := 2
+	if alg == SlidingLog {
+		nkeys = 1
+	}
+	return &Group{r: r, alg: alg, args: []any{now, nkeys}}
+}
+
+// Add adds the decision of one job and returns its handle. An invalid
+// request, or a rule of another algorithm than the group's, is not queued;
+// its error comes from Result.
+func (g *Group) Add(key Key, jobID string, rule Rule) *Decision {
+	rule, err := prepare(key, jobID, rule)
+	d := &Decision{key: key, rule: rule, err: err}
+	if err == nil && rule.Algorithm != g.alg {
+		d.err = wrapDecide(key, rule, fmt.Errorf("a %s decision in a group of %s", rule.Algorithm, g.alg))
+	}
+	if d.err != nil {
+		return d
+	}
+	d.g, d.i = g, g.n
+	g.n++
+	g.keys = append(g.keys, Keys(g.r.prefix, key, rule.Algorithm, jobID)...)
+	g.args = append(g.args, rule.Limit, rule.windowMicros(), jobID)
+	return d
+}
+
+// Len is the number of decisions queued.
+func (g *Group) Len() int { return g.n }
+
+// Queue queues the group's script on pipe (EVALSHA only: call Load first).
+// A group with no valid decision queues nothing.
+func (g *Group) Queue(ctx context.Context, pipe redis.Pipeliner) {
+	if g.n > 0 {
+		g.cmd = script(g.alg).EvalSha(ctx, pipe, g.keys, g.args...)
+	}
+}
+
+// decodeAll reads the group's reply once.
+func (g *Group) decodeAll() {
+	if g.cmd == nil {
+		g.err = errors.New("decision not queued")
+		return
+	}
+	v, err := g.cmd.Result()
+	if err != nil {
+		if errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT") {
+			err = fmt.Errorf("%w: %w", ErrNotLoaded, err)
+		}
+		g.err = err
+		return
+	}
+	vals, ok := v.([]any)
+	if !ok || len(vals) != 3*g.n {
+		g.err = fmt.Errorf("decode reply: want %d integers, got %T %v", 3*g.n, v, v)
+		return
+	}
+	g.replies = make([]Result, g.n)
+	for i := range g.replies {
+		if g.replies[i], err = decode(vals[3*i : 3*i+3]); err != nil {
+			g.err = err
+			return
+		}
+	}
+}
+
+// Decision is a decision queued on a pipeline by Redis.AllowCmd or in a
+// Group. Read it once the pipeline has run.
 type Decision struct {
 	key  Key
 	rule Rule
 	err  error
-	cmd  *redis.Cmd
+	g    *Group
+	i    int
 }
 
 // Result returns the decision once the pipeline has run. A NOSCRIPT reply
@@ -128,28 +215,23 @@ func (d *Decision) Result() (Result, error) {
 	if d.err != nil {
 		return Result{}, d.err
 	}
-	v, err := d.cmd.Result()
-	if err != nil {
-		if errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT") {
-			return Result{}, wrapDecide(d.key, d.rule, fmt.Errorf("%w: %w", ErrNotLoaded, err))
-		}
-		return Result{}, wrapDecide(d.key, d.rule, err)
+	g := d.g
+	g.once.Do(g.decodeAll)
+	if g.err != nil {
+		return Result{}, wrapDecide(d.key, d.rule, g.err)
 	}
-	res, err := decode(v)
-	if err != nil {
-		return Result{}, wrapDecide(d.key, d.rule, err)
-	}
-	return res, nil
+	return g.replies[d.i], nil
 }
 
-// decode reads a script's reply {allowed, remaining, retry_after_us}.
-func decode(v any) (Result, error) {
-	vals, ok := v.([]any)
-	if !ok || len(vals) != 3 {
-		return Result{}, fmt.Errorf("decode reply: want 3 integers, got %T %v", v, v)
+// decode reads one decision's three integers of a script's reply
+// {allowed, remaining, retry_after_us}.
+func decode(vals []any) (Result, error) {
+	if len(vals) != 3 {
+		return Result{}, fmt.Errorf("decode reply: want 3 integers, got %v", vals)
 	}
 	var n [3]int64
 	for i, x := range vals {
+		var ok bool
 		if n[i], ok = x.(int64); !ok {
 			return Result{}, fmt.Errorf("decode reply: element %d is %T, want an integer", i, x)
 		}
