@@ -61,7 +61,7 @@ func (d *Dispatcher) admitPipelined(ctx context.Context, jb *job, l *Limits, rul
 		l.redis.batch.do(ctx, func(bt *pipeBatch) {
 			cc = bt.claim(l.redis.ledger, j.ID, jb.owner, lease)
 			if capped {
-				dc = l.redis.users.AllowCmd(ctx, bt.pipe, userlimit.Key{Channel: j.Channel, User: j.UserID}, j.ID, rule)
+				dc = bt.allow(l.redis.users, userlimit.Key{Channel: j.Channel, User: j.UserID}, j.ID, rule)
 			}
 			if reserve {
 				rc = bt.reserve(l.redis.leaky, jb.provider, contract, jb.cost)

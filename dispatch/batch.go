@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notifier/notifier/leaky"
+	"github.com/notifier/notifier/userlimit"
 )
 
 // pipeBatcher puts the Redis requests of many workers into one pipeline
@@ -22,8 +23,10 @@ import (
 // leader sends.
 //
 // A batch also merges what can be merged: the ledger claims of all its
-// jobs go in one script run (one per cluster slot on a Redis Cluster), and
-// the slot reservations of all its jobs in one provider's queue in another.
+// jobs go in one script run, their per-user cap decisions in one per
+// algorithm (on a Redis Cluster, one per cluster slot: a script's keys must
+// share one), and the slot reservations of all its jobs in one provider's
+// queue in one more.
 // Each request still gets its own answer and error, as in any pipeline: one
 // job's failed command does not fail the others. Safe for concurrent use.
 type pipeBatcher struct {
@@ -43,8 +46,14 @@ type pipeBatch struct {
 	cluster  bool // group claims per cluster slot
 	requests int
 	claims   map[uint16]*ClaimGroup // by cluster slot (all 0 on a single server)
+	caps     map[capKey]*userlimit.Group
 	reserves map[reserveKey]*leaky.ReserveGroup
 	done     chan struct{} // closed once the pipeline's replies are in
+}
+
+type capKey struct {
+	alg  userlimit.Algorithm
+	slot uint16
 }
 
 type reserveKey struct {
@@ -94,6 +103,9 @@ func (b *pipeBatcher) do(ctx context.Context, fn func(bt *pipeBatch)) {
 	for _, g := range bt.claims {
 		g.Queue(ectx, bt.pipe)
 	}
+	for _, g := range bt.caps {
+		g.Queue(ectx, bt.pipe)
+	}
 	for _, g := range bt.reserves {
 		g.Queue(ectx, bt.pipe)
 	}
@@ -117,6 +129,24 @@ func (bt *pipeBatch) claim(l *RedisLedger, id, owner string, lease time.Duration
 		bt.claims[slot] = g
 	}
 	return g.Add(id, owner, lease)
+}
+
+// allow adds a per-user cap decision to the batch's group of its
+// algorithm and slot.
+func (bt *pipeBatch) allow(users *userlimit.Redis, key userlimit.Key, jobID string, rule userlimit.Rule) *userlimit.Decision {
+	k := capKey{alg: rule.WithDefaults().Algorithm}
+	if bt.cluster {
+		k.slot = clusterSlot(users.Tag(key))
+	}
+	if bt.caps == nil {
+		bt.caps = map[capKey]*userlimit.Group{}
+	}
+	g := bt.caps[k]
+	if g == nil {
+		g = users.Group(k.alg)
+		bt.caps[k] = g
+	}
+	return g.Add(key, jobID, rule)
 }
 
 // reserve adds a slot reservation to the batch's group of the provider's

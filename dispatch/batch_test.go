@@ -12,6 +12,7 @@ import (
 
 	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/testenv"
+	"github.com/notifier/notifier/userlimit"
 )
 
 // TestClaimGroupMatchesMemory drives the in-memory ledger with single
@@ -112,10 +113,11 @@ func TestClaimGroupMatchesMemory(t *testing.T) {
 
 // TestPipeBatcherMergesRequests: many workers' requests at once share
 // pipelines (far fewer round trips than requests), every request gets its
-// own answers, and the claims and reservations merged into one script run
-// per batch answer as if made one by one: every job claimed once, the
-// provider's slots all distinct and one interval apart. Run on a single
-// server and on a Redis Cluster (claims grouped per slot there).
+// own answers, and the claims, cap decisions and reservations merged into
+// one script run per batch answer as if made one by one: every job claimed
+// once, every user's cap counting each of its jobs once, the provider's
+// slots all distinct and one interval apart. Run on a single server and on
+// a Redis Cluster (claims and caps grouped per slot there).
 func TestPipeBatcherMergesRequests(t *testing.T) {
 	t.Parallel()
 	for name, rdb := range map[string]redis.UniversalClient{
@@ -130,6 +132,10 @@ func TestPipeBatcherMergesRequests(t *testing.T) {
 			prefix := "batch-" + name + ":"
 			ledger := NewRedisLedger(rdb, prefix, time.Hour)
 			q := leaky.NewRedis(rdb, prefix, leaky.WithHeadroom(0))
+			users := userlimit.NewRedis(rdb, prefix)
+			if err := users.Load(ctx); err != nil {
+				t.Fatal(err)
+			}
 			if err := ledger.Load(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -146,8 +152,12 @@ func TestPipeBatcherMergesRequests(t *testing.T) {
 			const workers, rounds = 32, 20
 			type answer struct {
 				claim Claim
+				cap   userlimit.Result
 				slot  leaky.Reservation
 			}
+			// Each worker's jobs go to its own user, capped at exactly
+			// the jobs it sends.
+			rule := userlimit.Rule{Limit: rounds, Window: time.Hour, Algorithm: userlimit.SlidingLog}
 			answers := make([][]answer, workers)
 			trips0 := trips.Count()
 			var wg sync.WaitGroup
@@ -157,13 +167,20 @@ func TestPipeBatcherMergesRequests(t *testing.T) {
 					defer wg.Done()
 					for r := range rounds {
 						var cc *ClaimCmd
+						var dc *userlimit.Decision
 						var rc *leaky.ReserveCmd
 						id := fmt.Sprintf("w%d-r%d", w, r)
 						b.do(ctx, func(bt *pipeBatch) {
 							cc = bt.claim(ledger, id, "owner-"+id, time.Minute)
+							dc = bt.allow(users, userlimit.Key{Channel: "sms", User: fmt.Sprintf("u%d", w)}, id, rule)
 							rc = bt.reserve(q, "p", c, 1)
 						})
 						claim, err := cc.Result()
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						capped, err := dc.Result()
 						if err != nil {
 							t.Error(err)
 							return
@@ -173,7 +190,7 @@ func TestPipeBatcherMergesRequests(t *testing.T) {
 							t.Error(err)
 							return
 						}
-						answers[w] = append(answers[w], answer{claim, slot})
+						answers[w] = append(answers[w], answer{claim, capped, slot})
 					}
 				}()
 			}
@@ -189,9 +206,9 @@ func TestPipeBatcherMergesRequests(t *testing.T) {
 				if len(answers[w]) != rounds {
 					t.Fatalf("worker %d: %d answers, want %d", w, len(answers[w]), rounds)
 				}
-				for _, a := range answers[w] {
-					if a.claim.Status != Claimed || !a.slot.OK {
-						t.Fatalf("answer %+v: want a claim and a slot", a)
+				for r, a := range answers[w] {
+					if a.claim.Status != Claimed || !a.slot.OK || !a.cap.Allowed || a.cap.Remaining != rounds-r-1 {
+						t.Fatalf("worker %d, round %d: %+v; want a claim, a slot, and the cap allowing with %d left", w, r, a, rounds-r-1)
 					}
 					if seen[a.slot.Slot] {
 						t.Fatalf("slot %d given twice", a.slot.Slot)
@@ -210,6 +227,12 @@ func TestPipeBatcherMergesRequests(t *testing.T) {
 			}
 			if span := last - first; span != 10*(requests-1) {
 				t.Errorf("slots span %d µs, want %d (one every 10 µs)", span, 10*(requests-1))
+			}
+			// Every user's cap is used up: one more job is denied.
+			var dc *userlimit.Decision
+			b.do(ctx, func(bt *pipeBatch) { dc = bt.allow(users, userlimit.Key{Channel: "sms", User: "u0"}, "one-more", rule) })
+			if got, err := dc.Result(); err != nil || got.Allowed {
+				t.Errorf("a job over the cap: %+v, %v; want denied", got, err)
 			}
 			// A second claim of every job through the batch finds it held.
 			var cc *ClaimCmd

@@ -40,6 +40,14 @@
 // default 1 % (WithHeadroom), i.e. a 100/s contract is paced at 99/s, one
 // send every 10.102 ms.
 //
+// # Many reservations at once
+//
+// Redis.ReserveGroup reserves the slots of several jobs in one script run
+// (one EVALSHA, one read of the clock, of the state and of the failover
+// guard's run_id), answering exactly as that many Reserve calls at one
+// instant, in order; the dispatcher reserves all the slots one of its
+// pipelines carries that way.
+//
 // # Redis keys
 //
 // Every key of a provider shares one hash tag, so each script touches a

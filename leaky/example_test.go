@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/notifier/notifier/leaky"
 )
 
@@ -73,4 +75,29 @@ func ExampleMemory_cost() {
 	fmt.Println(a.Delay, b.Delay)
 	// Output:
 	// 0s 30.304ms
+}
+
+// The slots of many jobs in one provider's queue, reserved by one script
+// run: the answers of that many Reserve calls at one instant.
+func ExampleRedis_ReserveGroup() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: "redis.example:6379"})
+	defer rdb.Close()
+	q := leaky.NewRedis(rdb, "notifier:")
+	if err := q.Load(ctx); err != nil { // pipelines have no EVAL fallback
+		fmt.Println(err)
+		return
+	}
+	g := q.ReserveGroup("sms-gateway", leaky.Contract{Rate: 100, MaxQueueDelay: 5 * time.Second})
+	var slots []*leaky.ReserveCmd
+	for _, segments := range []int{1, 3, 1} {
+		slots = append(slots, g.Add(segments))
+	}
+	pipe := rdb.Pipeline()
+	g.Queue(ctx, pipe)
+	_, _ = pipe.Exec(ctx)
+	for _, s := range slots {
+		r, err := s.Result()
+		fmt.Println(r.OK, r.Delay, err)
+	}
 }
