@@ -14,10 +14,10 @@ import (
 // pipeBatcher puts the Redis requests of many workers into one pipeline
 // (a group commit): a worker adds its commands to the batch that is open
 // now and waits for that batch's reply. The first worker of a batch leads
-// it: it waits until the pipeline before it has come back (one pipeline in
-// flight per client), closes the batch and sends it; the others' commands
-// ride along. Under load a batch therefore holds what the workers asked
-// for during one round trip, and the round trips per job fall with the
+// it: it waits until fewer than maxInFlight pipelines are on their way,
+// closes the batch and sends it; the others' commands ride along. Under
+// load a batch therefore holds what the workers asked for while the
+// pipelines before it were out, and the round trips per job fall with the
 // number of workers; an idle dispatcher sends each request at once, as
 // before. Nothing waits on a timer, and there is no goroutine to own: the
 // leader sends.
@@ -33,7 +33,7 @@ type pipeBatcher struct {
 	rdb     redis.UniversalClient
 	cluster bool          // claims are grouped per cluster slot
 	max     int           // requests in one batch at most; a full batch is closed to newcomers
-	turn    chan struct{} // held by the leader whose pipeline is in flight
+	turn    chan struct{} // a place held by each leader whose pipeline is in flight
 
 	mu   sync.Mutex
 	open *pipeBatch // the batch taking requests now, nil when none
@@ -65,9 +65,15 @@ type reserveKey struct {
 // unbounded one.
 const maxBatchRequests = 128
 
+// maxInFlight is how many pipelines a client has on their way at once. Two
+// halve the wait of a batch for the one before it (measured: about 5 % more
+// jobs/s than one, on 2 cores with Redis beside the dispatcher; four were
+// slower than two): while one is out, the next goes as soon as it leads.
+const maxInFlight = 2
+
 func newPipeBatcher(rdb redis.UniversalClient) *pipeBatcher {
 	_, cluster := rdb.(*redis.ClusterClient)
-	return &pipeBatcher{rdb: rdb, cluster: cluster, max: maxBatchRequests, turn: make(chan struct{}, 1)}
+	return &pipeBatcher{rdb: rdb, cluster: cluster, max: maxBatchRequests, turn: make(chan struct{}, maxInFlight)}
 }
 
 // do adds fn's commands to the open batch (fn must only queue, and runs
@@ -92,7 +98,7 @@ func (b *pipeBatcher) do(ctx context.Context, fn func(bt *pipeBatch)) {
 		<-bt.done
 		return
 	}
-	b.turn <- struct{}{} // the pipeline before this one is back
+	b.turn <- struct{}{} // fewer than maxInFlight pipelines are out
 	b.mu.Lock()
 	if b.open == bt {
 		b.open = nil
