@@ -13,10 +13,19 @@
 //	global bucket ─empty─► wait
 //	leaky queue reservation ─full─► wait; then sleep until the slot
 //	provider pause? ─yes─► reserve again
-//	send ─2xx─► ledger sent, ack
+//	send ─2xx─► (settler) ledger sent, ack
 //	     ─429─► pause the provider fleet-wide, reserve again (no attempt used)
 //	     ─5xx/408/timeout─► count an attempt in the ledger; retry after backoff or dead (max_attempts)
 //	     ─other 4xx─► dead (rejected)
+//
+// The Redis work of a job goes in two exchanges, neither of them alone:
+// before the send one pipeline carries its ledger claim, per-user cap and
+// send slot (speculatively reserved), and after it the settler records it
+// sent and then acknowledges it, off the worker's path. Every process's
+// workers share their pipelines (a group commit, pipeBatcher), which also
+// runs the claims, cap decisions and reservations of one pipeline as one
+// script each; so a busy dispatcher makes a fraction of a round trip per
+// job, and an idle one sends each request at once.
 //
 // While a job waits (a full leaky queue, an empty global bucket, a provider
 // pause, a lease held by another worker, Redis down) its worker holds it and
