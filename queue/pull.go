@@ -176,7 +176,10 @@ func (c *Consumer) fetchNow(ctx context.Context, n int, lanes ...*lane) ([][]*na
 	}
 	for i, l := range lanes {
 		if err := c.request(l, subs[i].Subject, pullRequest{Batch: n, NoWait: true}); err != nil {
-			unsubscribe()
+			// The lanes asked before may be delivering already: take in
+			// what they sent and hand it back, rather than leave it to its
+			// ack wait.
+			nakAll(c.nc, drain(ch, subs...))
 			return nil, err
 		}
 	}
