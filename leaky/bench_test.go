@@ -87,3 +87,39 @@ func BenchmarkEvalShaRunID(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkReserveGroup reserves slots in groups (one script run per group
+// on one pipeline, as the dispatcher batches its workers' reservations),
+// from one goroutine; size=1 is a lone pipelined reservation. One op is one
+// reservation.
+func BenchmarkReserveGroup(b *testing.B) {
+	rdb := testenv.Redis(b).Client()
+	for _, size := range []int{1, 16} {
+		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
+			q := leaky.NewRedis(rdb, newPrefix("bench-group"))
+			if err := q.Load(benchCtx); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for done := 0; done < b.N; done += size {
+				g := q.ReserveGroup("sms", benchContract)
+				cmds := make([]*leaky.ReserveCmd, size)
+				for k := range cmds {
+					cmds[k] = g.Add(1)
+				}
+				pipe := rdb.Pipeline()
+				g.Queue(benchCtx, pipe)
+				if _, err := pipe.Exec(benchCtx); err != nil {
+					b.Fatal(err)
+				}
+				for _, c := range cmds {
+					if _, err := c.Result(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+		})
+	}
+}

@@ -84,3 +84,45 @@ func BenchmarkAllow(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkGroup decides in groups (one script run per group on one
+// pipeline, as the dispatcher batches its workers' decisions), from one
+// goroutine, for each algorithm; size=1 is a lone pipelined decision. One
+// op is one decision.
+func BenchmarkGroup(b *testing.B) {
+	ctx := context.Background()
+	rdb := testenv.Redis(b).Client()
+	if err := userlimit.NewRedis(rdb, "").Load(ctx); err != nil {
+		b.Fatal(err)
+	}
+	for _, alg := range userlimittest.Algorithms {
+		for _, size := range []int{1, 16} {
+			b.Run(fmt.Sprintf("%s/size=%d", alg, size), func(b *testing.B) {
+				lim := userlimit.NewRedis(rdb, newPrefix("bench-group"))
+				rule := benchRule
+				rule.Algorithm = alg
+				b.ResetTimer()
+				for done := 0; done < b.N; done += size {
+					g := lim.Group(alg)
+					ds := make([]*userlimit.Decision, size)
+					for k := range ds {
+						i := int64(done + k)
+						ds[k] = g.Add(benchKey(i), "job-"+strconv.FormatInt(i, 10), rule)
+					}
+					pipe := rdb.Pipeline()
+					g.Queue(ctx, pipe)
+					if _, err := pipe.Exec(ctx); err != nil {
+						b.Fatal(err)
+					}
+					for _, d := range ds {
+						if _, err := d.Result(); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				b.StopTimer()
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+			})
+		}
+	}
+}
