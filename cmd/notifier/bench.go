@@ -44,7 +44,9 @@ func benchCmd(e *env) *cobra.Command {
   notifier bench                                throughput with the limits wide open, beside a bare JetStream
                                                 pull-consume-and-ack loop over the same messages (the floor);
                                                 Redis round trips and commands, CPU seconds and allocations per
-                                                job; the latency each layer adds (p50/p99)
+                                                job; the latency each layer adds (p50/p99). --rounds rounds of
+                                                the passes (default 3): each figure is its pass's median round,
+                                                each ratio the median of the rounds' ratios
   notifier bench --contract 100 --processes 3   pacing: 3 notifier run processes drain a backlog on a 100/s
                                                 contract; achieved rate, most sends in any 1 s window, the gaps
                                                 between sends, and the provider's 429s (there must be none)
