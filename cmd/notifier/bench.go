@@ -305,7 +305,7 @@ func runBench(ctx context.Context, f *benchFlags, e *env) error {
 			Command:        f.command(false),
 			WideOpenLimits: fmt.Sprintf("no per-user cap, no fleet bucket, a contract of %.0f/s: the ledger and the provider queue only", sinkRate),
 			AllLayersLimits: fmt.Sprintf("also a per-user cap (%s, %d per %s) and a fleet bucket (%.0f/s, burst %d, leases of %d tokens), configured never to deny",
-				benchUserRule.Algorithm, benchUserRule.Limit, shortDuration(benchUserRule.Window), benchGlobalConfig.Rate, benchGlobalConfig.Burst, globallimit.LeaseSize(benchGlobalConfig)),
+				benchUserRule.Algorithm, benchUserRule.Limit, fmtDur(benchUserRule.Window), benchGlobalConfig.Rate, benchGlobalConfig.Burst, globallimit.LeaseSize(benchGlobalConfig)),
 		}
 		// Rounds of the three passes one after another, so that a slow
 		// spell of a shared machine falls on every pass alike; each figure
@@ -445,18 +445,6 @@ func printBench(w io.Writer, r *benchResult) {
 		}
 		fmt.Fprintf(w, "  contract            %s\n", held)
 	}
-}
-
-// shortDuration prints 1h rather than 1h0m0s.
-func shortDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
 }
 
 // formatCounts prints a map of counts in key order.

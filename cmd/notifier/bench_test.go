@@ -325,11 +325,11 @@ func TestPercentile(t *testing.T) {
 	if got := percentile(nil, 0.5); got != 0 {
 		t.Errorf("percentile of nothing = %s", got)
 	}
-	if got := shortDuration(time.Hour); got != "1h" {
-		t.Errorf("shortDuration(1h) = %q", got)
+	if got := fmtDur(time.Hour); got != "1h" {
+		t.Errorf("fmtDur(1h) = %q", got)
 	}
-	if got := shortDuration(90 * time.Second); got != "1m30s" {
-		t.Errorf("shortDuration(90s) = %q", got)
+	if got := fmtDur(90 * time.Second); got != "1m30s" {
+		t.Errorf("fmtDur(90s) = %q", got)
 	}
 }
 
