@@ -5,12 +5,15 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
 
+	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/testenv"
 )
 
@@ -138,5 +141,86 @@ func TestMetricsAreSpecs(t *testing.T) {
 	}
 	for _, p := range problems {
 		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+// stopOnSend is a registry whose providers stop Redis from inside the k-th
+// accepted send: that job's "sent" record then meets a Redis that is down.
+type stopOnSend struct {
+	Registry
+	k    int64
+	n    atomic.Int64
+	stop func()
+}
+
+func (r *stopOnSend) wrap(p providers.Provider, c providers.Config, ok bool) (providers.Provider, providers.Config, bool) {
+	if !ok {
+		return p, c, ok
+	}
+	return &stopOnSendProvider{Provider: p, r: r}, c, ok
+}
+
+func (r *stopOnSend) Get(name string) (providers.Provider, providers.Config, bool) {
+	return r.wrap(r.Registry.Get(name))
+}
+
+func (r *stopOnSend) Default(channel string) (providers.Provider, providers.Config, bool) {
+	return r.wrap(r.Registry.Default(channel))
+}
+
+type stopOnSendProvider struct {
+	providers.Provider
+	r *stopOnSend
+}
+
+func (p *stopOnSendProvider) Send(ctx context.Context, m *providers.Message) error {
+	err := p.Provider.Send(ctx, m)
+	if err == nil && p.r.n.Add(1) == p.r.k {
+		p.r.stop()
+	}
+	return err
+}
+
+// TestSentJobsKeptAliveWhileRedisIsDown: Redis goes down between a send and
+// its "sent" record, for several times ack_wait, and comes back empty. The
+// settler keeps the sent jobs waiting for their record alive with
+// InProgress, so JetStream does not redeliver them meanwhile; once Redis is
+// back they are recorded and acknowledged: no job is sent twice, and none
+// even comes back as a duplicate.
+func TestSentJobsKeptAliveWhileRedisIsDown(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{ackWait: time.Second})
+	ids := b.publishN("alive", "sms", 40, 40)
+	stopped := make(chan struct{})
+	// A client that gives up on a Redis that is down within a fraction of
+	// ack_wait (as go-redis's defaults do within a fraction of the default
+	// 30 s), so that what is measured is the settler's retrying.
+	opts := b.redis.Options()
+	opts.MaxRetries, opts.DialerRetries, opts.DialTimeout, opts.ReadTimeout = -1, 1, 100*time.Millisecond, 200*time.Millisecond
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() { _ = rdb.Close() })
+	p := b.start(func(o *Options) {
+		o.Workers = 4
+		o.Limits = RedisLimits(rdb, LimitsConfig{Prefix: b.prefix, DedupTTL: time.Hour})
+		o.Providers = &stopOnSend{Registry: o.Providers, k: 10, stop: func() { b.redis.Stop(); close(stopped) }}
+	})
+	select {
+	case <-stopped:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Redis was not stopped by the 10th send")
+	}
+	time.Sleep(4 * time.Second) // four ack waits
+	b.redis.Start()
+	testenv.WaitFor(t, 60*time.Second, "all 40 sent", func() bool { return len(b.fake.AcceptedIDs()) >= 40 })
+	testenv.WaitFor(t, 10*time.Second, "job stream empty", func() bool { return b.remaining() == 0 })
+	time.Sleep(1500 * time.Millisecond) // a redelivered copy would have had time to be sent again
+	b.acceptedOnce(ids)
+	// Nothing was redelivered: a redelivered copy of a sent job would have
+	// been sent again, or found the job sent (a duplicate outcome).
+	if n := p.count(p.d.m.Jobs.WithLabelValues("sms", "sms-gw", OutcomeDuplicate)); n != 0 {
+		t.Errorf("%v redelivered copies of sent jobs (duplicate outcomes), want 0", n)
+	}
+	if n := p.count(p.d.m.Jobs.WithLabelValues("sms", "sms-gw", OutcomeSent)); n != 40 {
+		t.Errorf("sent counted %v, want 40", n)
 	}
 }

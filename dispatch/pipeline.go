@@ -483,7 +483,7 @@ func (d *Dispatcher) settle(ctx context.Context, jb *job) {
 		d.settleQ <- jb
 		return
 	}
-	d.recordSent(ctx, []*job{jb})
+	d.recordSent(ctx, []*job{jb}, nil)
 	_ = d.ackResult(ctx, jb, OutcomeSent)
 }
 
@@ -491,24 +491,27 @@ func (d *Dispatcher) settle(ctx context.Context, jb *job) {
 // handed to it, as many at a time as have come in, until q is closed and
 // empty.
 func (d *Dispatcher) settleLoop(ctx context.Context, q <-chan *job) {
-	batch := make([]*job, 0, cap(q))
+	var batch []*job
 	for jb := range q {
-		batch = append(batch[:0], jb)
-	more:
-		for len(batch) < cap(batch) {
-			select {
-			case jb, ok := <-q:
-				if !ok {
-					break more
-				}
-				batch = append(batch, jb)
-			default:
-				break more
-			}
-		}
-		d.recordSent(ctx, batch)
+		batch = takeQueued(append(batch[:0], jb), q)
+		batch = d.recordSent(ctx, batch, q)
 		for _, jb := range batch {
 			_ = d.ackResult(ctx, jb, OutcomeSent)
+		}
+	}
+}
+
+// takeQueued appends the jobs waiting in q now to batch, without waiting.
+func takeQueued(batch []*job, q <-chan *job) []*job {
+	for {
+		select {
+		case jb, ok := <-q:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, jb)
+		default:
+			return batch
 		}
 	}
 }
@@ -516,9 +519,12 @@ func (d *Dispatcher) settleLoop(ctx context.Context, q <-chan *job) {
 // recordSent writes "sent" to the ledger for jobs the provider accepted
 // (one round trip on Redis, however many), retrying briefly: the ack that
 // follows removes each job from JetStream, so the record only matters if
-// that ack is lost too. A retry writes every record again; they are
-// idempotent.
-func (d *Dispatcher) recordSent(ctx context.Context, jobs []*job) {
+// that ack is lost too. A retry writes every record again (they are
+// idempotent), with the jobs queued for the settler meanwhile (q, nil for
+// none) taken in, and every job waiting for its record is kept alive with
+// InProgress, so that none is redelivered, and sent again, while Redis is
+// away. It returns the jobs it recorded, which the caller acknowledges.
+func (d *Dispatcher) recordSent(ctx context.Context, jobs []*job, q <-chan *job) []*job {
 	for attempt := 0; ; attempt++ {
 		l := d.currentLimits()
 		if l == nil {
@@ -540,16 +546,28 @@ func (d *Dispatcher) recordSent(ctx context.Context, jobs []*job) {
 			for _, jb := range jobs {
 				jb.claimed = false
 			}
-			return
+			return jobs
 		}
 		if attempt >= 20 || ctx.Err() != nil {
 			for _, jb := range jobs {
 				jb.log().Error("record sent job in the ledger; acknowledging anyway", "err", err)
 			}
-			return
+			return jobs
 		}
 		d.backendFailed(l, err)
-		_ = sleep(ctx, time.Duration(attempt+1)*100*time.Millisecond)
+		if q != nil {
+			jobs = takeQueued(jobs, q)
+		}
+		wait := time.Duration(attempt+1) * 100 * time.Millisecond
+		for deadline := time.Now().Add(wait); ; {
+			for _, jb := range jobs {
+				d.keepAlive(jb)
+			}
+			left := time.Until(deadline)
+			if left <= 0 || sleep(ctx, min(left, d.o.AckWait/3)) != nil {
+				break
+			}
+		}
 	}
 }
 
