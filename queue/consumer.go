@@ -194,6 +194,9 @@ func (c *Consumer) fetchLanes(ctx context.Context, max int) ([]*nats.Msg, error)
 	if c.highIdle.Load() {
 		got, err := c.fetchNow(ctx, max, c.high, c.normal)
 		if err != nil && ctx.Err() != nil {
+			for _, g := range got {
+				nakAll(c.nc, g) // a lane's error and a stop at once: hand back what came
+			}
 			return nil, fmt.Errorf("fetch: %w", ctx.Err())
 		}
 		if got == nil {
@@ -215,6 +218,9 @@ func (c *Consumer) fetchLanes(ctx context.Context, max int) ([]*nats.Msg, error)
 	}
 	got, err := c.fetchNow(ctx, max, c.high)
 	if err != nil && ctx.Err() != nil {
+		for _, g := range got {
+			nakAll(c.nc, g)
+		}
 		return nil, fmt.Errorf("fetch: %w", ctx.Err())
 	}
 	var msgs []*nats.Msg
@@ -230,6 +236,9 @@ func (c *Consumer) fetchLanes(ctx context.Context, max int) ([]*nats.Msg, error)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			nakAll(c.nc, msgs)
+			if got != nil {
+				nakAll(c.nc, got[0])
+			}
 			return nil, fmt.Errorf("fetch: %w", err)
 		case err != nil && len(msgs) == 0 && (got == nil || len(got[0]) == 0):
 			return nil, fmt.Errorf("fetch normal lane: %w", err)
