@@ -148,7 +148,7 @@ func TestPipeBatcherMergesRequests(t *testing.T) {
 				t.Fatal(err)
 			}
 			b := newPipeBatcher(rdb)
-			rs := &redisSet{rdb: rdb, ledger: ledger, leaky: q, batch: b}
+			rs := &redisSet{ledger: ledger, leaky: q, batch: b}
 			const workers, rounds = 32, 20
 			type answer struct {
 				claim Claim
@@ -197,8 +197,12 @@ func TestPipeBatcherMergesRequests(t *testing.T) {
 			wg.Wait()
 			used := trips.Count() - trips0
 			requests := int64(workers * rounds)
-			// A cluster pipeline counts once per node it reaches (3 here).
-			if used*2 > requests*3 {
+			// One pipeline per request would be 640 round trips; merged,
+			// 32 workers share about 50 (55 on the cluster, where a pipeline
+			// counts once per node it reaches). A quarter of the requests is
+			// the bound.
+			t.Logf("%s: %d round trips for %d requests", name, used, requests)
+			if used*4 > requests {
 				t.Errorf("%d round trips for %d requests: batches hardly merged", used, requests)
 			}
 			seen := map[int64]bool{}

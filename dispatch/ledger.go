@@ -157,15 +157,6 @@ type ClaimCmd struct {
 	i int
 }
 
-// ClaimCmd queues a claim on pipe, alone (EVALSHA only: call Load first,
-// and again when Result says ErrNotLoaded).
-func (l *RedisLedger) ClaimCmd(ctx context.Context, pipe redis.Pipeliner, id, owner string, lease time.Duration) *ClaimCmd {
-	g := l.ClaimGroup()
-	c := g.Add(id, owner, lease)
-	g.Queue(ctx, pipe)
-	return c
-}
-
 // Result decodes the claim; a script missing from the server's cache wraps
 // ErrNotLoaded.
 func (c *ClaimCmd) Result() (Claim, error) {
@@ -221,7 +212,7 @@ func (l *RedisLedger) settle(ctx context.Context, id, owner, op string) (int, er
 // Sent implements Ledger.
 func (l *RedisLedger) Sent(ctx context.Context, id, owner string) error {
 	pipe := l.rdb.Pipeline()
-	sc := l.SentCmd(ctx, pipe, id, owner)
+	sc := l.SentCmd(ctx, pipe, id)
 	_, _ = pipe.Exec(ctx)
 	return sc.Err()
 }
@@ -238,7 +229,7 @@ type SentCmd struct {
 // later claim reads first, so the lease fields left beside it mean nothing
 // any more) and the record's TTL renewed for dedup_ttl. A claim running
 // between the two sees the job sent.
-func (l *RedisLedger) SentCmd(ctx context.Context, pipe redis.Pipeliner, id, _ string) *SentCmd {
+func (l *RedisLedger) SentCmd(ctx context.Context, pipe redis.Pipeliner, id string) *SentCmd {
 	key := LedgerKey(l.prefix, id)
 	return &SentCmd{id: id, set: pipe.HSet(ctx, key, "s", "1"), renew: pipe.PExpire(ctx, key, l.ttl)}
 }

@@ -41,12 +41,12 @@ func (c LimitsConfig) headroom() float64 {
 }
 
 // RedisLimits is the fleet's shared limit set on Redis (standalone or
-// Cluster). Its decisions before a send go in one pipelined round trip, and
-// its providers' pauses are heard through pub/sub (Limits.Watch), so a sent
-// job costs two round trips: the admission and the ledger's "sent".
+// Cluster). A sent job needs two exchanges with it, the admission before
+// the send and the ledger's "sent" after it, each riding on a pipeline
+// shared with the process's other workers (pipeBatcher); its providers'
+// pauses are heard through pub/sub (Limits.Watch).
 func RedisLimits(rdb redis.UniversalClient, c LimitsConfig) *Limits {
 	rs := &redisSet{
-		rdb:    rdb,
 		ledger: NewRedisLedger(rdb, c.Prefix, c.DedupTTL),
 		users:  userlimit.NewRedis(rdb, c.Prefix),
 		leaky:  leaky.NewRedis(rdb, c.Prefix, leaky.WithMaxCost(max(1, c.MaxCost)), leaky.WithHeadroom(c.headroom())),
@@ -103,7 +103,6 @@ func (l *Limits) setGlobal(cfg *globallimit.Config) {
 
 // redisSet is the Redis backends of a limit set, typed, for pipelining.
 type redisSet struct {
-	rdb    redis.UniversalClient
 	ledger *RedisLedger
 	users  *userlimit.Redis
 	leaky  *leaky.Redis
@@ -115,7 +114,7 @@ func (r *redisSet) sent(ctx context.Context, jobs []*job) error {
 	cmds := make([]*SentCmd, len(jobs))
 	r.batch.do(ctx, func(bt *pipeBatch) {
 		for i, jb := range jobs {
-			cmds[i] = r.ledger.SentCmd(ctx, bt.pipe, jb.j.ID, jb.owner)
+			cmds[i] = r.ledger.SentCmd(ctx, bt.pipe, jb.j.ID)
 		}
 	})
 	var errs []error
