@@ -60,16 +60,7 @@ func startBenchNATS(natsURL string, cluster bool) (*benchNATS, error) {
 
 // connect opens a client connection named name.
 func (n *benchNATS) connect(ctx context.Context, name string) (*nats.Conn, jetstream.JetStream, error) {
-	nc, err := queue.Connect(ctx, queue.Config{URL: n.url}, name)
-	if err != nil {
-		return nil, nil, err
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return nil, nil, fmt.Errorf("jetstream: %w", err)
-	}
-	return nc, js, nil
+	return connectJetStream(ctx, Config{NATS: queue.Config{URL: n.url}}, name, false)
 }
 
 // checkEmpty refuses to run on a server whose job stream holds jobs: the
