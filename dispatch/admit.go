@@ -3,11 +3,13 @@ package dispatch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/notifier/notifier/leaky"
+	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/userlimit"
 )
 
@@ -61,7 +63,7 @@ func (d *Dispatcher) admitPipelined(ctx context.Context, jb *job, l *Limits, rul
 		l.redis.batch.do(ctx, func(bt *pipeBatch) {
 			cc = bt.claim(l.redis.ledger, j.ID, jb.owner, lease)
 			if capped {
-				dc = bt.allow(l.redis.users, userlimit.Key{Channel: j.Channel, User: j.UserID}, j.ID, rule)
+				dc = bt.allow(l.redis.users, userlimit.Key{Channel: j.Channel, User: j.UserID}, j.ID, rule, time.Time{})
 			}
 			if reserve {
 				rc = bt.reserve(l.redis.leaky, jb.provider, contract, jb.cost)
@@ -133,6 +135,68 @@ func (d *Dispatcher) admitInOrder(ctx context.Context, jb *job, l *Limits, rule 
 		adm.slot, adm.slotAt = &r, d.clock.slotTime(time.Now(), r.Slot, r.Delay)
 	}
 	return adm, nil
+}
+
+// capTolerance is how far a job's send slot may lie from the instant its
+// per-user cap admission stands at before the admission is moved to the
+// slot. The cap counts sends by those instants, so at the provider it holds
+// to within this, plus a send's lateness and the network.
+const capTolerance = 20 * time.Millisecond
+
+// capAtSlot makes the job's per-user cap admission stand at its send slot
+// r: a job admitted now but sent from a provider's queue seconds later (or
+// after a pause, or on a slot taken again) must be counted when it is sent,
+// or a user could get twice the cap in one window at the provider. Within
+// capTolerance nothing is asked. Otherwise the cap decides the job again
+// for the slot (its admission moves there, one more pipelined round trip,
+// only for jobs that wait anyway). A denial there (res.Allowed false) is
+// the caller's to act on: give the slot back, then capDenied.
+func (d *Dispatcher) capAtSlot(ctx context.Context, jb *job, l *Limits, r leaky.Reservation) (res userlimit.Result, err error) {
+	if !jb.capped || r.Slot == 0 {
+		return userlimit.Result{Allowed: true}, nil
+	}
+	if off := time.Duration(r.Slot-jb.capAt) * time.Microsecond; off >= -capTolerance && off <= capTolerance {
+		return userlimit.Result{Allowed: true}, nil
+	}
+	key, at := userlimit.Key{Channel: jb.j.Channel, User: jb.j.UserID}, time.UnixMicro(r.Slot)
+	if l.redis != nil {
+		var dc *userlimit.Decision
+		l.redis.batch.do(ctx, func(bt *pipeBatch) { dc = bt.allow(l.redis.users, key, jb.j.ID, jb.rule, at) })
+		res, err = dc.Result()
+		if err != nil && notLoaded(err) {
+			if lerr := l.redis.load(ctx); lerr != nil {
+				return res, lerr
+			}
+			res, err = l.Users.AllowAt(ctx, key, jb.j.ID, jb.rule, at)
+		}
+	} else {
+		res, err = l.Users.AllowAt(ctx, key, jb.j.ID, jb.rule, at)
+	}
+	if err != nil {
+		return res, err
+	}
+	d.noteCap(jb.j.Channel, res.Allowed)
+	if res.Allowed {
+		jb.capAt = res.At.UnixMicro()
+	}
+	return res, nil
+}
+
+// capDenied acts on a per-user cap's denial of jb: defer it (on_exceed:
+// defer) or suppress it. It returns errHandled or errAgain (or a stop's
+// error), never nil: the job is out of the pipeline.
+func (d *Dispatcher) capDenied(ctx context.Context, jb *job, res userlimit.Result, l *Limits) error {
+	d.m.LimitDecisions.WithLabelValues(LayerUser, "deny").Inc()
+	d.recordDenial(ctx, jb, l)
+	if jb.rule.OnExceed == userlimit.Defer {
+		d.m.Deferrals.WithLabelValues(LayerUser, "defer").Inc()
+		return d.deferJob(ctx, jb, res.RetryAfter+d.jitter(res.RetryAfter/10+10*time.Millisecond), "per-user cap")
+	}
+	if err := d.finish(ctx, jb, queue.Suppressed, ReasonUserLimit,
+		fmt.Sprintf("over the %s cap of %d per %s", jb.j.Channel, jb.rule.Limit, jb.rule.Window)); err != nil {
+		return err
+	}
+	return errHandled
 }
 
 // cancelSlot gives back a speculative reservation the job will not use.

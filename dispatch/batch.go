@@ -144,8 +144,9 @@ func (bt *pipeBatch) claim(l *RedisLedger, id, owner string, lease time.Duration
 }
 
 // allow adds a per-user cap decision to the batch's group of its
-// algorithm and slot.
-func (bt *pipeBatch) allow(users *userlimit.Redis, key userlimit.Key, jobID string, rule userlimit.Rule) *userlimit.Decision {
+// algorithm and slot: for now when at is zero, else for the instant at
+// (userlimit.Limiter.AllowAt).
+func (bt *pipeBatch) allow(users *userlimit.Redis, key userlimit.Key, jobID string, rule userlimit.Rule, at time.Time) *userlimit.Decision {
 	k := capKey{alg: rule.WithDefaults().Algorithm}
 	if bt.cluster {
 		k.slot = clusterSlot(users.Tag(key))
@@ -157,6 +158,9 @@ func (bt *pipeBatch) allow(users *userlimit.Redis, key userlimit.Key, jobID stri
 	if g == nil {
 		g = users.Group(k.alg)
 		bt.caps[k] = g
+	}
+	if !at.IsZero() {
+		return g.AddAt(key, jobID, rule, at)
 	}
 	return g.Add(key, jobID, rule)
 }

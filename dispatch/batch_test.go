@@ -172,7 +172,7 @@ func TestPipeBatcherMergesRequests(t *testing.T) {
 						id := fmt.Sprintf("w%d-r%d", w, r)
 						b.do(ctx, func(bt *pipeBatch) {
 							cc = bt.claim(ledger, id, "owner-"+id, time.Minute)
-							dc = bt.allow(users, userlimit.Key{Channel: "sms", User: fmt.Sprintf("u%d", w)}, id, rule)
+							dc = bt.allow(users, userlimit.Key{Channel: "sms", User: fmt.Sprintf("u%d", w)}, id, rule, time.Time{})
 							rc = bt.reserve(q, "p", c, 1)
 						})
 						claim, err := cc.Result()
@@ -234,7 +234,9 @@ func TestPipeBatcherMergesRequests(t *testing.T) {
 			}
 			// Every user's cap is used up: one more job is denied.
 			var dc *userlimit.Decision
-			b.do(ctx, func(bt *pipeBatch) { dc = bt.allow(users, userlimit.Key{Channel: "sms", User: "u0"}, "one-more", rule) })
+			b.do(ctx, func(bt *pipeBatch) {
+				dc = bt.allow(users, userlimit.Key{Channel: "sms", User: "u0"}, "one-more", rule, time.Time{})
+			})
 			if got, err := dc.Result(); err != nil || got.Allowed {
 				t.Errorf("a job over the cap: %+v, %v; want denied", got, err)
 			}

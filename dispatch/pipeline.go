@@ -50,6 +50,9 @@ type job struct {
 	live     *liveConfig
 	claimed  bool // holds a ledger lease
 	claimAt  time.Time
+	rule     userlimit.Rule // the channel's per-user cap, when capped
+	capped   bool
+	capAt    int64 // µs on the limit backend's clock: where the job's cap admission stands
 }
 
 // log is the job's logger: its delivery, id, channel and provider as far as
@@ -158,11 +161,11 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) error {
 	// One round trip: the ledger (already sent? then take the send lease),
 	// the per-user cap, and, speculatively, the slot in the provider's
 	// queue.
-	rule, capped := jb.live.userLimits[j.Channel]
+	jb.rule, jb.capped = jb.live.userLimits[j.Channel]
 	var adm admission
 	for {
 		var err error
-		adm, err = d.admit(ctx, jb, rule, capped)
+		adm, err = d.admit(ctx, jb, jb.rule, jb.capped)
 		if err != nil {
 			return err
 		}
@@ -185,19 +188,13 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) error {
 		return d.finish(ctx, jb, queue.Dead, ReasonMaxAttempts,
 			fmt.Sprintf("%d transient provider failures", adm.claim.Attempts))
 	}
-	if capped {
+	if jb.capped {
 		d.noteCap(j.Channel, adm.cap.Allowed)
 		if !adm.cap.Allowed {
 			d.cancelSlot(ctx, jb, adm)
-			d.m.LimitDecisions.WithLabelValues(LayerUser, "deny").Inc()
-			d.recordDenial(ctx, jb, adm.limits)
-			if rule.OnExceed == userlimit.Defer {
-				d.m.Deferrals.WithLabelValues(LayerUser, "defer").Inc()
-				return d.deferJob(ctx, jb, adm.cap.RetryAfter+d.jitter(adm.cap.RetryAfter/10+10*time.Millisecond), "per-user cap")
-			}
-			return d.finish(ctx, jb, queue.Suppressed, ReasonUserLimit,
-				fmt.Sprintf("over the %s cap of %d per %s", j.Channel, rule.Limit, rule.Window))
+			return d.capDenied(ctx, jb, adm.cap, adm.limits)
 		}
+		jb.capAt = adm.cap.At.UnixMicro()
 		d.m.LimitDecisions.WithLabelValues(LayerUser, "allow").Inc()
 	}
 
@@ -313,12 +310,23 @@ func (d *Dispatcher) waitSlot(ctx context.Context, jb *job, first admission) err
 			continue
 		}
 		d.m.LimitDecisions.WithLabelValues(LayerLeaky, "allow").Inc()
+		// The per-user cap counts the job at its send slot.
+		var capRes userlimit.Result
+		if err := d.withBackend(ctx, jb, func(cur *Limits) (err error) {
+			capRes, err = d.capAtSlot(ctx, jb, cur, r)
+			return err
+		}); err != nil {
+			d.giveBack(ctx, jb, l, r)
+			return err
+		}
+		if !capRes.Allowed {
+			d.giveBack(ctx, jb, l, r)
+			return d.capDenied(ctx, jb, capRes, l)
+		}
 		// Wake a little before the slot for the round trips below, so that
 		// they do not make the send late.
 		if err := d.hold(ctx, jb, time.Until(jb.slotAt)-preSlot); err != nil {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-			_ = l.Leaky.Cancel(cctx, jb.provider, l.contract(jb.pcfg), r, jb.cost)
-			cancel()
+			d.giveBack(ctx, jb, l, r)
 			return err
 		}
 		// A 429 seen by any worker after this slot was reserved pauses
@@ -345,6 +353,16 @@ func (d *Dispatcher) waitSlot(ctx context.Context, jb *job, first admission) err
 		}
 		d.m.QueueLatency.WithLabelValues(jb.provider).Observe(time.Since(queued).Seconds())
 		return nil
+	}
+}
+
+// giveBack cancels a reservation the job will not use (see leaky.Queue's
+// Cancel: only when no later one followed it).
+func (d *Dispatcher) giveBack(ctx context.Context, jb *job, l *Limits, r leaky.Reservation) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	if err := l.Leaky.Cancel(cctx, jb.provider, l.contract(jb.pcfg), r, jb.cost); err != nil {
+		jb.debug("give back an unused send slot", "err", err)
 	}
 }
 

@@ -1,19 +1,28 @@
 
 -- decide.lua: the driver every per-user cap script ends with. The
--- algorithm's file above defines decide(state, marker, limit, window, job,
--- now) -> allowed, remaining, retry_after_us; this runs it for one decision
--- or for several in a row (the decisions of many jobs that share a Redis
--- node and slot: the same answers, in order, as that many calls at one
--- instant).
+-- algorithm's file above defines decide(key, marker, limit, window, job,
+-- now, at, move) -> allowed, remaining, retry_after_us, at_us; this runs it
+-- for one decision or for several in a row (the decisions of many jobs
+-- that share a Redis node and slot: the same answers, in order, as that
+-- many calls at one instant).
+--
+-- A decision is for an instant: now (at = ''), or a given instant at
+-- (integer µs; an earlier one is taken as now), the time the job will
+-- really be sent (its send slot). Decided for now, a job already admitted
+-- is allowed again where its admission stands (a redelivery counts once).
+-- Decided for a given instant, a job admitted at another instant is moved:
+-- its admission is withdrawn and the job decided anew for at, and a
+-- denied job then holds no admission at all.
 --
 -- KEYS      per decision, in order: its state key, then (the O(1)
 --           algorithms) its job marker; see Keys
 -- ARGV[1]   now in µs ('' reads TIME; tests only)
 -- ARGV[2]   keys per decision (1 or 2)
--- ARGV[3i], ARGV[3i+1], ARGV[3i+2]  decision i (1-based): limit (integer
---           >= 1), window in µs (integer >= 1000), job id
--- Reply     three integers per decision, in order: allowed 1|0, remaining,
---           retry_after_us (0 when allowed)
+-- ARGV[4i-1 .. 4i+2]  decision i (1-based): limit (integer >= 1), window
+--           in µs (integer >= 1000), job id, at in µs or ''
+-- Reply     four integers per decision, in order: allowed 1|0, remaining,
+--           retry_after_us (0 when allowed), the instant in µs the job's
+--           admission stands at (0 when denied)
 local now
 if ARGV[1] ~= '' then
   now = tonumber(ARGV[1])
@@ -24,11 +33,16 @@ end
 local nkeys = tonumber(ARGV[2])
 local out = {}
 local first = 1
-for a = 3, #ARGV, 3 do
-  local allowed, remaining, retry = decide(KEYS[first], KEYS[first + 1], tonumber(ARGV[a]), tonumber(ARGV[a + 1]), ARGV[a + 2], now)
+for a = 3, #ARGV, 4 do
+  local at, move = now, false
+  if ARGV[a + 3] ~= '' then
+    at, move = math.max(tonumber(ARGV[a + 3]), now), true
+  end
+  local allowed, remaining, retry, stands = decide(KEYS[first], KEYS[first + 1], tonumber(ARGV[a]), tonumber(ARGV[a + 1]), ARGV[a + 2], now, at, move)
   out[#out + 1] = allowed
   out[#out + 1] = remaining
   out[#out + 1] = retry
+  out[#out + 1] = stands
   first = first + nkeys
 end
 return out

@@ -1,24 +1,35 @@
 package userlimit
 
 // fixedWindow is the in-memory twin of fixed_window.lua: one counter per
-// window [k·window, (k+1)·window) of Unix time; a job with an unlapsed marker
-// is allowed again without counting; when denied, the job is allowed when
-// the window ends.
-func (st *memState) fixedWindow(now, window, limit int64, job string) (allowed bool, remaining, retry int64) {
-	idx := floorDiv(now, window)
-	end := (idx + 1) * window
-	var n int64
-	if st.w == idx {
-		n = st.c
+// window [k·window, (k+1)·window) of Unix time, counting the jobs admitted
+// for instants in it; a job with an unlapsed marker is allowed again
+// without counting, or moved (withdrawn and decided anew) when decided for
+// another instant; when denied, the job is allowed from the start of the
+// next window with room.
+func (st *memState) fixedWindow(d decision) outcome {
+	cur := floorDiv(d.now, d.window)
+	last := st.trimWindows(cur, cur)
+	idx := floorDiv(d.at, d.window)
+	if mk, ok := st.admitted(d.job, d); ok {
+		if !d.move || mk.at == d.at {
+			return allow(d.limit-st.count(idx), mk.at)
+		}
+		if w := st.wins[floorDiv(mk.at, d.window)]; w != nil && w.n > 0 {
+			w.n--
+		}
+		delete(st.jobs, d.job)
 	}
-	if st.marker(job, now) {
-		return true, max(limit-n, 0), 0
+	n := st.count(idx)
+	if n < d.limit {
+		st.window(idx).n = n + 1
+		last = max(last, idx)
+		st.mark(d.job, d.now, memMarker{at: d.at, lapse: d.at + d.window})
+		st.expire = max((last+1)*d.window, st.jobsMax)
+		return allow(d.limit-n-1, d.at)
 	}
-	if n >= limit {
-		return false, 0, end - now
+	j := idx + 1
+	for st.count(j) >= d.limit {
+		j++
 	}
-	st.w, st.c = idx, n+1
-	st.mark(job, now, now+window)
-	st.expire = max(end, st.jobsMax)
-	return true, limit - n - 1, 0
+	return deny(j*d.window - d.now)
 }

@@ -1,16 +1,23 @@
 -- fixed_window.lua: the fixed-window decision for one (channel, user);
 -- decide.lua (appended) runs it for each decision of a call.
 --
--- key      the counter: hash {w = window index floor(now / window), n = jobs admitted in it}
--- marker_key the job's marker: string, the µs instant it lapses (admission + window)
+-- key      the counters: hash {<k> = jobs admitted for instants in window k
+--          = floor(t / window)}, one field per window from the current one
+--          on (instants may lie ahead of now)
+-- marker_key the job's marker: string '@' .. the instant (µs) its admission
+--          stands at; it lapses one window after that instant
 -- limit    most jobs admitted per window (integer >= 1)
 -- window   in µs (integer >= 1000); windows are aligned to the Unix epoch
 -- job      job id (unused here: it is in the marker's key)
--- Returns  allowed 1|0, remaining, retry_after_us (0 when allowed)
+-- now, at, move  see decide.lua
+-- Returns  allowed 1|0, remaining, retry_after_us, the job's instant
 --
--- A job whose marker has not lapsed is allowed again without counting. The
--- counter expires one second after its window ends, the marker one second
--- after it lapses.
+-- A job with an unlapsed marker is allowed again without counting; decided
+-- for another instant (move) it is withdrawn from its window and decided
+-- anew. Windows before the current one are dropped; the hash expires one
+-- second after its last window ends, a marker one second after it lapses.
+-- (The fields w and n of the one-window format before are read once and
+-- turned into a field of their window.)
 
 local function str(n) return string.format('%.0f', n) end
 -- floor(a / b), exact for integers below 2^53.
@@ -20,31 +27,66 @@ local function idiv(a, b)
   return q
 end
 local function ttl(us) return str(math.ceil(us / 1000) + 1000) end
+-- The instant a job's unlapsed admission stands at, or nil. (A marker of
+-- the format before holds when it lapses.)
+local function admitted(marker_key, window, now)
+  local m = redis.call('GET', marker_key)
+  if not m then return nil end
+  local t
+  if string.sub(m, 1, 1) == '@' then t = tonumber(string.sub(m, 2)) else t = tonumber(m) - window end
+  if t and t + window > now then return t end
+  return nil
+end
 
-local function decide(key, marker_key, limit, window, job, now)
-  local idx = idiv(now, window)
-  local wend = (idx + 1) * window
-  local state = redis.call('HMGET', key, 'w', 'n')
-  local n = 0
-  if tonumber(state[1]) == idx then n = tonumber(state[2]) end
-
-  local marker = tonumber(redis.call('GET', marker_key))
-  if marker and marker > now then
-    local remaining = limit - n
-    if remaining < 0 then remaining = 0 end
-    return 1, remaining, 0
+local function decide(key, marker_key, limit, window, job, now, at, move)
+  local cur = idiv(now, window)
+  local counts, last = {}, cur
+  local all = redis.call('HGETALL', key)
+  local lw, ln
+  for i = 1, #all, 2 do
+    local f, v = all[i], tonumber(all[i + 1])
+    if f == 'w' then lw = v elseif f == 'n' then ln = v
+    else
+      local k = tonumber(f)
+      if k < cur then redis.call('HDEL', key, f) else counts[k] = v; if k > last then last = k end end
+    end
+  end
+  if lw then
+    redis.call('HDEL', key, 'w', 'n')
+    if lw >= cur and ln and ln > 0 then
+      counts[lw] = (counts[lw] or 0) + ln
+      redis.call('HSET', key, str(lw), str(counts[lw]))
+      if lw > last then last = lw end
+    end
   end
 
-  if n >= limit then
-    return 0, 0, wend - now
+  local idx = idiv(at, window)
+  local had = admitted(marker_key, window, now)
+  if had then
+    if not move or had == at then
+      local remaining = limit - (counts[idx] or 0)
+      if remaining < 0 then remaining = 0 end
+      return 1, remaining, 0, had
+    end
+    local hidx = idiv(had, window)
+    if (counts[hidx] or 0) > 0 then
+      counts[hidx] = counts[hidx] - 1
+      redis.call('HSET', key, str(hidx), str(counts[hidx]))
+    end
+    redis.call('DEL', marker_key)
   end
 
-  if n > 0 then
-    redis.call('HINCRBY', key, 'n', 1)
-  else
-    redis.call('HSET', key, 'w', str(idx), 'n', 1)
+  local n = counts[idx] or 0
+  if n < limit then
+    redis.call('HSET', key, str(idx), str(n + 1))
+    if idx > last then last = idx end
+    redis.call('PEXPIRE', key, ttl((last + 1) * window - now))
+    redis.call('SET', marker_key, '@' .. str(at), 'PX', ttl(at + window - now))
+    return 1, limit - n - 1, 0, at
   end
-  redis.call('PEXPIRE', key, ttl(wend - now))
-  redis.call('SET', marker_key, str(now + window), 'PX', ttl(window))
-  return 1, limit - n - 1, 0
+
+  -- Denied: allowed from the start of the next window with room.
+  local j = idx + 1
+  while (counts[j] or 0) >= limit do j = j + 1 end
+  return 0, 0, j * window - now, 0
 end

@@ -23,16 +23,33 @@ type Result struct {
 	// nothing else is admitted meanwhile (what on_exceed: defer waits). It is
 	// 0 when allowed.
 	RetryAfter time.Duration
+	// At is, when allowed, the instant the job's admission stands at: the
+	// instant decided for, or, for a job admitted before and decided again
+	// for now, the instant of that admission. Zero when denied.
+	At time.Time
 }
 
 // Limiter decides whether one job of a key may be sent under a rule.
 //
-// jobID makes a decision idempotent: the same job id decided again within
-// its window (a JetStream redelivery) is allowed again without counting
-// twice. A denied decision counts nothing. An invalid rule or an empty job id
-// is an error, never a panic.
+// A decision is for an instant: Allow decides for now, AllowAt for a given
+// instant, the time the job will really be sent (the dispatcher passes its
+// send slot, which may lie seconds ahead in a provider's queue). The cap
+// counts admissions by those instants, so it holds where the user feels it,
+// at the provider: a job admitted now and sent later is counted when it is
+// sent. Instants may be decided in any order; every algorithm keeps its
+// bound over the instants admitted (see the package documentation).
+//
+// jobID makes a decision idempotent: the same job id decided again for now
+// within its window (a JetStream redelivery) is allowed again without
+// counting twice, where its admission stands (Result.At). Decided with
+// AllowAt for another instant, its admission moves there: withdrawn from
+// where it stood and decided anew, so it still counts once, at the instant
+// it is sent; a job denied there holds no admission at all. A denied
+// decision counts nothing. An invalid rule or an empty job id is an error,
+// never a panic; an instant before now is taken as now.
 type Limiter interface {
 	Allow(ctx context.Context, key Key, jobID string, rule Rule) (Result, error)
+	AllowAt(ctx context.Context, key Key, jobID string, rule Rule, at time.Time) (Result, error)
 }
 
 var (
@@ -45,6 +62,9 @@ var (
 // call Redis.Load and decide again. A restart, a failover or SCRIPT FLUSH
 // empties the cache.
 var ErrNotLoaded = errors.New("script not loaded on the server (call Load)")
+
+// errZeroInstant refuses AllowAt for the zero time.
+var errZeroInstant = errors.New("instant is the zero time")
 
 // errEmptyJobID is returned for an empty job id, which would make every
 // decision of the key look like a redelivery of the same job.
@@ -69,10 +89,14 @@ func wrapDecide(key Key, rule Rule, err error) error {
 }
 
 // result builds a Result from integer microseconds.
-func result(allowed bool, remaining, retryMicros int64) Result {
-	return Result{
+func result(allowed bool, remaining, retryMicros, atMicros int64) Result {
+	r := Result{
 		Allowed:    allowed,
 		Remaining:  int(remaining),
 		RetryAfter: time.Duration(retryMicros) * time.Microsecond,
 	}
+	if allowed {
+		r.At = time.UnixMicro(atMicros)
+	}
+	return r
 }

@@ -51,19 +51,34 @@ type memKey struct {
 type memState struct {
 	expire int64 // the state no longer matters once now >= expire
 
-	// sliding_log: the window's admissions in time order, and their ids.
+	// sliding_log: the admissions in time order (instants may lie ahead of
+	// now), and their ids.
 	log []logEntry
 	ids map[string]int64
 
-	// fixed_window: window index w and its count c. sliding_window: also
-	// p, the count of window w-1. token_bucket: tat.
-	w, c, p int64
-	tat     int64
+	// fixed_window and sliding_window: per fixed window k, the jobs
+	// admitted for instants in it (and, sliding_window, the earliest
+	// offset of one). token_bucket: tat (0: no bucket).
+	wins map[int64]*memWindow
+	tat  int64
 
-	// Markers of the O(1) algorithms: job id -> when it lapses.
-	jobs     map[string]int64
+	// Markers of the O(1) algorithms: job id -> its admission.
+	jobs     map[string]memMarker
 	jobsMax  int64 // latest lapse of any marker
 	pruneLen int   // prune lapsed markers once len(jobs) reaches this
+}
+
+// memWindow is one fixed window's count.
+type memWindow struct {
+	n    int64 // jobs admitted for instants in the window
+	emin int64 // sliding_window: the earliest offset of one of them
+}
+
+// memMarker is an admitted job: the instant its admission stands at, when
+// the marker lapses, and (token_bucket) tat just before and after it.
+type memMarker struct {
+	at, lapse     int64
+	before, after int64
 }
 
 type logEntry struct {
@@ -84,9 +99,21 @@ func NewMemory(now func() time.Time) *Memory {
 	return m
 }
 
-// Allow decides one job. See Limiter. It returns the context's error when
-// ctx is already done.
+// Allow decides one job for now. See Limiter. It returns the context's
+// error when ctx is already done.
 func (m *Memory) Allow(ctx context.Context, key Key, jobID string, rule Rule) (Result, error) {
+	return m.decide(ctx, key, jobID, rule, time.Time{})
+}
+
+// AllowAt decides one job for the instant at. See Limiter.
+func (m *Memory) AllowAt(ctx context.Context, key Key, jobID string, rule Rule, at time.Time) (Result, error) {
+	if at.IsZero() {
+		return Result{}, wrapDecide(key, rule.WithDefaults(), errZeroInstant)
+	}
+	return m.decide(ctx, key, jobID, rule, at)
+}
+
+func (m *Memory) decide(ctx context.Context, key Key, jobID string, rule Rule, atTime time.Time) (Result, error) {
 	rule, err := prepare(key, jobID, rule)
 	if err != nil {
 		return Result{}, err
@@ -95,6 +122,10 @@ func (m *Memory) Allow(ctx context.Context, key Key, jobID string, rule Rule) (R
 		return Result{}, wrapDecide(key, rule, err)
 	}
 	now := m.now().UnixMicro()
+	at, move := now, false
+	if !atTime.IsZero() {
+		at, move = max(atTime.UnixMicro(), now), true
+	}
 	mk := memKey{key: key, alg: rule.Algorithm}
 	sh := &m.shards[maphash.Comparable(m.seed, mk)%memShards]
 
@@ -105,22 +136,42 @@ func (m *Memory) Allow(ctx context.Context, key Key, jobID string, rule Rule) (R
 		st = &memState{}
 		sh.m[mk] = st
 	}
-	limit, window := int64(rule.Limit), rule.windowMicros()
-	var allowed bool
-	var remaining, retry int64
+	d := decision{now: now, at: at, move: move, limit: int64(rule.Limit), window: rule.windowMicros(), job: jobID}
+	var o outcome
 	switch rule.Algorithm {
 	case SlidingLog:
-		allowed, remaining, retry = st.slidingLog(now, window, limit, jobID)
+		o = st.slidingLog(d)
 	case SlidingWindow:
-		allowed, remaining, retry = st.slidingWindow(now, window, limit, jobID)
+		o = st.slidingWindow(d)
 	case FixedWindow:
-		allowed, remaining, retry = st.fixedWindow(now, window, limit, jobID)
+		o = st.fixedWindow(d)
 	case TokenBucket:
-		allowed, remaining, retry = st.tokenBucket(now, window, limit, jobID)
+		o = st.tokenBucket(d)
 	}
 	sh.maybeSweep(now)
-	return result(allowed, remaining, retry), nil
+	return result(o.allowed, o.remaining, o.retry, o.stands), nil
 }
+
+// decision is one decision's arguments, as the scripts take them (µs).
+type decision struct {
+	now, at       int64
+	move          bool // at was given: a job admitted at another instant is moved
+	limit, window int64
+	job           string
+}
+
+// outcome is one decision's answer, as the scripts return it (µs).
+type outcome struct {
+	allowed          bool
+	remaining, retry int64
+	stands           int64 // the instant the job's admission stands at
+}
+
+func allow(remaining, stands int64) outcome {
+	return outcome{allowed: true, remaining: max(remaining, 0), stands: stands}
+}
+
+func deny(retry int64) outcome { return outcome{retry: retry} }
 
 // maybeSweep drops the shard's idle state once enough calls have passed
 // since the last sweep that the sweep costs O(1) per call.
@@ -137,28 +188,63 @@ func (sh *memShard) maybeSweep(now int64) {
 	sh.ops, sh.next = 0, len(sh.m)
 }
 
-// marker reports whether job was admitted within its window.
-func (st *memState) marker(job string, now int64) bool {
-	lapse, ok := st.jobs[job]
-	return ok && lapse > now
+// admitted returns the job's unlapsed admission.
+func (st *memState) admitted(job string, d decision) (memMarker, bool) {
+	mk, ok := st.jobs[job]
+	return mk, ok && mk.at+d.window > d.now
 }
 
-// mark records job as admitted until lapse, dropping lapsed markers when
-// their number has doubled since the last prune.
-func (st *memState) mark(job string, now, lapse int64) {
+// mark records job as admitted, dropping lapsed markers when their number
+// has doubled since the last prune.
+func (st *memState) mark(job string, now int64, mk memMarker) {
 	if st.jobs == nil {
-		st.jobs = make(map[string]int64)
+		st.jobs = make(map[string]memMarker)
 	}
 	if len(st.jobs) >= st.pruneLen {
 		for id, l := range st.jobs {
-			if l <= now {
+			if l.lapse <= now {
 				delete(st.jobs, id)
 			}
 		}
 		st.pruneLen = max(16, 2*len(st.jobs))
 	}
-	st.jobs[job] = lapse
-	st.jobsMax = max(st.jobsMax, lapse)
+	st.jobs[job] = mk
+	st.jobsMax = max(st.jobsMax, mk.lapse)
+}
+
+// window returns the count of fixed window k, creating it.
+func (st *memState) window(k int64) *memWindow {
+	if st.wins == nil {
+		st.wins = make(map[int64]*memWindow)
+	}
+	w := st.wins[k]
+	if w == nil {
+		w = &memWindow{emin: -1}
+		st.wins[k] = w
+	}
+	return w
+}
+
+// count is the count of fixed window k (0 when it has none).
+func (st *memState) count(k int64) int64 {
+	if w := st.wins[k]; w != nil {
+		return w.n
+	}
+	return 0
+}
+
+// trimWindows drops the windows before from, and returns the last window
+// left (at least cur).
+func (st *memState) trimWindows(from, cur int64) int64 {
+	last := cur
+	for k := range st.wins {
+		if k < from {
+			delete(st.wins, k)
+		} else if k > last {
+			last = k
+		}
+	}
+	return last
 }
 
 // floorDiv is floor(a / b) for b > 0.

@@ -14,7 +14,7 @@ import (
 )
 
 // TestPropertyMemoryMatchesRedis applies random sequences of (advance the
-// clock, key, job id, limit) to Memory and to Redis (the same fake clock,
+// clock, key, job id, limit, for now or for a slot) to Memory and to Redis (the same fake clock,
 // passed to the scripts as their optional now) and requires the very same
 // decision every step. The exact algorithms must agree by construction;
 // sliding_window agrees too, because both backends do its floating-point
@@ -50,11 +50,18 @@ func TestPropertyMemoryMatchesRedis(t *testing.T) {
 			key := userlimit.Key{Channel: "push", User: rapid.SampledFrom(users).Draw(rt, "user")}
 			job := fmt.Sprintf("job-%d", rapid.IntRange(0, 20).Draw(rt, "job"))
 			rule := userlimit.Rule{Limit: rapid.IntRange(1, 6).Draw(rt, "limit"), Window: window, Algorithm: alg}
-			want, err := mem.Allow(ctx, key, job, rule)
+			// Half the decisions are for a send slot: ahead of now (up to
+			// two windows, decided in any order), or just passed.
+			decide := func(l userlimit.Limiter) (userlimit.Result, error) { return l.Allow(ctx, key, job, rule) }
+			if rapid.Bool().Draw(rt, "for a slot") {
+				at := clock.Now().Add(time.Duration(rapid.Int64Range(-w/4, 2*w).Draw(rt, "slot µs")) * time.Microsecond)
+				decide = func(l userlimit.Limiter) (userlimit.Result, error) { return l.AllowAt(ctx, key, job, rule, at) }
+			}
+			want, err := decide(mem)
 			if err != nil {
 				rt.Fatalf("step %d: memory: %v", i, err)
 			}
-			got, err := red.Allow(ctx, key, job, rule)
+			got, err := decide(red)
 			if err != nil {
 				rt.Fatalf("step %d: redis: %v", i, err)
 			}
@@ -91,6 +98,7 @@ func TestPropertyGroupMatchesMemory(t *testing.T) {
 				key  userlimit.Key
 				job  string
 				rule userlimit.Rule
+				at   time.Time // zero: for now
 			}
 			reqs := make([]req, rapid.IntRange(1, 10).Draw(rt, "decisions"))
 			g := red.Group(alg)
@@ -101,7 +109,12 @@ func TestPropertyGroupMatchesMemory(t *testing.T) {
 					job:  fmt.Sprintf("job-%d", rapid.IntRange(0, 8).Draw(rt, "job")),
 					rule: userlimit.Rule{Limit: rapid.IntRange(1, 4).Draw(rt, "limit"), Window: window, Algorithm: alg},
 				}
-				ds[k] = g.Add(reqs[k].key, reqs[k].job, reqs[k].rule)
+				if rapid.Bool().Draw(rt, "for a slot") {
+					reqs[k].at = clock.Now().Add(time.Duration(rapid.Int64Range(0, 2*window.Microseconds()).Draw(rt, "slot µs")) * time.Microsecond)
+					ds[k] = g.AddAt(reqs[k].key, reqs[k].job, reqs[k].rule, reqs[k].at)
+				} else {
+					ds[k] = g.Add(reqs[k].key, reqs[k].job, reqs[k].rule)
+				}
 			}
 			pipe := rdb.Pipeline()
 			g.Queue(ctx, pipe)
@@ -110,6 +123,9 @@ func TestPropertyGroupMatchesMemory(t *testing.T) {
 			}
 			for k, r := range reqs {
 				want, err := mem.Allow(ctx, r.key, r.job, r.rule)
+				if !r.at.IsZero() {
+					want, err = mem.AllowAt(ctx, r.key, r.job, r.rule, r.at)
+				}
 				if err != nil {
 					rt.Fatal(err)
 				}

@@ -67,10 +67,20 @@ func NewRedis(rdb redis.Scripter, prefix string) *Redis {
 	return &Redis{rdb: rdb, prefix: prefix}
 }
 
-// Allow decides one job in one round trip. See Limiter.
+// Allow decides one job for now, in one round trip. See Limiter.
 func (r *Redis) Allow(ctx context.Context, key Key, jobID string, rule Rule) (Result, error) {
-	g := r.Group(rule.Algorithm)
-	d := g.Add(key, jobID, rule)
+	return r.run(ctx, rule, func(g *Group) *Decision { return g.Add(key, jobID, rule) })
+}
+
+// AllowAt decides one job for the instant at, in one round trip. See
+// Limiter.
+func (r *Redis) AllowAt(ctx context.Context, key Key, jobID string, rule Rule, at time.Time) (Result, error) {
+	return r.run(ctx, rule, func(g *Group) *Decision { return g.AddAt(key, jobID, rule, at) })
+}
+
+func (r *Redis) run(ctx context.Context, rule Rule, add func(*Group) *Decision) (Result, error) {
+	g := r.Group(rule.WithDefaults().Algorithm)
+	d := add(g)
 	if d.err != nil {
 		return Result{}, d.err
 	}
@@ -141,10 +151,24 @@ func (r *Redis) Group(alg Algorithm) *Group {
 	return &Group{r: r, alg: alg, args: []any{now, nkeys}}
 }
 
-// Add adds the decision of one job and returns its handle. An invalid
-// request, or a rule of another algorithm than the group's, is not queued;
-// its error comes from Result.
+// Add adds the decision of one job for now and returns its handle. An
+// invalid request, or a rule of another algorithm than the group's, is not
+// queued; its error comes from Result.
 func (g *Group) Add(key Key, jobID string, rule Rule) *Decision {
+	return g.add(key, jobID, rule, "")
+}
+
+// AddAt adds the decision of one job for the instant at (see
+// Limiter.AllowAt) and returns its handle.
+func (g *Group) AddAt(key Key, jobID string, rule Rule, at time.Time) *Decision {
+	if at.IsZero() {
+		r := rule.WithDefaults()
+		return &Decision{key: key, rule: r, err: wrapDecide(key, r, errZeroInstant)}
+	}
+	return g.add(key, jobID, rule, strconv.FormatInt(at.UnixMicro(), 10))
+}
+
+func (g *Group) add(key Key, jobID string, rule Rule, at string) *Decision {
 	rule, err := prepare(key, jobID, rule)
 	d := &Decision{key: key, rule: rule, err: err}
 	if err == nil && rule.Algorithm != g.alg {
@@ -156,7 +180,7 @@ func (g *Group) Add(key Key, jobID string, rule Rule) *Decision {
 	d.g, d.i = g, g.n
 	g.n++
 	g.keys = append(g.keys, Keys(g.r.prefix, key, rule.Algorithm, jobID)...)
-	g.args = append(g.args, rule.Limit, rule.windowMicros(), jobID)
+	g.args = append(g.args, rule.Limit, rule.windowMicros(), jobID, at)
 	return d
 }
 
@@ -186,13 +210,13 @@ func (g *Group) decodeAll() {
 		return
 	}
 	vals, ok := v.([]any)
-	if !ok || len(vals) != 3*g.n {
-		g.err = fmt.Errorf("decode reply: want %d integers, got %T %v", 3*g.n, v, v)
+	if !ok || len(vals) != 4*g.n {
+		g.err = fmt.Errorf("decode reply: want %d integers, got %T %v", 4*g.n, v, v)
 		return
 	}
 	g.replies = make([]Result, g.n)
 	for i := range g.replies {
-		if g.replies[i], err = decode(vals[3*i : 3*i+3]); err != nil {
+		if g.replies[i], err = decode(vals[4*i : 4*i+4]); err != nil {
 			g.err = err
 			return
 		}
@@ -223,18 +247,18 @@ func (d *Decision) Result() (Result, error) {
 	return g.replies[d.i], nil
 }
 
-// decode reads one decision's three integers of a script's reply
-// {allowed, remaining, retry_after_us}.
+// decode reads one decision's four integers of a script's reply
+// {allowed, remaining, retry_after_us, at_us}.
 func decode(vals []any) (Result, error) {
-	if len(vals) != 3 {
-		return Result{}, fmt.Errorf("decode reply: want 3 integers, got %v", vals)
+	if len(vals) != 4 {
+		return Result{}, fmt.Errorf("decode reply: want 4 integers, got %v", vals)
 	}
-	var n [3]int64
+	var n [4]int64
 	for i, x := range vals {
 		var ok bool
 		if n[i], ok = x.(int64); !ok {
 			return Result{}, fmt.Errorf("decode reply: element %d is %T, want an integer", i, x)
 		}
 	}
-	return result(n[0] == 1, n[1], n[2]), nil
+	return result(n[0] == 1, n[1], n[2], n[3]), nil
 }

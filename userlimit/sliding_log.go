@@ -2,13 +2,15 @@ package userlimit
 
 import "sort"
 
-// slidingLog is the in-memory twin of sliding_log.lua: a job admitted at t
-// counts while now < t+window; an id still in the log is allowed again
-// without counting; when denied, the job is allowed once the entry that
-// brings the count below limit leaves the window.
-func (st *memState) slidingLog(now, window, limit int64, job string) (allowed bool, remaining, retry int64) {
+// slidingLog is the in-memory twin of sliding_log.lua: a job admitted for t
+// counts while now < t+window; a decision for at counts every entry after
+// at−window (those ahead of at too); an id still in the log is allowed
+// again without counting, or moved when decided for another instant; when
+// denied, the job is allowed once the entry that brings the count below
+// limit leaves the window.
+func (st *memState) slidingLog(d decision) outcome {
 	i := 0
-	for i < len(st.log) && st.log[i].t <= now-window {
+	for i < len(st.log) && st.log[i].t <= d.now-d.window {
 		delete(st.ids, st.log[i].id)
 		i++
 	}
@@ -17,21 +19,25 @@ func (st *memState) slidingLog(now, window, limit int64, job string) (allowed bo
 	} else {
 		st.log = st.log[i:] // the next append that grows the log copies only live entries
 	}
-	count := int64(len(st.log))
 
-	if _, ok := st.ids[job]; ok {
-		return true, max(limit-count, 0), 0
+	if had, ok := st.ids[d.job]; ok {
+		if !d.move || had == d.at {
+			return allow(d.limit-int64(len(st.log)), had)
+		}
+		st.remove(d.job, had)
 	}
-	if count < limit {
-		st.insert(logEntry{t: now, id: job})
-		st.expire = st.log[len(st.log)-1].t + window
-		return true, limit - count - 1, 0
+	// The entries after at−window: the log is in time order.
+	from := sort.Search(len(st.log), func(i int) bool { return st.log[i].t > d.at-d.window })
+	count := int64(len(st.log) - from)
+	if count < d.limit {
+		st.insert(logEntry{t: d.at, id: d.job})
+		st.expire = st.log[len(st.log)-1].t + d.window
+		return allow(d.limit-count-1, d.at)
 	}
-	return false, 0, st.log[count-limit].t + window - now
+	return deny(st.log[from+int(count-d.limit)].t + d.window - d.now)
 }
 
-// insert adds e in time order (after entries of the same time). Time only
-// goes backwards if the clock does; then the entry still lands in order.
+// insert adds e in time order (after entries of the same time).
 func (st *memState) insert(e logEntry) {
 	if st.ids == nil {
 		st.ids = make(map[string]int64)
@@ -46,4 +52,15 @@ func (st *memState) insert(e logEntry) {
 	st.log = append(st.log, logEntry{})
 	copy(st.log[at+1:], st.log[at:])
 	st.log[at] = e
+}
+
+// remove drops job's entry at t.
+func (st *memState) remove(job string, t int64) {
+	delete(st.ids, job)
+	for i := sort.Search(len(st.log), func(i int) bool { return st.log[i].t >= t }); i < len(st.log) && st.log[i].t == t; i++ {
+		if st.log[i].id == job {
+			st.log = append(st.log[:i:i], st.log[i+1:]...)
+			return
+		}
+	}
 }

@@ -1,38 +1,52 @@
 -- sliding_log.lua: the exact sliding-log decision for one (channel, user);
 -- decide.lua (appended) runs it for each decision of a call.
 --
--- key      the log: sorted set, member = job id, score = admission time (µs)
+-- key      the log: sorted set, member = job id, score = the instant (µs)
+--          the job is admitted for (its send time; may lie ahead of now)
 -- marker_key unused (the log holds the job ids)
 -- limit    most jobs admitted in any window (integer >= 1)
 -- window   in µs (integer >= 1000)
--- job      job id; an id already in the log is allowed again without counting
--- Returns  allowed 1|0, remaining, retry_after_us (0 when allowed)
+-- job      job id; an id already in the log is allowed again without
+--          counting (moved when decided for another instant)
+-- now, at  the server's time and the instant decided for (at >= now)
+-- move     at was given: a job admitted at another instant is moved there
+-- Returns  allowed 1|0, remaining, retry_after_us, the job's instant
 --
--- A job admitted at t counts while now < t + window. The log expires one
--- second after its newest entry leaves the window.
+-- A job admitted at t counts while now < t + window. A decision for at
+-- counts every entry after at - window, those ahead of at included: then
+-- no window holds more than limit entries, in whatever order the instants
+-- are decided. The log expires one second after its newest entry leaves
+-- the window.
 
 -- Integers travel to Redis as decimal strings; Lua's own conversion may use
 -- an exponent and drop digits.
 local function str(n) return string.format('%.0f', n) end
 
-local function decide(key, marker_key, limit, window, job, now)
+local function decide(key, marker_key, limit, window, job, now, at, move)
   redis.call('ZREMRANGEBYSCORE', key, '-inf', str(now - window))
-  local count = redis.call('ZCARD', key)
 
-  if redis.call('ZSCORE', key, job) then
-    local remaining = limit - count
-    if remaining < 0 then remaining = 0 end
-    return 1, remaining, 0
+  local had = redis.call('ZSCORE', key, job)
+  if had then
+    had = tonumber(had)
+    if not move or had == at then
+      local remaining = limit - redis.call('ZCARD', key)
+      if remaining < 0 then remaining = 0 end
+      return 1, remaining, 0, had
+    end
+    redis.call('ZREM', key, job)
   end
 
+  local from = '(' .. str(at - window)
+  local count = redis.call('ZCOUNT', key, from, '+inf')
   if count < limit then
-    redis.call('ZADD', key, str(now), job)
-    redis.call('PEXPIRE', key, str(math.ceil(window / 1000) + 1000))
-    return 1, limit - count - 1, 0
+    redis.call('ZADD', key, str(at), job)
+    local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    redis.call('PEXPIRE', key, str(math.ceil((tonumber(newest[2]) + window - now) / 1000) + 1000))
+    return 1, limit - count - 1, 0, at
   end
 
   -- Denied: allowed again when the entry that brings the count below limit
   -- leaves the window.
-  local entry = redis.call('ZRANGE', key, count - limit, count - limit, 'WITHSCORES')
-  return 0, 0, tonumber(entry[2]) + window - now
+  local entry = redis.call('ZRANGEBYSCORE', key, from, '+inf', 'WITHSCORES', 'LIMIT', count - limit, 1)
+  return 0, 0, tonumber(entry[2]) + window - now, 0
 end

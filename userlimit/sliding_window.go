@@ -2,57 +2,77 @@ package userlimit
 
 import "math"
 
-// slidingWindow is the in-memory twin of sliding_window.lua. With c the count
-// of the current fixed window, p the previous one's and e how far into the
-// current window now is, the estimate is c + p·(window−e)/window, and a job
-// is allowed when the estimate with it is at most limit. The floating-point
-// operations are the script's, in the script's order (and each rounded to
-// float64, so never fused), so both backends decide alike to the last bit.
-func (st *memState) slidingWindow(now, window, limit int64, job string) (allowed bool, remaining, retry int64) {
-	idx := floorDiv(now, window)
-	e := now - idx*window
-	var c, p int64
-	switch st.w {
-	case idx:
-		c, p = st.c, st.p
-	case idx - 1:
-		p = st.c
-	}
-	if st.marker(job, now) {
-		return true, swRemaining(c, p, e, window, limit), 0
-	}
-	if swAllows(c, p, e, window, limit) {
-		c++
-		st.w, st.c, st.p = idx, c, p
-		st.mark(job, now, now+window)
-		st.expire = max((idx+2)*window, st.jobsMax)
-		return true, swRemaining(c, p, e, window, limit), 0
-	}
-	// Denied: the first instant a job would be allowed, by binary search.
-	// The estimate never rises while nothing is admitted, and two windows on
-	// the state is empty.
-	allowedAt := func(d int64) bool {
-		t := now + d
-		i := floorDiv(t, window)
-		et := t - i*window
-		switch i {
-		case idx:
-			return swAllows(c, p, et, window, limit)
-		case idx + 1:
-			return swAllows(0, c, et, window, limit)
+// slidingWindow is the in-memory twin of sliding_window.lua. With e how far
+// into its fixed window the instant decided for is, c that window's count
+// and p the previous one's, the estimate is c + p·(window−e)/window, and a
+// job is allowed when the estimate with it is at most limit and the jobs
+// already admitted for the next window (instants ahead) stay within limit
+// too. The floating-point operations are the script's, in the script's
+// order (and each rounded to float64, so never fused), so both backends
+// decide alike to the last bit.
+func (st *memState) slidingWindow(d decision) outcome {
+	cur := floorDiv(d.now, d.window)
+	last := st.trimWindows(cur-1, cur)
+	window, limit := d.window, d.limit
+	// fitsNext: one more job in window j keeps window j+1's within limit.
+	fitsNext := func(j, cj int64) bool {
+		next := st.wins[j+1]
+		if next == nil || next.n == 0 {
+			return true
 		}
-		return true
+		return float64(float64(next.n)+swWeight(cj+1, max(next.emin, 0), window)) <= float64(limit)
 	}
-	lo, hi := int64(0), (idx+2)*window-now
-	for hi-lo > 1 {
-		mid := lo + (hi-lo)/2
-		if allowedAt(mid) {
-			hi = mid
-		} else {
-			lo = mid
+
+	idx := floorDiv(d.at, window)
+	e := d.at - idx*window
+	if mk, ok := st.admitted(d.job, d); ok {
+		if !d.move || mk.at == d.at {
+			return allow(swRemaining(st.count(idx), st.count(idx-1), e, window, limit), mk.at)
 		}
+		if w := st.wins[floorDiv(mk.at, window)]; w != nil && w.n > 0 {
+			w.n--
+		}
+		delete(st.jobs, d.job)
 	}
-	return false, 0, hi
+
+	n, p := st.count(idx), st.count(idx-1)
+	if swAllows(n, p, e, window, limit) && fitsNext(idx, n) {
+		w := st.window(idx)
+		w.n = n + 1
+		if w.emin < 0 || e < w.emin {
+			w.emin = e
+		}
+		last = max(last, idx)
+		st.mark(d.job, d.now, memMarker{at: d.at, lapse: d.at + window})
+		st.expire = max((last+2)*window, st.jobsMax)
+		return allow(swRemaining(n+1, p, e, window, limit), d.at)
+	}
+	// Denied: window by window from at's, the first offset allowed (the
+	// estimate only falls as the offset grows).
+	for j := idx; j <= last+2; j++ {
+		cj, pj := st.count(j), st.count(j-1)
+		lo := int64(0)
+		if j == idx {
+			lo = e
+		}
+		if !fitsNext(j, cj) || !swAllows(cj, pj, window-1, window, limit) {
+			continue
+		}
+		if j > idx && swAllows(cj, pj, 0, window, limit) {
+			return deny(j*window - d.now)
+		}
+		hi := window - 1
+		for hi-lo > 1 {
+			mid := lo + (hi-lo)/2
+			if swAllows(cj, pj, mid, window, limit) {
+				hi = mid
+			} else {
+				lo = mid
+			}
+		}
+		return deny(j*window + hi - d.now)
+	}
+	return deny((last+3)*window - d.now)
 }
 
 // swWeight is p·(window−e)/window: the previous window's count weighted by

@@ -166,6 +166,10 @@ func testSteps(t *testing.T, newLimiter NewLimiter) {
 					t.Fatalf("step %d (job %s at +%s): %v", i+1, st.job, clock.Now().Sub(Start), err)
 				}
 				want := userlimit.Result{Allowed: st.allowed, Remaining: st.remaining, RetryAfter: st.retryAfter}
+				if got.Allowed && got.At.After(clock.Now()) {
+					t.Fatalf("step %d (job %s at +%s): admitted for %s, after now", i+1, st.job, clock.Now().Sub(Start), got.At)
+				}
+				got.At = time.Time{}
 				if got != want {
 					t.Fatalf("step %d (job %s at +%s): got %+v, want %+v", i+1, st.job, clock.Now().Sub(Start), got, want)
 				}
@@ -181,7 +185,7 @@ func mustAllow(t *testing.T, lim userlimit.Limiter, key userlimit.Key, job strin
 	if err != nil {
 		t.Fatalf("allow %s: %v", job, err)
 	}
-	if res.Allowed && res.RetryAfter != 0 || !res.Allowed && (res.Remaining != 0 || res.RetryAfter <= 0) {
+	if res.Allowed && (res.RetryAfter != 0 || res.At.IsZero()) || !res.Allowed && (res.Remaining != 0 || res.RetryAfter <= 0 || !res.At.IsZero()) {
 		t.Fatalf("allow %s: inconsistent result %+v", job, res)
 	}
 	return res
