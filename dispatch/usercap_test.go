@@ -1,9 +1,12 @@
 package dispatch
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
+	"os"
 	"sort"
 	"testing"
 	"time"
@@ -196,4 +199,115 @@ func TestUserCapHeldThroughRedelivery(t *testing.T) {
 		t.Logf("no send hung: the redelivery path was not exercised")
 	}
 	checkCap(t, rule, b.fake)
+}
+
+// TestUserCapDispatchPathProperty drives whole dispatchers on the
+// in-memory backends with random interleavings: random algorithms, caps
+// and on_exceed, users with random numbers of jobs published in a random
+// order, a provider rate that makes jobs wait in its queue for varying
+// times, injected 5xx answers (retried, redelivered by JetStream) and
+// repeated job ids (a redelivery of a job already sent). Every job must
+// end in exactly one outcome (sent once, suppressed, or a duplicate that
+// is not sent again), and the arrivals of every user must keep the
+// algorithm's bound. Each scenario logs its seed; set
+// NOTIFIER_PROPERTY_SEED to replay one.
+func TestUserCapDispatchPathProperty(t *testing.T) {
+	t.Parallel()
+	seed := time.Now().UnixNano()
+	if s := os.Getenv("NOTIFIER_PROPERTY_SEED"); s != "" {
+		if _, err := fmt.Sscan(s, &seed); err != nil {
+			t.Fatalf("NOTIFIER_PROPERTY_SEED: %v", err)
+		}
+	}
+	algs := []userlimit.Algorithm{userlimit.SlidingLog, userlimit.SlidingWindow, userlimit.FixedWindow, userlimit.TokenBucket}
+	for i := range 4 {
+		seed := seed + int64(i)
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(seed), 0))
+			rule := userlimit.Rule{
+				Limit:     1 + rng.IntN(3),
+				Window:    time.Duration(400+rng.IntN(600)) * time.Millisecond,
+				Algorithm: algs[rng.IntN(len(algs))],
+				OnExceed:  []userlimit.OnExceed{userlimit.Drop, userlimit.Defer}[rng.IntN(2)],
+			}
+			rate := float64(20 + rng.IntN(200))
+			t.Logf("seed %d: %+v, provider at %.0f/s", seed, rule, rate)
+			b := setup(t, setupOpts{rate: rate, maxQueueDelay: time.Duration(200+rng.IntN(1000)) * time.Millisecond})
+			var jobs []*queue.Job
+			for u := range 2 + rng.IntN(5) {
+				for k := range 1 + rng.IntN(6) {
+					jobs = append(jobs, newJob(fmt.Sprintf("p-u%d-%d", u, k), "sms", fmt.Sprintf("u%d", u)))
+				}
+			}
+			rng.Shuffle(len(jobs), func(i, j int) { jobs[i], jobs[j] = jobs[j], jobs[i] })
+			b.fake.FailNext(rng.IntN(4), http.StatusServiceUnavailable)
+			b.publish(jobs...)
+			p := b.start(func(o *Options) {
+				o.Workers = 4 + rng.IntN(12)
+				o.UserLimits = map[string]userlimit.Rule{"sms": rule}
+				o.Retry = RetryConfig{MaxAttempts: 20, BaseDelay: 20 * time.Millisecond, MaxDelay: 100 * time.Millisecond}
+				o.MaxHold = time.Duration(rng.IntN(2000)) * time.Millisecond // some deferrals go back to JetStream
+				o.Limits = MemoryLimits(LimitsConfig{DedupTTL: time.Hour}, 1)
+			})
+			testenv.WaitFor(t, 60*time.Second, "every job handled", func() bool { return b.remaining() == 0 })
+			// Repeats of jobs already sent (a redelivery, as after a lost
+			// ack): each must end a duplicate, not be sent or counted again.
+			sentBefore := map[string]bool{}
+			for _, id := range b.fake.AcceptedIDs() {
+				sentBefore[id] = true
+			}
+			var again []*queue.Job
+			for _, j := range jobs[:rng.IntN(len(jobs)+1)] {
+				if sentBefore[j.ID] {
+					again = append(again, j)
+				}
+			}
+			for _, j := range again {
+				if _, err := b.pub.PublishRaw(context.Background(), "notify.jobs.sms", mustJSON(t, j), j.ID+":again"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			testenv.WaitFor(t, 60*time.Second, "the repeats handled", func() bool { return b.remaining() == 0 })
+			if got := p.count(p.d.m.Jobs.WithLabelValues("sms", "sms-gw", OutcomeDuplicate)); int(got) != len(again) {
+				t.Errorf("duplicates counted %v, want one per repeat of a sent job (%d)", got, len(again))
+			}
+
+			if dups := b.fake.Duplicates(); len(dups) > 0 {
+				t.Errorf("sent twice: %v", dups)
+			}
+			sent := map[string]bool{}
+			for _, id := range b.fake.AcceptedIDs() {
+				sent[id] = true
+			}
+			suppressed := map[string]int{}
+			for _, dl := range b.deadLetters() {
+				var j struct{ ID string }
+				_ = json.Unmarshal(dl.Data, &j)
+				suppressed[j.ID]++
+				if dl.Reason != ReasonUserLimit || rule.OnExceed != userlimit.Drop {
+					t.Errorf("job %s dead-lettered %s (%s) under on_exceed %s", j.ID, dl.Reason, dl.Detail, rule.OnExceed)
+				}
+			}
+			for _, j := range jobs {
+				switch {
+				case sent[j.ID] && suppressed[j.ID] > 0:
+					t.Errorf("job %s both sent and suppressed", j.ID)
+				case !sent[j.ID] && suppressed[j.ID] == 0:
+					t.Errorf("job %s neither sent nor suppressed", j.ID)
+				case rule.OnExceed == userlimit.Defer && !sent[j.ID]:
+					t.Errorf("job %s not sent under on_exceed defer", j.ID)
+				}
+			}
+			checkCap(t, rule, b.fake)
+		})
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -44,14 +44,45 @@
 // exact. The Redis and in-memory backends compute the estimate with the same
 // float64 operations in the same order and agree to the bit.
 //
+// # Instants: counting a job when it is sent
+//
+// A decision is for an instant. Allow decides for now; AllowAt for a given
+// instant, the time the job will really be sent. The dispatcher decides
+// every job for now when it takes it and, when the job's send slot in its
+// provider's queue lies further off, moves the job's admission to the slot
+// with AllowAt. So the cap counts each job where the user feels it: a job
+// admitted now and sent 3 s later from a queue counts 3 s later, and two
+// jobs admitted a window apart but sent together are never both let
+// through. Instants may be decided in any order (a job's slot may lie
+// behind another's decided earlier), and each algorithm keeps its bound
+// over the instants admitted:
+//
+//   - sliding_log counts, for an instant t, every entry after t − window,
+//     those ahead of t too: no window ever holds more than limit;
+//   - fixed_window keeps a counter per fixed window: at most limit in each;
+//   - sliding_window keeps a counter (and the earliest offset admitted) per
+//     fixed window; an admission must also keep the jobs already admitted
+//     for the next window within their estimate, so the bound below holds;
+//   - token_bucket is GCRA on the instants: at most limit + d/T in any
+//     stretch of length d, in whatever order they are decided.
+//
+// TestPropertySendsKeepTheBound checks these bounds under random decisions
+// and moves made the way the dispatcher makes them.
+//
 // # Idempotency
 //
-// Allow takes the job id. The same job id decided again within the window
-// after it was admitted (a JetStream redelivery) is allowed again without
-// counting twice, for every algorithm: sliding_log finds the id in its log;
-// the others keep a marker per admitted job under the same hash tag that
-// lapses one window after the admission. A denied decision counts nothing and
-// leaves no marker, and an id decided again after its window is a new job.
+// Allow takes the job id. The same job id decided again for now within the
+// window after it was admitted (a JetStream redelivery) is allowed again
+// without counting twice, for every algorithm, where its admission stands
+// (Result.At): sliding_log finds the id in its log; the others keep a
+// marker per admitted job under the same hash tag that lapses one window
+// after the admission. Decided with AllowAt for another instant, the job's
+// admission is withdrawn and the job decided anew, so it still counts once;
+// denied there, it holds no admission. A moved token_bucket job gives its
+// token back exactly when nothing was admitted since (tat is still what it
+// left); otherwise it keeps it, which can only admit less. A denied
+// decision counts nothing and leaves no marker, and an id decided again
+// after its window is a new job.
 //
 // # Memory per key
 //

@@ -33,6 +33,32 @@ func ExampleMemory() {
 	// job-1 allowed=true remaining=0 retry_after=0s
 }
 
+// A job taken now but sent from its provider's queue later is counted when
+// it is sent: its admission moves to its send slot with AllowAt.
+func ExampleMemory_AllowAt() {
+	ctx := context.Background()
+	now := time.Date(2030, 1, 1, 9, 0, 0, 0, time.UTC)
+	lim := userlimit.NewMemory(func() time.Time { return now })
+	rule := userlimit.Rule{Limit: 2, Window: 3 * time.Second} // sliding_log
+	key := userlimit.Key{Channel: "sms", User: "carol"}
+
+	// Two jobs admitted now, whose send slots are 2 s ahead (a queue).
+	for _, job := range []string{"a", "b"} {
+		res, _ := lim.Allow(ctx, key, job, rule)
+		res, _ = lim.AllowAt(ctx, key, job, rule, now.Add(2*time.Second))
+		fmt.Printf("%s allowed=%t, counted at +%s\n", job, res.Allowed, res.At.Sub(now))
+	}
+	// 1.5 s later a third job would leave at once, 0.5 s after a and b: the
+	// window of 3 s around their sends is full until 5 s.
+	now = now.Add(1500 * time.Millisecond)
+	res, _ := lim.Allow(ctx, key, "c", rule)
+	fmt.Printf("c allowed=%t retry_after=%s\n", res.Allowed, res.RetryAfter)
+	// Output:
+	// a allowed=true, counted at +2s
+	// b allowed=true, counted at +2s
+	// c allowed=false retry_after=3.5s
+}
+
 func ExampleMemory_tokenBucket() {
 	ctx := context.Background()
 	now := time.Date(2030, 1, 1, 9, 0, 0, 0, time.UTC)
