@@ -94,12 +94,21 @@ func arrivalsByUser(t *testing.T, reqs []testenv.FakeRequest) map[string][]time.
 // bound in a window, measured at the fake.
 func checkCap(t *testing.T, rule userlimit.Rule, f *testenv.Fake) {
 	t.Helper()
-	_, check := capBound(rule)
+	bound, check := capBound(rule)
+	worst := 0
 	for user, ts := range arrivalsByUser(t, f.Accepted()) {
 		if msg := check(ts); msg != "" {
 			t.Errorf("user %s, cap %d per %s (%s): %s; arrivals %v", user, rule.Limit, rule.Window, rule.Algorithm, msg, offsets(ts))
 		}
+		for i := range ts {
+			n := 0
+			for j := i; j < len(ts) && ts[j].Sub(ts[i]) < rule.Window-capJitter; j++ {
+				n++
+			}
+			worst = max(worst, n)
+		}
 	}
+	t.Logf("%s, cap %d per %s: the most one user got in any window at the provider: %d (bound %d)", rule.Algorithm, rule.Limit, rule.Window, worst, bound)
 }
 
 func offsets(ts []time.Time) []string {
