@@ -23,3 +23,22 @@ func TestRollingCounts(t *testing.T) {
 		t.Fatalf("after 30 quiet seconds: %d, want 0", got)
 	}
 }
+
+// TestRollingRateIsNotUnderReported: a steady 50 events/s, read at any
+// point of a second, is 500 over the last 10 s (not 9.x seconds' worth
+// divided by 10, which read 5–10 % low in `notifier status`).
+func TestRollingRateIsNotUnderReported(t *testing.T) {
+	t.Parallel()
+	t0 := time.Unix(2_000_000, 0)
+	k := rollKey{provider: "p"}
+	for _, into := range []time.Duration{10 * time.Millisecond, 500 * time.Millisecond, 990 * time.Millisecond} {
+		now := t0.Add(29*time.Second + into)
+		var r rolling
+		for at := t0; !at.After(now); at = at.Add(20 * time.Millisecond) {
+			r.add(k, at)
+		}
+		if got := r.sums(now, 10*time.Second)[k]; got != 500 {
+			t.Errorf("read %s into a second: %d over the last 10 s, want 500 (50/s)", into, got)
+		}
+	}
+}
