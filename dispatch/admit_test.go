@@ -3,6 +3,9 @@ package dispatch
 import (
 	"testing"
 	"time"
+
+	"github.com/notifier/notifier/leaky"
+	"github.com/notifier/notifier/providers"
 )
 
 // TestSpeculationFollowsDenials: the admission stops reserving a slot ahead
@@ -33,5 +36,13 @@ func TestSpeculationFollowsDenials(t *testing.T) {
 	d.holdSlotsFor(time.Minute)
 	if d.speculate("push", false) {
 		t.Fatal("while slots are held after a switch of limit sets: must not reserve ahead")
+	}
+}
+
+// TestMinRatesAgree: the configuration refuses the rates the leaky queue
+// cannot pace, so `check` catches what a run would fail on.
+func TestMinRatesAgree(t *testing.T) {
+	if providers.MinRate != leaky.MinRate {
+		t.Fatalf("providers.MinRate %g, leaky.MinRate %g: a rate check would pass what the queue refuses", providers.MinRate, leaky.MinRate)
 	}
 }

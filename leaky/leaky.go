@@ -128,14 +128,27 @@ type plan struct {
 // effRate is the pacing rate in units per second, headroom taken off.
 func effRate(c Contract, headroom float64) float64 { return c.Rate * (1 - headroom) }
 
-// costMicros is ⌈cost / rate⌉ in µs (at least 1).
+// costMicros is ⌈cost / rate⌉ in µs (at least 1; at most maxLuaMicros,
+// never an int64 overflow).
 func costMicros(cost int, rate float64) int64 {
 	us := math.Ceil(float64(cost) * 1e6 / rate)
-	if us < 1 {
+	switch {
+	case us < 1:
 		return 1
+	case !(us <= maxLuaMicros): // NaN too
+		return maxLuaMicros
 	}
 	return int64(us)
 }
+
+// MinRate is the slowest contract a queue paces: one unit a day. Slower,
+// a unit's interval in integer microseconds (times a message's cost) would
+// leave the range a Lua number holds exactly.
+const MinRate = 1.0 / 86400
+
+// maxLuaMicros bounds every µs value passed to the scripts: 2^53, the
+// largest integer a Lua number holds exactly.
+const maxLuaMicros = 1 << 53
 
 func (c Contract) validate() error {
 	switch {
@@ -143,8 +156,12 @@ func (c Contract) validate() error {
 		return fmt.Errorf("rate must be a finite number, got %v", c.Rate)
 	case c.Rate <= 0:
 		return fmt.Errorf("rate must be greater than 0, got %v", c.Rate)
+	case c.Rate < MinRate:
+		return fmt.Errorf("rate must be at least %g (one a day), got %v", MinRate, c.Rate)
 	case c.MaxQueueDelay < 0:
 		return fmt.Errorf("max queue delay must not be negative, got %s", c.MaxQueueDelay)
+	case c.MaxQueueDelay.Microseconds() > maxLuaMicros/4:
+		return fmt.Errorf("max queue delay %s is too long to keep in microseconds", c.MaxQueueDelay)
 	}
 	return nil
 }
@@ -158,7 +175,11 @@ func (o *options) plan(c Contract, cost int) (plan, error) {
 	}
 	r := effRate(c, o.headroom)
 	mqd := c.MaxQueueDelay.Microseconds()
-	return plan{inc: costMicros(cost, r), mqd: mqd, cold: mqd + costMicros(o.maxCost, r)}, nil
+	inc, most := costMicros(cost, r), costMicros(o.maxCost, r)
+	if inc > maxLuaMicros/4 || most > maxLuaMicros/4 {
+		return plan{}, fmt.Errorf("cost %d (at most %d) at %v/s: a send interval of %d µs is too long to keep in microseconds", cost, o.maxCost, c.Rate, max(inc, most))
+	}
+	return plan{inc: inc, mqd: mqd, cold: mqd + most}, nil
 }
 
 // depthUnits converts a queue length in µs into units.

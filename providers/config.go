@@ -25,6 +25,13 @@ var (
 // Defaults applied by WithDefaults.
 const (
 	DefaultMaxQueueDelay = 5 * time.Second
+	// MinRate is the slowest contract, one unit a day: the send interval
+	// is kept in integer microseconds, exact in the Redis scripts' Lua
+	// numbers, and below it a unit's interval overflows that range once
+	// multiplied by a long SMS's segments (it must equal leaky.MinRate).
+	MinRate = 1.0 / 86400
+	// MaxQueueDelayLimit is the longest max_queue_delay.
+	MaxQueueDelayLimit = 24 * time.Hour
 	DefaultTimeout       = 5 * time.Second
 	DefaultTwilioURL     = "https://api.twilio.com"
 	DefaultFCMURL        = "https://fcm.googleapis.com"
@@ -236,8 +243,11 @@ func (c Config) Validate() error {
 	if want, ok := kindChan[c.Kind]; ok && slices.Contains(Channels, c.Channel) && c.Channel != want {
 		add("channel", "kind %s sends %s only, got %q", c.Kind, want, c.Channel)
 	}
-	if math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0) || c.Rate <= 0 {
+	switch {
+	case math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0) || c.Rate <= 0:
 		add("rate", "must be greater than 0, got %g", c.Rate)
+	case c.Rate < MinRate:
+		add("rate", "must be at least %g (one a day: slower contracts cannot be paced exactly), got %g", MinRate, c.Rate)
 	}
 	switch {
 	case !slices.Contains(Units, c.Unit):
@@ -245,8 +255,11 @@ func (c Config) Validate() error {
 	case c.Unit == "segments" && c.Channel != "sms":
 		add("unit", "segments is only for channel sms, got channel %q", c.Channel)
 	}
-	if c.MaxQueueDelay <= 0 {
+	switch {
+	case c.MaxQueueDelay <= 0:
 		add("max_queue_delay", "must be greater than 0, got %s", c.MaxQueueDelay)
+	case c.MaxQueueDelay > MaxQueueDelayLimit:
+		add("max_queue_delay", "must be at most %s, got %s", MaxQueueDelayLimit, c.MaxQueueDelay)
 	}
 	if c.Timeout <= 0 {
 		add("timeout", "must be greater than 0, got %s", c.Timeout)

@@ -85,6 +85,10 @@ func TestValidate(t *testing.T) {
 		{"negative rate", with(func(c *providers.Config) { c.Rate = -5 }), []string{"rate: must be greater than 0, got -5"}},
 		{"zero rate", with(func(c *providers.Config) { c.Rate = 0 }), []string{"rate: must be greater than 0, got 0"}},
 		{"NaN rate", with(func(c *providers.Config) { c.Rate = math.NaN() }), []string{"rate: must be greater than 0, got NaN"}},
+		// 1e-15/s: its interval in µs overflows int64, and a run sent 50 of
+		// 50 jobs within a second.
+		{"rate too slow to pace", with(func(c *providers.Config) { c.Rate = 1e-15 }), []string{"rate: must be at least 1.1574074074074073e-05 (one a day: slower contracts cannot be paced exactly), got 1e-15"}},
+		{"queue delay too long", with(func(c *providers.Config) { c.MaxQueueDelay = 25 * time.Hour }), []string{"max_queue_delay: must be at most 24h0m0s, got 25h0m0s"}},
 		{"unknown unit", with(func(c *providers.Config) { c.Unit = "bytes" }),
 			[]string{`unit: "bytes" is not one of messages, segments`}},
 		{"segments on push", providers.Config{Name: "p", Channel: "push", Kind: "webhook", URL: "https://x", Rate: 1,

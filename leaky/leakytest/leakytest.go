@@ -449,6 +449,8 @@ func testInvalid(t *testing.T, b Backend) {
 	}{
 		{"zero rate", leaky.Contract{Rate: 0, MaxQueueDelay: time.Second}, 1, "rate must be greater than 0, got 0"},
 		{"negative rate", leaky.Contract{Rate: -5, MaxQueueDelay: time.Second}, 1, "rate must be greater than 0, got -5"},
+		// Its interval in µs overflowed int64: every job went at once.
+		{"rate too slow to pace", leaky.Contract{Rate: 1e-15, MaxQueueDelay: time.Second}, 1, "rate must be at least"},
 		{"NaN rate", leaky.Contract{Rate: math.NaN(), MaxQueueDelay: time.Second}, 1, "rate must be a finite number, got NaN"},
 		{"infinite rate", leaky.Contract{Rate: math.Inf(1), MaxQueueDelay: time.Second}, 1, "rate must be a finite number, got +Inf"},
 		{"negative delay", leaky.Contract{Rate: 10, MaxQueueDelay: -time.Second}, 1, "max queue delay must not be negative, got -1s"},
