@@ -45,7 +45,7 @@ func TestPublishNDJSON(t *testing.T) {
 	if !strings.Contains(stdout, "published 3, duplicates 1 (dropped by JetStream), failed 0, skipped 2 invalid lines") {
 		t.Fatalf("summary: %s", stdout)
 	}
-	for _, want := range []string{"line 3: to: required", "line 5: channel"} {
+	for _, want := range []string{"line 3: to: required", "line 5: not JSON"} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, stderr)
 		}

@@ -144,7 +144,10 @@ func publish(ctx context.Context, cfg Config, f *publishFlags, mode publishMode,
 			s = publishSummary{Duplicates: 1}
 		}
 		fmt.Fprintf(e.stdout, "job %s: ", j.ID)
-		return s.print(e.stdout)
+		if err := s.print(e.stdout); err != nil {
+			return err
+		}
+		return s.nothingPublished()
 	}
 
 	batch := pub.NewBatch(f.inFlight, 0)
@@ -174,7 +177,9 @@ func publish(ctx context.Context, cfg Config, f *publishFlags, mode publishMode,
 	switch mode {
 	case publishLoad:
 		newBar(f.count, "publishing")
-		run := time.Now().UTC().Format("20060102T150405")
+		// Unique to this run: two loads started in the same second must
+		// not share ids (JetStream would drop the second as duplicates).
+		run := time.Now().UTC().Format("20060102T150405") + "-" + nats.NewInbox()[len(nats.NewInbox())-6:]
 		for i := 0; i < f.count; i++ {
 			j := loadJob(run, i, f.channel, f.users, f.provider)
 			if err := batch.Publish(ctx, j, f.high); err != nil {
@@ -214,7 +219,21 @@ func publish(ctx context.Context, cfg Config, f *publishFlags, mode publishMode,
 	if res.Err != nil {
 		return fmt.Errorf("%d jobs not published; first error: %w", s.Failed, res.Err)
 	}
-	return nil
+	return s.nothingPublished()
+}
+
+// nothingPublished is the error of a publish that stored no job at all (so
+// a script notices), or nil.
+func (s publishSummary) nothingPublished() error {
+	switch {
+	case s.Published > 0:
+		return nil
+	case s.Duplicates > 0:
+		return fmt.Errorf("nothing was published: %d jobs were duplicates of ids JetStream already holds (within its 2-minute window)", s.Duplicates)
+	case s.Skipped > 0:
+		return fmt.Errorf("nothing was published: every job line was invalid")
+	}
+	return errors.New("nothing was published: no job given")
 }
 
 func (s publishSummary) print(w io.Writer) error {
@@ -226,45 +245,76 @@ func (s publishSummary) print(w io.Writer) error {
 	return err
 }
 
-// publishNDJSON publishes one job per line of in. An invalid line is
-// reported on errw with its number and skipped.
+// publishNDJSON publishes one job per line of in. An invalid line (not
+// JSON, not a valid job, longer than a job may be) is reported on errw with
+// its number and what is wrong with it, and skipped; the lines after it
+// are still published.
 func publishNDJSON(ctx context.Context, in io.Reader, batch *queue.Batch, high bool, errw io.Writer, progress func()) (skipped int, err error) {
-	sc := bufio.NewScanner(in)
-	sc.Buffer(make([]byte, 64<<10), queue.MaxJobBytes+1024)
-	line := 0
-	for sc.Scan() {
-		line++
-		raw := bytes.TrimSpace(sc.Bytes())
-		if len(raw) == 0 || raw[0] == '#' {
-			continue
+	r := bufio.NewReaderSize(in, 64<<10)
+	limit := queue.MaxJobBytes + 1024 // a job, with room for surrounding space
+	for line := 1; ; line++ {
+		raw, size, rerr := readLine(r, limit)
+		if rerr != nil && rerr != io.EOF {
+			return skipped, fmt.Errorf("read jobs: line %d: %w", line, rerr)
 		}
-		var probe struct {
-			Channel string `json:"channel"`
+		if rerr == io.EOF && size == 0 {
+			return skipped, nil
 		}
-		_ = json.Unmarshal(raw, &probe)
-		if !queue.IsChannel(probe.Channel) {
-			fmt.Fprintf(errw, "line %d: channel: must be one of sms, push, email; line skipped\n", line)
+		skip := func(format string, args ...any) {
+			fmt.Fprintf(errw, "line %d: %s; line skipped\n", line, fmt.Sprintf(format, args...))
 			skipped++
-			continue
 		}
-		j, derr := queue.Decode(queue.JobSubject(probe.Channel, high), raw)
-		if derr != nil {
-			fmt.Fprintf(errw, "line %d: %v; line skipped\n", line, derr)
-			skipped++
-			continue
+		raw = bytes.TrimSpace(raw)
+		switch {
+		case size > limit:
+			skip("%d bytes, longer than a job may be (%d bytes)", size, queue.MaxJobBytes)
+		case len(raw) == 0 || raw[0] == '#':
+		case !json.Valid(raw):
+			skip("not JSON (one job object per line)")
+		default:
+			var probe struct {
+				Channel string `json:"channel"`
+			}
+			_ = json.Unmarshal(raw, &probe)
+			if !queue.IsChannel(probe.Channel) {
+				skip("channel: must be one of sms, push, email")
+				break
+			}
+			j, derr := queue.Decode(queue.JobSubject(probe.Channel, high), raw)
+			if derr != nil {
+				skip("%v", derr)
+				break
+			}
+			if err := batch.PublishRaw(ctx, queue.JobSubject(j.Channel, high), raw, j.ID); err != nil {
+				return skipped, err
+			}
+			progress()
 		}
-		if err := batch.PublishRaw(ctx, queue.JobSubject(j.Channel, high), raw, j.ID); err != nil {
-			return skipped, err
+		if rerr == io.EOF {
+			return skipped, nil
 		}
-		progress()
 	}
-	if err := sc.Err(); err != nil {
-		if errors.Is(err, bufio.ErrTooLong) {
-			return skipped, fmt.Errorf("line %d: longer than a job may be (%d bytes)", line+1, queue.MaxJobBytes)
+}
+
+// readLine reads one line (without its newline) of any length, keeping at
+// most limit+1 bytes of it: size is the whole line's length, so a line
+// over limit is known as such without holding it in memory.
+func readLine(r *bufio.Reader, limit int) (line []byte, size int, err error) {
+	for {
+		chunk, err := r.ReadSlice('\n')
+		size += len(chunk)
+		if len(line) <= limit {
+			line = append(line, chunk[:min(len(chunk), limit+1-len(line))]...)
 		}
-		return skipped, fmt.Errorf("read jobs: %w", err)
+		switch {
+		case err == bufio.ErrBufferFull:
+			continue
+		case err != nil:
+			return line, size, err
+		}
+		line = bytes.TrimSuffix(line, []byte("\n"))
+		return line, size - 1, nil
 	}
-	return skipped, nil
 }
 
 // loadJob is job i of a generated load: ids unique to the run, users
