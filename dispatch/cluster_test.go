@@ -31,6 +31,7 @@ type clusterWorld struct {
 	pcfgs []providers.Config
 	js    jetstream.JetStream
 	logs  *syncBuffer
+	slots slotLog // the slot of every send of the world's dispatchers
 }
 
 func setupCluster(t *testing.T, contract int) *clusterWorld {
@@ -130,6 +131,7 @@ func (w *clusterWorld) start(node, workers int) *proc {
 		cancel()
 		w.t.Fatalf("new dispatcher: %v", err)
 	}
+	d.sentSlot = w.slots.add
 	p := &proc{d: d, reg: preg, cancel: cancel, done: make(chan error, 1)}
 	go func() { p.done <- d.Run(ctx) }()
 	w.t.Cleanup(func() { p.stop(w.t) })
@@ -205,6 +207,7 @@ func TestClusterKillNATSNode(t *testing.T) {
 	// The arrival window is the promise; 429s are bounded, not forbidden
 	// (arrivalsPaced says why).
 	most := arrivalsPaced(t, "sms-gw", w.fake, contract)
+	slotsPaced(t, &w.slots, "sms-gw", contract)
 	if n := w.fake.Count(http.StatusTooManyRequests); n > max429s(jobs) {
 		t.Errorf("the provider answered 429 %d times for %d jobs, more than %d:\n%s", n, jobs, max429s(jobs), explain429s(w.fake, contract))
 	} else if n > 0 {

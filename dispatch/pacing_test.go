@@ -1,11 +1,14 @@
 package dispatch
 
 import (
+	"cmp"
 	"fmt"
 	"net/http"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -48,6 +51,72 @@ func arrivalsPaced(t testing.TB, name string, f arrivalCounter, contract int) in
 	if most > contract {
 		t.Errorf("%s: %d arrivals (429s included) in a window of 1 s − %s jitter budget, contract %d/s",
 			name, most, jitterBudget.Round(100*time.Microsecond), contract)
+	}
+	return most
+}
+
+// slotLog records the leaky slot of every send the dispatchers of a test
+// make (Dispatcher.sentSlot), per provider. Safe for concurrent use; the
+// zero value is ready.
+type slotLog struct {
+	mu sync.Mutex
+	m  map[string][]sentSlot
+}
+
+// sentSlot is one send's slot, µs on the limit backend's clock, and cost.
+type sentSlot struct {
+	at   int64
+	cost int
+}
+
+func (l *slotLog) add(provider string, slot int64, cost int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.m == nil {
+		l.m = map[string][]sentSlot{}
+	}
+	l.m[provider] = append(l.m[provider], sentSlot{at: slot, cost: cost})
+}
+
+// slotsPaced checks the dispatcher's own promise on the slots its sends
+// were made in, which no late wake-up, stalled reply or loaded machine
+// moves (the arrivals check, arrivalsPaced, adds the lateness): in slot
+// order each slot is at least cost·interval after the one before it, with
+// interval = 1/(rate·(1 − DefaultHeadroom)) (leaky's doc), and no window
+// [t, t+1 s) holds more than rate units. It returns that most.
+func slotsPaced(t testing.TB, l *slotLog, provider string, rate int) int {
+	t.Helper()
+	l.mu.Lock()
+	s := slices.Clone(l.m[provider])
+	l.mu.Unlock()
+	if len(s) == 0 {
+		t.Errorf("%s: no send slot recorded", provider)
+		return 0
+	}
+	slices.SortFunc(s, func(a, b sentSlot) int { return cmp.Compare(a.at, b.at) })
+	interval := 1e6 / (float64(rate) * (1 - DefaultHeadroom)) // µs per unit
+	tight := 0
+	for i := 1; i < len(s); i++ {
+		if need := float64(s[i-1].cost) * interval; float64(s[i].at-s[i-1].at) < need {
+			if tight++; tight <= 3 {
+				t.Errorf("%s: send slots %d µs apart, cost %d needs %.1f", provider, s[i].at-s[i-1].at, s[i-1].cost, need)
+			}
+		}
+	}
+	if tight > 3 {
+		t.Errorf("%s: %d send slots closer than cost·interval in all", provider, tight)
+	}
+	most, units, i := 0, 0, 0
+	for j := range s {
+		units += s[j].cost
+		for s[j].at-s[i].at >= 1_000_000 {
+			units -= s[i].cost
+			i++
+		}
+		most = max(most, units)
+	}
+	if most > rate {
+		t.Errorf("%s: %d units sent in the slots of one 1 s window, contract %d/s", provider, most, rate)
 	}
 	return most
 }
@@ -143,14 +212,15 @@ func TestPacingAcrossDispatchers(t *testing.T) {
 	// The promise is the arrival window; a 429 is a late arrival the
 	// budget forgives, so only a storm of them fails (was: none at all).
 	most := arrivalsPaced(t, "sms-gw", b.fake, 100)
+	slotsMost := slotsPaced(t, &b.slots, "sms-gw", 100)
 	if n := b.fake.Count(http.StatusTooManyRequests); n > max429s(2000) {
 		t.Errorf("the provider answered 429 %d times for 2000 jobs, more than %d", n, max429s(2000))
 	}
 	if r := sustainedRate(b.fake, late()); r < 95 {
 		t.Errorf("the queue ran at %.1f slots/s (%v given up late), want at least 95 %% of the 100/s contract", r, late())
 	} else {
-		t.Logf("the queue ran at %.1f slots/s (%v given up late) on a 100/s contract; most arrivals in a 1 s − %s window %d; %d answered 429",
-			r, late(), jitterBudget.Round(100*time.Microsecond), most, b.fake.Count(http.StatusTooManyRequests))
+		t.Logf("the queue ran at %.1f slots/s (%v given up late) on a 100/s contract; most arrivals in a 1 s − %s window %d, most send slots in 1 s %d; %d answered 429",
+			r, late(), jitterBudget.Round(100*time.Microsecond), most, slotsMost, b.fake.Count(http.StatusTooManyRequests))
 	}
 }
 
@@ -243,6 +313,7 @@ func TestRedisRestartHold(t *testing.T) {
 	// The arrival window is the promise; 429s are bounded, not forbidden
 	// (arrivalsPaced says why).
 	most := arrivalsPaced(t, "push-gw", b.fake, 100)
+	slotsPaced(t, &b.slots, "push-gw", 100) // across the restart's cold start too
 	if n := b.fake.Count(http.StatusTooManyRequests); n > max429s(600) {
 		t.Errorf("provider answered 429 %d times for 600 jobs, more than %d", n, max429s(600))
 	}
@@ -281,5 +352,33 @@ func TestLogsCarryNoPersonalData(t *testing.T) {
 	// Phone numbers in any form.
 	if m := regexp.MustCompile(`\+?\d{10,15}`).FindString(logs); m != "" {
 		t.Errorf("a log line carries a long number %q", m)
+	}
+}
+
+// TestPausedByRefusals: the hold a refusal orders runs to the next
+// acceptance; overlapping holds count once; acceptances alone hold nothing.
+func TestPausedByRefusals(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	ms := func(v ...int) []time.Time {
+		out := make([]time.Time, len(v))
+		for i, m := range v {
+			out[i] = t0.Add(time.Duration(m) * time.Millisecond)
+		}
+		return out
+	}
+	for _, c := range []struct {
+		arrivals, accepted []time.Time
+		want               time.Duration
+	}{
+		{ms(0, 10, 20), ms(0, 10, 20), 0},
+		{ms(0, 10, 1010, 1020), ms(0, 1010, 1020), time.Second},                                     // refused at 10, next accepted at 1010
+		{ms(0, 10, 15, 1010), ms(0, 1010), time.Second},                                             // two refusals, one hold
+		{ms(0, 10, 500, 1500, 1600), ms(0, 500, 1600), 490*time.Millisecond + 100*time.Millisecond}, // two holds
+		{ms(0, 10), ms(0), 0}, // a refusal no acceptance followed holds nothing countable
+	} {
+		if got := pausedByRefusals(c.arrivals, c.accepted); got != c.want {
+			t.Errorf("pausedByRefusals(%v, %v) = %s, want %s", c.arrivals, c.accepted, got, c.want)
+		}
 	}
 }
