@@ -31,6 +31,7 @@ type clusterWorld struct {
 	pcfgs []providers.Config
 	js    jetstream.JetStream
 	logs  *syncBuffer
+	slots slotLog // the slot of every send of the world's dispatchers
 }
 
 func setupCluster(t *testing.T, contract int) *clusterWorld {
@@ -130,6 +131,7 @@ func (w *clusterWorld) start(node, workers int) *proc {
 		cancel()
 		w.t.Fatalf("new dispatcher: %v", err)
 	}
+	d.sentSlot = w.slots.add
 	p := &proc{d: d, reg: preg, cancel: cancel, done: make(chan error, 1)}
 	go func() { p.done <- d.Run(ctx) }()
 	w.t.Cleanup(func() { p.stop(w.t) })
@@ -176,8 +178,9 @@ func (w *clusterWorld) remaining() int64 {
 // Redis Cluster, three dispatchers each connected to a different node, a
 // 1,000-job backlog on a 100/s contract. The node leading the job stream is
 // shut down a third of the way through. Every job is sent exactly once
-// (nothing lost, no duplicate at the provider), the provider never answers
-// 429, and no 1 s window holds more than the contract.
+// (nothing lost, no duplicate at the provider), no window of 1 s −
+// jitterBudget holds more than the contract's arrivals (429s included), and
+// the provider answers 429 at most max429s times.
 func TestClusterKillNATSNode(t *testing.T) {
 	// Not parallel: it measures pacing, and the package's other tests
 	// (run in parallel after it) would load the machine's two cores.
@@ -201,11 +204,14 @@ func TestClusterKillNATSNode(t *testing.T) {
 	if d := w.fake.Duplicates(); len(d) > 0 {
 		t.Errorf("the provider accepted %d jobs twice, e.g. %v", len(d), head(d))
 	}
-	if n := w.fake.Count(http.StatusTooManyRequests); n != 0 {
-		t.Errorf("the provider answered 429 %d times; the contract was exceeded:\n%s", n, explain429s(w.fake, contract))
-	}
-	if most := w.fake.MaxInWindow(time.Second); most > contract {
-		t.Errorf("most sends in any 1 s window: %d, contract %d", most, contract)
+	// The arrival window is the promise; 429s are bounded, not forbidden
+	// (arrivalsPaced says why).
+	most := arrivalsPaced(t, "sms-gw", w.fake, contract)
+	slotsPaced(t, &w.slots, "sms-gw", contract)
+	if n := w.fake.Count(http.StatusTooManyRequests); n > max429s(jobs) {
+		t.Errorf("the provider answered 429 %d times for %d jobs, more than %d:\n%s", n, jobs, max429s(jobs), explain429s(w.fake, contract))
+	} else if n > 0 {
+		t.Logf("the provider answered 429 %d times:\n%s", n, explain429s(w.fake, contract))
 	}
 	var sent, dup, late float64
 	for _, p := range procs {
@@ -226,8 +232,8 @@ func TestClusterKillNATSNode(t *testing.T) {
 		t.Errorf("dead stream holds %d jobs, want none", info.State.Msgs)
 	}
 	t.Logf("%d jobs sent once each through a node failure; %v redeliveries of sent jobs acknowledged as duplicates; "+
-		"most in a 1 s window %d; sustained %.1f/s; %v slots retaken after a late wake",
-		jobs, dup, w.fake.MaxInWindow(time.Second), sustainedRate(w.fake), late)
+		"most arrivals in a 1 s − %s window %d; the queue ran at %.1f slots/s; %v slots retaken after a late wake",
+		jobs, dup, jitterBudget.Round(100*time.Microsecond), most, sustainedRate(w.fake, late), late)
 }
 
 // explain429s says, for each request the fake refused over its contract,

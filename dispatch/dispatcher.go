@@ -189,6 +189,11 @@ type Dispatcher struct {
 	stopping  atomic.Bool
 	wg        sync.WaitGroup // background loops of Run
 	settleQ   chan *job      // sent jobs for the settler; set by Run before any worker starts
+	// sentSlot, when set (by tests, before Run), is told the leaky slot
+	// (on the limit backend's clock, µs) and cost of every send just
+	// before it is made, so that pacing can be checked on the slots,
+	// which no late wake-up moves. It must be safe for concurrent use.
+	sentSlot func(provider string, slot int64, cost int)
 }
 
 // New checks the options and returns a Dispatcher.

@@ -20,7 +20,8 @@ import (
 // TestRedisDownLocalMode: with redis.on_failure: local, two dispatchers keep
 // sending while Redis is down, each at half of every contract (the live
 // instances they last saw), and go back to the shared state when it returns.
-// No 1 s window over the contract, nothing lost, nothing sent twice.
+// No window of 1 s − jitterBudget with more arrivals than the contract
+// (429s included), nothing lost, nothing sent twice.
 func TestRedisDownLocalMode(t *testing.T) {
 	// Not parallel: it measures pacing, and the package's other tests
 	// (run in parallel after it) would load the machine's two cores.
@@ -55,13 +56,14 @@ func TestRedisDownLocalMode(t *testing.T) {
 	testenv.WaitFor(t, 60*time.Second, "all 900 sent", func() bool { return len(b.fake.AcceptedIDs()) >= 900 })
 	testenv.WaitFor(t, 10*time.Second, "job stream empty", func() bool { return b.remaining() == 0 })
 	b.acceptedOnce(ids)
-	if n := b.fake.Count(http.StatusTooManyRequests); n != 0 {
-		t.Errorf("provider answered 429 %d times", n)
+	// The arrival window is the promise; 429s are bounded, not forbidden
+	// (arrivalsPaced says why).
+	most := arrivalsPaced(t, "sms-gw", b.fake, 100)
+	if n := b.fake.Count(http.StatusTooManyRequests); n > max429s(900) {
+		t.Errorf("provider answered 429 %d times for 900 jobs, more than %d", n, max429s(900))
 	}
-	if most := b.fake.MaxInWindow(time.Second); most > 100 {
-		t.Errorf("most in a 1 s window: %d, contract 100", most)
-	}
-	t.Logf("%d sent on local limits while Redis was down; most in any 1 s window %d", during, b.fake.MaxInWindow(time.Second))
+	t.Logf("%d sent on local limits while Redis was down; most arrivals in any 1 s − %s window %d",
+		during, jitterBudget.Round(100*time.Microsecond), most)
 }
 
 // TestCircuitBreakerStopsCalling: a provider that fails every request

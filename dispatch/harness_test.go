@@ -32,6 +32,7 @@ type bundle struct {
 	js     jetstream.JetStream
 	logs   *syncBuffer
 	getenv func(string) string
+	slots  slotLog // the slot of every send of the test's dispatchers
 }
 
 type syncBuffer struct {
@@ -154,6 +155,7 @@ func (b *bundle) start(mutate func(*Options)) *proc {
 	if err != nil {
 		b.t.Fatalf("new dispatcher: %v", err)
 	}
+	d.sentSlot = b.slots.add
 	p := &proc{d: d, reg: preg, cancel: cancel, done: make(chan error, 1)}
 	go func() { p.done <- d.Run(ctx) }()
 	b.t.Cleanup(func() { p.stop(b.t) })

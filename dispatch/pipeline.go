@@ -47,6 +47,7 @@ type job struct {
 	base     *slog.Logger
 	lg       *slog.Logger // built from base on the first line logged
 	slotAt   time.Time    // when the reserved send slot is, on this process's clock
+	slot     int64        // the reserved send slot on the limit backend's clock, µs (leaky.Reservation.Slot)
 	live     *liveConfig
 	claimed  bool // holds a ledger lease
 	claimAt  time.Time
@@ -352,6 +353,7 @@ func (d *Dispatcher) waitSlot(ctx context.Context, jb *job, first admission) err
 			return err
 		}
 		d.m.QueueLatency.WithLabelValues(jb.provider).Observe(time.Since(queued).Seconds())
+		jb.slot = r.Slot
 		return nil
 	}
 }
@@ -418,6 +420,9 @@ func (d *Dispatcher) send(ctx, sendCtx context.Context, jb *job) (finished bool,
 		// waits (no attempt used) and takes a new slot after the probe.
 		d.m.Deferrals.WithLabelValues(LayerProvider, "circuit_open").Inc()
 		return false, d.hold(ctx, jb, breakerOpen/5+d.jitter(breakerOpen/5))
+	}
+	if d.sentSlot != nil {
+		d.sentSlot(jb.provider, jb.slot, jb.cost)
 	}
 	rctx, cancel := context.WithTimeout(sendCtx, jb.pcfg.Timeout)
 	start := time.Now()

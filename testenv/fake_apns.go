@@ -63,6 +63,10 @@ type APNsNotification struct {
 // TooManyRequests with Retry-After), then 200 with the apns-id header.
 // Errors are APNs's JSON, {"reason":"BadDeviceToken"}. Its methods are safe
 // for concurrent use.
+//
+// Every request that reaches HangFor is an arrival (Arrivals,
+// MaxArrivalsInWindow), whatever it is answered; MaxInWindow counts only
+// the accepted ones.
 type APNsFake struct {
 	*httpFake
 	key      *ecdsa.PrivateKey

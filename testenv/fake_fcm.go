@@ -64,6 +64,10 @@ type FCMMessage struct {
 // assertion's RS256 signature with the account's public key, its kid, iss,
 // aud and scope, and issues access tokens valid for an hour of the fake's
 // clock (SetTokenLifetime). Its methods are safe for concurrent use.
+//
+// Every request that reaches HangFor is an arrival (Arrivals,
+// MaxArrivalsInWindow), whatever it is answered; MaxInWindow counts only
+// the accepted ones.
 type FCMFake struct {
 	*httpFake
 	t          testing.TB

@@ -52,6 +52,10 @@ type SMTPMessage struct {
 // is cut when the client gives up or the fake closes), FailNext and FailFor (the
 // given reply code), RateLimitFor and the contract (451 4.7.1), then 250
 // and the mail is recorded. Its methods are safe for concurrent use.
+//
+// Every request that reaches HangFor is an arrival (Arrivals,
+// MaxArrivalsInWindow), whatever it is answered; MaxInWindow counts only
+// the accepted ones.
 type SMTPFake struct {
 	*faultState
 	srv      *smtp.Server

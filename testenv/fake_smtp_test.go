@@ -152,6 +152,12 @@ func TestFakeSMTPFaultsAndContract(t *testing.T) {
 	if n := f.MaxInWindow(time.Second); n != 2 {
 		t.Errorf("MaxInWindow = %d", n)
 	}
+	if n := f.MaxArrivalsInWindow(time.Second, 0); n != 3 {
+		t.Errorf("MaxArrivalsInWindow = %d, want 3 (the refused third arrived)", n)
+	}
+	if n := len(f.Arrivals()); n != 6 {
+		t.Errorf("%d arrivals, want 6", n)
+	}
 	if got := [4]int{f.Count(250), f.Count(451), f.Count(554), f.Count(0)}; got != [4]int{2, 3, 1, 0} {
 		t.Errorf("Count(250, 451, 554, 0) = %v, want [2 3 1 0]", got)
 	}

@@ -31,7 +31,8 @@ type faultState struct {
 	now      func() time.Time
 	contract int
 
-	acceptedAt     []time.Time
+	acceptedAt     []time.Time // accepted requests only (2xx, SMTP 250)
+	arrivals       []time.Time // every request decide saw, whatever the answer
 	failNext       int
 	failNextStatus int
 	failUntil      time.Time
@@ -110,17 +111,61 @@ func (s *faultState) Reset() {
 
 // MaxInWindow returns the most requests accepted within any window of
 // length window: the largest number of accepted requests whose arrival
-// times all lie in some [t, t+window). Pacing tests compare it with the
-// contract.
+// times all lie in some [t, t+window).
+//
+// It counts accepted requests only, so under WithContract it can never
+// exceed the contract: the fake refuses the request that would, with a 429
+// that this count leaves out. A pacing check must use MaxArrivalsInWindow
+// (or count the 429s); MaxInWindow stays for checks of what was accepted.
 func (s *faultState) MaxInWindow(window time.Duration) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maxInWindow(s.acceptedAt, window)
+}
+
+// Arrivals returns the arrival times, by the fake's clock and in order of
+// arrival, of every request that passed the protocol checks and so reached
+// the provider's logic: those accepted, those answered 429 (by the contract
+// or RateLimitFor), those failed by FailNext or FailFor, and those held by
+// HangFor. Requests refused by the protocol checks (a wrong method, content
+// type, auth, a malformed body; for the SMTP fake a message checkMail
+// refuses) are not in it: they are not send attempts. The slice is the
+// caller's.
+func (s *faultState) Arrivals() []time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]time.Time(nil), s.arrivals...)
+}
+
+// MaxArrivalsInWindow returns the most arrivals (as in Arrivals, so 429s
+// and injected failures count) whose times all lie in some half-open
+// window [t, t+window−budget). It returns 0 when window−budget <= 0.
+//
+// budget is the jitter budget: how late an arrival may be relative to the
+// send slot the dispatcher gave it (timer wake-up, the HTTP path, the
+// network). If the slots hold at most n in any window of length window,
+// and every arrival lies within [slot, slot+budget], then the arrivals in
+// [t, t+window−budget) had their slots in [t−budget, t+window−budget), a
+// window of length window, so at most n arrive in any window shortened by
+// budget. Comparing MaxArrivalsInWindow(time.Second, budget) with the
+// contract is therefore the dispatcher's promise with an explicit
+// allowance for late arrivals; with budget 0 it is the provider's own
+// 1 s window over every request it saw.
+func (s *faultState) MaxArrivalsInWindow(window, budget time.Duration) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maxInWindow(s.arrivals, window-budget)
+}
+
+// maxInWindow is the most times of ts (in non-decreasing order) that lie
+// in some [t, t+window); 0 when window <= 0.
+func maxInWindow(ts []time.Time, window time.Duration) int {
 	if window <= 0 {
 		return 0
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	best, i := 0, 0
-	for j := range s.acceptedAt {
-		for s.acceptedAt[j].Sub(s.acceptedAt[i]) >= window {
+	for j := range ts {
+		for ts[j].Sub(ts[i]) >= window {
 			i++
 		}
 		best = max(best, j-i+1)
@@ -138,9 +183,11 @@ type verdict struct {
 	latency    time.Duration // delay the answer
 }
 
-// decide applies the faults and the contract to a request arriving at now.
-// s.mu is held.
+// decide applies the faults and the contract to a request arriving at now
+// and records the arrival (every fake calls it once per request that passed
+// its protocol checks). s.mu is held.
 func (s *faultState) decide(now time.Time) verdict {
+	s.arrivals = append(s.arrivals, now)
 	var v verdict
 	if now.Before(s.slowUntil) {
 		v.latency = s.latency
@@ -349,6 +396,10 @@ type TwilioMessage struct {
 // "queued"). Errors are Twilio's JSON: {"code":21211,"message":"…",
 // "more_info":"https://www.twilio.com/docs/errors/21211","status":400}.
 // Its methods are safe for concurrent use.
+//
+// Every request that reaches HangFor is an arrival (Arrivals,
+// MaxArrivalsInWindow), whatever it is answered; MaxInWindow counts only
+// the accepted ones.
 type TwilioFake struct {
 	*httpFake
 	sid, token string

@@ -133,4 +133,12 @@ func TestFakeTwilioFaultsAndContract(t *testing.T) {
 	if got := f.MaxInWindow(time.Second); got != 2 {
 		t.Errorf("MaxInWindow = %d", got)
 	}
+	// The arrivals count the refused third too (and the 500 and 429 a
+	// second before it); MaxInWindow, accepted only, cannot.
+	if got := f.MaxArrivalsInWindow(time.Second, 0); got != 3 {
+		t.Errorf("MaxArrivalsInWindow = %d, want 3", got)
+	}
+	if got := len(f.Arrivals()); got != 5 {
+		t.Errorf("%d arrivals, want 5", got)
+	}
 }

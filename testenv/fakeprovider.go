@@ -59,12 +59,14 @@ type FakeRequest struct {
 // HangFor (held, never answered, until the client gives up); FailNext;
 // FailFor; RateLimitFor; the contract; then it is accepted with 200. SlowFor
 // delays whatever answer was decided. Only 2xx answers are accepted and only
-// they count toward the contract.
+// they count toward the contract (and MaxInWindow); every request past the
+// protocol checks, whatever its answer, is an arrival (Arrivals,
+// MaxArrivalsInWindow), which is what a pacing check counts.
 type Fake struct {
 	// faultState holds the injected faults, the contract and the acceptance
 	// times, shared with the service fakes; its mu also guards requests and
 	// accepted below. FailNext, FailFor, RateLimitFor, SlowFor, HangFor,
-	// Reset and MaxInWindow are its.
+	// Reset, MaxInWindow, Arrivals and MaxArrivalsInWindow are its.
 	*faultState
 	srv     *httptest.Server
 	closing chan struct{}

@@ -314,6 +314,104 @@ func TestFakeMaxInWindow(t *testing.T) {
 	}
 }
 
+// TestFakeArrivalsCountEveryAnswer: every request past the protocol checks
+// is an arrival, whatever it was answered; protocol refusals are not.
+// MaxInWindow, which counts only accepted requests, cannot see the requests
+// the contract refused.
+func TestFakeArrivalsCountEveryAnswer(t *testing.T) {
+	t.Parallel()
+	clk := newFakeClock()
+	start := clk.Now()
+	f := testenv.FakeProvider(t, testenv.WithContract(3), testenv.WithClock(clk.Now))
+	p := newPoster(t, f)
+
+	// Protocol refusals: no send attempt, no arrival.
+	req, _ := http.NewRequest(http.MethodGet, f.URL(), nil)
+	if r := p.do(req); r.status != 405 {
+		t.Fatalf("GET: %d %v", r.status, r.err)
+	}
+	req, _ = http.NewRequest(http.MethodPost, f.URL(), strings.NewReader("not json"))
+	req.Header.Set("Content-Type", "application/json")
+	if r := p.do(req); r.status != 400 {
+		t.Fatalf("bad body: %d %v", r.status, r.err)
+	}
+
+	for i := range 3 {
+		p.expect(fmt.Sprintf("a%d", i), 200)
+	}
+	p.expect("over", 429) // the contract's refusal
+	f.FailNext(1, 503)
+	p.expect("failed", 503)
+	clk.Advance(100 * time.Millisecond)
+	f.HangFor(time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	if r := p.post(ctx, "held"); r.err == nil {
+		t.Fatalf("held request answered %d", r.status)
+	}
+	cancel()
+	f.Reset()
+
+	want := []time.Time{start, start, start, start, start, start.Add(100 * time.Millisecond)}
+	if got := f.Arrivals(); !slices.Equal(got, want) {
+		t.Errorf("Arrivals = %v, want %v", got, want)
+	}
+	if got := f.MaxInWindow(time.Second); got != 3 {
+		t.Errorf("MaxInWindow(1s) = %d, want 3 (accepted only)", got)
+	}
+	for _, c := range []struct {
+		window, budget time.Duration
+		want           int
+	}{
+		{time.Second, 0, 6},
+		{time.Second, 899 * time.Millisecond, 6}, // [0, 101 ms) holds the held one at 100 ms too
+		{time.Second, 900 * time.Millisecond, 5}, // [0, 100 ms) is half-open: it does not
+		{time.Second, time.Second, 0},            // an empty window
+		{time.Second, 2 * time.Second, 0},        // a negative one
+		{200 * time.Millisecond, 0, 6},           // the window, not the contract's 1 s, is what counts
+	} {
+		if got := f.MaxArrivalsInWindow(c.window, c.budget); got != c.want {
+			t.Errorf("MaxArrivalsInWindow(%s, %s) = %d, want %d", c.window, c.budget, got, c.want)
+		}
+	}
+}
+
+// TestFakeMaxArrivalsInWindowSeesWhatTheContractRefused is the pacing check
+// the accepted-only count could not fail: five sends inside one second to a
+// fake enforcing 4/s are one over the contract, and only the arrivals say
+// so. A jitter budget forgives exactly the lateness it allows: slots 250 ms
+// apart, the first arriving 20 ms late, fit the contract in every window
+// shortened by 20 ms, and not by 19 ms.
+func TestFakeMaxArrivalsInWindowSeesWhatTheContractRefused(t *testing.T) {
+	t.Parallel()
+	clk := newFakeClock()
+	f := testenv.FakeProvider(t, testenv.WithContract(4), testenv.WithClock(clk.Now))
+	p := newPoster(t, f)
+
+	// Slots at 0, 250, 500, 750 and 1000 ms; the first arrives 20 ms late,
+	// so the fifth arrives 980 ms after it and the fake refuses it.
+	start := clk.Now()
+	for i, at := range []time.Duration{20, 250, 500, 750, 1000} {
+		clk.Advance(start.Add(at * time.Millisecond).Sub(clk.Now()))
+		want := 200
+		if i == 4 {
+			want = 429
+		}
+		p.expect(fmt.Sprint("s", i), want)
+	}
+	if got := f.MaxInWindow(time.Second); got != 4 {
+		t.Errorf("MaxInWindow(1s) = %d, want 4: the refused fifth is not counted", got)
+	}
+	if got := f.MaxArrivalsInWindow(time.Second, 0); got != 5 {
+		t.Errorf("MaxArrivalsInWindow(1s, 0) = %d, want 5: the refused fifth arrived", got)
+	}
+	if got := f.MaxArrivalsInWindow(time.Second, 20*time.Millisecond); got != 4 {
+		t.Errorf("MaxArrivalsInWindow(1s, 20ms) = %d, want 4: a 20 ms budget covers 20 ms of lateness", got)
+	}
+	if got := f.MaxArrivalsInWindow(time.Second, 19*time.Millisecond); got != 5 {
+		t.Errorf("MaxArrivalsInWindow(1s, 19ms) = %d, want 5: a 19 ms budget does not", got)
+	}
+}
+
 func TestFakeConcurrentUse(t *testing.T) {
 	t.Parallel()
 	f := testenv.FakeProvider(t)
