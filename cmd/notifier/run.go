@@ -56,7 +56,12 @@ func runDispatcher(ctx context.Context, path string, cfg Config, log *slog.Logge
 		"on_failure", cfg.Redis.OnFailure, "providers", len(cfg.Providers))
 
 	nc, js, err := connectJetStream(ctx, cfg, "notifier run", true,
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("nats disconnected", "err", err) }),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err == nil {
+				return // the connection was closed on purpose: a stop, not a problem
+			}
+			log.Warn("nats disconnected", "err", err)
+		}),
 		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "server", c.ConnectedUrlRedacted()) }),
 	)
 	if err != nil {
@@ -147,7 +152,11 @@ func runDispatcher(ctx context.Context, path string, cfg Config, log *slog.Logge
 		log.Info("dispatcher stopped")
 		return err
 	})
-	log.Info("dispatching", "instance", instance, "metrics", cfg.Metrics.Listen)
+	metricsAddr := "off"
+	if srv != nil {
+		metricsAddr = srv.Addr() // the port bound, also when metrics.listen asked for port 0
+	}
+	log.Info("dispatching", "instance", instance, "metrics", metricsAddr)
 	err = g.Wait()
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return err

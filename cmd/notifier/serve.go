@@ -92,13 +92,22 @@ func logFlags(c *cobra.Command) *logOptions {
 	return o
 }
 
+// readableDurations writes durations as Go duration strings ("1.5s"), not
+// the JSON handler's raw nanoseconds.
+func readableDurations(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.String(a.Key, a.Value.Duration().String())
+	}
+	return a
+}
+
 // logger builds the structured logger on w.
 func (o *logOptions) logger(w io.Writer) (*slog.Logger, error) {
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(o.level)); err != nil {
 		return nil, &usageError{err: fmt.Errorf("--log-level: %q is not one of debug, info, warn, error", o.level)}
 	}
-	opts := &slog.HandlerOptions{Level: lvl}
+	opts := &slog.HandlerOptions{Level: lvl, ReplaceAttr: readableDurations}
 	switch strings.ToLower(o.format) {
 	case "json":
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
