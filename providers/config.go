@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 )
 
 // Kinds, channels and units accepted in a provider entry.
@@ -31,14 +32,14 @@ const (
 	// multiplied by a long SMS's segments (it must equal leaky.MinRate).
 	MinRate = 1.0 / 86400
 	// MaxQueueDelayLimit is the longest max_queue_delay.
-	MaxQueueDelayLimit = 24 * time.Hour
-	DefaultTimeout       = 5 * time.Second
-	DefaultTwilioURL     = "https://api.twilio.com"
-	DefaultFCMURL        = "https://fcm.googleapis.com"
-	DefaultAPNsURL       = "https://api.push.apple.com"
-	DefaultSMTPPort      = 587
-	DefaultAPNsPushType  = "alert"
-	DefaultAPNsPriority  = 10
+	MaxQueueDelayLimit  = 24 * time.Hour
+	DefaultTimeout      = 5 * time.Second
+	DefaultTwilioURL    = "https://api.twilio.com"
+	DefaultFCMURL       = "https://fcm.googleapis.com"
+	DefaultAPNsURL      = "https://api.push.apple.com"
+	DefaultSMTPPort     = 587
+	DefaultAPNsPushType = "alert"
+	DefaultAPNsPriority = 10
 )
 
 // Config is one entry of the YAML `providers:` list (SPEC §4). The command
@@ -404,7 +405,12 @@ func ValidateAll(cfgs []Config) error {
 // EntryPath is how messages name entry i of `providers:`:
 // "providers[2] (sms-gateway)". The command line prefixes Validate's errors
 // with it and a dot.
+// A name with a control or other unprintable character is quoted, so a
+// message never writes it raw to a terminal.
 func EntryPath(i int, name string) string {
+	if strings.IndexFunc(name, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+		return fmt.Sprintf("providers[%d] (%q)", i, name)
+	}
 	return fmt.Sprintf("providers[%d] (%s)", i, name)
 }
 

@@ -241,3 +241,17 @@ func TestValidateErrorsAreJoined(t *testing.T) {
 		t.Fatalf("Validate's error %T is not an errors.Join", err)
 	}
 }
+
+// TestEntryPathQuotesControlCharacters: a provider name with a control
+// character (an escape sequence, a newline) is quoted in messages, never
+// written raw to the terminal; a plain name is not.
+func TestEntryPathQuotesControlCharacters(t *testing.T) {
+	t.Parallel()
+	if got := providers.EntryPath(2, "sms-gw"); got != "providers[2] (sms-gw)" {
+		t.Errorf("plain name: %s", got)
+	}
+	got := providers.EntryPath(0, "evil\x1b[2J\nname")
+	if got != `providers[0] ("evil\x1b[2J\nname")` {
+		t.Errorf("control characters: %s, want them quoted", got)
+	}
+}

@@ -114,7 +114,7 @@ func providerPath(i int, name string) string {
 	if name == "" {
 		return fmt.Sprintf("providers[%d]", i)
 	}
-	return fmt.Sprintf("providers[%d] (%s)", i, name)
+	return providers.EntryPath(i, name)
 }
 
 func validPort(p string) bool {
