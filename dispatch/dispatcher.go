@@ -75,8 +75,20 @@ func (l *Limits) pausedFor(ctx context.Context, provider string) (time.Duration,
 	return l.Leaky.PausedFor(ctx, provider)
 }
 
-func (l *Limits) contract(p providers.Config) leaky.Contract {
+// Contract is provider p's contract as its leaky queue paces it: its
+// rate and max_queue_delay, and the headroom of its jitter_budget (none:
+// the queue's default). Everything that reads a provider's queue (the
+// dispatcher, `notifier status`) builds it here.
+func Contract(p providers.Config) leaky.Contract {
 	c := leaky.Contract{Rate: p.Rate, MaxQueueDelay: p.MaxQueueDelay}
+	if p.JitterBudget > 0 {
+		c.Headroom = leaky.HeadroomFor(p.JitterBudget)
+	}
+	return c
+}
+
+func (l *Limits) contract(p providers.Config) leaky.Contract {
+	c := Contract(p)
 	if l.RateDivisor > 1 {
 		c.Rate /= float64(l.RateDivisor)
 	}

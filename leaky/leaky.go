@@ -12,6 +12,20 @@ import (
 type Contract struct {
 	Rate          float64       // units per second, fleet-wide (> 0)
 	MaxQueueDelay time.Duration // the queue's bound as time: depth = Rate × MaxQueueDelay (>= 0)
+	// Headroom, when > 0, replaces the queue's (WithHeadroom) for this
+	// provider: the fraction under Rate it paces, in [0, 0.5). With
+	// headroom h, any 1 s window of arrivals holds at most Rate units while
+	// the arrivals lag their slots by less than h/(1−h) seconds (the jitter
+	// budget).
+	Headroom float64
+}
+
+// HeadroomFor is the headroom that gives a jitter budget b: arrivals may
+// lag their slots by up to b without any 1 s window holding more than the
+// contract (h/(1−h) = b in seconds).
+func HeadroomFor(b time.Duration) float64 {
+	s := b.Seconds()
+	return s / (1 + s)
 }
 
 // Reservation is the answer of Reserve.
@@ -125,6 +139,14 @@ type plan struct {
 	cold int64 // µs a stateless queue starts ahead of now: mqd + ⌈maxCost × interval⌉
 }
 
+// headroomOf is c's headroom: its own, else the queue's.
+func (o *options) headroomOf(c Contract) float64 {
+	if c.Headroom > 0 {
+		return c.Headroom
+	}
+	return o.headroom
+}
+
 // effRate is the pacing rate in units per second, headroom taken off.
 func effRate(c Contract, headroom float64) float64 { return c.Rate * (1 - headroom) }
 
@@ -160,6 +182,8 @@ func (c Contract) validate() error {
 		return fmt.Errorf("rate must be at least %g (one a day), got %v", MinRate, c.Rate)
 	case c.MaxQueueDelay < 0:
 		return fmt.Errorf("max queue delay must not be negative, got %s", c.MaxQueueDelay)
+	case !(c.Headroom >= 0 && c.Headroom < 0.5):
+		return fmt.Errorf("headroom must be in [0, 0.5), got %v", c.Headroom)
 	case c.MaxQueueDelay.Microseconds() > maxLuaMicros/4:
 		return fmt.Errorf("max queue delay %s is too long to keep in microseconds", c.MaxQueueDelay)
 	}
@@ -173,7 +197,7 @@ func (o *options) plan(c Contract, cost int) (plan, error) {
 	if cost < 1 {
 		return plan{}, fmt.Errorf("cost must be at least 1, got %d", cost)
 	}
-	r := effRate(c, o.headroom)
+	r := effRate(c, o.headroomOf(c))
 	mqd := c.MaxQueueDelay.Microseconds()
 	inc, most := costMicros(cost, r), costMicros(o.maxCost, r)
 	if inc > maxLuaMicros/4 || most > maxLuaMicros/4 {

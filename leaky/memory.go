@@ -127,5 +127,5 @@ func (m *Memory) Depth(_ context.Context, provider string, c Contract) (float64,
 	if s == nil || s.tat == 0 {
 		return 0, nil
 	}
-	return depthUnits(s.tat-m.now().UnixMicro(), c, m.o.headroom), nil
+	return depthUnits(s.tat-m.now().UnixMicro(), c, m.o.headroomOf(c)), nil
 }

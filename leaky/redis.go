@@ -283,7 +283,7 @@ func (q *Redis) Depth(ctx context.Context, provider string, c Contract) (float64
 	if err != nil {
 		return 0, fmt.Errorf("read queue depth %s: %w", provider, err)
 	}
-	return depthUnits(queued, c, q.o.headroom), nil
+	return depthUnits(queued, c, q.o.headroomOf(c)), nil
 }
 
 func decodeReservation(v any) (Reservation, error) {

@@ -31,6 +31,9 @@ const (
 	// numbers, and below it a unit's interval overflows that range once
 	// multiplied by a long SMS's segments (it must equal leaky.MinRate).
 	MinRate = 1.0 / 86400
+	// MaxJitterBudget is the largest jitter_budget: 250 ms paces 20 %
+	// under the contract.
+	MaxJitterBudget = 250 * time.Millisecond
 	// MaxQueueDelayLimit is the longest max_queue_delay.
 	MaxQueueDelayLimit  = 24 * time.Hour
 	DefaultTimeout      = 5 * time.Second
@@ -71,6 +74,12 @@ type Config struct {
 	// Timeout bounds one request, connection to last response byte read;
 	// default 5s.
 	Timeout time.Duration `mapstructure:"timeout"`
+	// JitterBudget is how late after its send slot a request may reach the
+	// provider (a stalled process, the HTTP path, the network) with the
+	// contract still held in every 1 s window at the provider: the queue
+	// paces b/(1+b) under the contract (b in seconds). 0: the default,
+	// 15 ms (1.5 % under the contract); at most 250 ms.
+	JitterBudget time.Duration `mapstructure:"jitter_budget"`
 	// ProjectID is the Firebase project (fcm, required).
 	ProjectID string `mapstructure:"project_id"`
 	// CredentialsEnv names the environment variable holding the secret:
@@ -261,6 +270,9 @@ func (c Config) Validate() error {
 		add("max_queue_delay", "must be greater than 0, got %s", c.MaxQueueDelay)
 	case c.MaxQueueDelay > MaxQueueDelayLimit:
 		add("max_queue_delay", "must be at most %s, got %s", MaxQueueDelayLimit, c.MaxQueueDelay)
+	}
+	if c.JitterBudget < 0 || c.JitterBudget > MaxJitterBudget {
+		add("jitter_budget", "must be between 0 (the default, 15ms) and %s, got %s", MaxJitterBudget, c.JitterBudget)
 	}
 	if c.Timeout <= 0 {
 		add("timeout", "must be greater than 0, got %s", c.Timeout)

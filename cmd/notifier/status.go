@@ -121,11 +121,10 @@ func readStatus(ctx context.Context, rdb redis.UniversalClient, cfg Config) (fle
 	if err != nil {
 		return st, err
 	}
-	q := leaky.NewRedis(rdb, cfg.Redis.KeyPrefix)
+	q := leaky.NewRedis(rdb, cfg.Redis.KeyPrefix, leaky.WithHeadroom(dispatch.DefaultHeadroom))
 	for _, p := range cfg.Providers {
 		ps := providerStatus{Name: p.Name, Channel: p.Channel, Contract: p.Rate, Unit: p.Unit, MaxDelay: p.MaxQueueDelay.Seconds(), Breakers: []string{}}
-		c := leaky.Contract{Rate: p.Rate, MaxQueueDelay: p.MaxQueueDelay}
-		depth, err := q.Depth(ctx, p.Name, c)
+		depth, err := q.Depth(ctx, p.Name, dispatch.Contract(p))
 		if err != nil {
 			return st, err
 		}

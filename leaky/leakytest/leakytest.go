@@ -212,6 +212,7 @@ func Run(t *testing.T, b Backend) {
 	t.Run("Pause", func(t *testing.T) { t.Parallel(); testPause(t, b) })
 	t.Run("Depth", func(t *testing.T) { t.Parallel(); testDepth(t, b) })
 	t.Run("ProvidersAreIndependent", func(t *testing.T) { t.Parallel(); testIndependent(t, b) })
+	t.Run("ContractHeadroom", func(t *testing.T) { t.Parallel(); testContractHeadroom(t, b) })
 	t.Run("Invalid", func(t *testing.T) { t.Parallel(); testInvalid(t, b) })
 	t.Run("ConcurrentReservations", func(t *testing.T) { t.Parallel(); testConcurrent(t, b) })
 }
@@ -419,6 +420,29 @@ func testDepth(t *testing.T, b Backend) {
 	}
 	if got, want := hd.depth("sms", c2), 30306*99/1e6; math.Abs(got-want) > 1e-9 {
 		t.Fatalf("depth with headroom: %v, want %v", got, want)
+	}
+}
+
+// testContractHeadroom: a contract's own headroom (a provider's jitter
+// budget) replaces the queue's: at 100/s with a 50 ms budget (h = 0.05/1.05)
+// slots are 10.5 ms apart, and the queue's 1 % is left for the others.
+func testContractHeadroom(t *testing.T, b Backend) {
+	h := setup(t, b, leaky.WithHeadroom(0.01))
+	budget := leaky.Contract{Rate: 100, MaxQueueDelay: time.Second, Headroom: leaky.HeadroomFor(50 * time.Millisecond)}
+	plain := leaky.Contract{Rate: 100, MaxQueueDelay: time.Second}
+	h.warm("budget", budget)
+	h.warm("plain", plain)
+	r1, r2 := h.reserve("budget", budget, 1), h.reserve("budget", budget, 1)
+	// 10.5 ms, rounded up to a whole µs (10.501: float rounding of 1/(1−h)).
+	if got := r2.Delay - r1.Delay; got < 10500*time.Microsecond || got > 10501*time.Microsecond {
+		t.Errorf("slots of a 100/s contract with a 50ms jitter budget: %s apart, want 10.5ms", got)
+	}
+	p1, p2 := h.reserve("plain", plain, 1), h.reserve("plain", plain, 1)
+	if got := p2.Delay - p1.Delay; got != 10102*time.Microsecond {
+		t.Errorf("slots of a 100/s contract with the queue's 1 %%: %s apart, want 10.102ms", got)
+	}
+	if _, err := h.q.Reserve(h.ctx, "budget", leaky.Contract{Rate: 100, MaxQueueDelay: time.Second, Headroom: 0.5}, 1); err == nil {
+		t.Error("a headroom of 0.5 was accepted")
 	}
 }
 
