@@ -212,12 +212,34 @@ func decodeConfig(v *viper.Viper, file string, getenv func(string) string) (Conf
 		DecodeHook:       decodeHook,
 		TagName:          "mapstructure",
 	}
-	dec, err := mapstructure.NewDecoder(dc)
-	if err != nil {
-		return Config{}, fmt.Errorf("build config decoder: %w", err)
-	}
-	if err := dec.Decode(v.AllSettings()); err != nil {
-		problems = append(problems, decodeProblems(err)...)
+	// A value the decoder refuses (a bare-number duration, a word for a
+	// number) ends mapstructure's pass early and hides every problem after
+	// it, misspelt keys included; so each refused value is taken out and
+	// the rest decoded again, until nothing new is found.
+	settings := v.AllSettings()
+	for range 8 {
+		dec, err := mapstructure.NewDecoder(dc)
+		if err != nil {
+			return Config{}, fmt.Errorf("build config decoder: %w", err)
+		}
+		cfg = Config{}
+		err = dec.Decode(settings)
+		if err == nil {
+			break
+		}
+		removed := false
+		for _, p := range decodeProblems(err) {
+			if reportedKey(problems, p) || containsProblem(problems, p) {
+				continue
+			}
+			problems = append(problems, p)
+			if path := problemKey(p); path != "" && deleteKeyPath(settings, path) {
+				removed = true
+			}
+		}
+		if !removed {
+			break
+		}
 	}
 	cfg = cfg.WithDefaults()
 	// Validate too, so every problem shows at once; a key that could not
@@ -371,6 +393,73 @@ var rootTypeName = reflect.TypeOf(Config{}).String()
 
 // decodeProblems rewrites mapstructure's errors as "key: problem" lines,
 // with a suggestion for a misspelt key.
+// problemKey is the key path a problem names ("nats.ack_wait",
+// "providers[0].rate"): the text before its first ": ", when that reads as
+// a path.
+func problemKey(p error) string {
+	k, _, ok := strings.Cut(p.Error(), ": ")
+	if !ok || strings.ContainsAny(k, " \t") {
+		return ""
+	}
+	return k
+}
+
+// containsProblem reports whether problems already has one with p's text.
+func containsProblem(problems []error, p error) bool {
+	for _, q := range problems {
+		if q.Error() == p.Error() {
+			return true
+		}
+	}
+	return false
+}
+
+// deleteKeyPath removes the key at path ("a.b", "providers[2].rate") from
+// settings (viper's lower-cased nested maps and lists), reporting whether
+// it was there.
+func deleteKeyPath(settings map[string]any, path string) bool {
+	var cur any = settings
+	parts := strings.Split(path, ".")
+	for i, part := range parts {
+		name, idx := part, -1
+		if j := strings.IndexByte(part, '['); j > 0 && strings.HasSuffix(part, "]") {
+			n, err := strconv.Atoi(part[j+1 : len(part)-1])
+			if err != nil {
+				return false
+			}
+			name, idx = part[:j], n
+		}
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return false
+		}
+		last := i == len(parts)-1 && idx < 0
+		if last {
+			if _, ok := m[name]; !ok {
+				return false
+			}
+			delete(m, name)
+			return true
+		}
+		next, ok := m[name]
+		if !ok {
+			return false
+		}
+		if idx >= 0 {
+			list, ok := next.([]any)
+			if !ok || idx >= len(list) {
+				return false
+			}
+			next = list[idx]
+			if i == len(parts)-1 {
+				return false // a whole entry: leave it
+			}
+		}
+		cur = next
+	}
+	return false
+}
+
 func decodeProblems(err error) []error {
 	var out []error
 	for _, e := range flatten(err) {

@@ -165,6 +165,29 @@ func TestConfigReportsEveryProblemAtOnce(t *testing.T) {
 	}
 }
 
+// TestConfigBareNumberHidesNothing: a value the decoder refuses (a
+// bare-number duration) used to end the pass and hide every other problem,
+// misspelt keys included, until it was fixed.
+func TestConfigBareNumberHidesNothing(t *testing.T) {
+	t.Parallel()
+	y := "wrokers: 3\nnats:\n  ack_wait: 30\n" + strings.Replace(minimal, "rate: 100", "rat: 5\n    rate: 100\n    max_queue_delay: 30", 1)
+	_, err := ParseConfig([]byte(y), noEnv)
+	var ce *ConfigError
+	if !errors.As(err, &ce) {
+		t.Fatalf("want *ConfigError, got %v", err)
+	}
+	for _, w := range []string{
+		"nats.ack_wait: must be a duration with a unit",
+		"max_queue_delay: must be a duration with a unit",
+		"rat: unknown key (did you mean \"rate\"?)",
+		"wrokers: unknown key (did you mean \"workers\"?)",
+	} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("report lacks %q:\n%s", w, err)
+		}
+	}
+}
+
 func TestEnvironmentOverrides(t *testing.T) {
 	t.Parallel()
 	cfg, err := ParseConfig([]byte(minimal+"workers: 4\n"), envOf(map[string]string{
