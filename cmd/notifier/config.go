@@ -241,6 +241,7 @@ func decodeConfig(v *viper.Viper, file string, getenv func(string) string) (Conf
 			break
 		}
 	}
+	problems = append(problems, explicitZeros(settings)...)
 	cfg = cfg.WithDefaults()
 	// Validate too, so every problem shows at once; a key that could not
 	// be decoded is not reported a second time for its default value.
@@ -363,10 +364,11 @@ func decodeHook(from, to reflect.Type, data any) (any, error) {
 		return b, nil
 	case to.Kind() == reflect.Slice && to.Elem().Kind() == reflect.String && isString:
 		var out []string
-		for _, part := range strings.Split(s, ",") {
-			if part = strings.TrimSpace(part); part != "" {
-				out = append(out, part)
+		for i, part := range strings.Split(s, ",") {
+			if part = strings.TrimSpace(part); part == "" {
+				return nil, fmt.Errorf("entry %d of the comma-separated list %q is empty", i+1, s)
 			}
+			out = append(out, part)
 		}
 		return out, nil
 	case to.Kind() == reflect.String && from.Kind() != reflect.String && from.Kind() != reflect.Interface:
@@ -393,6 +395,82 @@ var rootTypeName = reflect.TypeOf(Config{}).String()
 
 // decodeProblems rewrites mapstructure's errors as "key: problem" lines,
 // with a suggestion for a misspelt key.
+// zeroRefused are the keys whose default replaces a zero value: a zero
+// written in the file (or the environment) would silently become the
+// default, so it is refused with what the key allows.
+var zeroRefused = map[string]string{
+	"workers":            "must be at least 1 (leave the key out for the default, 32)",
+	"dedup_ttl":          "must be greater than 0 (leave the key out for the default, 24h)",
+	"nats.ack_wait":      "must be greater than 0 (leave the key out for the default, 30s)",
+	"retry.max_attempts": "must be at least 1 (leave the key out for the default, 8)",
+	"retry.base_delay":   "must be greater than 0 (leave the key out for the default, 1s)",
+	"retry.max_delay":    "must be greater than 0 (leave the key out for the default, 5m)",
+}
+
+// zeroRefusedProvider is zeroRefused for the keys of a providers entry.
+var zeroRefusedProvider = map[string]string{
+	"max_queue_delay": "must be greater than 0 (leave the key out for the default, 5s)",
+	"timeout":         "must be greater than 0 (leave the key out for the default, 5s)",
+}
+
+// explicitZeros reports the keys of zeroRefused given as zero in settings
+// (viper's merged file and environment).
+func explicitZeros(settings map[string]any) []error {
+	var out []error
+	for path, why := range zeroRefused {
+		if v, ok := lookupKeyPath(settings, path); ok && isZeroValue(v) {
+			out = append(out, fmt.Errorf("%s: %v is not allowed: %s", path, v, why))
+		}
+	}
+	list, _ := settings["providers"].([]any)
+	for i, e := range list {
+		m, _ := e.(map[string]any)
+		name, _ := m["name"].(string)
+		for key, why := range zeroRefusedProvider {
+			if v, ok := m[key]; ok && isZeroValue(v) {
+				out = append(out, fmt.Errorf("%s.%s: %v is not allowed: %s", providerPath(i, name), key, v, why))
+			}
+		}
+	}
+	return out
+}
+
+// lookupKeyPath finds a dotted key in viper's nested settings.
+func lookupKeyPath(settings map[string]any, path string) (any, bool) {
+	var cur any = settings
+	for _, part := range strings.Split(path, ".") {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		if cur, ok = m[part]; !ok {
+			return nil, false
+		}
+	}
+	return cur, true
+}
+
+// isZeroValue reports a number 0 or a text that reads as 0 or a zero
+// duration ("0", "0s", "0ms").
+func isZeroValue(v any) bool {
+	switch x := v.(type) {
+	case int:
+		return x == 0
+	case int64:
+		return x == 0
+	case float64:
+		return x == 0
+	case string:
+		x = strings.TrimSpace(x)
+		if n, err := strconv.ParseFloat(x, 64); err == nil {
+			return n == 0
+		}
+		d, err := time.ParseDuration(x)
+		return err == nil && d == 0
+	}
+	return false
+}
+
 // problemKey is the key path a problem names ("nats.ack_wait",
 // "providers[0].rate"): the text before its first ": ", when that reads as
 // a path.

@@ -188,6 +188,40 @@ func TestConfigBareNumberHidesNothing(t *testing.T) {
 	}
 }
 
+// TestConfigExplicitZeroIsRefused: an explicit zero (in the file or the
+// environment) used to be replaced by the default in silence (workers: 0
+// ran 32 workers); it is refused with what the key allows. An empty entry
+// of a comma-separated list (NOTIFIER_REDIS_ADDRS=",,,", which connected to
+// 127.0.0.1:6379) is refused too.
+func TestConfigExplicitZeroIsRefused(t *testing.T) {
+	t.Parallel()
+	y := "workers: 0\nnats:\n  ack_wait: 0s\nretry:\n  max_attempts: 0\n" +
+		strings.Replace(minimal, "rate: 100", "rate: 100\n    max_queue_delay: 0s\n    timeout: 0s", 1)
+	_, err := ParseConfig([]byte(y), noEnv)
+	for _, w := range []string{
+		"workers: 0 is not allowed: must be at least 1",
+		"nats.ack_wait: 0s is not allowed",
+		"retry.max_attempts: 0 is not allowed",
+		"providers[0] (sms-gateway).max_queue_delay: 0s is not allowed",
+		"providers[0] (sms-gateway).timeout: 0s is not allowed",
+	} {
+		if err == nil || !strings.Contains(err.Error(), w) {
+			t.Errorf("report lacks %q:\n%v", w, err)
+		}
+	}
+	_, err = ParseConfig([]byte(minimal), envOf(map[string]string{"NOTIFIER_WORKERS": "0", "NOTIFIER_REDIS_ADDRS": ",,,"}))
+	for _, w := range []string{"workers: 0 is not allowed", `redis.addrs: entry 1 of the comma-separated list ",,," is empty`} {
+		if err == nil || !strings.Contains(err.Error(), w) {
+			t.Errorf("environment: report lacks %q:\n%v", w, err)
+		}
+	}
+	// Left out, each key takes its default.
+	cfg, err := ParseConfig([]byte(minimal), noEnv)
+	if err != nil || cfg.Workers != 32 || cfg.Retry.MaxAttempts != 8 || cfg.Providers[0].Timeout != 5*time.Second {
+		t.Fatalf("defaults: %v, workers %d, max_attempts %d, timeout %s", err, cfg.Workers, cfg.Retry.MaxAttempts, cfg.Providers[0].Timeout)
+	}
+}
+
 func TestEnvironmentOverrides(t *testing.T) {
 	t.Parallel()
 	cfg, err := ParseConfig([]byte(minimal+"workers: 4\n"), envOf(map[string]string{
