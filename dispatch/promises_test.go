@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/notifier/notifier/globallimit"
 	"github.com/notifier/notifier/providers"
@@ -175,6 +176,44 @@ func TestPromiseAckAfterProviderCall(t *testing.T) {
 	})
 	testenv.WaitFor(t, 10*time.Second, "the job acknowledged", func() bool { return b.remaining() == 0 })
 	b.acceptedOnce([]string{"hang-1"})
+}
+
+// TestPromiseAckWaitsForSentRecord: "a job is acknowledged only after its
+// outcome is recorded (the provider accepted it and the ledger says so)".
+// Redis goes down while the provider is answering: the accepted job stays
+// unacknowledged in JetStream until the ledger has recorded it, then it is
+// acknowledged once and the ledger says sent.
+func TestPromiseAckWaitsForSentRecord(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	// A client that gives up on a Redis that is down quickly.
+	opts := b.redis.Options()
+	opts.MaxRetries, opts.DialerRetries, opts.DialTimeout, opts.ReadTimeout = -1, 1, 100*time.Millisecond, 200*time.Millisecond
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() { _ = rdb.Close() })
+	p := b.start(func(o *Options) { o.Limits = RedisLimits(rdb, LimitsConfig{Prefix: b.prefix, DedupTTL: time.Hour}) })
+	b.publish(newJob("warm", "sms", "u0")) // a fresh Redis starts the provider's queue cold
+	testenv.WaitFor(t, 20*time.Second, "the warm-up job sent", func() bool { return len(b.fake.AcceptedIDs()) == 1 })
+	b.fake.SlowFor(time.Hour, 50*time.Millisecond)
+	b.publish(newJob("rec-1", "sms", "u1"))
+	testenv.WaitFor(t, 20*time.Second, "the request at the provider", func() bool { return len(requestsFor(b.fake, "rec-1")) == 1 })
+	b.redis.Stop() // before the answer: the record cannot be written
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		if b.remaining() != 1 || p.count(p.d.m.Jobs.WithLabelValues("sms", "sms-gw", OutcomeSent)) != 1 {
+			t.Fatalf("the sent job was acknowledged while its record could not be written")
+		}
+	}
+	b.redis.Start()
+	testenv.WaitFor(t, 30*time.Second, "the job recorded and acknowledged", func() bool { return b.remaining() == 0 })
+	if got := p.count(p.d.m.Jobs.WithLabelValues("sms", "sms-gw", OutcomeSent)); got != 2 {
+		t.Fatalf("notifier_jobs_total{outcome=sent} = %v, want 2", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if s, err := b.redis.Client().HGet(ctx, LedgerKey(b.prefix, "rec-1"), "s").Result(); err != nil || s != "1" {
+		t.Fatalf("the ledger's record of the sent job: %q, %v; want \"1\"", s, err)
+	}
+	b.acceptedOnce([]string{"warm", "rec-1"})
 }
 
 // TestPromiseTransientFailureIsRetried: a provider 5xx leaves the job in
