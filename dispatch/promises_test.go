@@ -9,6 +9,7 @@ package dispatch
 
 import (
 	"context"
+	"math"
 	"net/http"
 	"strings"
 	"testing"
@@ -522,5 +523,44 @@ func TestPromiseFleetBucketThroughDispatcher(t *testing.T) {
 	}
 	if took := acc[len(acc)-1].At.Sub(acc[0].At); took < time.Duration(float64(50-burst-lease)/rate*float64(time.Second))-100*time.Millisecond {
 		t.Fatalf("50 jobs in %s through a bucket of %.0f/s, burst %d", took, rate, burst)
+	}
+}
+
+// TestPromisePacedUnderContract: "paced 1.5 % under the contract, so a
+// 100/s contract sends one job every 10.15 ms". The send slots the
+// dispatcher's limit sets hand out (shared on Redis, and local) are
+// ⌈1/(rate·(1−0.015))⌉ apart.
+func TestPromisePacedUnderContract(t *testing.T) {
+	t.Parallel()
+	rd := testenv.Redis(t)
+	rdb := rd.Client()
+	ctx := context.Background()
+	want := int64(math.Ceil(1e6 / (100 * (1 - DefaultHeadroom)))) // µs: 10153
+	for _, l := range []*Limits{
+		RedisLimits(rdb, LimitsConfig{Prefix: "h:", DedupTTL: time.Hour}),
+		MemoryLimits(LimitsConfig{DedupTTL: time.Hour}, 1),
+	} {
+		c := l.contract(providers.Config{Rate: 100, MaxQueueDelay: 10 * time.Second})
+		// A fresh Redis starts the queue full (cold): each reservation then
+		// waits for the one before it to leave the queue.
+		var prev int64
+		for got, tries := 0, 0; got < 10; tries++ {
+			if tries > 500 {
+				t.Fatalf("%s: %d reservations in %d tries", l.Name, got, tries)
+			}
+			r, err := l.Leaky.Reserve(ctx, "sms-gw", c, 1)
+			if err != nil {
+				t.Fatalf("%s: reserve: %v", l.Name, err)
+			}
+			if !r.OK {
+				time.Sleep(r.RetryAfter)
+				continue
+			}
+			if got > 0 && r.Slot-prev != want {
+				t.Fatalf("%s: slots %d µs apart on a 100/s contract, want %d (1.5 %% under it)", l.Name, r.Slot-prev, want)
+			}
+			prev = r.Slot
+			got++
+		}
 	}
 }
