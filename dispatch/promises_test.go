@@ -427,7 +427,7 @@ func TestPromiseBreakerSpendsNoAttempts(t *testing.T) {
 	b.fake.FailFor(6*time.Second, http.StatusServiceUnavailable)
 	p := b.start(func(o *Options) {
 		o.Workers = 12
-		o.Retry = RetryConfig{MaxAttempts: 3, BaseDelay: 300 * time.Millisecond, MaxDelay: 300 * time.Millisecond}
+		o.Retry = RetryConfig{MaxAttempts: 3, BaseDelay: time.Second, MaxDelay: time.Second} // retries spread over 1 s: no job fails 3 times before the breaker opens
 	})
 	ids := b.publishN("brk", "push", 12, 12)
 	testenv.WaitFor(t, 20*time.Second, "the breaker open", func() bool {
