@@ -151,6 +151,35 @@ func TestPromiseLostAckRedeliveryIsDuplicate(t *testing.T) {
 	}
 }
 
+// TestPromiseLeaseHoldsRedeliveredCopy: the ledger "leases the job to one
+// sender, so a copy redelivered while the first worker is still sending
+// waits". A provider call outlasts ack_wait, so JetStream redelivers the job
+// to another process meanwhile; that copy waits for the lease, then finds
+// the job sent: one request at the provider, one duplicate outcome.
+func TestPromiseLeaseHoldsRedeliveredCopy(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{ackWait: time.Second})
+	a := b.start(func(o *Options) { o.Workers = 1 }) // the redelivery cannot come back to it
+	b.publish(newJob("warm", "sms", "u0"))           // a fresh Redis starts the provider's queue cold
+	testenv.WaitFor(t, 20*time.Second, "the warm-up job sent", func() bool { return len(b.fake.AcceptedIDs()) == 1 })
+	b.fake.SlowFor(time.Hour, 1800*time.Millisecond) // under the 2 s timeout, over ack_wait
+	b.publish(newJob("slow-1", "sms", "u1"))
+	testenv.WaitFor(t, 20*time.Second, "the request at the provider", func() bool { return len(requestsFor(b.fake, "slow-1")) == 1 })
+	other := b.start(nil)
+	testenv.WaitFor(t, 20*time.Second, "the redelivered copy handled", func() bool {
+		return other.count(other.d.m.Jobs.WithLabelValues("sms", "sms-gw", OutcomeDuplicate)) == 1 || len(requestsFor(b.fake, "slow-1")) > 1
+	})
+	if n := len(requestsFor(b.fake, "slow-1")); n != 1 {
+		t.Fatalf("the provider was called %d times for one job, want 1", n)
+	}
+	if got := a.count(a.d.m.Jobs.WithLabelValues("sms", "sms-gw", OutcomeSent)); got != 2 {
+		t.Fatalf("the first process counted %v sent, want 2 (the warm-up job and this one)", got)
+	}
+	if got := other.count(other.d.m.Deferrals.WithLabelValues(LayerLedger, "busy")); got < 1 {
+		t.Fatalf("deferrals{ledger,busy} = %v at the process with the redelivered copy, want at least 1 (it waited for the lease)", got)
+	}
+}
+
 // TestPromiseAckAfterProviderCall: "a job is acknowledged only after its
 // outcome is recorded". While the provider call hangs, the delivery is still
 // unacknowledged at the server; the process is then cut off (a crash), the
