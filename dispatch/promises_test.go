@@ -344,6 +344,66 @@ func TestPromiseNakOnStop(t *testing.T) {
 	b.acceptedOnce(ids)
 }
 
+// TestPromiseStopFinishesSendsUnderWay: on a stop the process "lets the
+// sends already at a provider finish ..., records and acknowledges every job
+// that was sent". A send in flight when the process is told to stop is
+// answered, recorded in the ledger and acknowledged before Run returns.
+func TestPromiseStopFinishesSendsUnderWay(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	a := b.start(nil)
+	b.publish(newJob("warm", "sms", "u0")) // a fresh Redis starts the provider's queue cold
+	testenv.WaitFor(t, 20*time.Second, "the warm-up job sent", func() bool { return len(b.fake.AcceptedIDs()) == 1 })
+	b.fake.SlowFor(time.Hour, time.Second)
+	b.publish(newJob("inflight", "sms", "u1"))
+	testenv.WaitFor(t, 20*time.Second, "the request at the provider", func() bool { return len(requestsFor(b.fake, "inflight")) == 1 })
+	a.cancel()
+	err := <-a.done // Run returned: the stop is over
+	a.done <- err   // for the cleanup's stop
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got := a.count(a.d.m.Jobs.WithLabelValues("sms", "sms-gw", OutcomeSent)); got != 2 {
+		t.Fatalf("after the stop, sent counted %v, want 2: the send under way was not finished and acknowledged", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if s, err := b.redis.Client().HGet(ctx, LedgerKey(b.prefix, "inflight"), "s").Result(); err != nil || s != "1" {
+		t.Fatalf("the ledger's record of the job sent during the stop: %q, %v; want \"1\"", s, err)
+	}
+	testenv.WaitFor(t, 5*time.Second, "the job acknowledged", func() bool { return b.remaining() == 0 })
+	b.acceptedOnce([]string{"warm", "inflight"})
+}
+
+// TestPromiseWaitingJobsAreKeptAlive: "A full queue ... make[s] the worker
+// wait, heart-beating the message with InProgress; the backlog stays in
+// JetStream, no redelivery storm". Jobs that wait for their send slots for
+// several times ack_wait are never redelivered, and each is sent once.
+func TestPromiseWaitingJobsAreKeptAlive(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{rate: 2, maxQueueDelay: time.Second, ackWait: time.Second})
+	p := b.start(nil)
+	ids := b.publishN("alive", "sms", 8, 8) // about 5 s at 2/s: several ack waits
+	// The most messages redelivered and not yet acknowledged, seen at the server.
+	most := 0
+	testenv.WaitFor(t, 30*time.Second, "all 8 sent", func() bool {
+		if l := b.lane(); l.Redelivered > most {
+			most = l.Redelivered
+		}
+		return len(b.fake.AcceptedIDs()) == 8
+	})
+	b.acceptedOnce(ids)
+	if most != 0 {
+		t.Fatalf("%d jobs redelivered while they waited for their slots, want 0", most)
+	}
+	if got := p.count(p.d.m.Jobs.WithLabelValues("sms", "sms-gw", OutcomeDuplicate)); got != 0 {
+		t.Fatalf("%v duplicate outcomes (redelivered copies), want 0", got)
+	}
+	if got := p.count(p.d.m.Deferrals.WithLabelValues(LayerLedger, "busy")); got != 0 {
+		t.Fatalf("%v waits for another copy's lease, want 0", got)
+	}
+}
+
 // TestPromiseHoldTakesNoJobs: "redis.on_failure: hold: the process takes no
 // new jobs (they wait in JetStream)". With Redis down nothing is fetched or
 // sent, /readyz says so, and once Redis is back every job is sent once.
