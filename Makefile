@@ -11,7 +11,7 @@ LDFLAGS     := -X main.version=$(VERSION)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 PKGS        := ./...
 
-.PHONY: all build demo test lint fmt-check vet staticcheck race chromium fuzz bench clean
+.PHONY: all build demo test lint fmt-check vet staticcheck race chromium fuzz bench mutate clean
 
 all: build
 
@@ -62,6 +62,13 @@ FUZZTIME ?= 60s
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./queue/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME) ./cmd/notifier/
+
+# Deliberate bugs (scripts/mutations.txt), one at a time in a scratch copy:
+# each must make a test fail. `make mutate MUTATIONS_RUN=never-record-sent`
+# runs only the named ones. Exits non-zero when any survives.
+MUTATIONS_RUN ?=
+mutate:
+	GO=$(GO) scripts/mutate.sh $(MUTATIONS_RUN)
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count=5 $(PKGS)
