@@ -69,3 +69,42 @@ func TestJitterBudgetHoldsTheContractThroughADelayingNetwork(t *testing.T) {
 		t.Logf("sustained %.1f/s; most arrivals in 1 s: %d (contract 100)", r, b.fake.MaxArrivalsInWindow(time.Second, 0))
 	}
 }
+
+// TestSendsLeaveWithinTheLateTolerance: every send of a paced run leaves
+// no earlier than its slot and at most LateTolerance (5 ms) after it, plus
+// the clock offset's estimate (a fast round trip): a worker that wakes
+// later takes a new slot instead. Measured on the slots and send times the
+// dispatchers record, with Redis on this machine's clock.
+func TestSendsLeaveWithinTheLateTolerance(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{rate: 200, maxQueueDelay: time.Second})
+	ids := b.publishN("late", "sms", 400, 100)
+	for range 2 {
+		b.start(func(o *Options) { o.Workers = 8 })
+	}
+	testenv.WaitFor(t, 60*time.Second, "400 jobs accepted", func() bool { return len(b.fake.AcceptedIDs()) >= len(ids) })
+	b.slots.mu.Lock()
+	slots := append([]sentSlot(nil), b.slots.m["sms-gw"]...)
+	b.slots.mu.Unlock()
+	if len(slots) < len(ids) {
+		t.Fatalf("%d sends recorded for %d jobs", len(slots), len(ids))
+	}
+	const slack = 3 * time.Millisecond // the clock offset's estimate: one fast round trip at most
+	var latest, earliest time.Duration
+	for i, s := range slots {
+		late := time.Duration(s.sent-s.at) * time.Microsecond
+		if i == 0 || late > latest {
+			latest = late
+		}
+		if i == 0 || late < earliest {
+			earliest = late
+		}
+	}
+	if latest > 5*time.Millisecond+slack {
+		t.Errorf("a send left %s after its slot; the late tolerance is 5ms", latest)
+	}
+	if earliest < -slack {
+		t.Errorf("a send left %s before its slot", -earliest)
+	}
+	t.Logf("%d sends: from %s to %s after their slots", len(slots), earliest, latest)
+}

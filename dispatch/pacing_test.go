@@ -63,19 +63,23 @@ type slotLog struct {
 	m  map[string][]sentSlot
 }
 
-// sentSlot is one send's slot, µs on the limit backend's clock, and cost.
+// sentSlot is one send's slot, µs on the limit backend's clock, its cost,
+// and when the send was made (µs on this process's clock, which on this
+// machine is the backend's).
 type sentSlot struct {
 	at   int64
 	cost int
+	sent int64
 }
 
 func (l *slotLog) add(provider string, slot int64, cost int) {
+	now := time.Now().UnixMicro()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.m == nil {
 		l.m = map[string][]sentSlot{}
 	}
-	l.m[provider] = append(l.m[provider], sentSlot{at: slot, cost: cost})
+	l.m[provider] = append(l.m[provider], sentSlot{at: slot, cost: cost, sent: now})
 }
 
 // slotsPaced checks the dispatcher's own promise on the slots its sends
