@@ -204,12 +204,7 @@ func (d *Dispatcher) cancelSlot(ctx context.Context, jb *job, adm admission) {
 	if adm.slot == nil || !adm.slot.OK || adm.limits == nil {
 		return
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-	defer cancel()
-	l := adm.limits
-	if err := l.Leaky.Cancel(cctx, jb.provider, l.contract(jb.pcfg), *adm.slot, jb.cost); err != nil {
-		jb.debug("give back an unused send slot", "err", err)
-	}
+	d.giveBack(ctx, jb, adm.limits, *adm.slot)
 }
 
 // speculate says whether to reserve the send slot in the admission round
