@@ -256,6 +256,28 @@ func secret(s string) string {
 	return redacted
 }
 
+// RedactURLs is the comma-separated server list urls with the user
+// information of every URL (a password, or a token given as the user
+// name) replaced by [redacted]: how a NATS URL is shown (check, errors,
+// logs).
+func RedactURLs(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, u := range parts {
+		parts[i] = redactURL(strings.TrimSpace(u))
+	}
+	return strings.Join(parts, ",")
+}
+
+// RedactAddr is a host:port address with any user information before an
+// '@' (user:password@host:port, a common mistake in redis.addrs) replaced
+// by [redacted].
+func RedactAddr(a string) string {
+	if i := strings.LastIndexByte(a, '@'); i >= 0 {
+		return redacted + a[i:]
+	}
+	return a
+}
+
 // redactURL replaces the user information of a URL (a password, or a token
 // given as the user name) with [redacted].
 func redactURL(raw string) string {

@@ -115,7 +115,7 @@ func (f *benchFlags) command(pacing bool) string {
 		args = append(args, "--cluster")
 	}
 	if f.natsURL != "" {
-		args = append(args, "--nats-url", redactList(f.natsURL))
+		args = append(args, "--nats-url", queue.RedactURLs(f.natsURL))
 	}
 	if f.redisAddr != "" {
 		args = append(args, "--redis-addr", f.redisAddr)

@@ -79,7 +79,7 @@ func checkEmpty(ctx context.Context, js jetstream.JetStream, qcfg queue.Config) 
 		return true, fmt.Errorf("stream %s info: %w", qcfg.Stream, err)
 	}
 	if info.State.Msgs > 0 {
-		return true, fmt.Errorf("stream %s on %s holds %d jobs: the bench consumes notify.jobs.* and would take them; point --nats-url at a server for benchmarking", qcfg.Stream, redactList(qcfg.URL), info.State.Msgs)
+		return true, fmt.Errorf("stream %s on %s holds %d jobs: the bench consumes notify.jobs.* and would take them; point --nats-url at a server for benchmarking", qcfg.Stream, queue.RedactURLs(qcfg.URL), info.State.Msgs)
 	}
 	return true, nil
 }
@@ -92,17 +92,6 @@ func deleteStreams(ctx context.Context, js jetstream.JetStream, qcfg queue.Confi
 	for _, name := range []string{qcfg.Stream, qcfg.DeadStream} {
 		_ = js.DeleteStream(ctx, name)
 	}
-}
-
-func redactList(urls string) string {
-	parts := splitList(urls)
-	for i, p := range parts {
-		if u, err := url.Parse(p); err == nil && u.User != nil {
-			u.User = url.User("[redacted]")
-			parts[i] = u.String()
-		}
-	}
-	return strings.Join(parts, ",")
 }
 
 // embeddedCluster is n in-process nats-servers with JetStream joined by

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/notifier/notifier/queue"
 )
 
 func checkCmd(e *env) *cobra.Command {
@@ -31,7 +33,7 @@ func checkCmd(e *env) *cobra.Command {
 // describeConfig prints what the configuration will do, without a secret.
 func describeConfig(w io.Writer, cfg Config) {
 	fmt.Fprintf(w, "  nats:      %s (streams %s, %s; ack_wait %s; auth: %s)\n",
-		cfg.NATS.URL, cfg.NATS.Stream, cfg.NATS.DeadStream, fmtDur(cfg.NATS.AckWait), natsAuthKind(cfg))
+		queue.RedactURLs(cfg.NATS.URL), cfg.NATS.Stream, cfg.NATS.DeadStream, fmtDur(cfg.NATS.AckWait), natsAuthKind(cfg))
 	mode := "standalone"
 	if len(cfg.Redis.Addrs) > 1 {
 		mode = "cluster"
@@ -43,8 +45,12 @@ func describeConfig(w io.Writer, cfg Config) {
 			auth = "ACL user " + cfg.Redis.Username
 		}
 	}
+	addrs := make([]string, len(cfg.Redis.Addrs))
+	for i, a := range cfg.Redis.Addrs {
+		addrs[i] = queue.RedactAddr(a)
+	}
 	fmt.Fprintf(w, "  redis:     %s (%s, tls %v, auth %s, prefix %q, on_failure %s)\n",
-		strings.Join(cfg.Redis.Addrs, ","), mode, cfg.Redis.TLS.Enabled, auth, cfg.Redis.KeyPrefix, cfg.Redis.OnFailure)
+		strings.Join(addrs, ","), mode, cfg.Redis.TLS.Enabled, auth, cfg.Redis.KeyPrefix, cfg.Redis.OnFailure)
 	fmt.Fprintf(w, "  workers:   %d per process; dedup_ttl %s; retry %d attempts, %s..%s\n",
 		cfg.Workers, fmtDur(cfg.DedupTTL), cfg.Retry.MaxAttempts, fmtDur(cfg.Retry.BaseDelay), fmtDur(cfg.Retry.MaxDelay))
 	if cfg.Global != nil {

@@ -222,6 +222,21 @@ func TestConfigExplicitZeroIsRefused(t *testing.T) {
 	}
 }
 
+// TestCheckRedactsCredentialsInURLs: `check` printed a password written
+// into NOTIFIER_NATS_URL (run redacted it), and a redis.addrs entry of the
+// form user:PASS@host:port was echoed whole in its error.
+func TestCheckRedactsCredentialsInURLs(t *testing.T) {
+	t.Parallel()
+	stdout, stderr, code := runCLI(t, map[string]string{"NOTIFIER_NATS_URL": "nats://alice:S3cretPass@127.0.0.1:4222"}, "", "check", "--config", writeConfig(t, minimal))
+	if code != 0 || strings.Contains(stdout+stderr, "S3cretPass") || !strings.Contains(stdout, "nats://[redacted]@127.0.0.1:4222") {
+		t.Errorf("check with a password in the NATS URL: exit %d\n%s%s", code, stdout, stderr)
+	}
+	stdout, stderr, code = runCLI(t, map[string]string{"NOTIFIER_REDIS_ADDRS": "app:S3cretPass@redis-1:6379x"}, "", "check", "--config", writeConfig(t, minimal))
+	if code != 2 || strings.Contains(stdout+stderr, "S3cretPass") || !strings.Contains(stderr, "[redacted]@redis-1:6379x") {
+		t.Errorf("check with a password in a redis address: exit %d\n%s%s", code, stdout, stderr)
+	}
+}
+
 func TestEnvironmentOverrides(t *testing.T) {
 	t.Parallel()
 	cfg, err := ParseConfig([]byte(minimal+"workers: 4\n"), envOf(map[string]string{
@@ -327,4 +342,14 @@ func FuzzParseConfig(f *testing.F) {
 			t.Fatalf("accepted config does not validate again: %v", err)
 		}
 	})
+}
+
+// writeConfig writes yaml to a file of the test's and returns its path.
+func writeConfig(t *testing.T, yaml string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/notifier/notifier/queue"
 )
 
 // RedisConfig is YAML redis:. One address is a standalone server; several
@@ -60,7 +62,7 @@ func (c RedisConfig) Validate() error {
 	var errs []error
 	for i, a := range c.Addrs {
 		if _, port, err := net.SplitHostPort(a); err != nil || !validPort(port) || port == "0" {
-			errs = append(errs, fmt.Errorf("addrs[%d]: must be host:port, got %q", i, a))
+			errs = append(errs, fmt.Errorf("addrs[%d]: must be host:port, got %q", i, queue.RedactAddr(a)))
 		}
 	}
 	if strings.ContainsAny(c.KeyPrefix, "{}") {

@@ -52,6 +52,7 @@ JetStream at once, lets the sends already at a provider finish, and exits 0.`,
 
 // runDispatcher is `notifier run` once the configuration at path is loaded.
 func runDispatcher(ctx context.Context, path string, cfg Config, log *slog.Logger, e *env) error {
+	routeRedisLogs(log)
 	log.Info("starting", "version", version, "workers", cfg.Workers, "redis", strings.Join(cfg.Redis.Addrs, ","),
 		"on_failure", cfg.Redis.OnFailure, "providers", len(cfg.Providers))
 
