@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -87,9 +88,15 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg Config, repl
 	return nil
 }
 
-// ensureStream is update-else-create, retried when another process wins a
-// race between the two.
+// ensureStream is read, else update-else-create, retried when another
+// process wins a race between the two. A stream already as wanted is only
+// read: processes starting together do not all rewrite it (an update
+// racing another process's consumer creation trips a data race inside
+// nats-server 2.15, seen under -race with the embedded server).
 func ensureStream(ctx context.Context, js jetstream.JetStream, sc jetstream.StreamConfig) error {
+	if s, err := js.Stream(ctx, sc.Name); err == nil && streamMatches(s.CachedInfo().Config, sc) {
+		return nil
+	}
 	const attempts = 5
 	var err error
 	for range attempts {
@@ -108,4 +115,13 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, sc jetstream.Stre
 		// Created by another process in between: update it.
 	}
 	return fmt.Errorf("ensure stream %s: %d attempts raced with other processes: %w", sc.Name, attempts, err)
+}
+
+// streamMatches reports whether an existing stream's configuration has
+// every setting EnsureStreams gives it.
+func streamMatches(have, want jetstream.StreamConfig) bool {
+	return slices.Equal(have.Subjects, want.Subjects) && have.Description == want.Description &&
+		have.Retention == want.Retention && have.Storage == want.Storage && have.Replicas == want.Replicas &&
+		have.Duplicates == want.Duplicates && have.Discard == want.Discard && have.MaxMsgs == want.MaxMsgs &&
+		have.MaxBytes == want.MaxBytes && have.MaxAge == want.MaxAge && have.MaxMsgSize == want.MaxMsgSize
 }

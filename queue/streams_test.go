@@ -135,6 +135,44 @@ func TestEnsureStreamsRestoresDriftedSettings(t *testing.T) {
 	}
 }
 
+// TestEnsureStreamsLeavesAMatchingStreamAlone: a stream already as wanted
+// is only read, never updated (every process starting rewrote it; an update
+// racing another process's consumer creation trips a data race inside the
+// server). No update advisory is published by the second EnsureStreams.
+func TestEnsureStreamsLeavesAMatchingStreamAlone(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	if err := queue.EnsureStreams(ctx(t), b.js, b.cfg, 1); err != nil {
+		t.Fatal(err)
+	}
+	updates, err := b.js.Conn().SubscribeSync("$JS.EVENT.ADVISORY.STREAM.UPDATED.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer updates.Unsubscribe()
+	if err := queue.EnsureStreams(ctx(t), b.js, b.cfg, 1); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := updates.NextMsg(500 * time.Millisecond); err == nil {
+		t.Fatalf("EnsureStreams updated a stream that was already as wanted: %s", m.Subject)
+	}
+	// A drifted one is still updated (TestEnsureStreamsRestoresDriftedSettings).
+	drifted := queue.JobStreamConfig(b.cfg, 1)
+	drifted.Duplicates = time.Minute
+	if _, err := b.js.UpdateStream(ctx(t), drifted); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := updates.NextMsg(2 * time.Second); err != nil {
+		t.Fatalf("no advisory for a real update (is the advisory subject right?): %v", err)
+	}
+	if err := queue.EnsureStreams(ctx(t), b.js, b.cfg, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := updates.NextMsg(2 * time.Second); err != nil {
+		t.Fatalf("EnsureStreams did not update a drifted stream: %v", err)
+	}
+}
+
 func TestEnsureStreamsCustomNames(t *testing.T) {
 	t.Parallel()
 	srv := testenv.NATS(t)
