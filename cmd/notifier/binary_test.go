@@ -370,7 +370,9 @@ func TestCheckExitCodes(t *testing.T) {
 	t.Parallel()
 	bin := notifierBinary(t)
 	good := filepath.Join("..", "..", "config.yaml")
-	if out, err := exec.Command(bin, "check", "--config", good).CombinedOutput(); err != nil {
+	cmd := exec.Command(bin, "check", "--config", good)
+	cmd.Env = append(os.Environ(), "PUSH_TOKEN=example-token") // the variable config.yaml's push provider names
+	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("check of config.yaml: %v\n%s", err, out)
 	}
 	bad := filepath.Join(t.TempDir(), "bad.yaml")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -8,8 +9,27 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
 )
+
+// buildRegistry builds the providers of a loaded configuration. What it
+// refuses (a secret's variable unset, a key file unreadable) is a problem
+// of the configuration: a *ConfigError, exit 2.
+func buildRegistry(path string, cfgs []providers.Config, opts providers.Options) (*providers.Registry, error) {
+	reg, err := providers.NewRegistry(cfgs, opts)
+	if err != nil {
+		var problems []error
+		for _, p := range flatten(errors.Unwrap(err)) {
+			problems = append(problems, p)
+		}
+		if len(problems) == 0 {
+			problems = []error{err}
+		}
+		return nil, &ConfigError{File: path, Problems: problems}
+	}
+	return reg, nil
+}
 
 func checkCmd(e *env) *cobra.Command {
 	c := &cobra.Command{
@@ -23,6 +43,15 @@ func checkCmd(e *env) *cobra.Command {
 		if err != nil {
 			return err
 		}
+		// What run checks before it connects: the providers' secrets in
+		// the environment and the files they name. Only NATS and Redis
+		// (their addresses, credentials and TLS handshakes) are left to
+		// run, which needs the network for them.
+		reg, err := buildRegistry(*path, cfg.Providers, providers.Options{Version: version, Getenv: e.getenv, Stdout: io.Discard})
+		if err != nil {
+			return err
+		}
+		_ = reg.Close()
 		fmt.Fprintf(e.stdout, "configuration %s is valid\n", *path)
 		describeConfig(e.stdout, cfg)
 		return nil

@@ -237,6 +237,25 @@ func TestCheckRedactsCredentialsInURLs(t *testing.T) {
 	}
 }
 
+// TestCheckRunsRunsValidation: a provider secret's variable unset passed
+// `check` (exit 0) and failed `run` with exit 1, where a bad configuration
+// exits 2. Both now refuse it, naming the variable, with exit 2, and run
+// before it connects to anything.
+func TestCheckRunsRunsValidation(t *testing.T) {
+	t.Parallel()
+	y := strings.Replace(minimal, "rate: 100", "rate: 100\n    credentials_env: GATEWAY_TOKEN_UNSET", 1)
+	path := writeConfig(t, y)
+	for _, cmd := range []string{"check", "run"} {
+		stdout, stderr, code := runCLI(t, nil, "", cmd, "--config", path)
+		if code != 2 || !strings.Contains(stderr, "GATEWAY_TOKEN_UNSET") {
+			t.Errorf("%s with the provider's secret unset: exit %d, want 2 naming the variable\n%s%s", cmd, code, stdout, stderr)
+		}
+	}
+	if _, stderr, code := runCLI(t, map[string]string{"GATEWAY_TOKEN_UNSET": "tok"}, "", "check", "--config", path); code != 0 {
+		t.Errorf("check with the secret set: exit %d\n%s", code, stderr)
+	}
+}
+
 func TestEnvironmentOverrides(t *testing.T) {
 	t.Parallel()
 	cfg, err := ParseConfig([]byte(minimal+"workers: 4\n"), envOf(map[string]string{

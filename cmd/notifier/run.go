@@ -53,6 +53,14 @@ JetStream at once, lets the sends already at a provider finish, and exits 0.`,
 // runDispatcher is `notifier run` once the configuration at path is loaded.
 func runDispatcher(ctx context.Context, path string, cfg Config, log *slog.Logger, e *env) error {
 	routeRedisLogs(log)
+	// The providers first: a secret's variable unset or a key file that
+	// cannot be read is a problem of the configuration (exit 2), found
+	// before connecting to anything, as `check` finds it.
+	popts := providers.Options{Version: version, Logger: log, Stdout: e.stdout, Getenv: e.getenv}
+	reg, err := buildRegistry(path, cfg.Providers, popts)
+	if err != nil {
+		return err
+	}
 	log.Info("starting", "version", version, "workers", cfg.Workers, "redis", strings.Join(cfg.Redis.Addrs, ","),
 		"on_failure", cfg.Redis.OnFailure, "providers", len(cfg.Providers))
 
@@ -80,12 +88,6 @@ func runDispatcher(ctx context.Context, path string, cfg Config, log *slog.Logge
 	}
 	defer rdb.Close()
 	if err := checkRedis(ctx, rdb, cfg.Redis, log); err != nil {
-		return err
-	}
-
-	popts := providers.Options{Version: version, Logger: log, Stdout: e.stdout, Getenv: e.getenv}
-	reg, err := providers.NewRegistry(cfg.Providers, popts)
-	if err != nil {
 		return err
 	}
 
