@@ -19,10 +19,7 @@ import (
 func buildRegistry(path string, cfgs []providers.Config, opts providers.Options) (*providers.Registry, error) {
 	reg, err := providers.NewRegistry(cfgs, opts)
 	if err != nil {
-		var problems []error
-		for _, p := range flatten(errors.Unwrap(err)) {
-			problems = append(problems, p)
-		}
+		problems := flatten(errors.Unwrap(err))
 		if len(problems) == 0 {
 			problems = []error{err}
 		}
