@@ -163,7 +163,7 @@ func (c *NATSClusterServer) WaitForLeader(timeout time.Duration) {
 
 func (c *NATSClusterServer) waitForLeader(timeout time.Duration) error {
 	return waitFor(timeout, func() error {
-		leaders, running := 0, 0
+		leaders, running, online := 0, 0, 0
 		for _, node := range c.nodes {
 			srv := node.Server()
 			if srv == nil {
@@ -175,6 +175,11 @@ func (c *NATSClusterServer) waitForLeader(timeout time.Duration) error {
 			}
 			if srv.JetStreamIsLeader() {
 				leaders++
+				// The peers the leader can place replicas on: online,
+				// with JetStream, their stats received. Until every
+				// running node is among them, an R3 stream is refused
+				// ("no suitable peers for placement, peer offline").
+				online = len(srv.JetStreamClusterPeers())
 			}
 		}
 		switch {
@@ -182,6 +187,8 @@ func (c *NATSClusterServer) waitForLeader(timeout time.Duration) error {
 			return errors.New("no node is running")
 		case leaders != 1:
 			return fmt.Errorf("%d JetStream meta leaders among %d running nodes", leaders, running)
+		case online < running:
+			return fmt.Errorf("the meta leader sees %d of %d running nodes online", online, running)
 		}
 		return nil
 	})
