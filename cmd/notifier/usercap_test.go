@@ -51,7 +51,15 @@ func checkUserCapScenario(t *testing.T, procs int, kill bool) {
 			t.Fatal(err)
 		}
 	}
-	testenv.WaitFor(t, 90*time.Second, "every job sent", func() bool { return len(w.fake.AcceptedIDs()) >= len(ids) })
+	// Distinct ids: a job sent twice in the kill's crash window must not
+	// stand in for one still waiting out its ack_wait.
+	testenv.WaitFor(t, 90*time.Second, "every job sent", func() bool {
+		seen := map[string]bool{}
+		for _, id := range w.fake.AcceptedIDs() {
+			seen[id] = true
+		}
+		return len(seen) >= len(ids)
+	})
 	if dups := w.delivered(ids); len(dups) > 0 {
 		t.Logf("sent twice in the documented kill window: %v", dups)
 	}
