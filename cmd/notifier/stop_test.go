@@ -40,13 +40,7 @@ func TestStopIsBoundedBySendTimeout(t *testing.T) {
 	}
 	w.fake.Reset()
 	w.run()
-	testenv.WaitFor(t, 60*time.Second, "every job sent", func() bool {
-		seen := map[string]bool{}
-		for _, id := range w.fake.AcceptedIDs() {
-			seen[id] = true
-		}
-		return len(seen) >= len(ids)
-	})
+	testenv.WaitFor(t, 60*time.Second, "every job sent", func() bool { return w.acceptedDistinct() >= len(ids) })
 	if dups := w.delivered(ids); len(dups) > 0 {
 		t.Errorf("sent twice: %v", dups)
 	}

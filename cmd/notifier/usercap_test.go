@@ -53,13 +53,7 @@ func checkUserCapScenario(t *testing.T, procs int, kill bool) {
 	}
 	// Distinct ids: a job sent twice in the kill's crash window must not
 	// stand in for one still waiting out its ack_wait.
-	testenv.WaitFor(t, 90*time.Second, "every job sent", func() bool {
-		seen := map[string]bool{}
-		for _, id := range w.fake.AcceptedIDs() {
-			seen[id] = true
-		}
-		return len(seen) >= len(ids)
-	})
+	testenv.WaitFor(t, 90*time.Second, "every job sent", func() bool { return w.acceptedDistinct() >= len(ids) })
 	if dups := w.delivered(ids); len(dups) > 0 {
 		t.Logf("sent twice in the documented kill window: %v", dups)
 	}
@@ -95,4 +89,13 @@ func checkUserCapScenario(t *testing.T, procs int, kill bool) {
 		}
 	}
 	t.Logf("%d jobs of 20 users sent by %d processes (one killed: %t); the cap held at the provider", len(seen), procs, kill)
+}
+
+// acceptedDistinct is how many distinct jobs the fake accepted.
+func (w *world) acceptedDistinct() int {
+	seen := map[string]bool{}
+	for _, id := range w.fake.AcceptedIDs() {
+		seen[id] = true
+	}
+	return len(seen)
 }
