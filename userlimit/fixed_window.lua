@@ -12,6 +12,8 @@
 -- now, at, move  see decide.lua
 -- Returns  allowed 1|0, remaining, retry_after_us, the job's instant
 --
+-- marker.lua (prepended) defines admitted(), which reads the job's marker.
+--
 -- A job with an unlapsed marker is allowed again without counting; decided
 -- for another instant (move) it is withdrawn from its window and decided
 -- anew. Windows before the current one are dropped; the hash expires one
@@ -27,17 +29,6 @@ local function idiv(a, b)
   return q
 end
 local function ttl(us) return str(math.ceil(us / 1000) + 1000) end
--- The instant a job's unlapsed admission stands at, or nil. (A marker of
--- the format before holds when it lapses.)
-local function admitted(marker_key, window, now)
-  local m = redis.call('GET', marker_key)
-  if not m then return nil end
-  local t
-  if string.sub(m, 1, 1) == '@' then t = tonumber(string.sub(m, 2)) else t = tonumber(m) - window end
-  if t and t + window > now then return t end
-  return nil
-end
-
 local function decide(key, marker_key, limit, window, job, now, at, move)
   local cur = idiv(now, window)
   local counts, last = {}, cur

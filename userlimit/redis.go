@@ -18,17 +18,21 @@ var (
 	//go:embed decide.lua
 	decideLua string
 
+	// The window algorithms' marker reader, prepended to their scripts.
+	//go:embed marker.lua
+	markerLua string
+
 	//go:embed sliding_log.lua
 	slidingLogLua    string
 	slidingLogScript = redis.NewScript(slidingLogLua + decideLua)
 
 	//go:embed sliding_window.lua
 	slidingWindowLua    string
-	slidingWindowScript = redis.NewScript(slidingWindowLua + decideLua)
+	slidingWindowScript = redis.NewScript(markerLua + slidingWindowLua + decideLua)
 
 	//go:embed fixed_window.lua
 	fixedWindowLua    string
-	fixedWindowScript = redis.NewScript(fixedWindowLua + decideLua)
+	fixedWindowScript = redis.NewScript(markerLua + fixedWindowLua + decideLua)
 
 	//go:embed token_bucket.lua
 	tokenBucketLua    string
