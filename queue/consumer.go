@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"slices"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -22,17 +24,18 @@ const (
 // drain; it only matters when the connection is failing.
 const drainTimeout = 5 * time.Second
 
-// ConsumerConfig names the two durable lane consumers and bounds them. The
+// ConsumerConfig names the durable queue consumers and bounds them. The
 // zero value uses the defaults.
 type ConsumerConfig struct {
-	// Name is the durable name prefix: the lanes are <Name>-high (filter
-	// notify.jobs.*.high) and <Name>-normal (filter notify.jobs.*). Every
-	// process of a fleet must use the same name. Default "notifier".
+	// Name is the durable name prefix: each queue's consumer is named
+	// <Name>-<channel>-<lane> (the default tenant) or
+	// <Name>-<channel>-<lane>-t-<tenant> (see Key). Every process of a fleet
+	// must use the same name. Default "notifier".
 	Name string
-	// MaxAckPending bounds the deliveries of each lane that are out with a
-	// worker and not yet acknowledged, fleet-wide; the server stops
-	// delivering past it. Set it above the fleet's total worker count.
-	// Default 1000.
+	// MaxAckPending bounds the deliveries of each queue that are out with a
+	// worker (or handed back with a delay) and not yet acknowledged,
+	// fleet-wide; the server stops delivering past it. Set it above the
+	// fleet's total worker count. Default 1000.
 	MaxAckPending int
 }
 
@@ -60,8 +63,18 @@ func (cc ConsumerConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// laneConfig is the durable pull consumer of one lane:
+// Inactive thresholds of the queues created on demand: a named tenant's
+// consumer, and a stray subject's, is deleted by the server once no process
+// has pulled from it for this long (it is created again when jobs come).
+const (
+	tenantInactive = time.Hour
+	strayInactive  = 10 * time.Minute
+)
+
+// laneConfig is the durable pull consumer of one queue:
 //
+//   - filtered on exactly the queue's subject, so the queues never overlap
+//     (as a work-queue stream requires of its consumers);
 //   - explicit acks, with AckWait from Config: a job not acknowledged (nor
 //     kept alive with InProgress) within it is redelivered, which is how a
 //     crashed worker's jobs come back;
@@ -71,18 +84,20 @@ func (cc ConsumerConfig) Validate() error {
 //   - no BackOff: it only applies to ack-wait expiries (not to naks), and
 //     would replace AckWait as the redelivery timer; retries are timed by
 //     the dispatcher with NakWithDelay;
-//   - MaxAckPending bounded, from ConsumerConfig.
-func laneConfig(name, filter, description string, ackWait time.Duration, maxAckPending int) jetstream.ConsumerConfig {
+//   - MaxAckPending bounded, from ConsumerConfig;
+//   - an inactive threshold for the queues made on demand (0: kept).
+func laneConfig(name, filter, description string, ackWait time.Duration, maxAckPending int, inactive time.Duration) jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
-		Durable:       name,
-		Description:   description,
-		FilterSubject: filter,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       ackWait,
-		MaxDeliver:    -1,
-		MaxAckPending: maxAckPending,
-		ReplayPolicy:  jetstream.ReplayInstantPolicy,
+		Durable:           name,
+		Description:       description,
+		FilterSubject:     filter,
+		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		AckPolicy:         jetstream.AckExplicitPolicy,
+		AckWait:           ackWait,
+		MaxDeliver:        -1,
+		MaxAckPending:     maxAckPending,
+		ReplayPolicy:      jetstream.ReplayInstantPolicy,
+		InactiveThreshold: inactive,
 	}
 }
 
@@ -94,7 +109,7 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, stream string, 
 	if cons, err := js.Consumer(ctx, stream, lc.Durable); err == nil {
 		if c := cons.CachedInfo().Config; c.FilterSubject == lc.FilterSubject && c.AckPolicy == lc.AckPolicy &&
 			c.AckWait == lc.AckWait && c.MaxDeliver == lc.MaxDeliver && c.MaxAckPending == lc.MaxAckPending &&
-			c.DeliverPolicy == lc.DeliverPolicy && c.Description == lc.Description {
+			c.DeliverPolicy == lc.DeliverPolicy && c.Description == lc.Description && c.InactiveThreshold == lc.InactiveThreshold {
 			return cons, nil
 		}
 	}
@@ -105,118 +120,215 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, stream string, 
 	return cons, nil
 }
 
-// Consumer pulls jobs from the two lanes of the job stream, the priority
-// lane first. It is safe for concurrent use; each Fetch pulls at most its
-// max. It holds no resources between calls: stop using it and close the
-// connection.
-type Consumer struct {
-	nc           *nats.Conn
-	high, normal *lane
-	highIdle     atomic.Bool // the priority lane had nothing at the last look
+// Queue is one queue of the job stream as Queues saw it.
+type Queue struct {
+	Subject string // the queue's subject: what FetchFrom and Poll take
+	Key     Key    // its channel, tenant and lane; for a stray one, the channel token only
+	// Stray is a subject of none of the four shapes, or of a channel that
+	// is not one of Channels: its jobs are invalid, to be dead-lettered.
+	Stray bool
+	// Stored is how many of its jobs the stream holds: waiting, out with a
+	// worker, or handed back with a delay.
+	Stored uint64
 }
 
-// NewConsumer creates or updates the two durable lane consumers on the job
-// stream (which EnsureStreams must have created) and returns a Consumer
-// pulling from them. All processes share the durables, so each job is out
+// Consumer pulls jobs from the queues of the job stream: one durable pull
+// consumer per channel, tenant and lane, each filtered on exactly its
+// subject, so that the jobs of each are reachable without reading any
+// other's. It is safe for concurrent use. It holds no resources between
+// calls but the consumers it knows: stop using it and close the connection.
+type Consumer struct {
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	stream jetstream.Stream
+	cfg    Config
+	cc     ConsumerConfig
+	prefix string // the JetStream API prefix
+
+	mu       sync.Mutex
+	lanes    map[string]*lane // by subject
+	defaults []*lane          // the default tenant's queues, every channel's priority lane first
+}
+
+// NewConsumer creates or updates the default tenant's durable queue
+// consumers of every channel on the job stream (which EnsureStreams must
+// have created) and returns a Consumer pulling from them and from the
+// queues Queues finds. All processes share the durables, so each job is out
 // with one worker at a time. Safe to call from many processes at once.
+//
+// The two lane consumers of earlier versions (<Name>-high on
+// notify.jobs.*.high, <Name>-normal on notify.jobs.*) overlap the queues'
+// filters, which a work-queue stream refuses: they are deleted. Their jobs
+// stay in the stream and are taken from the new consumers. A process of an
+// earlier version still running then fails its pulls: stop the old fleet
+// before starting this one.
 func NewConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, cc ConsumerConfig) (*Consumer, error) {
 	cfg = cfg.WithDefaults()
 	cc = cc.WithDefaults()
 	if err := cc.Validate(); err != nil {
 		return nil, fmt.Errorf("consumer configuration: %w", err)
 	}
-	lanes := []jetstream.ConsumerConfig{
-		laneConfig(cc.Name+"-high", highFilter, "notifier priority lane", cfg.AckWait, cc.MaxAckPending),
-		laneConfig(cc.Name+"-normal", normalFilter, "notifier normal lane", cfg.AckWait, cc.MaxAckPending),
+	stream, err := js.Stream(ctx, cfg.Stream)
+	if err != nil {
+		return nil, fmt.Errorf("job stream %s: %w", cfg.Stream, err)
 	}
-	prefix := apiPrefix(js)
-	var ls [2]*lane
-	for i, lc := range lanes {
-		cons, err := ensureConsumer(ctx, js, cfg.Stream, lc)
-		if err != nil {
-			return nil, err
+	c := &Consumer{nc: js.Conn(), js: js, stream: stream, cfg: cfg, cc: cc, prefix: apiPrefix(js), lanes: map[string]*lane{}}
+	for _, legacy := range []struct{ name, filter string }{{cc.Name + "-high", highFilter}, {cc.Name + "-normal", normalFilter}} {
+		old, err := js.Consumer(ctx, cfg.Stream, legacy.name)
+		if err != nil || old.CachedInfo().Config.FilterSubject != legacy.filter {
+			continue
 		}
-		ls[i] = &lane{name: lc.Durable, next: prefix + "CONSUMER.MSG.NEXT." + cfg.Stream + "." + lc.Durable, cons: cons}
+		if err := js.DeleteConsumer(ctx, cfg.Stream, legacy.name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return nil, fmt.Errorf("delete the earlier lane consumer %s: %w", legacy.name, err)
+		}
 	}
-	return &Consumer{nc: js.Conn(), high: ls[0], normal: ls[1]}, nil
+	for _, high := range []bool{true, false} {
+		for _, ch := range Channels {
+			l, err := c.laneFor(ctx, JobSubject(ch, high))
+			if err != nil {
+				return nil, err
+			}
+			c.defaults = append(c.defaults, l)
+		}
+	}
+	return c, nil
 }
 
-// Fetch returns up to max deliveries as soon as at least one is available,
-// always taking the priority lane first: it never returns a normal-lane
-// delivery while a high-lane message is available, and high-lane deliveries
-// come first in the slice.
-//
-// It first asks the lanes for what they can deliver now: both at once
-// while the priority lane had nothing at the last look (normal-lane
-// messages beyond max are then handed back at once), else the priority lane
-// first and the normal lane for the rest. When both have nothing and wait > 0 it long-polls: one pull
-// request of one message on each lane, held by the server (no busy loop)
-// for up to wait. The first message to arrive ends the poll; the other
-// request is withdrawn by draining its inbox, so a message the server sent
-// meanwhile is still received, never left to its ack wait. If both lanes
-// delivered and max is 1, the normal one is handed back at once with a Nak.
-// So Fetch never holds more than max messages: the caller passes its number
-// of free workers, and no message ages in a client-side buffer (the known
-// trap of large pull buffers).
-//
-// A lane at MaxAckPending delivers nothing; Fetch waits up to 250ms for it
-// before moving on. A poll that ends with no message returns an empty slice
-// and no error. If ctx ends, anything received is handed back with a Nak
-// and the context's error returned. max must be at least 1.
-func (c *Consumer) Fetch(ctx context.Context, max int, wait time.Duration) ([]*Delivery, error) {
-	if max < 1 {
-		return nil, fmt.Errorf("fetch: max must be at least 1, got %d", max)
+// laneFor returns the queue consumer of subject, creating it the first time.
+func (c *Consumer) laneFor(ctx context.Context, subject string) (*lane, error) {
+	c.mu.Lock()
+	l := c.lanes[subject]
+	c.mu.Unlock()
+	if l != nil {
+		return l, nil
 	}
+	key, ok := ParseJobSubject(subject)
+	stray := !ok || !IsChannel(key.Channel)
+	var name, desc string
+	var inactive time.Duration
+	switch {
+	case stray:
+		h := fnv.New64a()
+		h.Write([]byte(subject))
+		name = fmt.Sprintf("%s-stray-%016x", c.cc.Name, h.Sum64())
+		desc = "notifier stray subject (jobs dead-lettered as invalid)"
+		if !ok {
+			key = Key{Channel: ChannelOf(subject)}
+		}
+		inactive = strayInactive
+	default:
+		lane := "normal"
+		if key.High {
+			lane = "high"
+		}
+		name = c.cc.Name + "-" + key.Channel + "-" + lane
+		desc = "notifier queue " + key.Channel + " " + lane
+		if key.Tenant != "" {
+			name += "-t-" + strings.ReplaceAll(key.Tenant, ".", "~")
+			desc += " tenant " + key.Tenant
+			inactive = tenantInactive
+		}
+	}
+	cons, err := ensureConsumer(ctx, c.js, c.cfg.Stream, laneConfig(name, subject, desc, c.cfg.AckWait, c.cc.MaxAckPending, inactive))
+	if err != nil {
+		return nil, err
+	}
+	l = &lane{name: name, subject: subject, key: key, stray: stray,
+		next: c.prefix + "CONSUMER.MSG.NEXT." + c.cfg.Stream + "." + name, cons: cons}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if have := c.lanes[subject]; have != nil {
+		return have, nil
+	}
+	c.lanes[subject] = l
+	return l, nil
+}
+
+// forget drops a queue consumer the server no longer has (deleted after
+// its inactive threshold): the next use creates it again.
+func (c *Consumer) forget(l *lane) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lanes[l.subject] == l && !slices.Contains(c.defaults, l) {
+		delete(c.lanes, l.subject)
+	}
+}
+
+// Queues asks the server which queues hold jobs (one request, paged for
+// very many subjects) and returns them with their counts, the default
+// tenant's first, creating the consumer of each queue seen for the first
+// time.
+func (c *Consumer) Queues(ctx context.Context) ([]Queue, error) {
+	info, err := c.stream.Info(ctx, jetstream.WithSubjectFilter(jobsPrefix+">"))
+	if err != nil {
+		return nil, fmt.Errorf("queues of stream %s: %w", c.cfg.Stream, err)
+	}
+	subjects := make([]string, 0, len(info.State.Subjects))
+	for s, n := range info.State.Subjects {
+		if n > 0 {
+			subjects = append(subjects, s)
+		}
+	}
+	slices.Sort(subjects)
+	qs := make([]Queue, 0, len(subjects))
+	var errs []error
+	for _, s := range subjects {
+		l, err := c.laneFor(ctx, s)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		qs = append(qs, Queue{Subject: s, Key: l.key, Stray: l.stray, Stored: info.State.Subjects[s]})
+	}
+	slices.SortStableFunc(qs, func(a, b Queue) int {
+		switch {
+		case a.Key.Tenant == "" && b.Key.Tenant != "":
+			return -1
+		case a.Key.Tenant != "" && b.Key.Tenant == "":
+			return 1
+		}
+		return 0
+	})
+	if len(qs) == 0 && len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return qs, nil
+}
+
+// Want asks FetchFrom for up to N jobs of the queue on Subject.
+type Want struct {
+	Subject string
+	N       int
+}
+
+// FetchFrom pulls, in one round trip, up to w.N jobs from each wanted queue
+// that it can deliver now (no-wait pull requests, all sent at once). A
+// queue at MaxAckPending delivers nothing; FetchFrom waits up to 250ms for
+// it before moving on. The deliveries come in wants' order. Messages
+// received before an error are returned with it. If ctx ends, anything
+// received is handed back with a Nak and the context's error returned.
+func (c *Consumer) FetchFrom(ctx context.Context, wants []Want) ([]*Delivery, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("fetch: %w", err)
 	}
 	if !c.nc.IsConnected() {
 		return nil, fmt.Errorf("fetch: %w (%s)", errNotConnected, c.nc.Status())
 	}
-	msgs, err := c.fetchLanes(ctx, max)
-	if err != nil {
-		return nil, err
+	reqs := make([]pullWant, 0, len(wants))
+	for _, w := range wants {
+		if w.N < 1 {
+			continue
+		}
+		l, err := c.laneFor(ctx, w.Subject)
+		if err != nil {
+			return nil, err
+		}
+		reqs = append(reqs, pullWant{lane: l, n: w.N})
 	}
-	if len(msgs) > 0 || wait <= 0 {
-		return c.deliveries(msgs), nil
+	if len(reqs) == 0 {
+		return nil, nil
 	}
-	return c.longPoll(ctx, max, wait)
-}
-
-// fetchLanes takes up to max messages the lanes can deliver now, the
-// priority lane's first. When the priority lane had nothing at the last
-// look (the usual case), both lanes are asked at once, one round trip; the
-// normal-lane messages that the priority lane's leave no room for are handed
-// back at once with a Nak. Otherwise the priority lane is asked first and
-// the normal lane for the rest, so that a busy priority lane costs no
-// handed-back messages.
-func (c *Consumer) fetchLanes(ctx context.Context, max int) ([]*nats.Msg, error) {
-	if c.highIdle.Load() {
-		got, err := c.fetchNow(ctx, max, c.high, c.normal)
-		if err != nil && ctx.Err() != nil {
-			for _, g := range got {
-				nakAll(c.nc, g) // a lane's error and a stop at once: hand back what came
-			}
-			return nil, fmt.Errorf("fetch: %w", ctx.Err())
-		}
-		if got == nil {
-			c.highIdle.Store(false)
-			return nil, fmt.Errorf("fetch lanes: %w", err)
-		}
-		high, normal := got[0], got[1]
-		// A lane that failed is asked alone next time, where its error
-		// shows as it did before.
-		c.highIdle.Store(len(high) == 0 && err == nil)
-		if len(high)+len(normal) == 0 && err != nil {
-			return nil, fmt.Errorf("fetch lanes: %w", err)
-		}
-		if room := max - len(high); len(normal) > room {
-			nakAll(c.nc, normal[room:])
-			normal = normal[:room]
-		}
-		return append(high, normal...), nil
-	}
-	got, err := c.fetchNow(ctx, max, c.high)
+	got, err := c.fetchNow(ctx, reqs)
 	if err != nil && ctx.Err() != nil {
 		for _, g := range got {
 			nakAll(c.nc, g)
@@ -224,30 +336,123 @@ func (c *Consumer) fetchLanes(ctx context.Context, max int) ([]*nats.Msg, error)
 		return nil, fmt.Errorf("fetch: %w", ctx.Err())
 	}
 	var msgs []*nats.Msg
-	if got != nil {
-		msgs = got[0]
+	for _, g := range got {
+		msgs = append(msgs, g...)
 	}
-	c.highIdle.Store(len(msgs) == 0 && err == nil)
 	if err != nil && len(msgs) == 0 {
-		return nil, fmt.Errorf("fetch high lane: %w", err)
+		return nil, fmt.Errorf("fetch queues: %w", err)
 	}
-	if len(msgs) < max {
-		got, err := c.fetchNow(ctx, max-len(msgs), c.normal)
+	return c.deliveries(msgs), err
+}
+
+// Poll waits up to wait for one job on any of the queues on subjects (one
+// pull request of one message each, held by the server: no busy loop) and
+// returns as soon as one arrives; the other requests are withdrawn by
+// draining. Priority-lane deliveries come first; more than max are handed
+// back at once. A poll that ends with no message returns an empty slice and
+// no error.
+func (c *Consumer) Poll(ctx context.Context, subjects []string, max int, wait time.Duration) ([]*Delivery, error) {
+	if max < 1 {
+		return nil, fmt.Errorf("poll: max must be at least 1, got %d", max)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("poll: %w", err)
+	}
+	if !c.nc.IsConnected() {
+		return nil, fmt.Errorf("poll: %w (%s)", errNotConnected, c.nc.Status())
+	}
+	lanes := make([]*lane, 0, len(subjects))
+	for _, s := range subjects {
+		l, err := c.laneFor(ctx, s)
+		if err != nil {
+			return nil, err
+		}
+		lanes = append(lanes, l)
+	}
+	if len(lanes) == 0 || wait <= 0 {
+		return nil, nil
+	}
+	return c.longPoll(ctx, max, wait, lanes)
+}
+
+// DefaultQueues are the subjects of the default tenant's queues of
+// channels, the priority lanes first.
+func DefaultQueues(channels ...string) []string {
+	out := make([]string, 0, 2*len(channels))
+	for _, high := range []bool{true, false} {
+		for _, ch := range channels {
+			out = append(out, JobSubject(ch, high))
+		}
+	}
+	return out
+}
+
+// Fetch returns up to max deliveries from the queues this Consumer knows
+// (the default tenant's of every channel, and those Queues found) as soon
+// as at least one is available, always priority lanes first: it never
+// returns a normal-lane delivery while a priority-lane message was
+// available, and priority deliveries come first in the slice.
+//
+// It looks for queues seen for the first time (Queues), then asks every
+// queue for what it can deliver now, all at once; deliveries
+// beyond max are handed back at once with a Nak. When all have nothing and
+// wait > 0 it long-polls them (see Poll). So Fetch never holds more than
+// max messages: the caller passes its number of free workers, and no
+// message ages in a client-side buffer (the known trap of large pull
+// buffers). It is the simple way to take jobs with no regard for which
+// queue they come from; the dispatcher schedules between queues with
+// Queues, FetchFrom and Poll. max must be at least 1.
+func (c *Consumer) Fetch(ctx context.Context, max int, wait time.Duration) ([]*Delivery, error) {
+	if max < 1 {
+		return nil, fmt.Errorf("fetch: max must be at least 1, got %d", max)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("fetch: %w", err)
+	}
+	_, _ = c.Queues(ctx) // queues seen for the first time get their consumers; a failure shows in the fetch
+	lanes := c.known()
+	wants := make([]Want, len(lanes))
+	for i, l := range lanes {
+		wants[i] = Want{Subject: l.subject, N: max}
+	}
+	ds, err := c.FetchFrom(ctx, wants)
+	if err != nil && len(ds) == 0 {
+		return nil, err
+	}
+	if len(ds) > max {
+		for _, d := range ds[max:] {
+			_ = d.Nak() // back to the stream at once, not left to age
+		}
+		ds = ds[:max]
+	}
+	if len(ds) > 0 || wait <= 0 {
+		return ds, nil
+	}
+	subjects := make([]string, len(lanes))
+	for i, l := range lanes {
+		subjects[i] = l.subject
+	}
+	return c.Poll(ctx, subjects, max, wait)
+}
+
+// known is every queue consumer this Consumer knows, priority lanes first.
+func (c *Consumer) known() []*lane {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]*lane, 0, len(c.lanes))
+	for _, l := range c.lanes {
+		out = append(out, l)
+	}
+	slices.SortFunc(out, func(a, b *lane) int {
 		switch {
-		case err != nil && ctx.Err() != nil:
-			nakAll(c.nc, msgs)
-			if got != nil {
-				nakAll(c.nc, got[0])
-			}
-			return nil, fmt.Errorf("fetch: %w", err)
-		case err != nil && len(msgs) == 0 && (got == nil || len(got[0]) == 0):
-			return nil, fmt.Errorf("fetch normal lane: %w", err)
+		case a.key.High && !b.key.High:
+			return -1
+		case !a.key.High && b.key.High:
+			return 1
 		}
-		if got != nil {
-			msgs = append(msgs, got[0]...)
-		}
-	}
-	return msgs, nil
+		return strings.Compare(a.subject, b.subject)
+	})
+	return out
 }
 
 // Lane is the state of one lane consumer.
@@ -258,23 +463,28 @@ type Lane struct {
 	Waiting     int    // pull requests waiting at the server
 }
 
-// Backlog is the state of both lanes.
+// Backlog is the state of the queues this Consumer knows, summed by lane.
 type Backlog struct {
 	High, Normal Lane
 }
 
-// Backlog asks the server for the state of both lanes.
+// Backlog asks the server for the state of every queue this Consumer
+// knows and sums it by lane.
 func (c *Consumer) Backlog(ctx context.Context) (Backlog, error) {
 	var b Backlog
-	for _, l := range []struct {
-		lane *lane
-		out  *Lane
-	}{{c.high, &b.High}, {c.normal, &b.Normal}} {
-		info, err := l.lane.cons.Info(ctx)
+	for _, l := range c.known() {
+		info, err := l.cons.Info(ctx)
 		if err != nil {
-			return Backlog{}, fmt.Errorf("consumer info %s: %w", l.lane.name, err)
+			return Backlog{}, fmt.Errorf("consumer info %s: %w", l.name, err)
 		}
-		*l.out = Lane{Pending: info.NumPending, AckPending: info.NumAckPending, Redelivered: info.NumRedelivered, Waiting: info.NumWaiting}
+		out := &b.Normal
+		if l.key.High {
+			out = &b.High
+		}
+		out.Pending += info.NumPending
+		out.AckPending += info.NumAckPending
+		out.Redelivered += info.NumRedelivered
+		out.Waiting += info.NumWaiting
 	}
 	return b, nil
 }

@@ -417,7 +417,11 @@ func TestNewConsumerConcurrentlyAndSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{"notifier-high": "notify.jobs.*.high", "notifier-normal": "notify.jobs.*"}
+	want := map[string]string{}
+	for _, ch := range queue.Channels {
+		want["notifier-"+ch+"-high"] = "notify.jobs." + ch + ".high"
+		want["notifier-"+ch+"-normal"] = "notify.jobs." + ch
+	}
 	names := s.ConsumerNames(ctx(t))
 	var n int
 	for name := range names.Name() {
@@ -432,15 +436,15 @@ func TestNewConsumerConcurrentlyAndSettings(t *testing.T) {
 			t.Errorf("consumer %s: %+v", name, cfg)
 		}
 	}
-	if n != 2 {
-		t.Fatalf("%d consumers, want 2", n)
+	if n != len(want) {
+		t.Fatalf("%d consumers, want %d", n, len(want))
 	}
 	// Settings follow the configuration on the next start.
 	b.cfg.AckWait = 9 * time.Second
 	if _, err := queue.NewConsumer(ctx(t), b.js, b.cfg, queue.ConsumerConfig{MaxAckPending: 10}); err != nil {
 		t.Fatal(err)
 	}
-	cons, err := s.Consumer(ctx(t), "notifier-normal")
+	cons, err := s.Consumer(ctx(t), "notifier-sms-normal")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -496,11 +500,11 @@ func TestFetchReportsAMissingConsumer(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 0)
 	c := b.consumer(t, queue.ConsumerConfig{Name: "gone"})
-	if err := b.js.DeleteConsumer(ctx(t), "NOTIFY", "gone-high"); err != nil {
+	if err := b.js.DeleteConsumer(ctx(t), "NOTIFY", "gone-sms-high"); err != nil {
 		t.Fatal(err)
 	}
 	_, err := c.Fetch(ctx(t), 1, time.Second)
-	if err == nil || !strings.Contains(err.Error(), "gone-high") {
+	if err == nil || !strings.Contains(err.Error(), "gone-sms-high") {
 		t.Fatalf("Fetch from a deleted consumer: %v, want an error naming it", err)
 	}
 }

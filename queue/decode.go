@@ -11,7 +11,8 @@ import (
 )
 
 // Decode parses and validates a job received on subject
-// (notify.jobs.<channel>[.high]), enforcing every rule of SPEC §2:
+// (notify.jobs.<channel>[.t.<tenant>][.high]), enforcing every rule of
+// SPEC §2:
 //
 //   - the message is valid UTF-8, at most 64 KiB, and one JSON object with
 //     nothing after it;
@@ -26,7 +27,10 @@ import (
 //   - title and provider strings (provider at most 128 characters, no
 //     control characters), data an object of strings, expires_at and
 //     created_at RFC 3339 times (of years 0000 to 9999 once in UTC, so that
-//     Marshal can write them back).
+//     Marshal can write them back);
+//   - tenant: 1–64 characters of A-Z a-z 0-9 . _ -, equal to the subject's
+//     tenant (a job without one takes the subject's; the plain subjects are
+//     the default tenant's, "").
 //
 // Field names match exactly (case-sensitive): "ID" is an unknown field, and
 // unknown fields are ignored. A null optional field counts as absent; a null
@@ -69,10 +73,11 @@ func decodeStrict(subject string, data []byte) (*Job, error) {
 		Title:    d.str("title"),
 		Data:     d.data("data"),
 		Provider: d.str("provider"),
+		Tenant:   d.str("tenant"),
 	}
 	j.ExpiresAt = d.time("expires_at")
 	j.CreatedAt = d.time("created_at")
-	if err := j.validate(ChannelOf(subject), subject != "", d.errs); err != nil {
+	if err := j.validate(fromSubject(subject), d.errs); err != nil {
 		return nil, err
 	}
 	return j, nil

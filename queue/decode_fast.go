@@ -17,6 +17,7 @@ type wireJob struct {
 	Title     string             `json:"title"`
 	Data      map[string]*string `json:"data"` // a null value is refused, as the strict path does
 	Provider  string             `json:"provider"`
+	Tenant    string             `json:"tenant"`
 	ExpiresAt *string            `json:"expires_at"`
 	CreatedAt *string            `json:"created_at"`
 }
@@ -37,7 +38,7 @@ func decodeFast(subject string, data []byte) (*Job, bool) {
 	if jsonv2.Unmarshal(data, &w) != nil {
 		return nil, false
 	}
-	j := &Job{ID: w.ID, UserID: w.UserID, Channel: w.Channel, To: w.To, Body: w.Body, Title: w.Title, Provider: w.Provider}
+	j := &Job{ID: w.ID, UserID: w.UserID, Channel: w.Channel, To: w.To, Body: w.Body, Title: w.Title, Provider: w.Provider, Tenant: w.Tenant}
 	if len(w.Data) > 0 {
 		j.Data = make(map[string]string, len(w.Data))
 		for k, v := range w.Data {
@@ -60,7 +61,7 @@ func decodeFast(subject string, data []byte) (*Job, bool) {
 		}
 		*t.dst = v
 	}
-	if j.validate(ChannelOf(subject), subject != "", nil) != nil {
+	if j.validate(fromSubject(subject), nil) != nil {
 		return nil, false
 	}
 	return j, true

@@ -20,6 +20,7 @@ type Delivery struct {
 	Data    []byte      // the message as published
 	High    bool        // from the subject: the priority lane
 	Channel string      // from the subject: its <channel> token, unchecked
+	Tenant  string      // from the subject: its tenant, "" for the default tenant
 	Header  nats.Header // the message headers (Nats-Msg-Id among them)
 
 	// From the JetStream metadata; zero if the server sent none.
@@ -40,6 +41,7 @@ func newDelivery(m jetstream.Msg) *Delivery {
 	}
 	d.High = IsHigh(d.Subject)
 	d.Channel = ChannelOf(d.Subject)
+	d.Tenant = TenantOf(d.Subject)
 	if md, err := m.Metadata(); err == nil {
 		d.Stream = md.Stream
 		d.StreamSeq = md.Sequence.Stream

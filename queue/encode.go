@@ -50,6 +50,10 @@ func (j *Job) encode() ([]byte, error) {
 		b = append(b, `,"provider":`...)
 		b = appendString(b, j.Provider)
 	}
+	if j.Tenant != "" {
+		b = append(b, `,"tenant":`...)
+		b = appendString(b, j.Tenant)
+	}
 	if !j.ExpiresAt.IsZero() {
 		b = append(b, `,"expires_at":"`...)
 		b = j.ExpiresAt.UTC().AppendFormat(b, time.RFC3339Nano)

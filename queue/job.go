@@ -37,6 +37,7 @@ type Job struct {
 	Title     string            `json:"title,omitempty"`
 	Data      map[string]string `json:"data,omitempty"`
 	Provider  string            `json:"provider,omitempty"`
+	Tenant    string            `json:"tenant,omitempty"` // "" is the default tenant
 	ExpiresAt time.Time         `json:"expires_at,omitzero"` // RFC 3339
 	CreatedAt time.Time         `json:"created_at,omitzero"` // RFC 3339
 }
@@ -70,14 +71,14 @@ var (
 
 // fields is the order in which a job's fields are checked: the first broken
 // rule in this order is the one reported.
-var fields = []string{"id", "user_id", "channel", "to", "body", "title", "data", "provider", "expires_at", "created_at"}
+var fields = []string{"id", "user_id", "channel", "to", "body", "title", "data", "provider", "tenant", "expires_at", "created_at"}
 
 // Validate checks a job built in Go against every rule of SPEC §2 that
 // Decode enforces, except the match with a subject (a Go-built job has
 // none), including that its encoding fits in 64 KiB. The error is an
 // *InvalidError.
 func (j *Job) Validate() error {
-	if err := j.validate("", false, nil); err != nil {
+	if err := j.validate(subjectOf{}, nil); err != nil {
 		return err
 	}
 	_, err := j.encode()
@@ -90,29 +91,48 @@ func (j *Job) Validate() error {
 // Decode of the result gives back an equal job. An invalid job gives an
 // *InvalidError.
 func (j *Job) Marshal() ([]byte, error) {
-	if err := j.validate("", false, nil); err != nil {
+	if err := j.validate(subjectOf{}, nil); err != nil {
 		return nil, err
 	}
 	return j.encode()
 }
 
-// validate runs the field rules in order. With match, the channel must
-// equal subjectChannel, the channel token of the subject the job arrived on.
-// typeErrs holds the rules broken while decoding, by field; such a field is
-// reported in its place in the order.
-func (j *Job) validate(subjectChannel string, match bool, typeErrs map[string]*InvalidError) error {
+// subjectOf is what a job must match of the subject it arrived on: its
+// channel and tenant tokens (match false: no subject, nothing to match).
+type subjectOf struct {
+	channel, tenant string
+	match           bool
+}
+
+// fromSubject reads the tokens a job must match off subject ("" for none).
+func fromSubject(subject string) subjectOf {
+	if subject == "" {
+		return subjectOf{}
+	}
+	return subjectOf{channel: ChannelOf(subject), tenant: TenantOf(subject), match: true}
+}
+
+// validate runs the field rules in order. With sub.match, the channel must
+// equal the subject's <channel> token and the tenant its tenant (a job
+// without tenant takes the subject's). typeErrs holds the rules broken
+// while decoding, by field; such a field is reported in its place in the
+// order.
+func (j *Job) validate(sub subjectOf, typeErrs map[string]*InvalidError) error {
+	if sub.match && j.Tenant == "" {
+		j.Tenant = sub.tenant
+	}
 	for _, f := range fields {
 		if err := typeErrs[f]; err != nil {
 			return err
 		}
-		if err := j.check(f, subjectChannel, match); err != nil {
+		if err := j.check(f, sub); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (j *Job) check(field, subjectChannel string, match bool) *InvalidError {
+func (j *Job) check(field string, sub subjectOf) *InvalidError {
 	switch field {
 	case "id":
 		switch {
@@ -138,8 +158,8 @@ func (j *Job) check(field, subjectChannel string, match bool) *InvalidError {
 		switch {
 		case j.Channel == "":
 			return invalid(field, "required")
-		case match && j.Channel != subjectChannel:
-			return invalid(field, "%s does not match subject channel %s", echo(j.Channel), echo(subjectChannel))
+		case sub.match && j.Channel != sub.channel:
+			return invalid(field, "%s does not match subject channel %s", echo(j.Channel), echo(sub.channel))
 		case !IsChannel(j.Channel):
 			return invalid(field, "%s is not one of %s", echo(j.Channel), strings.Join(Channels, ", "))
 		}
@@ -172,6 +192,19 @@ func (j *Job) check(field, subjectChannel string, match bool) *InvalidError {
 			return invalid(field, "must be at most %d characters, got %d", maxProvider, n)
 		case hasControl(j.Provider):
 			return invalid(field, "must not contain control characters")
+		}
+	case "tenant":
+		switch {
+		case j.Tenant == "":
+		case !ValidTenant(j.Tenant):
+			return invalid(field, "must be 1 to %d characters of A-Z a-z 0-9 . _ -", MaxTenantLen)
+		case sub.match && j.Tenant != sub.tenant:
+			want := "the default tenant's subject"
+			if sub.tenant != "" {
+				want = "tenant " + echo(sub.tenant) + "'s subject"
+			}
+			return invalid(field, "%s does not match the subject: it was published on %s (publish on %s)",
+				echo(j.Tenant), want, JobSubjectFor(j.Channel, j.Tenant, false))
 		}
 	case "expires_at":
 		return checkTime(field, j.ExpiresAt)

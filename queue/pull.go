@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,11 +38,20 @@ type pullRequest struct {
 	NoWait  bool          `json:"no_wait,omitempty"`
 }
 
-// lane is one durable pull consumer.
+// lane is one queue's durable pull consumer.
 type lane struct {
-	name string             // durable name
-	next string             // pull request subject
-	cons jetstream.Consumer // for info
+	name    string             // durable name
+	subject string             // the queue's subject, its consumer's filter
+	key     Key                // what the subject says
+	stray   bool               // a subject of no queue shape: invalid jobs
+	next    string             // pull request subject
+	cons    jetstream.Consumer // for info
+}
+
+// pullWant is a pull of up to n messages from lane.
+type pullWant struct {
+	lane *lane
+	n    int
 }
 
 // apiPrefix is the JetStream API prefix js uses ($JS.API. by default,
@@ -150,23 +160,28 @@ wait:
 	}
 }
 
-// fetchNow pulls up to n messages from each of lanes that they can deliver
-// now, all requests sent at once (one round trip however many lanes): a
-// no-wait request per lane, answered at once with the messages available
-// and a 404 or 408. If the server holds a request instead (the lane is at
-// MaxAckPending), it is withdrawn after stuckAfter. It returns each lane's
-// messages in lanes' order; messages received before an error are returned
-// with it (the first lane's error first); if ctx ends they are handed back
-// and only the error returned.
-func (c *Consumer) fetchNow(ctx context.Context, n int, lanes ...*lane) ([][]*nats.Msg, error) {
-	ch := make(chan *nats.Msg, len(lanes)*n+8)
-	subs := make([]*nats.Subscription, 0, len(lanes))
+// fetchNow pulls up to w.n messages from each wanted lane that it can
+// deliver now, all requests sent at once (one round trip however many
+// lanes): a no-wait request per lane, answered at once with the messages
+// available and a 404 or 408. If the server holds a request instead (the
+// lane is at MaxAckPending), it is withdrawn after stuckAfter. It returns
+// each lane's messages in wants' order; messages received before an error
+// are returned with it (the first lane's error first); if ctx ends they are
+// handed back and only the error returned. A lane whose consumer is gone
+// (deleted after its inactive threshold) is forgotten, to be created again.
+func (c *Consumer) fetchNow(ctx context.Context, wants []pullWant) ([][]*nats.Msg, error) {
+	total := 0
+	for _, w := range wants {
+		total += w.n
+	}
+	ch := make(chan *nats.Msg, total+8)
+	subs := make([]*nats.Subscription, 0, len(wants))
 	unsubscribe := func() {
 		for _, s := range subs {
 			_ = s.Unsubscribe()
 		}
 	}
-	for range lanes {
+	for range wants {
 		sub, err := c.subscribe(ch)
 		if err != nil {
 			unsubscribe()
@@ -174,14 +189,18 @@ func (c *Consumer) fetchNow(ctx context.Context, n int, lanes ...*lane) ([][]*na
 		}
 		subs = append(subs, sub)
 	}
-	for i, l := range lanes {
-		if err := c.request(l, subs[i].Subject, pullRequest{Batch: n, NoWait: true}); err != nil {
+	for i, w := range wants {
+		if err := c.request(w.lane, subs[i].Subject, pullRequest{Batch: w.n, NoWait: true}); err != nil {
 			// The lanes asked before may be delivering already: take in
 			// what they sent and hand it back, rather than leave it to its
 			// ack wait.
 			nakAll(c.nc, drain(ch, subs...))
 			return nil, err
 		}
+	}
+	lanes := make([]*lane, len(wants))
+	for i, w := range wants {
+		lanes[i] = w.lane
 	}
 	got := make([][]*nats.Msg, len(lanes))
 	errs := make([]error, len(lanes))
@@ -206,7 +225,7 @@ func (c *Consumer) fetchNow(ctx context.Context, n int, lanes ...*lane) ([][]*na
 			isStatus, end, serr := status(m)
 			if !isStatus {
 				got[i] = append(got[i], m)
-				if len(got[i]) < n {
+				if len(got[i]) < wants[i].n {
 					continue
 				}
 			} else if !end {
@@ -217,6 +236,9 @@ func (c *Consumer) fetchNow(ctx context.Context, n int, lanes ...*lane) ([][]*na
 			_ = subs[i].Unsubscribe()
 			if serr != nil {
 				errs[i] = fmt.Errorf("pull from %s: %w", lanes[i].name, serr)
+				if gone(m) {
+					c.forget(lanes[i])
+				}
 			}
 		case <-stuck.C:
 			var waiting []*nats.Subscription
@@ -243,20 +265,22 @@ func (c *Consumer) fetchNow(ctx context.Context, n int, lanes ...*lane) ([][]*na
 	return got, errors.Join(errs...)
 }
 
-// longPoll asks both lanes for one message each, held by the server up to
+// longPoll asks each of lanes for one message, held by the server up to
 // wait (in slices of pollSlice), and returns as soon as one arrives; the
-// other request is withdrawn by draining. High-lane messages come first;
-// more than max (only possible when max is 1) are handed back at once.
-func (c *Consumer) longPoll(ctx context.Context, max int, wait time.Duration) ([]*Delivery, error) {
-	ch := make(chan *nats.Msg, 16)
-	hiSub, err := c.subscribe(ch)
-	if err != nil {
-		return nil, err
-	}
-	loSub, err := c.subscribe(ch)
-	if err != nil {
-		_ = hiSub.Unsubscribe()
-		return nil, err
+// other requests are withdrawn by draining. Priority-lane messages come
+// first; more than max are handed back at once.
+func (c *Consumer) longPoll(ctx context.Context, max int, wait time.Duration, lanes []*lane) ([]*Delivery, error) {
+	ch := make(chan *nats.Msg, len(lanes)+8)
+	subs := make([]*nats.Subscription, 0, len(lanes))
+	for range lanes {
+		sub, err := c.subscribe(ch)
+		if err != nil {
+			for _, s := range subs {
+				_ = s.Unsubscribe()
+			}
+			return nil, err
+		}
+		subs = append(subs, sub)
 	}
 	deadline := time.Now().Add(wait)
 	var (
@@ -269,31 +293,36 @@ func (c *Consumer) longPoll(ctx context.Context, max int, wait time.Duration) ([
 			break
 		}
 		req := pullRequest{Batch: 1, Expires: slice}
-		if err := c.request(c.high, hiSub.Subject, req); err != nil {
-			pollErr = err
-			break
+		for i, l := range lanes {
+			if err := c.request(l, subs[i].Subject, req); err != nil {
+				pollErr = err
+				break
+			}
 		}
-		if err := c.request(c.normal, loSub.Subject, req); err != nil {
-			pollErr = err
+		if pollErr != nil {
 			break
 		}
 		var lost bool
-		got, pollErr, lost = c.awaitSlice(ctx, ch, slice+pollSlack)
+		got, pollErr, lost = c.awaitSlice(ctx, ch, len(lanes), slice+pollSlack)
 		if lost || ctx.Err() != nil {
 			break
 		}
 	}
-	got = append(got, drain(ch, hiSub, loSub)...)
+	got = append(got, drain(ch, subs...)...)
 
-	// High lane first.
+	// Priority lanes first.
+	high := map[*nats.Subscription]bool{}
+	for i, l := range lanes {
+		high[subs[i]] = l.key.High
+	}
 	msgs := make([]*nats.Msg, 0, len(got))
 	for _, m := range got {
-		if m.Sub == hiSub {
+		if high[m.Sub] {
 			msgs = append(msgs, m)
 		}
 	}
 	for _, m := range got {
-		if m.Sub != hiSub {
+		if !high[m.Sub] {
 			msgs = append(msgs, m)
 		}
 	}
@@ -306,17 +335,17 @@ func (c *Consumer) longPoll(ctx context.Context, max int, wait time.Duration) ([
 		msgs = msgs[:max]
 	}
 	if len(msgs) == 0 && pollErr != nil {
-		return nil, fmt.Errorf("poll lanes: %w", pollErr)
+		return nil, fmt.Errorf("poll queues: %w", pollErr)
 	}
 	return c.deliveries(msgs), nil
 }
 
-// awaitSlice waits for the two requests of one poll slice: until a message
-// arrives, both end, ctx ends, or they are presumed lost after guard.
-func (c *Consumer) awaitSlice(ctx context.Context, ch chan *nats.Msg, guard time.Duration) (got []*nats.Msg, err error, lost bool) {
+// awaitSlice waits for the n requests of one poll slice: until a message
+// arrives, all end, ctx ends, or they are presumed lost after guard.
+func (c *Consumer) awaitSlice(ctx context.Context, ch chan *nats.Msg, n int, guard time.Duration) (got []*nats.Msg, err error, lost bool) {
 	timer := time.NewTimer(guard)
 	defer timer.Stop()
-	for open := 2; open > 0; {
+	for open := n; open > 0; {
 		select {
 		case m := <-ch:
 			isStatus, end, serr := status(m)
@@ -336,6 +365,13 @@ func (c *Consumer) awaitSlice(ctx context.Context, ch chan *nats.Msg, guard time
 		}
 	}
 	return nil, err, false
+}
+
+// gone reports whether a status message says the consumer no longer exists.
+func gone(m *nats.Msg) bool {
+	code := m.Header.Get("Status")
+	desc := strings.ToLower(m.Header.Get("Description"))
+	return code == "503" || (code == "409" && strings.Contains(desc, "deleted"))
 }
 
 func (c *Consumer) deliveries(msgs []*nats.Msg) []*Delivery {

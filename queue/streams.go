@@ -27,8 +27,9 @@ const (
 
 // JobStreamConfig is the configuration EnsureStreams gives the job stream:
 // work-queue retention (a job is deleted once acknowledged), file storage,
-// subjects notify.jobs.* and notify.jobs.*.high only (a publish to any other
-// subject finds no stream and is refused, so nothing sits unconsumed), a
+// subjects notify.jobs.*, notify.jobs.*.high, notify.jobs.*.t.* and
+// notify.jobs.*.t.*.high only (a publish to any other subject finds no
+// stream and is refused), a
 // two-minute duplicate window, and Discard New: when a limit is reached
 // (account limits, or the message size bound) a publish is refused rather
 // than an old job silently deleted.
@@ -36,8 +37,8 @@ func JobStreamConfig(cfg Config, replicas int) jetstream.StreamConfig {
 	cfg = cfg.WithDefaults()
 	return jetstream.StreamConfig{
 		Name:        cfg.Stream,
-		Description: "notifier jobs: notify.jobs.<channel> and notify.jobs.<channel>.high",
-		Subjects:    []string{normalFilter, highFilter},
+		Description: "notifier jobs: notify.jobs.<channel>[.t.<tenant>][.high]",
+		Subjects:    []string{normalFilter, highFilter, tenantNormalFilter, tenantHighFilter},
 		Retention:   jetstream.WorkQueuePolicy,
 		Storage:     jetstream.FileStorage,
 		Replicas:    max(replicas, 1),
