@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,9 +17,14 @@ import (
 	"github.com/notifier/notifier/userlimit"
 )
 
-// Source is where jobs come from: queue.Consumer.
+// Source is where jobs come from: queue.Consumer. Queues lists the queues
+// holding jobs (one per channel, tenant and lane); FetchFrom pulls from
+// chosen ones at once, without waiting; Poll waits for the first job on
+// any of several.
 type Source interface {
-	Fetch(ctx context.Context, max int, wait time.Duration) ([]*queue.Delivery, error)
+	Queues(ctx context.Context) ([]queue.Queue, error)
+	FetchFrom(ctx context.Context, wants []queue.Want) ([]*queue.Delivery, error)
+	Poll(ctx context.Context, subjects []string, max int, wait time.Duration) ([]*queue.Delivery, error)
 }
 
 // DeadLetterer records a job that is not sent: queue.Publisher.
@@ -113,6 +117,12 @@ type Options struct {
 	// the network.
 	LateTolerance time.Duration
 	Instance      string // this process's id, in ledger lease owners (default random)
+	// TenantWeights are the tenants' shares of a provider's contract while
+	// several have jobs waiting (a tenant left out weighs 1).
+	TenantWeights map[string]float64
+	// Peers, when set, is how many processes of the fleet are live: each
+	// holds its share of a channel's in-flight budget (default 1).
+	Peers func() int
 
 	Source      Source
 	DeadLetters DeadLetterer
@@ -181,6 +191,8 @@ type Dispatcher struct {
 
 	seq      atomic.Uint64
 	inFlight atomic.Int64
+	busy     inflight  // jobs held, per channel: against the channels' budgets
+	lat      latencies // providers' send times: the budgets cover them
 
 	// limits is the set in use now, nil while holding for an unreachable
 	// backend. Read without a lock (every job reads it several times);
@@ -230,7 +242,7 @@ func New(o Options) (*Dispatcher, error) {
 	}
 	d := &Dispatcher{o: o, log: o.Logger, m: o.Metrics}
 	d.limits.Store(o.Limits)
-	d.live.Store(d.newLive(o.UserLimits, o.Providers, nil))
+	d.live.Store(d.newLive(o.UserLimits, o.Providers, o.TenantWeights, nil))
 	return d, nil
 }
 
@@ -238,6 +250,7 @@ func New(o Options) (*Dispatcher, error) {
 // per-user caps and the providers (contracts, endpoints), with a circuit
 // breaker per provider. It is replaced whole, never changed in place.
 type liveConfig struct {
+	weights    map[string]float64
 	userLimits map[string]userlimit.Rule
 	providers  Registry
 	breakers   map[string]*breaker
@@ -247,8 +260,8 @@ type liveConfig struct {
 // newLive builds a live configuration, keeping the breakers of providers
 // that stay (their state survives a reload), and sets the per-provider
 // gauges.
-func (d *Dispatcher) newLive(caps map[string]userlimit.Rule, reg Registry, old *liveConfig) *liveConfig {
-	lc := &liveConfig{userLimits: caps, providers: reg, breakers: map[string]*breaker{}}
+func (d *Dispatcher) newLive(caps map[string]userlimit.Rule, reg Registry, weights map[string]float64, old *liveConfig) *liveConfig {
+	lc := &liveConfig{userLimits: caps, providers: reg, breakers: map[string]*breaker{}, weights: weights}
 	for _, p := range reg.All() {
 		lc.maxQueue = max(lc.maxQueue, p.MaxQueueDelay)
 		if old != nil && old.breakers[p.Name] != nil {
@@ -269,6 +282,8 @@ type Reload struct {
 	UserLimits map[string]userlimit.Rule
 	Providers  Registry            // a new registry (the caller closes the old one once jobs have let go of it)
 	Global     *globallimit.Config // nil: no fleet bucket
+	// TenantWeights replace Options.TenantWeights.
+	TenantWeights map[string]float64
 }
 
 // Reload switches to new caps, providers and fleet bucket. Jobs already
@@ -282,7 +297,7 @@ func (d *Dispatcher) Reload(r Reload) error {
 		}
 	}
 	old := d.live.Load()
-	d.live.Store(d.newLive(r.UserLimits, r.Providers, old))
+	d.live.Store(d.newLive(r.UserLimits, r.Providers, r.TenantWeights, old))
 	l := d.currentLimits()
 	d.o.Limits.setGlobal(r.Global)
 	if l != nil && l != d.o.Limits {
@@ -363,6 +378,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 				d.inFlight.Add(1)
 				d.m.InFlight.Inc()
 				d.handle(ctx, sendCtx, dl)
+				d.busy.add(dl.Channel, -1)
 				d.m.InFlight.Dec()
 				d.inFlight.Add(-1)
 				slots <- struct{}{}
@@ -384,59 +400,6 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		return err
 	}
 	return nil
-}
-
-// fetchLoop pulls as many jobs as there are free workers and hands them
-// out, until ctx ends.
-func (d *Dispatcher) fetchLoop(ctx context.Context, jobs chan<- *queue.Delivery, slots chan struct{}) error {
-	backoff := 100 * time.Millisecond
-	for {
-		// Wait for at least one free worker, then count the others.
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-slots:
-		}
-		// Workers finishing together free their slots microseconds apart:
-		// yield once so that those already runnable do, and one pull
-		// serves them all (measured: about 6 % more jobs/s).
-		runtime.Gosched()
-		free := 1
-	count:
-		for free < d.o.Workers {
-			select {
-			case <-slots:
-				free++
-			default:
-				break count
-			}
-		}
-		// With the backend down and no fallback, take no jobs: they wait
-		// in JetStream.
-		if err := d.waitForBackend(ctx); err != nil {
-			return nil
-		}
-		dls, err := d.o.Source.Fetch(ctx, free, d.o.FetchWait)
-		for _, dl := range dls {
-			free--
-			jobs <- dl
-		}
-		for ; free > 0; free-- {
-			slots <- struct{}{}
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			d.log.Warn("fetch jobs", "err", err, "retry_in", backoff)
-			if sleep(ctx, backoff) != nil {
-				return nil
-			}
-			backoff = min(backoff*2, 5*time.Second)
-			continue
-		}
-		backoff = 100 * time.Millisecond
-	}
 }
 
 // sleep waits d or until ctx ends.

@@ -413,6 +413,12 @@ func TestPromiseHoldTakesNoJobs(t *testing.T) {
 	p := b.start(nil)
 	b.publish(newJob("warm", "sms", "u0"))
 	testenv.WaitFor(t, 20*time.Second, "the first job sent", func() bool { return len(b.fake.AcceptedIDs()) == 1 })
+	// Recorded and acknowledged too: Redis stopped in between would keep
+	// it out (alive, waiting for its record), which is not a job taken.
+	testenv.WaitFor(t, 10*time.Second, "the first job acknowledged", func() bool {
+		l := b.lane()
+		return l.AckPending == 0 && l.Pending == 0
+	})
 	b.redis.Stop()
 	testenv.WaitFor(t, 10*time.Second, "the process holding", func() bool { return p.d.LimitsName() == "holding" })
 	if err := p.d.Ready(); err == nil {

@@ -1,0 +1,407 @@
+package dispatch
+
+import (
+	"context"
+	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/notifier/notifier/queue"
+)
+
+// Scheduling between queues (see ARCHITECTURE.md, "Isolation and
+// fairness"). The job stream holds one queue per channel, tenant and lane.
+// The fetch loop gives each channel an in-flight budget, the jobs this
+// process may hold for it at once, sized to keep its providers' queues
+// about holdHorizon deep; it never pulls a job for a channel whose budget
+// is spent, so one channel's backlog cannot take the workers another
+// needs. A channel whose providers are all paused or have their breakers
+// open gets no budget: its jobs wait in JetStream. Inside a channel's
+// budget the priority lane goes first, then the tenants share by weight
+// (fairQueue).
+const (
+	// holdHorizon is how far ahead of now the jobs held for a channel
+	// reach in its providers' queues: enough to ride out a slow fetch or
+	// Redis reply, short enough that a job published now (another
+	// tenant's, a priority one) is not behind much.
+	holdHorizon = 250 * time.Millisecond
+	// refreshEvery bounds how stale the list of queues holding jobs is
+	// while there is work (a new tenant's queue is seen within it).
+	refreshEvery = 100 * time.Millisecond
+	// busyPoll is the longest long-poll while jobs are held: the loop
+	// comes back to refill the budgets of jobs finished meanwhile.
+	busyPoll = 50 * time.Millisecond
+	// idlePoll is the longest long-poll of an idle process, after which it
+	// looks for new queues again.
+	idlePoll = 250 * time.Millisecond
+	// strayBudget is the budget of a channel with no provider configured
+	// (its jobs are dead-lettered at once).
+	strayBudget = 2
+)
+
+// inflight counts the jobs this process holds, per channel.
+type inflight struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (f *inflight) add(ch string, d int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n == nil {
+		f.n = map[string]int{}
+	}
+	f.n[ch] += d
+}
+
+func (f *inflight) get(ch string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.n[ch]
+}
+
+// latencies keeps a moving average of each provider's send time.
+type latencies struct{ m sync.Map } // provider → *atomic.Int64 (ns)
+
+func (l *latencies) observe(provider string, d time.Duration) {
+	v, _ := l.m.LoadOrStore(provider, new(atomic.Int64))
+	a := v.(*atomic.Int64)
+	old := a.Load()
+	if old == 0 {
+		a.Store(int64(d))
+		return
+	}
+	a.Store(old + (int64(d)-old)/8)
+}
+
+func (l *latencies) get(provider string) time.Duration {
+	if v, ok := l.m.Load(provider); ok {
+		return time.Duration(v.(*atomic.Int64).Load())
+	}
+	return 0
+}
+
+// budget is how many jobs of channel ch this process may hold at once:
+// its open providers' rate (jobs per second, the sum of those not paused
+// and without an open breaker) times the horizon plus their send time,
+// divided between the fleet's live processes, plus one. 0 when every
+// provider of the channel is paused or failing: its jobs stay in
+// JetStream, holding no worker.
+func (d *Dispatcher) budget(ch string, live *liveConfig, l *Limits, peers int) int {
+	var rate float64
+	var lat time.Duration
+	configured := false
+	for _, p := range live.providers.All() {
+		if p.Channel != ch {
+			continue
+		}
+		configured = true
+		if b := live.breakers[p.Name]; b != nil && b.open() {
+			continue
+		}
+		if l != nil && l.Pauses != nil && l.Pauses.PausedFor(p.Name) > 0 {
+			continue
+		}
+		rate += p.Rate
+		lat = max(lat, d.lat.get(p.Name))
+	}
+	if !configured {
+		return strayBudget
+	}
+	if rate == 0 {
+		return 0
+	}
+	n := rate * (holdHorizon + lat).Seconds() / float64(max(peers, 1))
+	return int(math.Min(math.Ceil(n), float64(d.o.Workers))) + 1
+}
+
+// scheduler is the fetch loop's state.
+type scheduler struct {
+	queues  []queue.Queue
+	readAt  time.Time
+	short   map[string]bool          // subjects that delivered less than asked since the last read
+	fair    map[string]*fairQueue    // per channel and lane
+	weights func(string) float64     // a tenant's weight
+	budgets map[string]int           // per channel, for this plan
+	free    map[string]int           // per channel: budget left
+	order   []string                 // channels in the order seen
+	byKey   map[string][]queue.Queue // channel/lane → its tenants' queues
+}
+
+// plan chooses up to free jobs to pull: per channel up to what its budget
+// leaves, the priority lane first, then the tenants by weight. It returns
+// nothing when every channel with jobs waiting is at its budget.
+func (d *Dispatcher) plan(s *scheduler, free int) []queue.Want {
+	live := d.live.Load()
+	l := d.currentLimits()
+	peers := 1
+	if d.o.Peers != nil {
+		peers = d.o.Peers()
+	}
+	s.budgets, s.free, s.order = map[string]int{}, map[string]int{}, s.order[:0]
+	s.byKey = map[string][]queue.Queue{}
+	for _, q := range s.queues {
+		ch := q.Key.Channel
+		if _, ok := s.budgets[ch]; !ok {
+			s.budgets[ch] = d.budget(ch, live, l, peers)
+			s.free[ch] = max(0, s.budgets[ch]-d.busy.get(ch))
+			s.order = append(s.order, ch)
+		}
+		if s.short[q.Subject] {
+			continue
+		}
+		k := laneKey(ch, q.Key.High)
+		s.byKey[k] = append(s.byKey[k], q)
+	}
+	want := map[string]int{}
+	var wants []queue.Want
+	add := func(subject string) {
+		if want[subject] == 0 {
+			wants = append(wants, queue.Want{Subject: subject})
+		}
+		want[subject]++
+	}
+	// Round-robin over channels, one job at a time, so that free workers
+	// short of the budgets are shared between channels too.
+	for progress := true; free > 0 && progress; {
+		progress = false
+		for _, ch := range s.order {
+			if free == 0 {
+				break
+			}
+			if s.free[ch] == 0 {
+				continue
+			}
+			q, ok := s.next(ch, want)
+			if !ok {
+				continue
+			}
+			add(q)
+			s.free[ch]--
+			free--
+			progress = true
+		}
+	}
+	for i := range wants {
+		wants[i].N = want[wants[i].Subject]
+	}
+	return wants
+}
+
+// next picks the queue of channel ch to take one more job from: a tenant's
+// priority lane first, then the normal lane, tenants by weight. A queue is
+// not asked for more than it holds.
+func (s *scheduler) next(ch string, want map[string]int) (string, bool) {
+	for _, high := range []bool{true, false} {
+		k := laneKey(ch, high)
+		qs := s.byKey[k]
+		if len(qs) == 0 {
+			continue
+		}
+		var waiting []string
+		subj := map[string]string{}
+		for _, q := range qs {
+			if uint64(want[q.Subject]) < q.Stored {
+				waiting = append(waiting, q.Key.Tenant)
+				subj[q.Key.Tenant] = q.Subject
+			}
+		}
+		if len(waiting) == 0 {
+			continue
+		}
+		fq := s.fair[k]
+		if fq == nil {
+			fq = newFairQueue()
+			s.fair[k] = fq
+		}
+		return subj[fq.pick(waiting, s.weights)], true
+	}
+	return "", false
+}
+
+func laneKey(ch string, high bool) string {
+	if high {
+		return ch + "/high"
+	}
+	return ch
+}
+
+// weight is a tenant's weight from the configuration (default 1).
+func (d *Dispatcher) weight(tenant string) float64 {
+	if w, ok := d.live.Load().weights[tenant]; ok && w > 0 {
+		return w
+	}
+	return 1
+}
+
+// pollable are the queues to long-poll when a plan finds nothing to pull:
+// of every channel with budget left, as many of its known queues as the
+// budget allows (one job each), the default tenant's of configured
+// channels always among them.
+func (d *Dispatcher) pollable(s *scheduler) []string {
+	live := d.live.Load()
+	l := d.currentLimits()
+	peers := 1
+	if d.o.Peers != nil {
+		peers = d.o.Peers()
+	}
+	left := map[string]int{}
+	var out []string
+	seen := map[string]bool{}
+	consider := func(ch, subject string) {
+		if seen[subject] {
+			return
+		}
+		n, ok := left[ch]
+		if !ok {
+			n = max(0, d.budget(ch, live, l, peers)-d.busy.get(ch))
+		}
+		if n == 0 {
+			left[ch] = 0
+			return
+		}
+		left[ch] = n - 1
+		seen[subject] = true
+		out = append(out, subject)
+	}
+	channels := map[string]bool{}
+	for _, p := range live.providers.All() {
+		channels[p.Channel] = true
+	}
+	for _, high := range []bool{true, false} {
+		for _, ch := range queue.Channels {
+			if channels[ch] {
+				consider(ch, queue.JobSubject(ch, high))
+			}
+		}
+	}
+	for _, q := range s.queues {
+		consider(q.Key.Channel, q.Subject)
+	}
+	return out
+}
+
+// fetchLoop pulls jobs for free workers and hands them out, until ctx
+// ends: it reads which queues hold jobs, plans what to pull within the
+// channels' budgets, pulls it in one round trip, and long-polls when the
+// plan is empty.
+func (d *Dispatcher) fetchLoop(ctx context.Context, jobs chan<- *queue.Delivery, slots chan struct{}) error {
+	s := &scheduler{short: map[string]bool{}, fair: map[string]*fairQueue{}, weights: d.weight}
+	backoff := 100 * time.Millisecond
+	free := 0
+	failed := func(err error) bool {
+		if ctx.Err() != nil {
+			return true
+		}
+		d.log.Warn("fetch jobs", "err", err, "retry_in", backoff)
+		if sleep(ctx, backoff) != nil {
+			return true
+		}
+		backoff = min(backoff*2, 5*time.Second)
+		return false
+	}
+	hand := func(dls []*queue.Delivery) {
+		for _, dl := range dls {
+			free--
+			d.busy.add(dl.Channel, 1)
+			jobs <- dl
+		}
+	}
+	for {
+		if free == 0 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-slots:
+				free++
+			}
+		}
+		// Workers finishing together free their slots microseconds
+		// apart: yield once so that those already runnable do, and one
+		// pull serves them all.
+		runtime.Gosched()
+	count:
+		for free < d.o.Workers {
+			select {
+			case <-slots:
+				free++
+			default:
+				break count
+			}
+		}
+		// With the backend down and no fallback, take no jobs: they wait
+		// in JetStream.
+		if err := d.waitForBackend(ctx); err != nil {
+			return nil
+		}
+		if time.Since(s.readAt) >= refreshEvery {
+			qs, err := d.o.Source.Queues(ctx)
+			if err != nil {
+				if failed(err) {
+					return nil
+				}
+				continue
+			}
+			s.queues, s.readAt = qs, time.Now()
+			clear(s.short)
+		}
+		if wants := d.plan(s, free); len(wants) > 0 {
+			dls, err := d.o.Source.FetchFrom(ctx, wants)
+			got := map[string]int{}
+			for _, dl := range dls {
+				got[dl.Subject]++
+			}
+			for _, w := range wants {
+				if got[w.Subject] < w.N {
+					s.short[w.Subject] = true
+				}
+			}
+			hand(dls)
+			if err != nil {
+				if failed(err) {
+					return nil
+				}
+				continue
+			}
+			backoff = 100 * time.Millisecond
+			continue
+		}
+		// Nothing to pull now: long-poll the queues with budget left, and
+		// come back soon if jobs are held (their budgets free up as they
+		// finish) or to look for new queues.
+		subjects := d.pollable(s)
+		wait := idlePoll
+		if d.inFlight.Load() > 0 || len(s.queues) > 0 {
+			wait = busyPoll
+		}
+		if len(subjects) == 0 {
+			// Every channel with jobs is at its budget: wait for a worker
+			// to finish, or for the next look.
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil
+			case <-slots:
+				free++
+			case <-t.C:
+			}
+			t.Stop()
+			continue
+		}
+		dls, err := d.o.Source.Poll(ctx, subjects, free, min(wait, d.o.FetchWait))
+		hand(dls)
+		if len(dls) > 0 {
+			s.readAt = time.Time{} // something came: look at the queues again
+		}
+		if err != nil {
+			if failed(err) {
+				return nil
+			}
+			continue
+		}
+		backoff = 100 * time.Millisecond
+	}
+}
