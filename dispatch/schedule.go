@@ -163,25 +163,42 @@ func (d *Dispatcher) plan(s *scheduler, free int) []queue.Want {
 		}
 		want[subject]++
 	}
-	// Round-robin over channels, one job at a time, so that free workers
-	// short of the budgets are shared between channels too.
-	for progress := true; free > 0 && progress; {
-		progress = false
-		for _, ch := range s.order {
-			if free == 0 {
-				break
-			}
-			if s.free[ch] == 0 {
-				continue
-			}
+	// Free workers short of the budgets are shared between the channels
+	// in proportion to what their budgets leave; a channel that cannot use
+	// its part (its queues hold less) leaves it to the others, one job at
+	// a time round-robin.
+	total := 0
+	for _, ch := range s.order {
+		total += s.free[ch]
+	}
+	take := func(ch string, n int) int {
+		got := 0
+		for ; got < n && free > 0 && s.free[ch] > 0; got++ {
 			q, ok := s.next(ch, want)
 			if !ok {
-				continue
+				break
 			}
 			add(q)
 			s.free[ch]--
 			free--
-			progress = true
+		}
+		return got
+	}
+	if total > free {
+		quota := make([]int, len(s.order))
+		for i, ch := range s.order {
+			quota[i] = free * s.free[ch] / total
+		}
+		for i, ch := range s.order {
+			take(ch, quota[i])
+		}
+	}
+	for progress := true; free > 0 && progress; {
+		progress = false
+		for _, ch := range s.order {
+			if take(ch, 1) > 0 {
+				progress = true
+			}
 		}
 	}
 	for i := range wants {

@@ -83,7 +83,7 @@ func (b *Batch) Publish(ctx context.Context, j *Job, high bool) error {
 	if err != nil {
 		return fmt.Errorf("publish job: %w", err)
 	}
-	return b.PublishRaw(ctx, JobSubject(j.Channel, high), data, j.ID)
+	return b.PublishRaw(ctx, JobSubjectFor(j.Channel, j.Tenant, high), data, j.ID)
 }
 
 // PublishRaw publishes data on subject with Nats-Msg-Id msgID (none when

@@ -32,8 +32,12 @@ type DeadLetter struct {
 
 // ReplaySubject is the subject a replay publishes the job on: its original
 // subject when that is a job subject (so a priority job stays on the
-// priority lane), else notify.jobs.<channel>.
+// priority lane, a tenant's job in its tenant's queue), else
+// notify.jobs.<channel>.
 func (d *DeadLetter) ReplaySubject() string {
+	if k, ok := ParseJobSubject(d.JobSubject); ok && subjectToken(k.Channel) == k.Channel {
+		return k.Subject()
+	}
 	if ch := ChannelOf(d.JobSubject); ch != "" && subjectToken(ch) == ch {
 		return JobSubject(ch, IsHigh(d.JobSubject))
 	}

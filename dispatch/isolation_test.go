@@ -1,0 +1,186 @@
+package dispatch
+
+import (
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/notifier/notifier/testenv"
+)
+
+// isolation is a world of two providers with fakes of their own: sms-gw
+// (b.fake, contract smsRate) and push-gw (push, contract pushRate), both
+// with max_queue_delay 3s, and dispatchers of 16 workers each.
+type isolation struct {
+	*bundle
+	push *testenv.Fake
+}
+
+func newIsolation(t *testing.T, smsRate, pushRate int) *isolation {
+	t.Helper()
+	b := setup(t, setupOpts{contract: smsRate, rate: float64(smsRate), maxQueueDelay: 3 * time.Second})
+	w := &isolation{bundle: b, push: testenv.FakeProvider(t, testenv.WithContract(pushRate))}
+	b.pcfgs[1].URL, b.pcfgs[1].Rate = w.push.URL(), float64(pushRate)
+	return w
+}
+
+// warm sends one job to each provider: a provider's queue starts cold
+// (full for max_queue_delay, see leaky's package doc), which these tests
+// are not about.
+func (w *isolation) warm() {
+	w.t.Helper()
+	w.publish(newJob("warm-sms", "sms", "w"), newJob("warm-push", "push", "w"))
+	testenv.WaitFor(w.t, 20*time.Second, "the providers' queues warm", func() bool {
+		return len(w.fake.Accepted()) >= 1 && len(w.push.Accepted()) >= 1
+	})
+}
+
+// procs starts n dispatchers of workers workers each, knowing of each
+// other (each holds its share of a channel's budget).
+func (w *isolation) procs(n, workers int) []*proc {
+	ps := make([]*proc, n)
+	for i := range ps {
+		ps[i] = w.start(func(o *Options) {
+			o.Workers = workers
+			o.Peers = func() int { return n }
+		})
+	}
+	return ps
+}
+
+// rateOf is the rate of the accepted requests of f that arrived in
+// [from, to]: their count less one over the time from the first to the
+// last.
+func rateOf(f *testenv.Fake, from, to time.Time) (float64, int) {
+	var at []time.Time
+	for _, r := range f.Accepted() {
+		if !r.At.Before(from) && !r.At.After(to) {
+			at = append(at, r.At)
+		}
+	}
+	if len(at) < 2 {
+		return 0, len(at)
+	}
+	sort.Slice(at, func(i, j int) bool { return at[i].Before(at[j]) })
+	return float64(len(at)-1) / at[len(at)-1].Sub(at[0]).Seconds(), len(at)
+}
+
+// span is the first and last arrival of f's accepted requests since since.
+func span(f *testenv.Fake, since time.Time) (first, last time.Time) {
+	for _, r := range f.Accepted() {
+		if r.At.Before(since) {
+			continue
+		}
+		if first.IsZero() || r.At.Before(first) {
+			first = r.At
+		}
+		if r.At.After(last) {
+			last = r.At
+		}
+	}
+	return first, last
+}
+
+// TestIsolationPushNotBehindSMSBacklog: "a provider's backlog never lowers
+// another provider's achieved rate". Two dispatchers of 16 workers, an SMS
+// gateway at 100/s and a push provider at 250/s: 1,500 SMS jobs (15 s of
+// backlog), then 750 push jobs 2 s later. Push runs at its contract while
+// SMS keeps its own, and neither is exceeded. Before the queues were
+// scheduled, push reached 37-103/s here.
+func TestIsolationPushNotBehindSMSBacklog(t *testing.T) {
+	w := newIsolation(t, 100, 250)
+	w.procs(2, 16)
+	w.warm()
+	w.publishN("sms", "sms", 1500, 1500)
+	time.Sleep(2 * time.Second)
+	since := time.Now()
+	pushIDs := w.publishN("push", "push", 750, 750)
+	testenv.WaitFor(t, 60*time.Second, "every push job sent", func() bool { return len(w.push.Accepted()) >= len(pushIDs)+1 })
+	first, last := span(w.push, since)
+	push, _ := rateOf(w.push, first, last)
+	sms, n := rateOf(w.fake, first, last)
+	t.Logf("push %.1f/s of 250 (%d jobs in %s); sms meanwhile %.1f/s of 100 (%d jobs)",
+		push, len(pushIDs), last.Sub(first).Round(time.Millisecond), sms, n)
+	// 95 % is the promise, measured in the README; the test leaves room
+	// for a busy machine and still fails the old behaviour (at most 103/s).
+	if push < 0.9*250 {
+		t.Errorf("push reached %.1f/s behind the SMS backlog, want at least 90 %% of 250/s", push)
+	}
+	if sms < 0.9*100 {
+		t.Errorf("sms kept %.1f/s while push ran, want at least 90 %% of 100/s", sms)
+	}
+	arrivalsPaced(t, "sms-gw", w.fake, 100)
+	arrivalsPaced(t, "push-gw", w.push, 250)
+	w.acceptedOnceOn(w.push, pushIDs)
+
+}
+
+// TestIsolationSickProvider: "a provider that is paused (429) or has its
+// breaker open holds no worker that another provider's jobs need". The
+// SMS gateway answers 429 with Retry-After: 99999, or 500 to everything;
+// its jobs wait (in JetStream, or handed back with a delay), and push jobs,
+// normal and priority, go at push's contract. No SMS job is lost.
+func TestIsolationSickProvider(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		sick func(f *testenv.Fake)
+		seen func(w *isolation) bool
+	}{
+		{"paused", func(f *testenv.Fake) { f.RateLimitFor(time.Hour, "99999") },
+			func(w *isolation) bool { return w.fake.Count(429) >= 1 }},
+		{"breaker", func(f *testenv.Fake) { f.FailFor(time.Hour, 500) },
+			func(w *isolation) bool { return w.fake.Count(500) >= 10 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newIsolation(t, 100, 250)
+			ps := w.procs(2, 8)
+			w.warm()
+			tc.sick(w.fake)
+			w.publishN("sms", "sms", 300, 300)
+			testenv.WaitFor(t, 20*time.Second, "the SMS gateway refusing", func() bool { return tc.seen(w) })
+			time.Sleep(time.Second) // every worker that would hold an SMS job holds one by now
+			since := time.Now()
+			ids := w.publishN("push", "push", 200, 200)
+			for i := range 20 {
+				id := fmt.Sprintf("push-high-%d", i)
+				j := newJob(id, "push", "hu")
+				if _, err := w.pub.Publish(t.Context(), j, true); err != nil {
+					t.Fatal(err)
+				}
+				ids = append(ids, id)
+			}
+			testenv.WaitFor(t, 30*time.Second, "every push job sent", func() bool { return len(w.push.Accepted()) >= len(ids)+1 })
+			first, last := span(w.push, since)
+			rate, _ := rateOf(w.push, first, last)
+			t.Logf("%s SMS gateway: %d push jobs at %.1f/s of 250 in %s", tc.name, len(ids), rate, last.Sub(first).Round(time.Millisecond))
+			if rate < 0.9*250 {
+				t.Errorf("push reached %.1f/s beside a %s SMS gateway, want at least 90 %% of 250/s", rate, tc.name)
+			}
+			w.acceptedOnceOn(w.push, ids)
+			for _, p := range ps {
+				p.stop(t)
+			}
+			// No SMS job lost: each is still in the stream or dead-lettered.
+			if got := w.remaining() + uint64(len(w.deadLetters())); got != 300 {
+				t.Errorf("SMS jobs after the run: %d in the stream or dead-lettered, want the 300 published", got)
+			}
+		})
+	}
+}
+
+// acceptedOnceOn asserts that f accepted each of ids exactly once (among
+// whatever else it accepted).
+func (b *bundle) acceptedOnceOn(f *testenv.Fake, ids []string) {
+	b.t.Helper()
+	got := map[string]int{}
+	for _, id := range f.AcceptedIDs() {
+		got[id]++
+	}
+	for _, id := range ids {
+		if got[id] != 1 {
+			b.t.Errorf("job %s accepted %d times, want once", id, got[id])
+			return
+		}
+	}
+}
