@@ -199,6 +199,17 @@ func (d *Dispatcher) capDenied(ctx context.Context, jb *job, res userlimit.Resul
 	return errHandled
 }
 
+// recordDenial counts a cap denial for `notifier top` (shared limits only:
+// local ones have no Redis to count in).
+func (d *Dispatcher) recordDenial(ctx context.Context, jb *job, l *Limits) {
+	if d.o.Denials == nil || l == nil || l.redis == nil {
+		return
+	}
+	if err := d.o.Denials.Record(ctx, jb.j.Channel, jb.j.UserID); err != nil {
+		jb.debug("count cap denial", "err", err)
+	}
+}
+
 // cancelSlot gives back a speculative reservation the job will not use.
 func (d *Dispatcher) cancelSlot(ctx context.Context, jb *job, adm admission) {
 	if adm.slot == nil || !adm.slot.OK || adm.limits == nil {
