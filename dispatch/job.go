@@ -2,7 +2,6 @@ package dispatch
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -12,14 +11,6 @@ import (
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/userlimit"
 )
-
-// errHandled ends a job that already reached its end (acknowledged, or
-// handed back to JetStream with a delay): nothing more to do.
-var errHandled = errors.New("job handled")
-
-// errAgain sends a job held through a short deferral back to the top of the
-// pipeline, as if it had just been delivered.
-var errAgain = errors.New("process the job again")
 
 // job is one delivery on its way through the pipeline, owned by one worker.
 type job struct {
@@ -71,39 +62,30 @@ func (jb *job) debug(msg string, args ...any) {
 
 // handle takes one delivery to exactly one end: acknowledged (sent,
 // duplicate, suppressed, dead), handed back with a delay (retry, long
-// deferral), or released on a stop.
+// deferral), or released on a stop. The pipeline (process) decides the end;
+// conclude acts on it.
 func (d *Dispatcher) handle(ctx, sendCtx context.Context, dl *queue.Delivery) {
 	jb := &job{dl: dl, lastBeat: time.Now(), channel: "invalid", provider: "unknown", base: d.log}
-	err := d.process(ctx, sendCtx, jb)
-	for errors.Is(err, errAgain) {
+	e := d.process(ctx, sendCtx, jb)
+	for e.kind == endAgain {
 		jb = &job{dl: dl, lastBeat: jb.lastBeat, channel: jb.channel, provider: jb.provider, base: d.log}
-		err = d.process(ctx, sendCtx, jb)
+		e = d.process(ctx, sendCtx, jb)
 	}
-	if err == nil || errors.Is(err, errHandled) {
-		return
-	}
-	// Only a stop gets here: give the job back at once, for another process.
-	if jb.claimed {
-		if l := d.currentLimits(); l != nil {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-			_ = l.Ledger.Release(rctx, jb.j.ID, jb.owner)
-			cancel()
-		}
-	}
-	if nerr := dl.Nak(); nerr != nil {
-		jb.log().Warn("release job on stop", "err", nerr)
-	}
-	jb.debug("job released", "cause", err)
+	d.conclude(ctx, sendCtx, jb, e)
 }
 
-func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) error {
+// process takes a job through the pipeline, from its decoding to the
+// provider's answer, and returns its end, never the zero end. endAgain asks
+// for the job to go through again, as if it had just been delivered (after
+// a short deferral held in the worker).
+func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) end {
 	dl := jb.dl
 	if queue.ChannelOf(dl.Subject) != "" && queue.IsChannel(queue.ChannelOf(dl.Subject)) {
 		jb.channel = queue.ChannelOf(dl.Subject)
 	}
 	j, err := queue.Decode(dl.Subject, dl.Data)
 	if err != nil {
-		return d.finish(ctx, jb, queue.Dead, ReasonInvalid, err.Error())
+		return dead(ReasonInvalid, err.Error())
 	}
 	jb.j = j
 	jb.channel = j.Channel
@@ -115,7 +97,7 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) error {
 	if j.Provider != "" {
 		jb.prov, jb.pcfg, _ = jb.live.providers.Get(j.Provider)
 		if jb.prov != nil && jb.pcfg.Channel != j.Channel {
-			return d.finish(ctx, jb, queue.Dead, ReasonUnknownProvider,
+			return dead(ReasonUnknownProvider,
 				fmt.Sprintf("provider %q serves channel %s, not %s", j.Provider, jb.pcfg.Channel, j.Channel))
 		}
 	} else {
@@ -126,7 +108,7 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) error {
 		if j.Provider != "" {
 			detail = fmt.Sprintf("no provider named %q in the configuration", truncate(j.Provider, 64))
 		}
-		return d.finish(ctx, jb, queue.Dead, ReasonUnknownProvider, detail)
+		return dead(ReasonUnknownProvider, detail)
 	}
 	jb.provider = jb.pcfg.Name
 	jb.lg = nil // a logger built before now lacks the job and the provider
@@ -138,14 +120,14 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) error {
 	jb.owner = ownerToken(d.o.Instance, d.seq.Add(1))
 
 	if d.expired(j) {
-		return d.finish(ctx, jb, queue.Suppressed, ReasonExpired, "expires_at "+j.ExpiresAt.UTC().Format(time.RFC3339)+" passed before sending")
+		return suppressed(ReasonExpired, "expires_at "+j.ExpiresAt.UTC().Format(time.RFC3339)+" passed before sending")
 	}
 
 	// The fleet bucket first: it protects the workers and what is behind
 	// them, so it counts every job taken, including those the checks below
 	// then suppress.
 	if err := d.waitGlobal(ctx, jb); err != nil {
-		return err
+		return stopped(err)
 	}
 
 	// One round trip: the ledger (already sent? then take the send lease),
@@ -157,7 +139,7 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) error {
 		var err error
 		adm, err = d.admit(ctx, jb, jb.rule, jb.capped)
 		if err != nil {
-			return err
+			return stopped(err)
 		}
 		c := adm.claim
 		if c.Status == Claimed {
@@ -166,17 +148,16 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) error {
 		}
 		d.cancelSlot(ctx, jb, adm)
 		if c.Status == AlreadySent {
-			return d.ack(ctx, jb, OutcomeDuplicate)
+			return end{kind: endDuplicate}
 		}
 		d.m.Deferrals.WithLabelValues(LayerLedger, "busy").Inc()
 		if err := d.hold(ctx, jb, min(c.BusyFor, time.Second)); err != nil {
-			return err
+			return stopped(err)
 		}
 	}
 	if adm.claim.Attempts >= d.o.Retry.MaxAttempts {
 		d.cancelSlot(ctx, jb, adm)
-		return d.finish(ctx, jb, queue.Dead, ReasonMaxAttempts,
-			fmt.Sprintf("%d transient provider failures", adm.claim.Attempts))
+		return dead(ReasonMaxAttempts, fmt.Sprintf("%d transient provider failures", adm.claim.Attempts))
 	}
 	if jb.capped {
 		d.noteCap(j.Channel, adm.cap.Allowed)
@@ -196,19 +177,18 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) error {
 			first.slot = nil
 			d.m.Deferrals.WithLabelValues(LayerProvider, "circuit_open").Inc()
 			if err := d.hold(ctx, jb, breakerOpen/5+d.jitter(breakerOpen/5)); err != nil {
-				return err
+				return stopped(err)
 			}
 			continue
 		}
-		if err := d.waitSlot(ctx, jb, first); err != nil {
-			return err
+		if e := d.waitSlot(ctx, jb, first); e.ended() {
+			return e
 		}
 		first.slot = nil
-		done, err := d.send(ctx, sendCtx, jb)
-		if done || err != nil {
-			return err
+		if e := d.send(ctx, sendCtx, jb); e.ended() {
+			return e
 		}
-		// A 429 or an open breaker: the provider is paused; take a new slot.
+		// A late wake-up, a 429 or an open breaker: take a new slot.
 	}
 }
 

@@ -10,7 +10,7 @@ import (
 )
 
 // waitGlobal takes a token from the fleet bucket, heart-beating while the
-// bucket is empty.
+// bucket is empty. It fails only on a stop.
 func (d *Dispatcher) waitGlobal(ctx context.Context, jb *job) error {
 	start := time.Now()
 	err := d.withBackend(ctx, jb, func(l *Limits) error {
@@ -46,8 +46,10 @@ func (d *Dispatcher) waitGlobal(ctx context.Context, jb *job) error {
 // waitSlot reserves the job's send slot in the provider's leaky queue and
 // sleeps until it, then makes sure no pause began meanwhile.
 // first, when its slot is not nil, is a reservation already made by the
-// admission round trip.
-func (d *Dispatcher) waitSlot(ctx context.Context, jb *job, first admission) error {
+// admission round trip. It returns no end (the zero end) when the job is at
+// its slot, ready to send; otherwise the job's end (a cap's denial, a lease
+// lost meanwhile, a stop).
+func (d *Dispatcher) waitSlot(ctx context.Context, jb *job, first admission) end {
 	queued := time.Now()
 	for {
 		var r leaky.Reservation
@@ -60,7 +62,7 @@ func (d *Dispatcher) waitSlot(ctx context.Context, jb *job, first admission) err
 			if wait := time.Until(time.Unix(0, d.notBefore.Load())); wait > 0 {
 				d.m.Deferrals.WithLabelValues(LayerLeaky, "switch").Inc()
 				if err := d.hold(ctx, jb, wait); err != nil {
-					return err
+					return stopped(err)
 				}
 			}
 			t0 := time.Now()
@@ -71,7 +73,7 @@ func (d *Dispatcher) waitSlot(ctx context.Context, jb *job, first admission) err
 			})
 			d.trace("leaky", t0)
 			if err != nil {
-				return err
+				return stopped(err)
 			}
 			jb.slotAt = d.clock.slotTime(time.Now(), r.Slot, r.Delay)
 		}
@@ -82,7 +84,7 @@ func (d *Dispatcher) waitSlot(ctx context.Context, jb *job, first admission) err
 			// late costs no throughput, and spreads the workers' retries.
 			wait := max(r.RetryAfter, jb.pcfg.MaxQueueDelay/20)
 			if err := d.hold(ctx, jb, wait+d.jitter(wait)); err != nil {
-				return err
+				return stopped(err)
 			}
 			continue
 		}
@@ -94,7 +96,7 @@ func (d *Dispatcher) waitSlot(ctx context.Context, jb *job, first admission) err
 			return err
 		}); err != nil {
 			d.giveBack(ctx, jb, l, r)
-			return err
+			return stopped(err)
 		}
 		if !capRes.Allowed {
 			d.giveBack(ctx, jb, l, r)
@@ -104,7 +106,7 @@ func (d *Dispatcher) waitSlot(ctx context.Context, jb *job, first admission) err
 		// they do not make the send late.
 		if err := d.hold(ctx, jb, time.Until(jb.slotAt)-preSlot); err != nil {
 			d.giveBack(ctx, jb, l, r)
-			return err
+			return stopped(err)
 		}
 		// A 429 seen by any worker after this slot was reserved pauses
 		// the provider; a slot inside the pause must not be used.
@@ -113,24 +115,24 @@ func (d *Dispatcher) waitSlot(ctx context.Context, jb *job, first admission) err
 			paused, err = cur.pausedFor(ctx, jb.provider)
 			return err
 		}); err != nil {
-			return err
+			return stopped(err)
 		}
 		if paused > 0 {
 			d.m.Deferrals.WithLabelValues(LayerProvider, "paused").Inc()
 			if err := d.hold(ctx, jb, paused); err != nil {
-				return err
+				return stopped(err)
 			}
 			continue
 		}
-		if err := d.renewClaim(ctx, jb); err != nil {
-			return err
+		if e := d.renewClaim(ctx, jb); e.ended() {
+			return e
 		}
 		if err := d.hold(ctx, jb, time.Until(jb.slotAt)); err != nil {
-			return err
+			return stopped(err)
 		}
 		d.m.QueueLatency.WithLabelValues(jb.provider).Observe(time.Since(queued).Seconds())
 		jb.slot = r.Slot
-		return nil
+		return end{}
 	}
 }
 
@@ -149,52 +151,48 @@ func (d *Dispatcher) giveBack(ctx context.Context, jb *job, l *Limits, r leaky.R
 const preSlot = 3 * time.Millisecond
 
 // renewClaim extends the ledger lease before a send when the job has waited
-// long enough for it to run short.
-func (d *Dispatcher) renewClaim(ctx context.Context, jb *job) error {
+// long enough for it to run short. It returns no end (the zero end) when the
+// job still holds the lease; otherwise the job's end: a duplicate (another
+// delivery sent it meanwhile), stepping aside (another delivery holds the
+// lease now), or a stop.
+func (d *Dispatcher) renewClaim(ctx context.Context, jb *job) end {
 	if time.Since(jb.claimAt) < d.lease(jb)/2 {
-		return nil
+		return end{}
 	}
 	var c Claim
 	if err := d.withBackend(ctx, jb, func(l *Limits) (err error) {
 		c, err = l.Ledger.Claim(ctx, jb.j.ID, jb.owner, d.lease(jb))
 		return err
 	}); err != nil {
-		return err
+		return stopped(err)
 	}
 	switch c.Status {
 	case AlreadySent:
 		jb.claimed = false
-		_ = d.ackResult(ctx, jb, OutcomeDuplicate)
-		return errHandled
+		return end{kind: endDuplicate}
 	case Busy:
 		// Our lease ran out and another delivery of this job took it:
 		// that one sends; this copy steps aside.
 		jb.claimed = false
 		jb.log().Info("job leased to another worker meanwhile; releasing this delivery")
-		if err := jb.dl.NakWithDelay(c.BusyFor + time.Second); err != nil {
-			jb.log().Warn("release job", "err", err)
-		}
-		return errHandled
+		return end{kind: endStepAside, delay: c.BusyFor + time.Second}
 	}
 	jb.claimAt = time.Now()
-	return nil
+	return end{}
 }
 
 // deferJob puts a job off for wait without using an attempt: held in the
-// worker when short, handed back to JetStream when long.
-func (d *Dispatcher) deferJob(ctx context.Context, jb *job, wait time.Duration, why string) error {
+// worker when short (then endAgain: the ledger and the cap are asked anew),
+// handed back to JetStream when long (endDefer). why says what put it off.
+func (d *Dispatcher) deferJob(ctx context.Context, jb *job, wait time.Duration, why string) end {
 	d.release(ctx, jb)
 	if wait <= d.o.MaxHold {
 		if err := d.hold(ctx, jb, wait); err != nil {
-			return err
+			return stopped(err)
 		}
-		return errAgain // the ledger and the cap are asked anew
+		return end{kind: endAgain}
 	}
-	jb.debug("job deferred", "why", why, "for", wait)
-	if err := jb.dl.NakWithDelay(wait); err != nil {
-		jb.log().Warn("defer job", "err", err)
-	}
-	return errHandled
+	return end{kind: endDefer, delay: wait, reason: why}
 }
 
 // hold keeps a job in its worker for dur, heart-beating it with InProgress
