@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/notifier/notifier/leaky"
-	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/userlimit"
 )
 
@@ -183,20 +182,29 @@ func (d *Dispatcher) capAtSlot(ctx context.Context, jb *job, l *Limits, r leaky.
 }
 
 // capDenied acts on a per-user cap's denial of jb: defer it (on_exceed:
-// defer) or suppress it. It returns errHandled or errAgain (or a stop's
-// error), never nil: the job is out of the pipeline.
-func (d *Dispatcher) capDenied(ctx context.Context, jb *job, res userlimit.Result, l *Limits) error {
+// defer) or suppress it. It returns the job's end: endAgain, endDefer or
+// endSuppressed (or a stop's), never the zero end: the job is out of the
+// pipeline.
+func (d *Dispatcher) capDenied(ctx context.Context, jb *job, res userlimit.Result, l *Limits) end {
 	d.m.LimitDecisions.WithLabelValues(LayerUser, "deny").Inc()
 	d.recordDenial(ctx, jb, l)
 	if jb.rule.OnExceed == userlimit.Defer {
 		d.m.Deferrals.WithLabelValues(LayerUser, "defer").Inc()
 		return d.deferJob(ctx, jb, res.RetryAfter+d.jitter(res.RetryAfter/10+10*time.Millisecond), "per-user cap")
 	}
-	if err := d.finish(ctx, jb, queue.Suppressed, ReasonUserLimit,
-		fmt.Sprintf("over the %s cap of %d per %s", jb.j.Channel, jb.rule.Limit, jb.rule.Window)); err != nil {
-		return err
+	return suppressed(ReasonUserLimit,
+		fmt.Sprintf("over the %s cap of %d per %s", jb.j.Channel, jb.rule.Limit, jb.rule.Window))
+}
+
+// recordDenial counts a cap denial for `notifier top` (shared limits only:
+// local ones have no Redis to count in).
+func (d *Dispatcher) recordDenial(ctx context.Context, jb *job, l *Limits) {
+	if d.o.Denials == nil || l == nil || l.redis == nil {
+		return
 	}
-	return errHandled
+	if err := d.o.Denials.Record(ctx, jb.j.Channel, jb.j.UserID); err != nil {
+		jb.debug("count cap denial", "err", err)
+	}
 }
 
 // cancelSlot gives back a speculative reservation the job will not use.

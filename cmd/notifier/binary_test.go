@@ -130,19 +130,59 @@ func (w *world) run(env ...string) *process {
 	cmd := exec.Command(notifierBinary(w.t), "run", "--config", w.config, "--log-level", "debug")
 	p := &process{cmd: cmd, out: &lockedWriter{w: &bytes.Buffer{}}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
-	cmd.Env = append(os.Environ(), env...)
+	// GOTRACEBACK=all: a SIGQUIT (sent by quit) prints every goroutine,
+	// without the runtime's own.
+	cmd.Env = append(append(os.Environ(), "GOTRACEBACK=all"), env...)
 	if err := cmd.Start(); err != nil {
 		w.t.Fatal(err)
 	}
 	go func() { p.err = cmd.Wait(); close(p.done) }()
 	w.t.Cleanup(func() {
+		if w.t.Failed() && p.quit() {
+			// Still running in a failed test: its goroutines say where it
+			// was stuck (the runtime prints them on SIGQUIT).
+			w.t.Logf("goroutines of pid %d at SIGQUIT:\n%s", cmd.Process.Pid, stacks(p.logs(), 40000))
+		}
 		_ = cmd.Process.Kill()
 		<-p.done
 		if w.t.Failed() {
-			w.t.Logf("logs of pid %d:\n%s", cmd.Process.Pid, tail(p.logs(), 3000))
+			logs, _, _ := strings.Cut(p.logs(), "SIGQUIT: quit")
+			w.t.Logf("logs of pid %d:\n%s", cmd.Process.Pid, tail(logs, 3000))
 		}
 	})
 	return p
+}
+
+// quit sends SIGQUIT to a process still running and waits up to 5 s for
+// the runtime's goroutine dump and exit; it reports whether it was running.
+func (p *process) quit() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGQUIT); err != nil {
+		return false
+	}
+	select {
+	case <-p.done:
+	case <-time.After(5 * time.Second):
+	}
+	return true
+}
+
+// stacks is the goroutine dump in logs (from "SIGQUIT: quit" on), at most
+// n bytes of it.
+func stacks(logs string, n int) string {
+	i := strings.Index(logs, "SIGQUIT: quit")
+	if i < 0 {
+		return "(no goroutine dump)"
+	}
+	s := logs[i:]
+	if len(s) > n {
+		s = s[:n] + "\n…"
+	}
+	return s
 }
 
 type lockedWriter struct {

@@ -28,15 +28,13 @@ func TestStopIsBoundedBySendTimeout(t *testing.T) {
 	}
 	select {
 	case <-p.done:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("no exit 10 s after SIGTERM")
+	case <-time.After(3*time.Second + 700*time.Millisecond):
+		// Still running: the cleanup's SIGQUIT shows where it waits.
+		t.Fatalf("no exit %s after SIGTERM with sends hanging; the bound is timeout (2s) + 1s", time.Since(start).Round(time.Millisecond))
 	}
 	took := time.Since(start)
 	if p.err != nil {
 		t.Fatalf("exit after SIGTERM: %v, want 0", p.err)
-	}
-	if took > 3*time.Second+700*time.Millisecond {
-		t.Fatalf("stopped %s after SIGTERM with sends hanging; the bound is timeout (2s) + 1s", took.Round(time.Millisecond))
 	}
 	w.fake.Reset()
 	w.run()

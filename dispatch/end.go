@@ -1,0 +1,188 @@
+package dispatch
+
+import (
+	"context"
+	"time"
+
+	"github.com/notifier/notifier/queue"
+)
+
+// Reasons in Notifier-Reason (SPEC §6).
+const (
+	ReasonInvalid         = "invalid"
+	ReasonUnknownProvider = "unknown_provider"
+	ReasonRejected        = "rejected"
+	ReasonMaxAttempts     = "max_attempts"
+	ReasonUserLimit       = "user_limit"
+	ReasonExpired         = "expired"
+)
+
+// endKind is how a job leaves the pipeline, which decides what becomes of
+// its JetStream message (see conclude).
+type endKind int
+
+const (
+	endNone       endKind = iota // not at an end: the pipeline goes on
+	endSent                      // the provider accepted it: record it in the ledger, then Ack (settle)
+	endDuplicate                 // the ledger knows it sent: Ack
+	endDead                      // dead-letter it (queue.Dead), then Ack
+	endSuppressed                // dead-letter it (queue.Suppressed), then Ack
+	endRetry                     // a transient provider failure: NakWithDelay(delay), an attempt used
+	endDefer                     // a long deferral: NakWithDelay(delay), no attempt used
+	endStepAside                 // another delivery of the job holds the lease: NakWithDelay(delay)
+	endStop                      // a stop: release the lease and Nak at once, for another process
+	endAgain                     // a short deferral was held in the worker: process the job again (handle)
+)
+
+// end is the end of a job's way through the pipeline, returned by its
+// steps: a step that returns the zero end lets the job go on. conclude acts
+// on it.
+type end struct {
+	kind   endKind
+	delay  time.Duration // endRetry, endDefer, endStepAside: when JetStream delivers again
+	reason string        // endDead, endSuppressed: Notifier-Reason; endDefer: what put the job off
+	detail string        // endDead, endSuppressed: Notifier-Detail
+	cause  error         // endStop: the stop's error
+}
+
+// ended says whether the job is at an end: the pipeline stops here.
+func (e end) ended() bool { return e.kind != endNone }
+
+// dead is a dead-lettered end.
+func dead(reason, detail string) end { return end{kind: endDead, reason: reason, detail: detail} }
+
+// suppressed is a suppressed end: dead-lettered as queue.Suppressed.
+func suppressed(reason, detail string) end {
+	return end{kind: endSuppressed, reason: reason, detail: detail}
+}
+
+// stopped is the end on a stop, err being ctx's.
+func stopped(err error) end { return end{kind: endStop, cause: err} }
+
+// conclude takes a job to its end e: the one place where the JetStream
+// message is acknowledged (settled when sent; dead-lettered first when dead
+// or suppressed), handed back with a delay, or released on a stop, and
+// where the job's outcome is counted. Every end but a send and a stop first
+// gives up the job's ledger lease.
+func (d *Dispatcher) conclude(ctx, sendCtx context.Context, jb *job, e end) {
+	switch e.kind {
+	case endSent:
+		d.settle(sendCtx, jb) // records "sent", which ends the lease
+		return
+	case endStop:
+		d.releaseOnStop(ctx, jb, e.cause)
+		return
+	}
+	d.release(ctx, jb)
+	switch e.kind {
+	case endDuplicate:
+		_ = d.ackResult(ctx, jb, OutcomeDuplicate)
+	case endDead, endSuppressed:
+		d.finish(ctx, jb, e)
+	case endRetry:
+		if err := jb.dl.NakWithDelay(e.delay); err != nil {
+			jb.log().Warn("schedule retry", "err", err)
+		}
+	case endDefer:
+		jb.debug("job deferred", "why", e.reason, "for", e.delay)
+		if err := jb.dl.NakWithDelay(e.delay); err != nil {
+			jb.log().Warn("defer job", "err", err)
+		}
+	case endStepAside:
+		if err := jb.dl.NakWithDelay(e.delay); err != nil {
+			jb.log().Warn("release job", "err", err)
+		}
+	default:
+		panic("dispatch: conclude: a job at no end") // endNone, endAgain: handle's to act on
+	}
+}
+
+// finish dead-letters or suppresses a job, then acknowledges it. The dead
+// letter is written before the ack, so a job is never lost: a crash between
+// the two leaves it to be redelivered, and the dead-letter stream drops the
+// second copy (its id derives from the job's stream sequence). A stop while
+// the dead-letter stream is away releases the job instead.
+func (d *Dispatcher) finish(ctx context.Context, jb *job, e end) {
+	o, outcome := queue.Dead, OutcomeDead
+	if e.kind == endSuppressed {
+		o, outcome = queue.Suppressed, OutcomeSuppressed
+	}
+	for {
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		err := d.o.DeadLetters.DeadLetter(pctx, jb.dl, o, e.reason, e.detail)
+		cancel()
+		if err == nil {
+			break
+		}
+		jb.log().Warn("write dead letter; holding the job", "reason", e.reason, "err", err)
+		if herr := d.hold(ctx, jb, time.Second); herr != nil {
+			d.releaseOnStop(ctx, jb, herr)
+			return
+		}
+	}
+	jb.log().Info("job not sent", "outcome", outcome, "reason", e.reason, "detail", e.detail)
+	_ = d.ackResult(ctx, jb, outcome)
+}
+
+// ackResult acknowledges the delivery and counts the outcome. A failed ack
+// is logged, not retried: the job comes back after ack_wait and the ledger
+// (or the dead-letter stream's dedup) makes the second pass a no-op. On the
+// shared limits the ack does not wait for the server's confirmation (one
+// round trip less per job): a lost ack only brings the job back to a ledger
+// that already knows it. On local limits the ledger is this process's own,
+// so the ack waits.
+func (d *Dispatcher) ackResult(ctx context.Context, jb *job, outcome string) error {
+	var err error
+	if l := d.currentLimits(); l != nil && l.redis != nil {
+		err = jb.dl.AckNoWait()
+	} else {
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		err = jb.dl.Ack(actx)
+		cancel()
+	}
+	if err != nil {
+		jb.log().Warn("acknowledge job", "outcome", outcome, "err", err)
+	}
+	d.m.Jobs.WithLabelValues(jb.channel, jb.provider, outcome).Inc()
+	now := time.Now()
+	d.activity.add(rollKey{channel: jb.channel, outcome: outcome}, now)
+	if outcome == OutcomeSent {
+		d.activity.add(rollKey{provider: jb.provider}, now)
+		jb.debug("job sent")
+	}
+	return nil
+}
+
+// release gives up the job's ledger lease without counting anything.
+func (d *Dispatcher) release(ctx context.Context, jb *job) {
+	if !jb.claimed {
+		return
+	}
+	jb.claimed = false
+	l := d.currentLimits()
+	if l == nil {
+		return // the lease expires by itself
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if err := l.Ledger.Release(rctx, jb.j.ID, jb.owner); err != nil {
+		jb.debug("release ledger lease", "err", err)
+	}
+}
+
+// releaseOnStop gives a job back at once on a stop, for another process:
+// its ledger lease released (briefly tried), its message Nak'ed without a
+// delay. cause is the stop's error.
+func (d *Dispatcher) releaseOnStop(ctx context.Context, jb *job, cause error) {
+	if jb.claimed {
+		if l := d.currentLimits(); l != nil {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			_ = l.Ledger.Release(rctx, jb.j.ID, jb.owner)
+			cancel()
+		}
+	}
+	if nerr := jb.dl.Nak(); nerr != nil {
+		jb.log().Warn("release job on stop", "err", nerr)
+	}
+	jb.debug("job released", "cause", cause)
+}

@@ -1,0 +1,233 @@
+package dispatch
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/notifier/notifier/providers"
+	"github.com/notifier/notifier/queue"
+	"github.com/notifier/notifier/userlimit"
+)
+
+// job is one delivery on its way through the pipeline, owned by one worker.
+type job struct {
+	dl       *queue.Delivery
+	j        *queue.Job
+	owner    string // ledger lease owner token of this delivery
+	channel  string // metric label: a valid channel or "invalid"
+	provider string // metric label: a configured provider or "unknown"
+	prov     providers.Provider
+	pcfg     providers.Config
+	msg      *providers.Message
+	cost     int
+	lastBeat time.Time // last InProgress (or the fetch)
+	base     *slog.Logger
+	lg       *slog.Logger // built from base on the first line logged
+	slotAt   time.Time    // when the reserved send slot is, on this process's clock
+	slot     int64        // the reserved send slot on the limit backend's clock, µs (leaky.Reservation.Slot)
+	live     *liveConfig
+	claimed  bool // holds a ledger lease
+	claimAt  time.Time
+	rule     userlimit.Rule // the channel's per-user cap, when capped
+	capped   bool
+	capAt    int64 // µs on the limit backend's clock: where the job's cap admission stands
+}
+
+// log is the job's logger: its delivery, id, channel and provider as far as
+// known. It is built on the first line logged, so a job that logs nothing
+// (a send, at the default level) does not pay for it.
+func (jb *job) log() *slog.Logger {
+	if jb.lg == nil {
+		args := []any{"seq", jb.dl.StreamSeq, "delivery", jb.dl.NumDelivered}
+		if jb.j != nil {
+			args = append(args, "job", jb.j.ID, "channel", jb.j.Channel)
+		}
+		if jb.prov != nil {
+			args = append(args, "provider", jb.provider)
+		}
+		jb.lg = jb.base.With(args...)
+	}
+	return jb.lg
+}
+
+// debug logs at debug level, building nothing when that level is off.
+func (jb *job) debug(msg string, args ...any) {
+	if jb.base.Enabled(context.Background(), slog.LevelDebug) {
+		jb.log().Debug(msg, args...)
+	}
+}
+
+// handle takes one delivery to exactly one end: acknowledged (sent,
+// duplicate, suppressed, dead), handed back with a delay (retry, long
+// deferral), or released on a stop. The pipeline (process) decides the end;
+// conclude acts on it.
+func (d *Dispatcher) handle(ctx, sendCtx context.Context, dl *queue.Delivery) {
+	jb := &job{dl: dl, lastBeat: time.Now(), channel: "invalid", provider: "unknown", base: d.log}
+	e := d.process(ctx, sendCtx, jb)
+	for e.kind == endAgain {
+		jb = &job{dl: dl, lastBeat: jb.lastBeat, channel: jb.channel, provider: jb.provider, base: d.log}
+		e = d.process(ctx, sendCtx, jb)
+	}
+	d.conclude(ctx, sendCtx, jb, e)
+}
+
+// process takes a job through the pipeline, from its decoding to the
+// provider's answer, and returns its end, never the zero end. endAgain asks
+// for the job to go through again, as if it had just been delivered (after
+// a short deferral held in the worker).
+func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) end {
+	dl := jb.dl
+	if queue.ChannelOf(dl.Subject) != "" && queue.IsChannel(queue.ChannelOf(dl.Subject)) {
+		jb.channel = queue.ChannelOf(dl.Subject)
+	}
+	j, err := queue.Decode(dl.Subject, dl.Data)
+	if err != nil {
+		return dead(ReasonInvalid, err.Error())
+	}
+	jb.j = j
+	jb.channel = j.Channel
+	jb.live = d.live.Load()
+	if dl.Header.Get(HeaderReplayed) != "" && dl.NumDelivered == 1 {
+		d.m.Replays.WithLabelValues(j.Channel).Inc()
+	}
+
+	if j.Provider != "" {
+		jb.prov, jb.pcfg, _ = jb.live.providers.Get(j.Provider)
+		if jb.prov != nil && jb.pcfg.Channel != j.Channel {
+			return dead(ReasonUnknownProvider,
+				fmt.Sprintf("provider %q serves channel %s, not %s", j.Provider, jb.pcfg.Channel, j.Channel))
+		}
+	} else {
+		jb.prov, jb.pcfg, _ = jb.live.providers.Default(j.Channel)
+	}
+	if jb.prov == nil {
+		detail := fmt.Sprintf("no default provider for channel %s", j.Channel)
+		if j.Provider != "" {
+			detail = fmt.Sprintf("no provider named %q in the configuration", truncate(j.Provider, 64))
+		}
+		return dead(ReasonUnknownProvider, detail)
+	}
+	jb.provider = jb.pcfg.Name
+	jb.lg = nil // a logger built before now lacks the job and the provider
+	jb.msg = &providers.Message{
+		ID: j.ID, UserID: j.UserID, Channel: j.Channel, To: j.To, Body: j.Body, Title: j.Title,
+		Data: j.Data, Provider: j.Provider, ExpiresAt: timePtr(j.ExpiresAt), CreatedAt: timePtr(j.CreatedAt),
+	}
+	jb.cost = jb.pcfg.Cost(jb.msg)
+	jb.owner = ownerToken(d.o.Instance, d.seq.Add(1))
+
+	if d.expired(j) {
+		return suppressed(ReasonExpired, "expires_at "+j.ExpiresAt.UTC().Format(time.RFC3339)+" passed before sending")
+	}
+
+	// The fleet bucket first: it protects the workers and what is behind
+	// them, so it counts every job taken, including those the checks below
+	// then suppress.
+	if err := d.waitGlobal(ctx, jb); err != nil {
+		return stopped(err)
+	}
+
+	// One round trip: the ledger (already sent? then take the send lease),
+	// the per-user cap, and, speculatively, the slot in the provider's
+	// queue.
+	jb.rule, jb.capped = jb.live.userLimits[j.Channel]
+	var adm admission
+	for {
+		var err error
+		adm, err = d.admit(ctx, jb, jb.rule, jb.capped)
+		if err != nil {
+			return stopped(err)
+		}
+		c := adm.claim
+		if c.Status == Claimed {
+			jb.claimed, jb.claimAt = true, time.Now()
+			break
+		}
+		d.cancelSlot(ctx, jb, adm)
+		if c.Status == AlreadySent {
+			return end{kind: endDuplicate}
+		}
+		d.m.Deferrals.WithLabelValues(LayerLedger, "busy").Inc()
+		if err := d.hold(ctx, jb, min(c.BusyFor, time.Second)); err != nil {
+			return stopped(err)
+		}
+	}
+	if adm.claim.Attempts >= d.o.Retry.MaxAttempts {
+		d.cancelSlot(ctx, jb, adm)
+		return dead(ReasonMaxAttempts, fmt.Sprintf("%d transient provider failures", adm.claim.Attempts))
+	}
+	if jb.capped {
+		d.noteCap(j.Channel, adm.cap.Allowed)
+		if !adm.cap.Allowed {
+			d.cancelSlot(ctx, jb, adm)
+			return d.capDenied(ctx, jb, adm.cap, adm.limits)
+		}
+		jb.capAt = adm.cap.At.UnixMicro()
+		d.m.LimitDecisions.WithLabelValues(LayerUser, "allow").Inc()
+	}
+
+	// The provider's queue and the send.
+	first := adm
+	for {
+		if jb.live.breakers[jb.provider].open() {
+			d.cancelSlot(ctx, jb, first)
+			first.slot = nil
+			d.m.Deferrals.WithLabelValues(LayerProvider, "circuit_open").Inc()
+			if err := d.hold(ctx, jb, breakerOpen/5+d.jitter(breakerOpen/5)); err != nil {
+				return stopped(err)
+			}
+			continue
+		}
+		if e := d.waitSlot(ctx, jb, first); e.ended() {
+			return e
+		}
+		first.slot = nil
+		if e := d.send(ctx, sendCtx, jb); e.ended() {
+			return e
+		}
+		// A late wake-up, a 429 or an open breaker: take a new slot.
+	}
+}
+
+// lease is how long a ledger claim lasts: the longest the job can sit in
+// the leaky queue, plus the send, plus a margin. Longer waits re-claim.
+func (d *Dispatcher) lease(jb *job) time.Duration {
+	return jb.pcfg.MaxQueueDelay + jb.pcfg.Timeout + d.o.AckWait
+}
+
+func (d *Dispatcher) expired(j *queue.Job) bool {
+	return !j.ExpiresAt.IsZero() && !d.o.Now().Before(j.ExpiresAt)
+}
+
+// trace reports a step's duration to Options.Trace.
+func (d *Dispatcher) trace(step string, start time.Time) {
+	if d.o.Trace != nil {
+		d.o.Trace(step, time.Since(start))
+	}
+}
+
+// jitter is a random duration in [0, d).
+func (d *Dispatcher) jitter(dur time.Duration) time.Duration {
+	if dur <= 0 {
+		return 0
+	}
+	return time.Duration(d.o.Rand() * float64(dur))
+}
+
+func truncate(s string, n int) string {
+	s = strings.ReplaceAll(strings.ReplaceAll(s, "\r", " "), "\n", " ")
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}

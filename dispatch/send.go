@@ -1,0 +1,120 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/notifier/notifier/providers"
+)
+
+// send calls the provider once and returns the job's end from its answer:
+// sent, dead (refused, or attempts used up), a retry, or a stop. It returns
+// no end (the zero end) when the job must take a new slot: it woke too late
+// for its slot, the provider's breaker is open, or the provider paused it.
+func (d *Dispatcher) send(ctx, sendCtx context.Context, jb *job) end {
+	if late := time.Since(jb.slotAt); late > d.o.LateTolerance {
+		// Sent now, this job could land in the same second as the sends
+		// of the slots after it: take a new slot instead.
+		d.m.Deferrals.WithLabelValues(LayerLeaky, "late").Inc()
+		jb.debug("woke after the send slot; taking a new one", "late", late)
+		return end{}
+	}
+	done, ok := jb.live.breakers[jb.provider].allow()
+	if !ok {
+		// The provider failed every recent call: do not call it; the job
+		// waits (no attempt used) and takes a new slot after the probe.
+		d.m.Deferrals.WithLabelValues(LayerProvider, "circuit_open").Inc()
+		if err := d.hold(ctx, jb, breakerOpen/5+d.jitter(breakerOpen/5)); err != nil {
+			return stopped(err)
+		}
+		return end{}
+	}
+	if d.sentSlot != nil {
+		d.sentSlot(jb.provider, jb.slot, jb.cost)
+	}
+	rctx, cancel := context.WithTimeout(sendCtx, jb.pcfg.Timeout)
+	start := time.Now()
+	serr := jb.prov.Send(rctx, jb.msg)
+	cancel()
+	d.trace("provider", start)
+	d.m.ProviderSeconds.WithLabelValues(jb.provider).Observe(time.Since(start).Seconds())
+	var rl *providers.RateLimitedError
+	switch {
+	case errors.As(serr, &rl):
+		d.m.ProviderRequests.WithLabelValues(jb.provider, "429").Inc()
+	default:
+		d.m.ProviderRequests.WithLabelValues(jb.provider, providers.StatusClass(serr)).Inc()
+	}
+	done(serr)
+	return d.answer(ctx, jb, serr, rl)
+}
+
+// answer acts on the provider's answer serr to a send (rl: serr as a 429)
+// and returns the job's end, or no end when the provider is paused and the
+// job must take a new slot.
+func (d *Dispatcher) answer(ctx context.Context, jb *job, serr error, rl *providers.RateLimitedError) end {
+	switch {
+	case serr == nil:
+		if !jb.j.CreatedAt.IsZero() || !jb.dl.Published.IsZero() {
+			from := jb.dl.Published
+			if !jb.j.CreatedAt.IsZero() {
+				from = jb.j.CreatedAt
+			}
+			d.m.JobLatency.WithLabelValues(jb.channel, jb.provider).Observe(time.Since(from).Seconds())
+		}
+		return end{kind: endSent}
+
+	case rl != nil:
+		pause := rl.RetryAfter
+		if !rl.Explicit {
+			pause = providers.DefaultRetryAfter + d.jitter(providers.DefaultRetryAfter)
+		}
+		d.m.Deferrals.WithLabelValues(LayerProvider, "rate_limited").Inc()
+		jb.log().Warn("provider rate limited; pausing it fleet-wide", "pause", pause, "detail", rl.Detail)
+		if err := d.withBackend(ctx, jb, func(l *Limits) error {
+			if l.Pauses != nil {
+				l.Pauses.Note(jb.provider, pause) // at once, before the announcement comes back
+			}
+			return l.Leaky.Pause(ctx, jb.provider, pause)
+		}); err != nil {
+			return stopped(err)
+		}
+		d.m.ProviderPaused.WithLabelValues(jb.provider).Set(1)
+		return end{}
+
+	case errors.Is(serr, providers.ErrPermanent):
+		jb.log().Info("provider refused job", "detail", detailOf(serr))
+		return dead(ReasonRejected, detailOf(serr))
+
+	default: // transient: 5xx, 408, timeout, connection error
+		var attempts int
+		if err := d.withBackend(ctx, jb, func(l *Limits) (err error) {
+			attempts, err = l.Ledger.Failed(ctx, jb.j.ID, jb.owner)
+			return err
+		}); err != nil {
+			return stopped(err)
+		}
+		jb.claimed = false
+		if attempts >= d.o.Retry.MaxAttempts {
+			jb.log().Warn("provider failed; attempts used up", "attempts", attempts, "detail", detailOf(serr))
+			return dead(ReasonMaxAttempts,
+				fmt.Sprintf("%d transient provider failures; last: %s", attempts, detailOf(serr)))
+		}
+		backoff := d.o.Retry.Backoff(attempts, d.o.Rand)
+		d.m.Deferrals.WithLabelValues(LayerProvider, "retry").Inc()
+		jb.log().Info("provider failed; retrying later", "attempts", attempts, "backoff", backoff, "detail", detailOf(serr))
+		return end{kind: endRetry, delay: backoff}
+	}
+}
+
+// detailOf is what a provider's error says, for a log line or a dead
+// letter's Notifier-Detail.
+func detailOf(err error) string {
+	var pe *providers.Error
+	if errors.As(err, &pe) && pe.Detail != "" {
+		return pe.Detail
+	}
+	return truncate(err.Error(), 200)
+}

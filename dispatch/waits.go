@@ -1,0 +1,225 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/notifier/notifier/leaky"
+	"github.com/notifier/notifier/userlimit"
+)
+
+// waitGlobal takes a token from the fleet bucket, heart-beating while the
+// bucket is empty. It fails only on a stop.
+func (d *Dispatcher) waitGlobal(ctx context.Context, jb *job) error {
+	start := time.Now()
+	err := d.withBackend(ctx, jb, func(l *Limits) error {
+		g := l.global()
+		if g == nil {
+			return nil
+		}
+		for {
+			wctx, cancel := context.WithTimeout(ctx, d.o.AckWait/3)
+			err := g.Wait(wctx)
+			cancel()
+			if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+				return err
+			}
+			d.keepAlive(jb)
+		}
+	})
+	d.trace("global", start)
+	if err != nil {
+		return err
+	}
+	if l := d.currentLimits(); l != nil && l.global() != nil {
+		if time.Since(start) > 5*time.Millisecond {
+			d.m.LimitDecisions.WithLabelValues(LayerGlobal, "deny").Inc()
+			d.m.Deferrals.WithLabelValues(LayerGlobal, "empty").Inc()
+		} else {
+			d.m.LimitDecisions.WithLabelValues(LayerGlobal, "allow").Inc()
+		}
+	}
+	return nil
+}
+
+// waitSlot reserves the job's send slot in the provider's leaky queue and
+// sleeps until it, then makes sure no pause began meanwhile.
+// first, when its slot is not nil, is a reservation already made by the
+// admission round trip. It returns no end (the zero end) when the job is at
+// its slot, ready to send; otherwise the job's end (a cap's denial, a lease
+// lost meanwhile, a stop).
+func (d *Dispatcher) waitSlot(ctx context.Context, jb *job, first admission) end {
+	queued := time.Now()
+	for {
+		var r leaky.Reservation
+		var l *Limits
+		if first.slot != nil {
+			r, l = *first.slot, first.limits
+			jb.slotAt = first.slotAt
+			first.slot = nil
+		} else {
+			if wait := time.Until(time.Unix(0, d.notBefore.Load())); wait > 0 {
+				d.m.Deferrals.WithLabelValues(LayerLeaky, "switch").Inc()
+				if err := d.hold(ctx, jb, wait); err != nil {
+					return stopped(err)
+				}
+			}
+			t0 := time.Now()
+			err := d.withBackend(ctx, jb, func(cur *Limits) (err error) {
+				l = cur
+				r, err = cur.Leaky.Reserve(ctx, jb.provider, cur.contract(jb.pcfg), jb.cost)
+				return err
+			})
+			d.trace("leaky", t0)
+			if err != nil {
+				return stopped(err)
+			}
+			jb.slotAt = d.clock.slotTime(time.Now(), r.Slot, r.Delay)
+		}
+		if !r.OK {
+			d.m.LimitDecisions.WithLabelValues(LayerLeaky, "deny").Inc()
+			d.m.Deferrals.WithLabelValues(LayerLeaky, "full").Inc()
+			// The queue holds max_queue_delay of work: waking a little
+			// late costs no throughput, and spreads the workers' retries.
+			wait := max(r.RetryAfter, jb.pcfg.MaxQueueDelay/20)
+			if err := d.hold(ctx, jb, wait+d.jitter(wait)); err != nil {
+				return stopped(err)
+			}
+			continue
+		}
+		d.m.LimitDecisions.WithLabelValues(LayerLeaky, "allow").Inc()
+		// The per-user cap counts the job at its send slot.
+		var capRes userlimit.Result
+		if err := d.withBackend(ctx, jb, func(cur *Limits) (err error) {
+			capRes, err = d.capAtSlot(ctx, jb, cur, r)
+			return err
+		}); err != nil {
+			d.giveBack(ctx, jb, l, r)
+			return stopped(err)
+		}
+		if !capRes.Allowed {
+			d.giveBack(ctx, jb, l, r)
+			return d.capDenied(ctx, jb, capRes, l)
+		}
+		// Wake a little before the slot for the round trips below, so that
+		// they do not make the send late.
+		if err := d.hold(ctx, jb, time.Until(jb.slotAt)-preSlot); err != nil {
+			d.giveBack(ctx, jb, l, r)
+			return stopped(err)
+		}
+		// A 429 seen by any worker after this slot was reserved pauses
+		// the provider; a slot inside the pause must not be used.
+		var paused time.Duration
+		if err := d.withBackend(ctx, jb, func(cur *Limits) (err error) {
+			paused, err = cur.pausedFor(ctx, jb.provider)
+			return err
+		}); err != nil {
+			return stopped(err)
+		}
+		if paused > 0 {
+			d.m.Deferrals.WithLabelValues(LayerProvider, "paused").Inc()
+			if err := d.hold(ctx, jb, paused); err != nil {
+				return stopped(err)
+			}
+			continue
+		}
+		if e := d.renewClaim(ctx, jb); e.ended() {
+			return e
+		}
+		if err := d.hold(ctx, jb, time.Until(jb.slotAt)); err != nil {
+			return stopped(err)
+		}
+		d.m.QueueLatency.WithLabelValues(jb.provider).Observe(time.Since(queued).Seconds())
+		jb.slot = r.Slot
+		return end{}
+	}
+}
+
+// giveBack cancels a reservation the job will not use (see leaky.Queue's
+// Cancel: only when no later one followed it).
+func (d *Dispatcher) giveBack(ctx context.Context, jb *job, l *Limits, r leaky.Reservation) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	if err := l.Leaky.Cancel(cctx, jb.provider, l.contract(jb.pcfg), r, jb.cost); err != nil {
+		jb.debug("give back an unused send slot", "err", err)
+	}
+}
+
+// preSlot is how long before its send slot a worker wakes to check for a
+// pause and renew its lease.
+const preSlot = 3 * time.Millisecond
+
+// renewClaim extends the ledger lease before a send when the job has waited
+// long enough for it to run short. It returns no end (the zero end) when the
+// job still holds the lease; otherwise the job's end: a duplicate (another
+// delivery sent it meanwhile), stepping aside (another delivery holds the
+// lease now), or a stop.
+func (d *Dispatcher) renewClaim(ctx context.Context, jb *job) end {
+	if time.Since(jb.claimAt) < d.lease(jb)/2 {
+		return end{}
+	}
+	var c Claim
+	if err := d.withBackend(ctx, jb, func(l *Limits) (err error) {
+		c, err = l.Ledger.Claim(ctx, jb.j.ID, jb.owner, d.lease(jb))
+		return err
+	}); err != nil {
+		return stopped(err)
+	}
+	switch c.Status {
+	case AlreadySent:
+		jb.claimed = false
+		return end{kind: endDuplicate}
+	case Busy:
+		// Our lease ran out and another delivery of this job took it:
+		// that one sends; this copy steps aside.
+		jb.claimed = false
+		jb.log().Info("job leased to another worker meanwhile; releasing this delivery")
+		return end{kind: endStepAside, delay: c.BusyFor + time.Second}
+	}
+	jb.claimAt = time.Now()
+	return end{}
+}
+
+// deferJob puts a job off for wait without using an attempt: held in the
+// worker when short (then endAgain: the ledger and the cap are asked anew),
+// handed back to JetStream when long (endDefer). why says what put it off.
+func (d *Dispatcher) deferJob(ctx context.Context, jb *job, wait time.Duration, why string) end {
+	d.release(ctx, jb)
+	if wait <= d.o.MaxHold {
+		if err := d.hold(ctx, jb, wait); err != nil {
+			return stopped(err)
+		}
+		return end{kind: endAgain}
+	}
+	return end{kind: endDefer, delay: wait, reason: why}
+}
+
+// hold keeps a job in its worker for dur, heart-beating it with InProgress
+// so JetStream does not redeliver it. It returns ctx.Err() on a stop.
+func (d *Dispatcher) hold(ctx context.Context, jb *job, dur time.Duration) error {
+	deadline := time.Now().Add(dur)
+	beat := d.o.AckWait / 3
+	for {
+		d.keepAlive(jb)
+		left := time.Until(deadline)
+		if left <= 0 {
+			return ctx.Err()
+		}
+		if err := sleep(ctx, min(left, beat)); err != nil {
+			return err
+		}
+	}
+}
+
+// keepAlive sends InProgress when a third of ack_wait has passed since the
+// last one.
+func (d *Dispatcher) keepAlive(jb *job) {
+	if time.Since(jb.lastBeat) < d.o.AckWait/3 {
+		return
+	}
+	if err := jb.dl.InProgress(); err != nil {
+		jb.debug("heartbeat job", "err", err)
+	}
+	jb.lastBeat = time.Now()
+}
