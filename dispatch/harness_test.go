@@ -171,7 +171,9 @@ func (p *proc) stop(t *testing.T) {
 		if ok && err != nil {
 			t.Errorf("dispatcher Run: %v", err)
 		}
-		close(p.done)
+		if ok {
+			close(p.done) // a second stop finds it closed
+		}
 	case <-time.After(30 * time.Second):
 		t.Errorf("dispatcher did not stop within 30s")
 	}

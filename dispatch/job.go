@@ -176,10 +176,10 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) end {
 			d.cancelSlot(ctx, jb, first)
 			first.slot = nil
 			d.m.Deferrals.WithLabelValues(LayerProvider, "circuit_open").Inc()
-			if err := d.hold(ctx, jb, breakerOpen/5+d.jitter(breakerOpen/5)); err != nil {
-				return stopped(err)
-			}
-			continue
+			// Back to JetStream until the breaker lets a probe through:
+			// a failing provider holds no worker (its channel gets no
+			// budget meanwhile, so no more of its jobs are taken).
+			return end{kind: endDefer, delay: breakerOpen + d.jitter(breakerOpen/5), reason: "circuit open"}
 		}
 		if e := d.waitSlot(ctx, jb, first); e.ended() {
 			return e

@@ -164,42 +164,32 @@ func (d *Dispatcher) plan(s *scheduler, free int) []queue.Want {
 		want[subject]++
 	}
 	// Free workers short of the budgets are shared between the channels
-	// in proportion to what their budgets leave; a channel that cannot use
-	// its part (its queues hold less) leaves it to the others, one job at
-	// a time round-robin.
-	total := 0
-	for _, ch := range s.order {
-		total += s.free[ch]
-	}
-	take := func(ch string, n int) int {
-		got := 0
-		for ; got < n && free > 0 && s.free[ch] > 0; got++ {
-			q, ok := s.next(ch, want)
-			if !ok {
-				break
-			}
-			add(q)
-			s.free[ch]--
-			free--
-		}
-		return got
-	}
-	if total > free {
-		quota := make([]int, len(s.order))
-		for i, ch := range s.order {
-			quota[i] = free * s.free[ch] / total
-		}
-		for i, ch := range s.order {
-			take(ch, quota[i])
-		}
-	}
-	for progress := true; free > 0 && progress; {
-		progress = false
+	// one at a time, each to the channel furthest below its budget (the
+	// largest share of its budget left): with too few workers for every
+	// budget, each channel holds about the same fraction of its own. A
+	// channel whose queues hold no more is skipped.
+	done := map[string]bool{}
+	for free > 0 {
+		best, bestLeft := "", -1.0
 		for _, ch := range s.order {
-			if take(ch, 1) > 0 {
-				progress = true
+			if done[ch] || s.free[ch] == 0 {
+				continue
+			}
+			if left := float64(s.free[ch]) / float64(s.budgets[ch]); left > bestLeft {
+				best, bestLeft = ch, left
 			}
 		}
+		if best == "" {
+			break
+		}
+		q, ok := s.next(best, want)
+		if !ok {
+			done[best] = true
+			continue
+		}
+		add(q)
+		s.free[best]--
+		free--
 	}
 	for i := range wants {
 		wants[i].N = want[wants[i].Subject]

@@ -40,6 +40,7 @@ func (d *Dispatcher) send(ctx, sendCtx context.Context, jb *job) end {
 	cancel()
 	d.trace("provider", start)
 	d.m.ProviderSeconds.WithLabelValues(jb.provider).Observe(time.Since(start).Seconds())
+	d.lat.observe(jb.provider, time.Since(start))
 	var rl *providers.RateLimitedError
 	switch {
 	case errors.As(serr, &rl):

@@ -119,6 +119,13 @@ func (d *Dispatcher) waitSlot(ctx context.Context, jb *job, first admission) end
 		}
 		if paused > 0 {
 			d.m.Deferrals.WithLabelValues(LayerProvider, "paused").Inc()
+			if paused > holdPause {
+				// A long pause: back to JetStream until it ends (spread
+				// over a tenth of it, at most 5 s), holding no worker that
+				// another provider's jobs need. Its channel gets no budget
+				// meanwhile, so no more of its jobs are taken.
+				return end{kind: endDefer, delay: paused + d.jitter(min(paused/10, 5*time.Second)), reason: "provider paused"}
+			}
 			if err := d.hold(ctx, jb, paused); err != nil {
 				return stopped(err)
 			}
@@ -135,6 +142,10 @@ func (d *Dispatcher) waitSlot(ctx context.Context, jb *job, first admission) end
 		return end{}
 	}
 }
+
+// holdPause is the longest provider pause a job waits out in its worker;
+// a longer one hands it back to JetStream.
+const holdPause = time.Second
 
 // giveBack cancels a reservation the job will not use (see leaky.Queue's
 // Cancel: only when no later one followed it).
