@@ -37,7 +37,7 @@ type Job struct {
 	Title     string            `json:"title,omitempty"`
 	Data      map[string]string `json:"data,omitempty"`
 	Provider  string            `json:"provider,omitempty"`
-	Tenant    string            `json:"tenant,omitempty"` // "" is the default tenant
+	Tenant    string            `json:"tenant,omitempty"`    // "" is the default tenant
 	ExpiresAt time.Time         `json:"expires_at,omitzero"` // RFC 3339
 	CreatedAt time.Time         `json:"created_at,omitzero"` // RFC 3339
 }

@@ -11,7 +11,7 @@ const (
 	suppressedPrefix = "notify.suppressed."
 	highSuffix       = ".high"
 
-	tenantInfix      = ".t."
+	tenantInfix = ".t."
 
 	// The NOTIFY stream's subjects: the default tenant's normal and
 	// priority lanes, and a named tenant's (three, four, five and six
