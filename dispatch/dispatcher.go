@@ -191,8 +191,9 @@ type Dispatcher struct {
 
 	seq      atomic.Uint64
 	inFlight atomic.Int64
-	busy     inflight  // jobs held, per channel: against the channels' budgets
-	lat      latencies // providers' send times: the budgets cover them
+	busy     inflight                      // jobs held, per channel: against the channels' budgets
+	seen     atomic.Pointer[[]queue.Queue] // the queues holding jobs, as the fetch loop last read them
+	lat      latencies                     // providers' send times: the budgets cover them
 
 	// limits is the set in use now, nil while holding for an unreachable
 	// backend. Read without a lock (every job reads it several times);
@@ -433,6 +434,12 @@ func (d *Dispatcher) gaugeLoop(ctx context.Context) {
 			ready = 1
 		}
 		d.m.Ready.Set(ready)
+		d.m.TenantQueued.Reset() // a tenant gone from the stream leaves no stale series
+		for ch, ts := range d.queuedByTenant() {
+			for t, n := range ts {
+				d.m.TenantQueued.WithLabelValues(ch, t).Set(float64(n))
+			}
+		}
 		l := d.currentLimits()
 		if l == nil {
 			continue
@@ -464,6 +471,9 @@ func (d *Dispatcher) gaugeLoop(ctx context.Context) {
 type ProviderActivity struct {
 	Sent10s int64  `json:"sent_10s"` // jobs this instance sent in the last 10 s
 	Breaker string `json:"breaker"`  // closed, half-open or open
+	// Tenants is Sent10s by tenant (named in tenants.weights, "default",
+	// or "other").
+	Tenants map[string]int64 `json:"tenants,omitempty"`
 }
 
 // ChannelActivity is what an instance reports of one channel: outcomes in
@@ -472,6 +482,9 @@ type ChannelActivity struct {
 	Sent       int64 `json:"sent"`
 	Suppressed int64 `json:"suppressed"`
 	Dead       int64 `json:"dead"`
+	// Queued is the jobs in the stream by tenant (named, "default" or
+	// "other"), as this process last looked.
+	Queued map[string]uint64 `json:"queued,omitempty"`
 }
 
 // Activity is this process's recent work, per provider and per channel.
@@ -482,14 +495,25 @@ func (d *Dispatcher) Activity() (map[string]ProviderActivity, map[string]Channel
 	ps := map[string]ProviderActivity{}
 	live := d.live.Load()
 	for _, p := range live.providers.All() {
-		ps[p.Name] = ProviderActivity{Sent10s: tenS[rollKey{provider: p.Name}], Breaker: live.breakers[p.Name].State()}
+		pa := ProviderActivity{Sent10s: tenS[rollKey{provider: p.Name}], Breaker: live.breakers[p.Name].State()}
+		for k, n := range tenS {
+			if k.provider == p.Name && k.tenant != "" && n > 0 {
+				if pa.Tenants == nil {
+					pa.Tenants = map[string]int64{}
+				}
+				pa.Tenants[k.tenant] = n
+			}
+		}
+		ps[p.Name] = pa
 	}
+	queued := d.queuedByTenant()
 	cs := map[string]ChannelActivity{}
 	for _, ch := range queue.Channels {
 		cs[ch] = ChannelActivity{
 			Sent:       minute[rollKey{channel: ch, outcome: OutcomeSent}],
 			Suppressed: minute[rollKey{channel: ch, outcome: OutcomeSuppressed}],
 			Dead:       minute[rollKey{channel: ch, outcome: OutcomeDead}],
+			Queued:     queued[ch],
 		}
 	}
 	return ps, cs

@@ -5,7 +5,8 @@ import (
 )
 
 // Metrics are SPEC §8's metrics. Labels are bounded (channel, provider,
-// outcome, layer, reason, decision, status class); no label ever carries a
+// outcome, layer, reason, decision, status class, tenant as named in the
+// configuration); no label ever carries a
 // user id, an address or message text. Safe for concurrent use.
 type Metrics struct {
 	Jobs             *prometheus.CounterVec   // channel, provider, outcome
@@ -22,6 +23,10 @@ type Metrics struct {
 	MaxQueueDelay    *prometheus.GaugeVec     // provider: the configured max_queue_delay, seconds
 	Ready            prometheus.Gauge         // 1 while the process takes jobs (its /readyz)
 	Replays          *prometheus.CounterVec   // channel: replayed dead letters taken by this process
+	// Tenants: the tenant label is a tenant named in tenants.weights,
+	// "default" for jobs without one, or "other": never unbounded.
+	TenantSent   *prometheus.CounterVec // provider, tenant: jobs sent
+	TenantQueued *prometheus.GaugeVec   // channel, tenant: jobs in the stream (waiting or under way), as this process last looked
 }
 
 // Outcomes (SPEC §6).
@@ -89,9 +94,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Replays: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "notifier_replays_total", Help: "Replayed dead letters (notifier dead replay) taken by this process.",
 		}, []string{"channel"}),
+		TenantSent: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "notifier_tenant_sent_total", Help: "Jobs sent, by provider and tenant (a tenant named in tenants.weights, default, or other).",
+		}, []string{"provider", "tenant"}),
+		TenantQueued: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "notifier_tenant_queued", Help: "Jobs in the job stream (waiting, under way or retrying), by channel and tenant (a tenant named in tenants.weights, default, or other).",
+		}, []string{"channel", "tenant"}),
 	}
 	reg.MustRegister(m.Jobs, m.Deferrals, m.QueueLatency, m.JobLatency, m.QueueDepth,
 		m.LimitDecisions, m.ProviderRequests, m.ProviderSeconds, m.ProviderPaused, m.InFlight,
-		m.Contract, m.MaxQueueDelay, m.Ready, m.Replays)
+		m.Contract, m.MaxQueueDelay, m.Ready, m.Replays, m.TenantSent, m.TenantQueued)
 	return m
 }

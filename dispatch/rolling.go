@@ -15,7 +15,7 @@ type rolling struct {
 
 // rollKey names what is counted: sends of a provider, or an outcome of a
 // channel. A struct, so that counting a job builds no string.
-type rollKey struct{ provider, channel, outcome string }
+type rollKey struct{ provider, channel, outcome, tenant string }
 
 // rollingSpan is the buckets kept: a minute of whole seconds and the
 // second under way.

@@ -235,6 +235,42 @@ func laneKey(ch string, high bool) string {
 	return ch
 }
 
+// tenantLabel is how tenant shows in metrics and status: its name when
+// tenants.weights names it, "default" for the default tenant (""), else
+// "other" (a label never takes an unbounded set of values).
+func (d *Dispatcher) tenantLabel(tenant string) string {
+	switch _, named := d.live.Load().weights[tenant]; {
+	case tenant == "":
+		return "default"
+	case named:
+		return tenant
+	default:
+		return "other"
+	}
+}
+
+// queuedByTenant is the jobs in the stream per channel and tenant label,
+// from the fetch loop's last look.
+func (d *Dispatcher) queuedByTenant() map[string]map[string]uint64 {
+	out := map[string]map[string]uint64{}
+	qs := d.seen.Load()
+	if qs == nil {
+		return out
+	}
+	for _, q := range *qs {
+		if q.Stray {
+			continue
+		}
+		m := out[q.Key.Channel]
+		if m == nil {
+			m = map[string]uint64{}
+			out[q.Key.Channel] = m
+		}
+		m[d.tenantLabel(q.Key.Tenant)] += q.Stored
+	}
+	return out
+}
+
 // weight is a tenant's weight from the configuration (default 1).
 func (d *Dispatcher) weight(tenant string) float64 {
 	if w, ok := d.live.Load().weights[tenant]; ok && w > 0 {
@@ -353,6 +389,7 @@ func (d *Dispatcher) fetchLoop(ctx context.Context, jobs chan<- *queue.Delivery,
 			}
 			s.queues, s.readAt = qs, time.Now()
 			clear(s.short)
+			d.seen.Store(&qs)
 		}
 		if wants := d.plan(s, free); len(wants) > 0 {
 			dls, err := d.o.Source.FetchFrom(ctx, wants)
