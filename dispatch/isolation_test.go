@@ -66,6 +66,19 @@ func rateOf(f *testenv.Fake, from, to time.Time) (float64, int) {
 	return float64(len(at)-1) / at[len(at)-1].Sub(at[0]).Seconds(), len(at)
 }
 
+// rateFloor is the share of a contract the achieved-rate checks demand:
+// 95 % is the promise, measured in the README; the tests leave room for a
+// busy machine (90 %), and for the race detector's slowdown (75 %) on the
+// two cores the whole test shares. Each still fails the behaviour before
+// scheduling between queues (push at 37-103/s of 250, 0 beside a paused
+// SMS gateway).
+func rateFloor() float64 {
+	if raceEnabled {
+		return 0.75
+	}
+	return 0.9
+}
+
 // span is the first and last arrival of f's accepted requests since since.
 func span(f *testenv.Fake, since time.Time) (first, last time.Time) {
 	for _, r := range f.Accepted() {
@@ -102,13 +115,11 @@ func TestIsolationPushNotBehindSMSBacklog(t *testing.T) {
 	sms, n := rateOf(w.fake, first, last)
 	t.Logf("push %.1f/s of 250 (%d jobs in %s); sms meanwhile %.1f/s of 100 (%d jobs)",
 		push, len(pushIDs), last.Sub(first).Round(time.Millisecond), sms, n)
-	// 95 % is the promise, measured in the README; the test leaves room
-	// for a busy machine and still fails the old behaviour (at most 103/s).
-	if push < 0.9*250 {
-		t.Errorf("push reached %.1f/s behind the SMS backlog, want at least 90 %% of 250/s", push)
+	if push < rateFloor()*250 {
+		t.Errorf("push reached %.1f/s behind the SMS backlog, want at least %.0f %% of 250/s", push, 100*rateFloor())
 	}
-	if sms < 0.9*100 {
-		t.Errorf("sms kept %.1f/s while push ran, want at least 90 %% of 100/s", sms)
+	if sms < rateFloor()*100 {
+		t.Errorf("sms kept %.1f/s while push ran, want at least %.0f %% of 100/s", sms, 100*rateFloor())
 	}
 	arrivalsPaced(t, "sms-gw", w.fake, 100)
 	arrivalsPaced(t, "push-gw", w.push, 250)
@@ -154,8 +165,8 @@ func TestIsolationSickProvider(t *testing.T) {
 			first, last := span(w.push, since)
 			rate, _ := rateOf(w.push, first, last)
 			t.Logf("%s SMS gateway: %d push jobs at %.1f/s of 250 in %s", tc.name, len(ids), rate, last.Sub(first).Round(time.Millisecond))
-			if rate < 0.9*250 {
-				t.Errorf("push reached %.1f/s beside a %s SMS gateway, want at least 90 %% of 250/s", rate, tc.name)
+			if rate < rateFloor()*250 {
+				t.Errorf("push reached %.1f/s beside a %s SMS gateway, want at least %.0f %% of 250/s", rate, tc.name, 100*rateFloor())
 			}
 			w.acceptedOnceOn(w.push, ids)
 			for _, p := range ps {

@@ -1,5 +1,5 @@
 // Package queue is the notifier's side of NATS JetStream: the Job message
-// and its validation, the streams and lane consumers, publishing, pulling,
+// and its validation, the streams and queue consumers, publishing, pulling,
 // acknowledging and dead-lettering. It knows nothing of limits or
 // providers.
 //
@@ -8,45 +8,59 @@
 // A job for channel sms, push or email is published as JSON (SPEC §2, see
 // Decode) on notify.jobs.<channel> (the normal lane) or
 // notify.jobs.<channel>.high (the priority lane), with the header
-// Nats-Msg-Id set to the job id. A job that is not sent is published to
+// Nats-Msg-Id set to the job id. A tenant's job goes on
+// notify.jobs.<channel>.t.<tenant> or notify.jobs.<channel>.t.<tenant>.high
+// (a '.' of the tenant name written '~'): the plain subjects are the
+// default tenant's. A job that is not sent is published to
 // notify.dead.<channel> (failed) or notify.suppressed.<channel> (dropped on
-// purpose). JobSubject, DeadSubject, SuppressedSubject and ChannelOf build
-// and read these subjects.
+// purpose). JobSubject, JobSubjectFor, ParseJobSubject, DeadSubject,
+// SuppressedSubject and ChannelOf build and read these subjects.
 //
 // # Streams
 //
 // EnsureStreams creates or updates, idempotently and safely from many
 // processes at once:
 //
-//   - NOTIFY: subjects notify.jobs.* and notify.jobs.*.high only, work-queue
-//     retention (a job is deleted once acknowledged), file storage, a
-//     two-minute duplicate window, Discard New. A publish to any other
-//     subject under notify.jobs (notify.jobs.a.b.c) matches no stream and is
-//     refused, so nothing can sit unconsumed.
+//   - NOTIFY: subjects notify.jobs.*, notify.jobs.*.high, notify.jobs.*.t.*
+//     and notify.jobs.*.t.*.high only, work-queue retention (a job is
+//     deleted once acknowledged), file storage, a two-minute duplicate
+//     window, Discard New. A publish to any other subject under notify.jobs
+//     (notify.jobs.a.b.c) matches no stream and is refused.
 //   - NOTIFY_DEAD: subjects notify.dead.> and notify.suppressed.>, limits
 //     retention with a maximum age of 7 days, file storage, a two-minute
 //     duplicate window.
 //
-// # Lanes and the pull discipline
+// # Queues and the pull discipline
 //
-// Two durable pull consumers are shared by every process, so each job is
-// out with one worker at a time: <name>-high on notify.jobs.*.high and
-// <name>-normal on notify.jobs.* (non-overlapping, as a work-queue stream
-// requires). Both use explicit acks with the configured ack wait, no
-// MaxDeliver (deferrals and retries must never make the server drop a job;
-// the dispatcher's ledger counts provider failures), no BackOff, and a
-// bounded MaxAckPending.
+// Every subject of the job stream is a queue (a Key: channel, tenant,
+// lane) with a durable pull consumer of its own, filtered on exactly that
+// subject, shared by every process, so each job is out with one worker at
+// a time and the jobs of each queue are reachable without reading any
+// other's (a work-queue stream requires consumers that do not overlap). The
+// default tenant's queues of every channel, <name>-<channel>-high and
+// <name>-<channel>-normal, are made by NewConsumer; a named tenant's
+// (<name>-<channel>-<lane>-t-<tenant>) when Queues first sees its subject
+// hold jobs, and deleted by the server after an hour unused. A subject of
+// the stream that is no queue (a channel that does not exist,
+// notify.jobs.fax) gets a consumer too, so that its jobs reach a worker and
+// are dead-lettered as invalid rather than sit unconsumed. All use explicit
+// acks with the configured ack wait, no MaxDeliver (deferrals and retries
+// must never make the server drop a job; the dispatcher's ledger counts
+// provider failures), no BackOff, and a bounded MaxAckPending.
 //
-// Consumer.Fetch returns up to max deliveries as soon as one is available,
-// always high lane first. It pulls no more than max messages: the caller
-// asks for as many as it has free workers, so no message ages past its ack
-// wait in a client-side buffer (buffered messages are redelivered to another
-// process while still waiting here). It first sends a no-wait pull request
-// to the high lane, then one for the rest to the normal lane; when both are
-// empty it long-polls both at once, one message each, held by the server
-// (no busy loop). A request is only ever withdrawn by draining its private
-// inbox: the server drops a waiting request whose inbox has no interest, and
-// the drain still receives anything it sent before, so nothing in flight is
+// Queues asks the server, in one request, which subjects hold jobs and how
+// many. FetchFrom pulls chosen numbers of jobs from chosen queues in one
+// round trip (a no-wait pull request each); Poll long-polls several queues
+// for the first job (one request of one message each, held by the server:
+// no busy loop). The dispatcher schedules between queues with these. Fetch
+// is the simple way, with no regard for which queue a job comes from:
+// priority lanes first, as soon as one job is available. None pulls more
+// than asked: the caller asks for as many as it has free workers, so no
+// message ages past its ack wait in a client-side buffer (buffered
+// messages are redelivered to another process while still waiting here).
+// A request is only ever withdrawn by draining its private inbox: the
+// server drops a waiting request whose inbox has no interest, and the
+// drain still receives anything it sent before, so nothing in flight is
 // left to its ack wait. Pull requests go to the consumers' API subject
 // directly rather than through jetstream.Consumer.Fetch, which can neither
 // bound a no-wait request held open at MaxAckPending nor withdraw one
