@@ -204,7 +204,14 @@ func (s *scheduler) next(ch string, want map[string]int) (string, bool) {
 	for _, high := range []bool{true, false} {
 		k := laneKey(ch, high)
 		qs := s.byKey[k]
-		if len(qs) == 0 {
+		switch {
+		case len(qs) == 0:
+			continue
+		case len(qs) == 1: // one tenant: nothing to share (the usual case)
+			delete(s.fair, k) // when others come, all start even: no credit for this time
+			if uint64(want[qs[0].Subject]) < qs[0].Stored {
+				return qs[0].Subject, true
+			}
 			continue
 		}
 		var waiting []string
