@@ -20,6 +20,9 @@ func FuzzDecode(f *testing.F) {
 		{"notify.jobs.sms", `{"id":"a","id":"b"}`},
 		{"garbage", `[]`},
 		{"notify.jobs.sms", "\xff"},
+		{"notify.jobs.sms.t.acme~eu.high", `{"id":"a","user_id":"u","channel":"sms","to":"+14155550123","body":"b","tenant":"acme.eu"}`},
+		{"notify.jobs.sms.t.acme", `{"id":"a","user_id":"u","channel":"sms","to":"+14155550123","body":"b"}`},
+		{"notify.jobs.sms", `{"id":"a","user_id":"u","channel":"sms","to":"+14155550123","body":"b","tenant":"acme"}`},
 	} {
 		f.Add(seed.subject, []byte(seed.data))
 	}

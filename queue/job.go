@@ -113,14 +113,12 @@ func fromSubject(subject string) subjectOf {
 }
 
 // validate runs the field rules in order. With sub.match, the channel must
-// equal the subject's <channel> token and the tenant its tenant (a job
-// without tenant takes the subject's). typeErrs holds the rules broken
-// while decoding, by field; such a field is reported in its place in the
-// order.
+// equal the subject's <channel> token, and a tenant, when the job names
+// one, the subject's tenant (a job without one is the subject's tenant's:
+// Delivery.Tenant; it is not written into the job, so that re-encoding
+// never grows it). typeErrs holds the rules broken while decoding, by
+// field; such a field is reported in its place in the order.
 func (j *Job) validate(sub subjectOf, typeErrs map[string]*InvalidError) error {
-	if sub.match && j.Tenant == "" {
-		j.Tenant = sub.tenant
-	}
 	for _, f := range fields {
 		if err := typeErrs[f]; err != nil {
 			return err
