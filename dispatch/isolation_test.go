@@ -97,18 +97,18 @@ func span(f *testenv.Fake, since time.Time) (first, last time.Time) {
 
 // TestIsolationPushNotBehindSMSBacklog: "a provider's backlog never lowers
 // another provider's achieved rate". Two dispatchers of 16 workers, an SMS
-// gateway at 100/s and a push provider at 250/s: 1,500 SMS jobs (15 s of
-// backlog), then 750 push jobs 2 s later. Push runs at its contract while
+// gateway at 100/s and a push provider at 250/s: 3,000 SMS jobs (30 s of
+// backlog), then 1,500 push jobs 2 s later. Push runs at its contract while
 // SMS keeps its own, and neither is exceeded. Before the queues were
 // scheduled, push reached 37-103/s here.
 func TestIsolationPushNotBehindSMSBacklog(t *testing.T) {
 	w := newIsolation(t, 100, 250)
 	w.procs(2, 16)
 	w.warm()
-	w.publishN("sms", "sms", 1500, 1500)
+	w.publishN("sms", "sms", 3000, 3000)
 	time.Sleep(2 * time.Second)
 	since := time.Now()
-	pushIDs := w.publishN("push", "push", 750, 750)
+	pushIDs := w.publishN("push", "push", 1500, 1500)
 	testenv.WaitFor(t, 60*time.Second, "every push job sent", func() bool { return len(w.push.Accepted()) >= len(pushIDs)+1 })
 	first, last := span(w.push, since)
 	push, _ := rateOf(w.push, first, last)
