@@ -52,16 +52,16 @@ func TestPromiseLocalFleetBucketIsDivided(t *testing.T) {
 	}
 }
 
-// TestPromisePauseWaitIsKeptAlive: jobs held through a provider's 429
-// pause (Retry-After: 3, three times ack_wait) are heart-beaten, not
-// redelivered, and each is sent once after it.
+// TestPromisePauseWaitIsKeptAlive: jobs held through a short provider
+// pause (Retry-After: 1, with ack_wait 600 ms: held past ack_wait) are
+// heart-beaten, not redelivered, and each is sent once after it.
 func TestPromisePauseWaitIsKeptAlive(t *testing.T) {
 	t.Parallel()
-	b := setup(t, setupOpts{ackWait: time.Second})
+	b := setup(t, setupOpts{ackWait: 600 * time.Millisecond})
 	b.start(nil)
 	b.publish(newJob("warm", "sms", "u0"))
 	testenv.WaitFor(t, 20*time.Second, "the warm-up job sent", func() bool { return len(b.fake.AcceptedIDs()) == 1 })
-	b.fake.RateLimitFor(time.Hour, "3")
+	b.fake.RateLimitFor(time.Hour, "1")
 	b.publish(newJob("trigger", "sms", "u1"))
 	testenv.WaitFor(t, 10*time.Second, "a 429", func() bool { return b.fake.Count(429) >= 1 })
 	b.fake.Reset()
@@ -70,6 +70,37 @@ func TestPromisePauseWaitIsKeptAlive(t *testing.T) {
 	b.acceptedOnce(append(ids, "warm", "trigger"))
 	if strings.Contains(b.logs.String(), `"delivery":2`) {
 		t.Fatalf("a job held through the pause was redelivered (its heartbeat lapsed past ack_wait)")
+	}
+}
+
+// TestPromiseLongPauseHandsJobsBack: a provider paused for longer than 1 s
+// (Retry-After: 3) holds no worker: its jobs stay in JetStream, or go back
+// there, until the pause ends; nothing reaches it during the pause, and
+// each is sent once after it.
+func TestPromiseLongPauseHandsJobsBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	p := b.start(nil)
+	b.publish(newJob("warm", "sms", "u0"))
+	testenv.WaitFor(t, 20*time.Second, "the warm-up job sent", func() bool { return len(b.fake.AcceptedIDs()) == 1 })
+	b.fake.RateLimitFor(time.Hour, "3")
+	b.publish(newJob("trigger", "sms", "u1"))
+	testenv.WaitFor(t, 10*time.Second, "a 429", func() bool { return b.fake.Count(429) >= 1 })
+	paused := time.Now()
+	b.fake.Reset()
+	ids := b.publishN("paused", "sms", 5, 5)
+	// Not taken (the channel has no budget while its provider is paused),
+	// or handed back: no worker holds one.
+	time.Sleep(time.Second)
+	if n := p.d.inFlight.Load(); n != 0 {
+		t.Fatalf("%d jobs held by workers during a 3 s pause, want 0", n)
+	}
+	testenv.WaitFor(t, 30*time.Second, "all sent after the pause", func() bool { return len(b.fake.AcceptedIDs()) == 7 })
+	b.acceptedOnce(append(ids, "warm", "trigger"))
+	for _, r := range b.fake.Requests() {
+		if r.At.After(paused) && r.At.Before(paused.Add(2900*time.Millisecond)) {
+			t.Errorf("request %s at %s, inside the 3 s pause", r.ID, r.At.Sub(paused).Round(time.Millisecond))
+		}
 	}
 }
 

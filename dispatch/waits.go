@@ -52,6 +52,16 @@ func (d *Dispatcher) waitGlobal(ctx context.Context, jb *job) error {
 func (d *Dispatcher) waitSlot(ctx context.Context, jb *job, first admission) end {
 	queued := time.Now()
 	for {
+		// A provider paused for long (as this process knows, without a
+		// round trip when the pause watcher runs): back to JetStream now,
+		// rather than hold a slot (and the worker) until the pause ends.
+		if e, paused := d.longPause(ctx, jb); paused {
+			if first.slot != nil {
+				d.giveBack(ctx, jb, first.limits, *first.slot)
+				first.slot = nil
+			}
+			return e
+		}
 		var r leaky.Reservation
 		var l *Limits
 		if first.slot != nil {
@@ -120,11 +130,7 @@ func (d *Dispatcher) waitSlot(ctx context.Context, jb *job, first admission) end
 		if paused > 0 {
 			d.m.Deferrals.WithLabelValues(LayerProvider, "paused").Inc()
 			if paused > holdPause {
-				// A long pause: back to JetStream until it ends (spread
-				// over a tenth of it, at most 5 s), holding no worker that
-				// another provider's jobs need. Its channel gets no budget
-				// meanwhile, so no more of its jobs are taken.
-				return end{kind: endDefer, delay: paused + d.jitter(min(paused/10, 5*time.Second)), reason: "provider paused"}
+				return pausedEnd(d, paused)
 			}
 			if err := d.hold(ctx, jb, paused); err != nil {
 				return stopped(err)
@@ -146,6 +152,30 @@ func (d *Dispatcher) waitSlot(ctx context.Context, jb *job, first admission) end
 // holdPause is the longest provider pause a job waits out in its worker;
 // a longer one hands it back to JetStream.
 const holdPause = time.Second
+
+// longPause reports whether the job's provider is paused for longer than
+// holdPause, as this process knows (its pause watcher, else the backend),
+// and the end that hands the job back until the pause ends.
+func (d *Dispatcher) longPause(ctx context.Context, jb *job) (end, bool) {
+	l := d.currentLimits()
+	if l == nil {
+		return end{}, false
+	}
+	paused, err := l.pausedFor(ctx, jb.provider)
+	if err != nil || paused <= holdPause {
+		return end{}, false // a failing backend shows on the reservation
+	}
+	d.m.Deferrals.WithLabelValues(LayerProvider, "paused").Inc()
+	return pausedEnd(d, paused), true
+}
+
+// pausedEnd hands a job back to JetStream until its provider's pause ends
+// (spread over a tenth of it, at most 5 s), holding no worker that another
+// provider's jobs need. Its channel gets no budget meanwhile, so no more of
+// its jobs are taken.
+func pausedEnd(d *Dispatcher, paused time.Duration) end {
+	return end{kind: endDefer, delay: paused + d.jitter(min(paused/10, 5*time.Second)), reason: "provider paused"}
+}
 
 // giveBack cancels a reservation the job will not use (see leaky.Queue's
 // Cancel: only when no later one followed it).
