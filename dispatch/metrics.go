@@ -27,6 +27,9 @@ type Metrics struct {
 	// "default" for jobs without one, or "other": never unbounded.
 	TenantSent   *prometheus.CounterVec // provider, tenant: jobs sent
 	TenantQueued *prometheus.GaugeVec   // channel, tenant: jobs in the stream (waiting or under way), as this process last looked
+	// CreatedAtIgnored counts sent jobs whose created_at was after the
+	// send: their latency is measured from the publish instead.
+	CreatedAtIgnored *prometheus.CounterVec // channel
 }
 
 // Outcomes (SPEC §6).
@@ -100,8 +103,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		TenantQueued: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "notifier_tenant_queued", Help: "Jobs in the job stream (waiting, under way or retrying), by channel and tenant (a tenant named in tenants.weights, default, or other).",
 		}, []string{"channel", "tenant"}),
+		CreatedAtIgnored: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "notifier_job_created_at_ignored_total", Help: "Sent jobs whose created_at lay after the send (a publisher's clock ahead): their latency is measured from the publish.",
+		}, []string{"channel"}),
 	}
-	reg.MustRegister(m.Jobs, m.Deferrals, m.QueueLatency, m.JobLatency, m.QueueDepth,
+	reg.MustRegister(m.CreatedAtIgnored, m.Jobs, m.Deferrals, m.QueueLatency, m.JobLatency, m.QueueDepth,
 		m.LimitDecisions, m.ProviderRequests, m.ProviderSeconds, m.ProviderPaused, m.InFlight,
 		m.Contract, m.MaxQueueDelay, m.Ready, m.Replays, m.TenantSent, m.TenantQueued)
 	return m

@@ -58,13 +58,7 @@ func (d *Dispatcher) send(ctx, sendCtx context.Context, jb *job) end {
 func (d *Dispatcher) answer(ctx context.Context, jb *job, serr error, rl *providers.RateLimitedError) end {
 	switch {
 	case serr == nil:
-		if !jb.j.CreatedAt.IsZero() || !jb.dl.Published.IsZero() {
-			from := jb.dl.Published
-			if !jb.j.CreatedAt.IsZero() {
-				from = jb.j.CreatedAt
-			}
-			d.m.JobLatency.WithLabelValues(jb.channel, jb.provider).Observe(time.Since(from).Seconds())
-		}
+		d.observeLatency(jb)
 		return end{kind: endSent}
 
 	case rl != nil:
@@ -118,4 +112,26 @@ func detailOf(err error) string {
 		return pe.Detail
 	}
 	return truncate(err.Error(), 200)
+}
+
+// observeLatency records a sent job's latency from its created_at, or from
+// its publish when it has none. A created_at after now (a publisher's clock
+// ahead, or a made-up time) would record a negative latency (2099 gave
+// −2.27e9 s): the publish time stands in for it, and the job is counted in
+// notifier_job_created_at_ignored_total.
+func (d *Dispatcher) observeLatency(jb *job) {
+	now := time.Now()
+	from := jb.dl.Published
+	if c := jb.j.CreatedAt; !c.IsZero() {
+		if c.After(now) {
+			d.m.CreatedAtIgnored.WithLabelValues(jb.channel).Inc()
+			jb.debug("created_at is after now; latency measured from the publish", "ahead", c.Sub(now).String())
+		} else {
+			from = c
+		}
+	}
+	if from.IsZero() || from.After(now) {
+		return
+	}
+	d.m.JobLatency.WithLabelValues(jb.channel, jb.provider).Observe(now.Sub(from).Seconds())
 }
