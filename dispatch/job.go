@@ -3,7 +3,9 @@ package dispatch
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
@@ -148,6 +150,7 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) end {
 		}
 		d.cancelSlot(ctx, jb, adm)
 		if c.Status == AlreadySent {
+			d.noteDuplicate(ctx, jb, adm.limits)
 			return end{kind: endDuplicate}
 		}
 		d.m.Deferrals.WithLabelValues(LayerLedger, "busy").Inc()
@@ -230,4 +233,33 @@ func timePtr(t time.Time) *time.Time {
 		return nil
 	}
 	return &t
+}
+
+// digest identifies a message's bytes in the ledger's sent record (never
+// the content itself).
+func digest(data []byte) string {
+	h := fnv.New64a()
+	h.Write(data)
+	return strconv.FormatUint(h.Sum64(), 16)
+}
+
+// noteDuplicate logs a job whose id was already sent: at info when its
+// bytes differ from the message that was sent (two jobs given one id: the
+// second is not sent), at debug for a redelivery of the same message. Both
+// name the stream sequences, never the content. On limits without Redis
+// there is no sent record to compare with.
+func (d *Dispatcher) noteDuplicate(ctx context.Context, jb *job, l *Limits) {
+	if l == nil || l.redis == nil {
+		jb.debug("job already sent: not sent again")
+		return
+	}
+	seq, sum, ok, err := l.redis.ledger.SentFrom(ctx, jb.j.ID)
+	switch {
+	case err != nil || !ok:
+		jb.debug("job already sent: not sent again")
+	case sum != digest(jb.dl.Data):
+		jb.log().Info("job id already sent with different content; this message is not sent", "sent_seq", seq)
+	default:
+		jb.debug("job already sent: not sent again", "sent_seq", seq)
+	}
 }

@@ -230,8 +230,39 @@ type SentCmd struct {
 // any more) and the record's TTL renewed for dedup_ttl. A claim running
 // between the two sees the job sent.
 func (l *RedisLedger) SentCmd(ctx context.Context, pipe redis.Pipeliner, id string) *SentCmd {
+	return l.SentFromCmd(ctx, pipe, id, 0, "")
+}
+
+// SentFromCmd is SentCmd that also records which message was sent: its
+// stream sequence (q) and a digest of its bytes (h), so that a later
+// message with the same id can be told apart (SentFrom). 0 and "" record
+// nothing beside s.
+func (l *RedisLedger) SentFromCmd(ctx context.Context, pipe redis.Pipeliner, id string, seq uint64, digest string) *SentCmd {
 	key := LedgerKey(l.prefix, id)
-	return &SentCmd{id: id, set: pipe.HSet(ctx, key, "s", "1"), renew: pipe.PExpire(ctx, key, l.ttl)}
+	fields := []any{"s", "1"}
+	if seq > 0 {
+		fields = append(fields, "q", seq, "h", digest)
+	}
+	return &SentCmd{id: id, set: pipe.HSet(ctx, key, fields...), renew: pipe.PExpire(ctx, key, l.ttl)}
+}
+
+// SentFrom reads which message of job id was sent (SentFromCmd): its
+// stream sequence and digest; ok is false when the record holds none.
+func (l *RedisLedger) SentFrom(ctx context.Context, id string) (seq uint64, digest string, ok bool, err error) {
+	vals, err := l.rdb.HMGet(ctx, LedgerKey(l.prefix, id), "q", "h").Result()
+	if err != nil {
+		return 0, "", false, fmt.Errorf("read the sent record of job %s: %w", id, err)
+	}
+	q, _ := vals[0].(string)
+	h, _ := vals[1].(string)
+	if q == "" {
+		return 0, "", false, nil
+	}
+	seq, err = strconv.ParseUint(q, 10, 64)
+	if err != nil {
+		return 0, "", false, fmt.Errorf("read the sent record of job %s: sequence %q: %w", id, q, err)
+	}
+	return seq, h, true, nil
 }
 
 // Err is the pipelined Sent's error.

@@ -114,7 +114,7 @@ func (r *redisSet) sent(ctx context.Context, jobs []*job) error {
 	cmds := make([]*SentCmd, len(jobs))
 	r.batch.do(ctx, func(bt *pipeBatch) {
 		for i, jb := range jobs {
-			cmds[i] = r.ledger.SentCmd(ctx, bt.pipe, jb.j.ID)
+			cmds[i] = r.ledger.SentFromCmd(ctx, bt.pipe, jb.j.ID, jb.dl.StreamSeq, digest(jb.dl.Data))
 		}
 	})
 	var errs []error
