@@ -58,6 +58,12 @@ type Queue interface {
 	// records the pause end, so that a job already holding an earlier slot
 	// can see it with PausedFor before it sends. d <= 0 does nothing.
 	Pause(ctx context.Context, provider string, d time.Duration) error
+	// Resume lifts the provider's pause before its end (an operator's
+	// `notifier resume`) and returns what was left of it. The queue's
+	// later slots start at most c's max_queue_delay (plus one interval)
+	// from now, after every slot granted before: the contract holds, and
+	// sends resume within max_queue_delay.
+	Resume(ctx context.Context, provider string, c Contract) (time.Duration, error)
 	// PausedFor is how long the provider's pause still lasts; 0 when no
 	// pause is in force.
 	PausedFor(ctx context.Context, provider string) (time.Duration, error)

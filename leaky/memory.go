@@ -105,6 +105,28 @@ func (m *Memory) Pause(_ context.Context, provider string, d time.Duration) erro
 	return nil
 }
 
+// Resume implements Queue.
+func (m *Memory) Resume(_ context.Context, provider string, c Contract) (time.Duration, error) {
+	p, err := m.o.plan(c, 1)
+	if err != nil {
+		return 0, fmt.Errorf("resume provider %s: %w", provider, err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.q[provider]
+	if s == nil {
+		return 0, nil
+	}
+	now := m.now().UnixMicro()
+	left := max(0, s.pause-now)
+	s.pause = 0
+	if s.tat > now+p.cold {
+		s.tat = now + p.cold
+		s.seq++
+	}
+	return micros(left), nil
+}
+
 // PausedFor implements Queue.
 func (m *Memory) PausedFor(_ context.Context, provider string) (time.Duration, error) {
 	m.mu.Lock()
@@ -127,5 +149,5 @@ func (m *Memory) Depth(_ context.Context, provider string, c Contract) (float64,
 	if s == nil || s.tat == 0 {
 		return 0, nil
 	}
-	return depthUnits(s.tat-m.now().UnixMicro(), c, m.o.headroomOf(c)), nil
+	return depthUnits(s.tat-max(m.now().UnixMicro(), s.pause), c, m.o.headroomOf(c)), nil
 }

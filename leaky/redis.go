@@ -24,6 +24,9 @@ var (
 	//go:embed pause.lua
 	pauseLua    string
 	pauseScript = redis.NewScript(pauseLua)
+	//go:embed resume.lua
+	resumeLua    string
+	resumeScript = redis.NewScript(resumeLua)
 
 	//go:embed status.lua
 	statusLua    string
@@ -85,7 +88,7 @@ func (q *Redis) reserveArgs(p plan, n int) []any {
 // restart, failover or SCRIPT FLUSH (a pipelined reserve then fails with a
 // NOSCRIPT error).
 func (q *Redis) Load(ctx context.Context) error {
-	for _, s := range []*redis.Script{reserveScript, cancelScript, pauseScript, statusScript} {
+	for _, s := range []*redis.Script{reserveScript, cancelScript, pauseScript, resumeScript, statusScript} {
 		if err := s.Load(ctx, q.rdb).Err(); err != nil {
 			return fmt.Errorf("load leaky scripts: %w", err)
 		}
@@ -250,6 +253,19 @@ func (q *Redis) Pause(ctx context.Context, provider string, d time.Duration) err
 		return fmt.Errorf("pause provider %s: %w", provider, err)
 	}
 	return nil
+}
+
+// Resume implements Queue.
+func (q *Redis) Resume(ctx context.Context, provider string, c Contract) (time.Duration, error) {
+	p, err := q.o.plan(c, 1)
+	if err != nil {
+		return 0, fmt.Errorf("resume provider %s: %w", provider, err)
+	}
+	left, err := resumeScript.Run(ctx, q.rdb, q.keys(provider), p.cold, q.nowArg(), PauseChannel(q.prefix), provider).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("resume provider %s: %w", provider, err)
+	}
+	return micros(left), nil
 }
 
 // status returns the queue length and the pause left, in µs.

@@ -4,7 +4,9 @@
 -- KEYS[2]  {<prefix>p:<provider>}:pause  string: pause end (µs)
 -- ARGV[1]  now: µs since the Unix epoch (optional, tests only; default: Redis TIME)
 --
--- Reply: {queued µs = max(0, tat − now), paused for µs = max(0, pause − now)}.
+-- Reply: {queued µs = max(0, tat − max(now, pause)), paused for µs =
+-- max(0, pause − now)}: the queue counts the slots after the pause, not the
+-- pause itself (which status shows apart).
 local now
 if ARGV[1] ~= nil and ARGV[1] ~= '' then
   now = tonumber(ARGV[1])
@@ -14,4 +16,4 @@ else
 end
 local tat = tonumber(redis.call('HGET', KEYS[1], 'tat')) or now
 local pause = tonumber(redis.call('GET', KEYS[2])) or now
-return {math.max(0, tat - now), math.max(0, pause - now)}
+return {math.max(0, tat - math.max(now, pause)), math.max(0, pause - now)}

@@ -105,15 +105,27 @@ func (w *PauseWatcher) resync(ctx context.Context, q *Redis, providers []string)
 	}
 }
 
-// apply reads an announcement "<µs> <provider>"; a malformed one is ignored.
+// apply reads an announcement "<µs> <provider>" ("0 <provider>": the
+// pause was lifted); a malformed one is ignored.
 func (w *PauseWatcher) apply(payload string) {
 	us, provider, ok := strings.Cut(payload, " ")
 	if !ok || provider == "" {
 		return
 	}
 	n, err := strconv.ParseInt(us, 10, 64)
-	if err != nil || n <= 0 {
+	switch {
+	case err != nil || n < 0:
 		return
+	case n == 0:
+		w.Clear(provider)
+	default:
+		w.Note(provider, time.Duration(n)*time.Microsecond)
 	}
-	w.Note(provider, time.Duration(n)*time.Microsecond)
+}
+
+// Clear forgets the provider's pause (it was lifted: Queue.Resume).
+func (w *PauseWatcher) Clear(provider string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.until, provider)
 }

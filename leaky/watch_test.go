@@ -67,3 +67,30 @@ func TestPauseWatcherNote(t *testing.T) {
 		t.Fatalf("PausedFor after the end = %s, want 0", got)
 	}
 }
+
+// TestPauseWatcherHearsAResume: a pause lifted by Resume is cleared in a
+// watcher at once, by its announcement.
+func TestPauseWatcherHearsAResume(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv := testenv.Redis(t)
+	rdb := srv.Client()
+	q := leaky.NewRedis(rdb, "r:")
+	w := leaky.NewPauseWatcher(nil)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx, rdb, q, []string{"sms"}) }()
+	if err := q.Pause(ctx, "sms", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 5*time.Second, "the pause heard", func() bool { return w.PausedFor("sms") > 59*time.Minute })
+	left, err := q.Resume(ctx, "sms", leaky.Contract{Rate: 100, MaxQueueDelay: time.Second})
+	if err != nil || left < 59*time.Minute {
+		t.Fatalf("Resume: %v %v, want about an hour left", left, err)
+	}
+	testenv.WaitFor(t, 5*time.Second, "the resume heard", func() bool { return w.PausedFor("sms") == 0 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -210,6 +210,7 @@ func Run(t *testing.T, b Backend) {
 	t.Run("Cancel", func(t *testing.T) { t.Parallel(); testCancel(t, b) })
 	t.Run("CancelPastSlot", func(t *testing.T) { t.Parallel(); testCancelPastSlot(t, b) })
 	t.Run("Pause", func(t *testing.T) { t.Parallel(); testPause(t, b) })
+	t.Run("Resume", func(t *testing.T) { t.Parallel(); testResume(t, b) })
 	t.Run("Depth", func(t *testing.T) { t.Parallel(); testDepth(t, b) })
 	t.Run("ProvidersAreIndependent", func(t *testing.T) { t.Parallel(); testIndependent(t, b) })
 	t.Run("ContractHeadroom", func(t *testing.T) { t.Parallel(); testContractHeadroom(t, b) })
@@ -385,6 +386,48 @@ func testPause(t *testing.T, b Backend) {
 	if got := h.pausedFor("other"); got != 0 {
 		t.Fatalf("another provider is paused for %v", got)
 	}
+}
+
+// testResume: a pause lifted before its end (Queue.Resume) lets sends
+// resume within max_queue_delay, after every slot granted before the pause;
+// the depth during the pause counts the slots after it, not the pause.
+func testResume(t *testing.T, b Backend) {
+	c := leaky.Contract{Rate: 10, MaxQueueDelay: 2 * time.Second}
+	h := setup(t, b, noHeadroom...)
+	h.warm("sms", c)
+	if left, err := h.q.Resume(h.ctx, "sms", c); err != nil || left != 0 {
+		t.Fatalf("resume without a pause: %v %v, want 0", left, err)
+	}
+	h.expect("no pause: at once", h.reserve("sms", c, 1), true, 0, 0)
+	for i, want := range []time.Duration{100 * ms, 200 * ms} {
+		h.expect("before "+itoa(i), h.reserve("sms", c, 1), true, want, 0)
+	}
+	if err := h.q.Pause(h.ctx, "sms", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	h.expect("in the pause", h.reserve("sms", c, 1), false, 0, time.Hour-2*time.Second)
+	if got := h.depth("sms", c); got != 0 {
+		t.Fatalf("depth in a pause: %v units, want 0 (the pause is not queued work)", got)
+	}
+	h.clock.Advance(time.Minute)
+	left, err := h.q.Resume(h.ctx, "sms", c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left != 59*time.Minute {
+		t.Fatalf("resume: %v of the pause left, want 59m", left)
+	}
+	if got := h.pausedFor("sms"); got != 0 {
+		t.Fatalf("paused for after resume: %v", got)
+	}
+	// Slots restart max_queue_delay plus one interval ahead: the queue is
+	// full for one interval, then takes slots from max_queue_delay on.
+	h.expect("just after resume", h.reserve("sms", c, 1), false, 0, 100*ms)
+	h.clock.Advance(100 * ms)
+	h.expect("after one interval", h.reserve("sms", c, 1), true, 2*time.Second, 0)
+	h.expect("the queue full again", h.reserve("sms", c, 1), false, 0, 100*ms)
+	h.clock.Advance(100 * ms)
+	h.expect("then the contract", h.reserve("sms", c, 1), true, 2*time.Second, 0)
 }
 
 func testDepth(t *testing.T, b Backend) {
