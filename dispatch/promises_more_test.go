@@ -163,3 +163,34 @@ func TestPromisePullsNoMoreThanFreeWorkers(t *testing.T) {
 		t.Fatalf("at most %d jobs out with 3 busy workers: the sampling saw nothing", most)
 	}
 }
+
+// TestPromiseMaxPauseCapsRetryAfter: "providers[].max_pause caps the pause
+// one 429 sets". A 429 asking for 99999 s pauses a provider whose
+// max_pause is 2 s for 2 s: the next request comes 2 s later, not in an
+// hour.
+func TestPromiseMaxPauseCapsRetryAfter(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	b.pcfgs[0].MaxPause = 2 * time.Second
+	b.start(nil)
+	b.publish(newJob("warm", "sms", "u0"))
+	testenv.WaitFor(t, 20*time.Second, "the warm-up job sent", func() bool { return len(b.fake.AcceptedIDs()) == 1 })
+	b.fake.RateLimitFor(300*time.Millisecond, "99999")
+	b.publish(newJob("limited", "sms", "u1"))
+	testenv.WaitFor(t, 20*time.Second, "the limited job sent after its pause", func() bool { return len(b.fake.AcceptedIDs()) == 2 })
+	var refused, next time.Time
+	for _, r := range b.fake.Requests() {
+		switch {
+		case r.ID == "limited" && r.Status == 429 && refused.IsZero():
+			refused = r.At
+		case r.ID == "limited" && r.Status == 200:
+			next = r.At
+		}
+	}
+	if refused.IsZero() {
+		t.Fatal("no 429")
+	}
+	if gap := next.Sub(refused); gap < 2*time.Second || gap > 4*time.Second {
+		t.Fatalf("the job was sent %s after a 429 asking for 99999 s, want after max_pause (2 s)", gap.Round(time.Millisecond))
+	}
+}

@@ -66,8 +66,16 @@ func (d *Dispatcher) answer(ctx context.Context, jb *job, serr error, rl *provid
 		if !rl.Explicit {
 			pause = providers.DefaultRetryAfter + d.jitter(providers.DefaultRetryAfter)
 		}
+		var asked time.Duration
+		if max := jb.pcfg.MaxPause; max > 0 && pause > max {
+			asked, pause = pause, max // one odd Retry-After does not stop the channel for long
+		}
 		d.m.Deferrals.WithLabelValues(LayerProvider, "rate_limited").Inc()
-		jb.log().Warn("provider rate limited; pausing it fleet-wide", "pause", pause, "detail", rl.Detail)
+		if asked > 0 {
+			jb.log().Warn("provider rate limited; pausing it fleet-wide for max_pause, less than it asked", "pause", pause.String(), "asked", asked.String(), "detail", rl.Detail)
+		} else {
+			jb.log().Warn("provider rate limited; pausing it fleet-wide", "pause", pause.String(), "detail", rl.Detail)
+		}
 		if err := d.withBackend(ctx, jb, func(l *Limits) error {
 			if l.Pauses != nil {
 				l.Pauses.Note(jb.provider, pause) // at once, before the announcement comes back

@@ -35,7 +35,10 @@ const (
 	// under the contract.
 	MaxJitterBudget = 250 * time.Millisecond
 	// MaxQueueDelayLimit is the longest max_queue_delay.
-	MaxQueueDelayLimit  = 24 * time.Hour
+	MaxQueueDelayLimit = 24 * time.Hour
+	// DefaultMaxPause caps the pause one 429 can set: one odd Retry-After
+	// (a day, an hour) does not stop a channel for longer than this.
+	DefaultMaxPause     = 5 * time.Minute
 	DefaultTimeout      = 5 * time.Second
 	DefaultTwilioURL    = "https://api.twilio.com"
 	DefaultFCMURL       = "https://fcm.googleapis.com"
@@ -80,6 +83,10 @@ type Config struct {
 	// paces b/(1+b) under the contract (b in seconds). 0: the default,
 	// 15 ms (1.5 % under the contract); at most 250 ms.
 	JitterBudget time.Duration `mapstructure:"jitter_budget"`
+	// MaxPause caps the fleet-wide pause a 429's Retry-After sets (the
+	// provider is asked again after it; another 429 pauses it again);
+	// default 5m, at most MaxRetryAfter (1h).
+	MaxPause time.Duration `mapstructure:"max_pause"`
 	// ProjectID is the Firebase project (fcm, required).
 	ProjectID string `mapstructure:"project_id"`
 	// CredentialsEnv names the environment variable holding the secret:
@@ -146,6 +153,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Timeout == 0 {
 		c.Timeout = DefaultTimeout
+	}
+	if c.MaxPause == 0 {
+		c.MaxPause = DefaultMaxPause
 	}
 	switch c.Kind {
 	case "twilio":
@@ -270,6 +280,9 @@ func (c Config) Validate() error {
 		add("max_queue_delay", "must be greater than 0, got %s", c.MaxQueueDelay)
 	case c.MaxQueueDelay > MaxQueueDelayLimit:
 		add("max_queue_delay", "must be at most %s, got %s", MaxQueueDelayLimit, c.MaxQueueDelay)
+	}
+	if c.MaxPause < 0 || c.MaxPause > MaxRetryAfter {
+		add("max_pause", "must be between 0 (the default, %s) and %s, got %s", DefaultMaxPause, MaxRetryAfter, c.MaxPause)
 	}
 	if c.JitterBudget < 0 || c.JitterBudget > MaxJitterBudget {
 		add("jitter_budget", "must be between 0 (the default, 15ms) and %s, got %s", MaxJitterBudget, c.JitterBudget)

@@ -18,8 +18,8 @@ func validWebhook() providers.Config {
 func TestWithDefaults(t *testing.T) {
 	t.Parallel()
 	c := validWebhook().WithDefaults()
-	if c.Unit != "messages" || c.MaxQueueDelay != 5*time.Second || c.Timeout != 5*time.Second {
-		t.Errorf("webhook defaults: unit %q max_queue_delay %s timeout %s", c.Unit, c.MaxQueueDelay, c.Timeout)
+	if c.Unit != "messages" || c.MaxQueueDelay != 5*time.Second || c.Timeout != 5*time.Second || c.MaxPause != 5*time.Minute {
+		t.Errorf("webhook defaults: unit %q max_queue_delay %s timeout %s max_pause %s", c.Unit, c.MaxQueueDelay, c.Timeout, c.MaxPause)
 	}
 	kept := providers.Config{Kind: "webhook", Unit: "segments", MaxQueueDelay: -time.Second, Timeout: time.Minute}.WithDefaults()
 	if kept.Unit != "segments" || kept.MaxQueueDelay != -time.Second || kept.Timeout != time.Minute {
@@ -68,6 +68,8 @@ func TestValidate(t *testing.T) {
 		{"valid smtp", providers.Config{Name: "mail", Channel: "email", Kind: "smtp", Rate: 1, Host: "smtp.example.com",
 			From: "Example <no-reply@example.com>", Username: "u", PasswordEnv: "SMTP_PASSWORD"}, nil},
 
+		{"max_pause over an hour", with(func(c *providers.Config) { c.MaxPause = 2 * time.Hour }),
+			[]string{"max_pause: must be between 0 (the default, 5m0s) and 1h0m0s, got 2h0m0s"}},
 		{"missing name", with(func(c *providers.Config) { c.Name = "" }), []string{"name: required"}},
 		{"bad name", with(func(c *providers.Config) { c.Name = "sms gateway" }),
 			[]string{`name: must be 1-64 characters of A-Z a-z 0-9 . _ -, got "sms gateway"`}},
