@@ -33,7 +33,8 @@ func newFairQueue() *fairQueue {
 }
 
 // pick returns the tenant to serve next among waiting (in a fixed order:
-// ties go to the first), charging it one pick; "" when none waits. weight
+// ties go to the first), charging it one pick; "" when none waits (or when
+// the default tenant, "", is picked: the caller knows which waited). weight
 // gives each tenant's weight (> 0).
 func (q *fairQueue) pick(waiting []string, weight func(string) float64) string {
 	now := make(map[string]bool, len(waiting))
@@ -49,13 +50,13 @@ func (q *fairQueue) pick(waiting []string, weight func(string) float64) string {
 		}
 	}
 	q.waiting = now
-	best, bestF := "", math.Inf(1)
+	best, bestF, found := "", math.Inf(1), false
 	for _, t := range waiting {
 		if f := q.start[t] + 1/weight(t); f < bestF {
-			best, bestF = t, f
+			best, bestF, found = t, f, true
 		}
 	}
-	if best == "" {
+	if !found {
 		return ""
 	}
 	q.v = q.start[best]
