@@ -31,6 +31,7 @@ var fleetWide = []string{
 	"notifier_provider_contract",
 	"notifier_provider_max_queue_delay_seconds",
 	"notifier_provider_paused",
+	"notifier_tenant_queued",
 }
 
 // exportedSeries is one series name the notifier exports: a counter or
@@ -61,6 +62,8 @@ func exportedMetrics(t *testing.T) map[string]exportedSeries {
 	m.MaxQueueDelay.WithLabelValues("twilio").Set(2)
 	m.Ready.Set(1)
 	m.Replays.WithLabelValues("sms").Inc()
+	m.TenantSent.WithLabelValues("twilio", "default").Inc()
+	m.TenantQueued.WithLabelValues("sms", "default").Set(1)
 
 	families, err := reg.Gather()
 	if err != nil {
@@ -112,8 +115,8 @@ func knownValues() map[string]set {
 			dispatch.LayerProvider, dispatch.LayerLedger, "redis", "local"),
 		"status":   status,
 		"decision": newSet("allow", "deny"),
-		// The deferral reasons are literals in dispatch/pipeline.go and
-		// backend.go (README, Health and metrics).
+		// The deferral reasons are literals in dispatch/admit.go, job.go,
+		// waits.go, send.go and backend.go (README, Health and metrics).
 		"reason": newSet("defer", "empty", "switch", "full", "late", "rate_limited", "retry",
 			"paused", "circuit_open", "busy", "unavailable"),
 	}

@@ -136,6 +136,25 @@ var queryCases = []queryCase{
 		},
 	},
 	{
+		name: "tenants",
+		series: map[string]string{
+			`notifier_tenant_sent_total{instance="a",provider="twilio",tenant="acme"}`:  `0+90x20`,
+			`notifier_tenant_sent_total{instance="b",provider="twilio",tenant="acme"}`:  `0+90x20`,
+			`notifier_tenant_sent_total{instance="a",provider="fcm",tenant="acme"}`:     `0+60x20`,
+			`notifier_tenant_sent_total{instance="a",provider="twilio",tenant="other"}`: `0+60x20`,
+			`notifier_tenant_queued{instance="a",channel="sms",tenant="acme"}`:          `4000x20`,
+			`notifier_tenant_queued{instance="b",channel="sms",tenant="acme"}`:          `4000x20`,
+			`notifier_tenant_queued{instance="a",channel="sms",tenant="default"}`:       `12x20`,
+		},
+		at: "10m",
+		checks: []queryCheck{
+			// Summed over instances and providers.
+			{"Sent by tenant", "A", map[string]float64{`{tenant="acme"}`: 4, `{tenant="other"}`: 1}},
+			// The fleet-wide count once, not once per instance.
+			{"Jobs waiting by tenant", "A", map[string]float64{`{channel="sms",tenant="acme"}`: 4000, `{channel="sms",tenant="default"}`: 12}},
+		},
+	},
+	{
 		name: "nothing scraped",
 		series: map[string]string{
 			`up{instance="a",job="notifier"}`: `0x20`,

@@ -88,6 +88,13 @@ func describeConfig(w io.Writer, cfg Config) {
 		r := cfg.UserLimits[ch]
 		fmt.Fprintf(w, "  cap %-5s  %d per %s per user (%s, on_exceed %s)\n", ch, r.Limit, fmtDur(r.Window), r.Algorithm, r.OnExceed)
 	}
+	if len(cfg.Tenants.Weights) > 0 {
+		var parts []string
+		for _, t := range sortedKeys(cfg.Tenants.Weights) {
+			parts = append(parts, fmt.Sprintf("%s %g", t, cfg.Tenants.Weights[t]))
+		}
+		fmt.Fprintf(w, "  tenants:   weights %s; any other tenant 1\n", strings.Join(parts, ", "))
+	}
 	for _, p := range cfg.Providers {
 		def := ""
 		if p.Default {

@@ -89,8 +89,8 @@ func TestPublishOneAndHighLane(t *testing.T) {
 	}
 }
 
-// TestDemoRuns runs a small demo end to end: every job accounted for, no
-// provider contract broken.
+// TestDemoRuns runs a small demo end to end: every job accounted for, the
+// late tenant's codes sent, no provider contract broken.
 func TestDemoRuns(t *testing.T) {
 	t.Parallel()
 	stdout, stderr, code := runCLI(t, nil, "", "demo", "--jobs", "300", "--users", "50")
@@ -99,6 +99,20 @@ func TestDemoRuns(t *testing.T) {
 	}
 	if !strings.Contains(stdout, "300 jobs, each with exactly one outcome (300 accounted for)") {
 		t.Fatalf("demo report:\n%s", stdout)
+	}
+	// The late tenant's codes are all sent, each publish-to-provider wait
+	// reported (10 codes: the fewest, for 300 jobs).
+	codes := 0
+	for _, line := range strings.Split(stdout, "\n") {
+		if f := strings.Fields(line); len(f) >= 4 && f[0] == demoCodesTenant {
+			fmt.Sscanf(f[1], "%d", &codes)
+			if !strings.Contains(line, "(10 sms)") {
+				t.Errorf("the codes' waits: %q", line)
+			}
+		}
+	}
+	if codes != demoCodeCount(300) || codes != 10 {
+		t.Errorf("%s sent %d codes, want 10\n%s", demoCodesTenant, codes, stdout)
 	}
 	for _, lane := range demoLanes {
 		var contract, most, n429 int

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"reflect"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/viper"
+	yamlv3 "go.yaml.in/yaml/v3"
 
 	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/globallimit"
@@ -33,8 +36,22 @@ type Config struct {
 	Retry      dispatch.RetryConfig      `mapstructure:"retry"`
 	Global     *globallimit.Config       `mapstructure:"global"`
 	UserLimits map[string]userlimit.Rule `mapstructure:"user_limits"`
+	Tenants    TenantsConfig             `mapstructure:"tenants"`
 	Providers  []providers.Config        `mapstructure:"providers"`
 }
+
+// TenantsConfig is YAML tenants:.
+type TenantsConfig struct {
+	// Weights are the tenants' shares of a provider's contract while
+	// several have jobs waiting; a tenant left out (and the default
+	// tenant) weighs 1. File only: no environment variable sets it.
+	Weights map[string]float64 `mapstructure:"weights"`
+}
+
+// maxTenantWeight is the largest weight tenants.weights allows: a weight
+// is a share against the default 1, and a thousandfold share is already
+// all of a contract to any tenant it competes with.
+const maxTenantWeight = 1000
 
 // MetricsConfig is YAML metrics:.
 type MetricsConfig struct {
@@ -100,6 +117,17 @@ func (c Config) Validate() error {
 		}
 		add("user_limits."+ch+".", c.UserLimits[ch].Validate())
 	}
+	for _, t := range sortedKeys(c.Tenants.Weights) {
+		w := c.Tenants.Weights[t]
+		if !queue.ValidTenant(t) {
+			errs = append(errs, fmt.Errorf("%s: %q is not a tenant name: a tenant is 1 to %d characters of A-Z a-z 0-9 . _ -",
+				tenantPath(t), t, queue.MaxTenantLen))
+		}
+		if math.IsNaN(w) || math.IsInf(w, 0) || w <= 0 || w > maxTenantWeight {
+			errs = append(errs, fmt.Errorf("%s: must be a number greater than 0 and at most %d (a tenant left out weighs 1), got %v",
+				tenantPath(t), maxTenantWeight, w))
+		}
+	}
 	if len(c.Providers) == 0 {
 		errs = append(errs, errors.New("providers: required: at least one provider"))
 	}
@@ -108,6 +136,15 @@ func (c Config) Validate() error {
 	}
 	add("", providers.ValidateAll(c.Providers))
 	return errors.Join(errs...)
+}
+
+// tenantPath is the key path of a tenant's weight: tenants.weights.<name>,
+// the name quoted when it is not a tenant name (spaces, quotes).
+func tenantPath(name string) string {
+	if queue.ValidTenant(name) {
+		return "tenants.weights." + name
+	}
+	return "tenants.weights." + strconv.Quote(name)
 }
 
 func providerPath(i int, name string) string {
@@ -171,30 +208,32 @@ func (e *ConfigError) Error() string {
 // configuration that cannot be used returns a *ConfigError listing every
 // problem.
 func LoadConfig(path string, getenv func(string) string) (Config, error) {
-	v := viper.New()
-	v.SetConfigFile(path)
-	v.SetConfigType("yaml")
-	if err := v.ReadInConfig(); err != nil {
+	yaml, err := os.ReadFile(path)
+	if err != nil {
 		var pe *os.PathError
 		if errors.As(err, &pe) {
-			return Config{}, &ConfigError{File: path, Problems: []error{fmt.Errorf("cannot read the file: %w", pe.Err)}}
+			err = pe.Err
 		}
-		return Config{}, &ConfigError{File: path, Problems: []error{fmt.Errorf("not valid YAML: %w", err)}}
+		return Config{}, &ConfigError{File: path, Problems: []error{fmt.Errorf("cannot read the file: %w", err)}}
 	}
-	return decodeConfig(v, path, getenv)
+	return parseConfig(yaml, path, getenv)
 }
 
 // ParseConfig is LoadConfig for YAML held in memory (tests, fuzzing).
 func ParseConfig(yaml []byte, getenv func(string) string) (Config, error) {
-	v := viper.New()
-	v.SetConfigType("yaml")
-	if err := v.ReadConfig(strings.NewReader(string(yaml))); err != nil {
-		return Config{}, &ConfigError{File: "(memory)", Problems: []error{fmt.Errorf("not valid YAML: %w", err)}}
-	}
-	return decodeConfig(v, "(memory)", getenv)
+	return parseConfig(yaml, "(memory)", getenv)
 }
 
-func decodeConfig(v *viper.Viper, file string, getenv func(string) string) (Config, error) {
+func parseConfig(yaml []byte, file string, getenv func(string) string) (Config, error) {
+	v := viper.New()
+	v.SetConfigType("yaml")
+	if err := v.ReadConfig(bytes.NewReader(yaml)); err != nil {
+		return Config{}, &ConfigError{File: file, Problems: []error{fmt.Errorf("not valid YAML: %w", err)}}
+	}
+	return decodeConfig(v, yaml, file, getenv)
+}
+
+func decodeConfig(v *viper.Viper, yaml []byte, file string, getenv func(string) string) (Config, error) {
 	// Environment overrides: viper looks a key up in the environment only if
 	// it knows the key, so bind every scalar key of the schema.
 	for _, k := range envKeys() {
@@ -217,6 +256,15 @@ func decodeConfig(v *viper.Viper, file string, getenv func(string) string) (Conf
 	// it, misspelt keys included; so each refused value is taken out and
 	// the rest decoded again, until nothing new is found.
 	settings := v.AllSettings()
+	// Viper lower-cases every key; tenant names are not: the weights are
+	// taken as the file spells them.
+	if t, ok := settings["tenants"].(map[string]any); ok {
+		if _, ok := t["weights"]; ok {
+			if w, ok := tenantWeightsAsWritten(yaml); ok {
+				t["weights"] = w
+			}
+		}
+	}
 	for range 8 {
 		dec, err := mapstructure.NewDecoder(dc)
 		if err != nil {
@@ -233,7 +281,7 @@ func decodeConfig(v *viper.Viper, file string, getenv func(string) string) (Conf
 				continue
 			}
 			problems = append(problems, p)
-			if path := problemKey(p); path != "" && deleteKeyPath(settings, path) {
+			if path := problemKey(p); path != "" && (deleteKeyPath(settings, path) || deleteTenantWeight(settings, path)) {
 				removed = true
 			}
 		}
@@ -257,6 +305,50 @@ func decodeConfig(v *viper.Viper, file string, getenv func(string) string) (Conf
 	return cfg, nil
 }
 
+// tenantWeightsAsWritten reads tenants.weights from the YAML itself, each
+// tenant named as written (viper lower-cases keys, and tenant names are
+// case-sensitive: "Acme" and "acme" are two tenants). ok is false when the
+// file has no such mapping or spells it in a way only viper reads (a key
+// that is an alias, a merge or not a scalar): viper's reading stands then.
+func tenantWeightsAsWritten(src []byte) (map[string]any, bool) {
+	var doc yamlv3.Node
+	if err := yamlv3.Unmarshal(src, &doc); err != nil || doc.Kind != yamlv3.DocumentNode || len(doc.Content) == 0 {
+		return nil, false
+	}
+	find := func(m *yamlv3.Node, key string) *yamlv3.Node {
+		if m.Kind != yamlv3.MappingNode {
+			return nil
+		}
+		for i := 0; i+1 < len(m.Content); i += 2 {
+			if k := m.Content[i]; k.Kind == yamlv3.ScalarNode && strings.EqualFold(k.Value, key) {
+				return m.Content[i+1]
+			}
+		}
+		return nil
+	}
+	tenants := find(doc.Content[0], "tenants")
+	if tenants == nil {
+		return nil, false
+	}
+	weights := find(tenants, "weights")
+	if weights == nil || weights.Kind != yamlv3.MappingNode {
+		return nil, false
+	}
+	out := map[string]any{}
+	for i := 0; i+1 < len(weights.Content); i += 2 {
+		k, val := weights.Content[i], weights.Content[i+1]
+		if k.Kind != yamlv3.ScalarNode || k.Tag == "!!merge" {
+			return nil, false
+		}
+		var x any
+		if err := val.Decode(&x); err != nil {
+			return nil, false
+		}
+		out[k.Value] = x
+	}
+	return out, true
+}
+
 // reportedKey reports whether p is about a key already in problems.
 func reportedKey(problems []error, p error) bool {
 	key, _, _ := strings.Cut(p.Error(), ": ")
@@ -274,8 +366,9 @@ func sortProblems(ps []error) {
 
 // envKeys lists every key path an environment variable may override: the
 // scalar and list keys of every section, and those of user_limits.<channel>
-// for each channel. Entries of the providers list are set in the file; their
-// secrets come from the variables their *_env keys name.
+// for each channel. Entries of the providers list and tenants.weights are
+// set in the file; the providers' secrets come from the variables their
+// *_env keys name.
 func envKeys() []string {
 	var keys []string
 	var walk func(prefix string, t reflect.Type)
@@ -302,6 +395,10 @@ func envKeys() []string {
 				}
 			case ft.Kind() == reflect.Slice && ft.Elem().Kind() == reflect.Struct:
 				// list of sections (providers): file only
+			case ft.Kind() == reflect.Map:
+				// a mapping of names chosen in the file (tenants.weights):
+				// file only, as a variable's name cannot spell them
+				// (tenant names are case-sensitive and may hold '.' or '-')
 			default:
 				keys = append(keys, prefix+tag)
 			}
@@ -311,7 +408,10 @@ func envKeys() []string {
 	return keys
 }
 
-var durationType = reflect.TypeOf(time.Duration(0))
+var (
+	durationType = reflect.TypeOf(time.Duration(0))
+	weightsType  = reflect.TypeOf(map[string]float64(nil))
+)
 
 // decodeHook turns YAML and environment strings into the schema's types with
 // messages that say what is allowed. A bare number is refused for a
@@ -362,6 +462,10 @@ func decodeHook(from, to reflect.Type, data any) (any, error) {
 			return nil, fmt.Errorf("must be true or false, got %q", s)
 		}
 		return b, nil
+	case to == weightsType:
+		if from.Kind() != reflect.Map {
+			return nil, fmt.Errorf("must be a mapping of tenant names to weights, such as {acme: 3, bank: 1}, got a %s", kindWord(from.Kind()))
+		}
 	case to.Kind() == reflect.Slice && to.Elem().Kind() == reflect.String && isString:
 		var out []string
 		for i, part := range strings.Split(s, ",") {
@@ -387,6 +491,8 @@ func kindWord(k reflect.Kind) string {
 		return "mapping"
 	case reflect.Slice:
 		return "list"
+	case reflect.Int, reflect.Int64, reflect.Float64:
+		return "number"
 	}
 	return k.String()
 }
@@ -538,6 +644,26 @@ func deleteKeyPath(settings map[string]any, path string) bool {
 	return false
 }
 
+// deleteTenantWeight removes the weight of tenants.weights that path
+// names (tenantPath: a tenant's name may hold '.', which deleteKeyPath
+// would read as a path), reporting whether it was there.
+func deleteTenantWeight(settings map[string]any, path string) bool {
+	name, ok := strings.CutPrefix(path, "tenants.weights.")
+	if !ok {
+		return false
+	}
+	if q, err := strconv.Unquote(name); err == nil {
+		name = q
+	}
+	t, _ := settings["tenants"].(map[string]any)
+	w, _ := t["weights"].(map[string]any)
+	if _, ok := w[name]; !ok {
+		return false
+	}
+	delete(w, name)
+	return true
+}
+
 func decodeProblems(err error) []error {
 	var out []error
 	for _, e := range flatten(err) {
@@ -549,6 +675,9 @@ func decodeProblems(err error) []error {
 		name := de.Name()
 		if name == rootTypeName {
 			name = "" // mapstructure ≥ 2.5 names the root by its type
+		}
+		if t, ok := strings.CutPrefix(name, "tenants.weights["); ok && strings.HasSuffix(t, "]") {
+			name = tenantPath(strings.TrimSuffix(t, "]")) // as Validate names it
 		}
 		inner := de.Unwrap()
 		msg := inner.Error()

@@ -2,8 +2,10 @@ package main
 
 import (
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -371,4 +373,100 @@ func writeConfig(t *testing.T, yaml string) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// TestTenantWeights: tenants.weights is read with each tenant named as the
+// file spells it (viper lower-cases keys; tenant names are case-sensitive),
+// every bad name and weight is reported with its key, its value and what is
+// allowed, and no environment variable sets it.
+func TestTenantWeights(t *testing.T) {
+	t.Parallel()
+	cfg, err := ParseConfig([]byte(minimal+"tenants:\n  weights: {acme: 3, Acme: 2, Bank.eu: 0.5, x_y-z: 1000}\n"), noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]float64{"acme": 3, "Acme": 2, "Bank.eu": 0.5, "x_y-z": 1000}
+	if !maps.Equal(cfg.Tenants.Weights, want) {
+		t.Fatalf("weights %v, want %v", cfg.Tenants.Weights, want)
+	}
+	if r := reloadOf(cfg, nil); !maps.Equal(r.TenantWeights, want) {
+		t.Fatalf("a reload hands the dispatcher %v, want %v", r.TenantWeights, want)
+	}
+	var b strings.Builder
+	describeConfig(&b, cfg)
+	if !strings.Contains(b.String(), "tenants:   weights Acme 2, Bank.eu 0.5, acme 3, x_y-z 1000; any other tenant 1") {
+		t.Errorf("check's description:\n%s", b.String())
+	}
+	if cfg, err := ParseConfig([]byte(minimal), noEnv); err != nil || cfg.Tenants.Weights != nil {
+		t.Fatalf("left out: %v %v, want no weights (every tenant 1)", cfg.Tenants.Weights, err)
+	}
+
+	_, err = ParseConfig([]byte(minimal+`tenants:
+  weights:
+    "bad name": 2
+    ok: 0
+    neg: -1
+    big: 1001
+    nan: .nan
+    inf: .inf
+    word: three
+    list: [1]
+    dur: 3s
+    Fine: 1
+`), noEnv)
+	var ce *ConfigError
+	if !errors.As(err, &ce) {
+		t.Fatalf("want a *ConfigError, got %v", err)
+	}
+	for _, w := range []string{
+		`tenants.weights."bad name": "bad name" is not a tenant name: a tenant is 1 to 64 characters of A-Z a-z 0-9 . _ -`,
+		"tenants.weights.ok: must be a number greater than 0 and at most 1000 (a tenant left out weighs 1), got 0",
+		"tenants.weights.neg: must be a number greater than 0 and at most 1000 (a tenant left out weighs 1), got -1",
+		"tenants.weights.big: must be a number greater than 0 and at most 1000 (a tenant left out weighs 1), got 1001",
+		"tenants.weights.nan: must be a number greater than 0 and at most 1000 (a tenant left out weighs 1), got NaN",
+		"tenants.weights.inf: must be a number greater than 0 and at most 1000 (a tenant left out weighs 1), got +Inf",
+		`tenants.weights.word: must be a number, got "three"`,
+		"tenants.weights.list: has the wrong type",
+		`tenants.weights.dur: must be a number, got "3s"`,
+	} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("report lacks %q:\n%s", w, err)
+		}
+	}
+	if len(ce.Problems) != 9 || strings.Contains(err.Error(), "Fine") {
+		t.Errorf("want the 9 problems alone, got %d:\n%s", len(ce.Problems), err)
+	}
+	for y, w := range map[string]string{
+		"tenants:\n  weights: 5\n":        "tenants.weights: must be a mapping of tenant names to weights, such as {acme: 3, bank: 1}, got a number",
+		"tenants:\n  weights: [a, b]\n":   "tenants.weights: must be a mapping of tenant names to weights",
+		"tenants:\n  weight: {acme: 2}\n": `tenants.weight: unknown key (did you mean "weights"?)`,
+	} {
+		if _, err := ParseConfig([]byte(minimal+y), noEnv); err == nil || !strings.Contains(err.Error(), w) {
+			t.Errorf("%q: report lacks %q:\n%v", y, w, err)
+		}
+	}
+
+	// File only: a variable cannot spell a tenant's name.
+	if slices.Contains(envKeys(), "tenants.weights") {
+		t.Errorf("envKeys offers tenants.weights")
+	}
+	cfg, err = ParseConfig([]byte(minimal+"tenants:\n  weights: {acme: 3}\n"), envOf(map[string]string{"NOTIFIER_TENANTS_WEIGHTS": "x", "NOTIFIER_TENANTS_WEIGHTS_ACME": "5"}))
+	if err != nil || !maps.Equal(cfg.Tenants.Weights, map[string]float64{"acme": 3}) {
+		t.Fatalf("with NOTIFIER_TENANTS_WEIGHTS*: %v %v, want the file's", cfg.Tenants.Weights, err)
+	}
+}
+
+// TestCheckReportsTenantWeights: `check` names a bad weight's key, value
+// and what is allowed, exit 2; a good file's weights are described.
+func TestCheckReportsTenantWeights(t *testing.T) {
+	t.Parallel()
+	stdout, stderr, code := runCLI(t, nil, "", "check", "--config", writeConfig(t, minimal+"tenants:\n  weights: {acme: 0, \"a b\": 2, Bank: 2}\n"))
+	if code != 2 || !strings.Contains(stderr, "tenants.weights.acme: must be a number greater than 0 and at most 1000 (a tenant left out weighs 1), got 0") ||
+		!strings.Contains(stderr, `tenants.weights."a b": "a b" is not a tenant name`) || !strings.Contains(stderr, "2 problems") {
+		t.Fatalf("check with bad weights: exit %d\n%s%s", code, stdout, stderr)
+	}
+	stdout, stderr, code = runCLI(t, nil, "", "check", "--config", writeConfig(t, minimal+"tenants:\n  weights: {acme: 3, Bank: 2}\n"))
+	if code != 0 || !strings.Contains(stdout, "tenants:   weights Bank 2, acme 3; any other tenant 1") {
+		t.Fatalf("check with good weights: exit %d\n%s%s", code, stdout, stderr)
+	}
 }

@@ -8,11 +8,13 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
@@ -37,11 +39,13 @@ func demoCmd(e *env) *cobra.Command {
 		Long: `Demo starts an embedded NATS JetStream server, a sandbox provider that enforces
 its contracts (and answers 429 over them), and a dispatcher on in-memory limits;
 publishes a burst of jobs for a few hundred users (some over their per-user cap,
-a few invalid, a few expired, some on the priority lane); shows a live progress
-line; and ends with a report of what happened at each of the three limits.`,
+a few invalid, a few expired, some on the priority lane) as one tenant's blast;
+a moment later another tenant's one-time codes arrive at a steady pace; shows a
+live progress line; and ends with a report of what happened at each of the three
+limits, and how long the late tenant's codes waited behind the blast.`,
 		Args: cobra.NoArgs,
 	}
-	c.Flags().IntVar(&f.jobs, "jobs", 2000, "jobs in the burst")
+	c.Flags().IntVar(&f.jobs, "jobs", 2000, "jobs in all: the burst, and the late tenant's codes (1 in 50, 10 to 40)")
 	c.Flags().IntVar(&f.users, "users", 300, "users they are for")
 	c.Flags().Uint64Var(&f.seed, "seed", 1, "seed of the generated burst")
 	c.RunE = func(cmd *cobra.Command, _ []string) error {
@@ -76,6 +80,26 @@ var demoCaps = map[string]userlimit.Rule{
 
 var demoGlobal = globallimit.Config{Rate: 300, Burst: 100}
 
+// The demo's two tenants: the blast is the burst (every valid job of it);
+// the codes are SMS one-time codes, on the normal lane, published from
+// demoCodesAfter after the dispatcher starts at demoCodeRate a second. With
+// equal weights each tenant with jobs waiting gets half the SMS contract:
+// the codes, needing far less, do not wait behind the blast.
+const (
+	demoBlastTenant = "shop"
+	demoCodesTenant = "bank"
+	demoCodesAfter  = 500 * time.Millisecond
+	demoCodeRate    = 10
+)
+
+var demoWeights = map[string]float64{demoBlastTenant: 1, demoCodesTenant: 1}
+
+// demoCodeCount is how many of the demo's jobs are the late tenant's
+// codes: one in 50, from 10 to 40 (1 to 4 s at demoCodeRate), so the
+// codes arrive while the blast's SMS are still waiting; the burst is the
+// rest.
+func demoCodeCount(jobs int) int { return min(max(jobs/50, 10), 40) }
+
 func runDemo(ctx context.Context, f *demoFlags, e *env) error {
 	out := e.stdout
 	fmt.Fprintf(out, "notifier demo — %d jobs for %d users, through the three limits:\n", f.jobs, f.users)
@@ -88,7 +112,9 @@ func runDemo(ctx context.Context, f *demoFlags, e *env) error {
 		}
 		fmt.Fprintf(out, "%s %g/s", l.channel, l.rate)
 	}
-	fmt.Fprintf(out, "  (the sandbox answers 429 over a contract; sms fails 1 request in %d with 503)\n\n", demoLanes[0].failEvery)
+	fmt.Fprintf(out, "  (the sandbox answers 429 over a contract; sms fails 1 request in %d with 503)\n", demoLanes[0].failEvery)
+	fmt.Fprintf(out, "  tenants         %s: the burst · %s: %d sms one-time codes from %s in, %d/s (weights 1:1)\n\n",
+		demoBlastTenant, demoCodesTenant, demoCodeCount(f.jobs), fmtDur(demoCodesAfter), demoCodeRate)
 
 	srv, err := startEmbeddedNATS()
 	if err != nil {
@@ -134,7 +160,9 @@ func runDemo(ctx context.Context, f *demoFlags, e *env) error {
 	burst := demoBurst(f)
 	pub := queue.NewPublisher(js)
 	batch := pub.NewBatch(512, 0)
-	for _, m := range burst {
+	for i := range burst {
+		m := &burst[i]
+		m.at = time.Now()
 		if err := batch.PublishRaw(ctx, m.subject, m.data, m.id); err != nil {
 			return err
 		}
@@ -142,22 +170,23 @@ func runDemo(ctx context.Context, f *demoFlags, e *env) error {
 	if _, err := batch.Wait(ctx); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "published %d jobs (%s)\n", len(burst), burstMix(burst))
+	fmt.Fprintf(out, "published %d jobs, tenant %s's blast (%s)\n", len(burst), demoBlastTenant, burstMix(burst))
 
 	promReg := newPromRegistry()
 	metrics := dispatch.NewMetrics(promReg)
 	global := demoGlobal
 	d, err := dispatch.New(dispatch.Options{
-		Workers:     64,
-		Retry:       dispatch.RetryConfig{MaxAttempts: 5, BaseDelay: 200 * time.Millisecond, MaxDelay: 2 * time.Second},
-		UserLimits:  demoCaps,
-		FetchWait:   200 * time.Millisecond,
-		Source:      cons,
-		DeadLetters: pub,
-		Providers:   reg,
-		Limits:      dispatch.MemoryLimits(dispatch.LimitsConfig{DedupTTL: time.Hour, Global: &global}, 1),
-		Metrics:     metrics,
-		Logger:      slog.New(slog.DiscardHandler),
+		Workers:       64,
+		Retry:         dispatch.RetryConfig{MaxAttempts: 5, BaseDelay: 200 * time.Millisecond, MaxDelay: 2 * time.Second},
+		UserLimits:    demoCaps,
+		FetchWait:     200 * time.Millisecond,
+		TenantWeights: demoWeights,
+		Source:        cons,
+		DeadLetters:   pub,
+		Providers:     reg,
+		Limits:        dispatch.MemoryLimits(dispatch.LimitsConfig{DedupTTL: time.Hour, Global: &global}, 1),
+		Metrics:       metrics,
+		Logger:        slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		return err
@@ -166,6 +195,13 @@ func runDemo(ctx context.Context, f *demoFlags, e *env) error {
 	dctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- d.Run(dctx) }()
+	codes := demoCodes(demoCodeCount(f.jobs))
+	codesDone := make(chan struct{})
+	var codesErr error
+	go func() {
+		defer close(codesDone)
+		codesErr = publishCodes(dctx, pub, codes)
+	}()
 
 	stream, err := js.Stream(ctx, qcfg.Stream)
 	if err != nil {
@@ -173,6 +209,11 @@ func runDemo(ctx context.Context, f *demoFlags, e *env) error {
 		return fmt.Errorf("job stream: %w", err)
 	}
 	finished := func() bool {
+		select {
+		case <-codesDone:
+		default:
+			return false // codes still to come
+		}
 		info, err := stream.Info(ctx)
 		return err == nil && info.State.Msgs == 0 && d.InFlight() == 0
 	}
@@ -207,14 +248,121 @@ loop:
 	}
 	elapsed := time.Since(start)
 	stop()
+	<-codesDone
 	if err := <-done; err != nil {
 		return err
+	}
+	if codesErr != nil && !interrupted {
+		return codesErr
 	}
 	if interrupted {
 		fmt.Fprintln(out, "interrupted")
 	}
-	demoReport(out, elapsed, len(burst), promReg, sb)
+	published := len(burst)
+	for _, c := range codes {
+		if !c.at.IsZero() {
+			published++
+		}
+	}
+	demoReport(out, elapsed, published, promReg, sb)
+	demoTenantReport(out, burst, codes, promReg, sb)
 	return nil
+}
+
+// demoCode is one of the late tenant's one-time codes; at is when it was
+// published (zero: not published).
+type demoCode struct {
+	job *queue.Job
+	at  time.Time
+}
+
+// demoCodes are n one-time codes of the late tenant, each for its own user
+// (so no per-user cap holds them).
+func demoCodes(n int) []demoCode {
+	out := make([]demoCode, n)
+	for i := range out {
+		out[i].job = &queue.Job{
+			ID:      fmt.Sprintf("code-%03d", i),
+			UserID:  fmt.Sprintf("bank-user-%d", i),
+			Channel: "sms",
+			To:      syntheticRecipient("sms", 1_000_000+i),
+			Body:    fmt.Sprintf("Your bank code is %06d", (i*7919+12345)%1_000_000),
+			Tenant:  demoCodesTenant,
+		}
+	}
+	return out
+}
+
+// publishCodes publishes the codes from demoCodesAfter on, demoCodeRate
+// a second, each stamped with its publish time, until done or ctx ends.
+func publishCodes(ctx context.Context, pub *queue.Publisher, codes []demoCode) error {
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-time.After(demoCodesAfter):
+	}
+	tick := time.NewTicker(time.Second / demoCodeRate)
+	defer tick.Stop()
+	for i := range codes {
+		if i > 0 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-tick.C:
+			}
+		}
+		c := &codes[i]
+		now := time.Now()
+		c.job.CreatedAt = now.UTC()
+		c.job.ExpiresAt = now.Add(5 * time.Minute).UTC()
+		if _, err := pub.Publish(ctx, c.job, false); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("publish code %d: %w", i, err)
+		}
+		c.at = now
+	}
+	return nil
+}
+
+// demoTenantReport prints each tenant's jobs sent, and how long the SMS of
+// each waited from publish to the provider's acceptance: the late
+// tenant's codes against the blast's SMS.
+func demoTenantReport(w io.Writer, burst []demoMsg, codes []demoCode, reg prometheus.Gatherer, sb *sandbox) {
+	sent := gather(reg).by("notifier_tenant_sent_total", "tenant", nil)
+	smsPath := demoLanes[0].path
+	var blastWaits, codeWaits []time.Duration
+	for _, m := range burst {
+		if m.channel == "sms" && m.kind == "ok" {
+			if at, ok := sb.acceptedAt(smsPath, m.id); ok {
+				blastWaits = append(blastWaits, at.Sub(m.at))
+			}
+		}
+	}
+	for _, c := range codes {
+		if at, ok := sb.acceptedAt(smsPath, c.job.ID); ok && !c.at.IsZero() {
+			codeWaits = append(codeWaits, at.Sub(c.at))
+		}
+	}
+	slices.Sort(blastWaits)
+	slices.Sort(codeWaits)
+	waits := func(ds []time.Duration) string {
+		if len(ds) == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%s / %s", fmtSeconds(percentile(ds, 0.50).Seconds()), fmtSeconds(percentile(ds, 0.95).Seconds()))
+	}
+	verdict := ""
+	if len(codeWaits) > 0 && len(blastWaits) > 0 && percentile(codeWaits, 0.95) < percentile(blastWaits, 0.50) {
+		verdict = ": not stuck behind the blast"
+	}
+	fmt.Fprintf(w, "\ntenants (weights 1:1: while both have sms waiting, each may take half the sms contract)\n")
+	fmt.Fprintf(w, "  %-8s %6s   %s\n", "tenant", "sent", "sms: publish → provider p50 / p95")
+	fmt.Fprintf(w, "  %-8s %6d   %-17s  the blast, published at the start (%d sms)\n",
+		demoBlastTenant, int(sent[demoBlastTenant]), waits(blastWaits), len(blastWaits))
+	fmt.Fprintf(w, "  %-8s %6d   %-17s  one-time codes, %d/s from %s in (%d sms)%s\n",
+		demoCodesTenant, int(sent[demoCodesTenant]), waits(codeWaits), demoCodeRate, fmtDur(demoCodesAfter), len(codeWaits), verdict)
 }
 
 // demoMsg is one message of the burst.
@@ -222,12 +370,14 @@ type demoMsg struct {
 	id, subject string
 	data        []byte
 	channel     string
-	kind        string // ok | high | invalid | expired | unknown_provider
+	kind        string    // ok | high | invalid | expired | unknown_provider
+	at          time.Time // when it was published
 }
 
 // demoBurst generates the burst: a skewed spread of users (a few heavy
 // users exceed their caps), some priority-lane one-time codes, some expired
-// jobs, and a few invalid messages of every kind.
+// jobs, all of the blast's tenant, and a few invalid messages of every kind
+// (on the default tenant's subjects).
 func demoBurst(f *demoFlags) []demoMsg {
 	rnd := rand.New(rand.NewPCG(f.seed, 42))
 	now := time.Now().UTC()
@@ -249,7 +399,7 @@ func demoBurst(f *demoFlags) []demoMsg {
 	for i, x := range invalid {
 		out = append(out, demoMsg{id: fmt.Sprintf("invalid-%d", i), subject: queue.JobSubject(x.channel, false), data: []byte(x.body), channel: x.channel, kind: "invalid"})
 	}
-	n := f.jobs - len(out)
+	n := f.jobs - demoCodeCount(f.jobs) - len(out)
 	for i := 0; i < n; i++ {
 		r := rnd.Float64()
 		u := int(float64(f.users) * math.Pow(r, 1.5)) // skewed: low user numbers are heavy users
@@ -267,6 +417,7 @@ func demoBurst(f *demoFlags) []demoMsg {
 			UserID:    fmt.Sprintf("user-%d", u),
 			Channel:   channel,
 			Body:      fmt.Sprintf("demo message %d", i),
+			Tenant:    demoBlastTenant,
 			CreatedAt: now,
 		}
 		j.To = syntheticRecipient(channel, u)
@@ -287,7 +438,7 @@ func demoBurst(f *demoFlags) []demoMsg {
 			j.ExpiresAt = now.Add(5 * time.Minute)
 		}
 		data, _ := j.Marshal()
-		out = append(out, demoMsg{id: j.ID, subject: queue.JobSubject(channel, high), data: data, channel: channel, kind: kind})
+		out = append(out, demoMsg{id: j.ID, subject: queue.JobSubjectFor(channel, j.Tenant, high), data: data, channel: channel, kind: kind})
 	}
 	rnd.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
 	return out

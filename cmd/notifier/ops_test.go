@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -53,6 +54,83 @@ func TestStatusReadsTheFleet(t *testing.T) {
 	out, _, code := runCLI(t, nil, "", "status", "--config", w.config, "--once")
 	if code != 0 || !strings.Contains(out, "sms-gw") || !strings.Contains(out, "2 live instances") {
 		t.Fatalf("status --once:\n%s", out)
+	}
+}
+
+// TestStatusShowsTenants: `status` shows, under the provider, the tenants
+// with jobs waiting and their shares of its sends, labelled as metrics
+// label them (named in tenants.weights, default, other); a reload that
+// names one more tenant applies without a restart (its own line appears).
+func TestStatusShowsTenants(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, 50, "tenants:\n  weights: {acme: 3}\n")
+	for _, args := range [][]string{{"--tenant", "acme"}, {"--tenant", "Bank.eu"}, nil} {
+		a := append([]string{"publish", "--config", w.config, "--quiet", "--count", "300", "--users", "100", "--channel", "sms"}, args...)
+		if stdout, stderr, code := runCLI(t, nil, "", a...); code != 0 {
+			t.Fatalf("publish %v: exit %d\n%s%s", args, code, stdout, stderr)
+		}
+	}
+	p := w.run()
+	status := func() (fleetStatus, map[string]tenantStatus) {
+		var st fleetStatus
+		out, _, code := runCLI(t, nil, "", "status", "--config", w.config, "--json")
+		if code != 0 || json.Unmarshal([]byte(out), &st) != nil || len(st.Providers) != 1 {
+			return st, nil
+		}
+		m := map[string]tenantStatus{}
+		for _, ts := range st.Providers[0].Tenants {
+			m[ts.Tenant] = ts
+		}
+		return st, m
+	}
+	// acme (named) and Bank.eu (other) waiting and sent together; the
+	// default tenant's jobs queued or sent in the last 10 s.
+	var tenants map[string]tenantStatus
+	testenv.WaitFor(t, 40*time.Second, "acme and other waiting and sent, default seen", func() bool {
+		_, tenants = status()
+		for _, name := range []string{"acme", "other"} {
+			if tenants[name].Queued == 0 || tenants[name].Sent10s == 0 {
+				return false
+			}
+		}
+		_, dflt := tenants["default"]
+		return dflt && len(tenants) == 3
+	})
+	var share float64
+	for _, ts := range tenants {
+		share += ts.Share
+		if ts.Queued > 300 || ts.Share <= 0 || ts.Share >= 1 {
+			t.Errorf("tenant %+v", ts)
+		}
+	}
+	if share < 0.99 || share > 1.01 {
+		t.Errorf("the shares add up to %.3f: %+v", share, tenants)
+	}
+	out, _, code := runCLI(t, nil, "", "status", "--config", w.config, "--once")
+	lines := strings.Split(out, "\n")
+	i := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "sms-gw ") })
+	var under []string
+	for j := i + 1; i >= 0 && j < len(lines) && strings.HasPrefix(lines[j], "  tenant "); j++ {
+		under = append(under, strings.Fields(lines[j])[1])
+	}
+	if code != 0 || len(under) < 2 || under[len(under)-1] != "acme" || !slices.Contains(under, "other") || !strings.Contains(out, "jobs waiting") {
+		t.Fatalf("status --once: a line per tenant under the provider (default, other, then by name):\n%s", out)
+	}
+
+	cfg, err := os.ReadFile(w.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(w.config, bytes.Replace(cfg, []byte("{acme: 3}"), []byte("{acme: 3, Bank.eu: 2}"), 1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 20*time.Second, "the reload", func() bool { return strings.Contains(p.logs(), `"tenant_weights":2`) })
+	testenv.WaitFor(t, 20*time.Second, "Bank.eu under its own name", func() bool {
+		_, tenants = status()
+		return tenants["Bank.eu"].Queued > 0
+	})
+	if strings.Contains(p.logs(), "needs a restart") {
+		t.Errorf("a change of tenants.weights logged as needing a restart:\n%s", p.logs())
 	}
 }
 

@@ -23,6 +23,8 @@ type publishFlags struct {
 	// one job
 	id, channel, user, to, body, title, provider string
 	high                                         bool
+	// every mode: the jobs' tenant ("" the default tenant)
+	tenant string
 	// NDJSON
 	file string
 	// generated load
@@ -44,6 +46,9 @@ JetStream drops a repeated publish (within its 2-minute window).
   NDJSON:          notifier publish --file jobs.ndjson      (or --file - for stdin; one job per line)
   generated load:  notifier publish --count 10000 --users 300 --channel push
 
+--tenant T publishes the jobs as tenant T's, on notify.jobs.<channel>.t.<T>[.high]
+(in every mode; an NDJSON line with its own "tenant" keeps it).
+
 A line of NDJSON that is not a valid job is reported with its line number and
 skipped. At the end it prints how many were published, how many JetStream
 reported as duplicates, and how many failed.`,
@@ -59,6 +64,7 @@ reported as duplicates, and how many failed.`,
 	fl.StringVar(&f.title, "title", "", "push title or email subject")
 	fl.StringVar(&f.provider, "provider", "", "provider name (default: the channel's default)")
 	fl.BoolVar(&f.high, "high", false, "publish on the priority lane (notify.jobs.<channel>.high)")
+	fl.StringVar(&f.tenant, "tenant", "", "the jobs' tenant (default: the default tenant); an NDJSON line's own tenant is kept")
 	fl.StringVar(&f.file, "file", "", "NDJSON file of jobs, one per line; - for stdin")
 	fl.IntVar(&f.count, "count", 0, "generate this many jobs (with --users and --channel)")
 	fl.IntVar(&f.users, "users", 100, "generated load: spread the jobs over this many users")
@@ -86,8 +92,13 @@ const (
 	publishLoad
 )
 
-// mode checks that exactly one way of publishing was asked for.
+// mode checks that exactly one way of publishing was asked for, and the
+// flags all modes share.
 func (f *publishFlags) mode() (publishMode, error) {
+	if f.tenant != "" && !queue.ValidTenant(f.tenant) {
+		return 0, fmt.Errorf("--tenant must be 1 to %d characters of A-Z a-z 0-9 . _ - (leave it out for the default tenant), got %q",
+			queue.MaxTenantLen, f.tenant)
+	}
 	one := f.to != "" || f.body != "" || f.user != ""
 	n := 0
 	for _, b := range []bool{one, f.file != "", f.count > 0} {
@@ -128,7 +139,8 @@ func publish(ctx context.Context, cfg Config, f *publishFlags, mode publishMode,
 	pub := queue.NewPublisher(js)
 
 	if mode == publishOne {
-		j := &queue.Job{ID: f.id, UserID: f.user, Channel: f.channel, To: f.to, Body: f.body, Title: f.title, Provider: f.provider, CreatedAt: time.Now().UTC()}
+		j := &queue.Job{ID: f.id, UserID: f.user, Channel: f.channel, To: f.to, Body: f.body, Title: f.title, Provider: f.provider,
+			Tenant: f.tenant, CreatedAt: time.Now().UTC()}
 		if j.ID == "" {
 			j.ID = nats.NewInbox()[len("_INBOX."):]
 		}
@@ -182,6 +194,7 @@ func publish(ctx context.Context, cfg Config, f *publishFlags, mode publishMode,
 		run := time.Now().UTC().Format("20060102T150405") + "-" + nats.NewInbox()[len(nats.NewInbox())-6:]
 		for i := 0; i < f.count; i++ {
 			j := loadJob(run, i, f.channel, f.users, f.provider)
+			j.Tenant = f.tenant
 			if err := batch.Publish(ctx, j, f.high); err != nil {
 				return err
 			}
@@ -200,7 +213,7 @@ func publish(ctx context.Context, cfg Config, f *publishFlags, mode publishMode,
 				newBar(-1, "publishing")
 			}
 		}
-		s.Skipped, err = publishNDJSON(ctx, in, batch, f.high, e.stderr, add)
+		s.Skipped, err = publishNDJSON(ctx, in, batch, f.high, f.tenant, e.stderr, add)
 		if err != nil {
 			return err
 		}
@@ -245,11 +258,13 @@ func (s publishSummary) print(w io.Writer) error {
 	return err
 }
 
-// publishNDJSON publishes one job per line of in. An invalid line (not
-// JSON, not a valid job, longer than a job may be) is reported on errw with
-// its number and what is wrong with it, and skipped; the lines after it
-// are still published.
-func publishNDJSON(ctx context.Context, in io.Reader, batch *queue.Batch, high bool, errw io.Writer, progress func()) (skipped int, err error) {
+// publishNDJSON publishes one job per line of in, each as it is written, on
+// its tenant's subject: the line's own "tenant", else tenant ("" the
+// default tenant; a line without one takes the subject's when decoded). An
+// invalid line (not JSON, not a valid job, longer than a job may be) is
+// reported on errw with its number and what is wrong with it, and skipped;
+// the lines after it are still published.
+func publishNDJSON(ctx context.Context, in io.Reader, batch *queue.Batch, high bool, tenant string, errw io.Writer, progress func()) (skipped int, err error) {
 	r := bufio.NewReaderSize(in, 64<<10)
 	limit := queue.MaxJobBytes + 1024 // a job, with room for surrounding space
 	for line := 1; ; line++ {
@@ -274,18 +289,27 @@ func publishNDJSON(ctx context.Context, in io.Reader, batch *queue.Batch, high b
 		default:
 			var probe struct {
 				Channel string `json:"channel"`
+				Tenant  any    `json:"tenant"`
 			}
 			_ = json.Unmarshal(raw, &probe)
 			if !queue.IsChannel(probe.Channel) {
 				skip("channel: must be one of sms, push, email")
 				break
 			}
-			j, derr := queue.Decode(queue.JobSubject(probe.Channel, high), raw)
+			// A line's own tenant, when it is one, names the subject; one
+			// that is not (a number, bad characters) is left to Decode to
+			// name, on the subject the line would otherwise take.
+			lineTenant := tenant
+			if t, ok := probe.Tenant.(string); ok && queue.ValidTenant(t) {
+				lineTenant = t
+			}
+			subject := queue.JobSubjectFor(probe.Channel, lineTenant, high)
+			j, derr := queue.Decode(subject, raw)
 			if derr != nil {
 				skip("%v", derr)
 				break
 			}
-			if err := batch.PublishRaw(ctx, queue.JobSubject(j.Channel, high), raw, j.ID); err != nil {
+			if err := batch.PublishRaw(ctx, subject, raw, j.ID); err != nil {
 				return skipped, err
 			}
 			progress()

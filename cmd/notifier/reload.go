@@ -20,9 +20,10 @@ import (
 
 // reloader re-reads the configuration on SIGHUP and when its file changes,
 // and hands the parts that can change without a restart to the dispatcher:
-// provider contracts and endpoints, per-user caps and the fleet bucket. A
-// configuration with problems is refused, each problem logged, and the one
-// in force is kept. Changes to keys that need a restart are logged.
+// provider contracts and endpoints, per-user caps, the fleet bucket and
+// the tenants' weights. A configuration with problems is refused, each
+// problem logged, and the one in force is kept. Changes to keys that need
+// a restart are logged.
 type reloader struct {
 	path   string
 	popts  providers.Options
@@ -136,7 +137,7 @@ func (r *reloader) reload(d *dispatch.Dispatcher, why string, grace time.Duratio
 		r.log.Error("configuration reload refused; keeping the one in force", "trigger", why, "err", err)
 		return
 	}
-	if err := d.Reload(dispatch.Reload{UserLimits: cfg.UserLimits, Providers: reg, Global: cfg.Global}); err != nil {
+	if err := d.Reload(reloadOf(cfg, reg)); err != nil {
 		_ = reg.Close()
 		r.log.Error("configuration reload refused; keeping the one in force", "trigger", why, "err", err)
 		return
@@ -151,7 +152,14 @@ func (r *reloader) reload(d *dispatch.Dispatcher, why string, grace time.Duratio
 	for _, k := range restartKeys(prev, cfg) {
 		r.log.Warn("configuration key changed but needs a restart to apply", "key", k)
 	}
-	r.log.Info("configuration reloaded", "trigger", why, "providers", len(cfg.Providers), "user_limits", len(cfg.UserLimits), "global", cfg.Global != nil)
+	r.log.Info("configuration reloaded", "trigger", why, "providers", len(cfg.Providers), "user_limits", len(cfg.UserLimits), "global", cfg.Global != nil,
+		"tenant_weights", len(cfg.Tenants.Weights))
+}
+
+// reloadOf is the part of cfg a reload hands to the dispatcher, with reg
+// the providers built from it.
+func reloadOf(cfg Config, reg *providers.Registry) dispatch.Reload {
+	return dispatch.Reload{UserLimits: cfg.UserLimits, Providers: reg, Global: cfg.Global, TenantWeights: cfg.Tenants.Weights}
 }
 
 // restartKeys lists the sections that changed and only apply at start.

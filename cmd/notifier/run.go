@@ -112,20 +112,22 @@ func runDispatcher(ctx context.Context, path string, cfg Config, log *slog.Logge
 		}
 	}
 	d, err = dispatch.New(dispatch.Options{
-		Workers:     cfg.Workers,
-		AckWait:     cfg.NATS.AckWait,
-		Retry:       cfg.Retry,
-		UserLimits:  cfg.UserLimits,
-		StopTimeout: stopTimeout(cfg),
-		Instance:    instance,
-		Source:      cons,
-		DeadLetters: queue.NewPublisher(js),
-		Providers:   reg,
-		Limits:      limits,
-		Fallback:    fallback,
-		Metrics:     metrics,
-		Denials:     dispatch.NewDenials(rdb, cfg.Redis.KeyPrefix),
-		Logger:      log,
+		Workers:       cfg.Workers,
+		AckWait:       cfg.NATS.AckWait,
+		Retry:         cfg.Retry,
+		UserLimits:    cfg.UserLimits,
+		StopTimeout:   stopTimeout(cfg),
+		Instance:      instance,
+		TenantWeights: cfg.Tenants.Weights,
+		Peers:         fleet.Live,
+		Source:        cons,
+		DeadLetters:   queue.NewPublisher(js),
+		Providers:     reg,
+		Limits:        limits,
+		Fallback:      fallback,
+		Metrics:       metrics,
+		Denials:       dispatch.NewDenials(rdb, cfg.Redis.KeyPrefix),
+		Logger:        log,
 	})
 	if err != nil {
 		return err

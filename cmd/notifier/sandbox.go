@@ -33,6 +33,7 @@ type sandboxLane struct {
 	requests  int
 	accepted  []time.Time // arrival times of accepted requests, in order
 	seen      map[string]bool
+	firstAt   map[string]time.Time // when each Idempotency-Key was first accepted
 	dups      int
 	n429      int
 	n503      int
@@ -62,7 +63,7 @@ func newSandbox() (*sandbox, error) {
 func (s *sandbox) lane(path string, contract, failEvery int) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.lanes[path] = &sandboxLane{contract: contract, failEvery: failEvery, seen: map[string]bool{}}
+	s.lanes[path] = &sandboxLane{contract: contract, failEvery: failEvery, seen: map[string]bool{}, firstAt: map[string]time.Time{}}
 	return "http://" + s.ln.Addr().String() + path
 }
 
@@ -98,6 +99,7 @@ func (s *sandbox) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		l.accepted = append(l.accepted, now)
 		if key != "" {
 			l.seen[key] = true
+			l.firstAt[key] = now
 		}
 	}
 	s.mu.Unlock()
@@ -112,6 +114,17 @@ func (l *sandboxLane) inLastSecond(now time.Time) int {
 	from := now.Add(-time.Second)
 	i := sort.Search(len(l.accepted), func(i int) bool { return l.accepted[i].After(from) })
 	return len(l.accepted) - i
+}
+
+// acceptedAt is when the lane at path first accepted the message with
+// Idempotency-Key key (the job's id); ok is false if it never did.
+func (s *sandbox) acceptedAt(path, key string) (at time.Time, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l := s.lanes[path]; l != nil {
+		at, ok = l.firstAt[key]
+	}
+	return at, ok
 }
 
 // rate is the accepted rate over the last window.

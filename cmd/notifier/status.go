@@ -26,6 +26,8 @@ every second:
 
   per provider  the contract, the rate the fleet sent over the last 10 s, the leaky queue's
                 depth and delay, a 429 pause in force and until when, the circuit breakers;
+                under it, a line per tenant with jobs in the stream for its channel or sent
+                in the last 10 s: the jobs waiting and its share of the provider's sends;
   per channel   sent, suppressed and dead over the last minute;
   instances     every live notifier run (from its heartbeat), its version and jobs in flight.
 
@@ -94,6 +96,25 @@ type providerStatus struct {
 	PausedFor   float64  `json:"paused_for_seconds"` // 0: no pause
 	PausedUntil string   `json:"paused_until,omitempty"`
 	Breakers    []string `json:"breakers"` // each live instance's breaker state
+	// Tenants are the tenants with jobs in the stream for the provider's
+	// channel or sends at it in the last 10 s: "default", "other" (those
+	// not named in tenants.weights) first, then by name.
+	Tenants []tenantStatus `json:"tenants,omitempty"`
+}
+
+// tenantStatus is one tenant (as metrics label it: a tenant named in
+// tenants.weights, "default" or "other") at one provider.
+type tenantStatus struct {
+	Tenant string `json:"tenant"`
+	// Queued is the tenant's jobs in the job stream for the provider's
+	// channel (waiting, under way or retrying; the channel's, shared by
+	// its providers), as the instances last looked (the largest of their
+	// counts: they read the same stream).
+	Queued uint64 `json:"queued"`
+	// Sent10s is the tenant's jobs the fleet sent at the provider in the
+	// last 10 s, and Share their part of all its sends then (0 to 1).
+	Sent10s int64   `json:"sent_10s"`
+	Share   float64 `json:"share"`
 }
 
 type channelStatus struct {
@@ -138,13 +159,31 @@ func readStatus(ctx context.Context, rdb redis.UniversalClient, cfg Config) (fle
 			ps.PausedUntil = st.At.Add(paused).Format(time.RFC3339)
 		}
 		var sent int64
+		tenants := map[string]*tenantStatus{}
+		tenant := func(name string) *tenantStatus {
+			t := tenants[name]
+			if t == nil {
+				t = &tenantStatus{Tenant: name}
+				tenants[name] = t
+			}
+			return t
+		}
 		for _, in := range insts {
 			if a, ok := in.Info.Providers[p.Name]; ok {
 				sent += a.Sent10s
 				ps.Breakers = append(ps.Breakers, a.Breaker)
+				for name, n := range a.Tenants {
+					tenant(name).Sent10s += n
+				}
+			}
+			for name, n := range in.Info.Channels[p.Channel].Queued {
+				if t := tenant(name); n > t.Queued {
+					t.Queued = n
+				}
 			}
 		}
 		ps.SentPerSec = float64(sent) / 10
+		ps.Tenants = tenantRows(tenants)
 		st.Providers = append(st.Providers, ps)
 	}
 	for _, ch := range queue.Channels {
@@ -167,6 +206,54 @@ func readStatus(ctx context.Context, rdb redis.UniversalClient, cfg Config) (fle
 	return st, nil
 }
 
+// tenantRows orders the tenants and works out their shares of the sends;
+// a tenant with nothing queued and nothing sent is left out.
+func tenantRows(m map[string]*tenantStatus) []tenantStatus {
+	var total int64
+	for _, t := range m {
+		total += t.Sent10s
+	}
+	var out []tenantStatus
+	for _, t := range m {
+		if t.Queued == 0 && t.Sent10s == 0 {
+			continue
+		}
+		if total > 0 {
+			t.Share = float64(t.Sent10s) / float64(total)
+		}
+		out = append(out, *t)
+	}
+	rank := func(name string) int {
+		switch name {
+		case "default":
+			return 0
+		case "other":
+			return 1
+		}
+		return 2
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i].Tenant, out[j].Tenant
+		if ra, rb := rank(a), rank(b); ra != rb {
+			return ra < rb
+		}
+		return a < b
+	})
+	return out
+}
+
+// tenantCells are a tenant's numbers as status shows them: jobs waiting,
+// its share of the provider's sends over the last 10 s, and their rate.
+func tenantCells(t tenantStatus) (waiting, share, sent string) {
+	return fmt.Sprintf("%d", t.Queued), fmt.Sprintf("%.0f%%", 100*t.Share), fmt.Sprintf("%.1f/s", float64(t.Sent10s)/10)
+}
+
+// tenantLine is how status prints one tenant under its provider.
+func tenantLine(t tenantStatus) string {
+	waiting, share, sent := tenantCells(t)
+	return fmt.Sprintf("tenant %-20s %7s jobs waiting, %4s of sends (%s)", t.Tenant, waiting, share, sent)
+}
+
 func (st fleetStatus) print(w io.Writer, live bool) {
 	head := "notifier status — " + st.At.Format("2006-01-02 15:04:05 UTC")
 	if live {
@@ -181,6 +268,9 @@ func (st fleetStatus) print(w io.Writer, live bool) {
 		}
 		fmt.Fprintf(w, "%-18s %9g/s %10.1f/s %9.0f %7.2fs  %-22s %s\n",
 			p.Name, p.Contract, p.SentPerSec, p.QueueDepth, p.QueueDelay, pause, breakerSummary(p.Breakers))
+		for _, t := range p.Tenants {
+			fmt.Fprintf(w, "  %s\n", tenantLine(t))
+		}
 	}
 	fmt.Fprintf(w, "\n%-18s %8s %11s %6s\n", "last minute", "sent", "suppressed", "dead")
 	for _, c := range st.Channels {

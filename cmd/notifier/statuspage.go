@@ -185,6 +185,15 @@ type statusTable struct {
 	Providers []providerRow `json:"providers"`
 	Channels  []channelRow  `json:"channels"`
 	Instances []instanceRow `json:"instances"`
+	Tenants   []tenantRow   `json:"tenants"` // each provider's, in the providers' order
+}
+
+type tenantRow struct {
+	Provider string `json:"provider"`
+	Tenant   string `json:"tenant"`
+	Waiting  string `json:"waiting"` // jobs in the stream for the provider's channel
+	Share    string `json:"share"`   // of the provider's sends over the last 10 s
+	Sent     string `json:"sent"`    // the tenant's sends there over the last 10 s, per second
 }
 
 type providerRow struct {
@@ -284,7 +293,7 @@ func (p *statusPage) snapshot(now time.Time) statusJSON {
 	if len(ss) > 0 {
 		out.Table = newStatusTable(p.latest)
 	} else {
-		out.Table = statusTable{Providers: []providerRow{}, Channels: []channelRow{}, Instances: []instanceRow{}}
+		out.Table = statusTable{Providers: []providerRow{}, Channels: []channelRow{}, Instances: []instanceRow{}, Tenants: []tenantRow{}}
 	}
 	return out
 }
@@ -305,6 +314,7 @@ func newStatusTable(st fleetStatus) statusTable {
 		Providers: make([]providerRow, 0, len(st.Providers)),
 		Channels:  make([]channelRow, 0, len(st.Channels)),
 		Instances: make([]instanceRow, 0, len(st.Instances)),
+		Tenants:   []tenantRow{},
 	}
 	for _, p := range st.Providers {
 		pause := "-"
@@ -320,6 +330,10 @@ func newStatusTable(st fleetStatus) statusTable {
 			Queued: fmt.Sprintf("%.0f", p.QueueDepth), Delay: fmt.Sprintf("%.2fs", p.QueueDelay),
 			MaxDelay: fmt.Sprintf("%gs", p.MaxDelay), Pause: pause, Breakers: breakerSummary(p.Breakers),
 		})
+		for _, ts := range p.Tenants {
+			waiting, share, sent := tenantCells(ts)
+			t.Tenants = append(t.Tenants, tenantRow{Provider: p.Name, Tenant: ts.Tenant, Waiting: waiting, Share: share, Sent: sent})
+		}
 	}
 	for _, c := range st.Channels {
 		t.Channels = append(t.Channels, channelRow(c))

@@ -218,7 +218,8 @@ func TestStatusTableMatchesPrint(t *testing.T) {
 	st := fleetStatus{
 		At: at,
 		Providers: []providerStatus{
-			{Name: "sms-gw", Channel: "sms", Contract: 100, SentPerSec: 98.7, QueueDepth: 12.4, QueueDelay: 0.124, MaxDelay: 1, Breakers: []string{"closed", "closed"}},
+			{Name: "sms-gw", Channel: "sms", Contract: 100, SentPerSec: 98.7, QueueDepth: 12.4, QueueDelay: 0.124, MaxDelay: 1, Breakers: []string{"closed", "closed"},
+				Tenants: []tenantStatus{{Tenant: "default", Queued: 0, Sent10s: 247, Share: 0.25}, {Tenant: "acme", Queued: 4210, Sent10s: 740, Share: 0.75}}},
 			{Name: "push-fcm", Channel: "push", Contract: 2.5, SentPerSec: 0, QueueDepth: 0, QueueDelay: 0, MaxDelay: 0.5, PausedFor: 2.25,
 				PausedUntil: at.Add(2250 * time.Millisecond).Format(time.RFC3339), Breakers: []string{"open", "closed"}},
 		},
@@ -255,6 +256,23 @@ func TestStatusTableMatchesPrint(t *testing.T) {
 	}
 	if !slices.Equal(tab.Providers, want) {
 		t.Fatalf("providers:\n got %+v\nwant %+v", tab.Providers, want)
+	}
+	wantTenants := []tenantRow{
+		{Provider: "sms-gw", Tenant: "default", Waiting: "0", Share: "25%", Sent: "24.7/s"},
+		{Provider: "sms-gw", Tenant: "acme", Waiting: "4210", Share: "75%", Sent: "74.0/s"},
+	}
+	if !slices.Equal(tab.Tenants, wantTenants) {
+		t.Fatalf("tenants:\n got %+v\nwant %+v", tab.Tenants, wantTenants)
+	}
+	for i, r := range tab.Tenants {
+		// Under their provider's line, in order.
+		l := lines[slices.Index(lines, lineOf(r.Provider))+1+i]
+		if !strings.HasPrefix(l, "  tenant "+r.Tenant+" ") || !strings.Contains(l, " "+r.Waiting+" jobs waiting, ") || !strings.HasSuffix(l, " "+r.Share+" of sends ("+r.Sent+")") {
+			t.Fatalf("tenant %+v: status prints %q", r, l)
+		}
+	}
+	if l := lineOf("push-fcm"); lines[slices.Index(lines, l)+1] != "" {
+		t.Fatalf("push-fcm has no tenants, yet status prints %q under it", lines[slices.Index(lines, l)+1])
 	}
 	for _, c := range tab.Channels {
 		l := lineOf(c.Channel)
@@ -518,8 +536,9 @@ func Example_statusPage() {
 	p := newStatusPage(func(context.Context) (fleetStatus, error) {
 		sent += 49.7
 		return fleetStatus{
-			At:        at,
-			Providers: []providerStatus{{Name: "sms-gw", Channel: "sms", Contract: 100, Unit: "messages", SentPerSec: sent, QueueDepth: 12, QueueDelay: 0.12, MaxDelay: 1, Breakers: []string{"closed"}}},
+			At: at,
+			Providers: []providerStatus{{Name: "sms-gw", Channel: "sms", Contract: 100, Unit: "messages", SentPerSec: sent, QueueDepth: 12, QueueDelay: 0.12, MaxDelay: 1, Breakers: []string{"closed"},
+				Tenants: []tenantStatus{{Tenant: "acme", Queued: 310, Sent10s: 1484, Share: 1}}}},
 			Channels:  []channelStatus{{Channel: "sms", Sent: 5922}},
 			Instances: []instanceStatus{{ID: "worker-1-7f3a", Host: "worker-1", Version: "v1.2.0", InFlight: 14, Workers: 16, Limits: "redis", Seen: 0.4, Up: "3m20s"}},
 		}, nil
@@ -543,7 +562,7 @@ func Example_statusPage() {
 	// t: [1767355200000,1767355201000]
 	// providers: [{"name":"sms-gw","channel":"sms","unit":"messages","sent":[98.7,148.4],"contract":[100,100],"delay":[0.12,0.12],"max_delay":[1,1],"depth":[12,12],"paused":[0,0]}]
 	// channels: [{"channel":"sms","sent":[5922,5922],"suppressed":[0,0],"dead":[0,0]}]
-	// table: {"at":"2026-01-02 12:00:01 UTC","providers":[{"name":"sms-gw","channel":"sms","contract":"100/s","sent":"148.4/s","queued":"12","delay":"0.12s","max_delay":"1s","pause":"-","breakers":"closed"}],"channels":[{"channel":"sms","sent":5922,"suppressed":0,"dead":0}],"instances":[{"id":"worker-1-7f3a","host":"worker-1","version":"v1.2.0","in_flight":"14/16","limits":"redis","up":"3m20s","seen":"0.4s ago"}]}
+	// table: {"at":"2026-01-02 12:00:01 UTC","providers":[{"name":"sms-gw","channel":"sms","contract":"100/s","sent":"148.4/s","queued":"12","delay":"0.12s","max_delay":"1s","pause":"-","breakers":"closed"}],"channels":[{"channel":"sms","sent":5922,"suppressed":0,"dead":0}],"instances":[{"id":"worker-1-7f3a","host":"worker-1","version":"v1.2.0","in_flight":"14/16","limits":"redis","up":"3m20s","seen":"0.4s ago"}],"tenants":[{"provider":"sms-gw","tenant":"acme","waiting":"310","share":"100%","sent":"148.4/s"}]}
 }
 
 // ---- in headless Chromium ----
@@ -753,7 +772,8 @@ func TestStatusPageInChromium(t *testing.T) {
 			st := fleetStatus{
 				At: at,
 				Providers: []providerStatus{
-					{Name: "sms-gw", Channel: "sms", Contract: 100, Unit: "messages", SentPerSec: smsSent, QueueDepth: 25, QueueDelay: 0.25, MaxDelay: 1, Breakers: []string{"closed", "closed"}},
+					{Name: "sms-gw", Channel: "sms", Contract: 100, Unit: "messages", SentPerSec: smsSent, QueueDepth: 25, QueueDelay: 0.25, MaxDelay: 1, Breakers: []string{"closed", "closed"},
+						Tenants: []tenantStatus{{Tenant: "other", Queued: 3, Sent10s: 240, Share: 0.25}, {Tenant: "acme", Queued: 4210, Sent10s: 720, Share: 0.75}}},
 					{Name: "push-fcm", Channel: "push", Contract: 500, Unit: "messages", SentPerSec: 250, QueueDepth: 600, QueueDelay: 1.2, MaxDelay: 2, Breakers: []string{"closed", "open"}},
 				},
 				Channels: []channelStatus{{Channel: "sms", Sent: 5922, Suppressed: 3, Dead: 1}, {Channel: "push", Sent: 15000}, {Channel: "email"}},
@@ -794,6 +814,13 @@ func TestStatusPageInChromium(t *testing.T) {
 		if !strings.Contains(providers, want) {
 			t.Fatalf("the providers table lacks %q:\n%s", want, providers)
 		}
+	}
+	tenants := browse(t, ctx, "tenants table", chromedp.Text(chromedp.CSS("#tenants tbody")))
+	if want := "sms-gw\tother\t3\t25%\t24.0/s\nsms-gw\tacme\t4210\t75%\t72.0/s"; strings.TrimSpace(tenants) != want {
+		t.Fatalf("tenants table:\n%q\nwant\n%q", tenants, want)
+	}
+	if hidden := browse(t, ctx, "tenants section", chromedp.Evaluate[bool](`document.getElementById('tenants-section').hidden`)); hidden {
+		t.Fatalf("the tenants section is hidden with two tenants to show")
 	}
 	channels := browse(t, ctx, "channels table", chromedp.Text(chromedp.CSS("#channels tbody")))
 	if !regexp.MustCompile(`sms\s+5922\s+3\s+1\s+push\s+15000\s+0\s+0\s+email\s+0\s+0\s+0`).MatchString(channels) {

@@ -1,6 +1,7 @@
 // notifier /status: fetches status.json every second and draws, for each
 // provider, the sent rate against its contract and the queue delay against
-// max_queue_delay on <canvas>, then fills the tables. Hand-written, no
+// max_queue_delay on <canvas>, then fills the tables (a provider's tenants
+// in their own, shown when any has jobs waiting or sent). Hand-written, no
 // library; every value from the server goes into the page as text.
 'use strict';
 
@@ -224,6 +225,9 @@
     }
 
     fillTable('providers', s.table.providers, [['name'], ['channel'], ['contract', 'num'], ['sent', 'num'], ['queued', 'num'], ['delay', 'num'], ['max_delay', 'num'], ['pause'], ['breakers']]);
+    const tenants = s.table.tenants || [];
+    fillTable('tenants', tenants, [['provider'], ['tenant'], ['waiting', 'num'], ['share', 'num'], ['sent', 'num']]);
+    $('tenants-section').hidden = tenants.length === 0;
     fillTable('channels', s.table.channels, [['channel'], ['sent', 'num'], ['suppressed', 'num'], ['dead', 'num']]);
     fillTable('instances', s.table.instances, [['id'], ['host'], ['version'], ['in_flight', 'num'], ['limits'], ['up', 'num'], ['seen', 'num']]);
     const k = s.table.instances.length;
