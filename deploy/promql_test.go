@@ -64,6 +64,7 @@ func exportedMetrics(t *testing.T) map[string]exportedSeries {
 	m.Replays.WithLabelValues("sms").Inc()
 	m.TenantSent.WithLabelValues("twilio", "default").Inc()
 	m.TenantQueued.WithLabelValues("sms", "default").Set(1)
+	m.CreatedAtIgnored.WithLabelValues("sms").Inc()
 
 	families, err := reg.Gather()
 	if err != nil {

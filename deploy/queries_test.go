@@ -125,6 +125,8 @@ var queryCases = []queryCase{
 			`notifier_job_latency_seconds_bucket{instance="a",channel="sms",provider="twilio",le="2"}`:    `0+60x20`,
 			`notifier_job_latency_seconds_bucket{instance="a",channel="sms",provider="twilio",le="+Inf"}`: `0+60x20`,
 			`notifier_replays_total{instance="a",channel="sms"}`:                                          `0+30x20`,
+			`notifier_job_created_at_ignored_total{instance="a",channel="sms"}`:                           `0+6x20`,
+			`notifier_job_created_at_ignored_total{instance="b",channel="sms"}`:                           `0+6x20`,
 		},
 		at: "10m",
 		checks: []queryCheck{
@@ -133,6 +135,7 @@ var queryCases = []queryCase{
 			{"429 pauses", "A", map[string]float64{`{provider="twilio"}`: 1, `{provider="fcm"}`: 0}},
 			{"Job latency p99, publish to provider acceptance", "A", map[string]float64{`{channel="sms",provider="twilio"}`: 1.99}},
 			{"Dead letters replayed", "A", map[string]float64{`{channel="sms"}`: 0.5}},
+			{"Jobs with a created_at after their send", "A", map[string]float64{`{channel="sms"}`: 0.2}},
 		},
 	},
 	{

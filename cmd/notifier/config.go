@@ -517,6 +517,7 @@ var zeroRefused = map[string]string{
 var zeroRefusedProvider = map[string]string{
 	"max_queue_delay": "must be greater than 0 (leave the key out for the default, 5s)",
 	"timeout":         "must be greater than 0 (leave the key out for the default, 5s)",
+	"max_pause":       "must be greater than 0 (leave the key out for the default, 5m)",
 }
 
 // explicitZeros reports the keys of zeroRefused given as zero in settings

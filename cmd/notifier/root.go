@@ -40,6 +40,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		versionCmd(e),
 		benchCmd(e),
 		deadCmd(e),
+		resumeCmd(e),
 	)
 	_, err := root.ExecuteContextC(ctx)
 	if err != nil && isCobraUsageError(err) {
