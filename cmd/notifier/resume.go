@@ -82,4 +82,3 @@ func operator() string {
 	}
 	return who
 }
-
