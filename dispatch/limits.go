@@ -114,7 +114,12 @@ func (r *redisSet) sent(ctx context.Context, jobs []*job) error {
 	cmds := make([]*SentCmd, len(jobs))
 	r.batch.do(ctx, func(bt *pipeBatch) {
 		for i, jb := range jobs {
-			cmds[i] = r.ledger.SentFromCmd(ctx, bt.pipe, jb.j.ID, jb.dl.StreamSeq, digest(jb.dl.Data))
+			var seq uint64
+			var sum string
+			if jb.dl != nil {
+				seq, sum = jb.dl.StreamSeq, digest(jb.dl.Data)
+			}
+			cmds[i] = r.ledger.SentFromCmd(ctx, bt.pipe, jb.j.ID, seq, sum)
 		}
 	})
 	var errs []error

@@ -98,7 +98,11 @@ func (w *world) streamJobs() []streamJob {
 		if err != nil {
 			w.t.Fatalf("the job on %s does not decode: %v", m.Subject, err)
 		}
-		out = append(out, streamJob{subject: m.Subject, id: j.ID, tenant: j.Tenant})
+		tenant := j.Tenant // what the job says, else its subject's (as the dispatcher reads it)
+		if tenant == "" {
+			tenant = queue.TenantOf(m.Subject)
+		}
+		out = append(out, streamJob{subject: m.Subject, id: j.ID, tenant: tenant})
 	}
 	return out
 }
