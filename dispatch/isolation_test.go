@@ -111,10 +111,14 @@ func TestIsolationPushNotBehindSMSBacklog(t *testing.T) {
 	pushIDs := w.publishN("push", "push", 1500, 1500)
 	testenv.WaitFor(t, 60*time.Second, "every push job sent", func() bool { return len(w.push.Accepted()) >= len(pushIDs)+1 })
 	first, last := span(w.push, since)
-	push, _ := rateOf(w.push, first, last)
-	sms, n := rateOf(w.fake, first, last)
-	t.Logf("push %.1f/s of 250 (%d jobs in %s); sms meanwhile %.1f/s of 100 (%d jobs)",
-		push, len(pushIDs), last.Sub(first).Round(time.Millisecond), sms, n)
+	overall, _ := rateOf(w.push, first, last)
+	// Sustained: after the first second, in which push takes its share of
+	// the workers from the SMS jobs they held (each freed worker goes to
+	// the channel furthest below its budget).
+	push, _ := rateOf(w.push, first.Add(time.Second), last)
+	sms, n := rateOf(w.fake, first.Add(time.Second), last)
+	t.Logf("push sustained %.1f/s of 250 (%.1f/s over all its %d jobs in %s); sms meanwhile %.1f/s of 100 (%d jobs); 429s: push %d, sms %d",
+		push, overall, len(pushIDs), last.Sub(first).Round(time.Millisecond), sms, n, w.push.Count(429), w.fake.Count(429))
 	if push < rateFloor()*250 {
 		t.Errorf("push reached %.1f/s behind the SMS backlog, want at least %.0f %% of 250/s", push, 100*rateFloor())
 	}

@@ -113,21 +113,42 @@ func (d *Dispatcher) budget(ch string, live *liveConfig, l *Limits, peers int) i
 	if rate == 0 {
 		return 0
 	}
+	// Not capped at the workers: when they are too few for the budgets,
+	// each channel gets about the same share of its own budget, so the
+	// budgets' ratio (the rates') is how the workers are shared, and every
+	// channel's queue is about equally deep in time.
 	n := rate * (holdHorizon + lat).Seconds() / float64(max(peers, 1))
-	return int(math.Min(math.Ceil(n), float64(d.o.Workers))) + 1
+	return int(math.Min(math.Ceil(n), 1e9)) + 1
 }
 
-// scheduler is the fetch loop's state.
+// scheduler is the fetch loop's state. Its maps are kept from one plan to
+// the next (cleared, not made again): a plan runs for every few jobs.
 type scheduler struct {
 	queues  []queue.Queue
 	readAt  time.Time
 	short   map[string]bool          // subjects that delivered less than asked since the last read
-	fair    map[string]*fairQueue    // per channel and lane
+	fair    map[laneID]*fairQueue    // per channel and lane
 	weights func(string) float64     // a tenant's weight
 	budgets map[string]int           // per channel, for this plan
 	free    map[string]int           // per channel: budget left
 	order   []string                 // channels in the order seen
-	byKey   map[string][]queue.Queue // channel/lane → its tenants' queues
+	byKey   map[laneID][]queue.Queue // channel and lane → its tenants' queues
+	want    map[string]int           // this plan's jobs per subject
+	wants   []queue.Want             // this plan
+	done    map[string]bool          // channels with nothing more to take in this plan
+	got     map[string]int           // deliveries per subject of the last pull
+}
+
+// laneID is one lane of one channel.
+type laneID struct {
+	ch   string
+	high bool
+}
+
+func newScheduler(weights func(string) float64) *scheduler {
+	return &scheduler{short: map[string]bool{}, fair: map[laneID]*fairQueue{}, weights: weights,
+		budgets: map[string]int{}, free: map[string]int{}, byKey: map[laneID][]queue.Queue{},
+		want: map[string]int{}, done: map[string]bool{}, got: map[string]int{}}
 }
 
 // plan chooses up to free jobs to pull: per channel up to what its budget
@@ -140,8 +161,14 @@ func (d *Dispatcher) plan(s *scheduler, free int) []queue.Want {
 	if d.o.Peers != nil {
 		peers = d.o.Peers()
 	}
-	s.budgets, s.free, s.order = map[string]int{}, map[string]int{}, s.order[:0]
-	s.byKey = map[string][]queue.Queue{}
+	clear(s.budgets)
+	clear(s.free)
+	clear(s.want)
+	clear(s.done)
+	s.order, s.wants = s.order[:0], s.wants[:0]
+	for k, qs := range s.byKey {
+		s.byKey[k] = qs[:0]
+	}
 	for _, q := range s.queues {
 		ch := q.Key.Channel
 		if _, ok := s.budgets[ch]; !ok {
@@ -152,14 +179,13 @@ func (d *Dispatcher) plan(s *scheduler, free int) []queue.Want {
 		if s.short[q.Subject] {
 			continue
 		}
-		k := laneKey(ch, q.Key.High)
+		k := laneID{ch, q.Key.High}
 		s.byKey[k] = append(s.byKey[k], q)
 	}
-	want := map[string]int{}
-	var wants []queue.Want
+	want := s.want
 	add := func(subject string) {
 		if want[subject] == 0 {
-			wants = append(wants, queue.Want{Subject: subject})
+			s.wants = append(s.wants, queue.Want{Subject: subject})
 		}
 		want[subject]++
 	}
@@ -168,7 +194,7 @@ func (d *Dispatcher) plan(s *scheduler, free int) []queue.Want {
 	// largest share of its budget left): with too few workers for every
 	// budget, each channel holds about the same fraction of its own. A
 	// channel whose queues hold no more is skipped.
-	done := map[string]bool{}
+	done := s.done
 	for free > 0 {
 		best, bestLeft := "", -1.0
 		for _, ch := range s.order {
@@ -191,10 +217,10 @@ func (d *Dispatcher) plan(s *scheduler, free int) []queue.Want {
 		s.free[best]--
 		free--
 	}
-	for i := range wants {
-		wants[i].N = want[wants[i].Subject]
+	for i := range s.wants {
+		s.wants[i].N = want[s.wants[i].Subject]
 	}
-	return wants
+	return s.wants
 }
 
 // next picks the queue of channel ch to take one more job from: a tenant's
@@ -202,7 +228,7 @@ func (d *Dispatcher) plan(s *scheduler, free int) []queue.Want {
 // not asked for more than it holds.
 func (s *scheduler) next(ch string, want map[string]int) (string, bool) {
 	for _, high := range []bool{true, false} {
-		k := laneKey(ch, high)
+		k := laneID{ch, high}
 		qs := s.byKey[k]
 		switch {
 		case len(qs) == 0:
@@ -233,13 +259,6 @@ func (s *scheduler) next(ch string, want map[string]int) (string, bool) {
 		return subj[fq.pick(waiting, s.weights)], true
 	}
 	return "", false
-}
-
-func laneKey(ch string, high bool) string {
-	if high {
-		return ch + "/high"
-	}
-	return ch
 }
 
 // tenantLabel is how tenant shows in metrics and status: its name when
@@ -338,7 +357,7 @@ func (d *Dispatcher) pollable(s *scheduler) []string {
 // channels' budgets, pulls it in one round trip, and long-polls when the
 // plan is empty.
 func (d *Dispatcher) fetchLoop(ctx context.Context, jobs chan<- *queue.Delivery, slots chan struct{}) error {
-	s := &scheduler{short: map[string]bool{}, fair: map[string]*fairQueue{}, weights: d.weight}
+	s := newScheduler(d.weight)
 	backoff := 100 * time.Millisecond
 	free := 0
 	failed := func(err error) bool {
@@ -400,7 +419,8 @@ func (d *Dispatcher) fetchLoop(ctx context.Context, jobs chan<- *queue.Delivery,
 		}
 		if wants := d.plan(s, free); len(wants) > 0 {
 			dls, err := d.o.Source.FetchFrom(ctx, wants)
-			got := map[string]int{}
+			got := s.got
+			clear(got)
 			for _, dl := range dls {
 				got[dl.Subject]++
 			}
