@@ -14,13 +14,24 @@ import (
 // maxReason is the most runes of a provider's own reason kept in a detail.
 const maxReason = 160
 
-// digitRun finds runs of 7 or more digits: phone numbers and other
-// identifiers a provider may echo in its error text.
-var digitRun = regexp.MustCompile(`[0-9]{7,}`)
+// Patterns of what a provider's error text may quote of a recipient, in
+// whatever form: any e-mail address (any case), and any phone-like run — a
+// run of digits with the spaces, dots, dashes and parentheses people write
+// numbers with, 7 or more digits in all (which catches other long numbers
+// too, a date among them: harmless).
+var (
+	emailLike = regexp.MustCompile(`[A-Za-z0-9._%+'-]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}`)
+	phoneLike = regexp.MustCompile(`\+?[0-9][0-9 ().-]*[0-9]`)
+)
+
+// quoteMin is the shortest stretch of a message's body or title that is
+// scrubbed when a provider quotes it: long enough that a provider's own
+// words ("Invalid parameter") do not match by chance.
+const quoteMin = 12
 
 // reasonFields are the JSON fields that commonly carry an API error's reason,
 // in the order they are preferred.
-var reasonFields = []string{"reason", "error_description", "message", "error", "detail", "title", "code", "status"}
+var reasonFields = []string{"reason", "error_description", "message", "error", "errors", "detail", "title", "code", "status"}
 
 // responseReason extracts the provider's own reason from the start of an
 // error response body: a reason field of a JSON object, or else the first
@@ -72,9 +83,24 @@ func jsonReason(obj map[string]any, depth int) string {
 					return r
 				}
 			}
+		case []any: // {"errors": [{"message": …}]} (SendGrid and others): the first
+			if first, ok := firstObject(v); ok && depth < 2 {
+				if r := jsonReason(first, depth+1); r != "" {
+					return r
+				}
+			}
 		}
 	}
 	return ""
+}
+
+// firstObject is the first element of a JSON array, when it is an object.
+func firstObject(v []any) (map[string]any, bool) {
+	if len(v) == 0 {
+		return nil, false
+	}
+	m, ok := v[0].(map[string]any)
+	return m, ok
 }
 
 // scrubber removes what must never reach a log line or an error detail from
@@ -96,6 +122,15 @@ func newScrubber(m *Message, secrets ...string) scrubber {
 	return s
 }
 
+// scrub removes, structurally rather than by exact match:
+//   - the secrets;
+//   - the body and the title, and any stretch of either of quoteMin
+//     characters or more that the text quotes ("[text]");
+//   - the recipient: a device token where it appears, replaced by its
+//     mask; any e-mail address at all, in any case ("[address]"); any
+//     phone-like run of 7 or more digits in any formatting ("•••").
+//
+// What the provider says of its own (an error code, a reason) is kept.
 func (s scrubber) scrub(text string) string {
 	for _, secret := range s.secrets {
 		if len(secret) >= 4 {
@@ -107,6 +142,9 @@ func (s scrubber) scrub(text string) string {
 			text = strings.ReplaceAll(text, h, "[text]")
 		}
 	}
+	for _, h := range s.hide {
+		text = scrubQuotes(text, h)
+	}
 	if len(s.to) >= 3 {
 		masked := Mask(s.channel, s.to)
 		text = strings.ReplaceAll(text, s.to, masked)
@@ -114,7 +152,59 @@ func (s scrubber) scrub(text string) string {
 			text = strings.ReplaceAll(text, bare, masked)
 		}
 	}
-	return digitRun.ReplaceAllString(text, "•••")
+	text = emailLike.ReplaceAllString(text, "[address]")
+	return phoneLike.ReplaceAllStringFunc(text, func(run string) string {
+		digits := 0
+		for i := 0; i < len(run); i++ {
+			if run[i] >= '0' && run[i] <= '9' {
+				digits++
+			}
+		}
+		if digits < 7 {
+			return run
+		}
+		return "•••"
+	})
+}
+
+// scrubQuotes replaces every stretch of text that is also a stretch of
+// quote, quoteMin runes or longer and compared case-insensitively, by
+// "[text]".
+func scrubQuotes(text, quote string) string {
+	q := []rune(strings.ToLower(quote))
+	t := []rune(text)
+	lt := []rune(strings.ToLower(text))
+	if len(q) < quoteMin || len(lt) < quoteMin || len(lt) != len(t) {
+		return text
+	}
+	windows := make(map[string]struct{}, len(q)-quoteMin+1)
+	for i := 0; i+quoteMin <= len(q); i++ {
+		windows[string(q[i:i+quoteMin])] = struct{}{}
+	}
+	hit := make([]bool, len(t))
+	found := false
+	for i := 0; i+quoteMin <= len(lt); i++ {
+		if _, ok := windows[string(lt[i:i+quoteMin])]; ok {
+			for j := i; j < i+quoteMin; j++ {
+				hit[j] = true
+			}
+			found = true
+		}
+	}
+	if !found {
+		return text
+	}
+	var b strings.Builder
+	for i := 0; i < len(t); i++ {
+		if !hit[i] {
+			b.WriteRune(t[i])
+			continue
+		}
+		if i == 0 || !hit[i-1] {
+			b.WriteString("[text]")
+		}
+	}
+	return b.String()
 }
 
 // oneLine makes text a single printable line of at most max runes.
