@@ -17,7 +17,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/notifier/notifier/dispatch"
-	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
 )
 
@@ -222,34 +221,12 @@ func (w *world) publish(n int) []string {
 	return w.streamIDs()
 }
 
-// streamIDs lists the ids of the jobs in the job stream now.
+// streamIDs lists the ids of the jobs in the job stream now (streamJobs).
 func (w *world) streamIDs() []string {
 	w.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	js, err := jetstream.New(w.nats.Conn())
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	s, err := js.Stream(ctx, "NOTIFY")
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		w.t.Fatal(err)
-	}
 	var ids []string
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
-		m, err := s.GetMsg(ctx, seq)
-		if err != nil {
-			continue
-		}
-		j, err := queue.Decode(m.Subject, m.Data)
-		if err != nil {
-			w.t.Fatalf("a published job does not decode: %v", err)
-		}
-		ids = append(ids, j.ID)
+	for _, j := range w.streamJobs() {
+		ids = append(ids, j.id)
 	}
 	return ids
 }
