@@ -106,14 +106,25 @@ func laneConfig(name, filter, description string, ackWait time.Duration, maxAckP
 // only read: processes starting together do not all rewrite it (which also
 // keeps clear of a race in nats-server 2.15's consumer update).
 func ensureConsumer(ctx context.Context, js jetstream.JetStream, stream string, lc jetstream.ConsumerConfig) (jetstream.Consumer, error) {
-	if cons, err := js.Consumer(ctx, stream, lc.Durable); err == nil {
+	var cons jetstream.Consumer
+	err := retryStart(ctx, "consumer "+lc.Durable, func(ctx context.Context) (err error) {
+		cons, err = ensureConsumerOnce(ctx, js, stream, lc)
+		return err
+	})
+	return cons, err
+}
+
+func ensureConsumerOnce(ctx context.Context, js jetstream.JetStream, stream string, lc jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	if cons, err := apiCall(ctx, func(ctx context.Context) (jetstream.Consumer, error) { return js.Consumer(ctx, stream, lc.Durable) }); err == nil {
 		if c := cons.CachedInfo().Config; c.FilterSubject == lc.FilterSubject && c.AckPolicy == lc.AckPolicy &&
 			c.AckWait == lc.AckWait && c.MaxDeliver == lc.MaxDeliver && c.MaxAckPending == lc.MaxAckPending &&
 			c.DeliverPolicy == lc.DeliverPolicy && c.Description == lc.Description && c.InactiveThreshold == lc.InactiveThreshold {
 			return cons, nil
 		}
 	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, stream, lc)
+	cons, err := apiCall(ctx, func(ctx context.Context) (jetstream.Consumer, error) {
+		return js.CreateOrUpdateConsumer(ctx, stream, lc)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("create or update consumer %s on stream %s: %w", lc.Durable, stream, err)
 	}
@@ -168,7 +179,11 @@ func NewConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, cc Con
 	if err := cc.Validate(); err != nil {
 		return nil, fmt.Errorf("consumer configuration: %w", err)
 	}
-	stream, err := js.Stream(ctx, cfg.Stream)
+	var stream jetstream.Stream
+	err := retryStart(ctx, "stream "+cfg.Stream, func(ctx context.Context) (err error) {
+		stream, err = apiCall(ctx, func(ctx context.Context) (jetstream.Stream, error) { return js.Stream(ctx, cfg.Stream) })
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("job stream %s: %w", cfg.Stream, err)
 	}
@@ -184,7 +199,7 @@ func NewConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, cc Con
 	}
 	for _, high := range []bool{true, false} {
 		for _, ch := range Channels {
-			l, err := c.laneFor(ctx, JobSubject(ch, high))
+			l, err := c.laneFor(ctx, JobSubject(ch, high), true)
 			if err != nil {
 				return nil, err
 			}
@@ -195,7 +210,10 @@ func NewConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, cc Con
 }
 
 // laneFor returns the queue consumer of subject, creating it the first time.
-func (c *Consumer) laneFor(ctx context.Context, subject string) (*lane, error) {
+//
+// At start (retry), a busy or forming cluster is waited for (retryStart);
+// later (a queue Queues finds), one try: the caller comes back.
+func (c *Consumer) laneFor(ctx context.Context, subject string, retry bool) (*lane, error) {
 	c.mu.Lock()
 	l := c.lanes[subject]
 	c.mu.Unlock()
@@ -229,7 +247,14 @@ func (c *Consumer) laneFor(ctx context.Context, subject string) (*lane, error) {
 			inactive = tenantInactive
 		}
 	}
-	cons, err := ensureConsumer(ctx, c.js, c.cfg.Stream, laneConfig(name, subject, desc, c.cfg.AckWait, c.cc.MaxAckPending, inactive))
+	lc := laneConfig(name, subject, desc, c.cfg.AckWait, c.cc.MaxAckPending, inactive)
+	var cons jetstream.Consumer
+	var err error
+	if retry {
+		cons, err = ensureConsumer(ctx, c.js, c.cfg.Stream, lc)
+	} else {
+		cons, err = ensureConsumerOnce(ctx, c.js, c.cfg.Stream, lc)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -273,7 +298,7 @@ func (c *Consumer) Queues(ctx context.Context) ([]Queue, error) {
 	qs := make([]Queue, 0, len(subjects))
 	var errs []error
 	for _, s := range subjects {
-		l, err := c.laneFor(ctx, s)
+		l, err := c.laneFor(ctx, s, false)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -319,7 +344,7 @@ func (c *Consumer) FetchFrom(ctx context.Context, wants []Want) ([]*Delivery, er
 		if w.N < 1 {
 			continue
 		}
-		l, err := c.laneFor(ctx, w.Subject)
+		l, err := c.laneFor(ctx, w.Subject, false)
 		if err != nil {
 			return nil, err
 		}
@@ -363,7 +388,7 @@ func (c *Consumer) Poll(ctx context.Context, subjects []string, max int, wait ti
 	}
 	lanes := make([]*lane, 0, len(subjects))
 	for _, s := range subjects {
-		l, err := c.laneFor(ctx, s)
+		l, err := c.laneFor(ctx, s, false)
 		if err != nil {
 			return nil, err
 		}
@@ -409,7 +434,7 @@ func (c *Consumer) Fetch(ctx context.Context, max int, wait time.Duration) ([]*D
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("fetch: %w", err)
 	}
-	_, _ = c.Queues(ctx) // queues seen for the first time get their consumers; a failure shows in the fetch
+	qs, _ := c.Queues(ctx) // queues seen for the first time get their consumers; a failure shows in the fetch
 	lanes := c.known()
 	wants := make([]Want, len(lanes))
 	for i, l := range lanes {
@@ -418,6 +443,39 @@ func (c *Consumer) Fetch(ctx context.Context, max int, wait time.Duration) ([]*D
 	ds, err := c.FetchFrom(ctx, wants)
 	if err != nil && len(ds) == 0 {
 		return nil, err
+	}
+	if len(ds) < max && err == nil {
+		// A consumer answers a no-wait pull before it has taken in a job
+		// stored a moment ago (one just published, or a queue Queues saw
+		// for the first time): ask the queues that delivered less than
+		// they hold once more, a few milliseconds later.
+		got := map[string]uint64{}
+		for _, d := range ds {
+			got[d.Subject]++
+		}
+		var again []Want
+		for _, q := range qs {
+			if q.Stored > got[q.Subject] {
+				again = append(again, Want{Subject: q.Subject, N: int(min(q.Stored-got[q.Subject], uint64(max-len(ds))))})
+			}
+		}
+		if len(again) > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(5 * time.Millisecond):
+			}
+			more, _ := c.FetchFrom(ctx, again)
+			ds = append(ds, more...)
+			slices.SortStableFunc(ds, func(a, b *Delivery) int {
+				switch {
+				case a.High && !b.High:
+					return -1
+				case !a.High && b.High:
+					return 1
+				}
+				return 0
+			})
+		}
 	}
 	if len(ds) > max {
 		for _, d := range ds[max:] {

@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
+	"strings"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -94,20 +98,30 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg Config, repl
 // read: processes starting together do not all rewrite it (an update
 // racing another process's consumer creation trips a data race inside
 // nats-server 2.15, seen under -race with the embedded server).
+//
+// On a fresh cluster, several processes creating the same R3 stream at
+// once can see a request go unanswered (the meta leader is busy placing
+// it): each request gets apiTimeout, and a request that timed out, or that
+// the cluster was not ready for, is tried again after a re-read, with
+// backoff, until ctx ends (startDeadline when ctx has no deadline).
 func ensureStream(ctx context.Context, js jetstream.JetStream, sc jetstream.StreamConfig) error {
-	if s, err := js.Stream(ctx, sc.Name); err == nil && streamMatches(s.CachedInfo().Config, sc) {
+	return retryStart(ctx, "stream "+sc.Name, func(ctx context.Context) error { return ensureStreamOnce(ctx, js, sc) })
+}
+
+func ensureStreamOnce(ctx context.Context, js jetstream.JetStream, sc jetstream.StreamConfig) error {
+	if s, err := apiCall(ctx, func(ctx context.Context) (jetstream.Stream, error) { return js.Stream(ctx, sc.Name) }); err == nil && streamMatches(s.CachedInfo().Config, sc) {
 		return nil
 	}
 	const attempts = 5
 	var err error
 	for range attempts {
-		if _, err = js.UpdateStream(ctx, sc); err == nil {
+		if _, err = apiCall(ctx, func(ctx context.Context) (jetstream.Stream, error) { return js.UpdateStream(ctx, sc) }); err == nil {
 			return nil
 		}
 		if !errors.Is(err, jetstream.ErrStreamNotFound) {
 			return fmt.Errorf("update stream %s: %w", sc.Name, err)
 		}
-		if _, err = js.CreateStream(ctx, sc); err == nil {
+		if _, err = apiCall(ctx, func(ctx context.Context) (jetstream.Stream, error) { return js.CreateStream(ctx, sc) }); err == nil {
 			return nil
 		}
 		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
@@ -116,6 +130,70 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, sc jetstream.Stre
 		// Created by another process in between: update it.
 	}
 	return fmt.Errorf("ensure stream %s: %d attempts raced with other processes: %w", sc.Name, attempts, err)
+}
+
+// Start timing: the set-up of streams and consumers at a process's start.
+const (
+	// apiTimeout bounds one JetStream API request at start.
+	apiTimeout = 5 * time.Second
+	// startDeadline bounds the whole set-up when the caller set none.
+	startDeadline = time.Minute
+)
+
+// apiCall runs one JetStream API request with apiTimeout (within ctx).
+func apiCall[T any](ctx context.Context, call func(context.Context) (T, error)) (T, error) {
+	rctx, cancel := context.WithTimeout(ctx, apiTimeout)
+	defer cancel()
+	return call(rctx)
+}
+
+// retryStart runs step until it succeeds, its error is not one a busy or
+// forming cluster gives (then it is returned at once), or ctx ends
+// (startDeadline if ctx has no deadline), backing off with jitter between
+// tries.
+func retryStart(ctx context.Context, what string, step func(context.Context) error) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, startDeadline)
+		defer cancel()
+	}
+	backoff := 100 * time.Millisecond
+	for tries := 1; ; tries++ {
+		err := step(ctx)
+		if err == nil || !clusterBusy(err) {
+			return err
+		}
+		wait := backoff/2 + rand.N(backoff/2+1)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("set up %s: gave up after %d tries: %w", what, tries, err)
+		case <-time.After(wait):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// clusterBusy reports whether err is one a busy or forming JetStream
+// cluster gives, worth trying again: a request unanswered in time, no
+// responders, no meta leader or no peers for placement yet, or a request
+// the server says is already under way.
+func clusterBusy(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, jetstream.ErrJetStreamNotEnabled) {
+		return true
+	}
+	var api *jetstream.APIError
+	if errors.As(err, &api) {
+		switch {
+		case api.Code == 503, api.Code == 500, api.Code == 408:
+			return true
+		case strings.Contains(strings.ToLower(api.Description), "in progress"),
+			strings.Contains(strings.ToLower(api.Description), "no suitable peers"),
+			strings.Contains(strings.ToLower(api.Description), "not available"):
+			return true
+		}
+	}
+	return false
 }
 
 // streamMatches reports whether an existing stream's configuration has
