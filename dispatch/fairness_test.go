@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -34,6 +33,51 @@ func (b *bundle) publishTenant(tenant, channel string, n int) map[string]time.Ti
 	return at
 }
 
+// pace publishes n jobs of tenant (prefix-0..n-1, each to its own user),
+// one every every, on the priority lane when high, and returns when each
+// was published.
+func (w *isolation) pace(prefix, tenant string, n int, every time.Duration, high bool) map[string]time.Time {
+	w.t.Helper()
+	published := make(map[string]time.Time, n)
+	for i := 0; i < n; i++ {
+		j := newJob(fmt.Sprintf("%s-%d", prefix, i), "sms", fmt.Sprintf("%s-u%d", prefix, i))
+		j.Tenant = tenant
+		published[j.ID] = time.Now()
+		if _, err := w.pub.Publish(w.t.Context(), j, high); err != nil {
+			w.t.Fatal(err)
+		}
+		time.Sleep(every)
+	}
+	return published
+}
+
+// waits waits until the fake accepted every job of published and returns
+// each one's wait from publish to provider, sorted, and the last arrival.
+func (w *isolation) waits(what string, published map[string]time.Time) ([]time.Duration, time.Time) {
+	w.t.Helper()
+	testenv.WaitFor(w.t, 30*time.Second, what, func() bool {
+		n := 0
+		for _, r := range w.fake.Accepted() {
+			if _, ok := published[r.ID]; ok {
+				n++
+			}
+		}
+		return n == len(published)
+	})
+	var waits []time.Duration
+	var last time.Time
+	for _, r := range w.fake.Accepted() {
+		if at, ok := published[r.ID]; ok {
+			waits = append(waits, r.At.Sub(at))
+			if r.At.After(last) {
+				last = r.At
+			}
+		}
+	}
+	slices.Sort(waits)
+	return waits, last
+}
+
 // TestFairnessLateTenantNotBehindBlast: "within one provider the first big
 // publisher starves everyone after it" no more. One tenant publishes 1,500
 // SMS at once (15 s of the 100/s contract); another's one-time codes come
@@ -47,40 +91,8 @@ func TestFairnessLateTenantNotBehindBlast(t *testing.T) {
 	w.warm()
 	w.publishTenant("bulk", "sms", 1500)
 	time.Sleep(3 * time.Second)
-	var mu sync.Mutex
-	published := map[string]time.Time{}
 	since := time.Now()
-	for i := 0; i < 40; i++ {
-		j := newJob(fmt.Sprintf("otp-%d", i), "sms", fmt.Sprintf("otp-u%d", i))
-		j.Tenant = "otp"
-		mu.Lock()
-		published[j.ID] = time.Now()
-		mu.Unlock()
-		if _, err := w.pub.Publish(t.Context(), j, false); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	testenv.WaitFor(t, 30*time.Second, "every code sent", func() bool {
-		n := 0
-		for _, r := range w.fake.Accepted() {
-			if strings.HasPrefix(r.ID, "otp-") {
-				n++
-			}
-		}
-		return n == 40
-	})
-	var waits []time.Duration
-	var last time.Time
-	for _, r := range w.fake.Accepted() {
-		if strings.HasPrefix(r.ID, "otp-") {
-			waits = append(waits, r.At.Sub(published[r.ID]))
-			if r.At.After(last) {
-				last = r.At
-			}
-		}
-	}
-	slices.Sort(waits)
+	waits, last := w.waits("every code sent", w.pace("otp", "otp", 40, 50*time.Millisecond, false))
 	p50, p95 := waits[len(waits)/2], waits[len(waits)*95/100]
 	busy, n := rateOf(w.fake, since, last)
 	t.Logf("late tenant's codes: p50 %s, p95 %s, max %s from publish to provider; provider at %.1f/s of 100 meanwhile (%d sends)",
@@ -159,31 +171,7 @@ func TestPriorityNotBehindBacklog(t *testing.T) {
 	w.warm()
 	w.publishN("bulk", "sms", 1500, 1500)
 	time.Sleep(2 * time.Second)
-	published := map[string]time.Time{}
-	for i := 0; i < 20; i++ {
-		j := newJob(fmt.Sprintf("prio-%d", i), "sms", fmt.Sprintf("p%d", i))
-		published[j.ID] = time.Now()
-		if _, err := w.pub.Publish(t.Context(), j, true); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	testenv.WaitFor(t, 30*time.Second, "every priority job sent", func() bool {
-		n := 0
-		for _, r := range w.fake.Accepted() {
-			if strings.HasPrefix(r.ID, "prio-") {
-				n++
-			}
-		}
-		return n == 20
-	})
-	var waits []time.Duration
-	for _, r := range w.fake.Accepted() {
-		if at, ok := published[r.ID]; ok {
-			waits = append(waits, r.At.Sub(at))
-		}
-	}
-	slices.Sort(waits)
+	waits, _ := w.waits("every priority job sent", w.pace("prio", "", 20, 100*time.Millisecond, true))
 	t.Logf("priority jobs behind a 15 s backlog: p50 %s, max %s from publish to provider",
 		waits[len(waits)/2].Round(time.Millisecond), waits[len(waits)-1].Round(time.Millisecond))
 	if worst := waits[len(waits)-1]; worst > time.Second {
