@@ -495,9 +495,12 @@ func (d *Dispatcher) Activity() (map[string]ProviderActivity, map[string]Channel
 	ps := map[string]ProviderActivity{}
 	live := d.live.Load()
 	for _, p := range live.providers.All() {
-		pa := ProviderActivity{Sent10s: tenS[rollKey{provider: p.Name}], Breaker: live.breakers[p.Name].State()}
+		// A send is counted once, under its tenant: the provider's total
+		// is their sum.
+		pa := ProviderActivity{Breaker: live.breakers[p.Name].State()}
 		for k, n := range tenS {
-			if k.provider == p.Name && k.tenant != "" && n > 0 {
+			if k.provider == p.Name && n > 0 {
+				pa.Sent10s += n
 				if pa.Tenants == nil {
 					pa.Tenants = map[string]int64{}
 				}

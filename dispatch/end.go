@@ -148,7 +148,6 @@ func (d *Dispatcher) ackResult(ctx context.Context, jb *job, outcome string) err
 	d.activity.add(rollKey{channel: jb.channel, outcome: outcome}, now)
 	if outcome == OutcomeSent {
 		tenant := d.tenantLabel(jb.dl.Tenant)
-		d.activity.add(rollKey{provider: jb.provider}, now)
 		d.activity.add(rollKey{provider: jb.provider, tenant: tenant}, now)
 		d.m.TenantSent.WithLabelValues(jb.provider, tenant).Inc()
 		jb.debug("job sent")

@@ -117,7 +117,7 @@ func (d *Dispatcher) budget(ch string, live *liveConfig, l *Limits, peers int) i
 	// each channel gets about the same share of its own budget, so the
 	// budgets' ratio (the rates') is how the workers are shared, and every
 	// channel's queue is about equally deep in time.
-	n := rate * (holdHorizon + lat).Seconds() / float64(max(peers, 1))
+	n := rate * (holdHorizon + lat).Seconds() / float64(peers)
 	return int(math.Min(math.Ceil(n), 1e9)) + 1
 }
 
@@ -157,10 +157,7 @@ func newScheduler(weights func(string) float64) *scheduler {
 func (d *Dispatcher) plan(s *scheduler, free int) []queue.Want {
 	live := d.live.Load()
 	l := d.currentLimits()
-	peers := 1
-	if d.o.Peers != nil {
-		peers = d.o.Peers()
-	}
+	peers := d.peers()
 	clear(s.budgets)
 	clear(s.free)
 	clear(s.want)
@@ -305,6 +302,15 @@ func (d *Dispatcher) weight(tenant string) float64 {
 	return 1
 }
 
+// peers is how many processes of the fleet are live (Options.Peers, else
+// 1): each holds its share of a channel's budget.
+func (d *Dispatcher) peers() int {
+	if d.o.Peers != nil {
+		return max(1, d.o.Peers())
+	}
+	return 1
+}
+
 // pollable are the queues to long-poll when a plan finds nothing to pull:
 // of every channel with budget left, as many of its known queues as the
 // budget allows (one job each), the default tenant's of configured
@@ -312,10 +318,7 @@ func (d *Dispatcher) weight(tenant string) float64 {
 func (d *Dispatcher) pollable(s *scheduler) []string {
 	live := d.live.Load()
 	l := d.currentLimits()
-	peers := 1
-	if d.o.Peers != nil {
-		peers = d.o.Peers()
-	}
+	peers := d.peers()
 	left := map[string]int{}
 	var out []string
 	seen := map[string]bool{}
@@ -339,12 +342,14 @@ func (d *Dispatcher) pollable(s *scheduler) []string {
 	for _, p := range live.providers.All() {
 		channels[p.Channel] = true
 	}
-	for _, high := range []bool{true, false} {
-		for _, ch := range queue.Channels {
-			if channels[ch] {
-				consider(ch, queue.JobSubject(ch, high))
-			}
+	var configured []string
+	for _, ch := range queue.Channels {
+		if channels[ch] {
+			configured = append(configured, ch)
 		}
+	}
+	for _, subject := range queue.DefaultQueues(configured...) {
+		consider(queue.ChannelOf(subject), subject)
 	}
 	for _, q := range s.queues {
 		consider(q.Key.Channel, q.Subject)
