@@ -39,9 +39,9 @@ func newDelivery(m jetstream.Msg) *Delivery {
 		Header:  m.Headers(),
 		msg:     m,
 	}
-	d.High = IsHigh(d.Subject)
+	k, ok := ParseJobSubject(d.Subject) // once: every delivery pays for it
+	d.High, d.Tenant = ok && k.High, k.Tenant
 	d.Channel = ChannelOf(d.Subject)
-	d.Tenant = TenantOf(d.Subject)
 	if md, err := m.Metadata(); err == nil {
 		d.Stream = md.Stream
 		d.StreamSeq = md.Sequence.Stream
