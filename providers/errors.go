@@ -18,8 +18,16 @@ var (
 	// with backoff; it counts as an attempt.
 	ErrTransient = errors.New("transient provider failure")
 	// ErrRateLimited: the provider answered 429. The error is a
-	// *RateLimitedError carrying how long to pause.
+	// *RateLimitedError carrying how long to pause, and what: the whole
+	// provider, or one recipient (Scope).
 	ErrRateLimited = errors.New("provider rate limit")
+	// ErrSender: the provider refused the sender, not the message: its
+	// credentials are wrong, expired or revoked, the account is suspended,
+	// the sender id is not allowed. No job can be sent until that is fixed,
+	// and none is at fault: pause the provider fleet-wide and keep the jobs
+	// (never dead-letter them), until the credentials are reloaded, an
+	// operator resumes it, or a probe after the pause goes through.
+	ErrSender = errors.New("provider refused the sender")
 )
 
 // DefaultRetryAfter is the pause a RateLimitedError carries when the
@@ -33,7 +41,7 @@ const DefaultRetryAfter = time.Second
 // a secret.
 type Error struct {
 	Provider string // the provider's configured name
-	Class    error  // ErrPermanent or ErrTransient
+	Class    error  // ErrPermanent, ErrTransient or ErrSender
 	Status   int    // the HTTP status (smtp: the reply code) answered, 0 when no answer was received
 	Detail   string // one line, safe to log and to put in Notifier-Detail
 	Err      error  // the underlying cause (transport error, context error), or nil
@@ -42,6 +50,12 @@ type Error struct {
 	// provider asked us to wait; 0 when it did not say. A hint for the
 	// retry's delay: unlike a rate limit it does not pause the provider.
 	RetryAfter time.Duration
+	// Ambiguous reports, for a transient failure, that the request reached
+	// the provider whole and no answer came back (a timeout or a connection
+	// lost after the request was written; for SMTP, after the message's
+	// final dot): the provider may have accepted it, so a retry may deliver
+	// the message twice.
+	Ambiguous bool
 }
 
 func (e *Error) Error() string { return e.Provider + ": " + e.Detail }
@@ -68,6 +82,29 @@ type RateLimitedError struct {
 	// rather than DefaultRetryAfter.
 	Explicit bool
 	Detail   string // one line, safe to log and to put in Notifier-Detail
+	// Scope is what the provider throttled: the whole provider (the zero
+	// value: pause it fleet-wide) or this one recipient (defer this job
+	// alone by RetryAfter; the provider goes on for everyone else).
+	Scope Scope
+}
+
+// Scope is what a rate limit applies to.
+type Scope int
+
+const (
+	// ScopeProvider: the provider, project or account is over its rate.
+	ScopeProvider Scope = iota
+	// ScopeRecipient: one recipient (an APNs or FCM device token) got too
+	// many messages; other recipients are not affected.
+	ScopeRecipient
+)
+
+// String names the scope ("provider", "recipient").
+func (s Scope) String() string {
+	if s == ScopeRecipient {
+		return "recipient"
+	}
+	return "provider"
 }
 
 func (e *RateLimitedError) Error() string {
