@@ -18,8 +18,8 @@ const (
 )
 
 // breaker is one provider's circuit breaker (sony/gobreaker). Only transient
-// failures count against a provider: a 2xx, a permanent refusal and a 429
-// all prove it is answering. A send cut short by our own stop does not count.
+// failures count against a provider: a 2xx, a permanent refusal, a 429 and
+// a refused sender all prove it is answering (the last pauses it instead). A send cut short by our own stop does not count.
 type breaker struct {
 	cb *gobreaker.TwoStepCircuitBreaker[struct{}]
 }
@@ -31,7 +31,8 @@ func newBreaker(provider string) *breaker {
 		Timeout:     breakerOpen,
 		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= breakerTrip },
 		IsSuccessful: func(err error) bool {
-			return err == nil || errors.Is(err, providers.ErrPermanent) || errors.Is(err, providers.ErrRateLimited)
+			return err == nil || errors.Is(err, providers.ErrPermanent) || errors.Is(err, providers.ErrRateLimited) ||
+				errors.Is(err, providers.ErrSender)
 		},
 		IsExcluded: func(err error) bool { return errors.Is(err, context.Canceled) },
 	})}

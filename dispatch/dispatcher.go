@@ -63,12 +63,28 @@ type Limits struct {
 	Pauses *leaky.PauseWatcher
 	// Watch feeds Pauses until ctx ends; the dispatcher runs it.
 	Watch func(ctx context.Context, providers []string) error
+	// Reasons records which pauses are for a provider's credentials (nil:
+	// every pause is a rate limit's, and a refused sender pauses like one).
+	Reasons PauseReasons
 
 	redis *redisSet // set by RedisLimits: decisions can be pipelined
 
 	gmu       sync.Mutex                      // guards Global on a reload
 	globalCfg *globallimit.Config             // what Global was set up with
 	newGlobal func(globallimit.Config) Waiter // builds a bucket on this set's store
+}
+
+// pauseReason is why provider is paused: PauseCredentials or
+// PauseRateLimited.
+func (l *Limits) pauseReason(ctx context.Context, provider string) string {
+	if l.Reasons == nil {
+		return PauseRateLimited
+	}
+	r, err := l.Reasons.Reason(ctx, provider)
+	if err != nil {
+		return PauseRateLimited
+	}
+	return r
 }
 
 // pausedFor is how long provider's pause still lasts.
@@ -269,7 +285,7 @@ func (d *Dispatcher) newLive(caps map[string]userlimit.Rule, reg Registry, weigh
 			lc.breakers[p.Name] = old.breakers[p.Name]
 		} else {
 			lc.breakers[p.Name] = newBreaker(p.Name)
-			d.m.ProviderPaused.WithLabelValues(p.Name).Set(0)
+			d.setPaused(p.Name, "")
 			d.m.QueueDepth.WithLabelValues(p.Name).Set(0)
 		}
 		d.m.Contract.WithLabelValues(p.Name).Set(p.Rate)
@@ -304,7 +320,37 @@ func (d *Dispatcher) Reload(r Reload) error {
 	if l != nil && l != d.o.Limits {
 		l.setGlobal(r.Global) // the local fallback in use
 	}
+	d.resumeCredentialPauses(l, r.Providers)
 	return nil
+}
+
+// resumeCredentialPauses lifts, fleet-wide, the pauses of providers that
+// refused their credentials: a reload is the operator's word that they
+// may be right now. The next send of each probes them (and pauses it again
+// if they are still refused).
+func (d *Dispatcher) resumeCredentialPauses(l *Limits, reg Registry) {
+	if l == nil || l.Reasons == nil || reg == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, p := range reg.All() {
+		if l.pauseReason(ctx, p.Name) != PauseCredentials {
+			continue
+		}
+		if _, err := l.Leaky.Resume(ctx, p.Name, l.contract(p)); err != nil {
+			d.log.Warn("resume a provider paused for its credentials", "provider", p.Name, "err", err)
+			continue
+		}
+		if err := l.Reasons.Clear(ctx, p.Name); err != nil {
+			d.log.Warn("resume a provider paused for its credentials", "provider", p.Name, "err", err)
+		}
+		if l.Pauses != nil {
+			l.Pauses.Clear(p.Name)
+		}
+		d.setPaused(p.Name, "")
+		d.log.Info("provider paused for its credentials resumed by the reload; its next send probes them", "provider", p.Name)
+	}
 }
 
 // Ready reports whether the dispatcher is taking jobs: started, not
@@ -456,11 +502,11 @@ func (d *Dispatcher) gaugeLoop(ctx context.Context) {
 			}
 			d.m.QueueDepth.WithLabelValues(p.Name).Set(depth)
 			if paused, err := l.Leaky.PausedFor(ctx, p.Name); err == nil {
-				v := 0.0
+				reason := ""
 				if paused > 0 {
-					v = 1
+					reason = l.pauseReason(ctx, p.Name)
 				}
-				d.m.ProviderPaused.WithLabelValues(p.Name).Set(v)
+				d.setPaused(p.Name, reason)
 			}
 		}
 	}

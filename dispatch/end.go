@@ -15,6 +15,16 @@ const (
 	ReasonMaxAttempts     = "max_attempts"
 	ReasonUserLimit       = "user_limit"
 	ReasonExpired         = "expired"
+	// ReasonAmbiguous: a request whose outcome is unknown (written whole,
+	// no answer) to a provider with retry_on_timeout: false, which prefers
+	// a missed message to a doubled one. Check with the provider, then
+	// replay or delete it.
+	ReasonAmbiguous = "ambiguous"
+	// ReasonUndelivered: the provider accepted the job, then reported
+	// that it could not deliver it (a Twilio status callback:
+	// undelivered or failed). The dead letter records the report; the
+	// job's content is not kept after a send.
+	ReasonUndelivered = "undelivered"
 )
 
 // endKind is how a job leaves the pipeline, which decides what becomes of

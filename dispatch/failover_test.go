@@ -107,7 +107,7 @@ func TestMetricsAreSpecs(t *testing.T) {
 	m.LimitDecisions.WithLabelValues(LayerUser, "allow").Inc()
 	m.ProviderRequests.WithLabelValues("p", "2xx").Inc()
 	m.ProviderSeconds.WithLabelValues("p").Observe(0.01)
-	m.ProviderPaused.WithLabelValues("p").Set(0)
+	m.ProviderPaused.WithLabelValues("p", PauseRateLimited).Set(0)
 	want := map[string][]string{
 		"notifier_jobs_total":               {"channel", "outcome", "provider"},
 		"notifier_deferrals_total":          {"layer", "reason"},
@@ -117,7 +117,7 @@ func TestMetricsAreSpecs(t *testing.T) {
 		"notifier_limit_decisions_total":    {"decision", "layer"},
 		"notifier_provider_requests_total":  {"provider", "status"},
 		"notifier_provider_request_seconds": {"provider"},
-		"notifier_provider_paused":          {"provider"},
+		"notifier_provider_paused":          {"provider", "reason"},
 	}
 	fams, err := reg.Gather()
 	if err != nil {

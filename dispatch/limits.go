@@ -58,9 +58,10 @@ func RedisLimits(rdb redis.UniversalClient, c LimitsConfig) *Limits {
 		Ledger: rs.ledger,
 		Users:  rs.users,
 		Leaky:  rs.leaky,
-		Pauses: pauses,
-		Ping:   func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
-		redis:  rs,
+		Pauses:  pauses,
+		Reasons: RedisPauseReasons(rdb, c.Prefix),
+		Ping:    func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
+		redis:   rs,
 	}
 	l.Watch = func(ctx context.Context, providers []string) error {
 		return pauses.Run(ctx, rdb, rs.leaky, providers)
@@ -157,6 +158,7 @@ func MemoryLimits(c LimitsConfig, divisor int) *Limits {
 		Ledger:      NewMemoryLedger(nil, c.DedupTTL),
 		Users:       userlimit.NewMemory(nil),
 		Leaky:       leaky.NewMemory(nil, leaky.WithHeadroom(c.headroom())),
+		Reasons:     MemoryPauseReasons(nil),
 		RateDivisor: divisor,
 	}
 	store := globallimit.NewMemory(nil)

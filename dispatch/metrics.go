@@ -17,7 +17,7 @@ type Metrics struct {
 	LimitDecisions   *prometheus.CounterVec   // layer, decision
 	ProviderRequests *prometheus.CounterVec   // provider, status
 	ProviderSeconds  *prometheus.HistogramVec // provider
-	ProviderPaused   *prometheus.GaugeVec     // provider
+	ProviderPaused   *prometheus.GaugeVec     // provider, reason
 	InFlight         prometheus.Gauge         // jobs held by this process's workers
 	Contract         *prometheus.GaugeVec     // provider: the configured contract, units per second
 	MaxQueueDelay    *prometheus.GaugeVec     // provider: the configured max_queue_delay, seconds
@@ -30,6 +30,13 @@ type Metrics struct {
 	// CreatedAtIgnored counts sent jobs whose created_at was after the
 	// send: their latency is measured from the publish instead.
 	CreatedAtIgnored *prometheus.CounterVec // channel
+	// Ambiguous counts requests whose outcome is unknown: written whole to
+	// the provider, no answer back (a timeout, a lost connection). The
+	// provider may have accepted them; a retry may deliver twice.
+	Ambiguous *prometheus.CounterVec // provider
+	// Deliveries counts the delivery reports providers call back with
+	// (Twilio status callbacks), by the provider's status.
+	Deliveries *prometheus.CounterVec // provider, status
 }
 
 // Outcomes (SPEC §6).
@@ -80,8 +87,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "notifier_provider_request_seconds", Help: "Provider call duration.", Buckets: latency,
 		}, []string{"provider"}),
 		ProviderPaused: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "notifier_provider_paused", Help: "1 while a provider's 429 pause is in force.",
-		}, []string{"provider"}),
+			Name: "notifier_provider_paused", Help: "1 while a provider's fleet-wide pause is in force, by reason: rate_limited (a 429) or credentials (the provider refused the sender).",
+		}, []string{"provider", "reason"}),
 		InFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "notifier_jobs_in_flight", Help: "Jobs held by this process's workers now.",
 		}),
@@ -106,9 +113,27 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		CreatedAtIgnored: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "notifier_job_created_at_ignored_total", Help: "Sent jobs whose created_at lay after the send (a publisher's clock ahead): their latency is measured from the publish.",
 		}, []string{"channel"}),
+		Ambiguous: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "notifier_provider_ambiguous_total", Help: "Provider requests whose outcome is unknown: the request was written whole and no answer came back (timeout, connection lost); the provider may have accepted it.",
+		}, []string{"provider"}),
+		Deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "notifier_deliveries_total", Help: "Delivery reports called back by providers (Twilio status callbacks), by the provider's status: delivered, undelivered, failed, sent, ...",
+		}, []string{"provider", "status"}),
 	}
-	reg.MustRegister(m.CreatedAtIgnored, m.Jobs, m.Deferrals, m.QueueLatency, m.JobLatency, m.QueueDepth,
+	reg.MustRegister(m.Ambiguous, m.Deliveries, m.CreatedAtIgnored, m.Jobs, m.Deferrals, m.QueueLatency, m.JobLatency, m.QueueDepth,
 		m.LimitDecisions, m.ProviderRequests, m.ProviderSeconds, m.ProviderPaused, m.InFlight,
 		m.Contract, m.MaxQueueDelay, m.Ready, m.Replays, m.TenantSent, m.TenantQueued)
 	return m
+}
+
+// setPaused sets notifier_provider_paused of provider: 1 for reason, 0 for
+// the others ("": not paused).
+func (d *Dispatcher) setPaused(provider, reason string) {
+	for _, r := range pauseReasons {
+		v := 0.0
+		if r == reason {
+			v = 1
+		}
+		d.m.ProviderPaused.WithLabelValues(provider, r).Set(v)
+	}
 }

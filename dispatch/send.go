@@ -61,13 +61,27 @@ func (d *Dispatcher) answer(ctx context.Context, jb *job, serr error, rl *provid
 		d.observeLatency(jb)
 		return end{kind: endSent}
 
+	case rl != nil && rl.Scope == providers.ScopeRecipient:
+		// One recipient got too many (an APNs or FCM device token): this
+		// job waits alone, the provider goes on for everyone else. Its
+		// wait grows with its deliveries, as a retry's does, and is at
+		// least what the provider asked; no attempt is used.
+		wait := rl.RetryAfter
+		if !rl.Explicit {
+			wait = providers.DefaultRetryAfter
+		}
+		wait = min(max(wait, d.o.Retry.Backoff(int(jb.dl.NumDelivered), d.o.Rand)), maxPause(jb.pcfg))
+		d.m.Deferrals.WithLabelValues(LayerProvider, "recipient_throttled").Inc()
+		jb.log().Info("provider throttled this recipient; deferring the job alone", "for", wait.String(), "detail", rl.Detail)
+		return end{kind: endDefer, delay: wait + d.jitter(wait/10), reason: "recipient throttled"}
+
 	case rl != nil:
 		pause := rl.RetryAfter
 		if !rl.Explicit {
 			pause = providers.DefaultRetryAfter + d.jitter(providers.DefaultRetryAfter)
 		}
 		var asked time.Duration
-		if max := jb.pcfg.MaxPause; max > 0 && pause > max {
+		if max := maxPause(jb.pcfg); pause > max {
 			asked, pause = pause, max // one odd Retry-After does not stop the channel for long
 		}
 		d.m.Deferrals.WithLabelValues(LayerProvider, "rate_limited").Inc()
@@ -84,14 +98,28 @@ func (d *Dispatcher) answer(ctx context.Context, jb *job, serr error, rl *provid
 		}); err != nil {
 			return stopped(err)
 		}
-		d.m.ProviderPaused.WithLabelValues(jb.provider).Set(1)
+		d.setPaused(jb.provider, PauseRateLimited)
 		return end{}
+
+	case errors.Is(serr, providers.ErrSender):
+		return d.senderRefused(ctx, jb, serr)
 
 	case errors.Is(serr, providers.ErrPermanent):
 		jb.log().Info("provider refused job", "detail", detailOf(serr))
 		return dead(ReasonRejected, detailOf(serr))
 
 	default: // transient: 5xx, 408, timeout, connection error
+		var pe *providers.Error
+		errors.As(serr, &pe)
+		if pe != nil && pe.Ambiguous {
+			// The provider may have accepted it: a retry may deliver the
+			// message twice.
+			d.m.Ambiguous.WithLabelValues(jb.provider).Inc()
+			if !retriesOnTimeout(jb.pcfg) {
+				jb.log().Warn("provider did not answer a request it received whole; not retrying it (retry_on_timeout: false)", "detail", detailOf(serr))
+				return dead(ReasonAmbiguous, "no answer to a request the provider received whole (it may have been delivered): "+detailOf(serr))
+			}
+		}
 		var attempts int
 		if err := d.withBackend(ctx, jb, func(l *Limits) (err error) {
 			attempts, err = l.Ledger.Failed(ctx, jb.j.ID, jb.owner)
@@ -106,10 +134,49 @@ func (d *Dispatcher) answer(ctx context.Context, jb *job, serr error, rl *provid
 				fmt.Sprintf("%d transient provider failures; last: %s", attempts, detailOf(serr)))
 		}
 		backoff := d.o.Retry.Backoff(attempts, d.o.Rand)
+		if pe != nil && pe.RetryAfter > backoff {
+			// The provider said when to come back (a 503's Retry-After).
+			backoff = min(pe.RetryAfter, maxPause(jb.pcfg))
+		}
 		d.m.Deferrals.WithLabelValues(LayerProvider, "retry").Inc()
 		jb.log().Info("provider failed; retrying later", "attempts", attempts, "backoff", backoff, "detail", detailOf(serr))
 		return end{kind: endRetry, delay: backoff}
 	}
+}
+
+// senderRefused pauses the provider fleet-wide for max_pause after it
+// refused the sender (credentials, account, sender id): no job is at fault
+// and none can be sent, so none is dead-lettered; this one takes a new slot
+// and, the pause being long, goes back to JetStream. After the pause one
+// send probes again; a reload or `notifier resume` lifts it at once.
+func (d *Dispatcher) senderRefused(ctx context.Context, jb *job, serr error) end {
+	pause := maxPause(jb.pcfg)
+	d.m.Deferrals.WithLabelValues(LayerProvider, "credentials").Inc()
+	jb.log().Error("provider refused the sender (credentials, account or sender id); pausing it fleet-wide, jobs kept in JetStream until a reload, notifier resume, or a probe after the pause",
+		"pause", pause.String(), "detail", detailOf(serr))
+	if err := d.withBackend(ctx, jb, func(l *Limits) error {
+		if l.Reasons != nil {
+			if err := l.Reasons.SetCredentials(ctx, jb.provider, pause); err != nil {
+				return err
+			}
+		}
+		if l.Pauses != nil {
+			l.Pauses.Note(jb.provider, pause)
+		}
+		return l.Leaky.Pause(ctx, jb.provider, pause)
+	}); err != nil {
+		return stopped(err)
+	}
+	d.setPaused(jb.provider, PauseCredentials)
+	return end{}
+}
+
+// maxPause is the longest pause a provider's answer may set (max_pause).
+func maxPause(c providers.Config) time.Duration {
+	if c.MaxPause > 0 {
+		return c.MaxPause
+	}
+	return providers.DefaultMaxPause
 }
 
 // detailOf is what a provider's error says, for a log line or a dead

@@ -169,13 +169,20 @@ func (d *Dispatcher) longPause(ctx context.Context, jb *job) (end, bool) {
 	return pausedEnd(d, paused), true
 }
 
-// pausedEnd hands a job back to JetStream until its provider's pause ends
-// (spread over a tenth of it, at most 5 s), holding no worker that another
-// provider's jobs need. Its channel gets no budget meanwhile, so no more of
-// its jobs are taken.
+// pausedEnd hands a job back to JetStream while its provider is paused,
+// holding no worker that another provider's jobs need. Its channel gets no
+// budget meanwhile, so neither it nor more of its jobs are taken. It comes
+// back at the pause's end, or within handBackMax when the pause is longer:
+// a pause lifted early (`notifier resume`, a reload after a credentials
+// pause) then holds its jobs back no longer than that.
 func pausedEnd(d *Dispatcher, paused time.Duration) end {
-	return end{kind: endDefer, delay: paused + d.jitter(min(paused/10, 5*time.Second)), reason: "provider paused"}
+	wait := min(paused, handBackMax)
+	return end{kind: endDefer, delay: wait + d.jitter(min(wait/10, time.Second)), reason: "provider paused"}
 }
+
+// handBackMax is the longest a job handed back for a pause waits in
+// JetStream before it is looked at again.
+const handBackMax = 10 * time.Second
 
 // giveBack cancels a reservation the job will not use (see leaky.Queue's
 // Cancel: only when no later one followed it).

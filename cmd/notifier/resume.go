@@ -55,17 +55,25 @@ says it is back sooner.`,
 		defer rdb.Close()
 		lc := limitsConfig(cfg)
 		q := leaky.NewRedis(rdb, cfg.Redis.KeyPrefix, leaky.WithMaxCost(max(1, lc.MaxCost)), leaky.WithHeadroom(dispatch.DefaultHeadroom))
+		reasons := dispatch.RedisPauseReasons(rdb, cfg.Redis.KeyPrefix)
+		why, err := reasons.Reason(ctx, name)
+		if err != nil {
+			return err
+		}
 		left, err := q.Resume(ctx, name, contract)
 		if err != nil {
+			return err
+		}
+		if err := reasons.Clear(ctx, name); err != nil {
 			return err
 		}
 		if left <= 0 {
 			fmt.Fprintf(e.stdout, "%s was not paused; nothing to lift\n", name)
 			return nil
 		}
-		log.Warn("provider pause lifted by an operator", "provider", name, "left", left.Round(time.Second).String(), "by", operator())
-		fmt.Fprintf(e.stdout, "%s: pause lifted (%s of it were left); sends resume within max_queue_delay (%s)\n",
-			name, left.Round(time.Second), contract.MaxQueueDelay)
+		log.Warn("provider pause lifted by an operator", "provider", name, "reason", why, "left", left.Round(time.Second).String(), "by", operator())
+		fmt.Fprintf(e.stdout, "%s: pause (%s) lifted (%s of it were left); sends resume within max_queue_delay (%s), jobs handed back during the pause within 10s\n",
+			name, why, left.Round(time.Second), contract.MaxQueueDelay)
 		return nil
 	}
 	return c

@@ -1,0 +1,267 @@
+package dispatch
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/notifier/notifier/providers"
+	"github.com/notifier/notifier/testenv"
+)
+
+// Tests of what the dispatcher does with each kind of provider answer that
+// is neither a send nor a plain failure (issue 17): a refused sender, a
+// throttled recipient, a transient failure that says when to come back. The
+// answers are injected in front of the real webhook provider (answering),
+// so each case is exact; the kinds' own mapping of their providers'
+// answers is tested in providers/ against fakes that answer as the
+// providers document.
+
+// answering is a registry whose providers ask answer first: a non-nil error
+// is the send's answer and the provider is not called; nil calls it.
+type answering struct {
+	Registry
+	answer func(m *providers.Message) error
+}
+
+func (r *answering) wrap(p providers.Provider, c providers.Config, ok bool) (providers.Provider, providers.Config, bool) {
+	if !ok {
+		return p, c, ok
+	}
+	return &answeringProvider{Provider: p, r: r}, c, ok
+}
+
+func (r *answering) Get(name string) (providers.Provider, providers.Config, bool) {
+	return r.wrap(r.Registry.Get(name))
+}
+
+func (r *answering) Default(channel string) (providers.Provider, providers.Config, bool) {
+	return r.wrap(r.Registry.Default(channel))
+}
+
+type answeringProvider struct {
+	providers.Provider
+	r *answering
+}
+
+func (p *answeringProvider) Send(ctx context.Context, m *providers.Message) error {
+	if err := p.r.answer(m); err != nil {
+		return err
+	}
+	return p.Provider.Send(ctx, m)
+}
+
+// asked records when each job was put to the provider (answered by the
+// injection or not).
+type asked struct {
+	mu sync.Mutex
+	at map[string][]time.Time
+}
+
+func (a *asked) note(id string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.at == nil {
+		a.at = map[string][]time.Time{}
+	}
+	a.at[id] = append(a.at[id], time.Now())
+}
+
+func (a *asked) times(id string) []time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]time.Time(nil), a.at[id]...)
+}
+
+// TestRecipientThrottleDefersThatJobAlone: a 429 that names one recipient
+// (APNs TooManyRequests, FCM's device quota) puts off that job alone, by at
+// least what the provider asked and without using an attempt; the provider
+// is not paused and the other jobs go on meanwhile.
+func TestRecipientThrottleDefersThatJobAlone(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	var a asked
+	var mu sync.Mutex
+	throttled := 0
+	p := b.start(func(o *Options) {
+		o.Retry.MaxAttempts = 1 // a throttle that used an attempt would dead-letter the job
+		o.Providers = &answering{Registry: o.Providers, answer: func(m *providers.Message) error {
+			a.note(m.ID)
+			mu.Lock()
+			defer mu.Unlock()
+			if m.ID == "busy" && throttled < 2 {
+				throttled++
+				return &providers.RateLimitedError{Provider: "sms-gw", Status: 429, RetryAfter: 700 * time.Millisecond,
+					Explicit: true, Detail: "429 TooManyRequests", Scope: providers.ScopeRecipient}
+			}
+			return nil
+		}}
+	})
+	b.publish(newJob("busy", "sms", "u-busy"))
+	testenv.WaitFor(t, 10*time.Second, "the first throttle", func() bool { return len(a.times("busy")) >= 1 })
+	ids := b.publishN("other", "sms", 20, 20)
+	testenv.WaitFor(t, 20*time.Second, "every job sent", func() bool { return len(b.fake.AcceptedIDs()) == 21 })
+	b.acceptedOnce(append(ids, "busy"))
+	at := a.times("busy")
+	if len(at) != 3 {
+		t.Fatalf("busy was put to the provider %d times, want 3 (two throttled, one sent)", len(at))
+	}
+	for i := 1; i < len(at); i++ {
+		if gap := at[i].Sub(at[i-1]); gap < 700*time.Millisecond {
+			t.Errorf("busy asked again %s after its throttle, sooner than the 700ms the provider asked", gap.Round(time.Millisecond))
+		}
+	}
+	// The others did not wait for it: all were sent before busy's last try.
+	for _, r := range b.fake.Requests() {
+		if r.ID != "busy" && r.At.After(at[2]) {
+			t.Errorf("%s sent at %s, after busy's last try: the throttle held up other recipients", r.ID, r.At.Format(time.StampMilli))
+		}
+	}
+	if n := p.count(p.d.m.ProviderPaused.WithLabelValues("sms-gw", PauseRateLimited)); n != 0 {
+		t.Errorf("provider paused (%v) for one recipient's throttle", n)
+	}
+	if n := p.count(p.d.m.Deferrals.WithLabelValues(LayerProvider, "recipient_throttled")); n != 2 {
+		t.Errorf("deferrals{provider,recipient_throttled} = %v, want 2", n)
+	}
+	if dl := b.deadLetters(); len(dl) != 0 {
+		t.Errorf("dead letters %v, want none", dl)
+	}
+}
+
+// TestTransientRetryAfterIsHonoured: a transient failure whose answer says
+// when to come back (a 503's Retry-After, FCM UNAVAILABLE) is retried no
+// sooner, though the backoff alone would be far shorter (at most 200 ms).
+func TestTransientRetryAfterIsHonoured(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	var a asked
+	var mu sync.Mutex
+	failed := false
+	b.start(func(o *Options) {
+		o.Providers = &answering{Registry: o.Providers, answer: func(m *providers.Message) error {
+			a.note(m.ID)
+			mu.Lock()
+			defer mu.Unlock()
+			if !failed {
+				failed = true
+				return &providers.Error{Provider: "sms-gw", Class: providers.ErrTransient, Status: 503,
+					Detail: "503 Service Unavailable", RetryAfter: 1500 * time.Millisecond}
+			}
+			return nil
+		}}
+	})
+	b.publish(newJob("unavailable", "sms", "u1"))
+	testenv.WaitFor(t, 20*time.Second, "the job sent", func() bool { return len(b.fake.AcceptedIDs()) == 1 })
+	at := a.times("unavailable")
+	if len(at) != 2 {
+		t.Fatalf("asked %d times, want 2", len(at))
+	}
+	if gap := at[1].Sub(at[0]); gap < 1500*time.Millisecond {
+		t.Errorf("retried %s after a 503 with Retry-After 1.5s", gap.Round(time.Millisecond))
+	}
+}
+
+// TestSenderRefusedPausesTheProviderAndKeepsItsJobs: a provider that
+// refuses the sender (its credentials) dead-letters no job: it is paused
+// fleet-wide for max_pause (notifier_provider_paused{reason="credentials"}
+// in both processes, the one that saw the refusal and the one that did
+// not), its jobs wait in JetStream, and a reload lifts the pause at once:
+// every job is then sent once.
+func TestSenderRefusedPausesTheProviderAndKeepsItsJobs(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	for i := range b.pcfgs {
+		b.pcfgs[i].MaxPause = time.Hour
+	}
+	var mu sync.Mutex
+	refusing := true
+	refusals := 0
+	wrap := func(o *Options) {
+		o.Retry.MaxAttempts = 1
+		o.Providers = &answering{Registry: o.Providers, answer: func(m *providers.Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if refusing {
+				refusals++
+				return &providers.Error{Provider: "sms-gw", Class: providers.ErrSender, Status: 401,
+					Detail: "Twilio error 20003: Authenticate"}
+			}
+			return nil
+		}}
+	}
+	p1 := b.start(wrap)
+	p2 := b.start(wrap)
+	ids := b.publishN("cred", "sms", 30, 30)
+	for _, p := range []*proc{p1, p2} {
+		testenv.WaitFor(t, 10*time.Second, "both processes see the credentials pause", func() bool {
+			return p.count(p.d.m.ProviderPaused.WithLabelValues("sms-gw", PauseCredentials)) == 1
+		})
+	}
+	time.Sleep(2 * time.Second)
+	mu.Lock()
+	n := refusals
+	refusing = false // the credentials are fixed
+	mu.Unlock()
+	if n == 0 || n > 16 {
+		t.Errorf("%d sends refused: want at least one, and no more than the jobs under way at the refusal (16 workers)", n)
+	}
+	if got := len(b.fake.AcceptedIDs()); got != 0 {
+		t.Fatalf("%d sent during the pause", got)
+	}
+	if dl := b.deadLetters(); len(dl) != 0 {
+		t.Fatalf("dead letters %v: a refused sender must not dead-letter jobs", dl)
+	}
+	if !strings.Contains(b.logs.String(), `"level":"ERROR"`) {
+		t.Errorf("no error logged for the refused sender")
+	}
+	// The operator fixes the credentials and reloads one process: the
+	// pause is lifted fleet-wide.
+	if err := p1.d.Reload(Reload{Providers: p1.d.live.Load().providers}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 30*time.Second, "every job sent after the reload", func() bool { return len(b.fake.AcceptedIDs()) == len(ids) })
+	b.acceptedOnce(ids)
+	if dl := b.deadLetters(); len(dl) != 0 {
+		t.Errorf("dead letters %v", dl)
+	}
+	for _, p := range []*proc{p1, p2} {
+		testenv.WaitFor(t, 5*time.Second, "the gauge cleared", func() bool {
+			return p.count(p.d.m.ProviderPaused.WithLabelValues("sms-gw", PauseCredentials)) == 0
+		})
+	}
+}
+
+// TestSenderRefusedIsProbedAfterMaxPause: without a reload, a provider
+// paused for its credentials is asked again after max_pause; once they are
+// right again every job goes out, none dead-lettered.
+func TestSenderRefusedIsProbedAfterMaxPause(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	for i := range b.pcfgs {
+		b.pcfgs[i].MaxPause = 1500 * time.Millisecond
+	}
+	var mu sync.Mutex
+	var until time.Time
+	b.start(func(o *Options) {
+		o.Retry.MaxAttempts = 1
+		o.Providers = &answering{Registry: o.Providers, answer: func(m *providers.Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if until.IsZero() {
+				until = time.Now().Add(2 * time.Second) // refused for 2 s: a pause, a probe refused, a pause, then right
+			}
+			if time.Now().Before(until) {
+				return &providers.Error{Provider: "sms-gw", Class: providers.ErrSender, Status: 535, Detail: "SMTP 535 5.7.8 authentication failed"}
+			}
+			return nil
+		}}
+	})
+	ids := b.publishN("probe", "sms", 10, 10)
+	testenv.WaitFor(t, 40*time.Second, "every job sent", func() bool { return len(b.fake.AcceptedIDs()) == len(ids) })
+	b.acceptedOnce(ids)
+	if dl := b.deadLetters(); len(dl) != 0 {
+		t.Errorf("dead letters %v", dl)
+	}
+}
