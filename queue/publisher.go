@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -150,4 +151,50 @@ func oneLine(s string, limit int) string {
 		cut--
 	}
 	return s[:cut] + mark
+}
+
+// Report is what a provider said, after accepting a job, about its
+// delivery: for a job that failed at the provider's end (a Twilio status
+// callback "undelivered" or "failed").
+type Report struct {
+	Channel   string // the provider's channel: the dead letter's subject is notify.dead.<channel>
+	JobID     string // the job's id, as the callback named it
+	Provider  string // the provider's configured name
+	Status    string // the provider's delivery status ("undelivered", "failed")
+	ErrorCode int    // the provider's error code (Twilio 30xxx), 0 when none
+}
+
+// DeadReport publishes a dead letter for a job that is no longer in the
+// job stream: the provider accepted it and then reported that it could not
+// deliver it. The body is the report as JSON (id, channel, provider,
+// status, error_code), not the job, whose content is not kept after a
+// send: such a letter records what happened and cannot be replayed. The
+// headers are those of DeadLetter (Notifier-Subject left empty). Its
+// Nats-Msg-Id derives from the provider, job and status, so a report the
+// provider calls back twice is stored once (within the duplicate window).
+func (p *Publisher) DeadReport(ctx context.Context, r Report, reason, detail string) error {
+	if !isWord(reason) {
+		return fmt.Errorf("dead report of %s: reason %q is not one word", r.JobID, reason)
+	}
+	if r.Channel == "" || subjectToken(r.Channel) != r.Channel {
+		return fmt.Errorf("dead report of %s: channel %q is not a subject token", r.JobID, r.Channel)
+	}
+	body, err := json.Marshal(struct {
+		ID        string `json:"id"`
+		Channel   string `json:"channel"`
+		Provider  string `json:"provider"`
+		Status    string `json:"status"`
+		ErrorCode int    `json:"error_code,omitempty"`
+	}{r.JobID, r.Channel, r.Provider, r.Status, r.ErrorCode})
+	if err != nil {
+		return fmt.Errorf("dead report of %s: %w", r.JobID, err)
+	}
+	m := &nats.Msg{Subject: DeadSubject(r.Channel), Data: body, Header: nats.Header{}}
+	m.Header.Set(HeaderReason, reason)
+	m.Header.Set(HeaderDetail, oneLine(detail, MaxDetailBytes))
+	id := "report:" + r.Provider + ":" + r.JobID + ":" + r.Status
+	if _, err := p.js.PublishMsg(ctx, m, msgIDOpt(id)...); err != nil {
+		return fmt.Errorf("dead report of %s to %s: %w", r.JobID, m.Subject, err)
+	}
+	return nil
 }

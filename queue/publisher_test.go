@@ -248,3 +248,40 @@ func TestDeadLetterRefusesBadArguments(t *testing.T) {
 		t.Fatalf("NOTIFY_DEAD holds %d messages, want 0", n)
 	}
 }
+
+// TestDeadReport: a provider's report that it could not deliver a job it
+// accepted is stored as a dead letter on notify.dead.<channel> with its
+// reason and detail; its body is the report, naming the job (dead list
+// shows the job id), and the same report twice is stored once.
+func TestDeadReport(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	r := queue.Report{Channel: "sms", JobID: "otp-42", Provider: "twilio-eu", Status: "undelivered", ErrorCode: 30003}
+	for range 2 {
+		if err := b.pub.DeadReport(ctx(t), r, "undelivered", "Twilio error 30003: Unreachable destination handset"); err != nil {
+			t.Fatalf("DeadReport: %v", err)
+		}
+	}
+	letters, _, err := queue.NewDeadLetters(b.js, b.cfg).List(ctx(t), queue.DeadFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(letters) != 1 {
+		t.Fatalf("%d dead letters, want 1 (the repeated report stored once)", len(letters))
+	}
+	d := letters[0]
+	if d.Subject != "notify.dead.sms" || d.Reason != "undelivered" || d.JobID != "otp-42" ||
+		d.Detail != "Twilio error 30003: Unreachable destination handset" {
+		t.Errorf("dead letter %s reason %q job %q detail %q", d.Subject, d.Reason, d.JobID, d.Detail)
+	}
+	if want := `{"id":"otp-42","channel":"sms","provider":"twilio-eu","status":"undelivered","error_code":30003}`; string(d.Data) != want {
+		t.Errorf("body %s, want %s", d.Data, want)
+	}
+	if err := b.pub.DeadReport(ctx(t), r, "not a word", ""); err == nil {
+		t.Error("a reason of several words was accepted")
+	}
+	r.Channel = "sms.x"
+	if err := b.pub.DeadReport(ctx(t), r, "undelivered", ""); err == nil {
+		t.Error("a channel that is not a subject token was accepted")
+	}
+}
