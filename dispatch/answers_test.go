@@ -265,3 +265,41 @@ func TestSenderRefusedIsProbedAfterMaxPause(t *testing.T) {
 		t.Errorf("dead letters %v", dl)
 	}
 }
+
+// TestReportDelivery: a provider's delivery reports are counted by status
+// (an unknown status as "other"); a job reported undelivered or failed is
+// dead-lettered with reason undelivered and the provider's detail, once
+// however often the provider calls back; a report for a provider not
+// configured is refused.
+func TestReportDelivery(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	p := b.start(nil)
+	ctx := context.Background()
+	detail := "Twilio error 30003: Unreachable destination handset"
+	for _, r := range []struct{ id, status string }{
+		{"otp-1", "sent"}, {"otp-1", "delivered"}, {"otp-2", "sent"}, {"otp-2", "undelivered"},
+		{"otp-2", "undelivered"}, {"otp-3", "failed"}, {"otp-4", "teleported"},
+	} {
+		if err := p.d.ReportDelivery(ctx, "sms-gw", r.id, r.status, 30003, detail); err != nil {
+			t.Fatalf("report %s %s: %v", r.id, r.status, err)
+		}
+	}
+	for status, want := range map[string]float64{"sent": 2, "delivered": 1, "undelivered": 2, "failed": 1, "other": 1} {
+		if got := p.count(p.d.m.Deliveries.WithLabelValues("sms-gw", status)); got != want {
+			t.Errorf("deliveries{sms-gw,%s} = %v, want %v", status, got, want)
+		}
+	}
+	dl := b.deadLetters()
+	if len(dl) != 2 {
+		t.Fatalf("%d dead letters, want 2 (otp-2 once, otp-3): %v", len(dl), dl)
+	}
+	for _, d := range dl {
+		if d.Subject != "notify.dead.sms" || d.Reason != ReasonUndelivered || d.Detail != detail {
+			t.Errorf("dead letter %s reason %q detail %q", d.Subject, d.Reason, d.Detail)
+		}
+	}
+	if err := p.d.ReportDelivery(ctx, "fax-gw", "x", "failed", 0, ""); err == nil {
+		t.Error("a report for an unknown provider was taken")
+	}
+}
