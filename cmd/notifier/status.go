@@ -95,6 +95,7 @@ type providerStatus struct {
 	MaxDelay    float64  `json:"max_queue_delay_seconds"`
 	PausedFor   float64  `json:"paused_for_seconds"` // 0: no pause
 	PausedUntil string   `json:"paused_until,omitempty"`
+	PauseReason string   `json:"pause_reason,omitempty"` // rate_limited or credentials, while paused
 	Breakers    []string `json:"breakers"` // each live instance's breaker state
 	// Tenants are the tenants with jobs in the stream for the provider's
 	// channel or sends at it in the last 10 s: "default", "other" (those
@@ -143,6 +144,7 @@ func readStatus(ctx context.Context, rdb redis.UniversalClient, cfg Config) (fle
 		return st, err
 	}
 	q := leaky.NewRedis(rdb, cfg.Redis.KeyPrefix, leaky.WithHeadroom(dispatch.DefaultHeadroom))
+	reasons := dispatch.RedisPauseReasons(rdb, cfg.Redis.KeyPrefix)
 	for _, p := range cfg.Providers {
 		ps := providerStatus{Name: p.Name, Channel: p.Channel, Contract: p.Rate, Unit: p.Unit, MaxDelay: p.MaxQueueDelay.Seconds(), Breakers: []string{}}
 		depth, err := q.Depth(ctx, p.Name, dispatch.Contract(p))
@@ -157,6 +159,9 @@ func readStatus(ctx context.Context, rdb redis.UniversalClient, cfg Config) (fle
 		if paused > 0 {
 			ps.PausedFor = paused.Seconds()
 			ps.PausedUntil = st.At.Add(paused).Format(time.RFC3339)
+			if ps.PauseReason, err = reasons.Reason(ctx, p.Name); err != nil {
+				return st, err
+			}
 		}
 		var sent int64
 		tenants := map[string]*tenantStatus{}
