@@ -32,6 +32,7 @@ type publishFlags struct {
 	// all
 	inFlight int
 	quiet    bool
+	nats     string // a server URL: with no --config, no file is read
 }
 
 func publishCmd(e *env) *cobra.Command {
@@ -56,6 +57,7 @@ reported as duplicates, and how many failed.`,
 	}
 	path := configFlag(c)
 	fl := c.Flags()
+	fl.StringVar(&f.nats, "nats", "", "NATS server URL, in place of the configuration's nats.url; without --config no file is read (`notifier dev` prints its URL)")
 	fl.StringVar(&f.id, "id", "", "job id (default: generated)")
 	fl.StringVar(&f.channel, "channel", "", "sms, push or email")
 	fl.StringVar(&f.user, "user", "", "recipient user id")
@@ -75,7 +77,15 @@ reported as duplicates, and how many failed.`,
 		if err != nil {
 			return &usageError{err: err}
 		}
-		cfg, err := LoadConfig(*path, e.getenv)
+		var cfg Config
+		if f.nats != "" && !cmd.Flags().Changed("config") {
+			cfg, err = natsOnlyConfig(f.nats, e.getenv)
+		} else {
+			cfg, err = LoadConfig(*path, e.getenv)
+			if f.nats != "" {
+				cfg.NATS.URL = f.nats
+			}
+		}
 		if err != nil {
 			return err
 		}

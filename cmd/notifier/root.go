@@ -32,6 +32,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err: err} })
 	root.AddCommand(
 		demoCmd(e),
+		devCmd(e),
 		runCmd(e),
 		statusCmd(e),
 		topCmd(e),

@@ -137,12 +137,17 @@ type instanceStatus struct {
 
 // readStatus gathers the fleet's state: heartbeats, queues and pauses.
 func readStatus(ctx context.Context, rdb redis.UniversalClient, cfg Config) (fleetStatus, error) {
-	st := fleetStatus{At: time.Now().UTC()}
 	insts, err := dispatch.ReadFleet(ctx, rdb, cfg.Redis.KeyPrefix)
 	if err != nil {
-		return st, err
+		return fleetStatus{At: time.Now().UTC()}, err
 	}
-	q := leaky.NewRedis(rdb, cfg.Redis.KeyPrefix, leaky.WithHeadroom(dispatch.DefaultHeadroom))
+	return statusOf(ctx, insts, leaky.NewRedis(rdb, cfg.Redis.KeyPrefix, leaky.WithHeadroom(dispatch.DefaultHeadroom)), cfg)
+}
+
+// statusOf is the status of the instances insts, whose providers' queues
+// and pauses are in q: the fleet's (Redis) or one process's (its memory).
+func statusOf(ctx context.Context, insts []dispatch.Instance, q leaky.Queue, cfg Config) (fleetStatus, error) {
+	st := fleetStatus{At: time.Now().UTC()}
 	for _, p := range cfg.Providers {
 		ps := providerStatus{Name: p.Name, Channel: p.Channel, Contract: p.Rate, Unit: p.Unit, MaxDelay: p.MaxQueueDelay.Seconds(), Breakers: []string{}}
 		depth, err := q.Depth(ctx, p.Name, dispatch.Contract(p))
