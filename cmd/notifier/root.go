@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"strings"
 
@@ -43,9 +44,17 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		deadCmd(e),
 		resumeCmd(e),
 	)
-	_, err := root.ExecuteContextC(ctx)
-	if err != nil && isCobraUsageError(err) {
-		return &usageError{err: err}
+	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil {
+		return nil
+	}
+	var ue *usageError
+	if !errors.As(err, &ue) && isCobraUsageError(err) {
+		ue = &usageError{err: err}
+		err = ue
+	}
+	if ue != nil && ue.cmd == "" && cmd != nil {
+		ue.cmd = cmd.CommandPath()
 	}
 	return err
 }
