@@ -179,6 +179,9 @@ func runDev(ctx context.Context, f *devFlags, e *env) error {
 	cfg.NATS = queue.Config{URL: srv.URL(), Stream: cfg.NATS.Stream, DeadStream: cfg.NATS.DeadStream, AckWait: cfg.NATS.AckWait}.WithDefaults()
 
 	out := &devPrinter{w: e.stdout, names: map[string]string{}}
+	if isTerminal(e.stdout) {
+		out.width = func() int { return termWidth(e.stdout, e.getenv) }
+	}
 	var sb *sandbox
 	if f.sandbox {
 		sb, err = startSandbox(&sandbox{retain: 10 * time.Minute, answered: out.answered})
@@ -273,6 +276,7 @@ func devBanner(cfg Config, dir, metricsAddr string, sandboxed bool) string {
 type devPrinter struct {
 	w     io.Writer
 	names map[string]string // lane path → provider name
+	width func() int        // on a terminal, its width: lines are cut to it; else nil
 
 	mu      sync.Mutex
 	second  time.Time      // the second being counted
@@ -318,6 +322,15 @@ func (p *devPrinter) answered(path string, body []byte, status int) {
 	if j.Tenant != "" {
 		line += "  tenant " + j.Tenant
 	}
+	p.println(line)
+}
+
+// println prints line, cut to the terminal's width on one; the caller
+// holds mu.
+func (p *devPrinter) println(line string) {
+	if p.width != nil {
+		line = fit(line, p.width()-1)
+	}
 	fmt.Fprintln(p.w, line)
 }
 
@@ -335,7 +348,7 @@ func (p *devPrinter) flushLocked() {
 		for i, k := range keys {
 			parts[i] = fmt.Sprintf("%s %d", k, p.more[k])
 		}
-		fmt.Fprintf(p.w, "%s  … and %d more in that second: %s\n", p.second.Format("15:04:05"), n, strings.Join(parts, ", "))
+		p.println(fmt.Sprintf("%s  … and %d more in that second: %s", p.second.Format("15:04:05"), n, strings.Join(parts, ", ")))
 	}
 	p.more, p.printed = nil, 0
 }

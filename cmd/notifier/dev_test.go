@@ -333,3 +333,33 @@ func TestPublishNATSFlagNeedsNoFile(t *testing.T) {
 		t.Fatalf("a bare-number ack_wait: %v", err)
 	}
 }
+
+// TestDevPrinterLimitsItsLines: dev prints a line a job up to 10 a second,
+// then counts the rest in one line; on a terminal no line is wider than it.
+func TestDevPrinterLimitsItsLines(t *testing.T) {
+	t.Parallel()
+	var b bytes.Buffer
+	p := &devPrinter{w: &b, names: map[string]string{"/sms": "sms-sandbox"}, width: func() int { return 50 }}
+	for i := range 25 {
+		p.answered("/sms", []byte(fmt.Sprintf(`{"id":"job-%02d","user_id":"u%d"}`, i, i)), http.StatusOK)
+	}
+	p.answered("/sms", []byte(`{"id":"over-1","user_id":"u1"}`), http.StatusTooManyRequests)
+	p.flush()
+	jobs, more := 0, 0
+	for _, l := range strings.Split(strings.TrimSpace(b.String()), "\n") {
+		if c := columns(l); c > 49 {
+			t.Errorf("a line of %d columns on a 50-column terminal: %q", c, l)
+		}
+		if m := regexp.MustCompile(`… and (\d+) more`).FindStringSubmatch(l); m != nil {
+			n := 0
+			fmt.Sscan(m[1], &n)
+			more += n
+		} else if strings.Contains(l, " job ") {
+			jobs++
+		}
+	}
+	// The 26 calls take well under a second, but may straddle two.
+	if jobs+more != 26 || jobs < 10 || jobs > 20 {
+		t.Errorf("%d job lines and %d counted, want 26 in all, 10 lines a second:\n%s", jobs, more, b.String())
+	}
+}
