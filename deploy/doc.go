@@ -9,7 +9,10 @@
 //   - prometheus/alerts.yaml, Prometheus alerting rules: queue latency near
 //     its bound, a provider paused by 429s, dead letters rising, provider
 //     errors, no instance ready, jobs stuck in flight, the limit backend
-//     unreachable.
+//     unreachable;
+//   - prometheus/alerts_test.yaml, their promtool unit tests and those of
+//     the dashboard's queries: `promtool test rules
+//     deploy/prometheus/alerts_test.yaml`.
 //
 // The package's tests keep both honest: every PromQL expression is parsed
 // with Prometheus's own parser, every metric it selects must be one that
@@ -17,9 +20,12 @@
 // label matched or grouped by must exist on the metric, enumerated label
 // values (outcome, status, layer, decision, reason) must be ones the
 // notifier sets, and the rules' structure and annotation templates are
-// checked. Where promtool is on PATH the tests also run `promtool check
-// rules` and promtool unit tests on synthetic series: every alert fires
-// when its `for` allows and stays quiet where it should, and every panel's
-// queries give the values the panel promises. docs/operations-dashboards.md
-// explains how to install and read them.
+// checked. alerts_test.yaml is generated from the cases in the tests, and
+// they fail while it differs (go test ./deploy/ -run
+// TestPromtoolTestFileIsCurrent -update rewrites it). Where promtool is on
+// PATH the tests also run `promtool check rules` and `promtool test rules`
+// on that file: every alert fires when its `for` allows and stays quiet
+// where it should, and every panel's queries give the values the panel
+// promises. docs/operations-dashboards.md explains how to install and read
+// them.
 package deploy

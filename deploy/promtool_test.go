@@ -1,6 +1,8 @@
 package deploy_test
 
 import (
+	"bytes"
+	"flag"
 	"maps"
 	"os"
 	"os/exec"
@@ -282,7 +284,8 @@ type promtoolExpAlert struct {
 	ExpAnnotations map[string]string `yaml:"exp_annotations"`
 }
 
-// promtoolTests builds the unit test file for alertCases.
+// promtoolTests builds the unit test groups of alertCases, for the rules
+// at rulesPath.
 func promtoolTests(t *testing.T, rulesPath string) promtoolFile {
 	t.Helper()
 	byName := make(map[string]rule)
@@ -315,10 +318,88 @@ func promtoolTests(t *testing.T, rulesPath string) promtoolFile {
 	return f
 }
 
-// TestPromtool runs `promtool check rules` on the rules, and promtool rule
-// unit tests built from alertCases (every alert fires when and only when
-// its case says, with the labels and summary it says) and queryCases (the
-// dashboard's queries give the values their panels promise).
+// promtoolTestFile is the promtool unit test file users run: alertCases
+// and queryCases, with the rules found beside it (promtool reads
+// rule_files relative to the test file).
+const promtoolTestFile = "prometheus/alerts_test.yaml"
+
+// promtoolTestFileHeader opens promtoolTestFile.
+const promtoolTestFileHeader = `# promtool rule unit tests of alerts.yaml (every alert fires when its ` + "`for`" + `
+# allows, with the labels and summary shown, and stays quiet where it should)
+# and of the dashboard's queries (../grafana/notifier.json, every variable set
+# to All: each panel shows what it promises). Run them with
+#
+#   promtool test rules deploy/prometheus/alerts_test.yaml
+#
+# Generated from deploy/promtool_test.go (alertCases) and deploy/queries_test.go
+# (queryCases), with the rules' annotations and the dashboard's expressions as
+# they are: edit those, then rewrite this file with
+#
+#   go test ./deploy/ -run TestPromtoolTestFileIsCurrent -update
+#
+# go test ./deploy/ fails while this file differs from what they generate.
+`
+
+var update = flag.Bool("update", false, "rewrite "+promtoolTestFile+" from alertCases and queryCases")
+
+// generatePromtoolTests is promtoolTestFile as alertCases, queryCases, the
+// rules and the dashboard make it now.
+func generatePromtoolTests(t *testing.T) []byte {
+	t.Helper()
+	tests := promtoolTests(t, filepath.Base(rulesFile))
+	tests.Tests = append(tests.Tests, promtoolQueryGroups(t)...)
+	var b bytes.Buffer
+	b.WriteString(promtoolTestFileHeader)
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(tests); err != nil {
+		t.Fatal(err)
+	}
+	if err := enc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// TestPromtoolTestFileIsCurrent: the checked-in promtool test file is what
+// the cases generate (with -update, it is rewritten so), so the file users
+// run is the one these tests keep honest, promtool or not.
+func TestPromtoolTestFileIsCurrent(t *testing.T) {
+	t.Parallel()
+	want := generatePromtoolTests(t)
+	if *update {
+		if err := os.WriteFile(promtoolTestFile, want, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("wrote %s", promtoolTestFile)
+		return
+	}
+	have, err := os.ReadFile(promtoolTestFile)
+	if err != nil {
+		t.Fatalf("%v; write it with: go test ./deploy/ -run TestPromtoolTestFileIsCurrent -update", err)
+	}
+	if !bytes.Equal(have, want) {
+		hl, wl := strings.Split(string(have), "\n"), strings.Split(string(want), "\n")
+		i := 0
+		for i < len(hl) && i < len(wl) && hl[i] == wl[i] {
+			i++
+		}
+		line := func(ls []string) string {
+			if i < len(ls) {
+				return ls[i]
+			}
+			return "(end of file)"
+		}
+		t.Fatalf("%s differs from what alertCases, queryCases, the rules and the dashboard generate, from line %d:\n"+
+			"  file:      %s\n  generated: %s\nrewrite it with: go test ./deploy/ -run TestPromtoolTestFileIsCurrent -update",
+			promtoolTestFile, i+1, line(hl), line(wl))
+	}
+}
+
+// TestPromtool runs `promtool check rules` on the rules and `promtool test
+// rules` on the checked-in test file, as a user would: every alert fires
+// when and only when its case says, with the labels and summary it says,
+// and the dashboard's queries give the values their panels promise.
 func TestPromtool(t *testing.T) {
 	t.Parallel()
 	promtool, err := exec.LookPath("promtool")
@@ -327,26 +408,12 @@ func TestPromtool(t *testing.T) {
 			"dashboard's queries did not run; install it to run them (Debian: apt-get install prometheus, " +
 			"or see docs/operations-dashboards.md for promtool alone)")
 	}
-	rulesPath, err := filepath.Abs(rulesFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command(promtool, "check", "rules", rulesPath).CombinedOutput(); err != nil {
+	if out, err := exec.Command(promtool, "check", "rules", rulesFile).CombinedOutput(); err != nil {
 		t.Fatalf("promtool check rules: %v\n%s", err, out)
 	}
-	tests := promtoolTests(t, rulesPath)
-	tests.Tests = append(tests.Tests, promtoolQueryGroups(t)...)
-	b, err := yaml.Marshal(tests)
+	out, err := exec.Command(promtool, "test", "rules", promtoolTestFile).CombinedOutput()
 	if err != nil {
-		t.Fatal(err)
-	}
-	testFile := filepath.Join(t.TempDir(), "alerts_test.yaml")
-	if err := os.WriteFile(testFile, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command(promtool, "test", "rules", testFile).CombinedOutput()
-	if err != nil {
-		t.Fatalf("promtool test rules: %v\n%s\n(the generated test file:)\n%s", err, out, b)
+		t.Fatalf("promtool test rules %s: %v\n%s", promtoolTestFile, err, out)
 	}
 	if !strings.Contains(string(out), "SUCCESS") {
 		t.Fatalf("promtool test rules: no SUCCESS in\n%s", out)

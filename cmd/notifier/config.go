@@ -219,6 +219,49 @@ func LoadConfig(path string, getenv func(string) string) (Config, error) {
 	return parseConfig(yaml, path, getenv)
 }
 
+// natsOnlyConfig is the configuration of a command that needs only NATS
+// and was given its URL (publish --nats), read from no file: nats.url is
+// url, the other nats keys come from their NOTIFIER_NATS_* variables (the
+// secrets too), every other key takes its default. Problems are a
+// *ConfigError, as LoadConfig's.
+func natsOnlyConfig(url string, getenv func(string) string) (Config, error) {
+	const source = "(--nats, no file)"
+	v := viper.New()
+	for _, k := range envKeys() {
+		if !strings.HasPrefix(k, "nats.") {
+			continue
+		}
+		if val := getenv(envPrefix + "_" + strings.ToUpper(strings.ReplaceAll(k, ".", "_"))); val != "" {
+			v.Set(k, val)
+		}
+	}
+	v.Set("nats.url", url)
+	var nc queue.Config
+	dec, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
+		Result: &nc, ErrorUnused: true, DecodeHook: decodeHook, TagName: "mapstructure",
+	})
+	if err != nil {
+		return Config{}, fmt.Errorf("build config decoder: %w", err)
+	}
+	if err := dec.Decode(v.Get("nats")); err != nil {
+		return Config{}, &ConfigError{File: source, Problems: prefixed("nats.", decodeProblems(err))}
+	}
+	cfg := Config{NATS: nc}.WithDefaults()
+	if err := cfg.NATS.Validate(); err != nil {
+		return cfg, &ConfigError{File: source, Problems: prefixed("nats.", flatten(err))}
+	}
+	return cfg, nil
+}
+
+// prefixed is each problem with prefix (a key path) before it.
+func prefixed(prefix string, problems []error) []error {
+	out := make([]error, len(problems))
+	for i, p := range problems {
+		out[i] = fmt.Errorf("%s%w", prefix, p)
+	}
+	return out
+}
+
 // ParseConfig is LoadConfig for YAML held in memory (tests, fuzzing).
 func ParseConfig(yaml []byte, getenv func(string) string) (Config, error) {
 	return parseConfig(yaml, "(memory)", getenv)

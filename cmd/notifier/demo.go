@@ -230,7 +230,10 @@ loop:
 		case <-tick.C:
 		}
 		if tty || time.Since(lastLine) >= 2*time.Second {
-			line := progressLine(time.Since(start), promReg, sb)
+			// Read each time: the terminal may be resized. One column
+			// spare: a line as wide as the terminal wraps on some, and \r
+			// would then redraw only its end.
+			line := progressLine(termWidth(e.stderr, e.getenv)-1, time.Since(start), promReg, sb)
 			if tty {
 				fmt.Fprintf(e.stderr, "\r\033[K%s", line)
 			} else {

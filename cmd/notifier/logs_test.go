@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"strings"
 	"syscall"
@@ -59,4 +61,47 @@ func TestRunLogsReadably(t *testing.T) {
 	if strings.Contains(logs, "nats disconnected") {
 		t.Errorf("a clean stop logged a NATS disconnection:\n%s", tail(logs, 2000))
 	}
+	// No warning about NATS at all: not "disconnected", not err:null.
+	for _, line := range strings.Split(logs, "\n") {
+		var l map[string]any
+		if json.Unmarshal([]byte(line), &l) != nil || l["level"] != "WARN" {
+			continue
+		}
+		if strings.Contains(strings.ToLower(line), "nats") || strings.Contains(line, `"err":null`) {
+			t.Errorf("a clean stop logged a warning: %s", line)
+		}
+	}
 }
+
+// TestLogsWriteDurationsAsDurations: every duration a log line carries,
+// at the top, in a group, given as a time.Duration or by a LogValuer, in
+// either format, reads "1.5s", never nanoseconds.
+func TestLogsWriteDurationsAsDurations(t *testing.T) {
+	t.Parallel()
+	for _, format := range []string{"json", "text"} {
+		var b bytes.Buffer
+		log, err := (&logOptions{level: "debug", format: format}).logger(&b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		log.Info("line", "backoff", 1500*time.Millisecond, slog.Duration("late", 7*time.Millisecond),
+			slog.Group("retry", "in", 2*time.Second), "pause", durationValuer(90*time.Second))
+		log.With("held", 250*time.Microsecond).WithGroup("g").Warn("again", "for", time.Minute)
+		out := b.String()
+		for _, want := range []string{"1.5s", "7ms", "2s", "1m30s", "250µs", "1m0s"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("%s: no %q in\n%s", format, want, out)
+			}
+		}
+		for _, raw := range []string{"1500000000", "7000000", "2000000000", "90000000000", "250000", "60000000000"} {
+			if strings.Contains(out, raw) {
+				t.Errorf("%s: raw nanoseconds %s in\n%s", format, raw, out)
+			}
+		}
+	}
+}
+
+// durationValuer logs as a duration, resolved by the handler.
+type durationValuer time.Duration
+
+func (d durationValuer) LogValue() slog.Value { return slog.DurationValue(time.Duration(d)) }

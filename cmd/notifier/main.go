@@ -28,21 +28,34 @@ func main() {
 	os.Exit(exitCode(err, os.Stderr))
 }
 
-// usageError is a bad command line: exit code 2.
-type usageError struct{ err error }
+// usageError is a bad command line: exit code 2. cmd is the command's
+// path ("notifier top"), for the hint that follows the error.
+type usageError struct {
+	err error
+	cmd string
+}
 
 func (e *usageError) Error() string { return e.err.Error() }
 func (e *usageError) Unwrap() error { return e.err }
 
-// exitCode prints err (once) and maps it to SPEC §5's exit codes.
+// exitCode prints err (once) and maps it to SPEC §5's exit codes. A bad
+// command line is one line, "Error: ...", and a pointer to the command's
+// help (not the help itself: the error would drown in it).
 func exitCode(err error, stderr io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
+	var ue *usageError
+	if errors.As(err, &ue) {
+		fmt.Fprintln(stderr, "Error:", err)
+		if ue.cmd != "" {
+			fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", ue.cmd)
+		}
+		return exitUsage
+	}
 	fmt.Fprintln(stderr, "notifier:", err)
 	var ce *ConfigError
-	var ue *usageError
-	if errors.As(err, &ce) || errors.As(err, &ue) {
+	if errors.As(err, &ce) {
 		return exitUsage
 	}
 	return exitFailure

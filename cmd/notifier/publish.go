@@ -32,6 +32,7 @@ type publishFlags struct {
 	// all
 	inFlight int
 	quiet    bool
+	nats     string // a server URL: with no --config, no file is read
 }
 
 func publishCmd(e *env) *cobra.Command {
@@ -56,6 +57,7 @@ reported as duplicates, and how many failed.`,
 	}
 	path := configFlag(c)
 	fl := c.Flags()
+	fl.StringVar(&f.nats, "nats", "", "NATS server URL, in place of the configuration's nats.url; without --config no file is read (`notifier dev` prints its URL)")
 	fl.StringVar(&f.id, "id", "", "job id (default: generated)")
 	fl.StringVar(&f.channel, "channel", "", "sms, push or email")
 	fl.StringVar(&f.user, "user", "", "recipient user id")
@@ -75,7 +77,15 @@ reported as duplicates, and how many failed.`,
 		if err != nil {
 			return &usageError{err: err}
 		}
-		cfg, err := LoadConfig(*path, e.getenv)
+		var cfg Config
+		if f.nats != "" && !cmd.Flags().Changed("config") {
+			cfg, err = natsOnlyConfig(f.nats, e.getenv)
+		} else {
+			cfg, err = LoadConfig(*path, e.getenv)
+			if f.nats != "" {
+				cfg.NATS.URL = f.nats
+			}
+		}
 		if err != nil {
 			return err
 		}
@@ -164,25 +174,26 @@ func publish(ctx context.Context, cfg Config, f *publishFlags, mode publishMode,
 
 	batch := pub.NewBatch(f.inFlight, 0)
 	var s publishSummary
+	// Progress: a bar redrawn in place on a terminal; elsewhere (a pipe,
+	// a file, CI's log) a plain line at each quarter of a generated load
+	// of 1,000 jobs or more, and nothing for NDJSON.
 	var bar *progressbar.ProgressBar
+	var milestones *milestoneWriter
 	newBar := func(max int, what string) {
-		if f.quiet {
-			return
+		switch {
+		case f.quiet:
+		case isTerminal(e.stderr):
+			bar = newProgressBar(e.stderr, max, what, termWidth(e.stderr, e.getenv))
+		case max >= 1000:
+			milestones = &milestoneWriter{w: e.stderr, what: what, total: max}
 		}
-		bar = progressbar.NewOptions(max,
-			progressbar.OptionSetWriter(e.stderr),
-			progressbar.OptionSetDescription(what),
-			progressbar.OptionShowCount(),
-			progressbar.OptionShowIts(),
-			progressbar.OptionSetItsString("jobs"),
-			progressbar.OptionThrottle(100*time.Millisecond),
-			progressbar.OptionSetWidth(30),
-			progressbar.OptionOnCompletion(func() { fmt.Fprintln(e.stderr) }),
-		)
 	}
 	add := func() {
-		if bar != nil {
+		switch {
+		case bar != nil:
 			_ = bar.Add(1)
+		case milestones != nil:
+			milestones.add()
 		}
 	}
 
@@ -233,6 +244,63 @@ func publish(ctx context.Context, cfg Config, f *publishFlags, mode publishMode,
 		return fmt.Errorf("%d jobs not published; first error: %w", s.Failed, res.Err)
 	}
 	return s.nothingPublished()
+}
+
+// newProgressBar is publish's bar on a terminal width columns wide: the
+// bar takes what its description, percentage, count, rate and time left
+// leave (at least 10 columns); a narrow terminal loses the time left, then
+// the rate, then its description.
+func newProgressBar(w io.Writer, total int, what string, width int) *progressbar.ProgressBar {
+	width-- // a line as wide as the terminal wraps on some, and \r redraws only its end
+	if width < len(what)+barCountText+10 {
+		what = ""
+	}
+	opts := []progressbar.Option{
+		progressbar.OptionSetWriter(w),
+		progressbar.OptionSetDescription(what),
+		progressbar.OptionShowCount(),
+		progressbar.OptionSetItsString("jobs"),
+		progressbar.OptionThrottle(100 * time.Millisecond),
+		progressbar.OptionOnCompletion(func() { fmt.Fprintln(w) }),
+	}
+	text := len(what) + barCountText
+	switch {
+	case width >= len(what)+barCountText+barRateText+barTimeText+10:
+		text += barRateText + barTimeText
+		opts = append(opts, progressbar.OptionShowIts())
+	case width >= len(what)+barCountText+barRateText+10:
+		text += barRateText
+		opts = append(opts, progressbar.OptionShowIts(), progressbar.OptionSetPredictTime(false))
+	default:
+		opts = append(opts, progressbar.OptionSetPredictTime(false))
+	}
+	opts = append(opts, progressbar.OptionSetWidth(min(max(width-text, 10), 40)))
+	return progressbar.NewOptions(total, opts...)
+}
+
+// The columns a bar's line takes besides its description and the bar, at
+// most: " 100% |", "| ", "(1000000/1000000)" and a space; the rate,
+// ", 12345678 jobs/s"; the time spent and left, " [10m0s:20h55m23s]".
+const (
+	barCountText = 27
+	barRateText  = 17
+	barTimeText  = 18
+)
+
+// milestoneWriter prints a plain line at each quarter of total: progress
+// where a redrawn bar would leave a mess (a pipe, a log).
+type milestoneWriter struct {
+	w     io.Writer
+	what  string
+	total int
+	n     int
+}
+
+func (m *milestoneWriter) add() {
+	m.n++
+	if m.n%max(1, m.total/4) == 0 && m.n < m.total {
+		fmt.Fprintf(m.w, "%s: %d of %d jobs (%d%%)\n", m.what, m.n, m.total, 100*m.n/m.total)
+	}
 }
 
 // nothingPublished is the error of a publish that stored no job at all (so

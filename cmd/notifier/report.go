@@ -123,18 +123,27 @@ func (v metricsView) quantile(name string, want map[string]string, q float64) (f
 	return lower, true
 }
 
-// progressLine is the demo's one-line live status.
-func progressLine(elapsed time.Duration, reg prometheus.Gatherer, sb *sandbox) string {
+// progressLine is the demo's one-line live status, no wider than width:
+// the most detailed of its forms that fits.
+func progressLine(width int, elapsed time.Duration, reg prometheus.Gatherer, sb *sandbox) string {
 	v := gather(reg)
 	jobs := func(o string) int { return int(v.sum("notifier_jobs_total", map[string]string{"outcome": o})) }
-	var b strings.Builder
-	fmt.Fprintf(&b, "%5.1fs  sent %d  suppressed %d  dead %d  in flight %d  |",
-		elapsed.Seconds(), jobs("sent"), jobs("suppressed"), jobs("dead"), int(v.sum("notifier_jobs_in_flight", nil)))
+	sent, sup, dead, inFlight := jobs("sent"), jobs("suppressed"), jobs("dead"), int(v.sum("notifier_jobs_in_flight", nil))
+	var full, mid, short, shorter strings.Builder
+	fmt.Fprintf(&full, "%5.1fs  sent %d  suppressed %d  dead %d  in flight %d  |", elapsed.Seconds(), sent, sup, dead, inFlight)
+	fmt.Fprintf(&mid, "%.1fs  sent %d  suppressed %d  dead %d  in flight %d  |", elapsed.Seconds(), sent, sup, dead, inFlight)
+	fmt.Fprintf(&short, "%.1fs sent %d supp %d dead %d |", elapsed.Seconds(), sent, sup, dead)
+	fmt.Fprintf(&shorter, "%.1fs sent %d |", elapsed.Seconds(), sent)
 	for _, l := range demoLanes {
-		fmt.Fprintf(&b, "  %s %3.0f/s (of %g) q %2.0f", l.channel, sb.rate(l.path, time.Second), l.rate,
-			v.sum("notifier_leaky_queue_depth", map[string]string{"provider": l.name}))
+		rate := sb.rate(l.path, time.Second)
+		depth := v.sum("notifier_leaky_queue_depth", map[string]string{"provider": l.name})
+		fmt.Fprintf(&full, "  %s %3.0f/s (of %g) q %2.0f", l.channel, rate, l.rate, depth)
+		fmt.Fprintf(&mid, "  %s %.0f/s q %.0f", l.channel, rate, depth)
+		fmt.Fprintf(&short, " %s %.0f/s q%.0f", l.channel, rate, depth)
+		fmt.Fprintf(&shorter, " %s %.0f/s q%.0f", l.channel, rate, depth)
 	}
-	return b.String()
+	least := fmt.Sprintf("%.1fs  sent %d  suppressed %d  dead %d", elapsed.Seconds(), sent, sup, dead)
+	return firstFitting(width, full.String(), mid.String(), short.String(), shorter.String(), least)
 }
 
 // demoReport prints what happened, layer by layer.

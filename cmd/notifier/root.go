@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"strings"
 
@@ -32,6 +33,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err: err} })
 	root.AddCommand(
 		demoCmd(e),
+		devCmd(e),
 		runCmd(e),
 		statusCmd(e),
 		topCmd(e),
@@ -42,9 +44,17 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		deadCmd(e),
 		resumeCmd(e),
 	)
-	_, err := root.ExecuteContextC(ctx)
-	if err != nil && isCobraUsageError(err) {
-		return &usageError{err: err}
+	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil {
+		return nil
+	}
+	var ue *usageError
+	if !errors.As(err, &ue) && isCobraUsageError(err) {
+		ue = &usageError{err: err}
+		err = ue
+	}
+	if ue != nil && ue.cmd == "" && cmd != nil {
+		ue.cmd = cmd.CommandPath()
 	}
 	return err
 }

@@ -50,7 +50,9 @@ JetStream at once, lets the sends already at a provider finish, and exits 0.`,
 	return c
 }
 
-// runDispatcher is `notifier run` once the configuration at path is loaded.
+// runDispatcher is `notifier run` once the configuration at path is loaded:
+// the dispatcher on limits shared through Redis, with the fleet's
+// heartbeat and reloads of the file.
 func runDispatcher(ctx context.Context, path string, cfg Config, log *slog.Logger, e *env) error {
 	routeRedisLogs(log)
 	// The providers first: a secret's variable unset or a key file that
@@ -64,23 +66,11 @@ func runDispatcher(ctx context.Context, path string, cfg Config, log *slog.Logge
 	log.Info("starting", "version", version, "workers", cfg.Workers, "redis", strings.Join(cfg.Redis.Addrs, ","),
 		"on_failure", cfg.Redis.OnFailure, "providers", len(cfg.Providers))
 
-	nc, js, err := connectJetStream(ctx, cfg, "notifier run", true,
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err == nil {
-				return // the connection was closed on purpose: a stop, not a problem
-			}
-			log.Warn("nats disconnected", "err", err)
-		}),
-		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "server", c.ConnectedUrlRedacted()) }),
-	)
+	nc, js, cons, err := connectDispatcher(ctx, cfg, "notifier run", log)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	cons, err := queue.NewConsumer(ctx, js, cfg.NATS, queue.ConsumerConfig{})
-	if err != nil {
-		return err
-	}
 
 	rdb, err := NewRedisClient(cfg.Redis, cfg.Workers)
 	if err != nil {
@@ -93,11 +83,8 @@ func runDispatcher(ctx context.Context, path string, cfg Config, log *slog.Logge
 
 	rl := newReloader(path, cfg, reg, popts, e.getenv, log)
 	defer rl.close()
-	promReg := newPromRegistry()
-	metrics := dispatch.NewMetrics(promReg)
 	instance := instanceID()
 	lcfg := limitsConfig(cfg)
-	limits := dispatch.RedisLimits(rdb, lcfg)
 
 	var d *dispatch.Dispatcher
 	fleet := dispatch.NewFleet(rdb, cfg.Redis.KeyPrefix, instance, func() dispatch.InstanceInfo {
@@ -111,34 +98,110 @@ func runDispatcher(ctx context.Context, path string, cfg Config, log *slog.Logge
 			return dispatch.MemoryLimits(lc, fleet.Live())
 		}
 	}
-	d, err = dispatch.New(dispatch.Options{
+	return dispatchJobs(ctx, dispatchSetup{
+		cfg: cfg, log: log, nc: nc, js: js, cons: cons, reg: reg, instance: instance,
+		limits:   dispatch.RedisLimits(rdb, lcfg),
+		fallback: fallback,
+		peers:    fleet.Live,
+		denials:  dispatch.NewDenials(rdb, cfg.Redis.KeyPrefix),
+		status: func(ctx context.Context, _ *dispatch.Dispatcher) (fleetStatus, error) {
+			return readStatus(ctx, rdb, rl.current())
+		},
+		also: []func(ctx context.Context, d *dispatch.Dispatcher) error{
+			func(ctx context.Context, _ *dispatch.Dispatcher) error { return fleet.Run(ctx) },
+			func(ctx context.Context, d *dispatch.Dispatcher) error { return rl.run(ctx, d, reloadGrace(cfg)) },
+		},
+		created: func(nd *dispatch.Dispatcher) { d = nd },
+	})
+}
+
+// connectDispatcher connects to NATS for a dispatcher, whose
+// disconnections and reconnections are logged (a connection closed on
+// purpose, at a stop, is not), and sets up the streams and the consumers.
+// The caller closes the connection.
+func connectDispatcher(ctx context.Context, cfg Config, name string, log *slog.Logger) (*nats.Conn, jetstream.JetStream, *queue.Consumer, error) {
+	nc, js, err := connectJetStream(ctx, cfg, name, true,
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err == nil {
+				return // the connection was closed on purpose: a stop, not a problem
+			}
+			log.Warn("nats disconnected", "err", err)
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "server", c.ConnectedUrlRedacted()) }),
+	)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	cons, err := queue.NewConsumer(ctx, js, cfg.NATS, queue.ConsumerConfig{})
+	if err != nil {
+		nc.Close()
+		return nil, nil, nil, err
+	}
+	return nc, js, cons, nil
+}
+
+// dispatchSetup is what `run` and `dev` give the dispatcher they run:
+// `run` limits in Redis shared by a fleet, `dev` limits in its memory.
+type dispatchSetup struct {
+	cfg      Config
+	log      *slog.Logger
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	cons     *queue.Consumer
+	reg      dispatch.Registry
+	instance string
+	limits   *dispatch.Limits
+	fallback func() *dispatch.Limits // redis.on_failure: local; nil: hold
+	peers    func() int              // live processes of the fleet; nil: this one alone
+	denials  *dispatch.Denials       // per-user cap denials for `notifier top`; nil: not counted
+	// status is what the metrics port's /status page shows.
+	status func(ctx context.Context, d *dispatch.Dispatcher) (fleetStatus, error)
+	// also run beside the dispatcher until it stops.
+	also []func(ctx context.Context, d *dispatch.Dispatcher) error
+	// created, when set, is told the dispatcher once it exists, before
+	// anything runs; started, the metrics address once it runs ("off"
+	// when metrics.listen is).
+	created func(d *dispatch.Dispatcher)
+	started func(metricsAddr string)
+}
+
+// dispatchJobs runs a dispatcher as s says, with its metrics server and
+// status page, until ctx ends (a stop: nil) or something fails.
+func dispatchJobs(ctx context.Context, s dispatchSetup) error {
+	cfg, log := s.cfg, s.log
+	promReg := newPromRegistry()
+	metrics := dispatch.NewMetrics(promReg)
+	d, err := dispatch.New(dispatch.Options{
 		Workers:       cfg.Workers,
 		AckWait:       cfg.NATS.AckWait,
 		Retry:         cfg.Retry,
 		UserLimits:    cfg.UserLimits,
 		StopTimeout:   stopTimeout(cfg),
-		Instance:      instance,
+		Instance:      s.instance,
 		TenantWeights: cfg.Tenants.Weights,
-		Peers:         fleet.Live,
-		Source:        cons,
-		DeadLetters:   queue.NewPublisher(js),
-		Providers:     reg,
-		Limits:        limits,
-		Fallback:      fallback,
+		Peers:         s.peers,
+		Source:        s.cons,
+		DeadLetters:   queue.NewPublisher(s.js),
+		Providers:     s.reg,
+		Limits:        s.limits,
+		Fallback:      s.fallback,
 		Metrics:       metrics,
-		Denials:       dispatch.NewDenials(rdb, cfg.Redis.KeyPrefix),
+		Denials:       s.denials,
 		Logger:        log,
 	})
 	if err != nil {
 		return err
 	}
+	if s.created != nil {
+		s.created(d)
+	}
 
 	g, gctx := errgroup.WithContext(ctx)
 	page := newStatusPage(func(ctx context.Context) (fleetStatus, error) {
-		return readStatus(ctx, rdb, rl.current())
+		return s.status(ctx, d)
 	}, time.Second, 10*time.Minute)
 	srv, err := startMetricsServer(cfg.Metrics.Listen, promReg, func() error {
-		if !nc.IsConnected() {
+		if !s.nc.IsConnected() {
 			return errors.New("not connected to NATS")
 		}
 		return d.Ready()
@@ -150,8 +213,9 @@ func runDispatcher(ctx context.Context, path string, cfg Config, log *slog.Logge
 		g.Go(func() error { return srv.serve(gctx) })
 		g.Go(func() error { return page.Run(gctx) })
 	}
-	g.Go(func() error { return fleet.Run(gctx) })
-	g.Go(func() error { return rl.run(gctx, d, reloadGrace(cfg)) })
+	for _, f := range s.also {
+		g.Go(func() error { return f(gctx, d) })
+	}
 	g.Go(func() error {
 		err := d.Run(gctx)
 		log.Info("dispatcher stopped")
@@ -161,7 +225,10 @@ func runDispatcher(ctx context.Context, path string, cfg Config, log *slog.Logge
 	if srv != nil {
 		metricsAddr = srv.Addr() // the port bound, also when metrics.listen asked for port 0
 	}
-	log.Info("dispatching", "instance", instance, "metrics", metricsAddr)
+	log.Info("dispatching", "instance", s.instance, "metrics", metricsAddr)
+	if s.started != nil {
+		s.started(metricsAddr)
+	}
 	err = g.Wait()
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return err

@@ -22,6 +22,13 @@ import (
 type sandbox struct {
 	srv *http.Server
 	ln  net.Listener
+	// retain, when set, is how long the lanes remember: arrivals for a
+	// second, Idempotency-Keys for retain (a long-running `dev`); zero
+	// keeps everything for the report (the demo, the bench).
+	retain time.Duration
+	// answered, when set, is told of every request answered: its lane's
+	// path, its body and the status given (after the answer).
+	answered func(path string, body []byte, status int)
 
 	mu    sync.Mutex
 	lanes map[string]*sandboxLane
@@ -34,6 +41,8 @@ type sandboxLane struct {
 	accepted  []time.Time // arrival times of accepted requests, in order
 	seen      map[string]bool
 	firstAt   map[string]time.Time // when each Idempotency-Key was first accepted
+	keys      []string             // the keys of seen in order, from keyHead on, while retained
+	keyHead   int
 	dups      int
 	n429      int
 	n503      int
@@ -47,12 +56,16 @@ type sandboxStats struct {
 	First, Last                                    time.Time
 }
 
-func newSandbox() (*sandbox, error) {
+func newSandbox() (*sandbox, error) { return startSandbox(&sandbox{}) }
+
+// startSandbox serves s (its retain and answered set as wanted) on a free
+// loopback port.
+func startSandbox(s *sandbox) (*sandbox, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("sandbox provider: %w", err)
 	}
-	s := &sandbox{ln: ln, lanes: map[string]*sandboxLane{}}
+	s.ln, s.lanes = ln, map[string]*sandboxLane{}
 	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = s.srv.Serve(ln) }()
 	return s, nil
@@ -100,13 +113,43 @@ func (s *sandbox) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if key != "" {
 			l.seen[key] = true
 			l.firstAt[key] = now
+			if s.retain > 0 {
+				l.keys = append(l.keys, key)
+			}
 		}
+	}
+	if s.retain > 0 {
+		l.forget(now, s.retain)
 	}
 	s.mu.Unlock()
 	if status == http.StatusTooManyRequests {
 		w.Header().Set("Retry-After", "1")
 	}
 	w.WriteHeader(status)
+	if s.answered != nil {
+		s.answered(r.URL.Path, body, status)
+	}
+}
+
+// forget drops the arrivals older than a second (inLastSecond needs no
+// more) and the Idempotency-Keys first accepted longer than retain ago;
+// the caller holds mu.
+func (l *sandboxLane) forget(now time.Time, retain time.Duration) {
+	from := now.Add(-time.Second)
+	i := sort.Search(len(l.accepted), func(i int) bool { return l.accepted[i].After(from) })
+	if i > 0 {
+		l.accepted = append(l.accepted[:0], l.accepted[i:]...)
+	}
+	for l.keyHead < len(l.keys) && now.Sub(l.firstAt[l.keys[l.keyHead]]) > retain {
+		delete(l.seen, l.keys[l.keyHead])
+		delete(l.firstAt, l.keys[l.keyHead])
+		l.keys[l.keyHead] = ""
+		l.keyHead++
+	}
+	if l.keyHead > 1024 && 2*l.keyHead > len(l.keys) { // compact, now and then
+		l.keys = append(l.keys[:0], l.keys[l.keyHead:]...)
+		l.keyHead = 0
+	}
 }
 
 // inLastSecond counts accepted requests in (now−1s, now]; the caller holds mu.

@@ -25,7 +25,8 @@ func statusCmd(e *env) *cobra.Command {
 every second:
 
   per provider  the contract, the rate the fleet sent over the last 10 s, the leaky queue's
-                depth and delay, a 429 pause in force and until when, the circuit breakers;
+                depth and delay, a pause in force (a 429's, or for refused credentials) and
+                until when, the circuit breakers;
                 under it, a line per tenant with jobs in the stream for its channel or sent
                 in the last 10 s: the jobs waiting and its share of the provider's sends;
   per channel   sent, suppressed and dead over the last minute;
@@ -62,7 +63,7 @@ every second:
 			case tty && !*once:
 				fmt.Fprint(e.stdout, "\033[H\033[2J")
 			}
-			st.print(e.stdout, !*once)
+			st.print(e.stdout, !*once, termWidth(e.stdout, e.getenv))
 			if *once {
 				return nil
 			}
@@ -138,13 +139,19 @@ type instanceStatus struct {
 
 // readStatus gathers the fleet's state: heartbeats, queues and pauses.
 func readStatus(ctx context.Context, rdb redis.UniversalClient, cfg Config) (fleetStatus, error) {
-	st := fleetStatus{At: time.Now().UTC()}
 	insts, err := dispatch.ReadFleet(ctx, rdb, cfg.Redis.KeyPrefix)
 	if err != nil {
-		return st, err
+		return fleetStatus{At: time.Now().UTC()}, err
 	}
-	q := leaky.NewRedis(rdb, cfg.Redis.KeyPrefix, leaky.WithHeadroom(dispatch.DefaultHeadroom))
-	reasons := dispatch.RedisPauseReasons(rdb, cfg.Redis.KeyPrefix)
+	return statusOf(ctx, insts, leaky.NewRedis(rdb, cfg.Redis.KeyPrefix, leaky.WithHeadroom(dispatch.DefaultHeadroom)),
+		dispatch.RedisPauseReasons(rdb, cfg.Redis.KeyPrefix), cfg)
+}
+
+// statusOf is the status of the instances insts, whose providers' queues
+// and pauses are in q, and the pauses' reasons in reasons: the fleet's
+// (Redis) or one process's (its memory).
+func statusOf(ctx context.Context, insts []dispatch.Instance, q leaky.Queue, reasons dispatch.PauseReasons, cfg Config) (fleetStatus, error) {
+	st := fleetStatus{At: time.Now().UTC()}
 	for _, p := range cfg.Providers {
 		ps := providerStatus{Name: p.Name, Channel: p.Channel, Contract: p.Rate, Unit: p.Unit, MaxDelay: p.MaxQueueDelay.Seconds(), Breakers: []string{}}
 		depth, err := q.Depth(ctx, p.Name, dispatch.Contract(p))
@@ -159,8 +166,11 @@ func readStatus(ctx context.Context, rdb redis.UniversalClient, cfg Config) (fle
 		if paused > 0 {
 			ps.PausedFor = paused.Seconds()
 			ps.PausedUntil = st.At.Add(paused).Format(time.RFC3339)
-			if ps.PauseReason, err = reasons.Reason(ctx, p.Name); err != nil {
-				return st, err
+			ps.PauseReason = dispatch.PauseRateLimited
+			if reasons != nil {
+				if ps.PauseReason, err = reasons.Reason(ctx, p.Name); err != nil {
+					return st, err
+				}
 			}
 		}
 		var sent int64
@@ -259,37 +269,67 @@ func tenantLine(t tenantStatus) string {
 	return fmt.Sprintf("tenant %-20s %7s jobs waiting, %4s of sends (%s)", t.Tenant, waiting, share, sent)
 }
 
-func (st fleetStatus) print(w io.Writer, live bool) {
-	head := "notifier status — " + st.At.Format("2006-01-02 15:04:05 UTC")
+// print shows st as `notifier status` does, no line wider than width:
+// a narrow terminal loses the columns it can do without first (an
+// instance's version and uptime, the queue's delay and depth); a pause or
+// a breaker that is not closed, when its column does not fit, gets a line
+// under its provider.
+func (st fleetStatus) print(w io.Writer, live bool, width int) {
+	tab := newStatusTable(st)
+	head := "notifier status — " + tab.At
 	if live {
-		head += "  (every second; Ctrl-C to quit)"
+		fmt.Fprintln(w, firstFitting(width, head+"  (every second; Ctrl-C to quit)", head))
+	} else {
+		fmt.Fprintln(w, fit(head, width))
 	}
-	fmt.Fprintln(w, head)
-	fmt.Fprintf(w, "\n%-18s %12s %12s %9s %8s  %-22s %s\n", "provider", "contract", "sent (10s)", "queued", "delay", "429 pause", "breakers")
-	for _, p := range st.Providers {
-		pause := "-"
-		if p.PausedFor > 0 {
-			pause = fmt.Sprintf("%.1fs, until %s", p.PausedFor, p.PausedUntil[11:19])
+	fmt.Fprintln(w)
+
+	pauseDrop := 5 // none in force: the column says nothing
+	var rows []tableRow
+	for i, p := range tab.Providers {
+		if p.Pause != "-" {
+			pauseDrop = 1
 		}
-		fmt.Fprintf(w, "%-18s %9g/s %10.1f/s %9.0f %7.2fs  %-22s %s\n",
-			p.Name, p.Contract, p.SentPerSec, p.QueueDepth, p.QueueDelay, pause, breakerSummary(p.Breakers))
-		for _, t := range p.Tenants {
-			fmt.Fprintf(w, "  %s\n", tenantLine(t))
+		r := tableRow{cells: []string{p.Name, p.Contract, p.Sent, p.Queued, p.Delay, p.Pause, p.Breakers}}
+		for _, t := range st.Providers[i].Tenants {
+			waiting, share, sent := tenantCells(t)
+			r.under = append(r.under, firstFitting(width, "  "+tenantLine(t),
+				fmt.Sprintf("  tenant %s: %s waiting, %s of sends (%s)", t.Tenant, waiting, share, sent),
+				fmt.Sprintf("  tenant %s: %s waiting, %s of sends", t.Tenant, waiting, share)))
 		}
+		rows = append(rows, r)
 	}
-	fmt.Fprintf(w, "\n%-18s %8s %11s %6s\n", "last minute", "sent", "suppressed", "dead")
-	for _, c := range st.Channels {
-		fmt.Fprintf(w, "%-18s %8d %11d %6d\n", c.Channel, c.Sent, c.Suppressed, c.Dead)
+	writeTable(w, width, "", []tableCol{
+		{head: "provider"}, {head: "contract", right: true}, {head: "sent (10s)", right: true},
+		{head: "queued", right: true, drop: 2}, {head: "delay", right: true, drop: 3},
+		{head: "pause", drop: pauseDrop, spill: true, none: "-"}, {head: "breakers", drop: 4, spill: true, none: "closed"},
+	}, rows)
+
+	rows = rows[:0]
+	for _, c := range tab.Channels {
+		rows = append(rows, tableRow{cells: []string{c.Channel, fmt.Sprint(c.Sent), fmt.Sprint(c.Suppressed), fmt.Sprint(c.Dead)}})
 	}
+	fmt.Fprintln(w)
+	writeTable(w, width, "", []tableCol{
+		{head: "last minute"}, {head: "sent", right: true}, {head: "suppressed", right: true}, {head: "dead", right: true},
+	}, rows)
+
 	fmt.Fprintf(w, "\n%d live instance", len(st.Instances))
 	if len(st.Instances) != 1 {
 		fmt.Fprint(w, "s")
 	}
 	fmt.Fprintln(w)
-	for _, in := range st.Instances {
-		fmt.Fprintf(w, "  %-34s %-10s in flight %3d/%-4d limits %-8s up %-8s seen %.1fs ago\n",
-			in.ID, in.Version, in.InFlight, in.Workers, in.Limits, in.Up, in.Seen)
+	if len(tab.Instances) == 0 {
+		return
 	}
+	rows = rows[:0]
+	for _, in := range tab.Instances {
+		rows = append(rows, tableRow{cells: []string{in.ID, in.Version, in.InFlight, in.Limits, in.Up, in.Seen}})
+	}
+	writeTable(w, width, "  ", []tableCol{
+		{head: "instance"}, {head: "version", drop: 3}, {head: "in flight", right: true},
+		{head: "limits", drop: 1}, {head: "up", drop: 4}, {head: "seen", right: true, drop: 2},
+	}, rows)
 }
 
 // breakerSummary is "closed" when every instance's breaker is closed, else

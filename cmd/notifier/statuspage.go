@@ -323,6 +323,9 @@ func newStatusTable(st fleetStatus) statusTable {
 			if len(p.PausedUntil) >= 19 {
 				pause += ", until " + p.PausedUntil[11:19]
 			}
+			if p.PauseReason == "credentials" { // dispatch.PauseCredentials
+				pause = "credentials refused: " + pause
+			}
 		}
 		t.Providers = append(t.Providers, providerRow{
 			Name: p.Name, Channel: p.Channel,

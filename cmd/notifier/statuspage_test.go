@@ -227,7 +227,7 @@ func TestStatusTableMatchesPrint(t *testing.T) {
 		Instances: []instanceStatus{{ID: "worker-1-7f3a", Host: "worker-1", Version: "v1.2.0", InFlight: 14, Workers: 16, Limits: "redis", Seen: 0.35, Up: "3m20s"}},
 	}
 	var printed bytes.Buffer
-	st.print(&printed, false)
+	st.print(&printed, false, 200)
 	lines := strings.Split(printed.String(), "\n")
 	lineOf := func(prefix string) string {
 		for _, l := range lines {

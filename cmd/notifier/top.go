@@ -27,6 +27,9 @@ live in Redis, never in a metric label.`,
 	limit := c.Flags().Int("limit", 20, "how many users")
 	asJSON := c.Flags().Bool("json", false, "print as JSON")
 	c.RunE = func(cmd *cobra.Command, _ []string) error {
+		if *channel == "" {
+			return &usageError{err: fmt.Errorf("--channel is required: sms, push or email")}
+		}
 		if !queue.IsChannel(*channel) {
 			return &usageError{err: fmt.Errorf("--channel must be sms, push or email, got %q", *channel)}
 		}

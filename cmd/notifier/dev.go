@@ -1,0 +1,388 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/spf13/cobra"
+
+	"github.com/notifier/notifier/dispatch"
+	"github.com/notifier/notifier/providers"
+	"github.com/notifier/notifier/queue"
+)
+
+// devFlags are the flags of `notifier dev`.
+type devFlags struct {
+	dataDir       string
+	natsListen    string
+	config        string
+	metricsListen string
+	sandbox       bool
+	log           logOptions
+}
+
+// Defaults of `notifier dev`.
+const (
+	devDataDir    = ".notifier-dev"
+	devNATSListen = "127.0.0.1:4222"
+)
+
+func devCmd(e *env) *cobra.Command {
+	f := &devFlags{}
+	c := &cobra.Command{
+		Use:   "dev",
+		Short: "Everything on one machine for development: a local JetStream server and a dispatcher, no Redis",
+		Long: `Dev runs, in one process, what notifier run needs and notifier run itself:
+
+  - a NATS JetStream server (the embedded nats-server) on --nats-listen, with its
+    state (streams, jobs waiting, dead letters) kept in --data-dir: it survives
+    a restart of notifier dev; delete the directory to start afresh;
+  - a dispatcher, notifier run's own, on limits in this process's memory: no Redis;
+  - with --sandbox (the default), sandbox providers in the process: each accepts
+    jobs within its contract and answers 429 over it, nothing leaves the machine,
+    and every job they get is printed (10 a second at most; beyond, a count).
+
+Without --config it dispatches sms, push and email to three sandbox providers
+(100/s, 250/s, 50/s). With --config it takes the file's workers, per-user caps,
+fleet bucket, retry, tenants and providers, each provider's contract then served
+by a sandbox of the same name (--sandbox=false: the file's providers themselves,
+for real); the file's nats.url, credentials and TLS and its redis section are
+not used, and the file is read once.
+
+It prints the server's URL and how to publish to it, serves /metrics and the
+/status page on --metrics-listen as run does on metrics.listen, and stops on
+SIGINT or SIGTERM (exit 0). A fleet runs notifier run instead, against a NATS
+server 2.10.4 or newer and Redis.`,
+		Args: cobra.NoArgs,
+	}
+	fl := c.Flags()
+	fl.StringVar(&f.dataDir, "data-dir", devDataDir, "directory of the JetStream server's state, kept across restarts (created if missing)")
+	fl.StringVar(&f.natsListen, "nats-listen", devNATSListen, "host:port the NATS server listens on for clients (port 0: any free port)")
+	fl.StringVar(&f.config, "config", "", "YAML configuration to take workers, caps, tenants and providers from (default: three sandbox providers)")
+	fl.StringVar(&f.metricsListen, "metrics-listen", "", "host:port of /metrics, /healthz, /readyz and /status, or off (default: the configuration's metrics.listen, 127.0.0.1:9464)")
+	fl.BoolVar(&f.sandbox, "sandbox", true, "send to sandbox providers in the process; false sends to the configuration's providers")
+	fl.StringVar(&f.log.level, "log-level", "info", "debug, info, warn or error")
+	fl.StringVar(&f.log.format, "log-format", "text", "json or text")
+	c.RunE = func(cmd *cobra.Command, _ []string) error {
+		if !f.sandbox && f.config == "" {
+			return &usageError{err: errors.New("--sandbox=false needs --config: without a configuration the only providers are the sandbox's")}
+		}
+		if _, _, err := splitListen(f.natsListen); err != nil {
+			return &usageError{err: fmt.Errorf("--nats-listen: %w", err)}
+		}
+		if f.metricsListen != "" && f.metricsListen != "off" {
+			if _, _, err := splitListen(f.metricsListen); err != nil {
+				return &usageError{err: fmt.Errorf("--metrics-listen: %w", err)}
+			}
+		}
+		return runDev(cmd.Context(), f, e)
+	}
+	return c
+}
+
+// splitListen splits a host:port listen address.
+func splitListen(addr string) (host string, port int, err error) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, fmt.Errorf("%q is not host:port", addr)
+	}
+	port, err = strconv.Atoi(p)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("%q: the port must be a number from 0 to 65535", addr)
+	}
+	return host, port, nil
+}
+
+// devLanes are dev's sandbox providers without a configuration: the demo's
+// contracts, no failures.
+var devLanes = []providers.Config{
+	{Name: "sms-sandbox", Channel: "sms", Rate: 100},
+	{Name: "push-sandbox", Channel: "push", Rate: 250},
+	{Name: "email-sandbox", Channel: "email", Rate: 50},
+}
+
+func runDev(ctx context.Context, f *devFlags, e *env) error {
+	log, err := f.log.logger(e.stderr)
+	if err != nil {
+		return err
+	}
+	cfg := Config{}.WithDefaults()
+	path := "(notifier dev, no --config)"
+	if f.config != "" {
+		path = f.config
+		if cfg, err = LoadConfig(f.config, e.getenv); err != nil {
+			return err
+		}
+	} else {
+		for _, p := range devLanes {
+			p.Default = true
+			cfg.Providers = append(cfg.Providers, p)
+		}
+	}
+	if f.metricsListen != "" {
+		cfg.Metrics.Listen = f.metricsListen
+	}
+
+	// Both ports before anything starts: a taken one is the likeliest
+	// problem (a NATS server already on 4222), and nats-server would only
+	// log it.
+	host, port, _ := splitListen(f.natsListen)
+	if port != 0 {
+		if err := checkFree("the NATS port", f.natsListen, "--nats-listen"); err != nil {
+			return err
+		}
+	} else {
+		port = server.RANDOM_PORT // nats-server reads 0 as its default, 4222
+	}
+	if l := cfg.Metrics.Listen; l != "off" {
+		if _, mport, err := splitListen(l); err == nil && mport != 0 {
+			if err := checkFree("the metrics port", l, "--metrics-listen"); err != nil {
+				return err
+			}
+		}
+	}
+	dir, err := filepath.Abs(f.dataDir)
+	if err != nil {
+		return fmt.Errorf("--data-dir: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("--data-dir: %w", err)
+	}
+	unlock, err := lockDir(dir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+
+	srv, err := startNATSServer(natsServerOptions{name: "notifier-dev", host: host, port: port, storeDir: dir, log: log})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	// The file's stream names and ack_wait; its address, credentials and
+	// TLS are those of another server.
+	cfg.NATS = queue.Config{URL: srv.URL(), Stream: cfg.NATS.Stream, DeadStream: cfg.NATS.DeadStream, AckWait: cfg.NATS.AckWait}.WithDefaults()
+
+	out := &devPrinter{w: e.stdout, names: map[string]string{}}
+	if isTerminal(e.stdout) {
+		out.width = func() int { return termWidth(e.stdout, e.getenv) }
+	}
+	var sb *sandbox
+	if f.sandbox {
+		sb, err = startSandbox(&sandbox{retain: 10 * time.Minute, answered: out.answered})
+		if err != nil {
+			return err
+		}
+		defer sb.Close()
+		for i, p := range cfg.Providers {
+			lane := "/" + url.PathEscape(p.Name)
+			out.names[lane] = p.Name
+			cfg.Providers[i] = providers.Config{
+				Name: p.Name, Channel: p.Channel, Default: p.Default, Kind: "webhook",
+				URL:  sb.lane(lane, max(1, int(math.Ceil(p.Rate))), 0),
+				Rate: p.Rate, Unit: p.Unit, MaxQueueDelay: p.MaxQueueDelay, Timeout: p.Timeout,
+				JitterBudget: p.JitterBudget, MaxPause: p.MaxPause,
+			}.WithDefaults()
+		}
+	}
+	popts := providers.Options{Version: version, Logger: log, Stdout: e.stdout, Getenv: e.getenv}
+	reg, err := buildRegistry(path, cfg.Providers, popts)
+	if err != nil {
+		return err
+	}
+	defer reg.Close()
+	log.Info("starting", "version", version, "workers", cfg.Workers, "nats", cfg.NATS.URL, "data_dir", dir, "limits", "memory",
+		"sandbox", f.sandbox, "providers", len(cfg.Providers))
+
+	nc, js, cons, err := connectDispatcher(ctx, cfg, "notifier dev", log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	instance := instanceID()
+	limits := dispatch.MemoryLimits(limitsConfig(cfg), 1)
+	tick := make(chan struct{})
+	defer close(tick)
+	go out.flushEverySecond(tick)
+	err = dispatchJobs(ctx, dispatchSetup{
+		cfg: cfg, log: log, nc: nc, js: js, cons: cons, reg: reg, instance: instance,
+		limits: limits,
+		status: func(ctx context.Context, d *dispatch.Dispatcher) (fleetStatus, error) {
+			return statusOf(ctx, []dispatch.Instance{{ID: instance, Info: instanceInfo(d, cfg.Workers)}}, limits.Leaky, limits.Reasons, cfg)
+		},
+		started: func(metricsAddr string) {
+			out.banner(devBanner(cfg, dir, metricsAddr, f.sandbox))
+		},
+	})
+	out.flush()
+	if err != nil {
+		return err
+	}
+	out.banner(fmt.Sprintf("notifier dev stopped; the server's state is kept in %s\n", dir))
+	return nil
+}
+
+// devBanner is what dev prints once it dispatches: where things are, and
+// how to publish a job.
+func devBanner(cfg Config, dir, metricsAddr string, sandboxed bool) string {
+	var b strings.Builder
+	u := cfg.NATS.URL
+	fmt.Fprintf(&b, "notifier dev: a JetStream server and a dispatcher, nothing else to run\n\n")
+	fmt.Fprintf(&b, "  NATS       %s  (state in %s: kept across restarts)\n", u, dir)
+	var names []string
+	for _, p := range cfg.Providers {
+		names = append(names, fmt.Sprintf("%s %s %g/s", p.Name, p.Channel, p.Rate))
+	}
+	if sandboxed {
+		fmt.Fprintf(&b, "  providers  sandbox, nothing leaves this machine: %s\n", strings.Join(names, " · "))
+	} else {
+		fmt.Fprintf(&b, "  providers  from the configuration, for real: %s\n", strings.Join(names, " · "))
+	}
+	fmt.Fprintf(&b, "  limits     in memory (no Redis): this process's own\n")
+	if metricsAddr != "off" {
+		fmt.Fprintf(&b, "  status     http://%s/status   metrics http://%s/metrics\n", metricsAddr, metricsAddr)
+	}
+	channel, to := "sms", "+447700900123"
+	if len(cfg.Providers) > 0 {
+		channel = cfg.Providers[0].Channel
+		to = syntheticRecipient(channel, 42)
+	}
+	job := fmt.Sprintf(`{"id":"hello-1","user_id":"u42","channel":"%s","to":"%s","body":"Hello from notifier dev"}`, channel, to)
+	fmt.Fprintf(&b, "\npublish a job (each needs its own id: a repeated one is dropped as a duplicate):\n")
+	fmt.Fprintf(&b, "  notifier publish --nats %s --channel %s --user u42 --to %s --body \"Hello from notifier dev\"\n", u, channel, to)
+	fmt.Fprintf(&b, "  nats pub -s %s notify.jobs.%s -H Nats-Msg-Id:hello-1 '%s'\n", u, channel, job)
+	fmt.Fprintf(&b, "\nCtrl-C stops it.\n\n")
+	return b.String()
+}
+
+// devPrinter prints what dev's sandbox providers answer, a line a job, at
+// most devLinesPerSecond lines a second; beyond, one line a second counts
+// the rest. It is safe for concurrent use.
+type devPrinter struct {
+	w     io.Writer
+	names map[string]string // lane path → provider name
+	width func() int        // on a terminal, its width: lines are cut to it; else nil
+
+	mu      sync.Mutex
+	second  time.Time      // the second being counted
+	printed int            // lines printed in it
+	more    map[string]int // not printed in it: "<provider> <what>" → jobs
+}
+
+const devLinesPerSecond = 10
+
+// answered is the sandbox's hook: one request answered.
+func (p *devPrinter) answered(path string, body []byte, status int) {
+	var j struct {
+		ID     string `json:"id"`
+		UserID string `json:"user_id"`
+		Tenant string `json:"tenant"`
+	}
+	_ = json.Unmarshal(body, &j)
+	what := "sent"
+	switch status {
+	case http.StatusOK:
+	case http.StatusTooManyRequests:
+		what = "answered 429 (over its contract)"
+	default:
+		what = fmt.Sprintf("answered %d", status)
+	}
+	name := p.names[path]
+	now := time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if sec := now.Truncate(time.Second); !sec.Equal(p.second) {
+		p.flushLocked()
+		p.second = sec
+	}
+	if p.printed >= devLinesPerSecond {
+		if p.more == nil {
+			p.more = map[string]int{}
+		}
+		p.more[name+" "+what]++
+		return
+	}
+	p.printed++
+	line := fmt.Sprintf("%s  %-14s %-6s job %s  user %s", now.Format("15:04:05.000"), name, what, j.ID, j.UserID)
+	if j.Tenant != "" {
+		line += "  tenant " + j.Tenant
+	}
+	p.println(line)
+}
+
+// println prints line, cut to the terminal's width on one; the caller
+// holds mu.
+func (p *devPrinter) println(line string) {
+	if p.width != nil {
+		line = fit(line, p.width()-1)
+	}
+	fmt.Fprintln(p.w, line)
+}
+
+// flushLocked prints the count of the lines not printed; the caller holds mu.
+func (p *devPrinter) flushLocked() {
+	if len(p.more) > 0 {
+		keys := make([]string, 0, len(p.more))
+		n := 0
+		for k, v := range p.more {
+			keys = append(keys, k)
+			n += v
+		}
+		sort.Strings(keys)
+		parts := make([]string, len(keys))
+		for i, k := range keys {
+			parts[i] = fmt.Sprintf("%s %d", k, p.more[k])
+		}
+		p.println(fmt.Sprintf("%s  … and %d more in that second: %s", p.second.Format("15:04:05"), n, strings.Join(parts, ", ")))
+	}
+	p.more, p.printed = nil, 0
+}
+
+// flush prints the count of the lines not printed in the last second.
+func (p *devPrinter) flush() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.flushLocked()
+}
+
+// flushEverySecond prints the counts of a busy second once it is over,
+// until stop is closed.
+func (p *devPrinter) flushEverySecond(stop <-chan struct{}) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case now := <-t.C:
+			p.mu.Lock()
+			if now.Truncate(time.Second).After(p.second) {
+				p.flushLocked()
+				p.second = now.Truncate(time.Second)
+			}
+			p.mu.Unlock()
+		}
+	}
+}
+
+// banner prints s whole, between the job lines.
+func (p *devPrinter) banner(s string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fmt.Fprint(p.w, s)
+}
