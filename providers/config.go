@@ -87,6 +87,14 @@ type Config struct {
 	// provider is asked again after it; another 429 pauses it again);
 	// default 5m, at most MaxRetryAfter (1h).
 	MaxPause time.Duration `mapstructure:"max_pause"`
+	// RetryOnTimeout is what becomes of a send whose outcome is unknown
+	// (Error.Ambiguous: a timeout or a lost connection after the request
+	// reached the provider whole, so the provider may have delivered it):
+	// true, the default (nil), retries it like any transient failure, at the
+	// risk of a second delivery; false dead-letters it with reason
+	// "ambiguous", at the risk of none. Every kind takes it; read it with
+	// RetriesOnTimeout.
+	RetryOnTimeout *bool `mapstructure:"retry_on_timeout"`
 	// ProjectID is the Firebase project (fcm, required).
 	ProjectID string `mapstructure:"project_id"`
 	// CredentialsEnv names the environment variable holding the secret:
@@ -438,6 +446,10 @@ func EntryPath(i int, name string) string {
 	}
 	return fmt.Sprintf("providers[%d] (%s)", i, name)
 }
+
+// RetriesOnTimeout reports whether an ambiguous send (Error.Ambiguous) is
+// retried: retry_on_timeout, true when it is not set.
+func (c Config) RetriesOnTimeout() bool { return c.RetryOnTimeout == nil || *c.RetryOnTimeout }
 
 // Cost is how many leaky-bucket units m takes under c's contract: 1 for unit
 // messages, the SMS segment count of the body (see Segments) for unit

@@ -16,7 +16,8 @@ func TestConfigDecodesFromYAMLKeys(t *testing.T) {
 	t.Parallel()
 	raw := []map[string]any{
 		{"name": "sms-gateway", "channel": "sms", "default": true, "kind": "webhook", "url": "http://127.0.0.1:8080/send",
-			"rate": 100, "unit": "messages", "max_queue_delay": "5s", "timeout": "5s", "credentials_env": "SMS_TOKEN"},
+			"rate": 100, "unit": "messages", "max_queue_delay": "5s", "timeout": "5s", "credentials_env": "SMS_TOKEN",
+			"retry_on_timeout": false},
 		{"name": "push", "channel": "push", "default": true, "kind": "fcm", "url": "https://fcm.googleapis.com",
 			"project_id": "my-project", "credentials_env": "FCM_TOKEN", "rate": 500, "max_queue_delay": "2s"},
 		{"name": "tw", "channel": "sms", "kind": "twilio", "account_sid": "AC1", "from": "+15005550006",
@@ -55,6 +56,13 @@ func TestConfigDecodesFromYAMLKeys(t *testing.T) {
 	}
 	if len(cfgs) != len(want) {
 		t.Fatalf("decoded %d entries", len(cfgs))
+	}
+	if cfgs[0].RetryOnTimeout == nil || cfgs[0].RetriesOnTimeout() {
+		t.Errorf("retry_on_timeout: false decoded as %v", cfgs[0].RetryOnTimeout)
+	}
+	cfgs[0].RetryOnTimeout = nil // a pointer: compared apart
+	if !cfgs[1].RetriesOnTimeout() {
+		t.Error("retry_on_timeout left out: RetriesOnTimeout() = false, want the default true")
 	}
 	for i := range want {
 		if cfgs[i] != want[i] {

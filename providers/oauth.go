@@ -156,7 +156,7 @@ func (o *oauthSource) token(ctx context.Context, provider string, timeout time.D
 			return "", &Error{Provider: provider, Class: class, Status: status,
 				Detail: "oauth token: " + reasonDetail(status, responseReason(re.Body), s)}
 		case rec.err != nil:
-			e := transportError(ctx, provider, timeout, rec.err, s).(*Error)
+			e := transportError(ctx, provider, timeout, rec.err, s)
 			e.Detail = "oauth token: " + e.Detail
 			return "", e
 		}

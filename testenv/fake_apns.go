@@ -59,7 +59,7 @@ type APNsNotification struct {
 //     PayloadTooLarge), a JSON object with an "aps" dictionary (400
 //     BadPayload: APNs documents no reason for this case).
 //
-// Then HangFor, FailNext, FailFor, RateLimitFor and the contract (429
+// Then HangFor, AcceptThenHang, FailNext, FailFor, RateLimitFor and the contract (429
 // TooManyRequests with Retry-After), then 200 with the apns-id header.
 // Errors are APNs's JSON, {"reason":"BadDeviceToken"}. Its methods are safe
 // for concurrent use.

@@ -52,7 +52,7 @@ type FCMMessage struct {
 //   - a token unregistered with Unregister (404 NOT_FOUND, errorCode
 //     UNREGISTERED).
 //
-// Then HangFor, FailNext, FailFor, RateLimitFor and the contract (429
+// Then HangFor, AcceptThenHang, FailNext, FailFor, RateLimitFor and the contract (429
 // RESOURCE_EXHAUSTED / QUOTA_EXCEEDED with Retry-After), then 200 with
 // {"name": ...}. Errors are google.rpc bodies:
 //

@@ -42,6 +42,7 @@ type faultState struct {
 	slowUntil      time.Time
 	latency        time.Duration
 	hangUntil      time.Time
+	acceptHang     time.Time
 }
 
 // newFaultState applies the options the webhook fake takes (WithContract,
@@ -100,13 +101,29 @@ func (s *faultState) HangFor(d time.Duration) {
 	s.hangUntil = s.now().Add(d)
 }
 
+// AcceptThenHang accepts every request arriving in the next d (one that
+// passes the protocol checks and is not held by HangFor) and then never
+// answers it, until its client gives up or the fake is closed: the outcome
+// a client cannot tell from a lost request, though the provider acted on
+// it. Such a request counts as accepted everywhere (the fake's record of
+// accepted messages, MaxInWindow, the contract, Count of the success
+// status) although no answer was sent. It takes precedence over FailNext,
+// FailFor, RateLimitFor and the contract.
+func (s *faultState) AcceptThenHang(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.acceptHang = s.now().Add(d)
+}
+
 // Reset ends every misbehaviour set by FailNext, FailFor, RateLimitFor,
-// SlowFor and HangFor. Recordings and the contract are kept.
+// SlowFor, HangFor and AcceptThenHang. Recordings and the contract are
+// kept.
 func (s *faultState) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.failNext = 0
 	s.failUntil, s.limitUntil, s.slowUntil, s.hangUntil = time.Time{}, time.Time{}, time.Time{}, time.Time{}
+	s.acceptHang = time.Time{}
 }
 
 // MaxInWindow returns the most requests accepted within any window of
@@ -176,6 +193,7 @@ func maxInWindow(ts []time.Time, window time.Duration) int {
 // verdict is what the injected faults and the contract decided.
 type verdict struct {
 	hold       bool          // never answer
+	withhold   bool          // accept (status is 0), then never answer
 	status     int           // 0: accept; else fail with it
 	limited    bool          // a rate limit (status 429 for HTTP)
 	retryAfter string        // for a rate limit
@@ -195,6 +213,8 @@ func (s *faultState) decide(now time.Time) verdict {
 	switch {
 	case now.Before(s.hangUntil):
 		v.hold = true
+	case now.Before(s.acceptHang):
+		v.withhold = true
 	case s.failNext > 0:
 		s.failNext--
 		v.status, v.why = s.failNextStatus, "injected "+strconv.Itoa(s.failNextStatus)+" by the testenv fake"
@@ -217,8 +237,8 @@ func (s *faultState) decide(now time.Time) verdict {
 
 // delayAnswer carries out a fake's decision to hold a request (never
 // answered: the connection is cut when the client gives up or the fake
-// closes) or to answer it after latency. A handler calls it after recording
-// the request, with the mutex released.
+// closes; HangFor and AcceptThenHang) or to answer it after latency. A
+// handler calls it after recording the request, with the mutex released.
 func delayAnswer(r *http.Request, closing <-chan struct{}, hold bool, latency time.Duration) {
 	if hold {
 		select {
@@ -250,7 +270,10 @@ type ServiceRequest struct {
 	Proto  string      // "HTTP/1.1" or "HTTP/2.0"
 	Header http.Header // request headers
 	Body   []byte      // request body (at most 1 MiB is read)
-	Status int         // the answer's status; 0 for a request held by HangFor
+	// Status is the answer's status; 0 for a request held by HangFor. A
+	// request accepted by AcceptThenHang has the status of its acceptance,
+	// though the answer was never sent.
+	Status int
 }
 
 // fakeReply is an HTTP answer of a service fake.
@@ -273,7 +296,8 @@ type service interface {
 }
 
 // httpFake serves one service fake: protocol checks, then HangFor,
-// FailNext, FailFor, RateLimitFor and the contract, then acceptance.
+// AcceptThenHang, FailNext, FailFor, RateLimitFor and the contract, then
+// acceptance.
 type httpFake struct {
 	*faultState
 	srv      *httptest.Server
@@ -348,7 +372,7 @@ func (f *httpFake) serve(w http.ResponseWriter, r *http.Request) {
 	f.requests = append(f.requests, rec)
 	f.mu.Unlock()
 
-	delayAnswer(r, f.closing, v.hold, v.latency)
+	delayAnswer(r, f.closing, v.hold || v.withhold, v.latency)
 	for k, vs := range reply.header {
 		w.Header()[k] = vs
 	}
@@ -391,7 +415,7 @@ type TwilioMessage struct {
 //     (21602) and at most 1600 characters (21617);
 //   - a number refused with RefuseNumber (400 with its code).
 //
-// Then HangFor, FailNext, FailFor, RateLimitFor and the contract (429 with
+// Then HangFor, AcceptThenHang, FailNext, FailFor, RateLimitFor and the contract (429 with
 // code 20429 and Retry-After), then 201 with the message resource (status
 // "queued"). Errors are Twilio's JSON: {"code":21211,"message":"…",
 // "more_info":"https://www.twilio.com/docs/errors/21211","status":400}.
