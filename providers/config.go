@@ -114,11 +114,14 @@ type Config struct {
 	// AccountSID is the Twilio account (twilio, required; basic-auth user and
 	// part of the API path).
 	AccountSID string `mapstructure:"account_sid"`
-	// From is the sender: a phone number in E.164 for twilio (this or
-	// MessagingServiceSID is required), an address for smtp (required).
+	// From is the sender: for twilio (this or MessagingServiceSID is
+	// required) a phone number in E.164, a short code (5-6 digits) or an
+	// alphanumeric sender id (1-11 characters of A-Z a-z 0-9, space, + - _
+	// and &, at least one letter; the countries that take one are Twilio's
+	// business); for smtp an address (required).
 	From string `mapstructure:"from"`
-	// MessagingServiceSID sends through a Twilio Messaging Service instead of
-	// a From number (twilio).
+	// MessagingServiceSID sends through a Twilio Messaging Service (MG and
+	// 32 hex digits) instead of a From number (twilio).
 	MessagingServiceSID string `mapstructure:"messaging_service_sid"`
 
 	// KeyFile is the path of the APNs .p8 signing key (apns, required).
@@ -196,10 +199,16 @@ func (c Config) WithDefaults() Config {
 }
 
 var (
-	nameRE   = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
-	envRE    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	e164RE   = regexp.MustCompile(`^\+[1-9][0-9]{6,14}$`)
-	kindChan = map[string]string{"twilio": "sms", "fcm": "push", "apns": "push", "smtp": "email"}
+	nameRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+	envRE  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	e164RE = regexp.MustCompile(`^\+[1-9][0-9]{6,14}$`)
+	// Twilio's other senders: a short code, an alphanumeric sender id (one
+	// letter at least, checked apart) and a Messaging Service SID.
+	shortCodeRE   = regexp.MustCompile(`^[0-9]{5,6}$`)
+	alphaSenderRE = regexp.MustCompile(`^[A-Za-z0-9 +\-_&]{1,11}$`)
+	letterRE      = regexp.MustCompile(`[A-Za-z]`)
+	serviceSIDRE  = regexp.MustCompile(`^MG[0-9a-fA-F]{32}$`)
+	kindChan      = map[string]string{"twilio": "sms", "fcm": "push", "apns": "push", "smtp": "email"}
 )
 
 // kindKeys lists, for each kind-specific key, the kinds that use it; setting
@@ -338,8 +347,12 @@ func (c Config) Validate() error {
 		switch {
 		case c.From == "" && c.MessagingServiceSID == "":
 			add("from", "required for kind twilio unless messaging_service_sid is set")
-		case c.From != "" && !e164RE.MatchString(c.From):
-			add("from", "must be an E.164 phone number (+ and 7-15 digits), got %q", c.From)
+		case c.From != "" && !twilioSender(c.From):
+			add("from", "must be an E.164 phone number (+ and 7-15 digits), a short code (5-6 digits) or an alphanumeric "+
+				"sender id (1-11 of A-Z a-z 0-9 space + - _ &, at least one letter), got %q", c.From)
+		}
+		if c.MessagingServiceSID != "" && !serviceSIDRE.MatchString(c.MessagingServiceSID) {
+			add("messaging_service_sid", "must be MG and 32 hex digits, got %q", c.MessagingServiceSID)
 		}
 	case "fcm":
 		checkURL()
@@ -383,6 +396,15 @@ func (c Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// twilioSender reports whether from is a sender Twilio takes in From: an
+// E.164 number, a short code (5-6 digits) or an alphanumeric sender id
+// (1-11 characters of A-Z a-z 0-9, space, + - _ and &, at least one
+// letter).
+func twilioSender(from string) bool {
+	return e164RE.MatchString(from) || shortCodeRE.MatchString(from) ||
+		alphaSenderRE.MatchString(from) && letterRE.MatchString(from)
 }
 
 // ValidateAll checks what no single entry can: that there is at least one

@@ -261,7 +261,7 @@ func TestSMTPAgainstFakeFaults(t *testing.T) {
 func TestSMTPAmbiguous(t *testing.T) {
 	t.Parallel()
 	fake := testenv.FakeSMTP(t)
-	p := smtpAgainst(t, fake, 300*time.Millisecond)
+	p := smtpAgainst(t, fake, 2*time.Second)
 	ctx := context.Background()
 	fake.AcceptThenHang(time.Hour)
 	err := p.Send(ctx, emailMessage())

@@ -186,7 +186,7 @@ func TestWebhookAgainstFakeProviderErrors(t *testing.T) {
 func TestWebhookAmbiguous(t *testing.T) {
 	t.Parallel()
 	fake := testenv.FakeProvider(t)
-	p := newWebhook(t, fake.URL(), 200*time.Millisecond)
+	p := newWebhook(t, fake.URL(), time.Second)
 	fake.AcceptThenHang(time.Hour)
 	err := p.Send(context.Background(), smsMessage())
 	var pe *providers.Error

@@ -400,6 +400,12 @@ type TwilioMessage struct {
 	From                string // "" when sent through a Messaging Service
 	MessagingServiceSID string
 	Body                string
+	// ValidityPeriod is the ValidityPeriod form field, in seconds; 0 when
+	// the request had none (Twilio's default, 36,000).
+	ValidityPeriod int
+	// StatusCallback is the URL Twilio would post the message's status
+	// changes to ("" for none); Deliver posts there.
+	StatusCallback string
 }
 
 // TwilioFake is a fake of the Twilio Programmable Messaging API: it
@@ -410,9 +416,13 @@ type TwilioMessage struct {
 //   - HTTP basic auth: user = the account SID of the path, password = the
 //     auth token (401 code 20003);
 //   - Content-Type application/x-www-form-urlencoded (400 code 20001);
-//   - To present (21604) and E.164 (21211); From (E.164, 21212) or a
-//     MessagingServiceSid (MG + 32 hex, 21701) present (21603); Body present
-//     (21602) and at most 1600 characters (21617);
+//   - To present (21604) and E.164 (21211); From or a MessagingServiceSid
+//     (MG + 32 hex, 21701) present (21603), From being an E.164 number, a
+//     short code (5-6 digits) or an alphanumeric sender id (1-11 of A-Z a-z
+//     0-9 space + - _ &, at least one letter; 21212); Body present (21602)
+//     and at most 1600 characters (21617); ValidityPeriod, when present, an
+//     integer from 1 to 36000 (21624); StatusCallback, when present, an
+//     absolute http or https URL of at most 4000 characters (21609);
 //   - a number refused with RefuseNumber (400 with its code).
 //
 // Then HangFor, AcceptThenHang, FailNext, FailFor, RateLimitFor and the contract (429 with
@@ -469,10 +479,27 @@ func (f *TwilioFake) Messages() []TwilioMessage {
 }
 
 var (
-	twilioPathRE = regexp.MustCompile(`^/2010-04-01/Accounts/([^/]+)/Messages\.json$`)
-	fakeE164RE   = regexp.MustCompile(`^\+[1-9][0-9]{6,14}$`)
-	twilioMGRE   = regexp.MustCompile(`^MG[0-9a-f]{32}$`)
+	twilioPathRE  = regexp.MustCompile(`^/2010-04-01/Accounts/([^/]+)/Messages\.json$`)
+	fakeE164RE    = regexp.MustCompile(`^\+[1-9][0-9]{6,14}$`)
+	twilioMGRE    = regexp.MustCompile(`^MG[0-9a-fA-F]{32}$`)
+	twilioShortRE = regexp.MustCompile(`^[0-9]{5,6}$`)
+	twilioAlphaRE = regexp.MustCompile(`^[A-Za-z0-9 +\-_&]{1,11}$`)
+	letterRE      = regexp.MustCompile(`[A-Za-z]`)
 )
+
+// twilioFrom reports whether Twilio takes from as a From: an E.164 number,
+// a short code or an alphanumeric sender id.
+func twilioFrom(from string) bool {
+	return fakeE164RE.MatchString(from) || twilioShortRE.MatchString(from) ||
+		twilioAlphaRE.MatchString(from) && letterRE.MatchString(from)
+}
+
+// validCallback reports whether Twilio takes u as a StatusCallback.
+func validCallback(u string) bool {
+	p, err := url.Parse(u)
+	return err == nil && len(u) <= 4000 && (p.Scheme == "http" || p.Scheme == "https") && p.Host != "" &&
+		!strings.Contains(p.Hostname(), "_")
+}
 
 func twilioError(status, code int, message string) fakeReply {
 	return jsonReply(status, map[string]any{
@@ -519,12 +546,20 @@ func (f *TwilioFake) check(r *http.Request, body []byte, _ time.Time) *fakeReply
 		return fail(400, 21603, "A 'From' phone number is required.")
 	case service != "" && !twilioMGRE.MatchString(service):
 		return fail(400, 21701, "The Messaging Service Sid "+service+" is invalid.")
-	case service == "" && !fakeE164RE.MatchString(from):
+	case service == "" && !twilioFrom(from):
 		return fail(400, 21212, "The 'From' number "+from+" is not a valid phone number, shortcode, or alphanumeric sender ID.")
 	case text == "":
 		return fail(400, 21602, "Message body is required.")
 	case utf8.RuneCountInString(text) > 1600:
 		return fail(400, 21617, "The concatenated message body exceeds the 1600 character limit.")
+	}
+	if v, ok := form["ValidityPeriod"]; ok {
+		if n, err := strconv.Atoi(v[0]); err != nil || n < 1 || n > 36000 {
+			return fail(400, 21624, "Validity period can only be set to integers between 1 and 36,000 seconds.")
+		}
+	}
+	if cb, ok := form["StatusCallback"]; ok && !validCallback(cb[0]) {
+		return fail(400, 21609, "The StatusCallback URL "+cb[0]+" is not a valid URL.")
 	}
 	if code, ok := f.refused[to]; ok {
 		return fail(400, code, fmt.Sprintf("Message to %s refused (Twilio error %d).", to, code))
@@ -549,7 +584,8 @@ func (f *TwilioFake) refuse(status int, why string) fakeReply {
 func (f *TwilioFake) accept(r *http.Request, body []byte, now time.Time) fakeReply {
 	form, _ := url.ParseQuery(string(body))
 	msg := TwilioMessage{At: now, SID: "SM" + randomHex(16), To: form.Get("To"), Body: form.Get("Body"),
-		MessagingServiceSID: form.Get("MessagingServiceSid")}
+		MessagingServiceSID: form.Get("MessagingServiceSid"), StatusCallback: form.Get("StatusCallback")}
+	msg.ValidityPeriod, _ = strconv.Atoi(form.Get("ValidityPeriod"))
 	if msg.MessagingServiceSID == "" {
 		msg.From = form.Get("From")
 	}

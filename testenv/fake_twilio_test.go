@@ -73,6 +73,15 @@ func TestFakeTwilioChecksWhatTwilioChecks(t *testing.T) {
 		{"bad service", sid, sid, token, form, url.Values{"To": {"+447700900123"}, "MessagingServiceSid": {"MGnope"}, "Body": {"x"}}, 400, 21701},
 		{"no Body", sid, sid, token, form, with("Body", ""), 400, 21602},
 		{"Body too long", sid, sid, token, form, with("Body", strings.Repeat("é", 1601)), 400, 21617},
+		{"From a 4-digit number", sid, sid, token, form, with("From", "1234"), 400, 21212},
+		{"From digits only", sid, sid, token, form, with("From", "12345678"), 400, 21212},
+		{"From sender id too long", sid, sid, token, form, with("From", "NotifierApp1"), 400, 21212},
+		{"From sender id with a dot", sid, sid, token, form, with("From", "Notif.App"), 400, 21212},
+		{"ValidityPeriod 0", sid, sid, token, form, with("ValidityPeriod", "0"), 400, 21624},
+		{"ValidityPeriod over 10 h", sid, sid, token, form, with("ValidityPeriod", "36001"), 400, 21624},
+		{"ValidityPeriod not a number", sid, sid, token, form, with("ValidityPeriod", "1h"), 400, 21624},
+		{"StatusCallback relative", sid, sid, token, form, with("StatusCallback", "/twilio/status"), 400, 21609},
+		{"StatusCallback ftp", sid, sid, token, form, with("StatusCallback", "ftp://example.com/s"), 400, 21609},
 	}
 	for _, c := range cases {
 		status, _, body := twilioPost(t, f.URL(), c.sid, c.user, c.pass, c.contentType, c.form)
@@ -93,11 +102,26 @@ func TestFakeTwilioChecksWhatTwilioChecks(t *testing.T) {
 	if status, _, body := twilioPost(t, f.URL(), sid, sid, token, form, with("To", "+447700900999")); status != 400 || body["code"] != float64(21610) {
 		t.Errorf("refused number: %d %v", status, body)
 	}
+	// Every sender Twilio takes, an expiry and a status callback.
+	for _, from := range []string{"12345", "123456", "Notifier", "My Shop+1", "A-B_C&D", "x"} {
+		if status, _, body := twilioPost(t, f.URL(), sid, sid, token, form, with("From", from)); status != 201 {
+			t.Errorf("From %q: %d %v, want 201", from, status, body)
+		}
+	}
+	extra := with("ValidityPeriod", "300")
+	extra.Set("StatusCallback", "https://hooks.example.com/twilio?provider=sms&job=j-1")
+	if status, _, body := twilioPost(t, f.URL(), sid, sid, token, form, extra); status != 201 {
+		t.Fatalf("with ValidityPeriod and StatusCallback: %d %v", status, body)
+	}
 	msgs := f.Messages()
-	if len(msgs) != 2 || msgs[0].From != "+15005550006" || msgs[1].MessagingServiceSID == "" || msgs[0].Body != "hi" {
+	if len(msgs) != 9 || msgs[0].From != "+15005550006" || msgs[1].MessagingServiceSID == "" || msgs[0].Body != "hi" ||
+		msgs[0].ValidityPeriod != 0 || msgs[0].StatusCallback != "" {
 		t.Errorf("messages %+v", msgs)
 	}
-	if n := f.Count(201); n != 2 || len(f.Requests()) != len(cases)+3 {
+	if last := msgs[8]; last.ValidityPeriod != 300 || last.StatusCallback != "https://hooks.example.com/twilio?provider=sms&job=j-1" {
+		t.Errorf("ValidityPeriod %d, StatusCallback %q recorded", last.ValidityPeriod, last.StatusCallback)
+	}
+	if n := f.Count(201); n != 9 || len(f.Requests()) != len(cases)+10 {
 		t.Errorf("Count(201) = %d, requests %d", n, len(f.Requests()))
 	}
 }

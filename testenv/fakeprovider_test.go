@@ -230,7 +230,7 @@ func TestFakeAcceptThenHang(t *testing.T) {
 	f := testenv.FakeProvider(t, testenv.WithContract(1))
 	p := newPoster(t, f)
 	f.AcceptThenHang(time.Hour)
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	r := p.post(ctx, "taken")
 	cancel()
 	if !errors.Is(r.err, context.DeadlineExceeded) {
