@@ -308,7 +308,8 @@ func (f *APNsFake) check(r *http.Request, body []byte, now time.Time) *fakeReply
 var apnsReasons = map[int]string{400: "BadDeviceToken", 403: "InvalidProviderToken", 404: "BadPath", 405: "MethodNotAllowed",
 	410: "Unregistered", 413: "PayloadTooLarge", 429: "TooManyRequests", 500: "InternalServerError", 503: "ServiceUnavailable"}
 
-func (f *APNsFake) refuse(status int, _ string) fakeReply {
+func (f *APNsFake) refuse(v verdict) fakeReply {
+	status := v.status
 	reason, ok := apnsReasons[status]
 	if !ok {
 		reason = "InternalServerError"

@@ -197,6 +197,7 @@ type verdict struct {
 	status     int           // 0: accept; else fail with it
 	limited    bool          // a rate limit (status 429 for HTTP)
 	retryAfter string        // for a rate limit
+	contract   bool          // the rate limit is the contract's (WithContract), not RateLimitFor's
 	why        string        // a reason for the answer's text
 	latency    time.Duration // delay the answer
 }
@@ -229,7 +230,7 @@ func (s *faultState) decide(now time.Time) verdict {
 		if wait := oldest.Add(time.Second).Sub(now); wait > 0 {
 			secs := int64((wait + time.Second - 1) / time.Second)
 			v.status, v.limited, v.retryAfter = http.StatusTooManyRequests, true, strconv.FormatInt(secs, 10)
-			v.why = "contract of " + strconv.Itoa(s.contract) + " per second exceeded"
+			v.contract, v.why = true, "contract of "+strconv.Itoa(s.contract)+" per second exceeded"
 		}
 	}
 	return v
@@ -289,8 +290,9 @@ type service interface {
 	// check applies the service's protocol rules (auth, path, content type,
 	// fields, recipient format); nil lets the request through.
 	check(r *http.Request, body []byte, now time.Time) *fakeReply
-	// refuse is the service's answer with status, in its error format.
-	refuse(status int, why string) fakeReply
+	// refuse is the service's answer to a request the faults or the
+	// contract refused with v.status, in its error format.
+	refuse(v verdict) fakeReply
 	// accept records an accepted request and answers it.
 	accept(r *http.Request, body []byte, now time.Time) fakeReply
 }
@@ -354,7 +356,7 @@ func (f *httpFake) serve(w http.ResponseWriter, r *http.Request) {
 	} else if v = f.decide(now); !v.hold {
 		switch {
 		case v.status != 0:
-			reply = f.svc.refuse(v.status, v.why)
+			reply = f.svc.refuse(v)
 			if v.limited && v.retryAfter != "" {
 				if reply.header == nil {
 					reply.header = http.Header{}
@@ -570,7 +572,8 @@ func (f *TwilioFake) check(r *http.Request, body []byte, _ time.Time) *fakeReply
 // twilioCodes are the error codes of injected statuses.
 var twilioCodes = map[int]int{400: 21211, 401: 20003, 404: 20404, 429: 20429, 500: 20500, 503: 20503}
 
-func (f *TwilioFake) refuse(status int, why string) fakeReply {
+func (f *TwilioFake) refuse(v verdict) fakeReply {
+	status, why := v.status, v.why
 	code, ok := twilioCodes[status]
 	if !ok {
 		code = 20001

@@ -227,7 +227,8 @@ func TestFakeSlowAndHang(t *testing.T) {
 // answer never comes; the client cannot tell it from a lost request.
 func TestFakeAcceptThenHang(t *testing.T) {
 	t.Parallel()
-	f := testenv.FakeProvider(t, testenv.WithContract(1))
+	clk := newFakeClock() // the contract's window does not move while the client waits
+	f := testenv.FakeProvider(t, testenv.WithContract(1), testenv.WithClock(clk.Now))
 	p := newPoster(t, f)
 	f.AcceptThenHang(time.Hour)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
