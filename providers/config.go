@@ -123,6 +123,11 @@ type Config struct {
 	// MessagingServiceSID sends through a Twilio Messaging Service (MG and
 	// 32 hex digits) instead of a From number (twilio).
 	MessagingServiceSID string `mapstructure:"messaging_service_sid"`
+	// StatusCallbackURL is where Twilio posts the delivery status of each
+	// message (twilio, optional): an absolute http or https URL without a
+	// query string, at which Registry.TwilioCallbacks is served. Each Send
+	// asks for <url>?provider=<name>&job=<job id>.
+	StatusCallbackURL string `mapstructure:"status_callback_url"`
 
 	// KeyFile is the path of the APNs .p8 signing key (apns, required).
 	KeyFile string `mapstructure:"key_file"`
@@ -226,6 +231,7 @@ var kindKeys = []struct {
 	{"account_sid", []string{"twilio"}, func(c Config) bool { return c.AccountSID != "" }},
 	{"from", []string{"twilio", "smtp"}, func(c Config) bool { return c.From != "" }},
 	{"messaging_service_sid", []string{"twilio"}, func(c Config) bool { return c.MessagingServiceSID != "" }},
+	{"status_callback_url", []string{"twilio"}, func(c Config) bool { return c.StatusCallbackURL != "" }},
 	{"key_file", []string{"apns"}, func(c Config) bool { return c.KeyFile != "" }},
 	{"key_id", []string{"apns"}, func(c Config) bool { return c.KeyID != "" }},
 	{"team_id", []string{"apns"}, func(c Config) bool { return c.TeamID != "" }},
@@ -354,6 +360,11 @@ func (c Config) Validate() error {
 		if c.MessagingServiceSID != "" && !serviceSIDRE.MatchString(c.MessagingServiceSID) {
 			add("messaging_service_sid", "must be MG and 32 hex digits, got %q", c.MessagingServiceSID)
 		}
+		if c.StatusCallbackURL != "" {
+			if problem := callbackURLProblem(c.StatusCallbackURL); problem != "" {
+				add("status_callback_url", "%s, got %q", problem, c.StatusCallbackURL)
+			}
+		}
 	case "fcm":
 		checkURL()
 		required("project_id", c.ProjectID)
@@ -396,6 +407,30 @@ func (c Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// maxCallbackURL is the longest status_callback_url: Twilio takes 4000
+// characters, the provider and job query comes on top.
+const maxCallbackURL = 2000
+
+// callbackURLProblem is what is wrong with a status_callback_url, or "".
+func callbackURLProblem(raw string) string {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		return "must be an absolute http(s) URL"
+	case u.RawQuery != "" || u.ForceQuery:
+		return "must not have a query string (the provider and job are added to it)"
+	case u.Fragment != "" || strings.Contains(raw, "#"):
+		return "must not have a fragment"
+	case u.User != nil:
+		return "must not carry a user or password"
+	case strings.Contains(u.Hostname(), "_"):
+		return "must not have an underscore in its host name (Twilio refuses it)"
+	case len(raw) > maxCallbackURL:
+		return fmt.Sprintf("must be at most %d characters", maxCallbackURL)
+	}
+	return ""
 }
 
 // twilioSender reports whether from is a sender Twilio takes in From: an

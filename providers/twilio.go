@@ -65,6 +65,9 @@ var twilioSenderCodes = map[int]bool{
 // provider's clock, within Twilio's 1 s to TwilioMaxValidityPeriod (a job
 // already expired still gets 1 s: dropping it is the dispatcher's call).
 // A body over TwilioMaxBody characters is ErrPermanent without a request.
+// With status_callback_url set, each message asks Twilio to post its
+// delivery status to <status_callback_url>?provider=<name>&job=<job id>,
+// which Registry.TwilioCallbacks serves.
 //
 // A 2xx (Twilio answers 201) is accepted. 429, and any answer carrying
 // Twilio error code 20429, is a *RateLimitedError honouring Retry-After. 408
@@ -88,6 +91,7 @@ type Twilio struct {
 	service  string
 	auth     *credential // the auth token
 	sid      string
+	callback string // status_callback_url, "" for none
 }
 
 var _ Provider = (*Twilio)(nil)
@@ -118,6 +122,7 @@ func NewTwilio(cfg Config, opts Options) (*Twilio, error) {
 		service:  cfg.MessagingServiceSID,
 		auth:     &credential{token},
 		sid:      cfg.AccountSID,
+		callback: cfg.StatusCallbackURL,
 	}, nil
 }
 
@@ -155,6 +160,9 @@ func (t *Twilio) Send(ctx context.Context, m *Message) error {
 	}
 	if m.ExpiresAt != nil {
 		form.Set("ValidityPeriod", strconv.Itoa(twilioValidity(m.ExpiresAt.Sub(t.now()))))
+	}
+	if t.callback != "" {
+		form.Set("StatusCallback", t.callback+"?provider="+url.QueryEscape(t.name)+"&job="+url.QueryEscape(m.ID))
 	}
 	header := http.Header{}
 	header.Set("Content-Type", "application/x-www-form-urlencoded")

@@ -1,7 +1,10 @@
 package testenv
 
 import (
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha1"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -11,6 +14,8 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -435,12 +440,17 @@ type TwilioMessage struct {
 //
 // Every request that reaches HangFor is an arrival (Arrivals,
 // MaxArrivalsInWindow), whatever it is answered; MaxInWindow counts only
-// the accepted ones.
+// the accepted ones. An injected status carries Twilio's code for it (401
+// 20003 authentication error, 429 20429, 500 20500, 503 20503…).
+//
+// Deliver and DeliverMessage post the status callbacks of the accepted
+// messages that asked for one, signed with the auth token.
 type TwilioFake struct {
 	*httpFake
 	sid, token string
 	refused    map[string]int
 	messages   []TwilioMessage
+	client     *http.Client // posts the status callbacks
 }
 
 // FakeTwilio starts a Twilio fake on a loopback port (plain HTTP) with a
@@ -448,11 +458,113 @@ type TwilioFake struct {
 // takes WithContract and WithClock.
 func FakeTwilio(t testing.TB, opts ...FakeOption) *TwilioFake {
 	t.Helper()
-	f := &TwilioFake{sid: "AC" + randomHex(16), token: randomHex(16), refused: map[string]int{}}
+	f := &TwilioFake{sid: "AC" + randomHex(16), token: randomHex(16), refused: map[string]int{},
+		client: &http.Client{Timeout: 10 * time.Second}}
 	f.httpFake = newHTTPFake(newFaultState(t, opts), f)
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
 	t.Cleanup(f.Close)
+	t.Cleanup(f.client.CloseIdleConnections)
 	return f
+}
+
+// Deliver posts a status callback, as Twilio does when a message's status
+// changes, for every accepted message that asked for one (StatusCallback),
+// in order of acceptance: MessageStatus status ("sent", "delivered",
+// "undelivered", "failed"…) and, when errorCode is not 0, ErrorCode. Each
+// is a form POST to the message's StatusCallback URL signed as Twilio signs
+// them (X-Twilio-Signature: the base64 HMAC-SHA1, keyed with AuthToken, of
+// the URL followed by the form's names and values in name order). It
+// returns how many it posted and the first failure: a POST that failed or
+// was answered other than 2xx. Deliver may be called again: Twilio too
+// posts every change.
+func (f *TwilioFake) Deliver(status string, errorCode int) (int, error) {
+	f.mu.Lock()
+	msgs := append([]TwilioMessage(nil), f.messages...)
+	f.mu.Unlock()
+	n := 0
+	for _, m := range msgs {
+		if m.StatusCallback == "" {
+			continue
+		}
+		if err := f.callback(m, status, errorCode); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+// DeliverMessage posts one status callback, as Deliver does, for the
+// accepted message whose SID is sid.
+func (f *TwilioFake) DeliverMessage(sid, status string, errorCode int) error {
+	f.mu.Lock()
+	i := slices.IndexFunc(f.messages, func(m TwilioMessage) bool { return m.SID == sid })
+	var m TwilioMessage
+	if i >= 0 {
+		m = f.messages[i]
+	}
+	f.mu.Unlock()
+	switch {
+	case i < 0:
+		return fmt.Errorf("testenv: twilio fake: no accepted message %s", sid)
+	case m.StatusCallback == "":
+		return fmt.Errorf("testenv: twilio fake: message %s asked for no status callback", sid)
+	}
+	return f.callback(m, status, errorCode)
+}
+
+// callback posts m's status callback.
+func (f *TwilioFake) callback(m TwilioMessage, status string, errorCode int) error {
+	form := url.Values{"MessageSid": {m.SID}, "SmsSid": {m.SID}, "AccountSid": {f.sid}, "To": {m.To},
+		"MessageStatus": {status}, "SmsStatus": {status}, "ApiVersion": {"2010-04-01"}}
+	if m.From != "" {
+		form.Set("From", m.From)
+	}
+	if m.MessagingServiceSID != "" {
+		form.Set("MessagingServiceSid", m.MessagingServiceSID)
+	}
+	if errorCode != 0 {
+		form.Set("ErrorCode", strconv.Itoa(errorCode))
+	}
+	req, err := http.NewRequest(http.MethodPost, m.StatusCallback, strings.NewReader(form.Encode()))
+	if err != nil {
+		return fmt.Errorf("testenv: twilio fake: status callback of %s: %w", m.SID, err)
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("X-Twilio-Signature", TwilioSignature(f.token, m.StatusCallback, form))
+	resp, err := f.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("testenv: twilio fake: status callback of %s: %w", m.SID, err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return fmt.Errorf("testenv: twilio fake: status callback of %s answered %s", m.SID, resp.Status)
+	}
+	return nil
+}
+
+// TwilioSignature is the X-Twilio-Signature Twilio sends with a request to
+// fullURL (query string included) whose POST form is params: the base64
+// HMAC-SHA1, keyed with authToken, of fullURL followed by each param's
+// name and value, sorted by name (a name's values sorted too).
+func TwilioSignature(authToken, fullURL string, params url.Values) string {
+	names := make([]string, 0, len(params))
+	for name := range params {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	data := fullURL
+	for _, name := range names {
+		values := append([]string(nil), params[name]...)
+		sort.Strings(values)
+		for _, v := range values {
+			data += name + v
+		}
+	}
+	mac := hmac.New(sha1.New, []byte(authToken))
+	mac.Write([]byte(data))
+	return base64.StdEncoding.EncodeToString(mac.Sum(nil))
 }
 
 // URL is the API base URL, http://127.0.0.1:<port> (the twilio kind's url).

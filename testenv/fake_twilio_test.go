@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -164,5 +165,69 @@ func TestFakeTwilioFaultsAndContract(t *testing.T) {
 	}
 	if got := len(f.Arrivals()); got != 5 {
 		t.Errorf("%d arrivals, want 5", got)
+	}
+}
+
+// TestTwilioSignature: Twilio's documented example signs as documented.
+func TestTwilioSignature(t *testing.T) {
+	t.Parallel()
+	params := url.Values{"CallSid": {"CA1234567890ABCDE"}, "Caller": {"+14158675310"}, "Digits": {"1234"},
+		"From": {"+14158675310"}, "To": {"+18005551212"}}
+	if got := testenv.TwilioSignature("12345", "https://mycompany.com/myapp.php?foo=1&bar=2", params); got != "GvWf1cFY/Q7PnoempGyD5oXAezc=" {
+		t.Errorf("signature %q, want Twilio's GvWf1cFY/Q7PnoempGyD5oXAezc=", got)
+	}
+}
+
+// TestFakeTwilioDeliver: the status callbacks go to the URL each message
+// gave, signed with the auth token, with Twilio's fields.
+func TestFakeTwilioDeliver(t *testing.T) {
+	t.Parallel()
+	f := testenv.FakeTwilio(t)
+	t.Cleanup(http.DefaultClient.CloseIdleConnections)
+	type callback struct {
+		url  string
+		sig  string
+		form url.Values
+	}
+	got := make(chan callback, 8)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = r.ParseForm()
+		got <- callback{"http://" + r.Host + r.URL.String(), r.Header.Get("X-Twilio-Signature"), r.PostForm}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	const form = "application/x-www-form-urlencoded"
+	cb := srv.URL + "/status?provider=sms&job=j-1"
+	msg := url.Values{"To": {"+447700900123"}, "From": {"+15005550006"}, "Body": {"hi"}, "StatusCallback": {cb}}
+	if status, _, body := twilioPost(t, f.URL(), f.AccountSID(), f.AccountSID(), f.AuthToken(), form, msg); status != 201 {
+		t.Fatalf("send: %d %v", status, body)
+	}
+	msg.Del("StatusCallback")
+	if status, _, _ := twilioPost(t, f.URL(), f.AccountSID(), f.AccountSID(), f.AuthToken(), form, msg); status != 201 {
+		t.Fatal("send without callback")
+	}
+	if n, err := f.Deliver("undelivered", 30003); n != 1 || err != nil {
+		t.Fatalf("Deliver = %d, %v", n, err)
+	}
+	c := <-got
+	if c.url != cb || c.sig != testenv.TwilioSignature(f.AuthToken(), cb, c.form) {
+		t.Errorf("callback to %s signed %q", c.url, c.sig)
+	}
+	sid := f.Messages()[0].SID
+	if c.form.Get("MessageSid") != sid || c.form.Get("MessageStatus") != "undelivered" || c.form.Get("ErrorCode") != "30003" ||
+		c.form.Get("AccountSid") != f.AccountSID() || c.form.Get("To") != "+447700900123" {
+		t.Errorf("callback form %v", c.form)
+	}
+	if err := f.DeliverMessage(sid, "delivered", 0); err != nil {
+		t.Fatal(err)
+	}
+	if c := <-got; c.form.Get("MessageStatus") != "delivered" || c.form.Has("ErrorCode") {
+		t.Errorf("second callback form %v", c.form)
+	}
+	if err := f.DeliverMessage(f.Messages()[1].SID, "sent", 0); err == nil {
+		t.Error("DeliverMessage of a message without a callback: nil error")
+	}
+	if err := f.DeliverMessage("SMnope", "sent", 0); err == nil {
+		t.Error("DeliverMessage of an unknown message: nil error")
 	}
 }
