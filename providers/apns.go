@@ -30,6 +30,23 @@ const (
 	APNsTokenMinAge = 20 * time.Minute
 )
 
+// APNs payload limits, in bytes of the JSON body.
+const (
+	APNsMaxPayload     = 4096 // every push type but voip
+	APNsMaxVoIPPayload = 5120 // push type voip
+)
+
+// apnsSenderReasons are the reasons by which APNs refuses the provider
+// (its key, team, certificate or topic), whatever the notification:
+// ErrSender.
+var apnsSenderReasons = map[string]bool{
+	"InvalidProviderToken":      true, // the token's key, key id or team is not valid, or its signature does not verify
+	"MissingProviderToken":      true, // no provider token (nor certificate)
+	"BadCertificate":            true,
+	"BadCertificateEnvironment": true,
+	"TopicDisallowed":           true, // pushing to this topic is not allowed
+}
+
 // APNs is the apns provider (SPEC §7): each Send is one HTTP/2
 // `POST {url}/3/device/{token}` to the Apple Push Notification service,
 // with token-based authentication: an ES256 JWT (header kid = key_id, claims
@@ -38,25 +55,38 @@ const (
 // and never more often than every APNsTokenMinAge.
 //
 // Headers: apns-topic (topic), apns-push-type (push_type), apns-priority
-// (priority), apns-id, and apns-expiration when the message has an expiry
-// (APNs may then store it for an offline device until that instant; without
-// one APNs tries once). apns-id must be a UUID: a message id that is one is
-// sent as is (lower case); any other id is sent as the stable version-5
-// UUID APNsID derives from it, so a retry carries the same apns-id.
+// (priority), apns-id, and apns-expiration: the message's expiry as UNIX
+// seconds (APNs stores the notification for an offline device and retries
+// until that instant), or 0 when it has none (APNs tries once and does not
+// store it: a notification without an expiry is not delivered late).
+// apns-id must be a UUID: a message id that is one is sent as is (lower
+// case); any other id is sent as the stable version-5 UUID APNsID derives
+// from it, so a retry carries the same apns-id (APNs uses it to report
+// errors, not to drop duplicates).
 //
 // The body is {"aps":{"alert":{"title":..,"body":..}}} with the message's
 // data as further top-level keys (a data key "aps" is left out: the aps
 // dictionary is APNs's own). Push type background sends
-// {"aps":{"content-available":1}} and the data, without an alert.
+// {"aps":{"content-available":1}} and the data, without an alert. A body
+// over APNsMaxPayload bytes (APNsMaxVoIPPayload for push type voip) is
+// ErrPermanent without a request, as APNs would refuse it (413
+// PayloadTooLarge).
 //
 // Answers (APNs's JSON {"reason": ...} is named in the detail): 200
-// accepted; 429 (TooManyRequests, TooManyProviderTokenUpdates) a
-// *RateLimitedError; 403 ExpiredProviderToken ErrTransient, the token being
-// replaced for the next Send (if it is at least APNsTokenMinAge old: a
-// younger token APNs calls expired points at a wrong clock, which a new
-// token would not fix); 5xx, timeouts and connection errors ErrTransient;
-// any other 4xx ErrPermanent: 410 Unregistered, 400 BadDeviceToken, 403
-// InvalidProviderToken, 413 PayloadTooLarge.
+// accepted; 429 TooManyRequests (too many notifications to one device
+// token) a *RateLimitedError of ScopeRecipient, 429
+// TooManyProviderTokenUpdates one of ScopeProvider; 403
+// ExpiredProviderToken ErrTransient, the token being replaced for the next
+// Send (if it is at least APNsTokenMinAge old: a younger token APNs calls
+// expired points at a wrong clock, which a new token would not fix); 403
+// InvalidProviderToken, MissingProviderToken, BadCertificate,
+// BadCertificateEnvironment and 400 TopicDisallowed ErrSender (the key, the
+// team or the topic is refused: no notification can go); 5xx, timeouts and
+// connection errors ErrTransient (Ambiguous once the request was written
+// whole); any other 4xx ErrPermanent: 410 Unregistered and ExpiredToken
+// (the detail gives APNs's timestamp, "token inactive since
+// 2026-11-30T12:00:00Z", so the token can be dropped), 400 BadDeviceToken,
+// 413 PayloadTooLarge, 403 Forbidden.
 //
 // The url must be https: APNs speaks HTTP/2 over TLS only, and so does the
 // provider (one multiplexed connection, pinged when silent). An APNs is
@@ -134,6 +164,10 @@ func (a *APNs) Send(ctx context.Context, m *Message) error {
 	if err != nil {
 		return &Error{Provider: a.name, Class: ErrPermanent, Detail: "encode payload: " + causeDetail(err, s), Err: err}
 	}
+	if limit := a.maxPayload(); len(body) > limit {
+		return &Error{Provider: a.name, Class: ErrPermanent,
+			Detail: fmt.Sprintf("payload of %d bytes is over APNs's limit of %d (PayloadTooLarge), not sent", len(body), limit)}
+	}
 	header := http.Header{}
 	header.Set("Content-Type", "application/json")
 	header.Set("Authorization", "bearer "+token)
@@ -141,17 +175,33 @@ func (a *APNs) Send(ctx context.Context, m *Message) error {
 	header.Set("apns-push-type", a.pushType)
 	header.Set("apns-priority", a.priority)
 	header.Set("apns-id", APNsID(m.ID))
-	if m.ExpiresAt != nil {
-		header.Set("apns-expiration", strconv.FormatInt(max(1, m.ExpiresAt.Unix()), 10))
-	}
+	header.Set("apns-expiration", apnsExpiration(m.ExpiresAt))
 	return a.post(ctx, a.base+url.PathEscape(m.To), header, body, s, func(status int, b []byte) answer {
-		ans := answer{reason: apnsReason(b)}
+		ans := readAPNsAnswer(status, b)
 		if status == http.StatusForbidden && ans.reason == "ExpiredProviderToken" {
 			a.signer.expired(token)
 			ans.class = ErrTransient
 		}
 		return ans
 	})
+}
+
+// maxPayload is the largest body APNs takes for the provider's push type.
+func (a *APNs) maxPayload() int {
+	if a.pushType == "voip" {
+		return APNsMaxVoIPPayload
+	}
+	return APNsMaxPayload
+}
+
+// apnsExpiration is the apns-expiration header of a message expiring at
+// exp: its UNIX seconds (at least 1: 0 means something else), or 0 for a
+// message without an expiry (deliver once, do not store).
+func apnsExpiration(exp *time.Time) string {
+	if exp == nil {
+		return "0"
+	}
+	return strconv.FormatInt(max(1, exp.Unix()), 10)
 }
 
 // payload is the notification's JSON object.
@@ -174,16 +224,30 @@ func (a *APNs) payload(m *Message) map[string]any {
 	return p
 }
 
-// apnsReason reads APNs's error body, {"reason":"BadDeviceToken"} (410s add
-// a "timestamp"); any other body gives the generic reason.
-func apnsReason(body []byte) string {
+// readAPNsAnswer reads APNs's error body, {"reason":"BadDeviceToken"}, and
+// a 410's {"reason":"Unregistered","timestamp":1764504000000}: the last
+// time APNs knew the token valid, in milliseconds since the epoch, goes into
+// the detail. Any other body gives the generic reason and the status's
+// class.
+func readAPNsAnswer(status int, body []byte) answer {
 	var e struct {
-		Reason string `json:"reason"`
+		Reason    string `json:"reason"`
+		Timestamp int64  `json:"timestamp"`
 	}
-	if json.Unmarshal(body, &e) == nil && e.Reason != "" {
-		return e.Reason
+	if json.Unmarshal(body, &e) != nil || e.Reason == "" {
+		return answer{reason: responseReason(body)}
 	}
-	return responseReason(body)
+	a := answer{reason: e.Reason}
+	switch {
+	case status == http.StatusTooManyRequests && e.Reason == "TooManyRequests":
+		a.scope = ScopeRecipient // too many notifications to this device token
+	case apnsSenderReasons[e.Reason] && status >= 400 && status <= 499:
+		a.class = ErrSender
+	}
+	if status == http.StatusGone && e.Timestamp > 0 {
+		a.note = "token inactive since " + time.UnixMilli(e.Timestamp).UTC().Format(time.RFC3339)
+	}
+	return a
 }
 
 // apnsSigner makes and caches the provider token. Safe for concurrent use.

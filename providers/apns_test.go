@@ -146,7 +146,8 @@ func TestAPNsAgainstFake(t *testing.T) {
 	if err := bg.Send(ctx, iosMessage()); err != nil {
 		t.Fatalf("background Send: %v", err)
 	}
-	if got := fake.Notifications()[1]; got.PushType != "background" || got.Priority != "5" ||
+	// Without an expiry: apns-expiration 0, delivered once and not stored.
+	if got := fake.Notifications()[1]; got.PushType != "background" || got.Priority != "5" || got.Expiration != "0" ||
 		fmt.Sprint(got.Payload) != "map[aps:map[content-available:1] k:v]" {
 		t.Errorf("background notification %+v", got)
 	}
@@ -159,43 +160,171 @@ func TestAPNsAgainstFake(t *testing.T) {
 	gone := iosMessage()
 	gone.To = strings.Repeat("ab", 32)
 	fake.Unregister(gone.To)
-	if err := p.Send(ctx, gone); !errors.Is(err, providers.ErrPermanent) || !strings.Contains(err.Error(), "HTTP 410 Gone: Unregistered") {
+	// The token's last valid time is in the detail, so it can be dropped.
+	if err := p.Send(ctx, gone); !errors.Is(err, providers.ErrPermanent) ||
+		!regexp.MustCompile(`HTTP 410 Gone: Unregistered \(token inactive since \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\)$`).MatchString(err.Error()) {
 		t.Errorf("unregistered: %v", err)
 	}
+	// Too large for APNs: refused before any request.
+	sent := len(fake.Requests())
 	big := iosMessage()
 	big.Body = strings.Repeat("x", 5000)
-	if err := p.Send(ctx, big); !errors.Is(err, providers.ErrPermanent) || !strings.Contains(err.Error(), "PayloadTooLarge") {
+	if err := p.Send(ctx, big); !errors.Is(err, providers.ErrPermanent) || !strings.Contains(err.Error(), "PayloadTooLarge") ||
+		!strings.Contains(err.Error(), "over APNs's limit of 4096") || strings.Contains(err.Error(), "xxxx") {
 		t.Errorf("too large: %v", err)
 	}
+	if n := len(fake.Requests()); n != sent {
+		t.Errorf("the payload over 4096 bytes was sent (%d requests, want %d)", n, sent)
+	}
+	// The key, the team or the topic refused: the sender, not the
+	// notification.
 	wrongTopic := newAPNs(t, providers.Config{URL: fake.URL(), TLSCAFile: fake.CAFile(), KeyFile: fake.KeyFile(), KeyID: fake.KeyID(),
 		TeamID: fake.TeamID(), Topic: "com.other.app"}, providers.Options{})
-	if err := wrongTopic.Send(ctx, iosMessage()); !errors.Is(err, providers.ErrPermanent) || !strings.Contains(err.Error(), "TopicDisallowed") {
+	if err := wrongTopic.Send(ctx, iosMessage()); !errors.Is(err, providers.ErrSender) || !strings.Contains(err.Error(), "TopicDisallowed") {
 		t.Errorf("wrong topic: %v", err)
 	}
 	otherKey, _ := writeP8(t)
 	forged := newAPNs(t, providers.Config{URL: fake.URL(), TLSCAFile: fake.CAFile(), KeyFile: otherKey, KeyID: fake.KeyID(),
 		TeamID: fake.TeamID(), Topic: fake.Topic()}, providers.Options{})
-	if err := forged.Send(ctx, iosMessage()); !errors.Is(err, providers.ErrPermanent) || !strings.Contains(err.Error(), "InvalidProviderToken") {
+	if err := forged.Send(ctx, iosMessage()); !errors.Is(err, providers.ErrSender) || !strings.Contains(err.Error(), "InvalidProviderToken") {
 		t.Errorf("token signed by another key: %v", err)
 	}
 	wrongTeam := newAPNs(t, providers.Config{URL: fake.URL(), TLSCAFile: fake.CAFile(), KeyFile: fake.KeyFile(), KeyID: fake.KeyID(),
 		TeamID: "OTHERTEAM1", Topic: fake.Topic()}, providers.Options{})
-	if err := wrongTeam.Send(ctx, iosMessage()); !errors.Is(err, providers.ErrPermanent) || !strings.Contains(err.Error(), "InvalidProviderToken") {
+	if err := wrongTeam.Send(ctx, iosMessage()); !errors.Is(err, providers.ErrSender) || errors.Is(err, providers.ErrPermanent) ||
+		!strings.Contains(err.Error(), "InvalidProviderToken") {
 		t.Errorf("wrong team: %v", err)
+	}
+	fake.FailNext(1, http.StatusForbidden) // the key revoked at Apple
+	if err := p.Send(ctx, iosMessage()); !errors.Is(err, providers.ErrSender) || !strings.Contains(err.Error(), "InvalidProviderToken") {
+		t.Errorf("injected 403: %v", err)
 	}
 
 	fake.FailNext(1, 503)
 	if err := p.Send(ctx, iosMessage()); !errors.Is(err, providers.ErrTransient) || !strings.Contains(err.Error(), "ServiceUnavailable") {
 		t.Errorf("injected 503: %v", err)
 	}
+	// APNs's 429 TooManyRequests is about one device token.
 	fake.RateLimitFor(time.Hour, "")
 	var rl *providers.RateLimitedError
-	if err := p.Send(ctx, iosMessage()); !errors.As(err, &rl) || rl.Explicit || !strings.Contains(err.Error(), "TooManyRequests") {
-		t.Errorf("rate limited: %v", err)
+	if err := p.Send(ctx, iosMessage()); !errors.As(err, &rl) || rl.Explicit || rl.Scope != providers.ScopeRecipient ||
+		!strings.Contains(err.Error(), "TooManyRequests") {
+		t.Errorf("rate limited: %v, want a recipient-scoped limit", err)
 	}
 	fake.Reset()
-	if n := len(fake.Notifications()); n != 2 {
-		t.Errorf("%d accepted, want 2", n)
+	busy := iosMessage()
+	busy.To = strings.Repeat("cd", 32)
+	fake.ThrottleDevice(busy.To)
+	if err := p.Send(ctx, busy); !errors.As(err, &rl) || rl.Scope != providers.ScopeRecipient {
+		t.Errorf("throttled device: %v, want a recipient-scoped limit", err)
+	}
+	if err := p.Send(ctx, iosMessage()); err != nil {
+		t.Errorf("another device meanwhile: %v", err)
+	}
+	// APNs took it and the answer was lost.
+	fake.AcceptThenHang(time.Hour)
+	hung := apnsAgainst(t, fake, providers.Config{Timeout: time.Second}, nil)
+	var pe *providers.Error
+	if err := hung.Send(ctx, iosMessage()); !errors.As(err, &pe) || !errors.Is(err, providers.ErrTransient) || !pe.Ambiguous {
+		t.Errorf("accepted, then no answer: %v, want transient and ambiguous", err)
+	}
+	fake.Reset()
+	if n := len(fake.Notifications()); n != 4 {
+		t.Errorf("%d accepted, want 4", n)
+	}
+}
+
+// apnsReplier starts an HTTP/2 TLS server that answers every request with
+// status and body, and returns its URL and CA file.
+func apnsReplier(t *testing.T, status int, body string) (string, string) {
+	t.Helper()
+	certs := testenv.NewCerts(t)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_, _ = io.WriteString(w, body)
+	}))
+	srv.EnableHTTP2 = true
+	srv.TLS = serverTLS(t, certs)
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	return srv.URL, certs.CAFile
+}
+
+// TestAPNsAnswers maps APNs's reasons: the sender's, the recipient's and
+// the throttles of each scope.
+func TestAPNsAnswers(t *testing.T) {
+	t.Parallel()
+	keyFile, _ := writeP8(t)
+	cases := []struct {
+		status int
+		body   string
+		class  error
+		scope  providers.Scope
+		detail string
+	}{
+		{403, `{"reason":"InvalidProviderToken"}`, providers.ErrSender, 0, "HTTP 403 Forbidden: InvalidProviderToken"},
+		{403, `{"reason":"MissingProviderToken"}`, providers.ErrSender, 0, "MissingProviderToken"},
+		{403, `{"reason":"BadCertificate"}`, providers.ErrSender, 0, "BadCertificate"},
+		{403, `{"reason":"BadCertificateEnvironment"}`, providers.ErrSender, 0, "BadCertificateEnvironment"},
+		{400, `{"reason":"TopicDisallowed"}`, providers.ErrSender, 0, "TopicDisallowed"},
+		{403, `{"reason":"Forbidden"}`, providers.ErrPermanent, 0, "HTTP 403 Forbidden: Forbidden"},
+		{400, `{"reason":"BadDeviceToken"}`, providers.ErrPermanent, 0, "BadDeviceToken"},
+		{400, `{"reason":"DeviceTokenNotForTopic"}`, providers.ErrPermanent, 0, "DeviceTokenNotForTopic"},
+		{410, `{"reason":"Unregistered","timestamp":1796040000000}`, providers.ErrPermanent, 0,
+			"HTTP 410 Gone: Unregistered (token inactive since 2026-11-30T12:00:00Z)"},
+		{410, `{"reason":"ExpiredToken","timestamp":1796040000000}`, providers.ErrPermanent, 0,
+			"ExpiredToken (token inactive since 2026-11-30T12:00:00Z)"},
+		{410, `{"reason":"Unregistered"}`, providers.ErrPermanent, 0, "HTTP 410 Gone: Unregistered"},
+		{429, `{"reason":"TooManyRequests"}`, providers.ErrRateLimited, providers.ScopeRecipient, "TooManyRequests"},
+		{429, `{"reason":"TooManyProviderTokenUpdates"}`, providers.ErrRateLimited, providers.ScopeProvider, "TooManyProviderTokenUpdates"},
+		{429, `not json`, providers.ErrRateLimited, providers.ScopeProvider, "HTTP 429"},
+		{503, `{"reason":"ServiceUnavailable"}`, providers.ErrTransient, 0, "ServiceUnavailable"},
+	}
+	for _, c := range cases {
+		url, ca := apnsReplier(t, c.status, c.body)
+		p := newAPNs(t, providers.Config{URL: url, TLSCAFile: ca, KeyFile: keyFile}, providers.Options{})
+		err := p.Send(context.Background(), iosMessage())
+		if !errors.Is(err, c.class) || !strings.Contains(err.Error(), c.detail) {
+			t.Errorf("%d %s: %v, want %v with %q", c.status, c.body, err, c.class, c.detail)
+			continue
+		}
+		if c.class == providers.ErrSender && errors.Is(err, providers.ErrPermanent) {
+			t.Errorf("%d %s: both ErrSender and ErrPermanent", c.status, c.body)
+		}
+		var rl *providers.RateLimitedError
+		if errors.As(err, &rl) && rl.Scope != c.scope {
+			t.Errorf("%d %s: scope %s, want %s", c.status, c.body, rl.Scope, c.scope)
+		}
+	}
+}
+
+// TestAPNsPayloadLimit: 4096 bytes for an alert, 5120 for voip; over it,
+// refused without a request.
+func TestAPNsPayloadLimit(t *testing.T) {
+	t.Parallel()
+	fake := testenv.FakeAPNs(t)
+	alert := apnsAgainst(t, fake, providers.Config{}, nil)
+	voip := apnsAgainst(t, fake, providers.Config{PushType: "voip"}, nil)
+	overhead := len(`{"aps":{"alert":{"body":"","title":"Hello"}},"k":"v"}`)
+	m := iosMessage()
+	m.Body = strings.Repeat("x", providers.APNsMaxPayload-overhead)
+	if err := alert.Send(context.Background(), m); err != nil {
+		t.Fatalf("4096 bytes: %v", err)
+	}
+	m.Body += "x"
+	if err := alert.Send(context.Background(), m); !errors.Is(err, providers.ErrPermanent) || !strings.Contains(err.Error(), "4097 bytes") {
+		t.Errorf("4097 bytes: %v", err)
+	}
+	if err := voip.Send(context.Background(), m); err != nil {
+		t.Errorf("4097 bytes of voip: %v", err)
+	}
+	m.Body = strings.Repeat("x", providers.APNsMaxVoIPPayload-overhead+1)
+	if err := voip.Send(context.Background(), m); !errors.Is(err, providers.ErrPermanent) || !strings.Contains(err.Error(), "limit of 5120") {
+		t.Errorf("5121 bytes of voip: %v", err)
+	}
+	if n := len(fake.Requests()); n != 2 {
+		t.Errorf("%d requests, want 2 (the ones within the limit)", n)
 	}
 }
 

@@ -87,6 +87,14 @@ type Config struct {
 	// provider is asked again after it; another 429 pauses it again);
 	// default 5m, at most MaxRetryAfter (1h).
 	MaxPause time.Duration `mapstructure:"max_pause"`
+	// RetryOnTimeout is what becomes of a send whose outcome is unknown
+	// (Error.Ambiguous: a timeout or a lost connection after the request
+	// reached the provider whole, so the provider may have delivered it):
+	// true, the default (nil), retries it like any transient failure, at the
+	// risk of a second delivery; false dead-letters it with reason
+	// "ambiguous", at the risk of none. Every kind takes it; read it with
+	// RetriesOnTimeout.
+	RetryOnTimeout *bool `mapstructure:"retry_on_timeout"`
 	// ProjectID is the Firebase project (fcm, required).
 	ProjectID string `mapstructure:"project_id"`
 	// CredentialsEnv names the environment variable holding the secret:
@@ -106,12 +114,20 @@ type Config struct {
 	// AccountSID is the Twilio account (twilio, required; basic-auth user and
 	// part of the API path).
 	AccountSID string `mapstructure:"account_sid"`
-	// From is the sender: a phone number in E.164 for twilio (this or
-	// MessagingServiceSID is required), an address for smtp (required).
+	// From is the sender: for twilio (this or MessagingServiceSID is
+	// required) a phone number in E.164, a short code (5-6 digits) or an
+	// alphanumeric sender id (1-11 characters of A-Z a-z 0-9, space, + - _
+	// and &, at least one letter; the countries that take one are Twilio's
+	// business); for smtp an address (required).
 	From string `mapstructure:"from"`
-	// MessagingServiceSID sends through a Twilio Messaging Service instead of
-	// a From number (twilio).
+	// MessagingServiceSID sends through a Twilio Messaging Service (MG and
+	// 32 hex digits) instead of a From number (twilio).
 	MessagingServiceSID string `mapstructure:"messaging_service_sid"`
+	// StatusCallbackURL is where Twilio posts the delivery status of each
+	// message (twilio, optional): an absolute http or https URL without a
+	// query string, at which Registry.TwilioCallbacks is served. Each Send
+	// asks for <url>?provider=<name>&job=<job id>.
+	StatusCallbackURL string `mapstructure:"status_callback_url"`
 
 	// KeyFile is the path of the APNs .p8 signing key (apns, required).
 	KeyFile string `mapstructure:"key_file"`
@@ -188,10 +204,16 @@ func (c Config) WithDefaults() Config {
 }
 
 var (
-	nameRE   = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
-	envRE    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	e164RE   = regexp.MustCompile(`^\+[1-9][0-9]{6,14}$`)
-	kindChan = map[string]string{"twilio": "sms", "fcm": "push", "apns": "push", "smtp": "email"}
+	nameRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+	envRE  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	e164RE = regexp.MustCompile(`^\+[1-9][0-9]{6,14}$`)
+	// Twilio's other senders: a short code, an alphanumeric sender id (one
+	// letter at least, checked apart) and a Messaging Service SID.
+	shortCodeRE   = regexp.MustCompile(`^[0-9]{5,6}$`)
+	alphaSenderRE = regexp.MustCompile(`^[A-Za-z0-9 +\-_&]{1,11}$`)
+	letterRE      = regexp.MustCompile(`[A-Za-z]`)
+	serviceSIDRE  = regexp.MustCompile(`^MG[0-9a-fA-F]{32}$`)
+	kindChan      = map[string]string{"twilio": "sms", "fcm": "push", "apns": "push", "smtp": "email"}
 )
 
 // kindKeys lists, for each kind-specific key, the kinds that use it; setting
@@ -209,6 +231,7 @@ var kindKeys = []struct {
 	{"account_sid", []string{"twilio"}, func(c Config) bool { return c.AccountSID != "" }},
 	{"from", []string{"twilio", "smtp"}, func(c Config) bool { return c.From != "" }},
 	{"messaging_service_sid", []string{"twilio"}, func(c Config) bool { return c.MessagingServiceSID != "" }},
+	{"status_callback_url", []string{"twilio"}, func(c Config) bool { return c.StatusCallbackURL != "" }},
 	{"key_file", []string{"apns"}, func(c Config) bool { return c.KeyFile != "" }},
 	{"key_id", []string{"apns"}, func(c Config) bool { return c.KeyID != "" }},
 	{"team_id", []string{"apns"}, func(c Config) bool { return c.TeamID != "" }},
@@ -330,8 +353,17 @@ func (c Config) Validate() error {
 		switch {
 		case c.From == "" && c.MessagingServiceSID == "":
 			add("from", "required for kind twilio unless messaging_service_sid is set")
-		case c.From != "" && !e164RE.MatchString(c.From):
-			add("from", "must be an E.164 phone number (+ and 7-15 digits), got %q", c.From)
+		case c.From != "" && !twilioSender(c.From):
+			add("from", "must be an E.164 phone number (+ and 7-15 digits), a short code (5-6 digits) or an alphanumeric "+
+				"sender id (1-11 of A-Z a-z 0-9 space + - _ &, at least one letter), got %q", c.From)
+		}
+		if c.MessagingServiceSID != "" && !serviceSIDRE.MatchString(c.MessagingServiceSID) {
+			add("messaging_service_sid", "must be MG and 32 hex digits, got %q", c.MessagingServiceSID)
+		}
+		if c.StatusCallbackURL != "" {
+			if problem := callbackURLProblem(c.StatusCallbackURL); problem != "" {
+				add("status_callback_url", "%s, got %q", problem, c.StatusCallbackURL)
+			}
 		}
 	case "fcm":
 		checkURL()
@@ -375,6 +407,39 @@ func (c Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// maxCallbackURL is the longest status_callback_url: Twilio takes 4000
+// characters, the provider and job query comes on top.
+const maxCallbackURL = 2000
+
+// callbackURLProblem is what is wrong with a status_callback_url, or "".
+func callbackURLProblem(raw string) string {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		return "must be an absolute http(s) URL"
+	case u.RawQuery != "" || u.ForceQuery:
+		return "must not have a query string (the provider and job are added to it)"
+	case u.Fragment != "" || strings.Contains(raw, "#"):
+		return "must not have a fragment"
+	case u.User != nil:
+		return "must not carry a user or password"
+	case strings.Contains(u.Hostname(), "_"):
+		return "must not have an underscore in its host name (Twilio refuses it)"
+	case len(raw) > maxCallbackURL:
+		return fmt.Sprintf("must be at most %d characters", maxCallbackURL)
+	}
+	return ""
+}
+
+// twilioSender reports whether from is a sender Twilio takes in From: an
+// E.164 number, a short code (5-6 digits) or an alphanumeric sender id
+// (1-11 characters of A-Z a-z 0-9, space, + - _ and &, at least one
+// letter).
+func twilioSender(from string) bool {
+	return e164RE.MatchString(from) || shortCodeRE.MatchString(from) ||
+		alphaSenderRE.MatchString(from) && letterRE.MatchString(from)
 }
 
 // ValidateAll checks what no single entry can: that there is at least one
@@ -438,6 +503,10 @@ func EntryPath(i int, name string) string {
 	}
 	return fmt.Sprintf("providers[%d] (%s)", i, name)
 }
+
+// RetriesOnTimeout reports whether an ambiguous send (Error.Ambiguous) is
+// retried: retry_on_timeout, true when it is not set.
+func (c Config) RetriesOnTimeout() bool { return c.RetryOnTimeout == nil || *c.RetryOnTimeout }
 
 // Cost is how many leaky-bucket units m takes under c's contract: 1 for unit
 // messages, the SMS segment count of the body (see Segments) for unit

@@ -60,7 +60,11 @@ func TestValidate(t *testing.T) {
 		{"valid twilio", providers.Config{Name: "tw", Channel: "sms", Kind: "twilio", Rate: 1, AccountSID: "AC1",
 			From: "+15005550006", CredentialsEnv: "TWILIO_AUTH_TOKEN"}, nil},
 		{"valid twilio messaging service", providers.Config{Name: "tw", Channel: "sms", Kind: "twilio", Rate: 1,
-			AccountSID: "AC1", MessagingServiceSID: "MG1", CredentialsEnv: "T"}, nil},
+			AccountSID: "AC1", MessagingServiceSID: "MG0123456789abcdef0123456789ABCDEF", CredentialsEnv: "T"}, nil},
+		{"valid twilio short code", providers.Config{Name: "tw", Channel: "sms", Kind: "twilio", Rate: 1, AccountSID: "AC1",
+			From: "89045", CredentialsEnv: "T"}, nil},
+		{"valid twilio alphanumeric sender id", providers.Config{Name: "tw", Channel: "sms", Kind: "twilio", Rate: 1, AccountSID: "AC1",
+			From: "Shop & Co", CredentialsEnv: "T"}, nil},
 		{"valid fcm", providers.Config{Name: "push", Channel: "push", Kind: "fcm", Rate: 500, ProjectID: "p",
 			CredentialsEnv: "FCM_TOKEN"}, nil},
 		{"valid apns", providers.Config{Name: "ios", Channel: "push", Kind: "apns", Rate: 1, KeyFile: "k.p8",
@@ -118,7 +122,13 @@ func TestValidate(t *testing.T) {
 			"from: required for kind twilio unless messaging_service_sid is set"}},
 		{"twilio bad from", providers.Config{Name: "tw", Channel: "sms", Kind: "twilio", Rate: 1, AccountSID: "AC",
 			CredentialsEnv: "T", From: "07700900123"},
-			[]string{`from: must be an E.164 phone number (+ and 7-15 digits), got "07700900123"`}},
+			[]string{`from: must be an E.164 phone number (+ and 7-15 digits), a short code (5-6 digits) or an alphanumeric ` +
+				`sender id (1-11 of A-Z a-z 0-9 space + - _ &, at least one letter), got "07700900123"`}},
+		{"twilio bad senders", providers.Config{Name: "tw", Channel: "sms", Kind: "twilio", Rate: 1, AccountSID: "AC",
+			CredentialsEnv: "T", From: "Shop.com", MessagingServiceSID: "MG1"},
+			[]string{`from: must be an E.164 phone number (+ and 7-15 digits), a short code (5-6 digits) or an alphanumeric ` +
+				`sender id (1-11 of A-Z a-z 0-9 space + - _ &, at least one letter), got "Shop.com"`,
+				`messaging_service_sid: must be MG and 32 hex digits, got "MG1"`}},
 		{"fcm missing keys", providers.Config{Name: "push", Channel: "push", Kind: "fcm", Rate: 1}, []string{
 			"project_id: required for kind fcm", "credentials_env: required for kind fcm unless credentials_file is set"}},
 		{"valid fcm service account", providers.Config{Name: "push", Channel: "push", Kind: "fcm", Rate: 1, ProjectID: "p",

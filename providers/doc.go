@@ -1,9 +1,11 @@
 // Package providers sends notifications to the outside world: the Provider
-// interface, the error classes every provider returns (permanent, transient,
-// rate limited with a Retry-After), the provider configuration with its
-// defaults and validation, SMS segment counting for segment-priced
-// contracts, a masking helper for logs and error details, and a Registry
-// that builds every configured provider.
+// interface, the error classes every provider returns (permanent, transient
+// and perhaps ambiguous, rate limited with a Retry-After and a scope, the
+// sender refused), the provider configuration with its defaults and
+// validation, SMS segment counting for segment-priced contracts, a masking
+// helper for logs and error details, a Registry that builds every
+// configured provider, and the handler of Twilio's delivery status
+// callbacks (Registry.TwilioCallbacks).
 //
 // Providers know nothing of NATS or Redis: the dispatcher builds a Message
 // from a queue job, waits for its leaky-bucket slot and calls Send. Send is
@@ -12,13 +14,21 @@
 //
 //	err := p.Send(ctx, m)
 //	var rl *providers.RateLimitedError
+//	var pe *providers.Error
 //	switch {
 //	case err == nil:
 //		// sent
+//	case errors.As(err, &rl) && rl.Scope == providers.ScopeRecipient:
+//		// 429 for this one recipient: defer this job alone by rl.RetryAfter
 //	case errors.As(err, &rl):
 //		// 429: pause the provider fleet-wide for rl.RetryAfter
+//	case errors.Is(err, providers.ErrSender):
+//		// the provider refused the sender (credentials, account): pause
+//		// the provider fleet-wide and keep the job
 //	case errors.Is(err, providers.ErrPermanent):
 //		// dead-letter with reason "rejected"
+//	case errors.As(err, &pe) && pe.Ambiguous && !cfg.RetriesOnTimeout():
+//		// the provider may have taken it: dead-letter with reason "ambiguous"
 //	default:
 //		// providers.ErrTransient: retry with backoff, counting an attempt
 //	}

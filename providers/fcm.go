@@ -7,7 +7,9 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // FCM is the fcm provider (SPEC §7): each Send is one
@@ -24,18 +26,35 @@ import (
 // and replaced in the background from five minutes before, so only the
 // first send waits for a token.
 //
+// A message with an expiry carries it to every platform: android.ttl (the
+// whole seconds left, "300s", at least 0 and at most FCMMaxTTL),
+// apns.headers["apns-expiration"] (its UNIX seconds) and webpush.headers.TTL
+// (the seconds left); one without leaves FCM's defaults (four weeks). Data
+// over FCMMaxData bytes (keys and values), or a data key FCM reserves
+// ("from", "message_type", any key starting with "google" or "gcm"), is
+// ErrPermanent without a request.
+//
 // The answer's google.rpc error body is read: the FCM error code in
 // error.details[].errorCode, else error.status, decides the class.
-// UNREGISTERED, INVALID_ARGUMENT, SENDER_ID_MISMATCH, THIRD_PARTY_AUTH_ERROR,
-// NOT_FOUND and PERMISSION_DENIED are ErrPermanent; QUOTA_EXCEEDED and
-// RESOURCE_EXHAUSTED (429) are a *RateLimitedError honouring Retry-After;
-// UNAVAILABLE (503, Retry-After kept in Error.RetryAfter), INTERNAL (500),
-// 408, timeouts and connection errors are ErrTransient. UNAUTHENTICATED
-// (401) is ErrPermanent with a configured token, and ErrTransient with a
-// service account, whose cached token is then dropped so the next Send
-// fetches a fresh one. A failed token fetch is classed like a send: a 4xx
-// from the token endpoint (a revoked key: invalid_grant) is ErrPermanent,
-// anything else ErrTransient.
+// UNREGISTERED, INVALID_ARGUMENT, SENDER_ID_MISMATCH (the token belongs to
+// another project) and NOT_FOUND are ErrPermanent. THIRD_PARTY_AUTH_ERROR
+// (FCM's APNs certificate or web push key is invalid or missing) and a
+// PERMISSION_DENIED without an FCM code (the credentials may not send for
+// the project) are ErrSender. UNAUTHENTICATED (401) is ErrSender with a
+// configured token, and ErrTransient with a service account, whose cached
+// token is then dropped so the next Send fetches a fresh one (a
+// THIRD_PARTY_AUTH_ERROR, also a 401, keeps it: the token is fine).
+// QUOTA_EXCEEDED is a *RateLimitedError pausing at least FCMQuotaPause
+// (FCM asks for a minute's backoff), of ScopeRecipient when its
+// google.rpc.QuotaFailure names a device's or a topic's message rate (the
+// target of this one message) and ScopeProvider otherwise (the project's
+// rate, or no detail); another RESOURCE_EXHAUSTED or 429 is a provider
+// rate limit honouring Retry-After. UNAVAILABLE (503, Retry-After kept in
+// Error.RetryAfter), INTERNAL (500), 408, timeouts and connection errors
+// are ErrTransient (Ambiguous once the request was written whole: FCM's
+// send has no idempotency key). A failed token fetch is classed like a
+// send: a 4xx from the token endpoint (a revoked or deleted key:
+// invalid_grant) is ErrSender, anything else ErrTransient.
 //
 // An FCM is safe for concurrent use; its connections are pooled and kept
 // alive until Close.
@@ -50,6 +69,18 @@ var _ Provider = (*FCM)(nil)
 
 // FCMScope is the OAuth scope of the access tokens FCM uses.
 const FCMScope = "https://www.googleapis.com/auth/firebase.messaging"
+
+// FCM's limits.
+const (
+	// FCMMaxData is the most bytes of data (keys and values) a message may
+	// carry.
+	FCMMaxData = 4096
+	// FCMMaxTTL is the longest android.ttl FCM takes: 28 days.
+	FCMMaxTTL = 28 * 24 * time.Hour
+	// FCMQuotaPause is the least pause of a QUOTA_EXCEEDED: FCM asks for
+	// at least a minute's backoff.
+	FCMQuotaPause = time.Minute
+)
 
 // NewFCM builds an fcm provider from a kind fcm entry, reading the bearer
 // token from credentials_env through opts.Getenv or the service-account key
@@ -118,6 +149,17 @@ type fcmMessage struct {
 	Token        string            `json:"token"`
 	Notification fcmNotification   `json:"notification"`
 	Data         map[string]string `json:"data,omitempty"`
+	Android      *fcmAndroid       `json:"android,omitempty"`
+	APNs         *fcmHeaders       `json:"apns,omitempty"`
+	Webpush      *fcmHeaders       `json:"webpush,omitempty"`
+}
+
+type fcmAndroid struct {
+	TTL string `json:"ttl"`
+}
+
+type fcmHeaders struct {
+	Headers map[string]string `json:"headers"`
 }
 
 type fcmNotification struct {
@@ -135,9 +177,18 @@ func (f *FCM) Send(ctx context.Context, m *Message) error {
 	if m == nil {
 		return &Error{Provider: f.name, Class: ErrPermanent, Detail: "nil message"}
 	}
-	body, err := marshalJSON(fcmRequest{Message: fcmMessage{
-		Token: m.To, Notification: fcmNotification{Title: m.Title, Body: m.Body}, Data: m.Data,
-	}})
+	if detail := fcmDataProblem(m.Data, s); detail != "" {
+		return &Error{Provider: f.name, Class: ErrPermanent, Detail: detail + ", not sent"}
+	}
+	msg := fcmMessage{Token: m.To, Notification: fcmNotification{Title: m.Title, Body: m.Body}, Data: m.Data}
+	if m.ExpiresAt != nil {
+		left := min(max(m.ExpiresAt.Sub(f.now()), 0), FCMMaxTTL) / time.Second
+		secs := strconv.FormatInt(int64(left), 10)
+		msg.Android = &fcmAndroid{TTL: secs + "s"}
+		msg.APNs = &fcmHeaders{Headers: map[string]string{"apns-expiration": apnsExpiration(m.ExpiresAt)}}
+		msg.Webpush = &fcmHeaders{Headers: map[string]string{"TTL": secs}}
+	}
+	body, err := marshalJSON(fcmRequest{Message: msg})
 	if err != nil {
 		return &Error{Provider: f.name, Class: ErrPermanent, Detail: "encode message: " + causeDetail(err, s), Err: err}
 	}
@@ -150,20 +201,43 @@ func (f *FCM) Send(ctx context.Context, m *Message) error {
 	header := http.Header{}
 	header.Set("Content-Type", "application/json; charset=utf-8")
 	header.Set("Authorization", "Bearer "+token)
-	read := readFCMAnswer
-	if f.oauth != nil {
-		read = func(status int, body []byte) answer {
-			a := readFCMAnswer(status, body)
-			if status == http.StatusUnauthorized {
+	oauth := f.oauth != nil
+	return f.post(ctx, f.endpoint, header, body, s, func(status int, body []byte) answer {
+		a, code := readFCMAnswer(status, body)
+		if status == http.StatusUnauthorized && code != "THIRD_PARTY_AUTH_ERROR" {
+			if oauth {
 				// The access token was refused before it expired (revoked,
 				// or the clocks disagree): fetch a new one next time.
 				f.oauth.invalidate(token)
 				a.class = ErrTransient
+			} else {
+				a.class = ErrSender // the configured token: only an operator can replace it
 			}
-			return a
+		}
+		return a
+	})
+}
+
+// fcmDataProblem is why FCM would refuse data (too large, a reserved key),
+// or "".
+func fcmDataProblem(data map[string]string, s scrubber) string {
+	size := 0
+	for k, v := range data {
+		size += len(k) + len(v)
+		if fcmReservedKey(k) {
+			return "data key " + strconv.Quote(oneLine(s.scrub(k), 40)) + " is reserved by FCM"
 		}
 	}
-	return f.post(ctx, f.endpoint, header, body, s, read)
+	if size > FCMMaxData {
+		return fmt.Sprintf("data of %d bytes is over FCM's limit of %d", size, FCMMaxData)
+	}
+	return ""
+}
+
+// fcmReservedKey reports whether FCM reserves the data key k: "from",
+// "message_type", and any key starting with "google" or "gcm".
+func fcmReservedKey(k string) bool {
+	return k == "from" || k == "message_type" || strings.HasPrefix(k, "google") || strings.HasPrefix(k, "gcm")
 }
 
 // googleError is a google.rpc error body.
@@ -173,20 +247,30 @@ type googleError struct {
 		Message string `json:"message"`
 		Status  string `json:"status"`
 		Details []struct {
-			Type      string `json:"@type"`
-			ErrorCode string `json:"errorCode"`
+			Type       string           `json:"@type"`
+			ErrorCode  string           `json:"errorCode"`  // google.firebase.fcm.v1.FcmError
+			Reason     string           `json:"reason"`     // google.rpc.ErrorInfo
+			Violations []quotaViolation `json:"violations"` // google.rpc.QuotaFailure
 		} `json:"details"`
 	} `json:"error"`
+}
+
+// quotaViolation is one violation of a google.rpc.QuotaFailure.
+type quotaViolation struct {
+	Subject     string `json:"subject"`
+	Description string `json:"description"`
+	QuotaMetric string `json:"quotaMetric"`
+	QuotaID     string `json:"quotaId"`
 }
 
 // fcmClasses maps FCM error codes and google.rpc statuses to a class.
 var fcmClasses = map[string]error{
 	"UNREGISTERED":           ErrPermanent,
 	"INVALID_ARGUMENT":       ErrPermanent,
-	"SENDER_ID_MISMATCH":     ErrPermanent,
-	"THIRD_PARTY_AUTH_ERROR": ErrPermanent,
+	"SENDER_ID_MISMATCH":     ErrPermanent, // the token is another project's: the recipient's
+	"THIRD_PARTY_AUTH_ERROR": ErrSender,    // FCM's APNs certificate or web push key
 	"NOT_FOUND":              ErrPermanent,
-	"PERMISSION_DENIED":      ErrPermanent,
+	"PERMISSION_DENIED":      ErrSender, // without an FCM code: the credentials may not send
 	"QUOTA_EXCEEDED":         ErrRateLimited,
 	"RESOURCE_EXHAUSTED":     ErrRateLimited,
 	"UNAVAILABLE":            ErrTransient,
@@ -199,19 +283,25 @@ var fcmClasses = map[string]error{
 //	  "details":[{"@type":"type.googleapis.com/google.firebase.fcm.v1.FcmError","errorCode":"UNREGISTERED"}]}}
 //
 // The reason is "UNREGISTERED (NOT_FOUND): Requested entity was not
-// found.". A body of another shape gives way to the generic reason and the
-// status's class.
-func readFCMAnswer(status int, body []byte) answer {
+// found."; code is the FCM error code ("" for none). A body of another
+// shape gives way to the generic reason and the status's class.
+func readFCMAnswer(status int, body []byte) (answer, string) {
 	var e googleError
 	if json.Unmarshal(body, &e) != nil || (e.Error.Status == "" && e.Error.Message == "") {
-		return answer{reason: responseReason(body)}
+		return answer{reason: responseReason(body)}, ""
 	}
-	code := ""
+	code, quota := "", false
+	var violations []quotaViolation
 	for _, d := range e.Error.Details {
-		if d.ErrorCode != "" {
+		if d.ErrorCode != "" && code == "" {
 			code = d.ErrorCode
-			break
 		}
+		// FCM's quota code, or Google's quota reasons in an ErrorInfo.
+		switch d.Reason {
+		case "QUOTA_EXCEEDED", "RATE_LIMIT_EXCEEDED":
+			quota = true
+		}
+		violations = append(violations, d.Violations...)
 	}
 	var words []string
 	switch {
@@ -231,7 +321,30 @@ func readFCMAnswer(status int, body []byte) answer {
 	} else if class, ok := fcmClasses[e.Error.Status]; ok {
 		a.class = class
 	}
-	return a
+	if a.class == ErrSender && (status < 400 || status > 499) {
+		a.class = nil // a sender's refusal is a 4xx; anything else goes by its status
+	}
+	if code == "QUOTA_EXCEEDED" || quota {
+		a.minPause = FCMQuotaPause
+		a.scope = quotaScope(violations)
+	}
+	return a, code
+}
+
+// quotaScope is what a QUOTA_EXCEEDED's violations say was exceeded: the
+// message rate of a device or of a topic, the target of this message alone
+// (ScopeRecipient), or the project's (ScopeProvider), which also stands for
+// no violation or one it cannot read. A project quota among them wins.
+func quotaScope(violations []quotaViolation) Scope {
+	scope := ScopeProvider
+	for _, v := range violations {
+		text := strings.ToLower(v.Subject + " " + v.Description + " " + v.QuotaMetric + " " + v.QuotaID)
+		if !strings.Contains(text, "device") && !strings.Contains(text, "topic") {
+			return ScopeProvider
+		}
+		scope = ScopeRecipient
+	}
+	return scope
 }
 
 // marshalJSON encodes v without HTML escaping (a body "<b>" stays "<b>").

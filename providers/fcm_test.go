@@ -52,8 +52,9 @@ func TestFCMConformance(t *testing.T) {
 		Refusal: providertest.Reply{Status: 404, Header: http.Header{"Content-Type": {"application/json"}},
 			Body: `{"error":{"code":404,"message":"Requested entity was not found.","status":"NOT_FOUND",` +
 				`"details":[{"@type":"type.googleapis.com/google.firebase.fcm.v1.FcmError","errorCode":"UNREGISTERED"}]}}`},
-		RefusalReason: "UNREGISTERED (NOT_FOUND): Requested entity was not found.",
-		Secrets:       []string{fcmToken},
+		RefusalReason:  "UNREGISTERED (NOT_FOUND): Requested entity was not found.",
+		Secrets:        []string{fcmToken},
+		SenderStatuses: []int{http.StatusUnauthorized}, // the configured token refused
 	})
 }
 
@@ -63,6 +64,18 @@ func googleBody(code int, status, errorCode, message string) string {
 		details = `,"details":[{"@type":"type.googleapis.com/google.firebase.fcm.v1.FcmError","errorCode":"` + errorCode + `"}]`
 	}
 	return `{"error":{"code":` + itoa(code) + `,"message":"` + message + `","status":"` + status + `"` + details + `}}`
+}
+
+// quotaBody is a 429 QUOTA_EXCEEDED whose google.rpc.QuotaFailure has the
+// violations (subject, description pairs).
+func quotaBody(violations ...[2]string) string {
+	var vs []string
+	for _, v := range violations {
+		vs = append(vs, `{"subject":"`+v[0]+`","description":"`+v[1]+`"}`)
+	}
+	return `{"error":{"code":429,"message":"Quota exceeded.","status":"RESOURCE_EXHAUSTED","details":[` +
+		`{"@type":"type.googleapis.com/google.firebase.fcm.v1.FcmError","errorCode":"QUOTA_EXCEEDED"},` +
+		`{"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[` + strings.Join(vs, ",") + `]}]}}`
 }
 
 // TestFCMAnswers maps google.rpc error bodies.
@@ -75,26 +88,48 @@ func TestFCMAnswers(t *testing.T) {
 		body   string
 		class  error
 		detail string
+		after  time.Duration   // a rate limit's RetryAfter, always explicit
+		scope  providers.Scope // a rate limit's scope
 	}{
 		{"unregistered", 404, nil, googleBody(404, "NOT_FOUND", "UNREGISTERED", "Requested entity was not found."), providers.ErrPermanent,
-			"HTTP 404 Not Found: UNREGISTERED (NOT_FOUND): Requested entity was not found."},
+			"HTTP 404 Not Found: UNREGISTERED (NOT_FOUND): Requested entity was not found.", 0, 0},
 		{"invalid argument", 400, nil, googleBody(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", "The registration token is not a valid FCM registration token"),
-			providers.ErrPermanent, "HTTP 400 Bad Request: INVALID_ARGUMENT: The registration token is not a valid FCM registration token"},
+			providers.ErrPermanent, "HTTP 400 Bad Request: INVALID_ARGUMENT: The registration token is not a valid FCM registration token", 0, 0},
 		{"invalid argument without details", 400, nil, googleBody(400, "INVALID_ARGUMENT", "", "Invalid JSON payload received."),
-			providers.ErrPermanent, "INVALID_ARGUMENT: Invalid JSON payload received."},
-		{"sender id mismatch", 403, nil, googleBody(403, "PERMISSION_DENIED", "SENDER_ID_MISMATCH", "SenderId mismatch"),
-			providers.ErrPermanent, "SENDER_ID_MISMATCH (PERMISSION_DENIED)"},
+			providers.ErrPermanent, "INVALID_ARGUMENT: Invalid JSON payload received.", 0, 0},
+		{"sender id mismatch: the token is another project's", 403, nil, googleBody(403, "PERMISSION_DENIED", "SENDER_ID_MISMATCH", "SenderId mismatch"),
+			providers.ErrPermanent, "SENDER_ID_MISMATCH (PERMISSION_DENIED)", 0, 0},
+		{"permission denied: the credentials may not send", 403, nil, googleBody(403, "PERMISSION_DENIED", "",
+			"Permission 'cloudmessaging.messages.create' denied on resource"), providers.ErrSender, "PERMISSION_DENIED: Permission", 0, 0},
 		{"third party auth", 401, nil, googleBody(401, "UNAUTHENTICATED", "THIRD_PARTY_AUTH_ERROR", "Auth error from APNS or Web Push Service"),
-			providers.ErrPermanent, "THIRD_PARTY_AUTH_ERROR"},
+			providers.ErrSender, "THIRD_PARTY_AUTH_ERROR", 0, 0},
 		{"bad bearer token", 401, nil, googleBody(401, "UNAUTHENTICATED", "", "Request had invalid authentication credentials."),
-			providers.ErrPermanent, "UNAUTHENTICATED"},
-		{"quota", 429, http.Header{"Retry-After": {"9"}}, googleBody(429, "RESOURCE_EXHAUSTED", "QUOTA_EXCEEDED", "Quota exceeded."),
-			providers.ErrRateLimited, "QUOTA_EXCEEDED (RESOURCE_EXHAUSTED)"},
+			providers.ErrSender, "UNAUTHENTICATED", 0, 0},
+		{"401 without a google body", 401, nil, "Unauthorized", providers.ErrSender, "HTTP 401 Unauthorized", 0, 0},
+		{"quota, no detail: the project's, a minute at least", 429, http.Header{"Retry-After": {"9"}},
+			googleBody(429, "RESOURCE_EXHAUSTED", "QUOTA_EXCEEDED", "Quota exceeded."),
+			providers.ErrRateLimited, "QUOTA_EXCEEDED (RESOURCE_EXHAUSTED)", time.Minute, providers.ScopeProvider},
+		{"quota, Retry-After over a minute", 429, http.Header{"Retry-After": {"90"}}, quotaBody([2]string{"project:123", "Message rate exceeded"}),
+			providers.ErrRateLimited, "QUOTA_EXCEEDED", 90 * time.Second, providers.ScopeProvider},
+		{"quota of one device", 429, nil, quotaBody([2]string{"device", "Device message rate exceeded"}),
+			providers.ErrRateLimited, "QUOTA_EXCEEDED", time.Minute, providers.ScopeRecipient},
+		{"quota of one device, named in the description", 429, nil, quotaBody([2]string{"project:123", "Message rate limit exceeded for device"}),
+			providers.ErrRateLimited, "QUOTA_EXCEEDED", time.Minute, providers.ScopeRecipient},
+		{"quota of a topic", 429, nil, quotaBody([2]string{"topic:news", "Topic message rate exceeded"}),
+			providers.ErrRateLimited, "QUOTA_EXCEEDED", time.Minute, providers.ScopeRecipient},
+		{"device and project quotas: the project's wins", 429, nil,
+			quotaBody([2]string{"device", "Device message rate exceeded"}, [2]string{"project:123", "Message rate exceeded"}),
+			providers.ErrRateLimited, "QUOTA_EXCEEDED", time.Minute, providers.ScopeProvider},
+		{"project quota in an ErrorInfo", 429, nil, `{"error":{"code":429,"message":"Quota exceeded for quota metric 'Send requests'",` +
+			`"status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"RATE_LIMIT_EXCEEDED",` +
+			`"domain":"googleapis.com"}]}}`, providers.ErrRateLimited, "RESOURCE_EXHAUSTED", time.Minute, providers.ScopeProvider},
+		{"overloaded, no quota named", 429, http.Header{"Retry-After": {"9"}}, googleBody(429, "RESOURCE_EXHAUSTED", "", "Overloaded."),
+			providers.ErrRateLimited, "RESOURCE_EXHAUSTED", 9 * time.Second, providers.ScopeProvider},
 		{"unavailable", 503, http.Header{"Retry-After": {"11"}}, googleBody(503, "UNAVAILABLE", "UNAVAILABLE", "The service is currently unavailable."),
-			providers.ErrTransient, "UNAVAILABLE: The service is currently unavailable., retry after 11s"},
-		{"internal", 500, nil, googleBody(500, "INTERNAL", "INTERNAL", "Internal error encountered."), providers.ErrTransient, "INTERNAL"},
-		{"malformed body", 404, nil, `{"error":{"code":404,"status":`, providers.ErrPermanent, "HTTP 404 Not Found"},
-		{"html body", 502, nil, "<html><body>Bad Gateway</body></html>", providers.ErrTransient, "HTTP 502 Bad Gateway"},
+			providers.ErrTransient, "UNAVAILABLE: The service is currently unavailable., retry after 11s", 0, 0},
+		{"internal", 500, nil, googleBody(500, "INTERNAL", "INTERNAL", "Internal error encountered."), providers.ErrTransient, "INTERNAL", 0, 0},
+		{"malformed body", 404, nil, `{"error":{"code":404,"status":`, providers.ErrPermanent, "HTTP 404 Not Found", 0, 0},
+		{"html body", 502, nil, "<html><body>Bad Gateway</body></html>", providers.ErrTransient, "HTTP 502 Bad Gateway", 0, 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -104,9 +139,12 @@ func TestFCMAnswers(t *testing.T) {
 			if !errors.Is(err, c.class) || !strings.Contains(err.Error(), c.detail) {
 				t.Fatalf("Send = %v, want %v with %q", err, c.class, c.detail)
 			}
+			if c.class == providers.ErrSender && errors.Is(err, providers.ErrPermanent) {
+				t.Errorf("Send = %v: both ErrSender and ErrPermanent", err)
+			}
 			var rl *providers.RateLimitedError
-			if errors.As(err, &rl) && rl.RetryAfter != 9*time.Second {
-				t.Errorf("RetryAfter %s, want 9s", rl.RetryAfter)
+			if errors.As(err, &rl) && (rl.RetryAfter != c.after || !rl.Explicit || rl.Scope != c.scope) {
+				t.Errorf("RetryAfter %s explicit %v scope %s, want %s explicit, scope %s", rl.RetryAfter, rl.Explicit, rl.Scope, c.after, c.scope)
 			}
 		})
 	}
@@ -155,29 +193,130 @@ func TestFCMAgainstFake(t *testing.T) {
 	}
 	reserved := pushMessage()
 	reserved.Data = map[string]string{"google.x": "1"}
-	if err := p.Send(ctx, reserved); !errors.Is(err, providers.ErrPermanent) {
+	sent := len(fake.Requests())
+	if err := p.Send(ctx, reserved); !errors.Is(err, providers.ErrPermanent) || !strings.Contains(err.Error(), `data key "google.x" is reserved by FCM`) {
 		t.Errorf("reserved data key: %v", err)
 	}
+	if n := len(fake.Requests()); n != sent {
+		t.Errorf("a reserved data key was sent")
+	}
+	// The credentials refused: the sender, not the message.
 	wrongProject := newFCM(t, providers.Config{URL: fake.URL(), ProjectID: "other"}, fake.BearerToken(), providers.Options{})
-	if err := wrongProject.Send(ctx, pushMessage()); !errors.Is(err, providers.ErrPermanent) || !strings.Contains(err.Error(), "PERMISSION_DENIED") {
+	if err := wrongProject.Send(ctx, pushMessage()); !errors.Is(err, providers.ErrSender) || !strings.Contains(err.Error(), "PERMISSION_DENIED") {
 		t.Errorf("wrong project: %v", err)
 	}
 	wrongToken := newFCM(t, providers.Config{URL: fake.URL(), ProjectID: fake.ProjectID()}, "nope", providers.Options{})
-	if err := wrongToken.Send(ctx, pushMessage()); !errors.Is(err, providers.ErrPermanent) || !strings.Contains(err.Error(), "UNAUTHENTICATED") {
+	if err := wrongToken.Send(ctx, pushMessage()); !errors.Is(err, providers.ErrSender) || !strings.Contains(err.Error(), "UNAUTHENTICATED") {
 		t.Errorf("wrong bearer token: %v", err)
+	}
+	fake.FailNext(1, http.StatusUnauthorized) // the configured token expired
+	if err := p.Send(ctx, pushMessage()); !errors.Is(err, providers.ErrSender) || !strings.Contains(err.Error(), "UNAUTHENTICATED") {
+		t.Errorf("injected 401: %v", err)
+	}
+	fake.ErrorCodeFor(http.StatusUnauthorized, "THIRD_PARTY_AUTH_ERROR")
+	fake.FailNext(1, http.StatusUnauthorized)
+	if err := p.Send(ctx, pushMessage()); !errors.Is(err, providers.ErrSender) || !strings.Contains(err.Error(), "THIRD_PARTY_AUTH_ERROR") {
+		t.Errorf("injected THIRD_PARTY_AUTH_ERROR: %v", err)
 	}
 	fake.FailNext(1, 503)
 	if err := p.Send(ctx, pushMessage()); !errors.Is(err, providers.ErrTransient) || !strings.Contains(err.Error(), "UNAVAILABLE") {
 		t.Errorf("injected 503: %v", err)
 	}
+	// FCM's quota: a minute at least, whatever the Retry-After.
 	fake.RateLimitFor(time.Hour, "3")
 	var rl *providers.RateLimitedError
-	if err := p.Send(ctx, pushMessage()); !errors.As(err, &rl) || rl.RetryAfter != 3*time.Second || !strings.Contains(err.Error(), "QUOTA_EXCEEDED") {
+	if err := p.Send(ctx, pushMessage()); !errors.As(err, &rl) || rl.RetryAfter != time.Minute || !rl.Explicit ||
+		rl.Scope != providers.ScopeProvider || !strings.Contains(err.Error(), "QUOTA_EXCEEDED") {
 		t.Errorf("rate limited: %v", err)
 	}
 	fake.Reset()
-	if n := len(fake.Messages()); n != 2 {
-		t.Errorf("%d accepted, want 2", n)
+	busy := pushMessage()
+	busy.To = "busy-device-" + strings.Repeat("b", 40)
+	fake.ThrottleDevice(busy.To)
+	if err := p.Send(ctx, busy); !errors.As(err, &rl) || rl.Scope != providers.ScopeRecipient || rl.RetryAfter != time.Minute {
+		t.Errorf("throttled device: %v, want a recipient-scoped limit of a minute", err)
+	}
+	// FCM took it and the answer was lost.
+	fake.AcceptThenHang(time.Hour)
+	hung := newFCM(t, providers.Config{URL: fake.URL(), ProjectID: fake.ProjectID(), Timeout: time.Second}, fake.BearerToken(), providers.Options{})
+	var pe *providers.Error
+	if err := hung.Send(ctx, pushMessage()); !errors.As(err, &pe) || !errors.Is(err, providers.ErrTransient) || !pe.Ambiguous {
+		t.Errorf("accepted, then no answer: %v, want transient and ambiguous", err)
+	}
+	fake.Reset()
+	if n := len(fake.Messages()); n != 3 {
+		t.Errorf("%d accepted, want 3", n)
+	}
+}
+
+// TestFCMExpiry: expires_at goes to every platform: android.ttl (the whole
+// seconds left, within 0 and 28 days), apns-expiration (UNIX seconds) and
+// the web push TTL; no expiry leaves FCM's defaults.
+func TestFCMExpiry(t *testing.T) {
+	t.Parallel()
+	fake := testenv.FakeFCM(t)
+	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	p := newFCM(t, providers.Config{URL: fake.URL(), ProjectID: fake.ProjectID()}, fake.BearerToken(),
+		providers.Options{Now: func() time.Time { return now }})
+	cases := []struct {
+		left                  time.Duration
+		ttl, apns, webpushTTL string
+	}{
+		{5*time.Minute + 500*time.Millisecond, "300s", "1893499500", "300"},
+		{-time.Minute, "0s", "1893499140", "0"}, // expired: now or never
+		{60 * 24 * time.Hour, "2419200s", "1898683200", "2419200"},
+	}
+	for _, c := range cases {
+		m := pushMessage()
+		exp := now.Add(c.left)
+		m.ExpiresAt = &exp
+		if err := p.Send(context.Background(), m); err != nil {
+			t.Fatalf("expiry in %s: %v", c.left, err)
+		}
+	}
+	if err := p.Send(context.Background(), pushMessage()); err != nil {
+		t.Fatal(err)
+	}
+	got := fake.Messages()
+	for i, c := range cases {
+		if m := got[i]; m.AndroidTTL != c.ttl || m.APNsExpiration != c.apns || m.WebpushTTL != c.webpushTTL {
+			t.Errorf("expiry in %s: ttl %q, apns-expiration %q, webpush TTL %q; want %q %q %q",
+				c.left, m.AndroidTTL, m.APNsExpiration, m.WebpushTTL, c.ttl, c.apns, c.webpushTTL)
+		}
+	}
+	if m := got[len(got)-1]; m.AndroidTTL != "" || m.APNsExpiration != "" || m.WebpushTTL != "" {
+		t.Errorf("no expiry: %+v, want FCM's defaults", m)
+	}
+	if body := string(fake.Requests()[len(got)-1].Body); strings.Contains(body, "android") || strings.Contains(body, "apns") {
+		t.Errorf("a message without expiry sends platform options: %s", body)
+	}
+}
+
+// TestFCMDataLimit: data over 4096 bytes, keys and values, is refused
+// before any request.
+func TestFCMDataLimit(t *testing.T) {
+	t.Parallel()
+	fake := testenv.FakeFCM(t)
+	p := newFCM(t, providers.Config{URL: fake.URL(), ProjectID: fake.ProjectID()}, fake.BearerToken(), providers.Options{})
+	m := pushMessage()
+	m.Data = map[string]string{"k": strings.Repeat("v", providers.FCMMaxData-1)}
+	if err := p.Send(context.Background(), m); err != nil {
+		t.Fatalf("4096 bytes: %v", err)
+	}
+	m.Data["k2"] = "v"
+	err := p.Send(context.Background(), m)
+	if !errors.Is(err, providers.ErrPermanent) || !strings.Contains(err.Error(), "data of 4099 bytes is over FCM's limit of 4096") {
+		t.Errorf("4099 bytes: %v", err)
+	}
+	for _, key := range []string{"from", "message_type", "gcm.notification.x", "googleAnalytics"} {
+		m := pushMessage()
+		m.Data = map[string]string{key: "1"}
+		if err := p.Send(context.Background(), m); !errors.Is(err, providers.ErrPermanent) || !strings.Contains(err.Error(), "reserved") {
+			t.Errorf("data key %q: %v", key, err)
+		}
+	}
+	if n := len(fake.Requests()); n != 1 {
+		t.Errorf("%d requests, want 1", n)
 	}
 }
 
@@ -242,6 +381,16 @@ func TestFCMServiceAccount(t *testing.T) {
 	if err := p.Send(ctx, pushMessage()); err != nil || fake.TokenRequests() != 4 {
 		t.Fatalf("after a refused token: %v, %d token requests, want 4", err, fake.TokenRequests())
 	}
+	// FCM's APNs credentials refused: the sender, and the access token is
+	// fine (kept).
+	fake.ErrorCodeFor(http.StatusUnauthorized, "THIRD_PARTY_AUTH_ERROR")
+	fake.FailNext(1, http.StatusUnauthorized)
+	if err := p.Send(ctx, pushMessage()); !errors.Is(err, providers.ErrSender) || !strings.Contains(err.Error(), "THIRD_PARTY_AUTH_ERROR") {
+		t.Fatalf("THIRD_PARTY_AUTH_ERROR: %v, want ErrSender", err)
+	}
+	if err := p.Send(ctx, pushMessage()); err != nil || fake.TokenRequests() != 4 {
+		t.Fatalf("after THIRD_PARTY_AUTH_ERROR: %v, %d token requests, want the token kept (4)", err, fake.TokenRequests())
+	}
 
 	// Token endpoint failures, classed like sends.
 	clk.Advance(2 * time.Hour)
@@ -249,9 +398,11 @@ func TestFCMServiceAccount(t *testing.T) {
 	if err := p.Send(ctx, pushMessage()); !errors.Is(err, providers.ErrTransient) || !strings.Contains(err.Error(), "oauth token: HTTP 503") {
 		t.Errorf("token endpoint 503: %v", err)
 	}
+	// The key revoked: the sender refused, not the message.
 	fake.FailTokens(1, http.StatusBadRequest)
 	err = p.Send(ctx, pushMessage())
-	if !errors.Is(err, providers.ErrPermanent) || !strings.Contains(err.Error(), "oauth token: HTTP 400 Bad Request: Invalid grant") {
+	if !errors.Is(err, providers.ErrSender) || errors.Is(err, providers.ErrPermanent) ||
+		!strings.Contains(err.Error(), "oauth token: HTTP 400 Bad Request: Invalid grant") {
 		t.Errorf("token endpoint invalid_grant: %v", err)
 	}
 	if err := p.Send(ctx, pushMessage()); err != nil {
@@ -284,6 +435,13 @@ func TestFCMServiceAccountTransport(t *testing.T) {
 	if err := hung.Send(context.Background(), pushMessage()); !errors.Is(err, providers.ErrTransient) ||
 		!strings.Contains(err.Error(), "oauth token: timeout") {
 		t.Errorf("token endpoint hung: %v", err)
+	}
+	busy := newFCM(t, providers.Config{URL: fake.URL(), CredentialsFile: write(newReplier(t, 503, http.Header{"Retry-After": {"7"}},
+		`{"error":"internal_failure"}`))}, "", providers.Options{})
+	var pe *providers.Error
+	if err := busy.Send(context.Background(), pushMessage()); !errors.As(err, &pe) || !errors.Is(err, providers.ErrTransient) ||
+		pe.RetryAfter != 7*time.Second {
+		t.Errorf("token endpoint 503 with Retry-After: %v, want transient with RetryAfter 7s", err)
 	}
 	garbage := newReplier(t, 200, nil, "not json")
 	junk := newFCM(t, providers.Config{URL: fake.URL(), CredentialsFile: write(garbage)}, "", providers.Options{})

@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/base64"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -67,11 +69,44 @@ func (b *httpBase) post(ctx context.Context, url string, header http.Header, bod
 	}
 	req.Header = header
 	req.Header.Set("User-Agent", b.userAgent)
+	req, wrote := traceWrite(req)
 	resp, err := b.client.Do(req)
 	if err != nil {
-		return transportError(ctx, b.name, b.timeout, err, s)
+		e := transportError(ctx, b.name, b.timeout, err, s)
+		e.Ambiguous = ambiguous(wrote.Load(), err)
+		return e
 	}
 	return classifyResponse(b.name, resp, s, b.now, read)
+}
+
+// traceWrite returns req with a client trace that reports whether the
+// request was written whole to its connection (headers and body, no write
+// error: httptrace's WroteRequest) in the last attempt the transport made
+// (it may make another on a new connection, for one that cannot have been
+// acted on: a pooled connection the server had closed, an HTTP/2 stream
+// refused; GetConn starts each attempt). A failure after that, with no
+// response, is ambiguous: the provider may have received the request and
+// acted on it. A failure before it (dial, TLS, a write error) is not: the
+// provider cannot have acted on a request it did not receive whole.
+func traceWrite(req *http.Request) (*http.Request, *atomic.Bool) {
+	wrote := new(atomic.Bool)
+	trace := &httptrace.ClientTrace{
+		GetConn: func(string) { wrote.Store(false) },
+		WroteRequest: func(info httptrace.WroteRequestInfo) {
+			if info.Err == nil {
+				wrote.Store(true)
+			}
+		},
+	}
+	return req.WithContext(httptrace.WithClientTrace(req.Context(), trace)), wrote
+}
+
+// ambiguous reports whether a round trip that failed with err after the
+// trace of traceWrite saw wrote is ambiguous. net/http's "server closed
+// idle connection" is not: the server closed the pooled connection before
+// the request reached it (its FIN crossed the request on the wire).
+func ambiguous(wrote bool, err error) bool {
+	return wrote && !strings.Contains(err.Error(), "http: server closed idle connection")
 }
 
 // answer is a kind's reading of an error response.
@@ -79,8 +114,19 @@ type answer struct {
 	// reason is the provider's own reason, unscrubbed ("" for none).
 	reason string
 	// class overrides the class the HTTP status implies: ErrPermanent,
-	// ErrTransient or ErrRateLimited; nil keeps the status's class.
+	// ErrTransient, ErrRateLimited or ErrSender; nil keeps the status's
+	// class.
 	class error
+	// note is appended to the detail after scrubbing, in parentheses: text
+	// the kind built itself from the answer and knows to be safe (APNs's
+	// 410 timestamp, which the scrubber would take for a phone number).
+	note string
+	// scope is what a rate limit applies to (ScopeProvider by default).
+	scope Scope
+	// minPause, when set, is the least RetryAfter of a rate limit: the
+	// provider documents a minimum backoff longer than its header may say
+	// (FCM's QUOTA_EXCEEDED: a minute). The pause is then explicit.
+	minPause time.Duration
 }
 
 // readAnswer reads a kind's error body; body is at most reasonLimit bytes
@@ -124,19 +170,25 @@ func classifyResponse(provider string, resp *http.Response, s scrubber, now func
 		class = classByStatus(status)
 	}
 	detail := reasonDetail(status, a.reason, s)
+	if a.note != "" {
+		detail += " (" + a.note + ")"
+	}
 	if status >= 300 && status <= 399 {
 		detail += " (redirects are not followed)"
 	}
 	retryAfter, explicit := retryAfterOf(resp, now)
 	switch class {
 	case ErrRateLimited:
-		rl := &RateLimitedError{Provider: provider, Status: status, Detail: detail, RetryAfter: DefaultRetryAfter}
+		rl := &RateLimitedError{Provider: provider, Status: status, Detail: detail, RetryAfter: DefaultRetryAfter, Scope: a.scope}
 		if explicit {
 			rl.RetryAfter, rl.Explicit = retryAfter, true
 		}
+		if a.minPause > 0 && rl.RetryAfter < a.minPause {
+			rl.RetryAfter, rl.Explicit = a.minPause, true
+		}
 		return rl
-	case ErrTransient:
-		e := &Error{Provider: provider, Class: ErrTransient, Status: status, Detail: detail}
+	case ErrTransient, ErrSender:
+		e := &Error{Provider: provider, Class: class, Status: status, Detail: detail}
 		if explicit {
 			e.RetryAfter = retryAfter
 			e.Detail += ", retry after " + retryAfter.String()

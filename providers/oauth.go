@@ -150,13 +150,20 @@ func (o *oauthSource) token(ctx context.Context, provider string, timeout time.D
 		case errors.As(err, &re) && re.Response != nil:
 			status := re.Response.StatusCode
 			class := classByStatus(status)
-			if class == ErrRateLimited {
+			switch class {
+			case ErrRateLimited:
 				class = ErrTransient // the token endpoint's limit, not the provider's contract
+			case ErrPermanent:
+				class = ErrSender // the key refused (invalid_grant: revoked, deleted): no message is at fault
 			}
-			return "", &Error{Provider: provider, Class: class, Status: status,
+			e := &Error{Provider: provider, Class: class, Status: status,
 				Detail: "oauth token: " + reasonDetail(status, responseReason(re.Body), s)}
+			if after, ok := retryAfterOf(re.Response, o.now); ok && class == ErrTransient {
+				e.RetryAfter = after
+			}
+			return "", e
 		case rec.err != nil:
-			e := transportError(ctx, provider, timeout, rec.err, s).(*Error)
+			e := transportError(ctx, provider, timeout, rec.err, s)
 			e.Detail = "oauth token: " + e.Detail
 			return "", e
 		}

@@ -28,9 +28,10 @@ type Provider interface {
 	Name() string
 	// Send makes one attempt to hand m to the provider and returns nil when
 	// it was accepted (a 2xx). Otherwise the error wraps exactly one of
-	// ErrPermanent, ErrTransient or ErrRateLimited (a *RateLimitedError)
-	// and its text is one line without the recipient, body or secrets.
-	// Send never retries, and gives up after the configured timeout or when
-	// ctx ends (ErrTransient, wrapping the context's error).
+	// ErrPermanent, ErrTransient, ErrRateLimited (a *RateLimitedError) or
+	// ErrSender, and its text is one line without the recipient, body or
+	// secrets. Send never retries, and gives up after the configured timeout
+	// or when ctx ends (ErrTransient, wrapping the context's error, and
+	// Error.Ambiguous when the request had reached the provider whole).
 	Send(ctx context.Context, m *Message) error
 }

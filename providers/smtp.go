@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -52,10 +53,17 @@ const (
 //
 // Answers: a 4xx reply at any step is ErrTransient, a 5xx reply
 // ErrPermanent, the reply (code, enhanced code, first line of text) in the
-// detail and the code in Error.Status. Timeouts, connection errors,
-// malformed replies and TLS failures are ErrTransient. A recipient that is
-// not an email address is ErrPermanent without connecting, and so is a
-// non-ASCII address when the server does not offer SMTPUTF8.
+// detail and the code in Error.Status; except that a 5xx reply refusing the
+// sender rather than the mail is ErrSender: any at the greeting, EHLO or
+// STARTTLS (554 no service for this client), at AUTH (535 bad credentials,
+// 534 mechanism too weak), and at MAIL FROM a 530 (authentication
+// required) or an enhanced code 5.7.x (not authorized), 5.1.7 or 5.1.8
+// (bad sender address). Timeouts, connection errors, malformed replies and
+// TLS failures are ErrTransient, and Ambiguous when they came after the
+// final dot of DATA was sent (the server may have taken the mail before
+// the reply was lost). A recipient that is not an email address is
+// ErrPermanent without connecting, and so is a non-ASCII address when the
+// server does not offer SMTPUTF8.
 //
 // An SMTP is safe for concurrent use: each Send has a session to itself.
 type SMTP struct {
@@ -82,9 +90,40 @@ var _ Provider = (*SMTP)(nil)
 // between mails.
 type smtpSession struct {
 	c        *smtp.Client
-	conn     net.Conn // the TCP connection under TLS
+	conn     *watchConn // the TCP connection under TLS
 	lastUsed time.Time
 	utf8     bool // the server offers SMTPUTF8
+}
+
+// watchConn is a session's TCP connection, counting what was written to
+// it: enough to tell whether the end of a mail's DATA went out whole before
+// the reply was lost. Safe for concurrent use.
+type watchConn struct {
+	net.Conn
+	written atomic.Int64 // bytes written without error
+	failed  atomic.Bool  // a write failed since the last mark
+}
+
+func (c *watchConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	c.written.Add(int64(n))
+	if err != nil {
+		c.failed.Store(true)
+	}
+	return n, err
+}
+
+// mark starts watching: it forgets earlier write errors and returns the
+// bytes written so far.
+func (c *watchConn) mark() int64 {
+	c.failed.Store(false)
+	return c.written.Load()
+}
+
+// wroteSince reports whether bytes were written since the mark that
+// returned at, all without error.
+func (c *watchConn) wroteSince(at int64) bool {
+	return !c.failed.Load() && c.written.Load() > at
 }
 
 // NewSMTP builds an smtp provider from a kind smtp entry, reading the
@@ -188,7 +227,7 @@ func (p *SMTP) Send(ctx context.Context, m *Message) error {
 			return &Error{Provider: p.name, Class: ErrPermanent,
 				Detail: "an address is not ASCII and the server does not offer SMTPUTF8"}
 		}
-		stage, err := p.deliver(rctx, sess, rcpt.Address, utf8, msg)
+		stage, sent, err := p.deliver(rctx, sess, rcpt.Address, utf8, msg)
 		if err == nil {
 			p.release(sess)
 			return nil
@@ -204,7 +243,7 @@ func (p *SMTP) Send(ctx context.Context, m *Message) error {
 		} else {
 			sess.close()
 		}
-		return p.fail(ctx, rctx, &stageError{stage, err}, s)
+		return p.fail(ctx, rctx, &stageError{stage: stage, err: err, sent: sent}, s)
 	}
 }
 
@@ -258,6 +297,7 @@ func (p *SMTP) release(s *smtpSession) {
 type stageError struct {
 	stage string
 	err   error
+	sent  bool // the mail's final dot was written whole: only its reply failed
 }
 
 func (e *stageError) Error() string { return e.stage + ": " + e.err.Error() }
@@ -265,16 +305,17 @@ func (e *stageError) Unwrap() error { return e.err }
 
 // dial opens, secures and authenticates a new session, bounded by ctx.
 func (p *SMTP) dial(ctx context.Context) (*smtpSession, error) {
-	conn, err := p.dialer.DialContext(ctx, "tcp", p.addr)
+	tcp, err := p.dialer.DialContext(ctx, "tcp", p.addr)
 	if err != nil {
-		return nil, &stageError{"connect", err}
+		return nil, &stageError{stage: "connect", err: err}
 	}
+	conn := &watchConn{Conn: tcp}
 	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
 	defer stop()
 	stage := "hello" // greeting, EHLO, STARTTLS, EHLO under TLS
 	fail := func(err error) (*smtpSession, error) {
 		_ = conn.Close()
-		return nil, &stageError{stage, err}
+		return nil, &stageError{stage: stage, err: err}
 	}
 	// Greeting, EHLO, STARTTLS.
 	c, err := smtp.NewClientStartTLS(conn, p.tls)
@@ -300,28 +341,33 @@ func (p *SMTP) dial(ctx context.Context) (*smtpSession, error) {
 }
 
 // deliver runs one mail transaction on s, bounded by ctx, and returns the
-// stage it failed at.
-func (p *SMTP) deliver(ctx context.Context, s *smtpSession, rcpt string, utf8 bool, msg []byte) (string, error) {
+// stage it failed at and whether the mail was sent whole, its final dot
+// included (then only the reply failed, or refused it).
+func (p *SMTP) deliver(ctx context.Context, s *smtpSession, rcpt string, utf8 bool, msg []byte) (string, bool, error) {
 	stop := context.AfterFunc(ctx, func() { _ = s.conn.Close() })
 	defer stop()
 	if err := s.c.Mail(p.from.Address, &smtp.MailOptions{Size: int64(len(msg)), UTF8: utf8}); err != nil {
-		return "mail", err
+		return "mail", false, err
 	}
 	if err := s.c.Rcpt(rcpt, nil); err != nil {
-		return "rcpt", err
+		return "rcpt", false, err
 	}
 	w, err := s.c.Data()
 	if err != nil {
-		return "data", err
+		return "data", false, err
 	}
 	if _, err := w.Write(msg); err != nil {
 		_ = w.Close()
-		return "data", err
+		return "data", false, err
 	}
+	// Close flushes the rest of the mail and the final dot, then reads the
+	// reply: a write that went through whole means the server may have the
+	// mail, whatever happens to the reply.
+	at := s.conn.mark()
 	if err := w.Close(); err != nil {
-		return "data", err
+		return "data", s.conn.wroteSince(at), err
 	}
-	return "", nil
+	return "", true, nil
 }
 
 // reset ends a refused transaction so the session can carry the next mail.
@@ -365,7 +411,10 @@ func (p *SMTP) fail(parent, rctx context.Context, err error, s scrubber) error {
 	var se *smtp.SMTPError
 	if errors.As(err, &se) {
 		class := ErrTransient
-		if se.Code >= 500 && se.Code <= 599 {
+		switch {
+		case se.Code >= 500 && se.Code <= 599 && senderRefused(stage, se):
+			class = ErrSender
+		case se.Code >= 500 && se.Code <= 599:
 			class = ErrPermanent
 		}
 		return &Error{Provider: p.name, Class: class, Status: se.Code, Detail: stage + ": " + smtpReply(se, s)}
@@ -374,7 +423,7 @@ func (p *SMTP) fail(parent, rctx context.Context, err error, s scrubber) error {
 	if cause == nil {
 		cause = err
 	}
-	e := &Error{Provider: p.name, Class: ErrTransient, Err: cause}
+	e := &Error{Provider: p.name, Class: ErrTransient, Err: cause, Ambiguous: st != nil && st.sent}
 	var ne net.Error
 	switch {
 	case parent.Err() != nil:
@@ -388,6 +437,20 @@ func (p *SMTP) fail(parent, rctx context.Context, err error, s scrubber) error {
 		e.Detail = stage + ": " + causeDetail(cause, s)
 	}
 	return e
+}
+
+// senderRefused reports whether a 5xx reply at stage refuses the sender
+// (its address, host or credentials) rather than the mail: every mail
+// would get it.
+func senderRefused(stage string, se *smtp.SMTPError) bool {
+	switch stage {
+	case "hello", "auth":
+		return true
+	case "mail":
+		c := se.EnhancedCode
+		return se.Code == 530 || c[0] == 5 && (c[1] == 7 || c[1] == 1 && (c[2] == 7 || c[2] == 8))
+	}
+	return false
 }
 
 // smtpReply describes a reply: "SMTP 550 5.1.1 mailbox unavailable", its

@@ -255,6 +255,37 @@ func TestSMTPAgainstFakeFaults(t *testing.T) {
 	}
 }
 
+// TestSMTPAmbiguous: the server took the mail and the reply to the final
+// dot never came: a transient, ambiguous failure, and the fake counts the
+// mail as accepted. A failure before the dot is not ambiguous.
+func TestSMTPAmbiguous(t *testing.T) {
+	t.Parallel()
+	fake := testenv.FakeSMTP(t)
+	p := smtpAgainst(t, fake, 2*time.Second)
+	ctx := context.Background()
+	fake.AcceptThenHang(time.Hour)
+	err := p.Send(ctx, emailMessage())
+	var pe *providers.Error
+	if !errors.As(err, &pe) || !errors.Is(err, providers.ErrTransient) || !pe.Ambiguous || !strings.Contains(err.Error(), "timeout") {
+		t.Fatalf("accepted, then no reply: %#v, want a transient ambiguous timeout", err)
+	}
+	if n := len(fake.Messages()); n != 1 || fake.Count(250) != 1 {
+		t.Errorf("the fake accepted %d mails (Count(250) = %d), want 1", n, fake.Count(250))
+	}
+	fake.Reset()
+
+	fake.Reject("nobody@example.org", 450)
+	m := emailMessage()
+	m.To = "nobody@example.org"
+	if err := p.Send(ctx, m); !errors.As(err, &pe) || pe.Ambiguous {
+		t.Errorf("refused at RCPT: %v, Ambiguous %v, want not ambiguous", err, pe.Ambiguous)
+	}
+	fake.Close()
+	if err := p.Send(ctx, emailMessage()); !errors.As(err, &pe) || pe.Ambiguous {
+		t.Errorf("server gone: %v, want not ambiguous", err)
+	}
+}
+
 func TestSMTPRefusals(t *testing.T) {
 	t.Parallel()
 	fake := testenv.FakeSMTP(t)
@@ -262,16 +293,17 @@ func TestSMTPRefusals(t *testing.T) {
 
 	wrong := newSMTP(t, providers.Config{Host: fake.Host(), Port: fake.Port(), TLSCAFile: fake.CAFile(),
 		Username: fake.Username()}, "not-the-password")
+	// The sender is refused, not the mail: ErrSender, never ErrPermanent.
 	err := wrong.Send(ctx, emailMessage())
-	if !errors.Is(err, providers.ErrPermanent) || !strings.Contains(err.Error(), "auth: SMTP 535") ||
+	if !errors.Is(err, providers.ErrSender) || errors.Is(err, providers.ErrPermanent) || !strings.Contains(err.Error(), "auth: SMTP 535") ||
 		strings.Contains(err.Error(), "not-the-password") {
-		t.Errorf("wrong password: %v, want a permanent auth 535 without the password", err)
+		t.Errorf("wrong password: %v, want a sender auth 535 without the password", err)
 	}
 
 	// No username: the server requires AUTH before MAIL.
 	anon := newSMTP(t, providers.Config{Host: fake.Host(), Port: fake.Port(), TLSCAFile: fake.CAFile()}, "")
-	if err := anon.Send(ctx, emailMessage()); !errors.Is(err, providers.ErrPermanent) || !strings.Contains(err.Error(), "530") {
-		t.Errorf("no AUTH: %v, want a permanent 530", err)
+	if err := anon.Send(ctx, emailMessage()); !errors.Is(err, providers.ErrSender) || !strings.Contains(err.Error(), "530") {
+		t.Errorf("no AUTH: %v, want a sender 530", err)
 	}
 
 	// The server's certificate is not signed by a trusted CA.

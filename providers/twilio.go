@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
+	"unicode/utf8"
 )
 
 // Twilio error codes the twilio kind treats specially. Any other code in a
@@ -18,21 +20,67 @@ const (
 	TwilioInvalidNumber = 21211
 	// TwilioUnsubscribed (21610): the recipient replied STOP.
 	TwilioUnsubscribed = 21610
+	// TwilioAuthenticationError (20003, with a 401): the account SID or the
+	// auth token was refused. ErrSender.
+	TwilioAuthenticationError = 20003
+	// TwilioBodyTooLong (21617): the body is over TwilioMaxBody characters.
+	TwilioBodyTooLong = 21617
 )
+
+// Twilio's limits.
+const (
+	// TwilioMaxBody is the longest body Twilio takes, in characters (its
+	// error 21617). Send refuses a longer one without a request.
+	TwilioMaxBody = 1600
+	// TwilioMaxValidityPeriod is the longest ValidityPeriod Twilio takes
+	// (and its default): 36,000 s, 10 hours (its error 21624 outside 1 s to
+	// that).
+	TwilioMaxValidityPeriod = 36000 * time.Second
+)
+
+// twilioSenderCodes are the Twilio error codes that refuse the account or
+// the sender whatever the message: the twilio kind answers them with
+// ErrSender. Codes whose cause may be the destination (21606 "not a valid
+// message-capable Twilio phone number for this destination/account", 21659
+// "short code country mismatch", 21408 "permission to send to this region")
+// stay ErrPermanent: as ErrSender, one job to a far country would stop the
+// provider for everyone.
+var twilioSenderCodes = map[int]bool{
+	10001: true, // Account is not active (suspended, no funds)
+	20003: true, // Authentication Error: the account SID or auth token was refused
+	20005: true, // Account not active
+	21212: true, // Invalid From number: not a phone number, short code or alphanumeric sender id Twilio takes, or on a do-not-originate list
+	21601: true, // From is not an SMS-capable number of the account
+	21661: true, // From number is not SMS-capable
+	21701: true, // The Messaging Service does not exist in the account
+	21705: true, // The Messaging Service is invalid
+}
 
 // Twilio is the twilio provider (SPEC §7): each Send is one
 // `POST {url}/2010-04-01/Accounts/{account_sid}/Messages.json` of the
 // Programmable Messaging API with the form fields To, From (or
 // MessagingServiceSid) and Body, authenticated with HTTP basic auth
-// (account_sid : the auth token read from credentials_env).
+// (account_sid : the auth token read from credentials_env). A message with
+// an expiry adds ValidityPeriod: the whole seconds left until it, by the
+// provider's clock, within Twilio's 1 s to TwilioMaxValidityPeriod (a job
+// already expired still gets 1 s: dropping it is the dispatcher's call).
+// A body over TwilioMaxBody characters is ErrPermanent without a request.
+// With status_callback_url set, each message asks Twilio to post its
+// delivery status to <status_callback_url>?provider=<name>&job=<job id>,
+// which Registry.TwilioCallbacks serves.
 //
 // A 2xx (Twilio answers 201) is accepted. 429, and any answer carrying
 // Twilio error code 20429, is a *RateLimitedError honouring Retry-After. 408
-// and 5xx are ErrTransient. Any other 4xx is ErrPermanent, with Twilio's
-// error code and message in the detail ("Twilio error 21211: The 'To'
-// number ••• is not a valid phone number."): 21211 invalid number, 21610
-// unsubscribed recipient, 20003 bad credentials. Timeouts and connection
-// errors are ErrTransient.
+// and 5xx are ErrTransient. A 401, and the codes that refuse the account or
+// the sender whatever the message (20003 authentication, 20005 and 10001
+// account not active, 21212 invalid From, 21601 and 21661 From not
+// SMS-capable, 21701 and 21705 Messaging Service), are ErrSender. Any other
+// 4xx is ErrPermanent, with Twilio's error code and message in the detail
+// ("Twilio error 21211: The 'To' number ••• is not a valid phone number."):
+// 21211 invalid number, 21610 unsubscribed recipient. Timeouts and
+// connection errors are ErrTransient, Ambiguous once the request was
+// written whole (Twilio's Messages API has no idempotency key: the message
+// may have been created).
 //
 // A Twilio is safe for concurrent use; its connections are pooled and kept
 // alive until Close.
@@ -43,6 +91,7 @@ type Twilio struct {
 	service  string
 	auth     *credential // the auth token
 	sid      string
+	callback string // status_callback_url, "" for none
 }
 
 var _ Provider = (*Twilio)(nil)
@@ -73,6 +122,7 @@ func NewTwilio(cfg Config, opts Options) (*Twilio, error) {
 		service:  cfg.MessagingServiceSID,
 		auth:     &credential{token},
 		sid:      cfg.AccountSID,
+		callback: cfg.StatusCallbackURL,
 	}, nil
 }
 
@@ -98,17 +148,34 @@ func (t *Twilio) Send(ctx context.Context, m *Message) error {
 	if m == nil {
 		return &Error{Provider: t.name, Class: ErrPermanent, Detail: "nil message"}
 	}
+	if n := utf8.RuneCountInString(m.Body); n > TwilioMaxBody {
+		return &Error{Provider: t.name, Class: ErrPermanent,
+			Detail: fmt.Sprintf("body of %d characters is over Twilio's limit of %d (Twilio error %d), not sent", n, TwilioMaxBody, TwilioBodyTooLong)}
+	}
 	form := url.Values{"To": {m.To}, "Body": {m.Body}}
 	if t.service != "" {
 		form.Set("MessagingServiceSid", t.service)
 	} else {
 		form.Set("From", t.from)
 	}
+	if m.ExpiresAt != nil {
+		form.Set("ValidityPeriod", strconv.Itoa(twilioValidity(m.ExpiresAt.Sub(t.now()))))
+	}
+	if t.callback != "" {
+		form.Set("StatusCallback", t.callback+"?provider="+url.QueryEscape(t.name)+"&job="+url.QueryEscape(m.ID))
+	}
 	header := http.Header{}
 	header.Set("Content-Type", "application/x-www-form-urlencoded")
 	header.Set("Accept", "application/json")
 	header.Set("Authorization", authorization)
 	return t.post(ctx, t.endpoint, header, []byte(form.Encode()), s, readTwilioAnswer)
+}
+
+// twilioValidity is the ValidityPeriod, in seconds, of a message with left
+// until its expiry: the whole seconds left, within 1 and
+// TwilioMaxValidityPeriod.
+func twilioValidity(left time.Duration) int {
+	return int(min(max(left, time.Second), TwilioMaxValidityPeriod) / time.Second)
 }
 
 // twilioError is the body of a Twilio API error.
@@ -119,22 +186,27 @@ type twilioError struct {
 
 // readTwilioAnswer reads Twilio's error body: {"code": 21211, "message":
 // "...", "more_info": "...", "status": 400}. A body that is not that shape
-// gives way to the generic reason and the status's class.
+// gives way to the generic reason and the status's class; a 401 is
+// ErrSender whatever its body (Twilio's credentials refused).
 func readTwilioAnswer(status int, body []byte) answer {
+	a := answer{reason: responseReason(body)}
 	var e twilioError
-	if json.Unmarshal(body, &e) != nil || e.Code == "" {
-		return answer{reason: responseReason(body)}
+	if json.Unmarshal(body, &e) == nil && e.Code != "" {
+		if code, err := strconv.Atoi(string(e.Code)); err == nil {
+			a.reason = "Twilio error " + strconv.Itoa(code)
+			if e.Message != "" {
+				a.reason += ": " + e.Message
+			}
+			switch {
+			case code == TwilioTooManyRequests:
+				a.class = ErrRateLimited
+			case twilioSenderCodes[code] && status >= 400 && status <= 499:
+				a.class = ErrSender
+			}
+		}
 	}
-	code, err := strconv.Atoi(string(e.Code))
-	if err != nil {
-		return answer{reason: responseReason(body)}
-	}
-	a := answer{reason: "Twilio error " + strconv.Itoa(code)}
-	if e.Message != "" {
-		a.reason += ": " + e.Message
-	}
-	if code == TwilioTooManyRequests {
-		a.class = ErrRateLimited
+	if status == http.StatusUnauthorized && a.class == nil {
+		a.class = ErrSender
 	}
 	return a
 }

@@ -23,8 +23,11 @@ import (
 // 5xx, other unexpected statuses (redirects are not followed), timeouts and
 // connection errors are ErrTransient (a Retry-After on them is kept in
 // Error.RetryAfter); any other 4xx is ErrPermanent with the provider's reason
-// in the detail. A Webhook is safe for concurrent use; its
-// connections are pooled and kept alive until Close.
+// in the detail. A timeout or a lost connection after the request was
+// written whole is Error.Ambiguous: the receiver may have acted on it (its
+// Idempotency-Key lets it drop the retry, if it honours one). A Webhook is
+// safe for concurrent use; its connections are pooled and kept alive until
+// Close.
 type Webhook struct {
 	name      string
 	url       string
@@ -121,9 +124,12 @@ func (w *Webhook) Send(ctx context.Context, m *Message) error {
 		req.Header.Set("Authorization", w.auth.value)
 	}
 
+	req, wrote := traceWrite(req)
 	resp, err := w.client.Do(req)
 	if err != nil {
-		return transportError(ctx, w.name, w.timeout, err, s)
+		e := transportError(ctx, w.name, w.timeout, err, s)
+		e.Ambiguous = ambiguous(wrote.Load(), err)
+		return e
 	}
 	return classifyResponse(w.name, resp, s, w.now, nil)
 }
@@ -137,8 +143,8 @@ func (w *Webhook) scrubber(m *Message) scrubber {
 
 // transportError classifies a failed round trip: all are transient, told
 // apart in the detail (the caller's context ended, the request timed out,
-// the connection was refused, anything else).
-func transportError(parent context.Context, provider string, timeout time.Duration, err error, s scrubber) error {
+// the connection was refused, anything else). The caller sets Ambiguous.
+func transportError(parent context.Context, provider string, timeout time.Duration, err error, s scrubber) *Error {
 	cause := err
 	var ue *url.Error
 	if errors.As(err, &ue) {

@@ -181,6 +181,32 @@ func TestWebhookAgainstFakeProviderErrors(t *testing.T) {
 	}
 }
 
+// TestWebhookAmbiguous: the receiver took the request and its answer never
+// came: transient and ambiguous. A request that never reached it is not.
+func TestWebhookAmbiguous(t *testing.T) {
+	t.Parallel()
+	fake := testenv.FakeProvider(t)
+	p := newWebhook(t, fake.URL(), time.Second)
+	fake.AcceptThenHang(time.Hour)
+	err := p.Send(context.Background(), smsMessage())
+	var pe *providers.Error
+	if !errors.As(err, &pe) || !errors.Is(err, providers.ErrTransient) || !pe.Ambiguous {
+		t.Fatalf("accepted, then no answer: %v, want transient and ambiguous", err)
+	}
+	if got := fake.AcceptedIDs(); !slices.Equal(got, []string{"job-42"}) {
+		t.Errorf("AcceptedIDs = %v", got)
+	}
+	fake.Reset()
+	fake.FailNext(1, 503)
+	if err := p.Send(context.Background(), smsMessage()); !errors.As(err, &pe) || pe.Ambiguous {
+		t.Errorf("503: %v, want not ambiguous (an answer came back)", err)
+	}
+	fake.Close()
+	if err := p.Send(context.Background(), smsMessage()); !errors.As(err, &pe) || pe.Ambiguous {
+		t.Errorf("connection refused: %v, want not ambiguous", err)
+	}
+}
+
 func TestWebhookRedirectIsNotFollowed(t *testing.T) {
 	t.Parallel()
 	fake := testenv.FakeProvider(t)

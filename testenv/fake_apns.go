@@ -31,7 +31,7 @@ type APNsNotification struct {
 	Topic      string         // apns-topic
 	PushType   string         // apns-push-type
 	Priority   string         // apns-priority
-	Expiration string         // apns-expiration
+	Expiration string         // apns-expiration ("" when absent)
 	Payload    map[string]any // the JSON body
 	IssuedAt   time.Time      // the provider token's iat
 }
@@ -54,15 +54,23 @@ type APNsNotification struct {
 //     apns-priority 1, 5 or 10 (400 BadPriority); apns-id a UUID (400
 //     BadMessageId); apns-expiration a number (400 BadExpirationDate);
 //   - the device token: 64-200 hex digits (400 BadDeviceToken), not
-//     unregistered with Unregister (410 Unregistered with a timestamp);
-//   - the payload: not empty (400 PayloadEmpty), at most 4096 bytes (413
-//     PayloadTooLarge), a JSON object with an "aps" dictionary (400
-//     BadPayload: APNs documents no reason for this case).
+//     unregistered with Unregister (410 Unregistered with a timestamp), not
+//     throttled with ThrottleDevice (429 TooManyRequests: too many
+//     notifications to this one device);
+//   - the payload: not empty (400 PayloadEmpty), at most 4096 bytes, 5120
+//     for apns-push-type voip (413 PayloadTooLarge), a JSON object with an
+//     "aps" dictionary (400 BadPayload: APNs documents no reason for this
+//     case).
 //
-// Then HangFor, FailNext, FailFor, RateLimitFor and the contract (429
-// TooManyRequests with Retry-After), then 200 with the apns-id header.
-// Errors are APNs's JSON, {"reason":"BadDeviceToken"}. Its methods are safe
-// for concurrent use.
+// Then HangFor, AcceptThenHang, FailNext, FailFor, RateLimitFor and the
+// contract (429 TooManyRequests with Retry-After), then 200 with the
+// apns-id header. Errors are APNs's JSON, {"reason":"BadDeviceToken"}; an
+// injected status carries APNs's reason for it (403 InvalidProviderToken,
+// 410 Unregistered, 429 TooManyRequests, 503 ServiceUnavailable…). APNs
+// has no provider-wide rate limit: its 429 TooManyRequests is about one
+// device token, and the apns kind reads it so (a recipient-scoped limit),
+// whether it comes from ThrottleDevice, RateLimitFor or the contract. Its
+// methods are safe for concurrent use.
 //
 // Every request that reaches HangFor is an arrival (Arrivals,
 // MaxArrivalsInWindow), whatever it is answered; MaxInWindow counts only
@@ -76,6 +84,7 @@ type APNsFake struct {
 	topic    string
 	caFile   string
 	unreg    map[string]bool
+	throttle map[string]bool
 	conns    map[string]apnsConnToken // remote address → its provider token
 	tokens   map[string]bool
 	notes    []APNsNotification
@@ -103,7 +112,7 @@ func FakeAPNs(t testing.TB, opts ...FakeOption) *APNsFake {
 	}
 	dir := t.TempDir()
 	f := &APNsFake{key: key, keyFile: filepath.Join(dir, "AuthKey.p8"), keyID: strings.ToUpper(randomHex(5)),
-		teamID: strings.ToUpper(randomHex(5)), topic: "com.example.notifier", unreg: map[string]bool{},
+		teamID: strings.ToUpper(randomHex(5)), topic: "com.example.notifier", unreg: map[string]bool{}, throttle: map[string]bool{},
 		conns: map[string]apnsConnToken{}, tokens: map[string]bool{}, updateOK: 20 * time.Minute}
 	if err := os.WriteFile(f.keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
 		t.Fatalf("testenv: write apns key: %v", err)
@@ -150,6 +159,14 @@ func (f *APNsFake) Unregister(token string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.unreg[token] = true
+}
+
+// ThrottleDevice makes every notification to the device token answer 429
+// TooManyRequests, as APNs does when one device gets too many.
+func (f *APNsFake) ThrottleDevice(token string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.throttle[token] = true
 }
 
 // Notifications returns the accepted notifications in order of acceptance.
@@ -265,12 +282,18 @@ func (f *APNsFake) check(r *http.Request, body []byte, now time.Time) *fakeReply
 	case f.unreg[m[1]]:
 		reply := jsonReply(410, map[string]any{"reason": "Unregistered", "timestamp": now.UnixMilli()})
 		return &reply
+	case f.throttle[m[1]]:
+		return fail(429, "TooManyRequests")
+	}
+	limit := 4096
+	if h.Get("apns-push-type") == "voip" {
+		limit = 5120
 	}
 	var payload map[string]any
 	switch {
 	case len(body) == 0:
 		return fail(400, "PayloadEmpty")
-	case len(body) > 4096:
+	case len(body) > limit:
 		return fail(413, "PayloadTooLarge")
 	case json.Unmarshal(body, &payload) != nil:
 		return fail(400, "BadPayload")
@@ -285,7 +308,8 @@ func (f *APNsFake) check(r *http.Request, body []byte, now time.Time) *fakeReply
 var apnsReasons = map[int]string{400: "BadDeviceToken", 403: "InvalidProviderToken", 404: "BadPath", 405: "MethodNotAllowed",
 	410: "Unregistered", 413: "PayloadTooLarge", 429: "TooManyRequests", 500: "InternalServerError", 503: "ServiceUnavailable"}
 
-func (f *APNsFake) refuse(status int, _ string) fakeReply {
+func (f *APNsFake) refuse(v verdict) fakeReply {
+	status := v.status
 	reason, ok := apnsReasons[status]
 	if !ok {
 		reason = "InternalServerError"

@@ -130,6 +130,9 @@ func TestFakeAPNsChecksWhatAPNsChecks(t *testing.T) {
 		{"empty payload", ok(func(r *apnsReq) { r.body = "" }), 400, "PayloadEmpty"},
 		{"no aps", ok(func(r *apnsReq) { r.body = `{"x":1}` }), 400, "BadPayload"},
 		{"too large", ok(func(r *apnsReq) { r.body = `{"aps":{"alert":"` + strings.Repeat("x", 4100) + `"}}` }), 413, "PayloadTooLarge"},
+		{"too large for voip", ok(func(r *apnsReq) {
+			r.header["apns-push-type"], r.body = "voip", `{"aps":{"alert":"`+strings.Repeat("x", 5110)+`"}}`
+		}), 413, "PayloadTooLarge"},
 	}
 	c := apnsClient(t, f, true)
 	for _, tc := range cases {
@@ -143,6 +146,17 @@ func TestFakeAPNsChecksWhatAPNsChecks(t *testing.T) {
 	}
 	if status, _, h := apnsDo(t, c, f.URL(), ok(func(r *apnsReq) { delete(r.header, "apns-id") })); status != 200 || len(h.Get("apns-id")) != 36 {
 		t.Fatalf("without apns-id: %d %v", status, h)
+	}
+	// A voip notification may be up to 5120 bytes.
+	voip := ok(func(r *apnsReq) {
+		r.header["apns-push-type"], r.body = "voip", `{"aps":{"alert":"`+strings.Repeat("x", 4500)+`"}}`
+	})
+	if status, reason, _ := apnsDo(t, c, f.URL(), voip); status != 200 {
+		t.Fatalf("4.5 KB voip notification: %d %q", status, reason)
+	}
+	f.ThrottleDevice(device)
+	if status, reason, _ := apnsDo(t, c, f.URL(), ok(nil)); status != 429 || reason != "TooManyRequests" {
+		t.Errorf("throttled device: %d %q", status, reason)
 	}
 	f.Unregister(device)
 	if status, reason, _ := apnsDo(t, c, f.URL(), ok(nil)); status != 410 || reason != "Unregistered" {
@@ -162,7 +176,7 @@ func TestFakeAPNsChecksWhatAPNsChecks(t *testing.T) {
 		t.Errorf("HTTP/1.1: %d, want 505", status)
 	}
 	got := f.Notifications()
-	if len(got) != 3 || got[0].Token != device || got[0].Topic != f.Topic() || got[0].Priority != "10" || got[0].PushType != "alert" ||
+	if len(got) != 4 || got[0].Token != device || got[0].Topic != f.Topic() || got[0].Priority != "10" || got[0].PushType != "alert" ||
 		got[0].Payload["aps"] == nil || !got[0].IssuedAt.Equal(clk.Now().Add(-5*time.Minute).Truncate(time.Second)) {
 		t.Errorf("notifications %+v", got)
 	}

@@ -30,6 +30,13 @@ type FCMMessage struct {
 	Title string
 	Body  string
 	Data  map[string]string
+	// AndroidTTL is android.ttl as sent ("300s"; "" for none: FCM's
+	// default, four weeks).
+	AndroidTTL string
+	// APNsExpiration is apns.headers["apns-expiration"] ("" for none).
+	APNsExpiration string
+	// WebpushTTL is webpush.headers["TTL"] ("" for none).
+	WebpushTTL string
 	// OAuth reports whether the bearer token was one the fake's token
 	// endpoint issued (a service account), rather than BearerToken.
 	OAuth bool
@@ -47,14 +54,27 @@ type FCMMessage struct {
 //     unknown fields refused (400 INVALID_ARGUMENT);
 //   - exactly one target; a token of 20-4096 characters of
 //     [A-Za-z0-9_:-] (400 INVALID_ARGUMENT, errorCode INVALID_ARGUMENT);
-//     no reserved data key (from, notification, message_type, google.*,
-//     gcm.*);
+//     no reserved data key ("from", "message_type", any key starting with
+//     "google" or "gcm": the v1 reference's list) and at most 4096 bytes of
+//     data, keys and values (400 INVALID_ARGUMENT); android.ttl a
+//     duration in seconds ("300s", "1.5s") of at most 28 days,
+//     apns.headers["apns-expiration"] and webpush.headers["TTL"] whole
+//     numbers (400 INVALID_ARGUMENT);
 //   - a token unregistered with Unregister (404 NOT_FOUND, errorCode
-//     UNREGISTERED).
+//     UNREGISTERED), or throttled with ThrottleDevice (429
+//     RESOURCE_EXHAUSTED, errorCode QUOTA_EXCEEDED, a google.rpc.QuotaFailure
+//     naming the device's message rate).
 //
-// Then HangFor, FailNext, FailFor, RateLimitFor and the contract (429
-// RESOURCE_EXHAUSTED / QUOTA_EXCEEDED with Retry-After), then 200 with
-// {"name": ...}. Errors are google.rpc bodies:
+// Then HangFor, AcceptThenHang, FailNext, FailFor, RateLimitFor (429
+// RESOURCE_EXHAUSTED, errorCode QUOTA_EXCEEDED, a QuotaFailure naming the
+// project's message rate, Retry-After) and the contract (429
+// RESOURCE_EXHAUSTED without an FCM code, as FCM answers when overloaded,
+// Retry-After: a per-second contract is not FCM's per-minute quota), then
+// 200 with {"name": ...}. An injected status carries FCM's status and code
+// for it (401 UNAUTHENTICATED without a code: the access token refused; 403
+// SENDER_ID_MISMATCH, 404 UNREGISTERED, 429 QUOTA_EXCEEDED, 503
+// UNAVAILABLE…), or the code set with ErrorCodeFor (401
+// THIRD_PARTY_AUTH_ERROR). Errors are google.rpc bodies:
 //
 //	{"error":{"code":404,"message":"…","status":"NOT_FOUND",
 //	  "details":[{"@type":"type.googleapis.com/google.firebase.fcm.v1.FcmError","errorCode":"UNREGISTERED"}]}}
@@ -79,6 +99,8 @@ type FCMFake struct {
 	tokenReqs  int
 	issued     map[string]time.Time // access token → expiry, by the fake's clock
 	unreg      map[string]bool
+	throttle   map[string]bool
+	codes      map[int]string // injected status → FCM error code, set by ErrorCodeFor
 	messages   []FCMMessage
 	saFile     string
 	saEmail    string
@@ -92,7 +114,8 @@ type FCMFake struct {
 func FakeFCM(t testing.TB, opts ...FakeOption) *FCMFake {
 	t.Helper()
 	f := &FCMFake{t: t, project: "notifier-test", bearer: "fcm-" + randomHex(24), lifetime: time.Hour,
-		issued: map[string]time.Time{}, unreg: map[string]bool{}}
+		issued: map[string]time.Time{}, unreg: map[string]bool{}, throttle: map[string]bool{},
+		codes: map[int]string{}}
 	f.httpFake = newHTTPFake(newFaultState(t, opts), f)
 	mux := http.NewServeMux()
 	mux.HandleFunc("/token", f.tokenEndpoint)
@@ -179,6 +202,26 @@ func (f *FCMFake) Unregister(token string) {
 	f.unreg[token] = true
 }
 
+// ErrorCodeFor makes the requests FailNext or FailFor answer with status
+// carry the FCM error code errorCode ("" for none) instead of the status's
+// own: ErrorCodeFor(401, "THIRD_PARTY_AUTH_ERROR") then FailNext(1, 401)
+// answers as FCM does when its APNs certificate or web push key is
+// refused.
+func (f *FCMFake) ErrorCodeFor(status int, errorCode string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.codes[status] = errorCode
+}
+
+// ThrottleDevice makes every message to the registration token answer 429
+// QUOTA_EXCEEDED for the device's message rate, as FCM does when one device
+// gets too many (240 a minute on Android).
+func (f *FCMFake) ThrottleDevice(token string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.throttle[token] = true
+}
+
 // Messages returns the accepted messages in order of acceptance.
 func (f *FCMFake) Messages() []FCMMessage {
 	f.mu.Lock()
@@ -250,7 +293,7 @@ var (
 // status.
 var fcmStatuses = map[int][2]string{
 	400: {"INVALID_ARGUMENT", "INVALID_ARGUMENT"},
-	401: {"UNAUTHENTICATED", "THIRD_PARTY_AUTH_ERROR"},
+	401: {"UNAUTHENTICATED", ""},
 	403: {"PERMISSION_DENIED", "SENDER_ID_MISMATCH"},
 	404: {"NOT_FOUND", "UNREGISTERED"},
 	429: {"RESOURCE_EXHAUSTED", "QUOTA_EXCEEDED"},
@@ -259,13 +302,71 @@ var fcmStatuses = map[int][2]string{
 }
 
 // googleError is a google.rpc error body; errorCode "" leaves out the FCM
-// details.
-func googleError(status int, rpcStatus, errorCode, message string) fakeReply {
+// details. extra are further details (a QuotaFailure).
+func googleError(status int, rpcStatus, errorCode, message string, extra ...map[string]any) fakeReply {
 	e := map[string]any{"code": status, "message": message, "status": rpcStatus}
+	var details []map[string]any
 	if errorCode != "" {
-		e["details"] = []map[string]string{{"@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": errorCode}}
+		details = append(details, map[string]any{"@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": errorCode})
+	}
+	if details = append(details, extra...); len(details) > 0 {
+		e["details"] = details
 	}
 	return jsonReply(status, map[string]any{"error": e})
+}
+
+// quotaFailure is a google.rpc.QuotaFailure detail with one violation.
+func quotaFailure(subject, description string) map[string]any {
+	return map[string]any{"@type": "type.googleapis.com/google.rpc.QuotaFailure",
+		"violations": []map[string]string{{"subject": subject, "description": description}}}
+}
+
+// fakeTTLRE is a google.protobuf.Duration in JSON: seconds with up to nine
+// decimals and an "s".
+var fakeTTLRE = regexp.MustCompile(`^[0-9]+(\.[0-9]{1,9})?s$`)
+
+// checkExpiry checks the platform expiries of a message: "" or why FCM
+// would refuse them.
+func checkExpiry(android, apns, webpush json.RawMessage) (ttl, expiration, webTTL, problem string) {
+	var a struct {
+		TTL string `json:"ttl"`
+	}
+	var h struct {
+		Headers map[string]string `json:"headers"`
+	}
+	if len(android) > 0 {
+		if json.Unmarshal(android, &a) != nil {
+			return "", "", "", "Invalid JSON payload received. Invalid value at 'message.android'"
+		}
+		if ttl = a.TTL; ttl != "" {
+			secs, err := strconv.ParseFloat(strings.TrimSuffix(ttl, "s"), 64)
+			if !fakeTTLRE.MatchString(ttl) || err != nil || secs > 28*24*3600 {
+				return "", "", "", "Invalid value at 'message.android.ttl' (type.googleapis.com/google.protobuf.Duration), " + ttl
+			}
+		}
+	}
+	if len(apns) > 0 {
+		if json.Unmarshal(apns, &h) != nil {
+			return "", "", "", "Invalid JSON payload received. Invalid value at 'message.apns'"
+		}
+		if expiration = h.Headers["apns-expiration"]; expiration != "" {
+			if _, err := strconv.ParseInt(expiration, 10, 64); err != nil {
+				return "", "", "", "Invalid APNs header apns-expiration: " + expiration
+			}
+		}
+	}
+	if len(webpush) > 0 {
+		h.Headers = nil
+		if json.Unmarshal(webpush, &h) != nil {
+			return "", "", "", "Invalid JSON payload received. Invalid value at 'message.webpush'"
+		}
+		if webTTL = h.Headers["TTL"]; webTTL != "" {
+			if _, err := strconv.ParseUint(webTTL, 10, 64); err != nil {
+				return "", "", "", "Invalid Webpush header TTL: " + webTTL
+			}
+		}
+	}
+	return ttl, expiration, webTTL, ""
 }
 
 // fcmRequest is the accepted request shape (proto JSON: both spellings of
@@ -344,23 +445,46 @@ func (f *FCMFake) check(r *http.Request, body []byte, now time.Time) *fakeReply 
 	if msg.Token != "" && (len(msg.Token) < 20 || len(msg.Token) > 4096 || !fcmTokenRE.MatchString(msg.Token)) {
 		return fail(400, "INVALID_ARGUMENT", "The registration token is not a valid FCM registration token")
 	}
-	for k := range msg.Data {
-		if k == "from" || k == "notification" || k == "message_type" || strings.HasPrefix(k, "google.") || strings.HasPrefix(k, "gcm.") {
+	size := 0
+	for k, v := range msg.Data {
+		size += len(k) + len(v)
+		if k == "from" || k == "message_type" || strings.HasPrefix(k, "google") || strings.HasPrefix(k, "gcm") {
 			return fail(400, "INVALID_ARGUMENT", "Invalid data payload key: "+k)
 		}
+	}
+	if size > 4096 {
+		return fail(400, "INVALID_ARGUMENT", "Request contains an invalid argument: message is too big ("+strconv.Itoa(size)+" bytes of data, at most 4096).")
+	}
+	if _, _, _, problem := checkExpiry(msg.Android, msg.APNs, msg.Webpush); problem != "" {
+		return fail(400, "INVALID_ARGUMENT", problem)
 	}
 	if f.unreg[msg.Token] {
 		return fail(404, "UNREGISTERED", "Requested entity was not found.")
 	}
+	if f.throttle[msg.Token] {
+		reply := googleError(429, "RESOURCE_EXHAUSTED", "QUOTA_EXCEEDED", "Quota exceeded for the device's message rate.",
+			quotaFailure("device", "Device message rate exceeded"))
+		return &reply
+	}
 	return nil
 }
 
-func (f *FCMFake) refuse(status int, why string) fakeReply {
-	s, ok := fcmStatuses[status]
+func (f *FCMFake) refuse(v verdict) fakeReply {
+	switch {
+	case v.status == http.StatusTooManyRequests && v.contract:
+		return googleError(v.status, "RESOURCE_EXHAUSTED", "", "The service is overloaded: "+v.why)
+	case v.status == http.StatusTooManyRequests:
+		return googleError(v.status, "RESOURCE_EXHAUSTED", "QUOTA_EXCEEDED", "Quota exceeded: "+v.why,
+			quotaFailure("project:"+f.project, "Message rate exceeded"))
+	}
+	s, ok := fcmStatuses[v.status]
 	if !ok {
 		s = [2]string{"UNKNOWN", ""}
 	}
-	return googleError(status, s[0], s[1], why)
+	if code, ok := f.codes[v.status]; ok {
+		s[1] = code
+	}
+	return googleError(v.status, s[0], s[1], v.why)
 }
 
 func (f *FCMFake) accept(r *http.Request, body []byte, now time.Time) fakeReply {
@@ -369,6 +493,7 @@ func (f *FCMFake) accept(r *http.Request, body []byte, now time.Time) fakeReply 
 	auth := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
 	msg := FCMMessage{At: now, Token: req.Message.Token, Data: req.Message.Data, OAuth: auth != f.bearer,
 		Name: fmt.Sprintf("projects/%s/messages/0:%d%%%s", f.project, now.UnixNano(), randomHex(8))}
+	msg.AndroidTTL, msg.APNsExpiration, msg.WebpushTTL, _ = checkExpiry(req.Message.Android, req.Message.APNs, req.Message.Webpush)
 	if n := req.Message.Notification; n != nil {
 		msg.Title, msg.Body = n.Title, n.Body
 	}

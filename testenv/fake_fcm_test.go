@@ -3,6 +3,7 @@ package testenv_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -76,6 +77,17 @@ func TestFakeFCMChecksWhatFCMChecks(t *testing.T) {
 		{"bad token", send, bearer, js, `{"message":{"token":"short"}}`, 400, "INVALID_ARGUMENT", "INVALID_ARGUMENT"},
 		{"reserved data key", send, bearer, js, `{"message":{"token":"` + token + `","data":{"gcm.x":"1"}}}`, 400, "INVALID_ARGUMENT", "INVALID_ARGUMENT"},
 		{"data not strings", send, bearer, js, `{"message":{"token":"` + token + `","data":{"n":1}}}`, 400, "INVALID_ARGUMENT", ""},
+		{"reserved key from", send, bearer, js, `{"message":{"token":"` + token + `","data":{"from":"x"}}}`, 400, "INVALID_ARGUMENT", "INVALID_ARGUMENT"},
+		{"reserved key message_type", send, bearer, js, `{"message":{"token":"` + token + `","data":{"message_type":"x"}}}`, 400, "INVALID_ARGUMENT", "INVALID_ARGUMENT"},
+		{"reserved prefix google", send, bearer, js, `{"message":{"token":"` + token + `","data":{"googleFoo":"x"}}}`, 400, "INVALID_ARGUMENT", "INVALID_ARGUMENT"},
+		{"data over 4096 bytes", send, bearer, js, `{"message":{"token":"` + token + `","data":{"k":"` + strings.Repeat("v", 4096) + `"}}}`,
+			400, "INVALID_ARGUMENT", "INVALID_ARGUMENT"},
+		{"ttl without unit", send, bearer, js, `{"message":{"token":"` + token + `","android":{"ttl":"300"}}}`, 400, "INVALID_ARGUMENT", "INVALID_ARGUMENT"},
+		{"ttl over 28 days", send, bearer, js, `{"message":{"token":"` + token + `","android":{"ttl":"2419201s"}}}`, 400, "INVALID_ARGUMENT", "INVALID_ARGUMENT"},
+		{"apns-expiration not a number", send, bearer, js, `{"message":{"token":"` + token + `","apns":{"headers":{"apns-expiration":"soon"}}}}`,
+			400, "INVALID_ARGUMENT", "INVALID_ARGUMENT"},
+		{"webpush TTL not a number", send, bearer, js, `{"message":{"token":"` + token + `","webpush":{"headers":{"TTL":"-1"}}}}`,
+			400, "INVALID_ARGUMENT", "INVALID_ARGUMENT"},
 	}
 	for _, c := range cases {
 		status, body := fcmPost(t, c.url, c.auth, c.ct, c.body)
@@ -94,9 +106,20 @@ func TestFakeFCMChecksWhatFCMChecks(t *testing.T) {
 	} else if rs, ec := rpc(body); rs != "NOT_FOUND" || ec != "UNREGISTERED" {
 		t.Errorf("unregistered: %s %s", rs, ec)
 	}
+	// The largest data, a key FCM does not reserve ("notification": not in
+	// the v1 reference's list), and the expiries of every platform.
+	full := `{"message":{"token":"` + token + `y","data":{"notification":"` + strings.Repeat("v", 4096-len("notification")) + `"},` +
+		`"android":{"ttl":"2419200s"},"apns":{"headers":{"apns-expiration":"1924992000"}},"webpush":{"headers":{"TTL":"300"}}}}`
+	if status, body := fcmPost(t, send, bearer, js, full); status != 200 {
+		t.Errorf("4096 bytes of data and expiries: %d %v", status, body)
+	}
 	got := f.Messages()
-	if len(got) != 1 || got[0].Token != token || got[0].Title != "t" || got[0].Body != "b" || got[0].Data["k"] != "v" || got[0].OAuth {
+	if len(got) != 2 || got[0].Token != token || got[0].Title != "t" || got[0].Body != "b" || got[0].Data["k"] != "v" || got[0].OAuth ||
+		got[0].AndroidTTL != "" || got[0].APNsExpiration != "" || got[0].WebpushTTL != "" {
 		t.Errorf("messages %+v", got)
+	}
+	if m := got[1]; m.AndroidTTL != "2419200s" || m.APNsExpiration != "1924992000" || m.WebpushTTL != "300" {
+		t.Errorf("expiries recorded: %q %q %q", m.AndroidTTL, m.APNsExpiration, m.WebpushTTL)
 	}
 
 	f.FailNext(1, 503)
@@ -108,8 +131,31 @@ func TestFakeFCMChecksWhatFCMChecks(t *testing.T) {
 	f.RateLimitFor(time.Hour, "5")
 	if status, body := fcmPost(t, send, bearer, js, `{"message":{"token":"`+token+`x"}}`); status != 429 {
 		t.Errorf("rate limited: %d", status)
-	} else if rs, ec := rpc(body); rs != "RESOURCE_EXHAUSTED" || ec != "QUOTA_EXCEEDED" {
-		t.Errorf("rate limited: %s %s", rs, ec)
+	} else if rs, ec := rpc(body); rs != "RESOURCE_EXHAUSTED" || ec != "QUOTA_EXCEEDED" || !strings.Contains(fmt.Sprint(body), "QuotaFailure") {
+		t.Errorf("rate limited: %s %s %v", rs, ec, body)
+	}
+	f.Reset()
+	f.ThrottleDevice(token + "z")
+	if status, body := fcmPost(t, send, bearer, js, `{"message":{"token":"`+token+`z"}}`); status != 429 ||
+		!strings.Contains(fmt.Sprint(body), "Device message rate exceeded") {
+		t.Errorf("throttled device: %d %v", status, body)
+	}
+}
+
+// TestFakeFCMContractIsAnOverload: over the contract, FCM's overload 429
+// (no FCM code), not its per-minute QUOTA_EXCEEDED.
+func TestFakeFCMContractIsAnOverload(t *testing.T) {
+	t.Parallel()
+	f := testenv.FakeFCM(t, testenv.WithContract(1))
+	t.Cleanup(http.DefaultClient.CloseIdleConnections)
+	send := f.URL() + "/v1/projects/" + f.ProjectID() + "/messages:send"
+	msg := `{"message":{"token":"dKx9:APA91b` + strings.Repeat("x", 60) + `"}}`
+	if status, _ := fcmPost(t, send, "Bearer "+f.BearerToken(), "application/json", msg); status != 200 {
+		t.Fatalf("first: %d", status)
+	}
+	status, body := fcmPost(t, send, "Bearer "+f.BearerToken(), "application/json", msg)
+	if rs, ec := rpc(body); status != 429 || rs != "RESOURCE_EXHAUSTED" || ec != "" {
+		t.Errorf("over the contract: %d %s %q, want 429 RESOURCE_EXHAUSTED without an FCM code", status, rs, ec)
 	}
 }
 

@@ -49,9 +49,11 @@ type SMTPMessage struct {
 //     Subject and body encoding (554 5.6.0 otherwise).
 //
 // Then, at the end of DATA: HangFor (the reply never comes; the connection
-// is cut when the client gives up or the fake closes), FailNext and FailFor (the
-// given reply code), RateLimitFor and the contract (451 4.7.1), then 250
-// and the mail is recorded. Its methods are safe for concurrent use.
+// is cut when the client gives up or the fake closes), AcceptThenHang (the
+// mail is recorded as accepted, then the reply never comes), FailNext and
+// FailFor (the given reply code), RateLimitFor and the contract (451
+// 4.7.1), then 250 and the mail is recorded. Its methods are safe for
+// concurrent use.
 //
 // Every request that reaches HangFor is an arrival (Arrivals,
 // MaxArrivalsInWindow), whatever it is answered; MaxInWindow counts only
@@ -143,9 +145,9 @@ func (f *SMTPFake) Messages() []SMTPMessage {
 }
 
 // Count returns how many messages were answered with code at the end of
-// DATA: 250 for the accepted ones, 451 for those over the contract or
-// RateLimitFor, the injected codes, 554 for refused content; 0 counts the
-// messages held by HangFor.
+// DATA: 250 for the accepted ones (AcceptThenHang's among them), 451 for
+// those over the contract or RateLimitFor, the injected codes, 554 for
+// refused content; 0 counts the messages held by HangFor.
 func (f *SMTPFake) Count(code int) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -302,6 +304,8 @@ func (s *fakeSMTPSession) Data(r io.Reader) error {
 	switch {
 	case v.hold:
 		f.replies[0]++
+	case v.withhold:
+		f.replies[250]++ // accepted, though the 250 is never sent
 	case v.limited:
 		f.replies[451]++
 	case v.status != 0:
@@ -319,7 +323,7 @@ func (s *fakeSMTPSession) Data(r io.Reader) error {
 	}
 	f.mu.Unlock()
 
-	if v.hold {
+	if v.hold || v.withhold {
 		// The client waits for the reply and sends nothing meanwhile: a read
 		// returns when it gives up and closes the connection.
 		gone := make(chan struct{})

@@ -176,6 +176,21 @@ func TestFakeSMTPFaultsAndContract(t *testing.T) {
 		t.Errorf("answered after %s", took)
 	}
 
+	// AcceptThenHang: the mail is taken and recorded, the reply never
+	// comes.
+	f.Reset()
+	clk.Advance(time.Second)
+	f.AcceptThenHang(time.Hour)
+	c3 := smtpDial(t, f, f.Password())
+	c3.SubmissionTimeout = 200 * time.Millisecond
+	if err := c3.SendMail("a@example.com", []string{"b@example.org"}, strings.NewReader(testMail)); !errors.As(err, &ne) || !ne.Timeout() {
+		t.Errorf("accepted, then held: %v, want a timeout", err)
+	}
+	if n, ok := len(f.Messages()), f.Count(250); n != 3 || ok != 3 {
+		t.Errorf("%d messages, Count(250) = %d after AcceptThenHang, want 3 and 3", n, ok)
+	}
+	clk.Advance(time.Second)
+
 	// DropConnections: the next command on the old session fails; a new
 	// session works.
 	f.Reset()
@@ -188,7 +203,7 @@ func TestFakeSMTPFaultsAndContract(t *testing.T) {
 	if err := smtpDial(t, f, f.Password()).SendMail("a@example.com", []string{"b@example.org"}, strings.NewReader(testMail)); err != nil {
 		t.Errorf("after the drop: %v", err)
 	}
-	if n := len(f.Messages()); n != 3 {
-		t.Errorf("%d messages, want 3", n)
+	if n := len(f.Messages()); n != 4 {
+		t.Errorf("%d messages, want 4", n)
 	}
 }

@@ -1,7 +1,10 @@
 package testenv
 
 import (
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha1"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -11,6 +14,8 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,6 +47,7 @@ type faultState struct {
 	slowUntil      time.Time
 	latency        time.Duration
 	hangUntil      time.Time
+	acceptHang     time.Time
 }
 
 // newFaultState applies the options the webhook fake takes (WithContract,
@@ -100,13 +106,29 @@ func (s *faultState) HangFor(d time.Duration) {
 	s.hangUntil = s.now().Add(d)
 }
 
+// AcceptThenHang accepts every request arriving in the next d (one that
+// passes the protocol checks and is not held by HangFor) and then never
+// answers it, until its client gives up or the fake is closed: the outcome
+// a client cannot tell from a lost request, though the provider acted on
+// it. Such a request counts as accepted everywhere (the fake's record of
+// accepted messages, MaxInWindow, the contract, Count of the success
+// status) although no answer was sent. It takes precedence over FailNext,
+// FailFor, RateLimitFor and the contract.
+func (s *faultState) AcceptThenHang(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.acceptHang = s.now().Add(d)
+}
+
 // Reset ends every misbehaviour set by FailNext, FailFor, RateLimitFor,
-// SlowFor and HangFor. Recordings and the contract are kept.
+// SlowFor, HangFor and AcceptThenHang. Recordings and the contract are
+// kept.
 func (s *faultState) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.failNext = 0
 	s.failUntil, s.limitUntil, s.slowUntil, s.hangUntil = time.Time{}, time.Time{}, time.Time{}, time.Time{}
+	s.acceptHang = time.Time{}
 }
 
 // MaxInWindow returns the most requests accepted within any window of
@@ -176,9 +198,11 @@ func maxInWindow(ts []time.Time, window time.Duration) int {
 // verdict is what the injected faults and the contract decided.
 type verdict struct {
 	hold       bool          // never answer
+	withhold   bool          // accept (status is 0), then never answer
 	status     int           // 0: accept; else fail with it
 	limited    bool          // a rate limit (status 429 for HTTP)
 	retryAfter string        // for a rate limit
+	contract   bool          // the rate limit is the contract's (WithContract), not RateLimitFor's
 	why        string        // a reason for the answer's text
 	latency    time.Duration // delay the answer
 }
@@ -195,6 +219,8 @@ func (s *faultState) decide(now time.Time) verdict {
 	switch {
 	case now.Before(s.hangUntil):
 		v.hold = true
+	case now.Before(s.acceptHang):
+		v.withhold = true
 	case s.failNext > 0:
 		s.failNext--
 		v.status, v.why = s.failNextStatus, "injected "+strconv.Itoa(s.failNextStatus)+" by the testenv fake"
@@ -209,7 +235,7 @@ func (s *faultState) decide(now time.Time) verdict {
 		if wait := oldest.Add(time.Second).Sub(now); wait > 0 {
 			secs := int64((wait + time.Second - 1) / time.Second)
 			v.status, v.limited, v.retryAfter = http.StatusTooManyRequests, true, strconv.FormatInt(secs, 10)
-			v.why = "contract of " + strconv.Itoa(s.contract) + " per second exceeded"
+			v.contract, v.why = true, "contract of "+strconv.Itoa(s.contract)+" per second exceeded"
 		}
 	}
 	return v
@@ -217,8 +243,8 @@ func (s *faultState) decide(now time.Time) verdict {
 
 // delayAnswer carries out a fake's decision to hold a request (never
 // answered: the connection is cut when the client gives up or the fake
-// closes) or to answer it after latency. A handler calls it after recording
-// the request, with the mutex released.
+// closes; HangFor and AcceptThenHang) or to answer it after latency. A
+// handler calls it after recording the request, with the mutex released.
 func delayAnswer(r *http.Request, closing <-chan struct{}, hold bool, latency time.Duration) {
 	if hold {
 		select {
@@ -250,7 +276,10 @@ type ServiceRequest struct {
 	Proto  string      // "HTTP/1.1" or "HTTP/2.0"
 	Header http.Header // request headers
 	Body   []byte      // request body (at most 1 MiB is read)
-	Status int         // the answer's status; 0 for a request held by HangFor
+	// Status is the answer's status; 0 for a request held by HangFor. A
+	// request accepted by AcceptThenHang has the status of its acceptance,
+	// though the answer was never sent.
+	Status int
 }
 
 // fakeReply is an HTTP answer of a service fake.
@@ -266,14 +295,16 @@ type service interface {
 	// check applies the service's protocol rules (auth, path, content type,
 	// fields, recipient format); nil lets the request through.
 	check(r *http.Request, body []byte, now time.Time) *fakeReply
-	// refuse is the service's answer with status, in its error format.
-	refuse(status int, why string) fakeReply
+	// refuse is the service's answer to a request the faults or the
+	// contract refused with v.status, in its error format.
+	refuse(v verdict) fakeReply
 	// accept records an accepted request and answers it.
 	accept(r *http.Request, body []byte, now time.Time) fakeReply
 }
 
 // httpFake serves one service fake: protocol checks, then HangFor,
-// FailNext, FailFor, RateLimitFor and the contract, then acceptance.
+// AcceptThenHang, FailNext, FailFor, RateLimitFor and the contract, then
+// acceptance.
 type httpFake struct {
 	*faultState
 	srv      *httptest.Server
@@ -330,7 +361,7 @@ func (f *httpFake) serve(w http.ResponseWriter, r *http.Request) {
 	} else if v = f.decide(now); !v.hold {
 		switch {
 		case v.status != 0:
-			reply = f.svc.refuse(v.status, v.why)
+			reply = f.svc.refuse(v)
 			if v.limited && v.retryAfter != "" {
 				if reply.header == nil {
 					reply.header = http.Header{}
@@ -348,7 +379,7 @@ func (f *httpFake) serve(w http.ResponseWriter, r *http.Request) {
 	f.requests = append(f.requests, rec)
 	f.mu.Unlock()
 
-	delayAnswer(r, f.closing, v.hold, v.latency)
+	delayAnswer(r, f.closing, v.hold || v.withhold, v.latency)
 	for k, vs := range reply.header {
 		w.Header()[k] = vs
 	}
@@ -376,6 +407,12 @@ type TwilioMessage struct {
 	From                string // "" when sent through a Messaging Service
 	MessagingServiceSID string
 	Body                string
+	// ValidityPeriod is the ValidityPeriod form field, in seconds; 0 when
+	// the request had none (Twilio's default, 36,000).
+	ValidityPeriod int
+	// StatusCallback is the URL Twilio would post the message's status
+	// changes to ("" for none); Deliver posts there.
+	StatusCallback string
 }
 
 // TwilioFake is a fake of the Twilio Programmable Messaging API: it
@@ -386,12 +423,16 @@ type TwilioMessage struct {
 //   - HTTP basic auth: user = the account SID of the path, password = the
 //     auth token (401 code 20003);
 //   - Content-Type application/x-www-form-urlencoded (400 code 20001);
-//   - To present (21604) and E.164 (21211); From (E.164, 21212) or a
-//     MessagingServiceSid (MG + 32 hex, 21701) present (21603); Body present
-//     (21602) and at most 1600 characters (21617);
+//   - To present (21604) and E.164 (21211); From or a MessagingServiceSid
+//     (MG + 32 hex, 21701) present (21603), From being an E.164 number, a
+//     short code (5-6 digits) or an alphanumeric sender id (1-11 of A-Z a-z
+//     0-9 space + - _ &, at least one letter; 21212); Body present (21602)
+//     and at most 1600 characters (21617); ValidityPeriod, when present, an
+//     integer from 1 to 36000 (21624); StatusCallback, when present, an
+//     absolute http or https URL of at most 4000 characters (21609);
 //   - a number refused with RefuseNumber (400 with its code).
 //
-// Then HangFor, FailNext, FailFor, RateLimitFor and the contract (429 with
+// Then HangFor, AcceptThenHang, FailNext, FailFor, RateLimitFor and the contract (429 with
 // code 20429 and Retry-After), then 201 with the message resource (status
 // "queued"). Errors are Twilio's JSON: {"code":21211,"message":"…",
 // "more_info":"https://www.twilio.com/docs/errors/21211","status":400}.
@@ -399,12 +440,17 @@ type TwilioMessage struct {
 //
 // Every request that reaches HangFor is an arrival (Arrivals,
 // MaxArrivalsInWindow), whatever it is answered; MaxInWindow counts only
-// the accepted ones.
+// the accepted ones. An injected status carries Twilio's code for it (401
+// 20003 authentication error, 429 20429, 500 20500, 503 20503…).
+//
+// Deliver and DeliverMessage post the status callbacks of the accepted
+// messages that asked for one, signed with the auth token.
 type TwilioFake struct {
 	*httpFake
 	sid, token string
 	refused    map[string]int
 	messages   []TwilioMessage
+	client     *http.Client // posts the status callbacks
 }
 
 // FakeTwilio starts a Twilio fake on a loopback port (plain HTTP) with a
@@ -412,11 +458,113 @@ type TwilioFake struct {
 // takes WithContract and WithClock.
 func FakeTwilio(t testing.TB, opts ...FakeOption) *TwilioFake {
 	t.Helper()
-	f := &TwilioFake{sid: "AC" + randomHex(16), token: randomHex(16), refused: map[string]int{}}
+	f := &TwilioFake{sid: "AC" + randomHex(16), token: randomHex(16), refused: map[string]int{},
+		client: &http.Client{Timeout: 10 * time.Second}}
 	f.httpFake = newHTTPFake(newFaultState(t, opts), f)
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
 	t.Cleanup(f.Close)
+	t.Cleanup(f.client.CloseIdleConnections)
 	return f
+}
+
+// Deliver posts a status callback, as Twilio does when a message's status
+// changes, for every accepted message that asked for one (StatusCallback),
+// in order of acceptance: MessageStatus status ("sent", "delivered",
+// "undelivered", "failed"…) and, when errorCode is not 0, ErrorCode. Each
+// is a form POST to the message's StatusCallback URL signed as Twilio signs
+// them (X-Twilio-Signature: the base64 HMAC-SHA1, keyed with AuthToken, of
+// the URL followed by the form's names and values in name order). It
+// returns how many it posted and the first failure: a POST that failed or
+// was answered other than 2xx. Deliver may be called again: Twilio too
+// posts every change.
+func (f *TwilioFake) Deliver(status string, errorCode int) (int, error) {
+	f.mu.Lock()
+	msgs := append([]TwilioMessage(nil), f.messages...)
+	f.mu.Unlock()
+	n := 0
+	for _, m := range msgs {
+		if m.StatusCallback == "" {
+			continue
+		}
+		if err := f.callback(m, status, errorCode); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+// DeliverMessage posts one status callback, as Deliver does, for the
+// accepted message whose SID is sid.
+func (f *TwilioFake) DeliverMessage(sid, status string, errorCode int) error {
+	f.mu.Lock()
+	i := slices.IndexFunc(f.messages, func(m TwilioMessage) bool { return m.SID == sid })
+	var m TwilioMessage
+	if i >= 0 {
+		m = f.messages[i]
+	}
+	f.mu.Unlock()
+	switch {
+	case i < 0:
+		return fmt.Errorf("testenv: twilio fake: no accepted message %s", sid)
+	case m.StatusCallback == "":
+		return fmt.Errorf("testenv: twilio fake: message %s asked for no status callback", sid)
+	}
+	return f.callback(m, status, errorCode)
+}
+
+// callback posts m's status callback.
+func (f *TwilioFake) callback(m TwilioMessage, status string, errorCode int) error {
+	form := url.Values{"MessageSid": {m.SID}, "SmsSid": {m.SID}, "AccountSid": {f.sid}, "To": {m.To},
+		"MessageStatus": {status}, "SmsStatus": {status}, "ApiVersion": {"2010-04-01"}}
+	if m.From != "" {
+		form.Set("From", m.From)
+	}
+	if m.MessagingServiceSID != "" {
+		form.Set("MessagingServiceSid", m.MessagingServiceSID)
+	}
+	if errorCode != 0 {
+		form.Set("ErrorCode", strconv.Itoa(errorCode))
+	}
+	req, err := http.NewRequest(http.MethodPost, m.StatusCallback, strings.NewReader(form.Encode()))
+	if err != nil {
+		return fmt.Errorf("testenv: twilio fake: status callback of %s: %w", m.SID, err)
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("X-Twilio-Signature", TwilioSignature(f.token, m.StatusCallback, form))
+	resp, err := f.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("testenv: twilio fake: status callback of %s: %w", m.SID, err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return fmt.Errorf("testenv: twilio fake: status callback of %s answered %s", m.SID, resp.Status)
+	}
+	return nil
+}
+
+// TwilioSignature is the X-Twilio-Signature Twilio sends with a request to
+// fullURL (query string included) whose POST form is params: the base64
+// HMAC-SHA1, keyed with authToken, of fullURL followed by each param's
+// name and value, sorted by name (a name's values sorted too).
+func TwilioSignature(authToken, fullURL string, params url.Values) string {
+	names := make([]string, 0, len(params))
+	for name := range params {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	data := fullURL
+	for _, name := range names {
+		values := append([]string(nil), params[name]...)
+		sort.Strings(values)
+		for _, v := range values {
+			data += name + v
+		}
+	}
+	mac := hmac.New(sha1.New, []byte(authToken))
+	mac.Write([]byte(data))
+	return base64.StdEncoding.EncodeToString(mac.Sum(nil))
 }
 
 // URL is the API base URL, http://127.0.0.1:<port> (the twilio kind's url).
@@ -445,10 +593,27 @@ func (f *TwilioFake) Messages() []TwilioMessage {
 }
 
 var (
-	twilioPathRE = regexp.MustCompile(`^/2010-04-01/Accounts/([^/]+)/Messages\.json$`)
-	fakeE164RE   = regexp.MustCompile(`^\+[1-9][0-9]{6,14}$`)
-	twilioMGRE   = regexp.MustCompile(`^MG[0-9a-f]{32}$`)
+	twilioPathRE  = regexp.MustCompile(`^/2010-04-01/Accounts/([^/]+)/Messages\.json$`)
+	fakeE164RE    = regexp.MustCompile(`^\+[1-9][0-9]{6,14}$`)
+	twilioMGRE    = regexp.MustCompile(`^MG[0-9a-fA-F]{32}$`)
+	twilioShortRE = regexp.MustCompile(`^[0-9]{5,6}$`)
+	twilioAlphaRE = regexp.MustCompile(`^[A-Za-z0-9 +\-_&]{1,11}$`)
+	letterRE      = regexp.MustCompile(`[A-Za-z]`)
 )
+
+// twilioFrom reports whether Twilio takes from as a From: an E.164 number,
+// a short code or an alphanumeric sender id.
+func twilioFrom(from string) bool {
+	return fakeE164RE.MatchString(from) || twilioShortRE.MatchString(from) ||
+		twilioAlphaRE.MatchString(from) && letterRE.MatchString(from)
+}
+
+// validCallback reports whether Twilio takes u as a StatusCallback.
+func validCallback(u string) bool {
+	p, err := url.Parse(u)
+	return err == nil && len(u) <= 4000 && (p.Scheme == "http" || p.Scheme == "https") && p.Host != "" &&
+		!strings.Contains(p.Hostname(), "_")
+}
 
 func twilioError(status, code int, message string) fakeReply {
 	return jsonReply(status, map[string]any{
@@ -495,12 +660,20 @@ func (f *TwilioFake) check(r *http.Request, body []byte, _ time.Time) *fakeReply
 		return fail(400, 21603, "A 'From' phone number is required.")
 	case service != "" && !twilioMGRE.MatchString(service):
 		return fail(400, 21701, "The Messaging Service Sid "+service+" is invalid.")
-	case service == "" && !fakeE164RE.MatchString(from):
+	case service == "" && !twilioFrom(from):
 		return fail(400, 21212, "The 'From' number "+from+" is not a valid phone number, shortcode, or alphanumeric sender ID.")
 	case text == "":
 		return fail(400, 21602, "Message body is required.")
 	case utf8.RuneCountInString(text) > 1600:
 		return fail(400, 21617, "The concatenated message body exceeds the 1600 character limit.")
+	}
+	if v, ok := form["ValidityPeriod"]; ok {
+		if n, err := strconv.Atoi(v[0]); err != nil || n < 1 || n > 36000 {
+			return fail(400, 21624, "Validity period can only be set to integers between 1 and 36,000 seconds.")
+		}
+	}
+	if cb, ok := form["StatusCallback"]; ok && !validCallback(cb[0]) {
+		return fail(400, 21609, "The StatusCallback URL "+cb[0]+" is not a valid URL.")
 	}
 	if code, ok := f.refused[to]; ok {
 		return fail(400, code, fmt.Sprintf("Message to %s refused (Twilio error %d).", to, code))
@@ -511,7 +684,8 @@ func (f *TwilioFake) check(r *http.Request, body []byte, _ time.Time) *fakeReply
 // twilioCodes are the error codes of injected statuses.
 var twilioCodes = map[int]int{400: 21211, 401: 20003, 404: 20404, 429: 20429, 500: 20500, 503: 20503}
 
-func (f *TwilioFake) refuse(status int, why string) fakeReply {
+func (f *TwilioFake) refuse(v verdict) fakeReply {
+	status, why := v.status, v.why
 	code, ok := twilioCodes[status]
 	if !ok {
 		code = 20001
@@ -525,7 +699,8 @@ func (f *TwilioFake) refuse(status int, why string) fakeReply {
 func (f *TwilioFake) accept(r *http.Request, body []byte, now time.Time) fakeReply {
 	form, _ := url.ParseQuery(string(body))
 	msg := TwilioMessage{At: now, SID: "SM" + randomHex(16), To: form.Get("To"), Body: form.Get("Body"),
-		MessagingServiceSID: form.Get("MessagingServiceSid")}
+		MessagingServiceSID: form.Get("MessagingServiceSid"), StatusCallback: form.Get("StatusCallback")}
+	msg.ValidityPeriod, _ = strconv.Atoi(form.Get("ValidityPeriod"))
 	if msg.MessagingServiceSID == "" {
 		msg.From = form.Get("From")
 	}

@@ -43,9 +43,9 @@ type FakeRequest struct {
 	Header http.Header // request headers
 	Body   []byte      // request body (at most 1 MiB is read)
 	// Status is what the fake answered (or, for a SlowFor request whose
-	// client gave up before the answer, decided to answer: the request was
-	// accepted as a real provider would have). 0 for a request held by
-	// HangFor, which is never answered.
+	// client gave up before the answer, or an AcceptThenHang request, decided
+	// to answer: the request was accepted as a real provider would have). 0
+	// for a request held by HangFor, which is never answered.
 	Status int
 }
 
@@ -56,7 +56,8 @@ type FakeRequest struct {
 //
 // A request is checked, in this order: the protocol (POST, Content-Type
 // application/json, a JSON object body: 405, 415, 413 or 400 otherwise);
-// HangFor (held, never answered, until the client gives up); FailNext;
+// HangFor (held, never answered, until the client gives up); AcceptThenHang
+// (accepted, then held the same way); FailNext;
 // FailFor; RateLimitFor; the contract; then it is accepted with 200. SlowFor
 // delays whatever answer was decided. Only 2xx answers are accepted and only
 // they count toward the contract (and MaxInWindow); every request past the
@@ -66,7 +67,8 @@ type Fake struct {
 	// faultState holds the injected faults, the contract and the acceptance
 	// times, shared with the service fakes; its mu also guards requests and
 	// accepted below. FailNext, FailFor, RateLimitFor, SlowFor, HangFor,
-	// Reset, MaxInWindow, Arrivals and MaxArrivalsInWindow are its.
+	// AcceptThenHang, Reset, MaxInWindow, Arrivals and MaxArrivalsInWindow
+	// are its.
 	*faultState
 	srv     *httptest.Server
 	closing chan struct{}
@@ -109,7 +111,8 @@ type answer struct {
 	status     int
 	retryAfter string
 	body       string
-	hold       bool
+	hold       bool // never answered, not accepted
+	withhold   bool // accepted, never answered
 	latency    time.Duration
 }
 
@@ -138,7 +141,7 @@ func (f *Fake) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	f.mu.Unlock()
 
-	delayAnswer(r, f.closing, a.hold, a.latency)
+	delayAnswer(r, f.closing, a.hold || a.withhold, a.latency)
 	w.Header().Set("Content-Type", "application/json")
 	if a.retryAfter != "" {
 		w.Header().Set("Retry-After", a.retryAfter)
@@ -175,7 +178,7 @@ func (f *Fake) decide(now time.Time, r *http.Request, size int, jsonErr error) a
 		a.retryAfter = v.retryAfter
 		return reason(v.status, v.why)
 	}
-	a.latency = v.latency
+	a.latency, a.withhold = v.latency, v.withhold
 	a.status = http.StatusOK
 	a.body = `{"status":"accepted"}` + "\n"
 	return a

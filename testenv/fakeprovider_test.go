@@ -223,6 +223,32 @@ func TestFakeSlowAndHang(t *testing.T) {
 	}
 }
 
+// TestFakeAcceptThenHang: the request is accepted and recorded, and its
+// answer never comes; the client cannot tell it from a lost request.
+func TestFakeAcceptThenHang(t *testing.T) {
+	t.Parallel()
+	clk := newFakeClock() // the contract's window does not move while the client waits
+	f := testenv.FakeProvider(t, testenv.WithContract(1), testenv.WithClock(clk.Now))
+	p := newPoster(t, f)
+	f.AcceptThenHang(time.Hour)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	r := p.post(ctx, "taken")
+	cancel()
+	if !errors.Is(r.err, context.DeadlineExceeded) {
+		t.Fatalf("accepted, then held: %v, want deadline exceeded", r.err)
+	}
+	if got := f.AcceptedIDs(); !slices.Equal(got, []string{"taken"}) {
+		t.Errorf("AcceptedIDs = %v, want [taken]", got)
+	}
+	if f.Count(200) != 1 || f.Count(0) != 0 || f.MaxInWindow(time.Second) != 1 {
+		t.Errorf("Count(200) = %d, Count(0) = %d, MaxInWindow = %d: want it counted as accepted",
+			f.Count(200), f.Count(0), f.MaxInWindow(time.Second))
+	}
+	f.Reset()
+	// It counted toward the contract of 1 per second.
+	p.expect("over", 429)
+}
+
 func TestFakeHangEndsWhenClosed(t *testing.T) {
 	t.Parallel()
 	f := testenv.FakeProvider(t)

@@ -3,7 +3,8 @@
 // each scenario (success, each error class, Retry-After forms, timeouts,
 // refused and reset connections, malformed and huge bodies, cancellation)
 // and checks that Send maps it to the right class with a safe, one-line
-// error text.
+// error text, and that a failure is Ambiguous exactly when the request
+// reached the server whole and no answer came back.
 //
 // The suite speaks plain HTTP statuses; what is particular to a kind's wire
 // format (its success body, its refusal body, its own rate-limit codes) is
@@ -21,6 +22,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -56,6 +58,11 @@ type Target struct {
 	// Secrets are the credentials New configured: they must never appear
 	// in an error text.
 	Secrets []string
+	// SenderStatuses are the statuses of the suite's permanent refusals
+	// (400, 401, 403, 404, 410, 413, 422, with a plain body) the kind
+	// classes as ErrSender whatever the body: twilio's 401, its credentials
+	// refused. The others must be ErrPermanent.
+	SenderStatuses []int
 	// ServerTLS, when set, makes every server of the suite speak HTTPS with
 	// this configuration, HTTP/2 offered first; New then gets an https base
 	// URL and must trust the configuration's certificate.
@@ -82,6 +89,7 @@ func Run(t *testing.T, target Target) {
 	t.Run("ConnectionRefused", s.refused)
 	t.Run("ConnectionReset", s.reset)
 	t.Run("ContextCanceled", s.canceled)
+	t.Run("AmbiguousAfterWrite", s.ambiguous)
 	t.Run("Concurrent", s.concurrent)
 }
 
@@ -139,6 +147,18 @@ var classes = map[string]error{
 	"ErrPermanent":   providers.ErrPermanent,
 	"ErrTransient":   providers.ErrTransient,
 	"ErrRateLimited": providers.ErrRateLimited,
+	"ErrSender":      providers.ErrSender,
+}
+
+// wantAmbiguous asserts err's Ambiguous flag: set only on a failure with
+// no answer after the request was written whole.
+func wantAmbiguous(t *testing.T, err error, want bool) {
+	t.Helper()
+	var pe *providers.Error
+	got := errors.As(err, &pe) && pe.Ambiguous
+	if got != want {
+		t.Errorf("error %q: Ambiguous = %v, want %v", err, got, want)
+	}
 }
 
 // checkError asserts err wraps exactly the class want and that its text is
@@ -253,8 +273,13 @@ func (s *suite) permanent(t *testing.T) {
 	t.Parallel()
 	for _, status := range []int{400, 401, 403, 404, 410, 413, 422} {
 		hits, err := s.send(t, 5*time.Second, answer(Reply{Status: status, Body: "nope"}))
-		s.checkError(t, err, providers.ErrPermanent)
+		want := providers.ErrPermanent
+		if slices.Contains(s.target.SenderStatuses, status) {
+			want = providers.ErrSender
+		}
+		s.checkError(t, err, want)
 		wantStatus(t, err, status)
+		wantAmbiguous(t, err, false)
 		if !strings.Contains(err.Error(), strconv.Itoa(status)) {
 			t.Errorf("error %q does not name the status %d", err, status)
 		}
@@ -318,6 +343,7 @@ func (s *suite) transient(t *testing.T) {
 		hits, err := s.send(t, 5*time.Second, answer(Reply{Status: status, Body: "try later"}))
 		s.checkError(t, err, providers.ErrTransient)
 		wantStatus(t, err, status)
+		wantAmbiguous(t, err, false) // an answer came back
 		if n := hits.Load(); n != 1 {
 			t.Errorf("status %d: %d requests, want 1 (no retry inside Send)", status, n)
 		}
@@ -393,11 +419,20 @@ func hang(w http.ResponseWriter, r *http.Request) {
 func (s *suite) timeout(t *testing.T) {
 	t.Parallel()
 	const timeout = 300 * time.Millisecond
+	var read atomic.Bool
 	start := time.Now()
-	_, err := s.send(t, timeout, hang)
+	_, err := s.send(t, timeout, func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.Copy(io.Discard, r.Body); err == nil {
+			read.Store(true)
+		}
+		<-r.Context().Done()
+	})
 	took := time.Since(start)
 	s.checkError(t, err, providers.ErrTransient)
 	wantStatus(t, err, 0)
+	if read.Load() { // else a loaded machine let the timeout come before the request went out
+		wantAmbiguous(t, err, true) // the server read the whole request
+	}
 	if !strings.Contains(err.Error(), "timeout") {
 		t.Errorf("error %q does not say it timed out", err)
 	}
@@ -423,6 +458,24 @@ func (s *suite) refused(t *testing.T) {
 	err = p.Send(context.Background(), s.target.Message())
 	s.checkError(t, err, providers.ErrTransient)
 	wantStatus(t, err, 0)
+	wantAmbiguous(t, err, false) // nothing was sent
+}
+
+// ambiguous: the server reads the whole request, then the connection is
+// lost without an answer. The provider may have acted on it: transient and
+// Ambiguous.
+func (s *suite) ambiguous(t *testing.T) {
+	t.Parallel()
+	hits, err := s.send(t, 5*time.Second, func(_ http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		panic(http.ErrAbortHandler)
+	})
+	s.checkError(t, err, providers.ErrTransient)
+	wantStatus(t, err, 0)
+	wantAmbiguous(t, err, true)
+	if n := hits.Load(); n != 1 {
+		t.Errorf("%d requests, want 1 (no retry inside Send)", n)
+	}
 }
 
 // cut lets f write part of an answer, then kills the exchange: over

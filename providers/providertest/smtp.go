@@ -49,8 +49,12 @@ type Script map[string]string
 // STARTTLS, timeouts, refused and reset connections, cancellation,
 // concurrency) must map to the right class with a safe, one-line error. A
 // 4xx reply is ErrTransient and a 5xx reply ErrPermanent, each carrying the
-// reply code as Error.Status; failures without a reply are ErrTransient with
-// status 0. SMTP has no Retry-After: its rate limits are 4xx replies.
+// reply code as Error.Status, except the 5xx replies that refuse the sender
+// rather than the mail (a 554 greeting, a refused AUTH, a MAIL FROM refused
+// by policy), which are ErrSender; failures without a reply are
+// ErrTransient with status 0, Ambiguous when they came after the end of
+// the DATA (the server may have taken the mail). SMTP has no Retry-After:
+// its rate limits are 4xx replies.
 func RunSMTP(t *testing.T, target SMTPTarget) {
 	t.Helper()
 	if target.ServerTLS == nil {
@@ -60,6 +64,7 @@ func RunSMTP(t *testing.T, target SMTPTarget) {
 	t.Run("Accepted", s.accepted)
 	t.Run("Transient", s.transient)
 	t.Run("Permanent", s.permanent)
+	t.Run("Sender", s.sender)
 	t.Run("PermanentCarriesReason", s.permanentReason)
 	t.Run("NoLeakInDetail", s.noLeak)
 	t.Run("MalformedReply", s.malformed)
@@ -259,14 +264,25 @@ func replyCases(class int) []Script {
 		}
 	}
 	return []Script{
-		{"greeting": "554 5.3.2 no service here"},
-		{"AUTH": "535 5.7.8 authentication credentials invalid"},
-		{"MAIL": "550 5.7.1 sender refused"},
+		{"MAIL": "552 5.3.4 message size exceeds fixed limit"},
 		{"RCPT": "550 5.1.1 mailbox unavailable"},
 		{"RCPT": "553 5.1.3 bad address syntax"},
 		{"DATA": "554 5.5.1 no valid recipients"},
 		{".": "552 5.3.4 message too big"},
 		{".": "554 5.7.1 message rejected as spam"},
+	}
+}
+
+// senderCases are 5xx replies that refuse the sender, not the mail.
+func senderCases() []Script {
+	return []Script{
+		{"greeting": "554 5.3.2 no service here"},
+		{"EHLO": "550 5.7.1 client host rejected"},
+		{"AUTH": "535 5.7.8 authentication credentials invalid"},
+		{"AUTH": "534 5.7.9 authentication mechanism is too weak"},
+		{"MAIL": "550 5.7.1 sender refused"},
+		{"MAIL": "553 5.1.8 sender address domain does not exist"},
+		{"MAIL": "530 5.7.0 authentication required"},
 	}
 }
 
@@ -302,6 +318,19 @@ func (s *smtpSuite) permanent(t *testing.T) {
 	}
 }
 
+func (s *smtpSuite) sender(t *testing.T) {
+	t.Parallel()
+	for _, sc := range senderCases() {
+		srv, err := s.send(t, 5*time.Second, sc)
+		s.base.checkError(t, err, providers.ErrSender)
+		wantStatus(t, err, scriptCode(sc))
+		wantAmbiguous(t, err, false)
+		if n := srv.delivered.Load(); n != 0 {
+			t.Errorf("%v: %d mails delivered", sc, n)
+		}
+	}
+}
+
 func (s *smtpSuite) permanentReason(t *testing.T) {
 	t.Parallel()
 	_, err := s.send(t, 5*time.Second, Script{".": "554-5.7.1 message rejected as spam\r\n554 5.7.1 second line of the reply"})
@@ -324,8 +353,11 @@ func (s *smtpSuite) noLeak(t *testing.T) {
 	for _, sc := range []Script{{"RCPT": "550 5.1.1 " + echo}, {".": "451 4.3.0 " + echo}, {"AUTH": "535 5.7.8 " + echo}} {
 		_, err := s.send(t, 5*time.Second, sc)
 		want := providers.ErrPermanent
-		if scriptCode(sc) < 500 {
+		switch {
+		case scriptCode(sc) < 500:
 			want = providers.ErrTransient
+		case sc["AUTH"] != "":
+			want = providers.ErrSender
 		}
 		s.base.checkError(t, err, want)
 	}
@@ -365,10 +397,16 @@ func (s *smtpSuite) timeout(t *testing.T) {
 	const timeout = 300 * time.Millisecond
 	for _, step := range []string{"greeting", "RCPT", "."} {
 		start := time.Now()
-		_, err := s.send(t, timeout, Script{step: Hang})
+		srv, err := s.send(t, timeout, Script{step: Hang})
 		took := time.Since(start)
 		s.base.checkError(t, err, providers.ErrTransient)
 		wantStatus(t, err, 0)
+		select {
+		case <-srv.arrived: // the server reached the step: the whole mail was sent if it is the final dot
+			wantAmbiguous(t, err, step == ".")
+		default: // a loaded machine let the timeout come first
+			wantAmbiguous(t, err, false)
+		}
 		if !strings.Contains(err.Error(), "timeout") {
 			t.Errorf("hang at %s: error %q does not say it timed out", step, err)
 		}
@@ -392,6 +430,7 @@ func (s *smtpSuite) refused(t *testing.T) {
 	err = p.Send(context.Background(), s.target.Message())
 	s.base.checkError(t, err, providers.ErrTransient)
 	wantStatus(t, err, 0)
+	wantAmbiguous(t, err, false)
 	if !strings.Contains(err.Error(), "refused") {
 		t.Errorf("error %q does not say the connection was refused", err)
 	}
@@ -403,6 +442,7 @@ func (s *smtpSuite) reset(t *testing.T) {
 		srv, err := s.send(t, 5*time.Second, Script{step: Drop})
 		s.base.checkError(t, err, providers.ErrTransient)
 		wantStatus(t, err, 0)
+		wantAmbiguous(t, err, step == ".")
 		if n := srv.delivered.Load(); step != "." && n != 0 {
 			t.Errorf("drop at %s: %d delivered", step, n)
 		}
@@ -421,6 +461,7 @@ func (s *smtpSuite) canceled(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("Send with a canceled context: %q does not wrap context.Canceled", err)
 	}
+	wantAmbiguous(t, err, false)
 
 	ctx, cancel = context.WithCancel(context.Background())
 	defer cancel()
@@ -436,6 +477,7 @@ func (s *smtpSuite) canceled(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("Send canceled in flight: %q does not wrap context.Canceled", err)
 	}
+	wantAmbiguous(t, err, true) // canceled waiting for the reply to the end of DATA
 }
 
 func (s *smtpSuite) concurrent(t *testing.T) {
