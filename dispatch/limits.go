@@ -54,10 +54,10 @@ func RedisLimits(rdb redis.UniversalClient, c LimitsConfig) *Limits {
 	}
 	pauses := leaky.NewPauseWatcher(nil)
 	l := &Limits{
-		Name:   "redis",
-		Ledger: rs.ledger,
-		Users:  rs.users,
-		Leaky:  rs.leaky,
+		Name:    "redis",
+		Ledger:  rs.ledger,
+		Users:   rs.users,
+		Leaky:   rs.leaky,
 		Pauses:  pauses,
 		Reasons: RedisPauseReasons(rdb, c.Prefix),
 		Ping:    func(ctx context.Context) error { return rdb.Ping(ctx).Err() },

@@ -115,7 +115,7 @@ func (d *Dispatcher) answer(ctx context.Context, jb *job, serr error, rl *provid
 			// The provider may have accepted it: a retry may deliver the
 			// message twice.
 			d.m.Ambiguous.WithLabelValues(jb.provider).Inc()
-			if !retriesOnTimeout(jb.pcfg) {
+			if !jb.pcfg.RetriesOnTimeout() {
 				jb.log().Warn("provider did not answer a request it received whole; not retrying it (retry_on_timeout: false)", "detail", detailOf(serr))
 				return dead(ReasonAmbiguous, "no answer to a request the provider received whole (it may have been delivered): "+detailOf(serr))
 			}

@@ -97,7 +97,7 @@ type providerStatus struct {
 	PausedFor   float64  `json:"paused_for_seconds"` // 0: no pause
 	PausedUntil string   `json:"paused_until,omitempty"`
 	PauseReason string   `json:"pause_reason,omitempty"` // rate_limited or credentials, while paused
-	Breakers    []string `json:"breakers"` // each live instance's breaker state
+	Breakers    []string `json:"breakers"`               // each live instance's breaker state
 	// Tenants are the tenants with jobs in the stream for the provider's
 	// channel or sends at it in the last 10 s: "default", "other" (those
 	// not named in tenants.weights) first, then by name.
