@@ -368,6 +368,9 @@ func (d *Dispatcher) Ready() error {
 	return nil
 }
 
+// Providers is the provider registry in use now (the last reload's).
+func (d *Dispatcher) Providers() Registry { return d.live.Load().providers }
+
 // InFlight is the number of jobs this process's workers hold now.
 func (d *Dispatcher) InFlight() int { return int(d.inFlight.Load()) }
 

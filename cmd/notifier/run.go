@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -205,7 +206,7 @@ func dispatchJobs(ctx context.Context, s dispatchSetup) error {
 			return errors.New("not connected to NATS")
 		}
 		return d.Ready()
-	}, page, log)
+	}, page, twilioCallbacks(d), log)
 	if err != nil {
 		return err
 	}
@@ -234,6 +235,23 @@ func dispatchJobs(ctx context.Context, s dispatchSetup) error {
 		return err
 	}
 	return nil
+}
+
+// twilioCallbacks serves the Twilio status callbacks of the providers in
+// use (the last reload's) at /callbacks/twilio: each verified report is
+// counted, and an undelivered one dead-lettered (dispatch.ReportDelivery).
+func twilioCallbacks(d *dispatch.Dispatcher) http.Handler {
+	report := func(ctx context.Context, r providers.DeliveryReport) error {
+		return d.ReportDelivery(ctx, r.Provider, r.JobID, r.Status, r.ErrorCode, r.Detail)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		reg, ok := d.Providers().(*providers.Registry)
+		if !ok {
+			http.NotFound(w, req)
+			return
+		}
+		reg.TwilioCallbacks(report).ServeHTTP(w, req)
+	})
 }
 
 // connectJetStream connects to NATS as name and opens JetStream; with

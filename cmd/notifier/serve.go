@@ -24,8 +24,10 @@ type metricsServer struct {
 
 // startMetricsServer binds listen at once (a busy port fails the start, not
 // later) and returns a server to run with serve; nil when listen is "off".
-// ready answers /readyz: nil is ready. status, when set, serves /status.
-func startMetricsServer(listen string, reg *prometheus.Registry, ready func() error, status http.Handler, log *slog.Logger) (*metricsServer, error) {
+// ready answers /readyz: nil is ready. status, when set, serves /status;
+// callbacks, when set, serves providers' delivery callbacks
+// (/callbacks/twilio).
+func startMetricsServer(listen string, reg *prometheus.Registry, ready func() error, status, callbacks http.Handler, log *slog.Logger) (*metricsServer, error) {
 	if listen == "off" {
 		return nil, nil
 	}
@@ -46,6 +48,9 @@ func startMetricsServer(listen string, reg *prometheus.Registry, ready func() er
 		}
 		_, _ = io.WriteString(w, "ready\n")
 	})
+	if callbacks != nil {
+		mux.Handle("/callbacks/twilio", callbacks)
+	}
 	if status != nil {
 		mux.Handle("GET /status", status)
 		mux.Handle("GET /status.json", status)
