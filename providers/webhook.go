@@ -131,7 +131,18 @@ func (w *Webhook) Send(ctx context.Context, m *Message) error {
 		e.Ambiguous = ambiguous(wrote.Load(), err)
 		return e
 	}
-	return classifyResponse(w.name, resp, s, w.now, nil)
+	return classifyResponse(w.name, resp, s, w.now, w.readAnswer)
+}
+
+// readAnswer reads a webhook's error answer by the webhook rules; with a
+// bearer token configured, a 401 says the token was refused: the sender,
+// not the job (ErrSender).
+func (w *Webhook) readAnswer(status int, body []byte) answer {
+	a := answer{reason: responseReason(body)}
+	if status == http.StatusUnauthorized && w.auth != nil {
+		a.class, a.note = ErrSender, "the bearer token was refused"
+	}
+	return a
 }
 
 func (w *Webhook) scrubber(m *Message) scrubber {

@@ -54,8 +54,9 @@ func TestWebhookConformance(t *testing.T) {
 		Message: smsMessage,
 		Refusal: providertest.Reply{Status: 400, Header: http.Header{"Content-Type": {"application/json"}},
 			Body: `{"error":{"code":"invalid_number","message":"number is not reachable"}}`},
-		RefusalReason: "number is not reachable",
-		Secrets:       []string{hookToken},
+		RefusalReason:  "number is not reachable",
+		Secrets:        []string{hookToken},
+		SenderStatuses: []int{401}, // the bearer token refused
 	})
 }
 
@@ -281,5 +282,35 @@ func TestWebhookTLSCAFile(t *testing.T) {
 	if err := build("").Send(context.Background(), smsMessage()); !errors.Is(err, providers.ErrTransient) ||
 		!strings.Contains(err.Error(), "certificate") {
 		t.Errorf("system roots: %v, want a transient certificate error", err)
+	}
+}
+
+// TestWebhookRefusedTokenIsTheSender: with a bearer token configured, a
+// 401 says the token was refused: ErrSender (the dispatcher pauses the
+// provider and keeps its jobs), not a refusal of the message. Without a
+// token a 401 stays permanent, as any other 4xx; a 403 always does (the
+// receiver may refuse that one message).
+func TestWebhookRefusedTokenIsTheSender(t *testing.T) {
+	t.Parallel()
+	fake := testenv.FakeProvider(t)
+	w := newWebhook(t, fake.URL(), time.Second)
+	ctx := context.Background()
+	fake.FailNext(1, 401)
+	err := w.Send(ctx, smsMessage())
+	if !errors.Is(err, providers.ErrSender) || errors.Is(err, providers.ErrPermanent) || !strings.Contains(err.Error(), "bearer token was refused") {
+		t.Errorf("401 with a token: %v, want ErrSender naming the token", err)
+	}
+	fake.FailNext(1, 403)
+	if err := w.Send(ctx, smsMessage()); !errors.Is(err, providers.ErrPermanent) {
+		t.Errorf("403 with a token: %v, want permanent", err)
+	}
+	open, err := providers.NewWebhook(providers.Config{Name: "open", Channel: "sms", Kind: "webhook", URL: fake.URL(), Rate: 100, Timeout: time.Second}, providers.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Close()
+	fake.FailNext(1, 401)
+	if err := open.Send(ctx, smsMessage()); !errors.Is(err, providers.ErrPermanent) {
+		t.Errorf("401 without a token: %v, want permanent", err)
 	}
 }
