@@ -1,6 +1,7 @@
 # notifier — build, test and lint.
 #
 #   make demo    the zero-set-up tour (embedded NATS, in-memory limits, sandbox provider)
+#   make dev     a local JetStream server and dispatcher to publish to (notifier dev)
 #   make test    everything CI runs: formatting, vet, staticcheck, and the race-enabled tests
 #                against real servers (private redis-server processes, embedded NATS) and
 #                headless Chromium (the /status page; `make chromium` installs it where missing)
@@ -11,7 +12,7 @@ LDFLAGS     := -X main.version=$(VERSION)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 PKGS        := ./...
 
-.PHONY: all build demo test lint fmt-check vet staticcheck race chromium fuzz bench mutate clean
+.PHONY: all build demo dev test lint fmt-check vet staticcheck race chromium fuzz bench mutate clean
 
 all: build
 
@@ -20,6 +21,11 @@ build:
 
 demo:
 	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/notifier demo
+
+# A local JetStream server (state in ./.notifier-dev) and a dispatcher on
+# in-memory limits and sandbox providers: publish to it and watch.
+dev:
+	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/notifier dev
 
 test: chromium lint race
 

@@ -94,7 +94,7 @@ func (d *Dispatcher) conclude(ctx, sendCtx context.Context, jb *job, e end) {
 			jb.log().Warn("schedule retry", "err", err)
 		}
 	case endDefer:
-		jb.debug("job deferred", "why", e.reason, "for", e.delay)
+		jb.debug("job deferred", "why", e.reason, "for", e.delay.String())
 		if err := jb.dl.NakWithDelay(e.delay); err != nil {
 			jb.log().Warn("defer job", "err", err)
 		}

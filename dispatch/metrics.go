@@ -69,7 +69,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "notifier_deferrals_total", Help: "Transient deferrals and retries, by layer and reason.",
 		}, []string{"layer", "reason"}),
 		QueueLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "notifier_queue_latency_seconds", Help: "Time a job waited in its provider's leaky queue.", Buckets: queueWait,
+			Name: "notifier_queue_latency_seconds", Help: "A send's wait in its provider's leaky queue, once per slot a job reaches: from the first attempt to reserve to the slot, a full queue's hold and a short pause included (max_queue_delay bounds only a granted reservation's wait).", Buckets: queueWait,
 		}, []string{"provider"}),
 		JobLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "notifier_job_latency_seconds", Help: "Time from publish to provider acceptance.", Buckets: latency,

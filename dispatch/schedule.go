@@ -369,7 +369,7 @@ func (d *Dispatcher) fetchLoop(ctx context.Context, jobs chan<- *queue.Delivery,
 		if ctx.Err() != nil {
 			return true
 		}
-		d.log.Warn("fetch jobs", "err", err, "retry_in", backoff)
+		d.log.Warn("fetch jobs", "err", err, "retry_in", backoff.String())
 		if sleep(ctx, backoff) != nil {
 			return true
 		}

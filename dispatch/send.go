@@ -18,7 +18,7 @@ func (d *Dispatcher) send(ctx, sendCtx context.Context, jb *job) end {
 		// Sent now, this job could land in the same second as the sends
 		// of the slots after it: take a new slot instead.
 		d.m.Deferrals.WithLabelValues(LayerLeaky, "late").Inc()
-		jb.debug("woke after the send slot; taking a new one", "late", late)
+		jb.debug("woke after the send slot; taking a new one", "late", late.String())
 		return end{}
 	}
 	done, ok := jb.live.breakers[jb.provider].allow()
@@ -139,7 +139,7 @@ func (d *Dispatcher) answer(ctx context.Context, jb *job, serr error, rl *provid
 			backoff = min(pe.RetryAfter, maxPause(jb.pcfg))
 		}
 		d.m.Deferrals.WithLabelValues(LayerProvider, "retry").Inc()
-		jb.log().Info("provider failed; retrying later", "attempts", attempts, "backoff", backoff, "detail", detailOf(serr))
+		jb.log().Info("provider failed; retrying later", "attempts", attempts, "backoff", backoff.String(), "detail", detailOf(serr))
 		return end{kind: endRetry, delay: backoff}
 	}
 }
