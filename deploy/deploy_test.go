@@ -312,7 +312,7 @@ func TestDashboardQueries(t *testing.T) {
 		{"deferrals by layer/reason", []string{"notifier_deferrals_total"}, ""},
 		{"provider requests by status class", []string{"notifier_provider_requests_total"}, ""},
 		{"provider request latency", []string{"notifier_provider_request_seconds_bucket"}, ""},
-		{"429 pauses", []string{"notifier_provider_paused"}, "429"},
+		{"pauses (429 or credentials)", []string{"notifier_provider_paused"}, "429"},
 		{"leaky queue depth", []string{"notifier_leaky_queue_depth"}, ""},
 		{"instances ready", []string{"notifier_ready"}, ""},
 		{"jobs in flight", []string{"notifier_jobs_in_flight"}, ""},

@@ -56,7 +56,7 @@ func exportedMetrics(t *testing.T) map[string]exportedSeries {
 	m.LimitDecisions.WithLabelValues(dispatch.LayerUser, "allow").Inc()
 	m.ProviderRequests.WithLabelValues("twilio", "2xx").Inc()
 	m.ProviderSeconds.WithLabelValues("twilio").Observe(0.1)
-	m.ProviderPaused.WithLabelValues("twilio").Set(0)
+	m.ProviderPaused.WithLabelValues("twilio", dispatch.PauseCredentials).Set(0)
 	m.InFlight.Set(1)
 	m.Contract.WithLabelValues("twilio").Set(100)
 	m.MaxQueueDelay.WithLabelValues("twilio").Set(2)
@@ -65,6 +65,8 @@ func exportedMetrics(t *testing.T) map[string]exportedSeries {
 	m.TenantSent.WithLabelValues("twilio", "default").Inc()
 	m.TenantQueued.WithLabelValues("sms", "default").Set(1)
 	m.CreatedAtIgnored.WithLabelValues("sms").Inc()
+	m.Ambiguous.WithLabelValues("twilio").Inc()
+	m.Deliveries.WithLabelValues("twilio", "undelivered").Inc()
 
 	families, err := reg.Gather()
 	if err != nil {
@@ -117,9 +119,11 @@ func knownValues() map[string]set {
 		"status":   status,
 		"decision": newSet("allow", "deny"),
 		// The deferral reasons are literals in dispatch/admit.go, job.go,
-		// waits.go, send.go and backend.go (README, Health and metrics).
+		// waits.go, send.go and backend.go (README, Health and metrics);
+		// the pause reasons are dispatch's Pause* constants.
 		"reason": newSet("defer", "empty", "switch", "full", "late", "rate_limited", "retry",
-			"paused", "circuit_open", "busy", "unavailable"),
+			"paused", "circuit_open", "busy", "unavailable", "recipient_throttled",
+			dispatch.PauseRateLimited, dispatch.PauseCredentials),
 	}
 }
 

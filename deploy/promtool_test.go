@@ -65,12 +65,14 @@ var alertCases = []alertCase{
 	{
 		name: "provider paused by 429s",
 		series: map[string]string{
-			`notifier_provider_paused{instance="a",provider="twilio"}`: `1x20`,
-			`notifier_provider_paused{instance="b",provider="twilio"}`: `1x20`,
+			`notifier_provider_paused{instance="a",provider="twilio",reason="rate_limited"}`: `1x20`,
+			`notifier_provider_paused{instance="b",provider="twilio",reason="rate_limited"}`: `1x20`,
 			// Short pauses now and then: not an alert.
-			`notifier_provider_paused{instance="a",provider="fcm"}`: `0 1 0 1 0 0 0 0 0 0 0 0 0 1 0 0 0 0 0 0 0`,
+			`notifier_provider_paused{instance="a",provider="fcm",reason="rate_limited"}`: `0 1 0 1 0 0 0 0 0 0 0 0 0 1 0 0 0 0 0 0 0`,
 			// Paused from the 10th minute on.
-			`notifier_provider_paused{instance="a",provider="apns"}`: `0x9 1x11`,
+			`notifier_provider_paused{instance="a",provider="apns",reason="rate_limited"}`: `0x9 1x11`,
+			// A credentials pause is the other alert's.
+			`notifier_provider_paused{instance="a",provider="ses",reason="credentials"}`: `1x20`,
 		},
 		checks: []alertCheck{
 			{at: "1m", alert: "NotifierProviderPaused"}, // pending since 0m
@@ -84,6 +86,24 @@ var alertCases = []alertCase{
 			}, {
 				labels:  map[string]string{"provider": "apns"},
 				summary: "apns paused by 429 answers 100% of the last 5 minutes",
+			}}},
+		},
+	},
+	{
+		name: "provider refuses the sender",
+		series: map[string]string{
+			`notifier_provider_paused{instance="a",provider="twilio",reason="credentials"}`:  `0x4 1x16`,
+			`notifier_provider_paused{instance="b",provider="twilio",reason="credentials"}`:  `0x4 1x16`,
+			`notifier_provider_paused{instance="a",provider="twilio",reason="rate_limited"}`: `0x20`,
+			// A 429 pause is not this alert's.
+			`notifier_provider_paused{instance="a",provider="fcm",reason="rate_limited"}`: `1x20`,
+		},
+		checks: []alertCheck{
+			{at: "4m", alert: "NotifierProviderCredentialsRefused"},
+			{at: "5m", alert: "NotifierProviderCredentialsRefused"}, // pending
+			{at: "6m", alert: "NotifierProviderCredentialsRefused", want: []firing{{
+				labels:  map[string]string{"provider": "twilio"},
+				summary: "twilio refuses the sender: paused, nothing is sent",
 			}}},
 		},
 	},

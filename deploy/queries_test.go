@@ -118,9 +118,14 @@ var queryCases = []queryCase{
 			`notifier_deferrals_total{instance="a",layer="leaky",reason="full"}`:                          `0+60x20`,
 			`notifier_deferrals_total{instance="b",layer="leaky",reason="full"}`:                          `0+60x20`,
 			`notifier_deferrals_total{instance="a",layer="user",reason="defer"}`:                          `0+6x20`,
-			`notifier_provider_paused{instance="a",provider="twilio"}`:                                    `1x20`,
-			`notifier_provider_paused{instance="b",provider="twilio"}`:                                    `1x20`,
-			`notifier_provider_paused{instance="a",provider="fcm"}`:                                       `0x20`,
+			`notifier_provider_paused{instance="a",provider="twilio",reason="rate_limited"}`:              `1x20`,
+			`notifier_provider_paused{instance="b",provider="twilio",reason="rate_limited"}`:              `1x20`,
+			`notifier_provider_paused{instance="a",provider="twilio",reason="credentials"}`:               `0x20`,
+			`notifier_provider_paused{instance="a",provider="fcm",reason="rate_limited"}`:                 `0x20`,
+			`notifier_provider_paused{instance="a",provider="fcm",reason="credentials"}`:                  `1x20`,
+			`notifier_provider_ambiguous_total{instance="a",provider="twilio"}`:                           `0+6x20`,
+			`notifier_deliveries_total{instance="a",provider="twilio",status="delivered"}`:                `0+54x20`,
+			`notifier_deliveries_total{instance="b",provider="twilio",status="undelivered"}`:              `0+6x20`,
 			`notifier_job_latency_seconds_bucket{instance="a",channel="sms",provider="twilio",le="1"}`:    `0x20`,
 			`notifier_job_latency_seconds_bucket{instance="a",channel="sms",provider="twilio",le="2"}`:    `0+60x20`,
 			`notifier_job_latency_seconds_bucket{instance="a",channel="sms",provider="twilio",le="+Inf"}`: `0+60x20`,
@@ -132,7 +137,14 @@ var queryCases = []queryCase{
 		checks: []queryCheck{
 			{"Deferrals by layer and reason", "A", map[string]float64{`{layer="leaky",reason="full"}`: 2, `{layer="user",reason="defer"}`: 0.1}},
 			// The fleet-wide pause once, not once per instance.
-			{"429 pauses", "A", map[string]float64{`{provider="twilio"}`: 1, `{provider="fcm"}`: 0}},
+			{"Pauses (429, or refused credentials)", "A", map[string]float64{
+				`{provider="twilio",reason="rate_limited"}`: 1, `{provider="twilio",reason="credentials"}`: 0,
+				`{provider="fcm",reason="rate_limited"}`: 0, `{provider="fcm",reason="credentials"}`: 1,
+			}},
+			{"Ambiguous requests (outcome unknown)", "A", map[string]float64{`{provider="twilio"}`: 0.1}},
+			{"Delivery reports by status", "A", map[string]float64{
+				`{provider="twilio",status="delivered"}`: 0.9, `{provider="twilio",status="undelivered"}`: 0.1,
+			}},
 			{"Job latency p99, publish to provider acceptance", "A", map[string]float64{`{channel="sms",provider="twilio"}`: 1.99}},
 			{"Dead letters replayed", "A", map[string]float64{`{channel="sms"}`: 0.5}},
 			{"Jobs with a created_at after their send", "A", map[string]float64{`{channel="sms"}`: 0.2}},

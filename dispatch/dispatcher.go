@@ -325,8 +325,8 @@ func (d *Dispatcher) Reload(r Reload) error {
 }
 
 // resumeCredentialPauses lifts, fleet-wide, the pauses of providers that
-// refused their credentials: a reload is the operator's word that they
-// may be right now. The next send of each probes them (and pauses it again
+// refused their credentials: a reload or a start is the operator's word
+// that they may be right now. The next send of each probes them (and pauses it again
 // if they are still refused).
 func (d *Dispatcher) resumeCredentialPauses(l *Limits, reg Registry) {
 	if l == nil || l.Reasons == nil || reg == nil {
@@ -349,7 +349,7 @@ func (d *Dispatcher) resumeCredentialPauses(l *Limits, reg Registry) {
 			l.Pauses.Clear(p.Name)
 		}
 		d.setPaused(p.Name, "")
-		d.log.Info("provider paused for its credentials resumed by the reload; its next send probes them", "provider", p.Name)
+		d.log.Info("provider paused for its credentials resumed (a reload or a start); its next send probes them", "provider", p.Name)
 	}
 }
 
@@ -436,6 +436,9 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}()
 	}
 
+	// A start, like a reload, is the operator's word that the credentials
+	// may be right now (a new secret in the environment needs a restart).
+	d.resumeCredentialPauses(d.currentLimits(), d.live.Load().providers)
 	d.ready.Store(true)
 	err := d.fetchLoop(ctx, jobs, slots)
 	close(jobs)
