@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/testenv"
 )
@@ -301,5 +302,30 @@ func TestReportDelivery(t *testing.T) {
 	}
 	if err := p.d.ReportDelivery(ctx, "fax-gw", "x", "failed", 0, ""); err == nil {
 		t.Error("a report for an unknown provider was taken")
+	}
+}
+
+// TestStartLiftsACredentialsPause: a process that starts (with a new
+// secret in its environment, say) lifts a pause left for refused
+// credentials, fleet-wide, as a reload does; a 429's pause it leaves.
+func TestStartLiftsACredentialsPause(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	ctx := context.Background()
+	rdb := b.redis.Client()
+	q := leaky.NewRedis(rdb, b.prefix)
+	if err := RedisPauseReasons(rdb, b.prefix).SetCredentials(ctx, "sms-gw", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"sms-gw", "push-gw"} {
+		if err := q.Pause(ctx, p, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.start(nil)
+	b.publish(newJob("after-start", "sms", "u1"))
+	testenv.WaitFor(t, 10*time.Second, "the job sent", func() bool { return len(b.fake.AcceptedIDs()) == 1 })
+	if d, err := q.PausedFor(ctx, "push-gw"); err != nil || d < 50*time.Minute {
+		t.Errorf("push-gw's 429 pause: %v left (%v), want it kept", d, err)
 	}
 }
