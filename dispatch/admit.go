@@ -58,7 +58,7 @@ func (d *Dispatcher) admitPipelined(ctx context.Context, jb *job, l *Limits, rul
 			dc *userlimit.Decision
 			rc *leaky.ReserveCmd
 		)
-		lease, contract := d.lease(jb), l.contract(jb.pcfg)
+		lease, contract := d.lease(jb), d.reserveContract(l, jb.pcfg)
 		l.redis.batch.do(ctx, func(bt *pipeBatch) {
 			cc = bt.claim(l.redis.ledger, j.ID, jb.owner, lease)
 			if capped {
@@ -127,7 +127,7 @@ func (d *Dispatcher) admitInOrder(ctx context.Context, jb *job, l *Limits, rule 
 		}
 	}
 	if reserve {
-		r, err := l.Leaky.Reserve(ctx, jb.provider, l.contract(jb.pcfg), jb.cost)
+		r, err := l.Leaky.Reserve(ctx, jb.provider, d.reserveContract(l, jb.pcfg), jb.cost)
 		if err != nil {
 			return admission{}, err
 		}

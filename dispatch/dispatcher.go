@@ -152,6 +152,12 @@ type Options struct {
 	// Denials, when set, counts per-user cap denials in Redis for
 	// `notifier top` (not while on local limits).
 	Denials *Denials
+	// Horizons keeps how far ahead the fleet handed out each provider's
+	// slots where a Redis wipe cannot lose it (queue.Horizons), so that a
+	// first start, or a start after the fleet was idle, does not wait a
+	// cold start's max_queue_delay. nil: every queue without a trusted
+	// state in Redis starts cold.
+	Horizons Horizons
 	Logger  *slog.Logger
 	// Trace, when set, is told how long each step of a job took: "ledger"
 	// (claim), "user" (per-user cap), "global" (fleet bucket, including any
@@ -204,6 +210,8 @@ type Dispatcher struct {
 	o   Options
 	log *slog.Logger
 	m   *Metrics
+
+	horizons *horizonKeeper // nil without Options.Horizons
 
 	seq      atomic.Uint64
 	inFlight atomic.Int64
@@ -258,6 +266,9 @@ func New(o Options) (*Dispatcher, error) {
 		}
 	}
 	d := &Dispatcher{o: o, log: o.Logger, m: o.Metrics}
+	if o.Horizons != nil {
+		d.horizons = newHorizonKeeper(o.Horizons, o.Instance)
+	}
 	d.limits.Store(o.Limits)
 	d.live.Store(d.newLive(o.UserLimits, o.Providers, o.TenantWeights, nil))
 	return d, nil
@@ -392,6 +403,18 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	defer cancelBg()
 	d.wg.Add(1)
 	go func() { defer d.wg.Done(); d.gaugeLoop(bgCtx) }()
+	if h := d.horizons; h != nil {
+		// The fleet's horizons before the first reservation: until read,
+		// every queue without a trusted state starts cold.
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		h.refresh(rctx, d.live.Load().providers.All())
+		cancel()
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			h.run(bgCtx, func() []providers.Config { return d.live.Load().providers.All() })
+		}()
+	}
 	if w := d.o.Limits.Watch; w != nil {
 		var names []string
 		for _, p := range d.live.Load().providers.All() {

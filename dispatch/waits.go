@@ -78,7 +78,7 @@ func (d *Dispatcher) waitSlot(ctx context.Context, jb *job, first admission) end
 			t0 := time.Now()
 			err := d.withBackend(ctx, jb, func(cur *Limits) (err error) {
 				l = cur
-				r, err = cur.Leaky.Reserve(ctx, jb.provider, cur.contract(jb.pcfg), jb.cost)
+				r, err = cur.Leaky.Reserve(ctx, jb.provider, d.reserveContract(cur, jb.pcfg), jb.cost)
 				return err
 			})
 			d.trace("leaky", t0)
@@ -99,6 +99,7 @@ func (d *Dispatcher) waitSlot(ctx context.Context, jb *job, first admission) end
 			continue
 		}
 		d.m.LimitDecisions.WithLabelValues(LayerLeaky, "allow").Inc()
+		d.noteSlot(jb)
 		// The per-user cap counts the job at its send slot.
 		var capRes userlimit.Result
 		if err := d.withBackend(ctx, jb, func(cur *Limits) (err error) {

@@ -72,11 +72,13 @@
 // (maxCost is WithMaxCost, default 1). The cost: the first send after a cold
 // start waits max_queue_delay + interval, and reservations in between are
 // refused (queue full) for one interval. Redis cannot tell a lost state from
-// a provider it has never seen, so the very first start of a provider pays
-// this too, and so does a provider idle for longer than the idle TTL: that is
-// why the idle TTL is long by default. WithIdleTTL(0) expires the state as
-// soon as its queue has drained, at the price of that wait after every idle
-// gap.
+// a provider it has never seen, nor from one idle for longer than the idle
+// TTL, so those would pay this too. A caller that knows better says so with
+// Contract.ColdStart: the dispatcher keeps how far ahead the fleet handed out
+// each provider's slots outside Redis (a JetStream KV bucket, which a Redis
+// wipe does not touch), and passes 0 on a first start, or the time to the
+// last slot handed out when the fleet has been idle. WithIdleTTL(0) expires
+// the state as soon as its queue has drained.
 //
 // A Redis that lost only the latest writes is worse than an empty one: a
 // Redis Cluster or Sentinel failover promotes a replica, and replication is

@@ -18,6 +18,15 @@ type Contract struct {
 	// the arrivals lag their slots by less than h/(1−h) seconds (the jitter
 	// budget).
 	Headroom float64
+	// ColdStart, when not nil, is how far ahead of now a reservation that
+	// finds no trusted state (a provider's first start, a Redis wiped or
+	// failed over) starts the queue, in place of the safe default,
+	// max_queue_delay plus one interval at the largest cost (see the
+	// package doc). It is for a caller that knows no slot handed out before
+	// lies later than now + *ColdStart: 0 on a first start. It is clamped
+	// to [0, that default]. Only reservations read it; Memory ignores it
+	// (it starts a provider at now).
+	ColdStart *time.Duration
 }
 
 // HeadroomFor is the headroom that gives a jitter budget b: arrivals may
@@ -143,6 +152,9 @@ type plan struct {
 	inc  int64 // µs the reservation adds to tat: ⌈cost × interval⌉
 	mqd  int64 // max queue delay, µs
 	cold int64 // µs a stateless queue starts ahead of now: mqd + ⌈maxCost × interval⌉
+	// start is cold as a reservation uses it: the contract's ColdStart,
+	// clamped to [0, cold], when it has one.
+	start int64
 }
 
 // headroomOf is c's headroom: its own, else the queue's.
@@ -209,7 +221,11 @@ func (o *options) plan(c Contract, cost int) (plan, error) {
 	if inc > maxLuaMicros/4 || most > maxLuaMicros/4 {
 		return plan{}, fmt.Errorf("cost %d (at most %d) at %v/s: a send interval of %d µs is too long to keep in microseconds", cost, o.maxCost, c.Rate, max(inc, most))
 	}
-	return plan{inc: inc, mqd: mqd, cold: mqd + most}, nil
+	p := plan{inc: inc, mqd: mqd, cold: mqd + most, start: mqd + most}
+	if c.ColdStart != nil {
+		p.start = min(max(c.ColdStart.Microseconds(), 0), p.cold)
+	}
+	return p, nil
 }
 
 // depthUnits converts a queue length in µs into units.

@@ -79,7 +79,7 @@ func (q *Redis) guardArg() string {
 
 // reserveArgs are reserve.lua's arguments before the incs.
 func (q *Redis) reserveArgs(p plan, n int) []any {
-	return append(make([]any, 0, 5+n), p.mqd, p.cold, q.o.idleTTL.Milliseconds(), q.nowArg(), q.guardArg())
+	return append(make([]any, 0, 5+n), p.mqd, p.start, q.o.idleTTL.Milliseconds(), q.nowArg(), q.guardArg())
 }
 
 // Load loads the scripts into the script cache of every server rdb reaches

@@ -156,3 +156,50 @@ func testPipelined(t *testing.T, rdb pipeClient) {
 		t.Fatalf("pipelined reserve after load: %+v %v, want ok with delay 300ms", r, err)
 	}
 }
+
+// TestColdStartOverride: a reservation that finds no state starts the
+// queue max_queue_delay (plus an interval) ahead by default, at
+// Contract.ColdStart when given (0: at once), never further than the
+// default however large the override, and an override changes nothing for
+// a queue whose state is there.
+func TestColdStartOverride(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb := testenv.Redis(t).Client()
+	q := leaky.NewRedis(rdb, newPrefix("coldstart"))
+	c := leaky.Contract{Rate: 100, MaxQueueDelay: 2 * time.Second}
+	zero, one, day := time.Duration(0), time.Second, 24*time.Hour
+	for _, tc := range []struct {
+		name     string
+		cold     *time.Duration
+		min, max time.Duration
+	}{
+		{"default", nil, 2 * time.Second, 2100 * time.Millisecond},
+		{"zero", &zero, 0, 50 * time.Millisecond},
+		{"one second", &one, 900 * time.Millisecond, 1050 * time.Millisecond},
+		{"clamped", &day, 2 * time.Second, 2100 * time.Millisecond},
+	} {
+		cc := c
+		cc.ColdStart = tc.cold
+		r, err := q.Reserve(ctx, "p-"+tc.name, cc, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The default cold start fills the queue: the first reservation
+		// is refused for one interval, then placed at the cold start.
+		for !r.OK {
+			time.Sleep(r.RetryAfter)
+			if r, err = q.Reserve(ctx, "p-"+tc.name, cc, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if r.Delay < tc.min || r.Delay > tc.max {
+			t.Errorf("%s: first slot %s ahead, want %s to %s", tc.name, r.Delay, tc.min, tc.max)
+		}
+	}
+	// A queue with its state: the override is not read.
+	r, err := q.Reserve(ctx, "p-default", leaky.Contract{Rate: 100, MaxQueueDelay: 2 * time.Second, ColdStart: &zero}, 1)
+	if err != nil || !r.OK || r.Delay < 1900*time.Millisecond {
+		t.Errorf("a queue with its state, reserved with ColdStart 0: %+v %v, want its slot after the others", r, err)
+	}
+}

@@ -191,3 +191,50 @@ func TestEnsureStreamsCustomNames(t *testing.T) {
 		t.Fatalf("consumers on a custom stream: %v", err)
 	}
 }
+
+// TestHorizons: the slot horizons of a provider are the latest end any
+// process noted, with the time of the latest note; a provider nobody noted
+// has none, and provider names that differ only after a '.' are kept apart.
+func TestHorizons(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	h, err := queue.OpenHorizons(ctx(t), b.js, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, found, err := h.Read(ctx(t), "sms"); err != nil || found {
+		t.Fatalf("a provider never noted: found %v, %v", found, err)
+	}
+	t0 := time.Now().Truncate(time.Microsecond)
+	for _, n := range []struct {
+		provider, instance string
+		end                time.Time
+	}{
+		{"sms", "host-a.1", t0.Add(2 * time.Second)},
+		{"sms", "host-b.1", t0.Add(5 * time.Second)},
+		{"sms", "host-a.1", t0.Add(3 * time.Second)}, // the same process, later: replaces its own
+		{"sms.eu", "host-a.1", t0.Add(time.Hour)},
+	} {
+		if err := h.Note(ctx(t), n.provider, n.instance, n.end); err != nil {
+			t.Fatal(err)
+		}
+	}
+	end, written, found, err := h.Read(ctx(t), "sms")
+	if err != nil || !found || !end.Equal(t0.Add(5*time.Second)) {
+		t.Errorf("sms: end %v found %v (%v), want %v", end, found, err, t0.Add(5*time.Second))
+	}
+	if time.Since(written) > 10*time.Second || time.Until(written) > 10*time.Second {
+		t.Errorf("written %v, want about now", written)
+	}
+	if end, _, found, _ := h.Read(ctx(t), "sms.eu"); !found || !end.Equal(t0.Add(time.Hour)) {
+		t.Errorf("sms.eu: end %v found %v", end, found)
+	}
+	// A second process opening the bucket finds it.
+	h2, err := queue.OpenHorizons(ctx(t), b.js, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, found, err := h2.Read(ctx(t), "sms"); !found || err != nil {
+		t.Errorf("reopened: found %v, %v", found, err)
+	}
+}

@@ -84,6 +84,10 @@ func runDispatcher(ctx context.Context, path string, cfg Config, log *slog.Logge
 
 	rl := newReloader(path, cfg, reg, popts, e.getenv, log)
 	defer rl.close()
+	horizons, err := queue.OpenHorizons(ctx, js, cfg.NATS.Replicas)
+	if err != nil {
+		return err
+	}
 	instance := instanceID()
 	lcfg := limitsConfig(cfg)
 
@@ -102,6 +106,7 @@ func runDispatcher(ctx context.Context, path string, cfg Config, log *slog.Logge
 	return dispatchJobs(ctx, dispatchSetup{
 		cfg: cfg, log: log, nc: nc, js: js, cons: cons, reg: reg, instance: instance,
 		limits:   dispatch.RedisLimits(rdb, lcfg),
+		horizons: horizons,
 		fallback: fallback,
 		peers:    fleet.Live,
 		denials:  dispatch.NewDenials(rdb, cfg.Redis.KeyPrefix),
@@ -152,6 +157,7 @@ type dispatchSetup struct {
 	reg      dispatch.Registry
 	instance string
 	limits   *dispatch.Limits
+	horizons dispatch.Horizons       // the slot horizons outside Redis; nil: none (every stateless queue starts cold)
 	fallback func() *dispatch.Limits // redis.on_failure: local; nil: hold
 	peers    func() int              // live processes of the fleet; nil: this one alone
 	denials  *dispatch.Denials       // per-user cap denials for `notifier top`; nil: not counted
@@ -188,6 +194,7 @@ func dispatchJobs(ctx context.Context, s dispatchSetup) error {
 		Fallback:      s.fallback,
 		Metrics:       metrics,
 		Denials:       s.denials,
+		Horizons:      s.horizons,
 		Logger:        log,
 	})
 	if err != nil {
