@@ -11,8 +11,8 @@ import (
 
 // TestFirstStartDoesNotWaitAColdStart: on a new install (an empty Redis and
 // no slot horizon in JetStream) the first job goes out at once instead of
-// waiting a cold start's max_queue_delay (2 s here), and a priority job
-// published first goes first. Once the fleet has handed out slots, a Redis
+// waiting a cold start's max_queue_delay (2 s here), a priority job
+// published first among them. Once the fleet has handed out slots, a Redis
 // that comes back empty is a lost state, not a first start: a process
 // started then waits the full cold start before its first job, as the
 // contract needs. Without the horizons
@@ -32,12 +32,13 @@ func TestFirstStartDoesNotWaitAColdStart(t *testing.T) {
 	}
 	b.publish(newJob("first-normal", "sms", "u2"))
 	testenv.WaitFor(t, 10*time.Second, "both first jobs sent", func() bool { return len(b.fake.AcceptedIDs()) == 2 })
-	reqs := b.fake.Requests()
-	if wait := reqs[0].At.Sub(published); wait > time.Second {
-		t.Errorf("the first job reached the provider %s after its publish on a first start, want well under the 2s cold start", wait.Round(time.Millisecond))
-	}
-	if reqs[0].ID != "first-high" {
-		t.Errorf("%s went first; the priority job published first should", reqs[0].ID)
+	// Neither waits the cold start (the priority job no longer waits it
+	// either: two jobs taken at once by free workers go out in either
+	// order, within milliseconds).
+	for _, r := range b.fake.Requests() {
+		if wait := r.At.Sub(published); wait > time.Second {
+			t.Errorf("%s reached the provider %s after its publish on a first start, want well under the 2s cold start", r.ID, wait.Round(time.Millisecond))
+		}
 	}
 
 	// The process stops (its horizon noted), Redis loses its state, and

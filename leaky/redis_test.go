@@ -174,10 +174,10 @@ func TestColdStartOverride(t *testing.T) {
 		cold     *time.Duration
 		min, max time.Duration
 	}{
-		{"default", nil, 2 * time.Second, 2100 * time.Millisecond},
+		{"default", nil, 1900 * time.Millisecond, 2100 * time.Millisecond},
 		{"zero", &zero, 0, 50 * time.Millisecond},
 		{"one second", &one, 900 * time.Millisecond, 1050 * time.Millisecond},
-		{"clamped", &day, 2 * time.Second, 2100 * time.Millisecond},
+		{"clamped", &day, 1900 * time.Millisecond, 2100 * time.Millisecond},
 	} {
 		cc := c
 		cc.ColdStart = tc.cold
