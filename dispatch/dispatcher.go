@@ -158,7 +158,7 @@ type Options struct {
 	// cold start's max_queue_delay. nil: every queue without a trusted
 	// state in Redis starts cold.
 	Horizons Horizons
-	Logger  *slog.Logger
+	Logger   *slog.Logger
 	// Trace, when set, is told how long each step of a job took: "ledger"
 	// (claim), "user" (per-user cap), "global" (fleet bucket, including any
 	// wait), "leaky" (the reservation call, not the wait for the slot),
