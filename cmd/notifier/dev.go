@@ -51,7 +51,8 @@ func devCmd(e *env) *cobra.Command {
 
   - a NATS JetStream server (the embedded nats-server) on --nats-listen, with its
     state (streams, jobs waiting, dead letters) kept in --data-dir: it survives
-    a restart of notifier dev; delete the directory to start afresh;
+    a restart of notifier dev (jobs a worker held at the stop come back after
+    nats.ack_wait, 30s by default); delete the directory to start afresh;
   - a dispatcher, notifier run's own, on limits in this process's memory: no Redis;
   - with --sandbox (the default), sandbox providers in the process: each accepts
     jobs within its contract and answers 429 over it, nothing leaves the machine,

@@ -230,13 +230,19 @@ func streamLastSeq(t *testing.T, url, stream string) uint64 {
 
 // TestDevKeepsJobsAcrossARestart: with a configuration, dev takes its
 // providers' contracts (to sandboxes of their names) and caps; jobs still
-// waiting when it stops are sent after it starts again, each once.
+// waiting when it stops are sent after it starts again, each once (those
+// a worker held at the stop after nats.ack_wait: the server restarted with
+// dev does not keep a NAK's redelivery).
 func TestDevKeepsJobsAcrossARestart(t *testing.T) {
 	t.Parallel()
 	cfg := filepath.Join(t.TempDir(), "dev.yaml")
 	yaml := `
 nats:
   url: nats://nowhere.invalid:4222   # not used by dev
+  # The jobs under way at the stop are handed back (NAK), but the server
+  # stops with dev, and a restarted server redelivers what was pending
+  # only after ack_wait.
+  ack_wait: 3s
 redis:
   addrs: ["nowhere.invalid:6379"]    # not used by dev
 providers:

@@ -238,6 +238,13 @@ func dispatchJobs(ctx context.Context, s dispatchSetup) error {
 		s.started(metricsAddr)
 	}
 	err = g.Wait()
+	// The NAKs of the jobs handed back at the stop, and the last acks, are
+	// published without waiting: flush them before the connection closes
+	// (with notifier dev the server stops right after, and a NAK lost
+	// there leaves its job until ack_wait).
+	if ferr := s.nc.FlushTimeout(2 * time.Second); ferr != nil && s.nc.IsConnected() {
+		log.Warn("flush the last acknowledgements to NATS", "err", ferr)
+	}
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
