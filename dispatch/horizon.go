@@ -46,8 +46,9 @@ type horizonKeeper struct {
 
 	mu   sync.Mutex
 	ends map[string]time.Time // the latest slot end per provider since the last write
-	// started: providers this process reserved a slot of (it knows they
-	// have a horizon, noted or about to be).
+	// started: providers known to have a horizon (this process reserved
+	// a slot of them, or found one noted): never a first start again, so
+	// their horizons are not read again.
 	started map[string]bool
 
 	cold atomic.Pointer[map[string]time.Duration] // per provider; absent: the full cold start
@@ -124,8 +125,14 @@ func (h *horizonKeeper) refresh(ctx context.Context, provs []providers.Config) {
 		if started {
 			continue // this process handed out its slots: not a first start
 		}
-		if _, _, found, err := h.store.Read(ctx, p.Name); err == nil && !found {
+		_, _, found, err := h.store.Read(ctx, p.Name)
+		switch {
+		case err == nil && !found:
 			cold[p.Name] = 0 // a first start: nothing pending
+		case found:
+			h.mu.Lock()
+			h.started[p.Name] = true
+			h.mu.Unlock()
 		}
 	}
 	h.mu.Lock()
