@@ -69,7 +69,8 @@ func (d *Dispatcher) backendFailed(l *Limits, err error) {
 	}()
 }
 
-// monitorBackend pings the primary backend with backoff until it answers,
+// monitorBackend checks the primary backend (Limits.Ping: for Redis, every
+// server an operation may need) with backoff until it answers,
 // then switches back to it. Coming from local limits, new reservations wait
 // until the local queues have run dry, so slots handed out locally and slots
 // from the shared queue never overlap.
@@ -100,6 +101,9 @@ func (d *Dispatcher) monitorBackend(ctx context.Context) {
 	d.monitor = nil
 	d.mu.Unlock()
 	d.log.Info("limit backend answers again; back on shared limits", "backend", d.o.Limits.Name)
+	if d.credsResumed.CompareAndSwap(false, true) {
+		d.resumeCredentialPauses(d.o.Limits, d.live.Load().providers)
+	}
 }
 
 // monitorMaxInterval caps the backoff between pings of a failed backend, so

@@ -36,10 +36,16 @@ type clusterWorld struct {
 
 func setupCluster(t *testing.T, contract int) *clusterWorld {
 	t.Helper()
+	return setupClusterOn(t, contract, testenv.RedisCluster(t))
+}
+
+// setupClusterOn is setupCluster on the given Redis Cluster.
+func setupClusterOn(t *testing.T, contract int, rc *testenv.RedisClusterServer) *clusterWorld {
+	t.Helper()
 	w := &clusterWorld{
 		t:     t,
 		nats:  testenv.NATSCluster(t, 3),
-		redis: testenv.RedisCluster(t),
+		redis: rc,
 		fake:  testenv.FakeProvider(t, testenv.WithContract(contract)),
 		logs:  &syncBuffer{},
 	}
@@ -262,4 +268,74 @@ func explain429s(f *testenv.Fake, contract int) string {
 		}
 	}
 	return b.String()
+}
+
+// TestRedisClusterFailoverResumesSending: the master holding the
+// provider's queue is killed (SIGKILL) a third of the way through a
+// backlog, on a Redis Cluster with a replica of each master and a
+// cluster-node-timeout of 1 s. Sending resumes within the failover time
+// (kill to promotion, measured here) plus max_queue_delay (the promoted
+// replica's queue starts cold) plus a second of the backend monitor's
+// interval and scheduling; every job is sent once, within the contract.
+// Before the health check read the slot map anew, the processes took a
+// ping of another master for a recovery and kept dialling the dead
+// master's address until go-redis's own reload a minute later: no send
+// for about 55 s.
+func TestRedisClusterFailoverResumesSending(t *testing.T) {
+	const contract, jobs = 100, 900
+	w := setupClusterOn(t, contract, testenv.RedisClusterWithReplicas(t))
+	ids := w.publishN("fo", jobs, 300)
+	var procs []*proc
+	for node := 0; node < 2; node++ {
+		procs = append(procs, w.start(node, 16))
+	}
+	testenv.WaitFor(t, 60*time.Second, "a third of the jobs sent", func() bool { return len(w.fake.AcceptedIDs()) >= jobs/3 })
+	const queueKey = "{cluster:p:sms-gw}"
+	old, err := w.redis.MasterOf(queueKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	killedAt, sentBefore := time.Now(), len(w.fake.AcceptedIDs())
+	old.Stop()
+	if _, err := w.redis.WaitForFailover(queueKey, old, 30*time.Second); err != nil {
+		t.Fatalf("failover: %v", err)
+	}
+	failover := time.Since(killedAt)
+	testenv.WaitFor(t, 120*time.Second, "every job sent", func() bool { return len(w.fake.AcceptedIDs()) >= jobs })
+	testenv.WaitFor(t, 30*time.Second, "job stream empty", func() bool { return w.remaining() == 0 })
+
+	// The longest silence at the provider after the kill.
+	var at []time.Time
+	for _, r := range w.fake.Accepted() {
+		if r.At.After(killedAt) {
+			at = append(at, r.At)
+		}
+	}
+	sort.Slice(at, func(i, j int) bool { return at[i].Before(at[j]) })
+	gap, prev := time.Duration(0), killedAt
+	for _, a := range at {
+		gap, prev = max(gap, a.Sub(prev)), a
+	}
+	bound := failover + w.pcfgs[0].MaxQueueDelay + time.Second + time.Second
+	t.Logf("queue master killed after %d sends; replica promoted %s later; longest silence at the provider %s (bound %s)",
+		sentBefore, failover.Round(10*time.Millisecond), gap.Round(10*time.Millisecond), bound.Round(10*time.Millisecond))
+	if gap > bound {
+		t.Errorf("no send for %s after the queue's master died, want at most the failover %s + max_queue_delay %s + 2 s",
+			gap.Round(10*time.Millisecond), failover.Round(10*time.Millisecond), w.pcfgs[0].MaxQueueDelay)
+	}
+	(&bundle{t: t, fake: w.fake}).acceptedOnce(ids)
+	if d := w.fake.Duplicates(); len(d) > 0 {
+		t.Errorf("the provider accepted %d jobs twice, e.g. %v", len(d), head(d))
+	}
+	arrivalsPaced(t, "sms-gw", w.fake, contract)
+	if n := w.fake.Count(http.StatusTooManyRequests); n > max429s(jobs) {
+		t.Errorf("the provider answered 429 %d times for %d jobs, more than %d:\n%s", n, jobs, max429s(jobs), explain429s(w.fake, contract))
+	}
+	var sent float64
+	for _, p := range procs {
+		sent += p.count(p.d.m.Jobs.WithLabelValues("sms", "sms-gw", OutcomeSent))
+	}
+	if int(sent) != jobs {
+		t.Errorf("outcome sent counted %v times, want %d", sent, jobs)
+	}
 }

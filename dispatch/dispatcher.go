@@ -225,8 +225,11 @@ type Dispatcher struct {
 	limits  atomic.Pointer[Limits]
 	mu      sync.Mutex    // guards the switches of limits, recover and monitor
 	recover chan struct{} // closed when the primary backend answers again
-	monitor context.CancelFunc
-	live    atomic.Pointer[liveConfig] // what a reload may change; each job reads it once
+	// credsResumed: the start's lifting of credential pauses was done
+	// (deferred to the backend's recovery when it was away at start).
+	credsResumed atomic.Bool
+	monitor      context.CancelFunc
+	live         atomic.Pointer[liveConfig] // what a reload may change; each job reads it once
 	// notBefore (Unix ns) holds every new slot reservation after a switch
 	// of limit sets, until the slots the previous set handed out have run
 	// dry: the shared queue and a local one must never overlap.
@@ -459,9 +462,21 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}()
 	}
 
+	// A backend unreachable at start is found now, not by the first job's
+	// failed operation: until it answers, the process holds (or runs on
+	// local limits) and says so, in its log and on /readyz.
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	if err := d.ping(pctx); err != nil && ctx.Err() == nil {
+		d.backendFailed(d.o.Limits, err)
+	}
+	cancel()
 	// A start, like a reload, is the operator's word that the credentials
 	// may be right now (a new secret in the environment needs a restart).
-	d.resumeCredentialPauses(d.currentLimits(), d.live.Load().providers)
+	// With the backend away, the monitor does it once it answers.
+	if d.currentLimits() == d.o.Limits {
+		d.resumeCredentialPauses(d.o.Limits, d.live.Load().providers)
+		d.credsResumed.Store(true)
+	}
 	d.ready.Store(true)
 	err := d.fetchLoop(ctx, jobs, slots)
 	close(jobs)

@@ -60,7 +60,7 @@ func RedisLimits(rdb redis.UniversalClient, c LimitsConfig) *Limits {
 		Leaky:   rs.leaky,
 		Pauses:  pauses,
 		Reasons: RedisPauseReasons(rdb, c.Prefix),
-		Ping:    func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
+		Ping:    func(ctx context.Context) error { return RedisHealth(ctx, rdb) },
 		redis:   rs,
 	}
 	l.Watch = func(ctx context.Context, providers []string) error {
@@ -70,6 +70,32 @@ func RedisLimits(rdb redis.UniversalClient, c LimitsConfig) *Limits {
 	l.newGlobal = func(cfg globallimit.Config) Waiter { return globallimit.New(store, cfg) }
 	l.setGlobal(c.Global)
 	return l
+}
+
+// RedisHealth says whether every operation the limits run can reach its
+// server. A standalone server (or Sentinel's current master) answers a
+// PING. A Redis Cluster is healthy only when every master of its slot map
+// answers, the map read anew first: a ping to any one node would answer
+// while the master of a provider's queue is dead, and a client whose map
+// is stale keeps dialling a master a failover has replaced (go-redis
+// reloads it by itself only every ClusterStateReloadInterval, or on a
+// MOVED). The reload is what lets the limits follow a failover as soon as
+// the cluster has promoted a replica.
+func RedisHealth(ctx context.Context, rdb redis.UniversalClient) error {
+	cc, ok := rdb.(*redis.ClusterClient)
+	if !ok {
+		return rdb.Ping(ctx).Err()
+	}
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		if err := c.Ping(ctx).Err(); err != nil {
+			return fmt.Errorf("cluster master %s: %w", c.Options().Addr, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("redis cluster: %w", err)
+	}
+	return nil
 }
 
 // global is the fleet bucket in use, nil when there is none.

@@ -441,6 +441,50 @@ func TestPromiseHoldTakesNoJobs(t *testing.T) {
 	}
 }
 
+// TestPromiseHoldFromStart: "a server unreachable at start holds from the
+// start (/readyz 503)". Started with Redis unreachable (stopped with
+// SIGSTOP: connections hang rather than fail), the dispatcher is never
+// ready and takes no job until Redis answers; then it sends it. Before,
+// it called itself ready (after 5 s of trying to lift credential pauses)
+// and fetched jobs until one's operation failed: with no job, for good.
+func TestPromiseHoldFromStart(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	b.redis.Freeze() // unreachable: its port accepts, nothing answers
+	p := b.start(func(o *Options) {
+		// Operations give up after 300 ms, so the start's own attempts
+		// (lifting credential pauses) end before the gauge loop's first
+		// failed read a second in: the window the probe closes.
+		ro := b.redis.Options()
+		ro.DialTimeout, ro.ReadTimeout, ro.WriteTimeout = 300*time.Millisecond, 300*time.Millisecond, 300*time.Millisecond
+		rdb := redis.NewClient(ro)
+		t.Cleanup(func() { _ = rdb.Close() })
+		o.Limits = RedisLimits(rdb, LimitsConfig{Prefix: b.prefix, DedupTTL: time.Hour})
+	})
+	// Past the start's bounded attempts at Redis (5 s for lifting
+	// credential pauses), with no job to fail an operation on.
+	deadline := time.Now().Add(7 * time.Second)
+	for time.Now().Before(deadline) {
+		if err := p.d.Ready(); err == nil {
+			t.Fatalf("Ready() = nil with Redis unreachable since the start (limits %s)", p.d.LimitsName())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := p.d.LimitsName(); got != "holding" {
+		t.Fatalf("limits %q with Redis unreachable at start under hold, want holding", got)
+	}
+	b.publish(newJob("early", "sms", "u0"))
+	time.Sleep(time.Second)
+	if l := b.lane(); l.AckPending != 0 || l.Pending != 1 {
+		t.Fatalf("holding from the start: ack pending %d, pending %d; want 0 and 1 (the job left in JetStream)", l.AckPending, l.Pending)
+	}
+	b.redis.Thaw()
+	testenv.WaitFor(t, 20*time.Second, "the job sent once Redis answers", func() bool { return len(b.fake.AcceptedIDs()) == 1 })
+	if err := p.d.Ready(); err != nil {
+		t.Fatalf("Ready() after Redis answered: %v", err)
+	}
+}
+
 // TestPromiseReadyOnLocalFallback: "/readyz (... the limit backend reachable
 // — or the local fallback in use)". With redis.on_failure: local and Redis
 // down, Ready is nil and jobs are sent.

@@ -38,6 +38,8 @@ type redisConfig struct {
 	aclPass  string
 	tls      *Certs
 	extra    []string
+	// sentinelConf: run as a Redis Sentinel on this configuration file.
+	sentinelConf string
 }
 
 // WithRedisPassword starts the server with --requirepass.
@@ -127,6 +129,16 @@ func (s *RedisServer) Client() *redis.Client {
 }
 
 func (s *RedisServer) args() []string {
+	if s.cfg.sentinelConf != "" {
+		return []string{s.cfg.sentinelConf, "--sentinel",
+			"--bind", "127.0.0.1",
+			"--port", strconv.Itoa(s.port),
+			"--dir", s.dir,
+			"--daemonize", "no",
+			"--protected-mode", "no",
+			"--loglevel", "warning",
+		}
+	}
 	a := []string{
 		"--bind", "127.0.0.1",
 		"--save", "",
@@ -201,7 +213,8 @@ func (s *RedisServer) start() error {
 	return nil
 }
 
-// Stop kills the server with SIGKILL, as a crash would. Clients see
+// Stop kills the server with SIGKILL, as a crash would (a Frozen server
+// too). Clients see
 // connection errors until Start. Stopping a stopped server does nothing.
 func (s *RedisServer) Stop() {
 	s.mu.Lock()
@@ -234,21 +247,56 @@ func (s *RedisServer) Restart() {
 	s.Start()
 }
 
-// RedisClusterServer is three redis-server masters with --cluster-enabled,
-// joined with redis-cli --cluster create and serving all 16384 slots.
+// RedisClusterServer is three redis-server masters with --cluster-enabled
+// (and, from RedisClusterWithReplicas, a replica of each), joined with
+// redis-cli --cluster create and serving all 16384 slots.
 type RedisClusterServer struct {
 	t     testing.TB
-	Nodes []*RedisServer
+	Nodes []*RedisServer // every node; which are masters changes on a failover
 }
 
 // RedisCluster starts a three-master Redis Cluster on free loopback ports
 // and waits until every slot is served.
 func RedisCluster(t testing.TB) *RedisClusterServer {
 	t.Helper()
+	return redisCluster(t, 0, 2000)
+}
+
+// RedisClusterWithReplicas starts three masters with one replica each and
+// a cluster-node-timeout of 1 s, so that a master's replica is promoted a
+// few seconds after the master dies (Stop it: see MasterOf and
+// WaitForFailover).
+func RedisClusterWithReplicas(t testing.TB) *RedisClusterServer {
+	t.Helper()
+	c := redisCluster(t, 1, 1000)
+	// A replica counts as synced once it has had its master's data:
+	// until then a failover would find no replica able to take over.
+	err := waitFor(20*time.Second, func() error {
+		for _, n := range c.Nodes {
+			cl := redis.NewClient(n.Options())
+			info, err := cl.Info(context.Background(), "replication").Result()
+			_ = cl.Close()
+			if err != nil {
+				return err
+			}
+			if strings.Contains(info, "role:slave") && !strings.Contains(info, "master_link_status:up") {
+				return fmt.Errorf("replica %s not in sync yet", n.Addr())
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("testenv: Redis Cluster replicas: %v", err)
+	}
+	return c
+}
+
+func redisCluster(t testing.TB, replicas, nodeTimeoutMs int) *RedisClusterServer {
+	t.Helper()
 	cli := lookRedis(t, "redis-cli")
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
-		c, err := startCluster(t, cli)
+		c, err := startCluster(t, cli, replicas, nodeTimeoutMs)
 		if err == nil {
 			return c
 		}
@@ -258,23 +306,23 @@ func RedisCluster(t testing.TB) *RedisClusterServer {
 	return nil
 }
 
-func startCluster(t testing.TB, cli string) (*RedisClusterServer, error) {
+func startCluster(t testing.TB, cli string, replicas, nodeTimeoutMs int) (*RedisClusterServer, error) {
 	t.Helper()
 	c := &RedisClusterServer{t: t}
 	var addrs []string
-	for i := 0; i < 3; i++ {
+	for i := 0; i < 3*(1+replicas); i++ {
 		busPort := FreePort(t)
 		n := Redis(t, WithRedisArgs(
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", "2000",
+			"--cluster-node-timeout", strconv.Itoa(nodeTimeoutMs),
 			"--cluster-port", strconv.Itoa(busPort),
 		))
 		c.Nodes = append(c.Nodes, n)
 		addrs = append(addrs, n.Addr())
 	}
 	args := append([]string{"--cluster", "create"}, addrs...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
 	out, err := exec.Command(cli, args...).CombinedOutput()
 	if err != nil {
 		for _, n := range c.Nodes {
@@ -305,7 +353,8 @@ func startCluster(t testing.TB, cli string) (*RedisClusterServer, error) {
 	return c, nil
 }
 
-// Addrs are the masters' host:port addresses.
+// Addrs are the nodes' host:port addresses (the masters' and, with
+// replicas, theirs too): a client's seeds.
 func (c *RedisClusterServer) Addrs() []string {
 	a := make([]string, len(c.Nodes))
 	for i, n := range c.Nodes {

@@ -207,3 +207,71 @@ func TestNATSTLS(t *testing.T) {
 		t.Fatal("connected over TLS without trusting the CA")
 	}
 }
+
+// TestRedisClusterFailover: with replicas, stopping the master of a key's
+// slot gets its replica promoted, and the key's value (replicated before
+// the stop) is still there.
+func TestRedisClusterFailover(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cl := testenv.RedisClusterWithReplicas(t)
+	if len(cl.Nodes) != 6 {
+		t.Fatalf("%d nodes, want 3 masters and 3 replicas", len(cl.Nodes))
+	}
+	old, err := cl.MasterOf("{q}k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	setReplicated(t, old, "{q}k")
+	old.Stop()
+	start := time.Now()
+	now, err := cl.WaitForFailover("{q}k", old, 30*time.Second)
+	if err != nil {
+		t.Fatalf("failover: %v", err)
+	}
+	t.Logf("replica %s promoted %s after the master stopped", now.Addr(), time.Since(start).Round(10*time.Millisecond))
+	n := redis.NewClient(now.Options())
+	defer n.Close()
+	if got, err := n.Get(ctx, "{q}k").Result(); err != nil || got != "v" {
+		t.Fatalf("key on the promoted replica: %q, %v; want v", got, err)
+	}
+}
+
+// TestRedisSentinelFailover: the Sentinel names the replica master a few
+// seconds after the master stops, and a Sentinel-backed client follows.
+func TestRedisSentinelFailover(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testenv.RedisSentinel(t)
+	c := s.Client(t)
+	setReplicated(t, s.Master, "k")
+	s.Master.Stop()
+	start := time.Now()
+	if err := s.WaitForFailover(30 * time.Second); err != nil {
+		t.Fatalf("failover: %v", err)
+	}
+	t.Logf("replica promoted %s after the master stopped", time.Since(start).Round(10*time.Millisecond))
+	testenv.WaitFor(t, 10*time.Second, "the client writing to the new master", func() bool {
+		return c.Set(ctx, "k2", "v", time.Minute).Err() == nil
+	})
+	if got, err := c.Get(ctx, "k").Result(); err != nil || got != "v" {
+		t.Fatalf("key after the failover: %q, %v; want v", got, err)
+	}
+}
+
+// setReplicated sets key to "v" on master and waits until a replica has
+// it (WAIT, on the connection that wrote it).
+func setReplicated(t *testing.T, master *testenv.RedisServer, key string) {
+	t.Helper()
+	c := master.Client()
+	wait := redis.NewIntCmd(context.Background(), "wait", 1, 5000)
+	if _, err := c.Pipelined(context.Background(), func(p redis.Pipeliner) error {
+		p.Set(context.Background(), key, "v", time.Minute)
+		return p.Process(context.Background(), wait)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n := wait.Val(); n < 1 {
+		t.Fatalf("WAIT: %d replicas have %s, want 1", n, key)
+	}
+}

@@ -61,7 +61,10 @@ func describeConfig(w io.Writer, cfg Config) {
 	fmt.Fprintf(w, "  nats:      %s (streams %s, %s; ack_wait %s; auth: %s)\n",
 		queue.RedactURLs(cfg.NATS.URL), cfg.NATS.Stream, cfg.NATS.DeadStream, fmtDur(cfg.NATS.AckWait), natsAuthKind(cfg))
 	mode := "standalone"
-	if len(cfg.Redis.Addrs) > 1 {
+	switch {
+	case cfg.Redis.MasterName != "":
+		mode = "sentinel, master " + cfg.Redis.MasterName
+	case len(cfg.Redis.Addrs) > 1:
 		mode = "cluster"
 	}
 	auth := "none"

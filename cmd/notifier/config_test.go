@@ -130,6 +130,7 @@ providers:
 		{"bad on_failure", minimal + "redis:\n  on_failure: panic\n", []string{"redis.on_failure", `"panic"`, "hold, local"}},
 		{"bad workers", minimal + "workers: 0x\n", []string{"workers: must be a whole number", `"0x"`}},
 		{"negative global rate", minimal + "global:\n  rate: -1\n  burst: 10\n", []string{"global.rate", "-1"}},
+		{"sentinel password without master name", minimal + "redis:\n  sentinel_password: x\n", []string{"redis.sentinel_password", "master_name"}},
 		{"brace in key prefix", minimal + "redis:\n  key_prefix: \"{x}\"\n", []string{"redis.key_prefix", "hash tags"}},
 		{"not yaml", "providers: [\n", []string{"not valid YAML"}},
 		{"wrong shape", "providers: 5\n", []string{"providers"}},
@@ -331,7 +332,7 @@ func TestLoadConfigMissingFile(t *testing.T) {
 func TestEnvKeysCoverTheSchema(t *testing.T) {
 	t.Parallel()
 	keys := strings.Join(envKeys(), " ")
-	for _, k := range []string{"nats.url", "nats.token", "nats.tls.ca_file", "redis.addrs", "redis.password", "redis.tls.enabled",
+	for _, k := range []string{"nats.url", "nats.token", "nats.tls.ca_file", "redis.addrs", "redis.password", "redis.master_name", "redis.sentinel_password", "redis.tls.enabled",
 		"workers", "metrics.listen", "dedup_ttl", "retry.max_attempts", "global.rate", "user_limits.push.limit", "user_limits.email.on_exceed"} {
 		if !strings.Contains(" "+keys+" ", " "+k+" ") {
 			t.Errorf("envKeys lacks %s", k)

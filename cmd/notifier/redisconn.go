@@ -17,14 +17,20 @@ import (
 )
 
 // RedisConfig is YAML redis:. One address is a standalone server; several
-// are the seeds of a Redis Cluster.
+// are the seeds of a Redis Cluster; with master_name, the addresses are
+// Redis Sentinels that name the master.
 type RedisConfig struct {
-	Addrs     []string       `mapstructure:"addrs"`
-	Username  string         `mapstructure:"username"` // Redis 6+ ACL user
-	Password  string         `mapstructure:"password"` // better: NOTIFIER_REDIS_PASSWORD
-	TLS       RedisTLSConfig `mapstructure:"tls"`
-	KeyPrefix string         `mapstructure:"key_prefix"`
-	OnFailure string         `mapstructure:"on_failure"` // hold | local
+	Addrs      []string `mapstructure:"addrs"`
+	MasterName string   `mapstructure:"master_name"` // Sentinel: the monitored master's name
+	// SentinelPassword is the Sentinels' own password (requirepass in
+	// sentinel.conf), when they have one; better:
+	// NOTIFIER_REDIS_SENTINEL_PASSWORD.
+	SentinelPassword string         `mapstructure:"sentinel_password"`
+	Username         string         `mapstructure:"username"` // Redis 6+ ACL user
+	Password         string         `mapstructure:"password"` // better: NOTIFIER_REDIS_PASSWORD
+	TLS              RedisTLSConfig `mapstructure:"tls"`
+	KeyPrefix        string         `mapstructure:"key_prefix"`
+	OnFailure        string         `mapstructure:"on_failure"` // hold | local
 }
 
 // RedisTLSConfig is YAML redis.tls:. Server verification is always on.
@@ -70,6 +76,12 @@ func (c RedisConfig) Validate() error {
 	}
 	if c.OnFailure != OnFailureHold && c.OnFailure != OnFailureLocal {
 		errs = append(errs, fmt.Errorf("on_failure: %q is not one of hold, local", c.OnFailure))
+	}
+	if c.SentinelPassword != "" && c.MasterName == "" {
+		errs = append(errs, errors.New("sentinel_password: only used with master_name (the addresses are then Sentinels)"))
+	}
+	if c.MasterName != "" && strings.ContainsAny(c.MasterName, " \t\r\n") {
+		errs = append(errs, fmt.Errorf("master_name: must be one word, got %q", c.MasterName))
 	}
 	if c.Username != "" && c.Password == "" {
 		errs = append(errs, errors.New("password: required with username (set NOTIFIER_REDIS_PASSWORD)"))
@@ -127,7 +139,8 @@ func (c RedisTLSConfig) tlsConfig() (*tls.Config, error) {
 	return cfg, nil
 }
 
-// NewRedisClient makes a standalone or cluster client; it does not dial.
+// NewRedisClient makes a standalone, Sentinel or cluster client; it does
+// not dial.
 func NewRedisClient(c RedisConfig, workers int) (redis.UniversalClient, error) {
 	tlsCfg, err := c.TLS.tlsConfig()
 	if err != nil {
@@ -135,18 +148,40 @@ func NewRedisClient(c RedisConfig, workers int) (redis.UniversalClient, error) {
 	}
 	// A pool a little larger than the workers, so no worker waits for a
 	// connection; commands fail fast enough for hold/local to react.
-	// One address: a standalone Client; several: a ClusterClient.
-	return redis.NewUniversalClient(&redis.UniversalOptions{
-		Addrs:        c.Addrs,
-		Username:     c.Username,
-		Password:     c.Password,
-		TLSConfig:    tlsCfg,
-		PoolSize:     workers + 8,
-		DialTimeout:  2 * time.Second,
-		ReadTimeout:  2 * time.Second,
-		WriteTimeout: 2 * time.Second,
-	}), nil
+	o := &redis.UniversalOptions{
+		Addrs:            c.Addrs,
+		MasterName:       c.MasterName,
+		SentinelPassword: c.SentinelPassword,
+		Username:         c.Username,
+		Password:         c.Password,
+		TLSConfig:        tlsCfg,
+		PoolSize:         workers + 8,
+		DialTimeout:      2 * time.Second,
+		ReadTimeout:      2 * time.Second,
+		WriteTimeout:     2 * time.Second,
+	}
+	switch {
+	case c.MasterName != "":
+		// The Sentinels name the master and announce a failover; the
+		// client follows it by itself.
+		return redis.NewFailoverClient(o.Failover()), nil
+	case len(c.Addrs) > 1:
+		// A Cluster: the slot map is also read again every few seconds
+		// (go-redis's default is a minute), and the dispatcher's health
+		// check reads it at once after a failed operation
+		// (dispatch.RedisHealth), so a promoted replica is found as soon
+		// as the cluster has promoted it.
+		co := o.Cluster()
+		co.ClusterStateReloadInterval = clusterStateReload
+		return redis.NewClusterClient(co), nil
+	default:
+		return redis.NewClient(o.Simple()), nil
+	}
 }
+
+// clusterStateReload is how old a Redis Cluster slot map may get before
+// the client reads it again on its next command.
+const clusterStateReload = 5 * time.Second
 
 // ConnectRedis makes the client and checks that it reaches the server and
 // is allowed in. Errors name the addresses, never the password.
@@ -159,7 +194,7 @@ func ConnectRedis(ctx context.Context, c RedisConfig, workers int) (redis.Univer
 	defer cancel()
 	if err := rdb.Ping(pctx).Err(); err != nil {
 		_ = rdb.Close()
-		return nil, fmt.Errorf("connect to redis at %s: %w", strings.Join(c.Addrs, ","), redactErr(err, c.Password))
+		return nil, fmt.Errorf("connect to redis at %s: %w", strings.Join(c.Addrs, ","), redactErr(err, c.Password, c.SentinelPassword))
 	}
 	return rdb, nil
 }

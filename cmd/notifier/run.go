@@ -337,14 +337,14 @@ func checkRedis(ctx context.Context, rdb redis.UniversalClient, c RedisConfig, l
 	if err == nil {
 		return nil
 	}
-	err = redactErr(err, c.Password)
+	err = redactErr(err, c.Password, c.SentinelPassword)
 	msg := err.Error()
 	for _, fatal := range []string{"WRONGPASS", "NOAUTH", "NOPERM", "invalid username-password", "x509:", "tls:", "certificate"} {
 		if strings.Contains(msg, fatal) {
 			return fmt.Errorf("connect to redis at %s: %w", strings.Join(c.Addrs, ","), err)
 		}
 	}
-	log.Warn("redis unreachable at start; taking no jobs until it answers", "addrs", strings.Join(c.Addrs, ","), "on_failure", c.OnFailure, "err", err)
+	log.Warn("redis unreachable at start", "addrs", strings.Join(c.Addrs, ","), "on_failure", c.OnFailure, "err", err)
 	return nil
 }
 
