@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/notifier/notifier/globallimit"
 	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/providers"
@@ -149,6 +151,11 @@ type Options struct {
 	Fallback func() *Limits
 
 	Metrics *Metrics
+	// Tracer, when set, records a span per job delivery and per provider
+	// call, continuing the trace in the job's traceparent header (see
+	// trace.go). nil: nothing is recorded; provider calls still carry
+	// the job's traceparent.
+	Tracer trace.TracerProvider
 	// Denials, when set, counts per-user cap denials in Redis for
 	// `notifier top` (not while on local limits).
 	Denials *Denials
@@ -228,6 +235,7 @@ type Dispatcher struct {
 	// credsResumed: the start's lifting of credential pauses was done
 	// (deferred to the backend's recovery when it was away at start).
 	credsResumed atomic.Bool
+	tracer       trace.Tracer
 	monitor      context.CancelFunc
 	live         atomic.Pointer[liveConfig] // what a reload may change; each job reads it once
 	// notBefore (Unix ns) holds every new slot reservation after a switch
@@ -268,7 +276,7 @@ func New(o Options) (*Dispatcher, error) {
 			return nil, fmt.Errorf("dispatch: Options.UserLimits[%s]: %w", ch, err)
 		}
 	}
-	d := &Dispatcher{o: o, log: o.Logger, m: o.Metrics}
+	d := &Dispatcher{o: o, log: o.Logger, m: o.Metrics, tracer: newTracer(o.Tracer)}
 	if o.Horizons != nil {
 		d.horizons = newHorizonKeeper(o.Horizons, o.Instance)
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/userlimit"
@@ -67,6 +69,8 @@ func (jb *job) debug(msg string, args ...any) {
 // deferral), or released on a stop. The pipeline (process) decides the end;
 // conclude acts on it.
 func (d *Dispatcher) handle(ctx, sendCtx context.Context, dl *queue.Delivery) {
+	span := d.startJobSpan(dl)
+	ctx, sendCtx = trace.ContextWithSpan(ctx, span), trace.ContextWithSpan(sendCtx, span)
 	jb := &job{dl: dl, lastBeat: time.Now(), channel: "invalid", provider: "unknown", base: d.log}
 	e := d.process(ctx, sendCtx, jb)
 	for e.kind == endAgain {
@@ -74,6 +78,7 @@ func (d *Dispatcher) handle(ctx, sendCtx context.Context, dl *queue.Delivery) {
 		e = d.process(ctx, sendCtx, jb)
 	}
 	d.conclude(ctx, sendCtx, jb, e)
+	endJobSpan(span, jb, e)
 }
 
 // process takes a job through the pipeline, from its decoding to the

@@ -35,9 +35,11 @@ func (d *Dispatcher) send(ctx, sendCtx context.Context, jb *job) end {
 		d.sentSlot(jb.provider, jb.slot, jb.cost)
 	}
 	rctx, cancel := context.WithTimeout(sendCtx, jb.pcfg.Timeout)
+	rctx, span := d.startSendSpan(rctx, jb)
 	start := time.Now()
 	serr := jb.prov.Send(rctx, jb.msg)
 	cancel()
+	endSendSpan(span, serr)
 	d.trace("provider", start)
 	d.m.ProviderSeconds.WithLabelValues(jb.provider).Observe(time.Since(start).Seconds())
 	d.lat.observe(jb.provider, time.Since(start))

@@ -11,13 +11,16 @@ import (
 	"net/url"
 	"syscall"
 	"time"
+
+	"go.opentelemetry.io/otel/propagation"
 )
 
 // Webhook is the webhook provider (SPEC §7): each Send is one
 // `POST <url>` whose body is the Message as JSON, with the headers
 // Content-Type: application/json, Idempotency-Key: <message id>,
-// User-Agent: notifier/<version> and, when credentials_env is set,
-// Authorization: Bearer <token>.
+// User-Agent: notifier/<version>, traceparent (and tracestate) when the
+// context carries a trace (the job's, see dispatch) and, when
+// credentials_env is set, Authorization: Bearer <token>.
 //
 // A 2xx is accepted; 429 is a *RateLimitedError honouring Retry-After; 408,
 // 5xx, other unexpected statuses (redirects are not followed), timeouts and
@@ -123,6 +126,10 @@ func (w *Webhook) Send(ctx context.Context, m *Message) error {
 	if w.auth != nil {
 		req.Header.Set("Authorization", w.auth.value)
 	}
+	// The job's trace context (the dispatcher's send span, or the job's
+	// own traceparent when tracing is off), so the receiver can join the
+	// trace. Nothing is added for a context without one.
+	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
 
 	req, wrote := traceWrite(req)
 	resp, err := w.client.Do(req)

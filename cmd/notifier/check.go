@@ -82,6 +82,11 @@ func describeConfig(w io.Writer, cfg Config) {
 		strings.Join(addrs, ","), mode, cfg.Redis.TLS.Enabled, auth, cfg.Redis.KeyPrefix, cfg.Redis.OnFailure)
 	fmt.Fprintf(w, "  workers:   %d per process; dedup_ttl %s; retry %d attempts, %s..%s\n",
 		cfg.Workers, fmtDur(cfg.DedupTTL), cfg.Retry.MaxAttempts, fmtDur(cfg.Retry.BaseDelay), fmtDur(cfg.Retry.MaxDelay))
+	if t := cfg.Tracing; t.OTLPEndpoint != "" {
+		fmt.Fprintf(w, "  tracing:   OTLP/HTTP to %s (service %s, sample ratio %g)\n", redactURL(t.OTLPEndpoint), t.ServiceName, *t.SampleRatio)
+	} else {
+		fmt.Fprintf(w, "  tracing:   off (jobs' traceparent still passed to webhooks)\n")
+	}
 	if cfg.Global != nil {
 		fmt.Fprintf(w, "  global:    %g jobs/s, burst %d (whole fleet)\n", cfg.Global.Rate, cfg.Global.Burst)
 	} else {

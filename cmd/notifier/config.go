@@ -38,6 +38,7 @@ type Config struct {
 	UserLimits map[string]userlimit.Rule `mapstructure:"user_limits"`
 	Tenants    TenantsConfig             `mapstructure:"tenants"`
 	Providers  []providers.Config        `mapstructure:"providers"`
+	Tracing    TracingConfig             `mapstructure:"tracing"`
 }
 
 // TenantsConfig is YAML tenants:.
@@ -76,6 +77,7 @@ func (c Config) WithDefaults() Config {
 		c.DedupTTL = 24 * time.Hour
 	}
 	c.Retry = c.Retry.WithDefaults()
+	c.Tracing = c.Tracing.WithDefaults()
 	for ch, r := range c.UserLimits {
 		c.UserLimits[ch] = r.WithDefaults()
 	}
@@ -107,6 +109,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("dedup_ttl: must be at least 1m (longer than a job can take to be redelivered), got %s", c.DedupTTL))
 	}
 	add("retry.", c.Retry.Validate())
+	add("tracing.", c.Tracing.Validate())
 	if c.Global != nil {
 		add("global.", c.Global.Validate())
 	}

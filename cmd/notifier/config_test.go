@@ -131,6 +131,8 @@ providers:
 		{"bad workers", minimal + "workers: 0x\n", []string{"workers: must be a whole number", `"0x"`}},
 		{"negative global rate", minimal + "global:\n  rate: -1\n  burst: 10\n", []string{"global.rate", "-1"}},
 		{"sentinel password without master name", minimal + "redis:\n  sentinel_password: x\n", []string{"redis.sentinel_password", "master_name"}},
+		{"tracing endpoint not a URL", minimal + "tracing:\n  otlp_endpoint: collector:4318\n", []string{"tracing.otlp_endpoint", "http://"}},
+		{"tracing sample ratio over 1", minimal + "tracing:\n  sample_ratio: 2\n", []string{"tracing.sample_ratio", "from 0 to 1"}},
 		{"brace in key prefix", minimal + "redis:\n  key_prefix: \"{x}\"\n", []string{"redis.key_prefix", "hash tags"}},
 		{"not yaml", "providers: [\n", []string{"not valid YAML"}},
 		{"wrong shape", "providers: 5\n", []string{"providers"}},
@@ -332,7 +334,7 @@ func TestLoadConfigMissingFile(t *testing.T) {
 func TestEnvKeysCoverTheSchema(t *testing.T) {
 	t.Parallel()
 	keys := strings.Join(envKeys(), " ")
-	for _, k := range []string{"nats.url", "nats.token", "nats.tls.ca_file", "redis.addrs", "redis.password", "redis.master_name", "redis.sentinel_password", "redis.tls.enabled",
+	for _, k := range []string{"nats.url", "nats.token", "nats.tls.ca_file", "redis.addrs", "redis.password", "redis.master_name", "redis.sentinel_password", "tracing.otlp_endpoint", "tracing.sample_ratio", "redis.tls.enabled",
 		"workers", "metrics.listen", "dedup_ttl", "retry.max_attempts", "global.rate", "user_limits.push.limit", "user_limits.email.on_exceed"} {
 		if !strings.Contains(" "+keys+" ", " "+k+" ") {
 			t.Errorf("envKeys lacks %s", k)

@@ -178,6 +178,18 @@ func dispatchJobs(ctx context.Context, s dispatchSetup) error {
 	cfg, log := s.cfg, s.log
 	promReg := newPromRegistry()
 	metrics := dispatch.NewMetrics(promReg)
+	tp, stopTracing, err := startTracing(ctx, cfg.Tracing, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// The last spans, sent after the dispatcher stopped.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := stopTracing(sctx); err != nil {
+			log.Warn("send the last spans", "err", err)
+		}
+	}()
 	d, err := dispatch.New(dispatch.Options{
 		Workers:       cfg.Workers,
 		AckWait:       cfg.NATS.AckWait,
@@ -193,6 +205,7 @@ func dispatchJobs(ctx context.Context, s dispatchSetup) error {
 		Limits:        s.limits,
 		Fallback:      s.fallback,
 		Metrics:       metrics,
+		Tracer:        tp,
 		Denials:       s.denials,
 		Horizons:      s.horizons,
 		Logger:        log,
