@@ -95,6 +95,21 @@ type Config struct {
 	// "ambiguous", at the risk of none. Every kind takes it; read it with
 	// RetriesOnTimeout.
 	RetryOnTimeout *bool `mapstructure:"retry_on_timeout"`
+	// Fallback names another provider of the same channel that takes a
+	// job this one cannot send in time: its breaker is open, a quota of its
+	// is spent, or its queue has no slot before the job's expires_at. The
+	// job goes through the fallback's own contract; the ledger still sends
+	// it once.
+	Fallback string `mapstructure:"fallback"`
+	// Adaptive, when set, lets the fleet pace below Rate after the
+	// provider throttles (AIMD): each 429 pause multiplies the effective
+	// rate by Decrease (once per pause, fleet-wide), never below MinRate;
+	// after Quiet it climbs by IncreasePerS a second, never above Rate.
+	Adaptive *AdaptiveConfig `mapstructure:"adaptive"`
+	// Quotas are counts per window beside Rate (a daily or per-minute
+	// quota), each exact and fleet-wide; windows are aligned to the Unix
+	// epoch (a 24h quota is a UTC day).
+	Quotas []QuotaConfig `mapstructure:"quotas"`
 	// ProjectID is the Firebase project (fcm, required).
 	ProjectID string `mapstructure:"project_id"`
 	// CredentialsEnv names the environment variable holding the secret:
@@ -157,6 +172,28 @@ type Config struct {
 	PasswordEnv string `mapstructure:"password_env"`
 }
 
+// AdaptiveConfig is providers[].adaptive.
+type AdaptiveConfig struct {
+	MinRate      float64       `mapstructure:"min_rate"`       // floor of the effective rate (default Rate/10)
+	Decrease     float64       `mapstructure:"decrease"`       // factor per throttle, in (0, 1) (default 0.7)
+	IncreasePerS float64       `mapstructure:"increase_per_s"` // units/s regained per second of quiet (default Rate/20)
+	Quiet        time.Duration `mapstructure:"quiet"`          // no climb for this long after a decrease (default 2s)
+}
+
+// QuotaConfig is one entry of providers[].quotas.
+type QuotaConfig struct {
+	Limit int64         `mapstructure:"limit"` // units per window, >= 1
+	Per   time.Duration `mapstructure:"per"`   // the window: whole seconds, 1s to 31 days
+}
+
+// Adaptive defaults.
+const (
+	DefaultAdaptiveDecrease = 0.7
+	DefaultAdaptiveQuiet    = 2 * time.Second
+	maxQuotas               = 4
+	maxQuotaPer             = 31 * 24 * time.Hour
+)
+
 // WithDefaults returns c with every zero-valued key that has a default
 // filled in. Negative or otherwise invalid values are kept for Validate to
 // report.
@@ -172,6 +209,22 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaxPause == 0 {
 		c.MaxPause = DefaultMaxPause
+	}
+	if a := c.Adaptive; a != nil {
+		d := *a
+		if d.MinRate == 0 {
+			d.MinRate = c.Rate / 10
+		}
+		if d.Decrease == 0 {
+			d.Decrease = DefaultAdaptiveDecrease
+		}
+		if d.IncreasePerS == 0 {
+			d.IncreasePerS = c.Rate / 20
+		}
+		if d.Quiet == 0 {
+			d.Quiet = DefaultAdaptiveQuiet
+		}
+		c.Adaptive = &d
 	}
 	switch c.Kind {
 	case "twilio":
@@ -312,6 +365,36 @@ func (c Config) Validate() error {
 	}
 	if c.Timeout <= 0 {
 		add("timeout", "must be greater than 0, got %s", c.Timeout)
+	}
+	if c.Fallback != "" && c.Fallback == c.Name {
+		add("fallback", "must name another provider, got its own name %q", c.Fallback)
+	}
+	if a := c.Adaptive; a != nil {
+		finite := func(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
+		if !finite(a.MinRate) || a.MinRate < MinRate || (c.Rate > 0 && a.MinRate > c.Rate) {
+			add("adaptive.min_rate", "must be from %g to rate (%g), got %g", MinRate, c.Rate, a.MinRate)
+		}
+		if !finite(a.Decrease) || a.Decrease <= 0 || a.Decrease >= 1 {
+			add("adaptive.decrease", "must be greater than 0 and less than 1, got %g", a.Decrease)
+		}
+		if !finite(a.IncreasePerS) || a.IncreasePerS <= 0 {
+			add("adaptive.increase_per_s", "must be greater than 0, got %g", a.IncreasePerS)
+		}
+		if a.Quiet < 0 {
+			add("adaptive.quiet", "must not be negative, got %s", a.Quiet)
+		}
+	}
+	if len(c.Quotas) > maxQuotas {
+		add("quotas", "at most %d, got %d", maxQuotas, len(c.Quotas))
+	}
+	for i, q := range c.Quotas {
+		key := fmt.Sprintf("quotas[%d]", i)
+		if q.Limit < 1 {
+			add(key+".limit", "must be at least 1, got %d", q.Limit)
+		}
+		if q.Per < time.Second || q.Per > maxQuotaPer || q.Per%time.Second != 0 {
+			add(key+".per", "must be whole seconds from 1s to %s, got %s", maxQuotaPer, q.Per)
+		}
 	}
 	if c.CredentialsEnv != "" && !envRE.MatchString(c.CredentialsEnv) {
 		add("credentials_env", "must be an environment variable name ([A-Za-z_][A-Za-z0-9_]*), got %q", c.CredentialsEnv)
@@ -481,6 +564,18 @@ func ValidateAll(cfgs []Config) error {
 				EntryPath(i, c.Name), c.Channel, j, cfgs[j].Name))
 		} else {
 			defaults[c.Channel] = i
+		}
+	}
+	for i, c := range cfgs {
+		if c.Fallback == "" || c.Fallback == c.Name {
+			continue // the entry's own Validate reports a self-reference
+		}
+		j, ok := byName[c.Fallback]
+		switch {
+		case !ok:
+			errs = append(errs, fmt.Errorf("%s.fallback: no provider is named %q", EntryPath(i, c.Name), c.Fallback))
+		case cfgs[j].Channel != c.Channel:
+			errs = append(errs, fmt.Errorf("%s.fallback: %q sends %s, not %s", EntryPath(i, c.Name), c.Fallback, cfgs[j].Channel, c.Channel))
 		}
 	}
 	for _, ch := range channels {

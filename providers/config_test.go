@@ -197,6 +197,7 @@ func TestValidateAll(t *testing.T) {
 	p := func(name, channel string, def bool) providers.Config {
 		return providers.Config{Name: name, Channel: channel, Default: def, Kind: "log", Rate: 1}
 	}
+	fb := func(c providers.Config, fallback string) providers.Config { c.Fallback = fallback; return c }
 	cases := []struct {
 		name string
 		cfgs []providers.Config
@@ -210,6 +211,9 @@ func TestValidateAll(t *testing.T) {
 			[]string{"providers: channel sms has no default provider; set default: true on one of sms-a, sms-b"}},
 		{"two defaults", []providers.Config{p("sms-a", "sms", true), p("sms-b", "sms", true)},
 			[]string{"providers[1] (sms-b).default: channel sms already has default providers[0] (sms-a)"}},
+		{"fallback", []providers.Config{fb(p("sms-a", "sms", true), "sms-b"), p("sms-b", "sms", false), fb(p("push", "push", true), "sms-a"), fb(p("e", "email", true), "nope")}, []string{
+			`providers[2] (push).fallback: "sms-a" sends sms, not push`,
+			`providers[3] (e).fallback: no provider is named "nope"`}},
 		{"every mistake", []providers.Config{p("a", "sms", true), p("a", "sms", true), p("m", "email", false)}, []string{
 			`providers[1] (a).name: "a" is already used by providers[0]`,
 			"providers[1] (a).default: channel sms already has default providers[0] (a)",
@@ -265,5 +269,40 @@ func TestEntryPathQuotesControlCharacters(t *testing.T) {
 	got := providers.EntryPath(0, "evil\x1b[2J\nname")
 	if got != `providers[0] ("evil\x1b[2J\nname")` {
 		t.Errorf("control characters: %s, want them quoted", got)
+	}
+}
+
+// TestShapingKeys: adaptive takes defaults from the rate and refuses
+// values that cannot pace; quotas need whole-second windows; a provider
+// cannot fall back on itself.
+func TestShapingKeys(t *testing.T) {
+	t.Parallel()
+	base := providers.Config{Name: "sms", Channel: "sms", Default: true, Kind: "log", Rate: 100}
+	c := base
+	c.Adaptive = &providers.AdaptiveConfig{}
+	d := c.WithDefaults().Adaptive
+	if d.MinRate != 10 || d.Decrease != 0.7 || d.IncreasePerS != 5 || d.Quiet != 2*time.Second {
+		t.Fatalf("adaptive defaults %+v, want min_rate 10, decrease 0.7, increase_per_s 5, quiet 2s", *d)
+	}
+	if c.Adaptive.MinRate != 0 {
+		t.Fatal("WithDefaults changed the caller's adaptive block")
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("adaptive with defaults: %v", err)
+	}
+	bad := base
+	bad.Fallback = "sms"
+	bad.Adaptive = &providers.AdaptiveConfig{MinRate: 200, Decrease: 1.5, IncreasePerS: -1, Quiet: -time.Second}
+	bad.Quotas = []providers.QuotaConfig{{Limit: 0, Per: time.Minute}, {Limit: 5, Per: 1500 * time.Millisecond}}
+	got := strings.Join(messages(bad.Validate()), "\n")
+	for _, want := range []string{
+		`fallback: must name another provider, got its own name "sms"`,
+		"adaptive.min_rate: must be from", "adaptive.decrease: must be greater than 0 and less than 1, got 1.5",
+		"adaptive.increase_per_s: must be greater than 0, got -1", "adaptive.quiet: must not be negative",
+		"quotas[0].limit: must be at least 1, got 0", "quotas[1].per: must be whole seconds",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("Validate() lacks %q:\n%s", want, got)
+		}
 	}
 }

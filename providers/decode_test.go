@@ -1,6 +1,7 @@
 package providers_test
 
 import (
+	"reflect"
 	"testing"
 	"time"
 
@@ -65,7 +66,7 @@ func TestConfigDecodesFromYAMLKeys(t *testing.T) {
 		t.Error("retry_on_timeout left out: RetriesOnTimeout() = false, want the default true")
 	}
 	for i := range want {
-		if cfgs[i] != want[i] {
+		if !reflect.DeepEqual(cfgs[i], want[i]) {
 			t.Errorf("entry %d decoded as\n %+v\nwant\n %+v", i, cfgs[i], want[i])
 		}
 	}

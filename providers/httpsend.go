@@ -76,6 +76,7 @@ func (b *httpBase) post(ctx context.Context, url string, header http.Header, bod
 		e.Ambiguous = ambiguous(wrote.Load(), err)
 		return e
 	}
+	reportBudget(ctx, resp.Header, b.now)
 	return classifyResponse(b.name, resp, s, b.now, read)
 }
 

@@ -138,6 +138,7 @@ func (w *Webhook) Send(ctx context.Context, m *Message) error {
 		e.Ambiguous = ambiguous(wrote.Load(), err)
 		return e
 	}
+	reportBudget(ctx, resp.Header, w.now)
 	return classifyResponse(w.name, resp, s, w.now, w.readAnswer)
 }
 

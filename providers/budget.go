@@ -1,0 +1,117 @@
+package providers
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Budget is what a provider's answer said of the allowance it has left,
+// read from its rate-limit headers: the de facto X-RateLimit-Remaining and
+// X-RateLimit-Reset (SendGrid, GitHub, many HTTP APIs), the draft IETF
+// fields RateLimit-Remaining and RateLimit-Reset, or the structured
+// RateLimit field of draft-ietf-httpapi-ratelimit-headers
+// (RateLimit: "default";r=0;t=2).
+type Budget struct {
+	Remaining int64         // requests (or units) left in the provider's window
+	Reset     time.Duration // until the window refills, as the provider counts
+}
+
+// Spent reports whether the provider says it has nothing left until Reset:
+// the fleet should wait until then rather than meet a 429.
+func (b Budget) Spent() bool { return b.Remaining <= 0 && b.Reset > 0 }
+
+type budgetKey struct{}
+
+// WithBudgetReport returns a context under which the HTTP providers
+// (webhook, twilio, fcm, apns) call fn with the budget of each answer that
+// carries rate-limit headers, whatever its status.
+func WithBudgetReport(ctx context.Context, fn func(Budget)) context.Context {
+	return context.WithValue(ctx, budgetKey{}, fn)
+}
+
+// reportBudget reads h's rate-limit headers and reports them to the
+// context's listener, if any.
+func reportBudget(ctx context.Context, h http.Header, now func() time.Time) {
+	fn, _ := ctx.Value(budgetKey{}).(func(Budget))
+	if fn == nil {
+		return
+	}
+	if b, ok := ParseBudget(h, now()); ok {
+		fn(b)
+	}
+}
+
+// maxBudgetReset bounds a reset read from headers, as MaxRetryAfter does
+// a Retry-After: an absurd value must not stop a provider for days.
+const maxBudgetReset = MaxRetryAfter
+
+// ParseBudget reads the rate-limit headers of an answer. The draft
+// structured field RateLimit wins, then RateLimit-Remaining/-Reset, then
+// X-RateLimit-Remaining/-Reset. A reset is delta seconds; in the
+// X-RateLimit form a value above 10^9 is a Unix time (SendGrid, GitHub),
+// taken against now. ok is false when no remaining count could be read.
+func ParseBudget(h http.Header, now time.Time) (Budget, bool) {
+	if v := h.Get("RateLimit"); v != "" {
+		if b, ok := parseStructuredRateLimit(v); ok {
+			return b, true
+		}
+	}
+	for _, prefix := range []string{"RateLimit-", "X-RateLimit-"} {
+		rem, err := strconv.ParseInt(strings.TrimSpace(h.Get(prefix+"Remaining")), 10, 64)
+		if err != nil {
+			continue
+		}
+		b := Budget{Remaining: rem}
+		if r, err := strconv.ParseFloat(strings.TrimSpace(h.Get(prefix+"Reset")), 64); err == nil && r > 0 && r < 1e15 {
+			if prefix == "X-RateLimit-" && r > 1e9 {
+				b.Reset = time.Unix(0, int64(r*1e9)).Sub(now)
+			} else {
+				b.Reset = time.Duration(r * float64(time.Second))
+			}
+		}
+		b.Reset = min(max(b.Reset, 0), maxBudgetReset)
+		return b, true
+	}
+	return Budget{}, false
+}
+
+// parseStructuredRateLimit reads the first item of a RateLimit field in
+// the structured form of the current draft: a list of `"policy";r=N;t=S`
+// items (r: remaining quota units, t: seconds until the quota resets).
+// With several policies the most constraining one (least remaining, then
+// the longest reset) is the budget.
+func parseStructuredRateLimit(v string) (Budget, bool) {
+	var best Budget
+	found := false
+	for _, item := range strings.Split(v, ",") {
+		params := strings.Split(item, ";")
+		var b Budget
+		haveR := false
+		for _, p := range params[1:] {
+			k, val, ok := strings.Cut(strings.TrimSpace(p), "=")
+			if !ok {
+				continue
+			}
+			n, err := strconv.ParseInt(strings.TrimSpace(val), 10, 64)
+			if err != nil || n < 0 {
+				continue
+			}
+			switch k {
+			case "r":
+				b.Remaining, haveR = n, true
+			case "t":
+				b.Reset = min(time.Duration(min(n, int64(maxBudgetReset/time.Second)))*time.Second, maxBudgetReset)
+			}
+		}
+		if !haveR {
+			continue
+		}
+		if !found || b.Remaining < best.Remaining || (b.Remaining == best.Remaining && b.Reset > best.Reset) {
+			best, found = b, true
+		}
+	}
+	return best, found
+}
