@@ -122,7 +122,7 @@ func knownValues() map[string]set {
 		// waits.go, send.go and backend.go (README, Health and metrics);
 		// the pause reasons are dispatch's Pause* constants.
 		"reason": newSet("defer", "empty", "switch", "full", "late", "rate_limited", "retry",
-			"paused", "circuit_open", "busy", "unavailable", "recipient_throttled",
+			"paused", "circuit_open", "busy", "unavailable", "recipient_throttled", "budget_spent",
 			dispatch.PauseRateLimited, dispatch.PauseCredentials),
 	}
 }

@@ -36,6 +36,8 @@ func (d *Dispatcher) send(ctx, sendCtx context.Context, jb *job) end {
 	}
 	rctx, cancel := context.WithTimeout(sendCtx, jb.pcfg.Timeout)
 	rctx, span := d.startSendSpan(rctx, jb)
+	var budget *providers.Budget
+	rctx = providers.WithBudgetReport(rctx, func(b providers.Budget) { budget = &b })
 	start := time.Now()
 	serr := jb.prov.Send(rctx, jb.msg)
 	cancel()
@@ -51,7 +53,35 @@ func (d *Dispatcher) send(ctx, sendCtx context.Context, jb *job) end {
 		d.m.ProviderRequests.WithLabelValues(jb.provider, providers.StatusClass(serr)).Inc()
 	}
 	done(serr)
+	if budget != nil && budget.Spent() && rl == nil {
+		d.budgetSpent(ctx, jb, *budget)
+	}
 	return d.answer(ctx, jb, serr, rl)
+}
+
+// budgetSpent pauses the provider fleet-wide until its allowance resets,
+// as its answer's rate-limit headers said (remaining 0): the fleet waits
+// before it meets a 429, not after. The job at hand is unaffected (it was
+// answered). A failing backend only loses the pause: the provider's 429s
+// would still pause it.
+func (d *Dispatcher) budgetSpent(ctx context.Context, jb *job, b providers.Budget) {
+	pause := min(b.Reset, maxPause(jb.pcfg))
+	l := d.currentLimits()
+	if l == nil {
+		return
+	}
+	d.m.Deferrals.WithLabelValues(LayerProvider, "budget_spent").Inc()
+	jb.log().Info("provider says its allowance is spent; pausing it fleet-wide until it resets", "pause", pause.String())
+	if l.Pauses != nil {
+		l.Pauses.Note(jb.provider, pause)
+	}
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	if err := l.Leaky.Pause(pctx, jb.provider, pause); err != nil {
+		jb.log().Warn("pause a provider whose allowance is spent", "err", err)
+		return
+	}
+	d.setPaused(jb.provider, PauseRateLimited)
 }
 
 // answer acts on the provider's answer serr to a send (rl: serr as a 429)

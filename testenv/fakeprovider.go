@@ -76,6 +76,23 @@ type Fake struct {
 
 	requests []FakeRequest
 	accepted []int // indexes into requests, in order of acceptance
+
+	// The allowance of WithBudget: budget requests a window of
+	// budgetWindow, the first window starting at the first request.
+	budget       int
+	budgetWindow time.Duration
+	budgetStart  time.Time
+	budgetUsed   int
+}
+
+// WithBudget makes the fake an API with an allowance it advertises, as
+// SendGrid or GitHub do: at most limit requests are accepted in each
+// window (the first starts at the first request), every answer carries
+// X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset (seconds
+// until the window ends, rounded up), and a request over the allowance is
+// answered 429 with Retry-After.
+func WithBudget(limit int, window time.Duration) FakeOption {
+	return func(f *Fake) { f.budget, f.budgetWindow = limit, window }
 }
 
 // FakeProvider starts a fake provider on a loopback port and closes it when
@@ -131,6 +148,10 @@ func (f *Fake) serve(w http.ResponseWriter, r *http.Request) {
 		rec.ID = job.ID
 	}
 	a := f.decide(now, r, len(body), jsonErr)
+	var budget http.Header
+	if f.budget > 0 && a.status != 0 && !a.hold {
+		budget = f.spendBudget(now, &a)
+	}
 	if !a.hold {
 		rec.Status = a.status
 	}
@@ -146,8 +167,38 @@ func (f *Fake) serve(w http.ResponseWriter, r *http.Request) {
 	if a.retryAfter != "" {
 		w.Header().Set("Retry-After", a.retryAfter)
 	}
+	for k, v := range budget {
+		w.Header()[k] = v
+	}
 	w.WriteHeader(a.status)
 	_, _ = io.WriteString(w, a.body)
+}
+
+// spendBudget counts an accepted answer against WithBudget's allowance, or
+// turns it into a 429 when the window's allowance is spent, and returns the
+// headers that advertise what is left. f.mu is held.
+func (f *Fake) spendBudget(now time.Time, a *answer) http.Header {
+	if f.budgetStart.IsZero() {
+		f.budgetStart = now
+	}
+	for now.Sub(f.budgetStart) >= f.budgetWindow {
+		f.budgetStart, f.budgetUsed = f.budgetStart.Add(f.budgetWindow), 0
+	}
+	reset := f.budgetStart.Add(f.budgetWindow).Sub(now)
+	secs := strconv.FormatInt(int64((reset+time.Second-1)/time.Second), 10)
+	if a.status >= 200 && a.status <= 299 {
+		if f.budgetUsed >= f.budget {
+			a.status, a.retryAfter = http.StatusTooManyRequests, secs
+			a.body = `{"reason":"allowance spent"}` + "\n"
+		} else {
+			f.budgetUsed++
+		}
+	}
+	return http.Header{
+		"X-Ratelimit-Limit":     {strconv.Itoa(f.budget)},
+		"X-Ratelimit-Remaining": {strconv.Itoa(f.budget - f.budgetUsed)},
+		"X-Ratelimit-Reset":     {secs},
+	}
 }
 
 // decide picks the answer to a request arriving at now. f.mu is held.
