@@ -96,7 +96,6 @@ func (b *Buckets) Take(ctx context.Context, k Key, n int) (Take, error) {
 	}, nil
 }
 
-
 // failAuth counts one failed authentication of ip and returns the failures
 // of its window so far and the time left in the window.
 func failAuth(ctx context.Context, rdb redis.Scripter, prefix, ip string, window time.Duration) (int, time.Duration, error) {

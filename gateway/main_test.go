@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -25,8 +26,23 @@ import (
 	"github.com/notifier/notifier/testenv"
 )
 
+// TestMain checks goroutine leaks and, after every test, that each answer
+// any test's gateway gave is documented in openapi.json.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	code := m.Run()
+	if code == 0 {
+		if bad := undocumentedAnswers(allSeen); len(bad) > 0 {
+			fmt.Fprintf(os.Stderr, "answers given in the tests but not documented in openapi.json: %v\n", bad)
+			code = 1
+		}
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 // The keys the tests use, and their configured form.
