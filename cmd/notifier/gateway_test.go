@@ -156,6 +156,18 @@ func TestGatewayEndToEnd(t *testing.T) {
 	if m := httpGet(t, base+"/metrics"); !strings.Contains(m, `notifier_gateway_requests_total{code="202",key="acme-app"} 1`) {
 		t.Errorf("metrics:\n%s", m)
 	}
+	for range 2 { // counted for top --gateway
+		req, _ := http.NewRequest(http.MethodPost, base+"/v1/notifications", strings.NewReader(`{}`))
+		req.Header.Set("Authorization", "Bearer wrong")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("a wrong key: %d", resp.StatusCode)
+		}
+	}
 	if err := gw.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -169,6 +181,14 @@ func TestGatewayEndToEnd(t *testing.T) {
 	}
 	if strings.Contains(gw.logs(), "acme-key-1") || strings.Contains(gw.logs(), "+14155550123") {
 		t.Errorf("the gateway logged a key or a number:\n%s", gw.logs())
+	}
+	// The stopped gateway flushed its rejection counts: top --gateway shows them.
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"top", "--gateway", "--config", w.config, "--json"}, nil, &out, io.Discard, noEnv); err != nil {
+		t.Fatalf("top --gateway: %v", err)
+	}
+	if strings.TrimSpace(out.String()) != `[{"key":"unauthenticated","rejected":2}]` {
+		t.Errorf("top --gateway --json: %s", out.String())
 	}
 }
 
