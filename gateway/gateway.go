@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -57,6 +58,27 @@ type Deps struct {
 type apiKey struct {
 	Key
 	hash []byte
+	// fullAt is a lower bound of when the key's bucket is full again, in
+	// ns on the gateway's monotonic clock (since Gateway.base): the
+	// bucket's state only moves later as tokens are taken, so a request
+	// this bound already refuses is refused without asking Redis.
+	fullAt atomic.Int64
+
+	rejected     atomic.Int64 // 429s not yet added to Redis (Run)
+	lastLimitLog atomic.Int64 // ns since Gateway.base of the last "api key limited" line; 0 none
+	limitedSince atomic.Int64 // 429s since that line
+
+	limited     encoded  // the 429 body of one job over the limit
+	policy      []string // RateLimit-Policy
+	legacyLimit []string // X-RateLimit-Limit
+}
+
+func keyNames(keys []Key) []string {
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = k.Name
+	}
+	return out
 }
 
 // Gateway is the HTTP intake (see the package doc). It is an http.Handler,
@@ -74,11 +96,15 @@ type Gateway struct {
 	now      func() time.Time
 	mux      *http.ServeMux
 	requests *prometheus.CounterVec
+	counters map[string]map[int]prometheus.Counter // the counters of counted, by key label and code (read only)
 	rejected *rejections
+	nblocked atomic.Int64 // len(blocked), read without the lock
 
 	mu      sync.Mutex
 	blocked map[string]time.Time // client IPs over the failed-authentication limit, until
-	limited map[string]*limitLog // by key name (or "publish" for publish failures)
+	limited map[string]*limitLog // by key name, or " redis", " publish" (a space: never a key name)
+
+	base time.Time // the origin of apiKey.fullAt, with its monotonic reading
 }
 
 // limitLog throttles the log lines of a key being limited.
@@ -107,6 +133,7 @@ func New(cfg Config, d Deps) (*Gateway, error) {
 		now:     d.Now,
 		blocked: map[string]time.Time{},
 		limited: map[string]*limitLog{},
+		base:    time.Now(),
 	}
 	if g.log == nil {
 		g.log = slog.Default()
@@ -122,10 +149,27 @@ func New(cfg Config, d Deps) (*Gateway, error) {
 		}
 		g.keys = append(g.keys, apiKey{Key: k, hash: h})
 	}
+	for i := range g.keys {
+		g.keys[i].fullAt.Store(math.MinInt64)
+	}
 	g.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "notifier_gateway_requests_total",
 		Help: "Requests to POST /v1/notifications by API key name (\"unauthenticated\" without a valid key) and HTTP status code.",
 	}, []string{"key", "code"})
+	g.counters = map[string]map[int]prometheus.Counter{}
+	for _, label := range append([]string{unauthenticatedLabel}, keyNames(cfg.Keys)...) {
+		g.counters[label] = map[int]prometheus.Counter{}
+		for _, code := range counted {
+			g.counters[label][code] = g.requests.WithLabelValues(label, strconv.Itoa(code))
+		}
+	}
+	for i := range g.keys {
+		k := &g.keys[i]
+		k.limited = mustJSON(problemOf(http.StatusTooManyRequests, TypeQuotaExceeded, "Quota exceeded",
+			fmt.Sprintf("this key allows %g jobs per second, %d at once; retry after the Retry-After seconds", k.Rate, k.Burst)))
+		k.policy = []string{fmt.Sprintf("%q;q=%d;w=%d", "key", k.Burst, max(1, int64(math.Ceil(float64(k.Burst)/k.Rate))))}
+		k.legacyLimit = []string{strconv.Itoa(k.Burst)}
+	}
 	if d.Registerer != nil {
 		if err := d.Registerer.Register(g.requests); err != nil {
 			return nil, fmt.Errorf("register gateway metrics: %w", err)
@@ -162,14 +206,25 @@ func (g *Gateway) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 			defer cancel()
+			g.gatherRejections()
 			if err := g.rejected.flush(fctx); err != nil {
 				g.log.Warn("gateway rejections not counted", "err", err)
 			}
 			return nil
 		case <-t.C:
+			g.gatherRejections()
 			if err := g.rejected.flush(ctx); err != nil && ctx.Err() == nil {
 				g.log.Warn("gateway rejections not counted", "err", err)
 			}
+		}
+	}
+}
+
+// gatherRejections moves the keys' 429 counts into the counts to flush.
+func (g *Gateway) gatherRejections() {
+	for i := range g.keys {
+		if n := g.keys[i].rejected.Swap(0); n > 0 {
+			g.rejected.addN(g.keys[i].Name, n)
 		}
 	}
 }
@@ -229,9 +284,14 @@ func (g *Gateway) clientIP(r *http.Request) string {
 	return "unknown"
 }
 
-// blockedFor is how long ip stays over the failed-authentication limit as
-// this instance last heard it (0: not blocked).
-func (g *Gateway) blockedFor(ip string) time.Duration {
+// blockedFor is how long the request's client IP stays over the
+// failed-authentication limit as this instance last heard it (0: not
+// blocked).
+func (g *Gateway) blockedFor(r *http.Request) time.Duration {
+	if g.nblocked.Load() == 0 {
+		return 0
+	}
+	ip := g.clientIP(r)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	until, ok := g.blocked[ip]
@@ -241,6 +301,7 @@ func (g *Gateway) blockedFor(ip string) time.Duration {
 	left := until.Sub(g.now())
 	if left <= 0 {
 		delete(g.blocked, ip)
+		g.nblocked.Store(int64(len(g.blocked)))
 		return 0
 	}
 	return left
@@ -261,6 +322,7 @@ func (g *Gateway) block(ip string, d time.Duration) {
 		}
 	}
 	g.blocked[ip] = now.Add(d)
+	g.nblocked.Store(int64(len(g.blocked)))
 }
 
 // answer is what a request gets: status, body (JSON or problem+json).
@@ -312,21 +374,54 @@ func problemOf(status int, typ, title, detail string) *problem {
 func (g *Gateway) write(w http.ResponseWriter, label string, a answer) {
 	h := w.Header()
 	if a.retryAfter > 0 {
-		h.Set("Retry-After", strconv.FormatInt(ceilSeconds(a.retryAfter), 10))
+		h["Retry-After"] = []string{strconv.FormatInt(ceilSeconds(a.retryAfter), 10)}
 	}
-	ct := jsonContentType
-	if _, ok := a.body.(*problem); ok {
-		ct = problemContentType
+	var b []byte
+	switch body := a.body.(type) {
+	case encoded: // pre-encoded problem+json
+		h["Content-Type"] = problemContentTypeValue
+		b = body
+	case *problem:
+		h["Content-Type"] = problemContentTypeValue
+		b = mustJSON(body)
+	default:
+		h["Content-Type"] = jsonContentTypeValue
+		b = mustJSON(body)
 	}
-	h.Set("Content-Type", ct)
-	h.Set("Cache-Control", "no-store")
-	b, err := json.Marshal(a.body)
+	h["Cache-Control"] = noStoreValue
+	w.WriteHeader(a.status)
+	_, _ = w.Write(b)
+	g.count(label, a.status)
+}
+
+// Header values shared by every answer (never modified).
+var (
+	problemContentTypeValue = []string{problemContentType}
+	jsonContentTypeValue    = []string{jsonContentType}
+	noStoreValue            = []string{"no-store"}
+)
+
+// encoded is an answer body already encoded (with its final newline).
+type encoded []byte
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
 	if err != nil { // cannot happen: plain structs
 		b = []byte(`{}`)
 	}
-	w.WriteHeader(a.status)
-	_, _ = w.Write(append(b, '\n'))
-	g.requests.WithLabelValues(label, strconv.Itoa(a.status)).Inc()
+	return append(b, '\n')
+}
+
+// counted are the status codes whose counters are made up front, per key.
+var counted = []int{200, 202, 400, 401, 413, 415, 429, 503}
+
+// count adds one to notifier_gateway_requests_total{key=label,code=status}.
+func (g *Gateway) count(label string, status int) {
+	if c, ok := g.counters[label][status]; ok {
+		c.Inc()
+		return
+	}
+	g.requests.WithLabelValues(label, strconv.Itoa(status)).Inc()
 }
 
 // ceilSeconds is d in whole seconds rounded up, at least 1.
@@ -340,9 +435,19 @@ func ceilSeconds(d time.Duration) int64 {
 // (the time an empty bucket takes to fill, rounded up), and r, the whole
 // tokens left, with t, the seconds until the bucket is full again.
 func (g *Gateway) setKeyHeaders(h http.Header, k *apiKey, t Take) {
-	w := max(1, int64(math.Ceil(float64(k.Burst)/k.Rate)))
 	reset := int64(math.Ceil(t.Reset.Seconds()))
-	g.setRateHeaders(h, "key", k.Burst, w, t.Remaining, reset)
+	h["Ratelimit-Policy"] = k.policy
+	b := make([]byte, 0, 48)
+	b = append(b, `"key";r=`...)
+	b = strconv.AppendInt(b, int64(t.Remaining), 10)
+	b = append(b, ";t="...)
+	b = strconv.AppendInt(b, reset, 10)
+	h["Ratelimit"] = []string{string(b)}
+	if g.cfg.LegacyHeaders {
+		h["X-Ratelimit-Limit"] = k.legacyLimit
+		h["X-Ratelimit-Remaining"] = []string{strconv.Itoa(t.Remaining)}
+		h["X-Ratelimit-Reset"] = []string{strconv.FormatInt(reset, 10)}
+	}
 }
 
 func (g *Gateway) setRateHeaders(h http.Header, policy string, quota int, window int64, remaining int, reset int64) {
@@ -371,7 +476,7 @@ func (g *Gateway) authFailed(w http.ResponseWriter, r *http.Request, ip string) 
 	lim := g.cfg.AuthFailures
 	n, left, err := failAuth(r.Context(), g.rdb, g.prefix, ip, lim.Window)
 	if err != nil {
-		g.throttledWarn("redis", "failed authentication not counted: answered 503", "err", err)
+		g.throttledWarn(" redis", "failed authentication not counted: answered 503", "err", err)
 		g.write(w, unauthenticatedLabel, answer{status: http.StatusServiceUnavailable, retryAfter: time.Second,
 			body: problemOf(http.StatusServiceUnavailable, TypeUnavailable, "Service unavailable", "the limit store cannot be reached; retry later")})
 		return
@@ -393,6 +498,9 @@ func (g *Gateway) authFailed(w http.ResponseWriter, r *http.Request, ip string) 
 
 // isJSON reports whether a Content-Type is application/json or a +json type.
 func isJSON(ct string) bool {
+	if ct == jsonContentType { // the common spelling, without parsing
+		return true
+	}
 	mt, _, err := mime.ParseMediaType(ct)
 	return err == nil && (mt == jsonContentType || strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json"))
 }
@@ -403,13 +511,12 @@ func isJSON(ct string) bool {
 // round trip); only then is anything decoded or published.
 func (g *Gateway) notifications(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	ip := g.clientIP(r)
 	k, ok := g.authenticate(r)
 	if !ok {
-		g.authFailed(w, r, ip)
+		g.authFailed(w, r, g.clientIP(r))
 		return
 	}
-	if left := g.blockedFor(ip); left > 0 {
+	if left := g.blockedFor(r); left > 0 {
 		g.rejected.add(unauthenticatedLabel)
 		g.write(w, k.Name, answer{status: http.StatusTooManyRequests, retryAfter: left,
 			body: problemOf(http.StatusTooManyRequests, TypeAuthFailures, "Too many failed authentications",
@@ -432,7 +539,7 @@ func (g *Gateway) notifications(w http.ResponseWriter, r *http.Request) {
 		tooLarge(fmt.Sprintf("the body is %d bytes, more than %d", r.ContentLength, MaxRequestBytes))
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
+	body, err := readBody(w, r)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -475,7 +582,11 @@ func (g *Gateway) notifications(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	high := false
-	switch r.URL.Query().Get("priority") {
+	priority := ""
+	if r.URL.RawQuery != "" {
+		priority = r.URL.Query().Get("priority")
+	}
+	switch priority {
 	case "", "normal":
 	case "high":
 		high = true
@@ -485,26 +596,75 @@ func (g *Gateway) notifications(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	t, err := g.buckets.Take(ctx, k.Key, n)
+	t, err := g.take(ctx, k, n)
 	if err != nil {
-		g.throttledWarn("redis", "key's bucket not reachable: answered 503", "key", k.Name, "err", err)
+		g.throttledWarn(" redis", "key's bucket not reachable: answered 503", "key", k.Name, "err", err)
 		g.write(w, k.Name, answer{status: http.StatusServiceUnavailable, retryAfter: time.Second,
 			body: problemOf(http.StatusServiceUnavailable, TypeUnavailable, "Service unavailable", "the limit store cannot be reached; retry later")})
 		return
 	}
 	g.setKeyHeaders(h, k, t)
 	if !t.Allowed {
-		g.limitedLine(k.Name, t.Wait)
-		g.rejected.add(k.Name)
-		detail := fmt.Sprintf("this key allows %g jobs per second, %d at once; retry after the Retry-After seconds", k.Rate, k.Burst)
+		k.limitedLine(g, t.Wait)
+		k.rejected.Add(1)
+		var body any = k.limited
 		if n > 1 {
-			detail = fmt.Sprintf("%d jobs asked for, %d left: this key allows %g jobs per second, %d at once; a batch is taken whole or not at all", n, t.Remaining, k.Rate, k.Burst)
+			body = problemOf(http.StatusTooManyRequests, TypeQuotaExceeded, "Quota exceeded",
+				fmt.Sprintf("%d jobs asked for, %d left: this key allows %g jobs per second, %d at once; a batch is taken whole or not at all", n, t.Remaining, k.Rate, k.Burst))
 		}
-		g.write(w, k.Name, answer{status: http.StatusTooManyRequests, retryAfter: t.Wait,
-			body: problemOf(http.StatusTooManyRequests, TypeQuotaExceeded, "Quota exceeded", detail)})
+		g.write(w, k.Name, answer{status: http.StatusTooManyRequests, retryAfter: t.Wait, body: body})
 		return
 	}
 	g.accept(w, r, k, body, array, idem, high)
+}
+
+// take takes n tokens of k's bucket: refused at once, without Redis, when
+// what this instance last heard of the bucket already refuses them (see
+// apiKey.fullAt), else by the bucket in Redis. A refusal from the bound
+// gives a wait no longer than Redis would (the bucket can only be emptier
+// than the bound says), so Retry-After stays honest.
+func (g *Gateway) take(ctx context.Context, k *apiKey, n int) (Take, error) {
+	start := time.Since(g.base)
+	if t, ok := k.localRefusal(start, n); ok {
+		return t, nil
+	}
+	t, err := g.buckets.Take(ctx, k.Key, n)
+	if err != nil {
+		return t, err
+	}
+	// start, not now: the bound may only be early (the reply's Redis
+	// instant lies between the two).
+	at := int64(start + t.Reset)
+	for {
+		old := k.fullAt.Load()
+		if at <= old || k.fullAt.CompareAndSwap(old, at) {
+			break
+		}
+	}
+	return t, nil
+}
+
+// localRefusal reports whether the bound refuses n tokens at now (since
+// Gateway.base), with the Take it implies.
+func (k *apiKey) localRefusal(now time.Duration, n int) (Take, bool) {
+	untilFull := time.Duration(k.fullAt.Load()) - now
+	if k.fullAt.Load() == math.MinInt64 || untilFull <= 0 {
+		return Take{}, false
+	}
+	em := func(x int) time.Duration { return time.Duration(math.Ceil(float64(x)*1e6/k.Rate)) * time.Microsecond }
+	wait := untilFull + em(n) - em(k.Burst)
+	if wait <= 0 {
+		return Take{}, false
+	}
+	room := em(k.Burst) - untilFull
+	left := 0
+	if room > 0 {
+		left = min(k.Burst, int(math.Floor(room.Seconds()*k.Rate)))
+		for left > 0 && em(left) > room {
+			left--
+		}
+	}
+	return Take{Remaining: left, Wait: wait, Reset: untilFull}, true
 }
 
 // invalidProblem is the 400 of an invalid job, naming the field and rule.
@@ -601,7 +761,7 @@ func (g *Gateway) accept(w http.ResponseWriter, r *http.Request, k *apiKey, body
 		if res.Err != nil {
 			failed++
 			results[i].Status = "unavailable"
-			g.throttledWarn("publish", "job not acknowledged by JetStream: answered 503", "key", k.Name, "err", res.Err)
+			g.throttledWarn(" publish", "job not acknowledged by JetStream: answered 503", "key", k.Name, "err", res.Err)
 			continue
 		}
 		results[i].Status, results[i].Duplicate = "accepted", res.Duplicate
@@ -645,12 +805,18 @@ func (g *Gateway) refuseAll(w http.ResponseWriter, k *apiKey, array bool, result
 	g.write(w, k.Name, answer{status: http.StatusBadRequest, body: p})
 }
 
-// limitedLine logs that key is being limited: at most one line per key per
-// minute, with the rejections since the previous line.
-func (g *Gateway) limitedLine(key string, wait time.Duration) {
-	if n, ok := g.throttle("limited:"+key, time.Minute); ok {
-		g.log.Info("api key limited", "key", key, "rejected", n, "retry_after", wait.Round(time.Millisecond))
+// limitedLine logs that k is being limited: at most one line per key per
+// minute (per instance), with the rejections since the previous line.
+// Lock-free: it is on the 429 path.
+func (k *apiKey) limitedLine(g *Gateway, wait time.Duration) {
+	n := k.limitedSince.Add(1)
+	now := int64(time.Since(g.base))
+	last := k.lastLimitLog.Load()
+	if last != 0 && now-last < int64(time.Minute) || !k.lastLimitLog.CompareAndSwap(last, max(now, 1)) {
+		return
 	}
+	k.limitedSince.Add(-n)
+	g.log.Info("api key limited", "key", k.Name, "rejected", n, "retry_after", wait.Round(time.Millisecond))
 }
 
 // throttledWarn logs a warning at most once a second per what.
@@ -678,4 +844,18 @@ func (g *Gateway) throttle(what string, every time.Duration) (int, bool) {
 	n := l.dropped + 1
 	l.last, l.dropped = now, 0
 	return n, true
+}
+
+// readBody reads the request body, at most MaxRequestBytes, in one buffer
+// of its Content-Length when given.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	rd := http.MaxBytesReader(w, r.Body, MaxRequestBytes)
+	if r.ContentLength > 0 && r.ContentLength <= MaxRequestBytes {
+		buf := make([]byte, r.ContentLength)
+		if _, err := io.ReadFull(rd, buf); err != nil {
+			return nil, err
+		}
+		return buf, nil
+	}
+	return io.ReadAll(rd)
 }

@@ -129,9 +129,11 @@ type rejections struct {
 	counts map[string]int64
 }
 
-func (r *rejections) add(name string) {
+func (r *rejections) add(name string) { r.addN(name, 1) }
+
+func (r *rejections) addN(name string, n int64) {
 	r.mu.Lock()
-	r.counts[name]++
+	r.counts[name] += n
 	r.mu.Unlock()
 }
 

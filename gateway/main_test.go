@@ -132,6 +132,25 @@ func setup(t *testing.T, cfg gateway.Config) *bundle {
 	return b
 }
 
+// setupB is setup for a benchmark: the gateway alone.
+func setupB(tb *testing.B, cfg gateway.Config) *gateway.Gateway {
+	n := testenv.NATS(tb)
+	rs := testenv.Redis(tb)
+	js, err := jetstream.New(n.Conn())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := queue.EnsureStreams(tb.Context(), js, queue.Config{URL: n.URL()}.WithDefaults(), 1); err != nil {
+		tb.Fatal(err)
+	}
+	gw, err := gateway.New(cfg, gateway.Deps{Redis: rs.Client(), KeyPrefix: "gwbench:", Publisher: queue.NewPublisher(js),
+		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return gw
+}
+
 // newGateway is one more gateway instance on the bundle's NATS and Redis
 // (its own connections), as another process would be.
 func (b *bundle) newGateway(t *testing.T) (*gateway.Gateway, *prometheus.Registry) {
