@@ -499,3 +499,26 @@ func TestHealthAndReadiness(t *testing.T) {
 		}
 	}
 }
+
+func TestAKeyOverItsLimitIsRefusedWithoutRedis(t *testing.T) {
+	t.Parallel()
+	b := setup(t, gateway.Config{Keys: keys(0.01, 1)})
+	if r := b.post(t, acmeKey, smsJob("")); r.status != http.StatusAccepted {
+		t.Fatalf("first: %d %s", r.status, r.body)
+	}
+	b.redis.Stop()
+	// The bucket as the first answer left it refuses the next job: no
+	// Redis needed for the 429 (a job it would grant would get a 503).
+	r := b.post(t, acmeKey, smsJob(""))
+	ra, _ := strconv.Atoi(r.header.Get("Retry-After"))
+	if r.status != http.StatusTooManyRequests || ra < 99 || ra > 100 {
+		t.Fatalf("with Redis stopped: %d Retry-After %q, want 429 after about 100 s", r.status, r.header.Get("Retry-After"))
+	}
+	if left := rateHeaders(t, r, "key"); left != 0 {
+		t.Errorf("r=%d, want 0", left)
+	}
+	// The other key's bucket is not known: Redis is needed, and down.
+	if r := b.post(t, otherKey, smsJob("")); r.status != http.StatusServiceUnavailable || r.header.Get("Retry-After") == "" {
+		t.Fatalf("another key with Redis stopped: %d, want 503 with Retry-After", r.status)
+	}
+}
