@@ -28,6 +28,26 @@ import (
 	"github.com/notifier/notifier/queue"
 )
 
+// Metrics are the gateway's Prometheus metrics (SPEC §9).
+type Metrics struct {
+	// Requests counts the answers of POST /v1/notifications by key (a
+	// configured key name, or "unauthenticated" without a valid key) and
+	// code (the HTTP status). Bounded: the configured keys × the codes.
+	Requests *prometheus.CounterVec
+}
+
+// NewMetrics makes the metrics and registers them with reg (none when nil).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "notifier_gateway_requests_total",
+		Help: "Requests to POST /v1/notifications by API key name (\"unauthenticated\" without a valid key) and HTTP status code.",
+	}, []string{"key", "code"})}
+	if reg != nil {
+		reg.MustRegister(m.Requests)
+	}
+	return m
+}
+
 // Deps are what a Gateway works with.
 type Deps struct {
 	// Redis holds the keys' buckets and the failed-authentication counts
@@ -152,10 +172,7 @@ func New(cfg Config, d Deps) (*Gateway, error) {
 	for i := range g.keys {
 		g.keys[i].fullAt.Store(math.MinInt64)
 	}
-	g.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "notifier_gateway_requests_total",
-		Help: "Requests to POST /v1/notifications by API key name (\"unauthenticated\" without a valid key) and HTTP status code.",
-	}, []string{"key", "code"})
+	g.requests = NewMetrics(nil).Requests
 	g.counters = map[string]map[int]prometheus.Counter{}
 	for _, label := range append([]string{unauthenticatedLabel}, keyNames(cfg.Keys)...) {
 		g.counters[label] = map[int]prometheus.Counter{}
