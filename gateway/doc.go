@@ -40,9 +40,14 @@
 // authenticated request, "auth" (the failed-authentication limit) for one
 // without a valid key; with Config.LegacyHeaders also X-RateLimit-*.
 //
-// A 401 or 429 reads no body and publishes nothing: the key is a hash in
-// memory, the bucket one Redis round trip, and a batch is counted by a
-// scan of its brackets, not decoded.
+// A 401 or 429 decodes no JSON and publishes nothing: the key is a hash in
+// memory; a key this instance has seen refused and whose bucket cannot yet
+// hold one token is refused before its body is read, without Redis (a
+// lower bound of the bucket: it can only be emptier, so this never refuses
+// what Redis would grant — except after Redis lost its state, when a key
+// may be refused until its bucket would have refilled); otherwise the body
+// is read, its jobs counted by a scan of its brackets, and the bucket asked
+// in one Redis round trip.
 //
 // # Concurrency
 //

@@ -552,6 +552,13 @@ func (g *Gateway) notifications(w http.ResponseWriter, r *http.Request) {
 		g.write(w, k.Name, answer{status: http.StatusRequestEntityTooLarge,
 			body: problemOf(http.StatusRequestEntityTooLarge, TypeTooLarge, "Request too large", detail)})
 	}
+	// A key whose bucket, as this instance last heard of it, cannot give
+	// even one token is refused before the body is read: whatever the
+	// request holds, it needs at least that one.
+	if t, refused := k.localRefusal(time.Since(g.base), 1); refused {
+		g.refuseOverLimit(w, k, t, 1)
+		return
+	}
 	if r.ContentLength > MaxRequestBytes {
 		tooLarge(fmt.Sprintf("the body is %d bytes, more than %d", r.ContentLength, MaxRequestBytes))
 		return
@@ -620,18 +627,11 @@ func (g *Gateway) notifications(w http.ResponseWriter, r *http.Request) {
 			body: problemOf(http.StatusServiceUnavailable, TypeUnavailable, "Service unavailable", "the limit store cannot be reached; retry later")})
 		return
 	}
-	g.setKeyHeaders(h, k, t)
 	if !t.Allowed {
-		k.limitedLine(g, t.Wait)
-		k.rejected.Add(1)
-		var body any = k.limited
-		if n > 1 {
-			body = problemOf(http.StatusTooManyRequests, TypeQuotaExceeded, "Quota exceeded",
-				fmt.Sprintf("%d jobs asked for, %d left: this key allows %g jobs per second, %d at once; a batch is taken whole or not at all", n, t.Remaining, k.Rate, k.Burst))
-		}
-		g.write(w, k.Name, answer{status: http.StatusTooManyRequests, retryAfter: t.Wait, body: body})
+		g.refuseOverLimit(w, k, t, n)
 		return
 	}
+	g.setKeyHeaders(h, k, t)
 	g.accept(w, r, k, body, array, idem, high)
 }
 
@@ -682,6 +682,20 @@ func (k *apiKey) localRefusal(now time.Duration, n int) (Take, bool) {
 		}
 	}
 	return Take{Remaining: left, Wait: wait, Reset: untilFull}, true
+}
+
+// refuseOverLimit answers 429 quota-exceeded to a request of n jobs the
+// key's bucket refused (t).
+func (g *Gateway) refuseOverLimit(w http.ResponseWriter, k *apiKey, t Take, n int) {
+	g.setKeyHeaders(w.Header(), k, t)
+	k.limitedLine(g, t.Wait)
+	k.rejected.Add(1)
+	var body any = k.limited
+	if n > 1 {
+		body = problemOf(http.StatusTooManyRequests, TypeQuotaExceeded, "Quota exceeded",
+			fmt.Sprintf("%d jobs asked for, %d left: this key allows %g jobs per second, %d at once; a batch is taken whole or not at all", n, t.Remaining, k.Rate, k.Burst))
+	}
+	g.write(w, k.Name, answer{status: http.StatusTooManyRequests, retryAfter: t.Wait, body: body})
 }
 
 // invalidProblem is the 400 of an invalid job, naming the field and rule.

@@ -60,11 +60,11 @@ func TestOpenAPIDocumentsTheHandlers(t *testing.T) {
 		}
 	}
 	// Every status of POST /v1/notifications.
-	b.post(t, acmeKey, smsJob(""))                                         // 202
-	b.post(t, acmeKey, "["+smsJob("")+",{}]")                              // 429: one token left
-	b.post(t, acmeKey, `{"channel":"sms"}`)                                // 400: the token left
+	b.post(t, acmeKey, smsJob(""))                                         // 202: one token left
 	b.post(t, acmeKey, smsJob(""), "Content-Type", "text/plain")           // 415
 	b.post(t, acmeKey, smsJob(`,"body":"`+strings.Repeat("x", 70000)+`"`)) // 413
+	b.post(t, acmeKey, `{"channel":"sms"}`)                                // 400: the last token
+	b.post(t, acmeKey, smsJob(""))                                         // 429
 	b.post(t, "bad", smsJob(""))                                           // 401
 	b.post(t, "bad", smsJob(""))                                           // 429 auth
 	b2 := setup(t, gateway.Config{PublishTimeout: 200 * time.Millisecond}) //
