@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 
 	"github.com/notifier/notifier/dispatch"
+	"github.com/notifier/notifier/gateway"
 	"github.com/notifier/notifier/providers"
 )
 
@@ -67,13 +68,15 @@ func exportedMetrics(t *testing.T) map[string]exportedSeries {
 	m.CreatedAtIgnored.WithLabelValues("sms").Inc()
 	m.Ambiguous.WithLabelValues("twilio").Inc()
 	m.Deliveries.WithLabelValues("twilio", "undelivered").Inc()
+	gm := gateway.NewMetrics(reg)
+	gm.Requests.WithLabelValues("acme-app", "202").Inc()
 
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatalf("gather: %v", err)
 	}
-	if n := collectorFields(m); len(families) != n {
-		t.Fatalf("dispatch.Metrics has %d collectors but %d families were gathered: "+
+	if n := collectorFields(m) + collectorFields(gm); len(families) != n {
+		t.Fatalf("dispatch.Metrics and gateway.Metrics have %d collectors but %d families were gathered: "+
 			"set the new vector once in exportedMetrics", n, len(families))
 	}
 	out := make(map[string]exportedSeries)
@@ -121,14 +124,17 @@ func knownValues() map[string]set {
 		// The deferral reasons are literals in dispatch/admit.go, job.go,
 		// waits.go, send.go and backend.go (README, Health and metrics);
 		// the pause reasons are dispatch's Pause* constants.
+		// The gateway's answers (gateway.New counts these codes).
+		"code": newSet("200", "202", "400", "401", "413", "415", "429", "503"),
 		"reason": newSet("defer", "empty", "switch", "full", "late", "rate_limited", "retry",
 			"paused", "circuit_open", "busy", "unavailable", "recipient_throttled", "budget_spent",
 			dispatch.PauseRateLimited, dispatch.PauseCredentials),
 	}
 }
 
-// collectorFields counts the fields of dispatch.Metrics that are collectors.
-func collectorFields(m *dispatch.Metrics) int {
+// collectorFields counts the fields of a metrics struct (dispatch.Metrics,
+// gateway.Metrics) that are collectors.
+func collectorFields(m any) int {
 	n := 0
 	v := reflect.ValueOf(m).Elem()
 	for i := range v.NumField() {

@@ -170,6 +170,22 @@ var queryCases = []queryCase{
 		},
 	},
 	{
+		name: "gateway",
+		series: map[string]string{
+			`notifier_gateway_requests_total{instance="a",key="acme-app",code="202"}`:        `0+600x20`,
+			`notifier_gateway_requests_total{instance="b",key="acme-app",code="202"}`:        `0+600x20`,
+			`notifier_gateway_requests_total{instance="a",key="acme-app",code="429"}`:        `0+120x20`,
+			`notifier_gateway_requests_total{instance="a",key="unauthenticated",code="401"}`: `0+6x20`,
+		},
+		at: "10m",
+		checks: []queryCheck{
+			// Summed over the gateway instances, per key and code.
+			{"Gateway requests by key and code", "A", map[string]float64{
+				`{key="acme-app",code="202"}`: 20, `{key="acme-app",code="429"}`: 2, `{key="unauthenticated",code="401"}`: 0.1,
+			}},
+		},
+	},
+	{
 		name: "nothing scraped",
 		series: map[string]string{
 			`up{instance="a",job="notifier"}`: `0x20`,

@@ -44,21 +44,31 @@ import (
 // rule in field order; its text never contains the value of to or body.
 // Decode never panics, whatever the bytes.
 func Decode(subject string, data []byte) (*Job, error) {
+	return DecodeFilled(subject, data, nil)
+}
+
+// DecodeFilled is Decode for an intake that completes a job before its
+// rules are checked (the HTTP gateway: an id it generates, the tenant its
+// caller's key is for). fill, unless nil, is called with the job as
+// decoded, before any rule of SPEC §2 is checked; it may set fields, and
+// an error it returns (an *InvalidError, to name the field) is Decode's.
+// fill must not keep j.
+func DecodeFilled(subject string, data []byte, fill func(j *Job) error) (*Job, error) {
 	if len(data) > MaxJobBytes {
 		return nil, invalid("", "message is %d bytes, more than %d", len(data), MaxJobBytes)
 	}
 	if !utf8.Valid(data) {
 		return nil, invalid("", "message is not valid UTF-8")
 	}
-	if j, ok := decodeFast(subject, data); ok {
-		return j, nil
+	if j, ok, err := decodeFast(subject, data, fill); ok || err != nil {
+		return j, err
 	}
-	return decodeStrict(subject, data)
+	return decodeStrict(subject, data, fill)
 }
 
 // decodeStrict is Decode for every message the fast path does not take: it
 // reads the message token by token and names the first broken rule.
-func decodeStrict(subject string, data []byte) (*Job, error) {
+func decodeStrict(subject string, data []byte, fill func(*Job) error) (*Job, error) {
 	members, err := objectMembers(data, isField)
 	if err != nil {
 		return nil, err
@@ -77,6 +87,11 @@ func decodeStrict(subject string, data []byte) (*Job, error) {
 	}
 	j.ExpiresAt = d.time("expires_at")
 	j.CreatedAt = d.time("created_at")
+	if fill != nil {
+		if err := fill(j); err != nil {
+			return nil, err
+		}
+	}
 	if err := j.validate(fromSubject(subject), d.errs); err != nil {
 		return nil, err
 	}

@@ -388,3 +388,35 @@ func TestSubjects(t *testing.T) {
 		}
 	}
 }
+
+func TestDecodeFilledCompletesBeforeTheRules(t *testing.T) {
+	t.Parallel()
+	// Both paths: a well-formed job (fast) and one with a duplicate unknown
+	// key (valid, but only the strict path reads it).
+	for _, data := range []string{
+		`{"user_id":"u1","channel":"sms","to":"+14155550123","body":"hi"}`,
+		`{"user_id":"u1","channel":"sms","to":"+14155550123","body":"hi","x":1,"x":2}`,
+	} {
+		j, err := queue.DecodeFilled("", []byte(data), func(j *queue.Job) error {
+			if j.ID == "" {
+				j.ID = "generated-1"
+			}
+			j.Tenant = "acme"
+			return nil
+		})
+		if err != nil || j.ID != "generated-1" || j.Tenant != "acme" {
+			t.Fatalf("DecodeFilled(%s) = %+v, %v; want the id and tenant filled in", data, j, err)
+		}
+		_, err = queue.DecodeFilled("", []byte(data), func(*queue.Job) error {
+			return &queue.InvalidError{Field: "tenant", Rule: "not yours"}
+		})
+		var ie *queue.InvalidError
+		if !errors.As(err, &ie) || ie.Field != "tenant" {
+			t.Fatalf("DecodeFilled with a refusing fill: %v, want its error", err)
+		}
+		// Without the fill, the id is still required.
+		if _, err := queue.Decode("", []byte(data)); !errors.As(err, &ie) || ie.Field != "id" {
+			t.Fatalf("Decode without an id: %v, want id: required", err)
+		}
+	}
+}

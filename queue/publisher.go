@@ -198,3 +198,63 @@ func (p *Publisher) DeadReport(ctx context.Context, r Report, reason, detail str
 	}
 	return nil
 }
+
+// OutMsg is one message for PublishMsgs: data published as is on Subject,
+// with Nats-Msg-Id MsgID (none when empty) and the extra Header (nil for
+// none; Nats-Msg-Id in it is replaced by MsgID).
+type OutMsg struct {
+	Subject string
+	Data    []byte
+	MsgID   string
+	Header  nats.Header
+}
+
+// PubResult is what became of one message of PublishMsgs: stored, dropped
+// by the stream as a Duplicate of an earlier Nats-Msg-Id (within the
+// duplicate window), or Err (refused, lost to a disconnection, or not
+// acknowledged before ctx ended: it may still have been stored, and
+// publishing it again with the same Nats-Msg-Id is safe within the
+// window).
+type PubResult struct {
+	Duplicate bool
+	Err       error
+}
+
+// PublishMsgs publishes every message at once (asynchronously) and waits
+// for each acknowledgement or for ctx to end; results[i] is msgs[i]'s. It
+// is what an intake that answers only once JetStream holds the job uses:
+// a message whose result has no Err is in the stream. Headers are sent as
+// given (a traceparent, for one).
+func (p *Publisher) PublishMsgs(ctx context.Context, msgs []OutMsg) []PubResult {
+	results := make([]PubResult, len(msgs))
+	futures := make([]jetstream.PubAckFuture, len(msgs))
+	for i, m := range msgs {
+		nm := &nats.Msg{Subject: m.Subject, Data: m.Data, Header: m.Header}
+		if m.Header != nil { // the client sets Nats-Msg-Id in it: leave the caller's alone
+			nm.Header = make(nats.Header, len(m.Header)+1)
+			for k, v := range m.Header {
+				nm.Header[k] = append([]string(nil), v...)
+			}
+		}
+		f, err := p.js.PublishMsgAsync(nm, msgIDOpt(m.MsgID)...)
+		if err != nil {
+			results[i].Err = fmt.Errorf("publish %s: %w", m.Subject, err)
+			continue
+		}
+		futures[i] = f
+	}
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		select {
+		case ack := <-f.Ok():
+			results[i].Duplicate = ack.Duplicate
+		case err := <-f.Err():
+			results[i].Err = fmt.Errorf("publish %s: %w", msgs[i].Subject, err)
+		case <-ctx.Done():
+			results[i].Err = fmt.Errorf("publish %s: wait for the acknowledgement: %w", msgs[i].Subject, ctx.Err())
+		}
+	}
+	return results
+}

@@ -9,9 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/notifier/notifier/queue"
+	"github.com/notifier/notifier/testenv"
 )
 
 func TestPublishDeduplicatesByJobID(t *testing.T) {
@@ -283,5 +285,75 @@ func TestDeadReport(t *testing.T) {
 	r.Channel = "sms.x"
 	if err := b.pub.DeadReport(ctx(t), r, "undelivered", ""); err == nil {
 		t.Error("a channel that is not a subject token was accepted")
+	}
+}
+
+func TestPublishMsgsKeepsHeadersAndDeduplicates(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	data := func(id string) []byte {
+		d, err := job("sms", id).Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	hdr := nats.Header{}
+	hdr.Set("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	msgs := []queue.OutMsg{
+		{Subject: queue.JobSubject("sms", false), Data: data("h-1"), MsgID: "h-1", Header: hdr},
+		{Subject: queue.JobSubject("sms", false), Data: data("h-2"), MsgID: "h-2"},
+		{Subject: queue.JobSubject("sms", false), Data: data("h-1"), MsgID: "h-1", Header: hdr},
+		{Subject: "notify.nowhere", Data: []byte("x"), MsgID: "x"},
+	}
+	res := b.pub.PublishMsgs(ctx(t), msgs)
+	if res[0].Err != nil || res[0].Duplicate || res[1].Err != nil || res[1].Duplicate {
+		t.Fatalf("first two: %+v %+v, want stored", res[0], res[1])
+	}
+	if res[2].Err != nil || !res[2].Duplicate {
+		t.Fatalf("the same Nats-Msg-Id again: %+v, want a duplicate", res[2])
+	}
+	if !errors.Is(res[3].Err, jetstream.ErrNoStreamResponse) && !errors.Is(res[3].Err, nats.ErrNoResponders) {
+		t.Fatalf("a subject no stream takes: %v, want no stream", res[3].Err)
+	}
+	if len(hdr) != 1 {
+		t.Errorf("the caller's header was changed: %v", hdr)
+	}
+	if n := b.streamMsgs(t, "NOTIFY"); n != 2 {
+		t.Fatalf("NOTIFY holds %d messages, want 2", n)
+	}
+	c := b.consumer(t, queue.ConsumerConfig{})
+	ds, err := c.Fetch(ctx(t), 10, 0)
+	if err != nil || len(ds) != 2 {
+		t.Fatalf("Fetch: %d deliveries, %v", len(ds), err)
+	}
+	for _, d := range ds {
+		want := ""
+		if d.Header.Get(jetstream.MsgIDHeader) == "h-1" {
+			want = hdr.Get("traceparent")
+		}
+		if got := d.Header.Get("traceparent"); got != want {
+			t.Errorf("%s: traceparent %q, want %q", d.Header.Get(jetstream.MsgIDHeader), got, want)
+		}
+	}
+}
+
+func TestPublishMsgsFailsWhenTheServerIsDown(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	nc := b.srv.Conn(nats.ReconnectBufSize(-1))
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := queue.NewPublisher(js)
+	b.srv.Stop()
+	testenv.WaitFor(t, 5*time.Second, "client sees the disconnect", func() bool { return !nc.IsConnected() })
+	c, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	d, _ := job("sms", "down-1").Marshal()
+	res := pub.PublishMsgs(c, []queue.OutMsg{{Subject: queue.JobSubject("sms", false), Data: d, MsgID: "down-1"}})
+	if res[0].Err == nil {
+		t.Fatal("a publish with the server down succeeded")
 	}
 }

@@ -32,6 +32,7 @@ type benchFlags struct {
 	natsURL, redisAddr   string
 	contract, processes  int
 	cluster, json        bool
+	gateway              bool
 }
 
 func benchCmd(e *env) *cobra.Command {
@@ -50,6 +51,9 @@ func benchCmd(e *env) *cobra.Command {
   notifier bench --contract 100 --processes 3   pacing: 3 notifier run processes drain a backlog on a 100/s
                                                 contract; achieved rate, most sends in any 1 s window, the gaps
                                                 between sends, and the provider's 429s (there must be none)
+  notifier bench --gateway                      the HTTP gateway: requests/s and p50/p99 latency of a 202 (the job
+                                                published and acknowledged), requests/s of the 429 path, and each
+                                                path's CPU per request (this process and redis-server) with the ratio
   notifier bench --cluster                      the same on a 3-node embedded JetStream cluster (streams at 3
                                                 replicas) and a 3-master Redis Cluster it starts itself (with
                                                 --contract, the pacing run on them)
@@ -72,12 +76,14 @@ object with every figure instead of the report. It exits 1 when a pacing run bro
 	fl.IntVar(&f.processes, "processes", 3, "pacing run: notifier run processes")
 	fl.BoolVar(&f.cluster, "cluster", false, "run on a 3-node JetStream cluster (R3) and a 3-master Redis Cluster")
 	fl.BoolVar(&f.json, "json", false, "print one JSON object with every figure instead of the report")
+	fl.BoolVar(&f.gateway, "gateway", false, "measure the HTTP gateway's 202 and 429 paths (--jobs requests each, --workers clients)")
 	c.RunE = func(cmd *cobra.Command, _ []string) error {
 		if err := f.check(cmd); err != nil {
 			return &usageError{err: err}
 		}
 		return runBench(cmd.Context(), f, e)
 	}
+	c.AddCommand(benchGatewayClientCmd())
 	return c
 }
 
@@ -98,6 +104,8 @@ func (f *benchFlags) check(cmd *cobra.Command) error {
 		return fmt.Errorf("--rounds must be from 1 to 99, got %d", f.rounds)
 	case f.contract > 0 && cmd.Flags().Changed("rounds"):
 		return fmt.Errorf("--rounds is for the throughput passes, not the pacing run")
+	case f.gateway && (f.contract > 0 || f.cluster || cmd.Flags().Changed("rounds") || cmd.Flags().Changed("users")):
+		return fmt.Errorf("--gateway takes --jobs, --workers, --nats-url, --redis-addr and --json only")
 	}
 	if f.contract > 0 && !cmd.Flags().Changed("jobs") {
 		f.jobs = max(300, 30*f.contract)
@@ -132,23 +140,24 @@ func (f *benchFlags) command(pacing bool) string {
 
 // benchResult is every figure of one run; --json prints it.
 type benchResult struct {
-	Version    string            `json:"version"`
-	Go         string            `json:"go"`
-	Platform   string            `json:"platform"`
-	CPUs       int               `json:"cpus"`
-	Mode       string            `json:"mode"` // throughput or pacing
-	Cluster    bool              `json:"cluster"`
-	NATS       string            `json:"nats"`
-	Redis      string            `json:"redis"`
-	Sink       string            `json:"sink"`
-	Jobs       int               `json:"jobs"`
-	Users      int               `json:"users"`
-	Workers    int               `json:"workers"`
-	Rounds     int               `json:"rounds,omitempty"`
-	Warmup     int               `json:"warmup_jobs_per_pass,omitempty"`
-	Throughput *throughputResult `json:"throughput,omitempty"`
-	Latency    *latencyResult    `json:"latency,omitempty"`
-	Pacing     *pacingResult     `json:"pacing,omitempty"`
+	Version    string              `json:"version"`
+	Go         string              `json:"go"`
+	Platform   string              `json:"platform"`
+	CPUs       int                 `json:"cpus"`
+	Mode       string              `json:"mode"` // throughput or pacing
+	Cluster    bool                `json:"cluster"`
+	NATS       string              `json:"nats"`
+	Redis      string              `json:"redis"`
+	Sink       string              `json:"sink"`
+	Jobs       int                 `json:"jobs"`
+	Users      int                 `json:"users"`
+	Workers    int                 `json:"workers"`
+	Rounds     int                 `json:"rounds,omitempty"`
+	Warmup     int                 `json:"warmup_jobs_per_pass,omitempty"`
+	Throughput *throughputResult   `json:"throughput,omitempty"`
+	Latency    *latencyResult      `json:"latency,omitempty"`
+	Pacing     *pacingResult       `json:"pacing,omitempty"`
+	Gateway    *gatewayBenchResult `json:"gateway,omitempty"`
 }
 
 // throughputResult is the throughput section: the floor and the two
@@ -286,7 +295,15 @@ func runBench(ctx context.Context, f *benchFlags, e *env) error {
 	defer w.rdb.Close()
 	defer rds.cleanup(context.WithoutCancel(ctx), w.prefix)
 
-	if f.contract > 0 {
+	if f.gateway {
+		res.Mode = "gateway"
+		res.Sink = "none: the gateway publishes to the job stream, no dispatcher runs"
+		g, err := w.gatewayPass(ctx)
+		if err != nil {
+			return err
+		}
+		res.Gateway = g
+	} else if f.contract > 0 {
 		res.Sink = fmt.Sprintf("the sandbox provider in this process (webhook over loopback HTTP), enforcing a contract of %d per any 1 s window (429 beyond it)", f.contract)
 		r, err := w.pacingPass(ctx, exe, f.jobs)
 		if err != nil {
@@ -429,6 +446,9 @@ func printBench(w io.Writer, r *benchResult) {
 		for _, s := range l.Steps {
 			fmt.Fprintf(w, "  %-*s %7.2fms %7.2fms\n", width, s.What, s.P50Ms, s.P99Ms)
 		}
+	}
+	if g := r.Gateway; g != nil {
+		printGatewayBench(w, g)
 	}
 	if p := r.Pacing; p != nil {
 		fmt.Fprintf(w, "\npacing: %d jobs through %d notifier run processes (%d workers each) on a %d/s contract\n  reproduce: %s\n\n",

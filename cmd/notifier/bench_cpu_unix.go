@@ -3,6 +3,7 @@
 package main
 
 import (
+	"os"
 	"syscall"
 	"time"
 )
@@ -15,4 +16,16 @@ func processCPU() (time.Duration, bool) {
 		return 0, false
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), true
+}
+
+// childCPU is the CPU time an exited child used, user plus system (0 when
+// unknown).
+func childCPU(ps *os.ProcessState) time.Duration {
+	if ps == nil {
+		return 0
+	}
+	if u, ok := ps.SysUsage().(*syscall.Rusage); ok && u != nil {
+		return time.Duration(u.Utime.Nano() + u.Stime.Nano())
+	}
+	return 0
 }

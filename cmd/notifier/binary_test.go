@@ -126,7 +126,14 @@ func (p *process) logs() string { return p.out.String() }
 
 func (w *world) run(env ...string) *process {
 	w.t.Helper()
-	cmd := exec.Command(notifierBinary(w.t), "run", "--config", w.config, "--log-level", "debug")
+	return w.start([]string{"run", "--config", w.config, "--log-level", "debug"}, env...)
+}
+
+// start runs the binary with args (a command and its flags) until the test
+// ends.
+func (w *world) start(args []string, env ...string) *process {
+	w.t.Helper()
+	cmd := exec.Command(notifierBinary(w.t), args...)
 	p := &process{cmd: cmd, out: &lockedWriter{w: &bytes.Buffer{}}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	// GOTRACEBACK=all: a SIGQUIT (sent by quit) prints every goroutine,

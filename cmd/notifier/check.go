@@ -103,6 +103,21 @@ func describeConfig(w io.Writer, cfg Config) {
 		}
 		fmt.Fprintf(w, "  tenants:   weights %s; any other tenant 1\n", strings.Join(parts, ", "))
 	}
+	if g := cfg.Gateway; g != nil {
+		legacy := ""
+		if g.LegacyHeaders {
+			legacy = ", legacy X-RateLimit headers"
+		}
+		fmt.Fprintf(w, "  gateway:   %s, %d API keys, at most %d failed authentications per IP per %s%s\n",
+			g.Listen, len(g.Keys), g.AuthFailures.Limit, fmtDur(g.AuthFailures.Window), legacy)
+		for _, k := range g.Keys {
+			tenant := k.Tenant
+			if tenant == "" {
+				tenant = "the default tenant"
+			}
+			fmt.Fprintf(w, "  key        %s: %s, %g jobs/s, burst %d\n", k.Name, tenant, k.Rate, k.Burst)
+		}
+	}
 	for _, p := range cfg.Providers {
 		def := ""
 		if p.Default {

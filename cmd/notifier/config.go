@@ -18,6 +18,7 @@ import (
 	yamlv3 "go.yaml.in/yaml/v3"
 
 	"github.com/notifier/notifier/dispatch"
+	"github.com/notifier/notifier/gateway"
 	"github.com/notifier/notifier/globallimit"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
@@ -39,6 +40,9 @@ type Config struct {
 	Tenants    TenantsConfig             `mapstructure:"tenants"`
 	Providers  []providers.Config        `mapstructure:"providers"`
 	Tracing    TracingConfig             `mapstructure:"tracing"`
+	// Gateway is read by `notifier gateway` only (nil: left out); `check`
+	// and every command validate it when present.
+	Gateway *gateway.Config `mapstructure:"gateway"`
 }
 
 // TenantsConfig is YAML tenants:.
@@ -83,6 +87,10 @@ func (c Config) WithDefaults() Config {
 	}
 	for i := range c.Providers {
 		c.Providers[i] = c.Providers[i].WithDefaults()
+	}
+	if c.Gateway != nil {
+		g := c.Gateway.WithDefaults()
+		c.Gateway = &g
 	}
 	return c
 }
@@ -138,6 +146,9 @@ func (c Config) Validate() error {
 		add(providerPath(i, p.Name)+".", p.Validate())
 	}
 	add("", providers.ValidateAll(c.Providers))
+	if c.Gateway != nil {
+		add("gateway.", c.Gateway.Validate())
+	}
 	return errors.Join(errs...)
 }
 
@@ -557,6 +568,10 @@ var zeroRefused = map[string]string{
 	"retry.max_attempts": "must be at least 1 (leave the key out for the default, 8)",
 	"retry.base_delay":   "must be greater than 0 (leave the key out for the default, 1s)",
 	"retry.max_delay":    "must be greater than 0 (leave the key out for the default, 5m)",
+
+	"gateway.auth_failures.limit":  "must be at least 1 (leave the key out for the default, 10)",
+	"gateway.auth_failures.window": "must be greater than 0 (leave the key out for the default, 1m)",
+	"gateway.publish_timeout":      "must be greater than 0 (leave the key out for the default, 5s)",
 }
 
 // zeroRefusedProvider is zeroRefused for the keys of a providers entry.

@@ -43,6 +43,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		benchCmd(e),
 		deadCmd(e),
 		resumeCmd(e),
+		gatewayCmd(e),
 	)
 	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -8,17 +9,23 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/notifier/notifier/dispatch"
+	"github.com/notifier/notifier/gateway"
 	"github.com/notifier/notifier/queue"
 )
 
 func topCmd(e *env) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "top",
-		Short: "List the users hitting their per-user cap most",
+		Short: "List the users hitting their per-user cap most (--gateway: the API keys rejected most)",
 		Long: `Top lists the users whose jobs the per-user cap of a channel denied most often over a
 window (whole UTC hours, at most 8 days). A user at the top all the time is either
 abusing the service or has outgrown their plan; both are worth knowing. The counts
-live in Redis, never in a metric label.`,
+live in Redis, never in a metric label.
+
+With --gateway it lists instead the gateway's API keys by requests rejected over the
+window: answered 429 over the key's limit, and, as "unauthenticated", requests
+without a valid key (401, and 429 over gateway.auth_failures). Every gateway instance
+adds its counts to Redis every 5 s.`,
 		Args: cobra.NoArgs,
 	}
 	path := configFlag(c)
@@ -26,7 +33,14 @@ live in Redis, never in a metric label.`,
 	window := c.Flags().Duration("window", 24*time.Hour, "how far back, in whole hours (at most 192h)")
 	limit := c.Flags().Int("limit", 20, "how many users")
 	asJSON := c.Flags().Bool("json", false, "print as JSON")
+	gw := c.Flags().Bool("gateway", false, "the gateway's API keys rejected most, instead of users")
 	c.RunE = func(cmd *cobra.Command, _ []string) error {
+		if *gw {
+			if *channel != "" {
+				return &usageError{err: fmt.Errorf("--channel is for the per-user cap, not --gateway")}
+			}
+			return topGateway(cmd.Context(), e, *path, *window, *limit, *asJSON)
+		}
 		if *channel == "" {
 			return &usageError{err: fmt.Errorf("--channel is required: sms, push or email")}
 		}
@@ -76,4 +90,50 @@ live in Redis, never in a metric label.`,
 		return nil
 	}
 	return c
+}
+
+// topGateway is `notifier top --gateway`: the API keys with the most
+// rejected requests over window, from the counts gateways keep in Redis.
+func topGateway(ctx context.Context, e *env, path string, window time.Duration, limit int, asJSON bool) error {
+	if window < time.Hour || window > gateway.RejectionRetention || limit < 1 {
+		return &usageError{err: fmt.Errorf("--window must be from 1h to %s and --limit at least 1", fmtDur(gateway.RejectionRetention))}
+	}
+	cfg, err := LoadConfig(path, e.getenv)
+	if err != nil {
+		return err
+	}
+	rdb, err := ConnectRedis(ctx, cfg.Redis, 4)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	rows, err := gateway.TopRejected(ctx, rdb, cfg.Redis.KeyPrefix, time.Now(), window, limit)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		type row struct {
+			Key      string `json:"key"`
+			Rejected int64  `json:"rejected"`
+		}
+		out := []row{}
+		for _, r := range rows {
+			out = append(out, row{r.Key, r.Rejected})
+		}
+		return json.NewEncoder(e.stdout).Encode(out)
+	}
+	fmt.Fprintf(e.stdout, "gateway API keys by requests rejected (429 over the key's limit; unauthenticated: 401 and 429 over auth_failures), last %s\n", fmtDur(window))
+	if len(rows) == 0 {
+		fmt.Fprintln(e.stdout, "  none")
+	}
+	limits := map[string]string{}
+	if cfg.Gateway != nil {
+		for _, k := range cfg.Gateway.Keys {
+			limits[k.Name] = fmt.Sprintf("%g/s, burst %d", k.Rate, k.Burst)
+		}
+	}
+	for i, r := range rows {
+		fmt.Fprintf(e.stdout, "%4d. %-40s %8d  %s\n", i+1, r.Key, r.Rejected, limits[r.Key])
+	}
+	return nil
 }

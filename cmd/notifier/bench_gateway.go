@@ -1,0 +1,292 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/notifier/notifier/gateway"
+	"github.com/notifier/notifier/queue"
+)
+
+// gatewayBenchResult is `notifier bench --gateway`: the 202 path and the
+// 429 path of POST /v1/notifications, one after the other, on this machine.
+type gatewayBenchResult struct {
+	Command     string          `json:"command"`
+	Requests    int             `json:"requests_per_pass"`
+	Concurrency int             `json:"concurrency"`
+	Accepted    gatewayBenchRun `json:"accepted"`
+	Limited     gatewayBenchRun `json:"limited"`
+	// CPURatio is the accepted path's CPU per request over the limited
+	// path's: how many times cheaper a 429 is.
+	CPURatio float64 `json:"cpu_ratio"`
+}
+
+// gatewayBenchRun is one pass's figures. CPU is this process's (the
+// gateway, the HTTP client, and the embedded NATS server unless
+// --nats-url) plus redis-server's (INFO cpu), per request.
+type gatewayBenchRun struct {
+	Status            int     `json:"status"`
+	Seconds           float64 `json:"seconds"`
+	RequestsPerSecond float64 `json:"requests_per_second"`
+	P50Ms             float64 `json:"p50_ms"`
+	P99Ms             float64 `json:"p99_ms"`
+	CPUMicrosPerReq   float64 `json:"cpu_us_per_request"`
+	ProcessCPUMicros  float64 `json:"process_cpu_us_per_request"`
+	RedisCPUMicros    float64 `json:"redis_cpu_us_per_request"`
+	ClientCPUMicros   float64 `json:"client_cpu_us_per_request"` // the load generator's, not counted above
+}
+
+// Bench keys: one that never limits, one that allows a single job.
+const (
+	benchOpenKey    = "bench-open-key"
+	benchLimitedKey = "bench-limited-key"
+)
+
+// gatewayPass runs the gateway in this process on the bench's NATS and
+// Redis and times n requests of each path at f.workers concurrent clients.
+func (w *benchWorld) gatewayPass(ctx context.Context) (*gatewayBenchResult, error) {
+	n, conc := w.f.jobs, w.f.workers
+	exe, err := notifierExecutable()
+	if err != nil {
+		return nil, err
+	}
+	var gw *gateway.Gateway
+	gw, err = gateway.New(gateway.Config{Keys: []gateway.Key{
+		{Name: "bench-open", SHA256: gateway.HashKey(benchOpenKey), Rate: 1e6, Burst: 1e6},
+		{Name: "bench-limited", SHA256: gateway.HashKey(benchLimitedKey), Rate: 1e-6, Burst: 1},
+	}}, gateway.Deps{
+		Redis: w.rdb, KeyPrefix: w.prefix, Publisher: queue.NewPublisher(w.js),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("listen for the bench gateway: %w", err)
+	}
+	srv := &http.Server{Handler: gw, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	url := "http://" + ln.Addr().String() + "/v1/notifications"
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conc, MaxConnsPerHost: conc}, Timeout: 30 * time.Second}
+	defer client.CloseIdleConnections()
+
+	res := &gatewayBenchResult{Command: w.f.gatewayCommand(), Requests: n, Concurrency: conc}
+	warm := warmupJobs(n)
+	if _, _, err := w.gatewayLoad(ctx, client, url, benchOpenKey, warm, conc, http.StatusAccepted, "gateway warm-up (202)"); err != nil {
+		return nil, err
+	}
+	if res.Accepted, err = w.gatewayRun(ctx, exe, url, benchOpenKey, n, conc, http.StatusAccepted, "gateway 202 path"); err != nil {
+		return nil, err
+	}
+	// The limited key's one token, then nothing but 429s.
+	if _, _, err := w.gatewayLoad(ctx, client, url, benchLimitedKey, 1, 1, http.StatusAccepted, "gateway: the limited key's one job"); err != nil {
+		return nil, err
+	}
+	if _, _, err := w.gatewayLoad(ctx, client, url, benchLimitedKey, warm, conc, http.StatusTooManyRequests, "gateway warm-up (429)"); err != nil {
+		return nil, err
+	}
+	if res.Limited, err = w.gatewayRun(ctx, exe, url, benchLimitedKey, n, conc, http.StatusTooManyRequests, "gateway 429 path"); err != nil {
+		return nil, err
+	}
+	if res.Limited.CPUMicrosPerReq > 0 {
+		res.CPURatio = res.Accepted.CPUMicrosPerReq / res.Limited.CPUMicrosPerReq
+	}
+	return res, nil
+}
+
+// gatewayRun is one timed pass: the requests come from a child process
+// (`notifier bench gateway-client`), so that this process's CPU is the
+// gateway's and the embedded NATS server's only, not the load generator's.
+func (w *benchWorld) gatewayRun(ctx context.Context, exe, url, key string, n, conc, want int, phase string) (gatewayBenchRun, error) {
+	before, err := w.readMeter(ctx, true)
+	if err != nil {
+		return gatewayBenchRun{}, err
+	}
+	w.prog.set(phase+" (client in a child process)", 0, nil)
+	cmd := exec.CommandContext(ctx, exe, "bench", "gateway-client", "--url", url, "--key", key, "--requests", strconv.Itoa(n),
+		"--concurrency", strconv.Itoa(conc), "--status", strconv.Itoa(want), "--run", w.run+"-"+strconv.Itoa(want))
+	dieWithParent(cmd)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return gatewayBenchRun{}, fmt.Errorf("%s: the client process: %w: %s", phase, err, strings.TrimSpace(stderr.String()))
+	}
+	var cr gatewayClientResult
+	if err := json.Unmarshal(out, &cr); err != nil {
+		return gatewayBenchRun{}, fmt.Errorf("%s: the client's report %q: %w", phase, out, err)
+	}
+	after, err := w.readMeter(ctx, true)
+	if err != nil {
+		return gatewayBenchRun{}, err
+	}
+	_, _, redisCPU := after.redis.diff(before.redis)
+	proc := float64((after.cpu - before.cpu).Microseconds()) / float64(n)
+	rcpu := redisCPU * 1e6 / float64(n)
+	client := float64(childCPU(cmd.ProcessState).Microseconds()) / float64(n)
+	return gatewayBenchRun{
+		Status: want, Seconds: cr.Seconds, RequestsPerSecond: float64(n) / cr.Seconds,
+		P50Ms: cr.P50Ms, P99Ms: cr.P99Ms,
+		CPUMicrosPerReq: proc + rcpu, ProcessCPUMicros: proc, RedisCPUMicros: rcpu, ClientCPUMicros: client,
+	}, nil
+}
+
+// gatewayClientResult is what `notifier bench gateway-client` prints.
+type gatewayClientResult struct {
+	Seconds float64 `json:"seconds"`
+	P50Ms   float64 `json:"p50_ms"`
+	P99Ms   float64 `json:"p99_ms"`
+}
+
+// benchGatewayClientCmd is the load generator of `bench --gateway`, run
+// as a child process (hidden: not for direct use).
+func benchGatewayClientCmd() *cobra.Command {
+	c := &cobra.Command{Use: "gateway-client", Hidden: true, Args: cobra.NoArgs}
+	fl := c.Flags()
+	url := fl.String("url", "", "")
+	key := fl.String("key", "", "")
+	run := fl.String("run", "bench", "")
+	n := fl.Int("requests", 1000, "")
+	conc := fl.Int("concurrency", 32, "")
+	want := fl.Int("status", http.StatusAccepted, "")
+	c.RunE = func(cmd *cobra.Command, _ []string) error {
+		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: *conc, MaxConnsPerHost: *conc}, Timeout: 30 * time.Second}
+		defer client.CloseIdleConnections()
+		var done atomic.Int64
+		start := time.Now()
+		lat, _, err := gatewayLoad(cmd.Context(), client, *url, *key, *run, *n, *conc, *want, "gateway-client", &done)
+		if err != nil {
+			return err
+		}
+		took := time.Since(start)
+		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+		return json.NewEncoder(cmd.OutOrStdout()).Encode(gatewayClientResult{
+			Seconds: took.Seconds(), P50Ms: ms(percentile(lat, 0.50)), P99Ms: ms(percentile(lat, 0.99)),
+		})
+	}
+	return c
+}
+
+// gatewayLoad sends n single-job requests with key from conc clients and
+// returns each one's latency; an answer other than want fails the bench.
+func (w *benchWorld) gatewayLoad(ctx context.Context, client *http.Client, url, key string, n, conc, want int, phase string) ([]time.Duration, int, error) {
+	var done atomic.Int64
+	w.prog.set(phase, n, func() int { return int(done.Load()) })
+	return gatewayLoad(ctx, client, url, key, w.run, n, conc, want, phase, &done)
+}
+
+// gatewayLoad sends n single-job requests (ids <run>-gw-…) with key from
+// conc clients, counting the answered ones in done, and returns each
+// one's latency; an answer other than want fails it.
+func gatewayLoad(ctx context.Context, client *http.Client, url, key, run string, n, conc, want int, phase string, done *atomic.Int64) ([]time.Duration, int, error) {
+	var next atomic.Int64
+	lat := make([]time.Duration, n)
+	var (
+		mu       sync.Mutex
+		firstErr error
+	)
+	fail := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
+	var wg sync.WaitGroup
+	for c := range conc {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				body := fmt.Sprintf(`{"id":"%s-gw-%d-%d","user_id":"user-%d","channel":"sms","to":"+14155550123","body":"bench"}`, run, c, i, i%1000)
+				req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+				if err != nil {
+					fail(err)
+					return
+				}
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Authorization", "Bearer "+key)
+				t0 := time.Now()
+				resp, err := client.Do(req)
+				if err != nil {
+					fail(fmt.Errorf("%s: %w", phase, err))
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				lat[i] = time.Since(t0)
+				if resp.StatusCode != want {
+					fail(fmt.Errorf("%s: answer %d, want %d", phase, resp.StatusCode, want))
+					return
+				}
+				done.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if firstErr == nil && ctx.Err() != nil {
+		firstErr = ctx.Err()
+	}
+	if firstErr != nil {
+		return nil, 0, firstErr
+	}
+	if int(done.Load()) != n {
+		return nil, 0, errors.New(phase + ": not every request was answered")
+	}
+	return lat, n, nil
+}
+
+// gatewayCommand is the command line that reproduces the gateway section.
+func (f *benchFlags) gatewayCommand() string {
+	args := []string{"notifier", "bench", "--gateway"}
+	if f.natsURL != "" {
+		args = append(args, "--nats-url", queue.RedactURLs(f.natsURL))
+	}
+	if f.redisAddr != "" {
+		args = append(args, "--redis-addr", f.redisAddr)
+	}
+	return strings.Join(append(args, "--jobs", fmt.Sprint(f.jobs), "--workers", fmt.Sprint(f.workers)), " ")
+}
+
+// printGatewayBench prints the gateway section.
+func printGatewayBench(w io.Writer, g *gatewayBenchResult) {
+	fmt.Fprintf(w, "\ngateway: POST /v1/notifications, %d single-job requests per path from %d concurrent clients\n  reproduce: %s\n\n",
+		g.Requests, g.Concurrency, g.Command)
+	fmt.Fprintf(w, "  %-20s %8s %9s %9s %15s %26s %13s\n", "path", "req/s", "p50", "p99", "CPU µs/request", "(gateway+NATS + redis)", "client µs/req")
+	for _, r := range []struct {
+		name string
+		run  gatewayBenchRun
+	}{{"202 accepted", g.Accepted}, {"429 over the limit", g.Limited}} {
+		fmt.Fprintf(w, "  %-20s %8.0f %7.2fms %7.2fms %15.1f %17.1f + %-6.1f %13.1f\n", r.name, r.run.RequestsPerSecond, r.run.P50Ms, r.run.P99Ms,
+			r.run.CPUMicrosPerReq, r.run.ProcessCPUMicros, r.run.RedisCPUMicros, r.run.ClientCPUMicros)
+	}
+	verdict := "≥ 5×: held"
+	if g.CPURatio < 5 {
+		verdict = "< 5×: NOT held"
+	}
+	fmt.Fprintf(w, "\n  a 429 costs 1/%.1f of a 202 in CPU per request (%s)\n", g.CPURatio, verdict)
+	fmt.Fprintln(w, "  202: the key, the bucket (one EVALSHA), decode and validation, the JetStream publish and its ack.")
+	fmt.Fprintln(w, "  429: the key and the bucket as this instance last heard of it (Redis only when that does not refuse).")
+	fmt.Fprintln(w, "  CPU per request is the serving side: this process (the gateway and the embedded NATS server, which")
+	fmt.Fprintln(w, "  stores the 202s' jobs; getrusage) plus redis-server (INFO cpu). The HTTP clients run in a child")
+	fmt.Fprintln(w, "  process, their CPU shown apart; p50/p99 are the clients' request latencies")
+}

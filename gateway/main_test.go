@@ -1,0 +1,312 @@
+package gateway_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/notifier/notifier/gateway"
+	"github.com/notifier/notifier/queue"
+	"github.com/notifier/notifier/testenv"
+)
+
+// TestMain checks goroutine leaks and, after every test, that each answer
+// any test's gateway gave is documented in openapi.json.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if code == 0 {
+		if bad := undocumentedAnswers(allSeen); len(bad) > 0 {
+			fmt.Fprintf(os.Stderr, "answers given in the tests but not documented in openapi.json: %v\n", bad)
+			code = 1
+		}
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// The keys the tests use, and their configured form.
+const (
+	acmeKey  = "acme-secret-key-0001"
+	otherKey = "other-secret-key-0002"
+)
+
+// bundle is one test's private NATS and Redis and a gateway on them.
+type bundle struct {
+	nats   *testenv.NATSServer
+	redis  *testenv.RedisServer
+	rdb    *redis.Client
+	js     jetstream.JetStream
+	cfg    gateway.Config
+	prefix string
+	reg    *prometheus.Registry
+	gw     *gateway.Gateway
+	srv    *httptest.Server
+	logs   *syncBuffer
+	seen   *statusLog
+}
+
+// statusLog records every (method path, status) a test's servers answered,
+// for the OpenAPI test.
+type statusLog struct {
+	mu   sync.Mutex
+	seen map[string]map[int]http.Header
+}
+
+func (s *statusLog) record(op string, status int, h http.Header) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.seen[op] == nil {
+		s.seen[op] = map[int]http.Header{}
+	}
+	s.seen[op][status] = h.Clone()
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func keys(rate float64, burst int) []gateway.Key {
+	return []gateway.Key{
+		{Name: "acme-app", Tenant: "acme", SHA256: gateway.HashKey(acmeKey), Rate: rate, Burst: burst},
+		{Name: "default-app", SHA256: gateway.HashKey(otherKey), Rate: rate, Burst: burst},
+	}
+}
+
+// setup starts NATS (with the streams) and Redis and a gateway configured
+// by cfg (its keys: keys(100, 100) when none).
+func setup(t *testing.T, cfg gateway.Config) *bundle {
+	t.Helper()
+	b := &bundle{nats: testenv.NATS(t), redis: testenv.Redis(t), prefix: "gwtest:", logs: &syncBuffer{},
+		seen: &statusLog{seen: map[string]map[int]http.Header{}}}
+	b.rdb = b.redis.Client()
+	js, err := jetstream.New(b.nats.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.js = js
+	qcfg := queue.Config{URL: b.nats.URL()}.WithDefaults()
+	if err := queue.EnsureStreams(ctx(t), js, qcfg, 1); err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Keys) == 0 {
+		cfg.Keys = keys(100, 100)
+	}
+	b.cfg = cfg
+	b.gw, b.reg = b.newGateway(t)
+	b.srv = httptest.NewServer(b.recording(b.gw))
+	t.Cleanup(b.srv.Close)
+	return b
+}
+
+// setupB is setup for a benchmark: the gateway alone.
+func setupB(tb *testing.B, cfg gateway.Config) *gateway.Gateway {
+	n := testenv.NATS(tb)
+	rs := testenv.Redis(tb)
+	js, err := jetstream.New(n.Conn())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := queue.EnsureStreams(tb.Context(), js, queue.Config{URL: n.URL()}.WithDefaults(), 1); err != nil {
+		tb.Fatal(err)
+	}
+	gw, err := gateway.New(cfg, gateway.Deps{Redis: rs.Client(), KeyPrefix: "gwbench:", Publisher: queue.NewPublisher(js),
+		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return gw
+}
+
+// newGateway is one more gateway instance on the bundle's NATS and Redis
+// (its own connections), as another process would be.
+func (b *bundle) newGateway(t *testing.T) (*gateway.Gateway, *prometheus.Registry) {
+	t.Helper()
+	nc := b.nats.Conn(nats.ReconnectBufSize(-1))
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := b.redis.Client()
+	reg := prometheus.NewRegistry()
+	gw, err := gateway.New(b.cfg, gateway.Deps{
+		Redis: rdb, KeyPrefix: b.prefix, Publisher: queue.NewPublisher(js),
+		Ready: func(ctx context.Context) error {
+			if !nc.IsConnected() {
+				return fmt.Errorf("nats: %s", nc.Status())
+			}
+			return rdb.Ping(ctx).Err()
+		},
+		Registerer: reg, Gatherer: reg,
+		Logger: slog.New(slog.NewJSONHandler(b.logs, nil)),
+	})
+	if err != nil {
+		t.Fatalf("gateway.New: %v", err)
+	}
+	return gw, reg
+}
+
+func (b *bundle) recording(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		h.ServeHTTP(rec, r)
+		b.seen.record(r.Method+" "+r.URL.Path, rec.status, w.Header())
+		allSeen.record(r.Method+" "+r.URL.Path, rec.status, w.Header())
+	})
+}
+
+// allSeen gathers every answer of every test's gateway, for the OpenAPI
+// test, which runs last.
+var allSeen = &statusLog{seen: map[string]map[int]http.Header{}}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	r.status = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return c
+}
+
+// response is an answer, its body read.
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r response) json(t *testing.T, v any) {
+	t.Helper()
+	if err := json.Unmarshal(r.body, v); err != nil {
+		t.Fatalf("answer %d body %q: %v", r.status, r.body, err)
+	}
+}
+
+// problem is a decoded problem+json.
+type problem struct {
+	Type    string           `json:"type"`
+	Status  int              `json:"status"`
+	Detail  string           `json:"detail"`
+	Field   string           `json:"field"`
+	Rule    string           `json:"rule"`
+	Items   []map[string]any `json:"items"`
+	Results []map[string]any `json:"results"`
+}
+
+// post sends body to POST /v1/notifications with key (none when "") and
+// extra headers (name, value pairs).
+func (b *bundle) post(t *testing.T, key, body string, hdr ...string) response {
+	t.Helper()
+	return post(t, b.srv.URL, key, body, hdr...)
+}
+
+func post(t *testing.T, base, key, body string, hdr ...string) response {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, base+"/v1/notifications", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST: %v", err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return response{status: resp.StatusCode, header: resp.Header, body: data}
+}
+
+// smsJob is a valid job as JSON, with extra members appended.
+func smsJob(extra string) string {
+	return `{"user_id":"u1","channel":"sms","to":"+14155550123","body":"your code is 123456"` + extra + `}`
+}
+
+// stored fetches every job of the NOTIFY stream (without consuming them).
+func (b *bundle) stored(t *testing.T) []*jetstream.RawStreamMsg {
+	t.Helper()
+	s, err := b.js.Stream(ctx(t), "NOTIFY")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*jetstream.RawStreamMsg
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := s.GetMsg(ctx(t), seq)
+		if err != nil {
+			continue // deleted
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+func httptestServer(h http.Handler) *httptest.Server { return httptest.NewServer(h) }
+
+func contextWithCancel(t *testing.T) (context.Context, context.CancelFunc) {
+	c, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	return c, cancel
+}
+
+func get(t *testing.T, url string) response {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	return response{status: resp.StatusCode, header: resp.Header, body: data}
+}
