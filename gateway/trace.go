@@ -4,13 +4,15 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"strings"
+
+	"github.com/notifier/notifier/queue"
 )
 
 // Trace context headers (W3C Trace Context), as stored on a job's NATS
-// message.
+// message: the names the dispatcher reads (queue.HeaderTraceparent).
 const (
-	HeaderTraceparent = "traceparent"
-	HeaderTracestate  = "tracestate"
+	HeaderTraceparent = queue.HeaderTraceparent
+	HeaderTracestate  = queue.HeaderTracestate
 	maxTracestate     = 512
 )
 
