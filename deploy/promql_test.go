@@ -68,6 +68,8 @@ func exportedMetrics(t *testing.T) map[string]exportedSeries {
 	m.CreatedAtIgnored.WithLabelValues("sms").Inc()
 	m.Ambiguous.WithLabelValues("twilio").Inc()
 	m.Deliveries.WithLabelValues("twilio", "undelivered").Inc()
+	m.Failovers.WithLabelValues("twilio", "twilio-b", dispatch.FailoverCircuitOpen).Inc()
+	m.EffectiveRate.WithLabelValues("twilio").Set(70)
 	gm := gateway.NewMetrics(reg)
 	gm.Requests.WithLabelValues("acme-app", "202").Inc()
 
@@ -128,7 +130,8 @@ func knownValues() map[string]set {
 		"code": newSet("200", "202", "400", "401", "413", "415", "429", "503"),
 		"reason": newSet("defer", "empty", "switch", "full", "late", "rate_limited", "retry",
 			"paused", "circuit_open", "busy", "unavailable", "recipient_throttled", "budget_spent",
-			dispatch.PauseRateLimited, dispatch.PauseCredentials),
+			dispatch.PauseRateLimited, dispatch.PauseCredentials,
+			dispatch.FailoverCircuitOpen, dispatch.FailoverQuota, dispatch.FailoverDeadline),
 	}
 }
 

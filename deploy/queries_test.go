@@ -186,6 +186,27 @@ var queryCases = []queryCase{
 		},
 	},
 	{
+		name: "provider shaping",
+		series: map[string]string{
+			`notifier_provider_effective_rate{instance="a",provider="twilio"}`:                         `70x20`,
+			`notifier_provider_effective_rate{instance="b",provider="twilio"}`:                         `70x20`,
+			`notifier_provider_contract{instance="a",provider="twilio"}`:                               `100x20`,
+			`notifier_failovers_total{instance="a",from="twilio",to="twilio-b",reason="circuit_open"}`: `0+60x20`,
+			`notifier_failovers_total{instance="b",from="twilio",to="twilio-b",reason="circuit_open"}`: `0+60x20`,
+			`notifier_failovers_total{instance="a",from="twilio",to="twilio-b",reason="deadline"}`:     `0+6x20`,
+		},
+		at: "10m",
+		checks: []queryCheck{
+			// The fleet's one effective rate (every instance reads it from
+			// Redis), beside the contract.
+			{"Effective rate against the contract", "A", map[string]float64{`{provider="twilio"}`: 70}},
+			{"Effective rate against the contract", "B", map[string]float64{`{provider="twilio"}`: 100}},
+			{"Failovers by reason", "A", map[string]float64{
+				`{from="twilio",to="twilio-b",reason="circuit_open"}`: 2, `{from="twilio",to="twilio-b",reason="deadline"}`: 0.1,
+			}},
+		},
+	},
+	{
 		name: "nothing scraped",
 		series: map[string]string{
 			`up{instance="a",job="notifier"}`: `0x20`,

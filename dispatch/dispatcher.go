@@ -553,6 +553,7 @@ func (d *Dispatcher) gaugeLoop(ctx context.Context) {
 				break
 			}
 			d.m.QueueDepth.WithLabelValues(p.Name).Set(depth)
+			d.m.EffectiveRate.WithLabelValues(p.Name).Set(d.effectiveRate(ctx, l, p))
 			if paused, err := l.Leaky.PausedFor(ctx, p.Name); err == nil {
 				reason := ""
 				if paused > 0 {

@@ -38,6 +38,7 @@ type job struct {
 	rule     userlimit.Rule // the channel's per-user cap, when capped
 	capped   bool
 	capAt    int64 // µs on the limit backend's clock: where the job's cap admission stands
+	tried    []string // providers this delivery failed over from
 }
 
 // log is the job's logger: its delivery, id, channel and provider as far as
@@ -183,6 +184,9 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) end {
 		if jb.live.breakers[jb.provider].open() {
 			d.cancelSlot(ctx, jb, first)
 			first.slot = nil
+			if d.failover(jb, FailoverCircuitOpen) {
+				continue
+			}
 			d.m.Deferrals.WithLabelValues(LayerProvider, "circuit_open").Inc()
 			// Back to JetStream until the breaker lets a probe through:
 			// a failing provider holds no worker (its channel gets no

@@ -37,6 +37,12 @@ type Metrics struct {
 	// Deliveries counts the delivery reports providers call back with
 	// (Twilio status callbacks), by the provider's status.
 	Deliveries *prometheus.CounterVec // provider, status
+	// Failovers counts jobs a provider handed to its fallback, by why:
+	// circuit_open, quota, deadline.
+	Failovers *prometheus.CounterVec // from, to, reason
+	// EffectiveRate is the rate the fleet paces a provider at now: its
+	// contract, or less while an adaptive contract has backed off.
+	EffectiveRate *prometheus.GaugeVec // provider
 }
 
 // Outcomes (SPEC §6).
@@ -119,8 +125,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "notifier_deliveries_total", Help: "Delivery reports called back by providers (Twilio status callbacks), by the provider's status: delivered, undelivered, failed, sent, ...",
 		}, []string{"provider", "status"}),
+		Failovers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "notifier_failovers_total", Help: "Jobs a provider handed to its fallback (providers[].fallback), by why: circuit_open, quota (a quota spent), deadline (no slot before expires_at).",
+		}, []string{"from", "to", "reason"}),
+		EffectiveRate: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "notifier_provider_effective_rate", Help: "The rate the fleet paces each provider at now, units per second: its contract, or less while an adaptive contract has backed off after throttling.",
+		}, []string{"provider"}),
 	}
-	reg.MustRegister(m.Ambiguous, m.Deliveries, m.CreatedAtIgnored, m.Jobs, m.Deferrals, m.QueueLatency, m.JobLatency, m.QueueDepth,
+	reg.MustRegister(m.Failovers, m.EffectiveRate, m.Ambiguous, m.Deliveries, m.CreatedAtIgnored, m.Jobs, m.Deferrals, m.QueueLatency, m.JobLatency, m.QueueDepth,
 		m.LimitDecisions, m.ProviderRequests, m.ProviderSeconds, m.ProviderPaused, m.InFlight,
 		m.Contract, m.MaxQueueDelay, m.Ready, m.Replays, m.TenantSent, m.TenantQueued)
 	return m

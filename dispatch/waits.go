@@ -87,6 +87,15 @@ func (d *Dispatcher) waitSlot(ctx context.Context, jb *job, first admission) end
 			}
 			jb.slotAt = d.clock.slotTime(time.Now(), r.Slot, r.Delay)
 		}
+		if at, late := d.pastDeadline(jb, r); late {
+			if r.OK {
+				d.giveBack(ctx, jb, l, r)
+			}
+			if e, done := d.tooLate(jb, at); done {
+				return e
+			}
+			continue // failed over: a slot at the fallback
+		}
 		if !r.OK {
 			d.m.LimitDecisions.WithLabelValues(LayerLeaky, "deny").Inc()
 			d.m.Deferrals.WithLabelValues(LayerLeaky, "full").Inc()
