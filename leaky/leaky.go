@@ -113,8 +113,9 @@ type Queue interface {
 	Reserve(ctx context.Context, provider string, c Contract, cost int) (Reservation, error)
 	// Cancel gives back an unused reservation (a job that will not be sent
 	// after all) when no later reservation or pause followed it, so that
-	// two sends can never come closer than the contract. Otherwise, and for
-	// a reservation that was not OK, it does nothing. r and cost must be
+	// two sends can never come closer than the contract; its units then go
+	// back to the quota windows they counted in. Otherwise, and for a
+	// reservation that was not OK, it does nothing. r and cost must be
 	// those of the Reserve call.
 	Cancel(ctx context.Context, provider string, c Contract, r Reservation, cost int) error
 	// Pause pushes every later slot past now+d (tat = max(tat, now+d)) and
