@@ -99,11 +99,16 @@ type Reservation struct {
 	Slot int64
 
 	seq int64 // the state's write counter after this reservation, for Cancel
-	// inc is the µs the reservation added to tat when the contract is
-	// shaped (adaptive or with quotas; 0 otherwise: the plan's), and cost
-	// its units, for Cancel.
-	inc  int64
-	cost int
+	// shaped is, for a reservation under a shaped contract (adaptive or
+	// with quotas), what Cancel needs; nil otherwise. A pointer, so that
+	// a Reservation stays small enough to be returned in registers.
+	shaped *shapedRes
+}
+
+// shapedRes is what Cancel needs of a shaped reservation.
+type shapedRes struct {
+	inc  int64 // µs the reservation added to tat, at the effective rate
+	cost int   // its units
 }
 
 // Queue is a provider's leaky bucket as a virtual queue. Implementations
@@ -222,14 +227,10 @@ type plan struct {
 	// start is cold as a reservation uses it: the contract's ColdStart,
 	// clamped to [0, cold], when it has one.
 	start int64
-	cost  int
-	// shape is the contract's adaptive rate and quotas; nil for a plain
-	// contract (the scripts' fast path).
-	shape *shapePlan
 }
 
 // headroomOf is c's headroom: its own, else the queue's.
-func (o *options) headroomOf(c Contract) float64 {
+func (o *options) headroomOf(c *Contract) float64 {
 	if c.Headroom > 0 {
 		return c.Headroom
 	}
@@ -261,7 +262,7 @@ const MinRate = 1.0 / 86400
 // largest integer a Lua number holds exactly.
 const maxLuaMicros = 1 << 53
 
-func (c Contract) validate() error {
+func (c *Contract) validate() error {
 	switch {
 	case math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0):
 		return fmt.Errorf("rate must be a finite number, got %v", c.Rate)
@@ -276,6 +277,14 @@ func (c Contract) validate() error {
 	case c.MaxQueueDelay.Microseconds() > maxLuaMicros/4:
 		return fmt.Errorf("max queue delay %s is too long to keep in microseconds", c.MaxQueueDelay)
 	}
+	if c.Adaptive == nil && len(c.Quotas) == 0 {
+		return nil
+	}
+	return c.validateShape()
+}
+
+// validateShape validates c's Adaptive and Quotas (off the plain path).
+func (c *Contract) validateShape() error {
 	if a := c.Adaptive; a != nil {
 		switch {
 		case c.Rate > MaxAdaptiveRate:
@@ -322,33 +331,36 @@ const (
 	MaxAdaptiveCost = 8000                 // units per reservation under an adaptive contract
 )
 
-func (o *options) plan(c Contract, cost int) (plan, error) {
+// plan validates a request of cost units under c, and returns its plan and,
+// for a shaped contract (Adaptive or Quotas), its shape; nil for a plain
+// one (the scripts' fast path). The plan stays four words, kept in
+// registers on the hot path.
+func (o *options) plan(c *Contract, cost int) (plan, *shapePlan, error) {
 	if err := c.validate(); err != nil {
-		return plan{}, err
+		return plan{}, nil, err
 	}
 	if cost < 1 {
-		return plan{}, fmt.Errorf("cost must be at least 1, got %d", cost)
+		return plan{}, nil, fmt.Errorf("cost must be at least 1, got %d", cost)
 	}
 	h := o.headroomOf(c)
-	r := effRate(c, h)
+	r := c.Rate * (1 - h)
 	mqd := c.MaxQueueDelay.Microseconds()
 	inc, most := costMicros(cost, r), costMicros(o.maxCost, r)
 	if inc > maxLuaMicros/4 || most > maxLuaMicros/4 {
-		return plan{}, fmt.Errorf("cost %d (at most %d) at %v/s: a send interval of %d µs is too long to keep in microseconds", cost, o.maxCost, c.Rate, max(inc, most))
+		return plan{}, nil, fmt.Errorf("cost %d (at most %d) at %v/s: a send interval of %d µs is too long to keep in microseconds", cost, o.maxCost, c.Rate, max(inc, most))
 	}
-	p := plan{inc: inc, mqd: mqd, cold: mqd + most, start: mqd + most, cost: cost}
+	p := plan{inc: inc, mqd: mqd, cold: mqd + most, start: mqd + most}
 	if c.ColdStart != nil {
 		p.start = min(max(c.ColdStart.Microseconds(), 0), p.cold)
 	}
 	if c.Adaptive == nil && len(c.Quotas) == 0 {
-		return p, nil
+		return p, nil, nil
 	}
 	sp, err := newShapePlan(c, h, cost)
 	if err != nil {
-		return plan{}, err
+		return plan{}, nil, err
 	}
-	p.shape = sp
-	return p, nil
+	return p, sp, nil
 }
 
 // depthUnits converts a queue length in µs into units.

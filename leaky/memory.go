@@ -54,7 +54,7 @@ func (m *Memory) state(provider string) *memState {
 
 // Reserve implements Queue.
 func (m *Memory) Reserve(_ context.Context, provider string, c Contract, cost int) (Reservation, error) {
-	p, err := m.o.plan(c, cost)
+	p, sp, err := m.o.plan(&c, cost)
 	if err != nil {
 		return Reservation{}, fmt.Errorf("reserve slot %s: %w", provider, err)
 	}
@@ -63,8 +63,8 @@ func (m *Memory) Reserve(_ context.Context, provider string, c Contract, cost in
 	now := m.now().UnixMicro()
 	s := m.state(provider)
 	slot := max(now, s.tat, s.pause)
-	if sp := p.shape; sp != nil {
-		return m.reserveShaped(s, sp, p, now, slot), nil
+	if sp != nil {
+		return m.reserveShaped(s, sp, p, cost, now, slot), nil
 	}
 	if slot-now > p.mqd {
 		return Reservation{RetryAfter: micros(slot - now - p.mqd), Quota: -1}, nil
@@ -76,22 +76,22 @@ func (m *Memory) Reserve(_ context.Context, provider string, c Contract, cost in
 
 // reserveShaped is Reserve under a contract with Adaptive or Quotas, as
 // reserve.lua's shaped part.
-func (m *Memory) reserveShaped(s *memState, sp *shapePlan, p plan, now, slot int64) Reservation {
+func (m *Memory) reserveShaped(s *memState, sp *shapePlan, p plan, cost int, now, slot int64) Reservation {
 	qs := s.quotas[:len(sp.quotas)]
-	slot, hit := sp.place(slot, p.cost, qs)
+	slot, hit := sp.place(slot, cost, qs)
 	if slot-now > p.mqd {
 		return Reservation{RetryAfter: micros(slot - now - p.mqd), Quota: hit}
 	}
-	sp.count(slot, p.cost, qs)
-	inc := sp.incAt(sp.eff(s.r0, s.t0, now), p.cost, p.inc)
+	sp.count(slot, cost, qs)
+	inc := sp.incAt(sp.eff(s.r0, s.t0, now), cost, p.inc)
 	s.seq++
 	s.tat = slot + inc
-	return Reservation{OK: true, Delay: micros(slot - now), Slot: slot, Quota: -1, seq: s.seq, inc: inc, cost: p.cost}
+	return Reservation{OK: true, Delay: micros(slot - now), Slot: slot, Quota: -1, seq: s.seq, shaped: &shapedRes{inc: inc, cost: cost}}
 }
 
 // Cancel implements Queue.
 func (m *Memory) Cancel(_ context.Context, provider string, c Contract, r Reservation, cost int) error {
-	p, err := m.o.plan(c, cost)
+	p, sp, err := m.o.plan(&c, cost)
 	if err != nil {
 		return fmt.Errorf("cancel slot %s: %w", provider, err)
 	}
@@ -99,11 +99,11 @@ func (m *Memory) Cancel(_ context.Context, provider string, c Contract, r Reserv
 		return nil
 	}
 	inc := p.inc
-	if r.inc != 0 { // a shaped reservation
-		if r.cost != cost {
+	if r.shaped != nil {
+		if r.shaped.cost != cost {
 			return nil
 		}
-		inc = r.inc
+		inc = r.shaped.inc
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -111,8 +111,8 @@ func (m *Memory) Cancel(_ context.Context, provider string, c Contract, r Reserv
 	if s != nil && s.tat == r.Slot+inc && s.seq == r.seq {
 		s.tat = r.Slot
 		s.seq++
-		if r.inc != 0 && p.shape != nil {
-			for i := range p.shape.quotas {
+		if r.shaped != nil && sp != nil {
+			for i := range sp.quotas {
 				if q := &s.quotas[i]; q.used >= int64(cost) {
 					q.used -= int64(cost)
 				}
@@ -145,7 +145,7 @@ func (m *Memory) pauseLocked(s *memState, now, us int64) {
 
 // Backoff implements Queue.
 func (m *Memory) Backoff(_ context.Context, provider string, c Contract, d time.Duration) (bool, error) {
-	p, err := m.o.plan(c, 1)
+	_, sp, err := m.o.plan(&c, 1)
 	if err != nil {
 		return false, fmt.Errorf("back off provider %s: %w", provider, err)
 	}
@@ -159,10 +159,9 @@ func (m *Memory) Backoff(_ context.Context, provider string, c Contract, d time.
 	s := m.state(provider)
 	inForce := s.pause > now
 	m.pauseLocked(s, now, us)
-	if sp := p.shape; sp == nil || !sp.adaptive || inForce {
+	if sp == nil || !sp.adaptive || inForce {
 		return false, nil
 	}
-	sp := p.shape
 	eff := sp.eff(s.r0, s.t0, now)
 	s.r0, s.t0 = sp.lower(eff), now
 	return s.r0 < eff, nil
@@ -170,11 +169,11 @@ func (m *Memory) Backoff(_ context.Context, provider string, c Contract, d time.
 
 // Shape implements Queue.
 func (m *Memory) Shape(_ context.Context, provider string, c Contract) (Shape, error) {
-	p, err := m.o.plan(c, 1)
+	_, sp, err := m.o.plan(&c, 1)
 	if err != nil {
 		return Shape{}, fmt.Errorf("read shape %s: %w", provider, err)
 	}
-	if p.shape == nil {
+	if sp == nil {
 		return Shape{EffectiveRate: c.Rate}, nil
 	}
 	m.mu.Lock()
@@ -183,12 +182,12 @@ func (m *Memory) Shape(_ context.Context, provider string, c Contract) (Shape, e
 	if s == nil {
 		s = &memState{}
 	}
-	return p.shape.shapeOf(c, s.r0, s.t0, m.now().UnixMicro(), s.quotas[:len(p.shape.quotas)]), nil
+	return sp.shapeOf(c, s.r0, s.t0, m.now().UnixMicro(), s.quotas[:len(sp.quotas)]), nil
 }
 
 // Resume implements Queue.
 func (m *Memory) Resume(_ context.Context, provider string, c Contract) (time.Duration, error) {
-	p, err := m.o.plan(c, 1)
+	p, _, err := m.o.plan(&c, 1)
 	if err != nil {
 		return 0, fmt.Errorf("resume provider %s: %w", provider, err)
 	}
@@ -230,5 +229,5 @@ func (m *Memory) Depth(_ context.Context, provider string, c Contract) (float64,
 	if s == nil || s.tat == 0 {
 		return 0, nil
 	}
-	return depthUnits(s.tat-max(m.now().UnixMicro(), s.pause), c, m.o.headroomOf(c)), nil
+	return depthUnits(s.tat-max(m.now().UnixMicro(), s.pause), c, m.o.headroomOf(&c)), nil
 }

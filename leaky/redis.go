@@ -82,12 +82,12 @@ func (q *Redis) guardArg() string {
 }
 
 // reserveArgs are reserve.lua's arguments before the reservations' own.
-func (q *Redis) reserveArgs(p plan, n int) []any {
-	if p.shape == nil {
+func (q *Redis) reserveArgs(p plan, sp *shapePlan, n int) []any {
+	if sp == nil {
 		return append(make([]any, 0, 6+n), p.mqd, p.start, q.o.idleTTL.Milliseconds(), q.nowArg(), q.guardArg(), 0)
 	}
-	args := append(make([]any, 0, 13+2*len(p.shape.quotas)+2*n), p.mqd, p.start, q.o.idleTTL.Milliseconds(), q.nowArg(), q.guardArg())
-	return p.shape.args(args)
+	args := append(make([]any, 0, 13+2*len(sp.quotas)+2*n), p.mqd, p.start, q.o.idleTTL.Milliseconds(), q.nowArg(), q.guardArg())
+	return sp.args(args)
 }
 
 // Load loads the scripts into the script cache of every server rdb reaches
@@ -106,14 +106,14 @@ func (q *Redis) Load(ctx context.Context) error {
 
 // Reserve implements Queue.
 func (q *Redis) Reserve(ctx context.Context, provider string, c Contract, cost int) (Reservation, error) {
-	p, err := q.o.plan(c, cost)
+	p, sp, err := q.o.plan(&c, cost)
 	if err != nil {
 		return Reservation{}, fmt.Errorf("reserve slot %s: %w", provider, err)
 	}
-	args := append(q.reserveArgs(p, 1), p.inc)
+	args := append(q.reserveArgs(p, sp, 1), p.inc)
 	width := 4
-	if p.shape != nil {
-		args, width = append(args, p.cost), 5
+	if sp != nil {
+		args, width = append(args, cost), 5
 	}
 	v, err := reserveScript.Run(ctx, q.rdb, q.keys(provider), args...).Result()
 	if err != nil {
@@ -123,7 +123,7 @@ func (q *Redis) Reserve(ctx context.Context, provider string, c Contract, cost i
 	if err != nil {
 		return Reservation{}, fmt.Errorf("reserve slot %s: %w", provider, err)
 	}
-	return reservationOf(n, p.cost), nil
+	return reservationOf(n, cost), nil
 }
 
 // ReserveCmd is a reservation queued on a pipeline, alone or in a
@@ -155,8 +155,9 @@ type ReserveGroup struct {
 	q        *Redis
 	provider string
 	c        Contract
-	plan     plan  // of cost 1: mqd and cold are the same for every cost
-	err      error // an invalid contract: every reservation fails
+	plan     plan       // of cost 1: mqd and cold are the same for every cost
+	shape    *shapePlan // of cost 1: the same for every cost but the incs
+	err      error      // an invalid contract: every reservation fails
 	incs     []int64
 	costs    []int // shaped contracts only
 	cmd      *redis.Cmd
@@ -168,8 +169,8 @@ type ReserveGroup struct {
 
 // ReserveGroup starts a group of reservations in provider's queue under c.
 func (q *Redis) ReserveGroup(provider string, c Contract) *ReserveGroup {
-	p, err := q.o.plan(c, 1)
-	return &ReserveGroup{q: q, provider: provider, c: c, plan: p, err: err}
+	p, sp, err := q.o.plan(&c, 1)
+	return &ReserveGroup{q: q, provider: provider, c: c, plan: p, shape: sp, err: err}
 }
 
 // Add adds a reservation of cost units to the group and returns its handle.
@@ -179,13 +180,13 @@ func (g *ReserveGroup) Add(cost int) *ReserveCmd {
 		rc.err = g.err
 		return rc
 	}
-	p, err := g.q.o.plan(g.c, cost)
+	p, sp, err := g.q.o.plan(&g.c, cost)
 	if err != nil {
 		rc.err = err
 		return rc
 	}
 	g.incs = append(g.incs, p.inc)
-	if p.shape != nil {
+	if sp != nil {
 		g.costs = append(g.costs, cost)
 	}
 	return rc
@@ -200,10 +201,10 @@ func (g *ReserveGroup) Queue(ctx context.Context, pipe redis.Pipeliner) {
 	if len(g.incs) == 0 {
 		return
 	}
-	args := g.q.reserveArgs(g.plan, len(g.incs))
+	args := g.q.reserveArgs(g.plan, g.shape, len(g.incs))
 	for i, inc := range g.incs {
 		args = append(args, inc)
-		if g.plan.shape != nil {
+		if g.shape != nil {
 			args = append(args, g.costs[i])
 		}
 	}
@@ -222,7 +223,7 @@ func (g *ReserveGroup) decode() {
 		return
 	}
 	w := 4
-	if g.plan.shape != nil {
+	if g.shape != nil {
 		w = 5
 	}
 	n, err := ints(v, w*len(g.incs))
@@ -233,7 +234,7 @@ func (g *ReserveGroup) decode() {
 	g.replies = make([]Reservation, len(g.incs))
 	for i := range g.replies {
 		cost := 0
-		if g.plan.shape != nil {
+		if g.shape != nil {
 			cost = g.costs[i]
 		}
 		g.replies[i] = reservationOf(n[w*i:w*i+w], cost)
@@ -255,7 +256,7 @@ func (rc *ReserveCmd) Result() (Reservation, error) {
 
 // Cancel implements Queue.
 func (q *Redis) Cancel(ctx context.Context, provider string, c Contract, r Reservation, cost int) error {
-	p, err := q.o.plan(c, cost)
+	p, sp, err := q.o.plan(&c, cost)
 	if err != nil {
 		return fmt.Errorf("cancel slot %s: %w", provider, err)
 	}
@@ -264,13 +265,13 @@ func (q *Redis) Cancel(ctx context.Context, provider string, c Contract, r Reser
 	}
 	keys := []string{stateKey(q.prefix, provider)}
 	args := []any{r.Slot, p.inc, r.seq, q.guardArg()}
-	if r.inc != 0 { // a shaped reservation
-		if r.cost != cost {
+	if r.shaped != nil {
+		if r.shaped.cost != cost {
 			return nil
 		}
-		args[1] = r.inc
-		if p.shape != nil {
-			args = append(args, len(p.shape.quotas), cost)
+		args[1] = r.shaped.inc
+		if sp != nil {
+			args = append(args, len(sp.quotas), cost)
 		}
 	}
 	if err := cancelScript.Run(ctx, q.rdb, keys, args...).Err(); err != nil {
@@ -295,7 +296,7 @@ func (q *Redis) Pause(ctx context.Context, provider string, d time.Duration) err
 
 // Backoff implements Queue.
 func (q *Redis) Backoff(ctx context.Context, provider string, c Contract, d time.Duration) (bool, error) {
-	p, err := q.o.plan(c, 1)
+	_, sp, err := q.o.plan(&c, 1)
 	if err != nil {
 		return false, fmt.Errorf("back off provider %s: %w", provider, err)
 	}
@@ -304,8 +305,8 @@ func (q *Redis) Backoff(ctx context.Context, provider string, c Contract, d time
 		return false, nil
 	}
 	args := []any{us, q.o.idleTTL.Milliseconds(), q.nowArg(), PauseChannel(q.prefix), provider}
-	if p.shape != nil && p.shape.adaptive {
-		args = p.shape.adaptiveArgs(args)
+	if sp != nil && sp.adaptive {
+		args = sp.adaptiveArgs(args)
 	}
 	v, err := pauseScript.Run(ctx, q.rdb, q.keys(provider), args...).Result()
 	if err != nil {
@@ -320,11 +321,10 @@ func (q *Redis) Backoff(ctx context.Context, provider string, c Contract, d time
 
 // Shape implements Queue.
 func (q *Redis) Shape(ctx context.Context, provider string, c Contract) (Shape, error) {
-	p, err := q.o.plan(c, 1)
+	_, sp, err := q.o.plan(&c, 1)
 	if err != nil {
 		return Shape{}, fmt.Errorf("read shape %s: %w", provider, err)
 	}
-	sp := p.shape
 	if sp == nil {
 		return Shape{EffectiveRate: c.Rate}, nil
 	}
@@ -346,7 +346,7 @@ func (q *Redis) Shape(ctx context.Context, provider string, c Contract) (Shape, 
 
 // Resume implements Queue.
 func (q *Redis) Resume(ctx context.Context, provider string, c Contract) (time.Duration, error) {
-	p, err := q.o.plan(c, 1)
+	p, _, err := q.o.plan(&c, 1)
 	if err != nil {
 		return 0, fmt.Errorf("resume provider %s: %w", provider, err)
 	}
@@ -388,7 +388,7 @@ func (q *Redis) Depth(ctx context.Context, provider string, c Contract) (float64
 	if err != nil {
 		return 0, fmt.Errorf("read queue depth %s: %w", provider, err)
 	}
-	return depthUnits(queued, c, q.o.headroomOf(c)), nil
+	return depthUnits(queued, c, q.o.headroomOf(&c)), nil
 }
 
 // reservationOf reads one reservation's integers of a reserve reply: four
@@ -397,7 +397,7 @@ func reservationOf(n []int64, cost int) Reservation {
 	shaped := len(n) == 5
 	switch {
 	case n[0] == 1 && shaped:
-		return Reservation{OK: true, Delay: micros(n[1]), Slot: n[2], Quota: -1, seq: n[3], inc: n[4], cost: cost}
+		return Reservation{OK: true, Delay: micros(n[1]), Slot: n[2], Quota: -1, seq: n[3], shaped: &shapedRes{inc: n[4], cost: cost}}
 	case n[0] == 1:
 		return Reservation{OK: true, Delay: micros(n[1]), Slot: n[2], Quota: -1, seq: n[3]}
 	case shaped:

@@ -42,7 +42,7 @@ type quotaState struct {
 
 const rateQuanta = 1_000_000 // rate quanta per unit/s
 
-func newShapePlan(c Contract, headroom float64, cost int) (*shapePlan, error) {
+func newShapePlan(c *Contract, headroom float64, cost int) (*shapePlan, error) {
 	sp := &shapePlan{}
 	for i, q := range c.Quotas {
 		if int64(cost) > q.Limit {
@@ -87,13 +87,6 @@ func (sp *shapePlan) eff(r0, t0, now int64) int64 {
 	secs := dt / 1_000_000
 	climb := sp.incQ*secs + sp.incQ*(dt-secs*1_000_000)/1_000_000
 	return min(sp.rateQ, max(sp.minQ, r0+climb))
-}
-
-// climbEnd is when a climb from r0 at t0 reaches the rate (µs): the
-// adaptive state must live until then.
-func (sp *shapePlan) climbEnd(r0, t0 int64) int64 {
-	secs := (sp.rateQ - r0 + sp.incQ - 1) / sp.incQ
-	return t0 + sp.quiet + min(secs*1_000_000, sp.dcap)
 }
 
 // lower is the effective rate after a decrease from eff.
