@@ -5,6 +5,8 @@
 -- ARGV[2]  inc:  µs the reservation added to tat
 -- ARGV[3]  seq:  the state's write counter after the reservation
 -- ARGV[4]  guard: "1" to refuse a state not written by this server run (run_id)
+-- ARGV[5]  nq:   a shaped reservation's number of quotas (optional; 0 or absent: none)
+-- ARGV[6]  cost: its units (with nq)
 --
 -- Reply: 1 when tat went back to the slot, 0 when it could not.
 --
@@ -12,7 +14,9 @@
 -- or cancel: seq unchanged) and (guard) the state is this server run's own,
 -- not a replica's copy that may have lost later reservations, does tat go
 -- back to the slot: the previous reservation ended at or before it, so no two sends
--- come closer than the contract.
+-- come closer than the contract. Its units then leave every quota's count:
+-- nothing followed it, so each quota's window (q<j>s, q<j>u, see reserve.lua)
+-- is still the one it counted in.
 local slot = tonumber(ARGV[1])
 local inc = tonumber(ARGV[2])
 local seq = tonumber(ARGV[3])
@@ -24,4 +28,15 @@ if ARGV[4] == '1' and st[3] ~= string.match(redis.call('INFO', 'server'), 'run_i
   return 0
 end
 redis.call('HSET', KEYS[1], 'tat', slot, 'seq', seq + 1)
+local nq = tonumber(ARGV[5]) or 0
+if nq > 0 then
+  local cost = tonumber(ARGV[6])
+  for j = 1, nq do
+    local f = 'q' .. j .. 'u'
+    local used = tonumber(redis.call('HGET', KEYS[1], f))
+    if used ~= nil and used >= cost then
+      redis.call('HSET', KEYS[1], f, used - cost)
+    end
+  end
+end
 return 1

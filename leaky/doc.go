@@ -48,17 +48,67 @@
 // instant, in order; the dispatcher reserves all the slots one of its
 // pipelines carries that way.
 //
+// # Adaptive rate (AIMD)
+//
+// A contract with Adaptive paces at an effective rate, kept in Redis beside
+// the queue so that every process paces on it at once. Its state is the last
+// decrease: to r0 at t0. Without one the effective rate is Rate; else, at t,
+//
+//	eff(t) = min(Rate, max(MinRate, r0 + IncreasePerS × max(0, t − t0 − Quiet)))
+//
+// (clamped on every read, so a Rate lowered by a reload caps it at once).
+// Backoff, on a 429 or a provider's explicit throttling, is Pause plus, when
+// no pause was in force at the call, r0 = max(MinRate, eff(now) × Decrease),
+// t0 = now: the workers that met the same 429 lower the rate once, since the
+// first one's pause is in force for the others. Resume leaves it as it is.
+// A reservation's interval comes from eff at its now, with the headroom:
+// at the full rate exactly a plain contract's, below it
+//
+//	inc = max(plain inc, ⌈cost × 10¹² / pace⌉ µs),  pace = max(1, ⌊eff × (1 − headroom)⌋)
+//
+// with rates in quanta of 10⁻⁶ units/s: Rate and MinRate rounded to the
+// nearest quantum, IncreasePerS to the nearest quantum per second (at least
+// one), the climb floored to whole quanta, eff × Decrease and eff × (1 −
+// headroom) floored (each one IEEE-754 double multiplication, correctly
+// rounded in Go and Lua alike). All else is integer arithmetic below 2^53,
+// so Memory and the scripts agree exactly; that bounds an adaptive contract
+// to MaxAdaptiveRate, MaxIncreasePerS and costs up to MaxAdaptiveCost.
+// Shape reads the effective rate (for a gauge or a status page).
+//
+// # Quotas
+//
+// Contract.Quotas count units per window beside the rate, exactly and
+// fleet-wide: at most Limit units get slots in each window of length Per,
+// windows aligned to the Unix epoch on the backend's clock (24h is a UTC
+// day, 1m a clock minute). A reservation whose slot s falls in a quota's
+// window k = ⌊s / Per⌋ with used_k + cost > Limit moves to the start of
+// window k+1, and every quota (and the pause) is checked again; past
+// max_queue_delay it is refused with Reservation.Quota naming the last quota
+// that moved it and RetryAfter running to when that slot comes within
+// max_queue_delay. Otherwise its units count in each quota's window of its
+// final slot. Slots never go back (tat only moves back to the slot of a
+// cancelled reservation that nothing followed, or on Resume to no earlier
+// than the last slot granted), so one (window, used) pair per quota holds
+// the count; a cancel that gives a reservation back gives its units back
+// too. A cost above a quota's limit is refused (an error), as it never fits.
+// Changing a quota's Per starts its count afresh.
+//
 // # Redis keys
 //
 // Every key of a provider shares one hash tag, so each script touches a
 // single Redis Cluster slot:
 //
-//	{<prefix>p:<provider>}:tat    hash: tat (µs), seq (write counter), node (run_id of the writer)
+//	{<prefix>p:<provider>}:tat    hash: tat (µs), seq (write counter), node (run_id of the writer);
+//	                              shaped contracts add r0, t0 (the last decrease: rate quanta, µs)
+//	                              and q<j>s, q<j>u (quota j's window start, µs, and its units)
 //	{<prefix>p:<provider>}:pause  string: the pause end (µs)
 //
 // The state key expires when it has been idle for the queue's drain time plus
-// max_queue_delay plus the idle TTL (WithIdleTTL, default 24 h); the pause key
-// shortly after the pause ends.
+// max_queue_delay plus the idle TTL (WithIdleTTL, default 24 h), and never
+// before the quota windows it counts in end and the adaptive climb is back
+// at Rate; the pause key shortly after the pause ends. A plain contract
+// (no Adaptive, no Quotas) reads and writes exactly what it did before them,
+// in the same one script run.
 //
 // # Cold start and loss of state
 //
@@ -103,7 +153,12 @@
 // new slots start up to x early against slots already handed out — run
 // Redis hosts with a slewing clock; (3) a 429 pause recorded before the loss
 // is forgotten (the cold start covers pauses no longer than max_queue_delay;
-// a longer one ends early and the provider's next 429 sets it again).
+// a longer one ends early and the provider's next 429 sets it again); (4) a
+// quota's current window starts again from 0 after a Redis wipe (or from a
+// replica's older count after a failover), so up to one Limit more may go in
+// that window — a count the fleet did not keep elsewhere cannot be restored;
+// (5) a lowered adaptive rate is forgotten, so pacing resumes at Rate until
+// the provider's next 429 lowers it again.
 //
 // # Pause
 //

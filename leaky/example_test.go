@@ -101,3 +101,49 @@ func ExampleRedis_ReserveGroup() {
 		fmt.Println(r.OK, r.Delay, err)
 	}
 }
+
+// An adaptive 10/s contract with a quota of 3 a minute: the fourth unit
+// waits for the next minute, beyond the 1 s queue; the 429 three workers
+// meet at once halves the rate once; from 30 s after it the rate climbs
+// back by 0.05/s every second.
+func ExampleMemory_adaptiveQuota() {
+	ctx := context.Background()
+	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+	q := leaky.NewMemory(func() time.Time { return now }, leaky.WithHeadroom(0))
+	c := leaky.Contract{
+		Rate:          10,
+		MaxQueueDelay: time.Second,
+		Adaptive:      &leaky.Adaptive{MinRate: 1, Decrease: 0.5, IncreasePerS: 0.05, Quiet: 30 * time.Second},
+		Quotas:        []leaky.Quota{{Limit: 3, Per: time.Minute}},
+	}
+	for i := 0; i < 4; i++ {
+		r, _ := q.Reserve(ctx, "sms-gateway", c, 1)
+		if r.OK {
+			fmt.Println("send in", r.Delay)
+		} else {
+			fmt.Printf("quota %d spent, retry in %v\n", r.Quota, r.RetryAfter)
+		}
+	}
+	for i := 0; i < 3; i++ {
+		lowered, _ := q.Backoff(ctx, "sms-gateway", c, 2*time.Second)
+		fmt.Println("429, lowered:", lowered)
+	}
+	s, _ := q.Shape(ctx, "sms-gateway", c)
+	fmt.Printf("%v/s, quota %d of %d, resets in %v\n", s.EffectiveRate, s.Quotas[0].Used, s.Quotas[0].Limit, s.Quotas[0].ResetsIn)
+
+	now = now.Add(time.Minute)
+	a, _ := q.Reserve(ctx, "sms-gateway", c, 1)
+	b, _ := q.Reserve(ctx, "sms-gateway", c, 1)
+	s, _ = q.Shape(ctx, "sms-gateway", c)
+	fmt.Printf("a minute later: send in %v, then %v (%v/s)\n", a.Delay, b.Delay, s.EffectiveRate)
+	// Output:
+	// send in 0s
+	// send in 100ms
+	// send in 200ms
+	// quota 0 spent, retry in 59s
+	// 429, lowered: true
+	// 429, lowered: false
+	// 429, lowered: false
+	// 5/s, quota 3 of 3, resets in 1m0s
+	// a minute later: send in 0s, then 153.847ms (6.5/s)
+}

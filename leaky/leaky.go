@@ -27,6 +27,50 @@ type Contract struct {
 	// to [0, that default]. Only reservations read it; Memory ignores it
 	// (it starts a provider at now).
 	ColdStart *time.Duration
+	// Adaptive, when set, paces at an effective rate between MinRate and
+	// Rate that drops on Backoff and climbs back after quiet.
+	Adaptive *Adaptive
+	// Quotas are exact, fleet-wide counts per window beside Rate: at most
+	// Limit units are given slots in each window of length Per, windows
+	// aligned to the Unix epoch on the backend's clock (a 24h quota is a
+	// UTC day; 1m, a clock minute). At most MaxQuotas.
+	Quotas []Quota
+}
+
+// Adaptive makes a contract's rate adaptive (AIMD), fleet-wide: each
+// Backoff that starts a pause multiplies the effective rate by Decrease
+// (not below MinRate); from Quiet after the last decrease it climbs back
+// by IncreasePerS every second, up to Rate. The effective rate is kept to
+// a millionth of a unit per second (see the package doc).
+type Adaptive struct {
+	MinRate      float64       // floor of the effective rate, units/s; 0 < MinRate <= Rate
+	Decrease     float64       // multiplicative factor on each Backoff, in (0, 1)
+	IncreasePerS float64       // units/s added to the effective rate per second of quiet, > 0
+	Quiet        time.Duration // the climb starts this long after the last decrease, >= 0
+}
+
+// Quota is a count of units per window, beside a contract's rate.
+type Quota struct {
+	Limit int64         // units per window, >= 1
+	Per   time.Duration // window length, >= 1s, a whole number of seconds
+}
+
+// Shape is what Queue.Shape reads of a provider's shaping state.
+type Shape struct {
+	// EffectiveRate is the rate the queue paces at now, units/s, before
+	// the headroom: Rate unless the contract is adaptive and backed off.
+	EffectiveRate float64
+	// Quotas are the contract's quotas, in its order.
+	Quotas []QuotaState
+}
+
+// QuotaState is one quota's window: the one the latest slots count in,
+// the current window or, when its units are spent and slots already went
+// on to the next, that one.
+type QuotaState struct {
+	Limit, Used int64
+	Per         time.Duration
+	ResetsIn    time.Duration // when the window ends, from now on the backend's clock
 }
 
 // HeadroomFor is the headroom that gives a jitter budget b: arrivals may
@@ -43,6 +87,11 @@ type Reservation struct {
 	Delay      time.Duration // OK: wait this long, then send
 	RetryAfter time.Duration // !OK: try again after this long
 
+	// Quota is, when !OK, the index in Contract.Quotas of the quota whose
+	// window is spent (RetryAfter then runs to when the next window's
+	// first slot comes within MaxQueueDelay); -1 otherwise.
+	Quota int
+
 	// Slot is the reserved send time in microseconds since the Unix epoch on
 	// the backend's clock (the Redis TIME for Redis); 0 when !OK. It is for
 	// tests and tracing: act on Delay, since a worker's clock is not the
@@ -50,6 +99,16 @@ type Reservation struct {
 	Slot int64
 
 	seq int64 // the state's write counter after this reservation, for Cancel
+	// shaped is, for a reservation under a shaped contract (adaptive or
+	// with quotas), what Cancel needs; nil otherwise. A pointer, so that
+	// a Reservation stays small enough to be returned in registers.
+	shaped *shapedRes
+}
+
+// shapedRes is what Cancel needs of a shaped reservation.
+type shapedRes struct {
+	inc  int64 // µs the reservation added to tat, at the effective rate
+	cost int   // its units
 }
 
 // Queue is a provider's leaky bucket as a virtual queue. Implementations
@@ -59,8 +118,9 @@ type Queue interface {
 	Reserve(ctx context.Context, provider string, c Contract, cost int) (Reservation, error)
 	// Cancel gives back an unused reservation (a job that will not be sent
 	// after all) when no later reservation or pause followed it, so that
-	// two sends can never come closer than the contract. Otherwise, and for
-	// a reservation that was not OK, it does nothing. r and cost must be
+	// two sends can never come closer than the contract; its units then go
+	// back to the quota windows they counted in. Otherwise, and for a
+	// reservation that was not OK, it does nothing. r and cost must be
 	// those of the Reserve call.
 	Cancel(ctx context.Context, provider string, c Contract, r Reservation, cost int) error
 	// Pause pushes every later slot past now+d (tat = max(tat, now+d)) and
@@ -78,6 +138,18 @@ type Queue interface {
 	PausedFor(ctx context.Context, provider string) (time.Duration, error)
 	// Depth is the number of units queued now: max(0, tat − now) / interval.
 	Depth(ctx context.Context, provider string, c Contract) (float64, error)
+	// Backoff is Pause (the provider answered 429 or an explicit throttle)
+	// that also, for a contract with Adaptive, lowers the effective rate to
+	// max(MinRate, effective × Decrease) — once per pause: only when no
+	// pause was in force at the call, so that the many workers that met the
+	// same 429 lower it once. It reports whether it lowered the rate (false
+	// when the rate already is at MinRate, though the quiet then restarts).
+	// d <= 0 does nothing, as for Pause.
+	Backoff(ctx context.Context, provider string, c Contract, d time.Duration) (lowered bool, err error)
+	// Shape reads, without changing anything, the provider's effective rate
+	// (Rate when not adaptive) and, for each quota, the window's units used,
+	// its limit and when it ends (backend clock → as a duration from now).
+	Shape(ctx context.Context, provider string, c Contract) (Shape, error)
 }
 
 // Default option values.
@@ -158,7 +230,7 @@ type plan struct {
 }
 
 // headroomOf is c's headroom: its own, else the queue's.
-func (o *options) headroomOf(c Contract) float64 {
+func (o *options) headroomOf(c *Contract) float64 {
 	if c.Headroom > 0 {
 		return c.Headroom
 	}
@@ -190,7 +262,7 @@ const MinRate = 1.0 / 86400
 // largest integer a Lua number holds exactly.
 const maxLuaMicros = 1 << 53
 
-func (c Contract) validate() error {
+func (c *Contract) validate() error {
 	switch {
 	case math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0):
 		return fmt.Errorf("rate must be a finite number, got %v", c.Rate)
@@ -205,27 +277,90 @@ func (c Contract) validate() error {
 	case c.MaxQueueDelay.Microseconds() > maxLuaMicros/4:
 		return fmt.Errorf("max queue delay %s is too long to keep in microseconds", c.MaxQueueDelay)
 	}
+	if c.Adaptive == nil && len(c.Quotas) == 0 {
+		return nil
+	}
+	return c.validateShape()
+}
+
+// validateShape validates c's Adaptive and Quotas (off the plain path).
+func (c *Contract) validateShape() error {
+	if a := c.Adaptive; a != nil {
+		switch {
+		case c.Rate > MaxAdaptiveRate:
+			return fmt.Errorf("rate of an adaptive contract must be at most %g, got %v", float64(MaxAdaptiveRate), c.Rate)
+		case !(a.MinRate > 0 && a.MinRate <= c.Rate): // NaN too
+			return fmt.Errorf("adaptive min rate must be in (0, rate %v], got %v", c.Rate, a.MinRate)
+		case a.MinRate < MinRate:
+			return fmt.Errorf("adaptive min rate must be at least %g (one a day), got %v", MinRate, a.MinRate)
+		case !(a.Decrease > 0 && a.Decrease < 1):
+			return fmt.Errorf("adaptive decrease must be in (0, 1), got %v", a.Decrease)
+		case !(a.IncreasePerS > 0 && a.IncreasePerS <= MaxIncreasePerS):
+			return fmt.Errorf("adaptive increase per second must be in (0, %g], got %v", float64(MaxIncreasePerS), a.IncreasePerS)
+		case a.Quiet < 0:
+			return fmt.Errorf("adaptive quiet must not be negative, got %s", a.Quiet)
+		case a.Quiet.Microseconds() > maxLuaMicros/4:
+			return fmt.Errorf("adaptive quiet %s is too long to keep in microseconds", a.Quiet)
+		}
+	}
+	if len(c.Quotas) > MaxQuotas {
+		return fmt.Errorf("at most %d quotas, got %d", MaxQuotas, len(c.Quotas))
+	}
+	for i, q := range c.Quotas {
+		switch {
+		case q.Limit < 1:
+			return fmt.Errorf("quotas[%d]: limit must be at least 1, got %d", i, q.Limit)
+		case q.Limit > maxLuaMicros/4:
+			return fmt.Errorf("quotas[%d]: limit must be at most %d, got %d", i, int64(maxLuaMicros/4), q.Limit)
+		case q.Per < time.Second || q.Per%time.Second != 0:
+			return fmt.Errorf("quotas[%d]: per must be a whole number of seconds, at least 1s, got %s", i, q.Per)
+		case q.Per > MaxQuotaPer:
+			return fmt.Errorf("quotas[%d]: per must be at most %s, got %s", i, MaxQuotaPer, q.Per)
+		}
+	}
 	return nil
 }
 
-func (o *options) plan(c Contract, cost int) (plan, error) {
+// Limits of shaped contracts, so that every value the scripts compute
+// stays an integer below 2^53 (see the package doc).
+const (
+	MaxQuotas       = 4                    // quotas per contract
+	MaxQuotaPer     = 366 * 24 * time.Hour // longest quota window
+	MaxAdaptiveRate = 10_000_000           // units/s: above 1e6/s the interval is 1 µs anyway
+	MaxIncreasePerS = 9000                 // units/s per second
+	MaxAdaptiveCost = 8000                 // units per reservation under an adaptive contract
+)
+
+// plan validates a request of cost units under c, and returns its plan and,
+// for a shaped contract (Adaptive or Quotas), its shape; nil for a plain
+// one (the scripts' fast path). The plan stays four words, kept in
+// registers on the hot path.
+func (o *options) plan(c *Contract, cost int) (plan, *shapePlan, error) {
 	if err := c.validate(); err != nil {
-		return plan{}, err
+		return plan{}, nil, err
 	}
 	if cost < 1 {
-		return plan{}, fmt.Errorf("cost must be at least 1, got %d", cost)
+		return plan{}, nil, fmt.Errorf("cost must be at least 1, got %d", cost)
 	}
-	r := effRate(c, o.headroomOf(c))
+	h := o.headroomOf(c)
+	r := c.Rate * (1 - h)
 	mqd := c.MaxQueueDelay.Microseconds()
 	inc, most := costMicros(cost, r), costMicros(o.maxCost, r)
 	if inc > maxLuaMicros/4 || most > maxLuaMicros/4 {
-		return plan{}, fmt.Errorf("cost %d (at most %d) at %v/s: a send interval of %d µs is too long to keep in microseconds", cost, o.maxCost, c.Rate, max(inc, most))
+		return plan{}, nil, fmt.Errorf("cost %d (at most %d) at %v/s: a send interval of %d µs is too long to keep in microseconds", cost, o.maxCost, c.Rate, max(inc, most))
 	}
 	p := plan{inc: inc, mqd: mqd, cold: mqd + most, start: mqd + most}
 	if c.ColdStart != nil {
 		p.start = min(max(c.ColdStart.Microseconds(), 0), p.cold)
 	}
-	return p, nil
+	if c.Adaptive == nil && len(c.Quotas) == 0 {
+		return p, nil, nil
+	}
+	sp, err := newShapePlan(c, h, cost)
+	if err != nil {
+		return plan{}, nil, err
+	}
+	return p, sp, nil
 }
 
 // depthUnits converts a queue length in µs into units.

@@ -24,6 +24,9 @@ type memState struct {
 	tat   int64 // µs; 0: no state
 	seq   int64
 	pause int64 // pause end, µs; 0: none
+	// the adaptive rate's last decrease: to r0 quanta at t0 µs; r0 0: none
+	r0, t0 int64
+	quotas [MaxQuotas]quotaState
 }
 
 var _ Queue = (*Memory)(nil)
@@ -51,7 +54,7 @@ func (m *Memory) state(provider string) *memState {
 
 // Reserve implements Queue.
 func (m *Memory) Reserve(_ context.Context, provider string, c Contract, cost int) (Reservation, error) {
-	p, err := m.o.plan(c, cost)
+	p, sp, err := m.o.plan(&c, cost)
 	if err != nil {
 		return Reservation{}, fmt.Errorf("reserve slot %s: %w", provider, err)
 	}
@@ -60,29 +63,61 @@ func (m *Memory) Reserve(_ context.Context, provider string, c Contract, cost in
 	now := m.now().UnixMicro()
 	s := m.state(provider)
 	slot := max(now, s.tat, s.pause)
+	if sp != nil {
+		return m.reserveShaped(s, sp, p, cost, now, slot), nil
+	}
 	if slot-now > p.mqd {
-		return Reservation{RetryAfter: micros(slot - now - p.mqd)}, nil
+		return Reservation{RetryAfter: micros(slot - now - p.mqd), Quota: -1}, nil
 	}
 	s.seq++
 	s.tat = slot + p.inc
-	return Reservation{OK: true, Delay: micros(slot - now), Slot: slot, seq: s.seq}, nil
+	return Reservation{OK: true, Delay: micros(slot - now), Slot: slot, Quota: -1, seq: s.seq}, nil
+}
+
+// reserveShaped is Reserve under a contract with Adaptive or Quotas, as
+// reserve.lua's shaped part.
+func (m *Memory) reserveShaped(s *memState, sp *shapePlan, p plan, cost int, now, slot int64) Reservation {
+	qs := s.quotas[:len(sp.quotas)]
+	slot, hit := sp.place(slot, cost, qs)
+	if slot-now > p.mqd {
+		return Reservation{RetryAfter: micros(slot - now - p.mqd), Quota: hit}
+	}
+	sp.count(slot, cost, qs)
+	inc := sp.incAt(sp.eff(s.r0, s.t0, now), cost, p.inc)
+	s.seq++
+	s.tat = slot + inc
+	return Reservation{OK: true, Delay: micros(slot - now), Slot: slot, Quota: -1, seq: s.seq, shaped: &shapedRes{inc: inc, cost: cost}}
 }
 
 // Cancel implements Queue.
 func (m *Memory) Cancel(_ context.Context, provider string, c Contract, r Reservation, cost int) error {
-	p, err := m.o.plan(c, cost)
+	p, sp, err := m.o.plan(&c, cost)
 	if err != nil {
 		return fmt.Errorf("cancel slot %s: %w", provider, err)
 	}
 	if !r.OK {
 		return nil
 	}
+	inc := p.inc
+	if r.shaped != nil {
+		if r.shaped.cost != cost {
+			return nil
+		}
+		inc = r.shaped.inc
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.q[provider]
-	if s != nil && s.tat == r.Slot+p.inc && s.seq == r.seq {
+	if s != nil && s.tat == r.Slot+inc && s.seq == r.seq {
 		s.tat = r.Slot
 		s.seq++
+		if r.shaped != nil && sp != nil {
+			for i := range sp.quotas {
+				if q := &s.quotas[i]; q.used >= int64(cost) {
+					q.used -= int64(cost)
+				}
+			}
+		}
 	}
 	return nil
 }
@@ -95,19 +130,64 @@ func (m *Memory) Pause(_ context.Context, provider string, d time.Duration) erro
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	until := m.now().UnixMicro() + us
-	s := m.state(provider)
-	s.pause = max(s.pause, until)
+	m.pauseLocked(m.state(provider), m.now().UnixMicro(), us)
+	return nil
+}
+
+// pauseLocked pauses s until now + us, as pause.lua.
+func (m *Memory) pauseLocked(s *memState, now, us int64) {
+	s.pause = max(s.pause, now+us)
 	if s.tat != 0 && s.tat < s.pause {
 		s.tat = s.pause
 		s.seq++
 	}
-	return nil
+}
+
+// Backoff implements Queue.
+func (m *Memory) Backoff(_ context.Context, provider string, c Contract, d time.Duration) (bool, error) {
+	_, sp, err := m.o.plan(&c, 1)
+	if err != nil {
+		return false, fmt.Errorf("back off provider %s: %w", provider, err)
+	}
+	us := d.Microseconds()
+	if us <= 0 {
+		return false, nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now().UnixMicro()
+	s := m.state(provider)
+	inForce := s.pause > now
+	m.pauseLocked(s, now, us)
+	if sp == nil || !sp.adaptive || inForce {
+		return false, nil
+	}
+	eff := sp.eff(s.r0, s.t0, now)
+	s.r0, s.t0 = sp.lower(eff), now
+	return s.r0 < eff, nil
+}
+
+// Shape implements Queue.
+func (m *Memory) Shape(_ context.Context, provider string, c Contract) (Shape, error) {
+	_, sp, err := m.o.plan(&c, 1)
+	if err != nil {
+		return Shape{}, fmt.Errorf("read shape %s: %w", provider, err)
+	}
+	if sp == nil {
+		return Shape{EffectiveRate: c.Rate}, nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.q[provider]
+	if s == nil {
+		s = &memState{}
+	}
+	return sp.shapeOf(c, s.r0, s.t0, m.now().UnixMicro(), s.quotas[:len(sp.quotas)]), nil
 }
 
 // Resume implements Queue.
 func (m *Memory) Resume(_ context.Context, provider string, c Contract) (time.Duration, error) {
-	p, err := m.o.plan(c, 1)
+	p, _, err := m.o.plan(&c, 1)
 	if err != nil {
 		return 0, fmt.Errorf("resume provider %s: %w", provider, err)
 	}
@@ -149,5 +229,5 @@ func (m *Memory) Depth(_ context.Context, provider string, c Contract) (float64,
 	if s == nil || s.tat == 0 {
 		return 0, nil
 	}
-	return depthUnits(s.tat-max(m.now().UnixMicro(), s.pause), c, m.o.headroomOf(c)), nil
+	return depthUnits(s.tat-max(m.now().UnixMicro(), s.pause), c, m.o.headroomOf(&c)), nil
 }

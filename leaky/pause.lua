@@ -7,8 +7,18 @@
 -- ARGV[3]  now:  µs since the Unix epoch (optional, tests only; default: Redis TIME)
 -- ARGV[4]  the pub/sub channel to announce the pause on (PauseChannel), or ''
 -- ARGV[5]  the provider's name, for the announcement
+-- ARGV[6…11] Backoff of an adaptive contract only (absent otherwise): rate,
+--          min (quanta, 1e-6 units/s), decrease (a float), increase (quanta
+--          per second), quiet (µs), dcap (µs); see reserve.lua
 --
--- Reply: the pause end, µs.
+-- Reply: {the pause end µs, 1 when the adaptive rate was lowered else 0}.
+--
+-- Backoff lowers the adaptive rate once per pause: only when no pause was in
+-- force at the call (so that the workers that met the same 429 lower it
+-- once), to max(min, ⌊eff × decrease⌋) from the effective rate eff now
+-- (reserve.lua's formula), recorded as r0, t0 = now in KEYS[1] (a missing
+-- tat stays missing). The state then lives at least until the climb back
+-- reaches the rate.
 --
 -- The announcement is "<pause left, µs> <provider>": a duration, not an
 -- instant, so that a receiver's clock does not matter. Every process of the
@@ -29,6 +39,7 @@ end
 
 local pause = now + d
 local old = tonumber(redis.call('GET', KEYS[2]))
+local inforce = old ~= nil and old > now
 if old == nil or old < pause then
   -- a second past the end, so a reader never races the expiry
   redis.call('SET', KEYS[2], pause, 'PX', math.ceil(d / 1000) + 1000)
@@ -49,4 +60,39 @@ if tat ~= nil and tat < pause then
     redis.call('PEXPIRE', KEYS[1], ttl)
   end
 end
-return pause
+
+local lowered = 0
+if ARGV[6] ~= nil and ARGV[6] ~= '' and not inforce then
+  local function idiv(n, dv)
+    local q = math.floor(n / dv)
+    if q * dv > n then
+      q = q - 1
+    end
+    return q
+  end
+  local rate = tonumber(ARGV[6])
+  local minr = tonumber(ARGV[7])
+  local dec = tonumber(ARGV[8])
+  local incq = tonumber(ARGV[9])
+  local quiet = tonumber(ARGV[10])
+  local dcap = tonumber(ARGV[11])
+  local st = redis.call('HMGET', KEYS[1], 'r0', 't0')
+  local r0, t0 = tonumber(st[1]), tonumber(st[2])
+  local eff = rate
+  if r0 ~= nil and r0 > 0 and t0 ~= nil then
+    local dt = math.min(math.max(now - t0 - quiet, 0), dcap)
+    local secs = idiv(dt, 1000000)
+    eff = r0 + incq * secs + idiv(incq * (dt - secs * 1000000), 1000000)
+    eff = math.min(rate, math.max(minr, eff))
+  end
+  local r = math.max(minr, math.floor(eff * dec))
+  redis.call('HSET', KEYS[1], 'r0', r, 't0', now)
+  if r < eff then
+    lowered = 1
+  end
+  local ttl = math.ceil((quiet + math.min(idiv(rate - r + incq - 1, incq) * 1000000, dcap)) / 1000) + 1000
+  if redis.call('PTTL', KEYS[1]) < ttl then
+    redis.call('PEXPIRE', KEYS[1], ttl)
+  end
+end
+return {pause, lowered}

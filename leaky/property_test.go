@@ -2,6 +2,8 @@ package leaky_test
 
 import (
 	"context"
+	"math"
+	"reflect"
 	"testing"
 	"time"
 
@@ -20,13 +22,22 @@ type held struct {
 }
 
 // TestRedisMatchesMemory drives the Memory and Redis backends with the same
-// random sequences of reservations, cancels, pauses, reads and clock steps
-// (Redis gets the fake clock as its now argument) and demands the same
-// answers, exactly, after both providers are warm.
+// random sequences of reservations, cancels, pauses, backoffs, resumes,
+// reads and clock steps (Redis gets the fake clock as its now argument),
+// under plain, adaptive and quota contracts, and demands the same answers,
+// exactly, after both providers are warm.
 func TestRedisMatchesMemory(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	rdb := testenv.Redis(t).Client()
+	// the shaped paths the runs took, all of which must be taken
+	var quotaRefused, quotaMoved, lowered, slowed int
+	defer func() {
+		t.Logf("quota refusals %d, slots moved by a quota %d, backoffs that lowered %d, reservations at a lowered rate %d", quotaRefused, quotaMoved, lowered, slowed)
+		if !t.Failed() && (quotaRefused == 0 || quotaMoved == 0 || lowered == 0 || slowed == 0) {
+			t.Error("the random runs missed a shaped path")
+		}
+	}()
 	rapid.Check(t, func(rt *rapid.T) {
 		clock := leakytest.NewClock(time.Now())
 		opts := []leaky.Option{
@@ -39,6 +50,21 @@ func TestRedisMatchesMemory(t *testing.T) {
 		c := leaky.Contract{
 			Rate:          rapid.Float64Range(0.5, 5000).Draw(rt, "rate"),
 			MaxQueueDelay: time.Duration(rapid.Int64Range(0, 3_000_000).Draw(rt, "mqdMicros")) * time.Microsecond,
+		}
+		if rapid.Bool().Draw(rt, "adaptive") {
+			c.Adaptive = &leaky.Adaptive{
+				MinRate:      c.Rate * rapid.Float64Range(0.01, 1).Draw(rt, "minRateFraction"),
+				Decrease:     rapid.Float64Range(0.05, 0.95).Draw(rt, "decrease"),
+				IncreasePerS: min(leaky.MaxIncreasePerS, c.Rate*rapid.Float64Range(0.001, 2).Draw(rt, "increaseFraction")),
+				Quiet:        time.Duration(rapid.Int64Range(0, 2_000_000).Draw(rt, "quietMicros")) * time.Microsecond,
+			}
+			c.Adaptive.MinRate = max(c.Adaptive.MinRate, leaky.MinRate)
+		}
+		for i, n := 0, rapid.IntRange(0, 3).Draw(rt, "quotas"); i < n; i++ {
+			c.Quotas = append(c.Quotas, leaky.Quota{
+				Limit: rapid.Int64Range(4, 40).Draw(rt, "limit"),
+				Per:   time.Duration(rapid.IntRange(1, 5).Draw(rt, "perSeconds")) * time.Second,
+			})
 		}
 		interval := time.Duration(float64(time.Second) / c.Rate)
 		providers := []string{"a", "b"}
@@ -69,11 +95,24 @@ func TestRedisMatchesMemory(t *testing.T) {
 				if err != nil {
 					rt.Fatal(err)
 				}
-				if m.OK != r.OK || m.Delay != r.Delay || m.RetryAfter != r.RetryAfter || m.Slot != r.Slot {
+				if m.OK != r.OK || m.Delay != r.Delay || m.RetryAfter != r.RetryAfter || m.Slot != r.Slot || m.Quota != r.Quota {
 					rt.Fatalf("reserve %s cost %d: memory %+v, redis %+v", p, cost, m, r)
 				}
 				if m.OK {
 					hold = append(hold, held{provider: p, cost: cost, mem: m, red: r})
+				}
+				if m.Quota >= 0 {
+					quotaRefused++
+				}
+				if sh, err := mem.Shape(ctx, p, c); err == nil && sh.EffectiveRate < c.Rate {
+					slowed++
+				}
+				if m.OK && len(c.Quotas) > 0 && m.Slot > clock.Now().UnixMicro() {
+					for _, q := range c.Quotas {
+						if m.Slot%q.Per.Microseconds() == 0 {
+							quotaMoved++
+						}
+					}
 				}
 			},
 			// Several reservations in one script run (a ReserveGroup on a
@@ -101,7 +140,7 @@ func TestRedisMatchesMemory(t *testing.T) {
 					if err != nil {
 						rt.Fatal(err)
 					}
-					if m.OK != r.OK || m.Delay != r.Delay || m.RetryAfter != r.RetryAfter || m.Slot != r.Slot {
+					if m.OK != r.OK || m.Delay != r.Delay || m.RetryAfter != r.RetryAfter || m.Slot != r.Slot || m.Quota != r.Quota {
 						rt.Fatalf("group reservation %d of %d (%s, cost %d): memory %+v, redis %+v", i+1, len(costs), p, cost, m, r)
 					}
 					if m.OK {
@@ -129,6 +168,52 @@ func TestRedisMatchesMemory(t *testing.T) {
 				}
 				if err := red.Pause(ctx, p, d); err != nil {
 					rt.Fatal(err)
+				}
+			},
+			"backoff": func(rt *rapid.T) {
+				p := rapid.SampledFrom(providers).Draw(rt, "provider")
+				d := time.Duration(rapid.Int64Range(-1000, 3_000_000).Draw(rt, "backoffMicros")) * time.Microsecond
+				m, err := mem.Backoff(ctx, p, c, d)
+				if err != nil {
+					rt.Fatal(err)
+				}
+				r, err := red.Backoff(ctx, p, c, d)
+				if err != nil {
+					rt.Fatal(err)
+				}
+				if m != r {
+					rt.Fatalf("backoff %s %v: memory lowered %v, redis %v", p, d, m, r)
+				}
+				if m {
+					lowered++
+				}
+			},
+			"resume": func(rt *rapid.T) {
+				p := rapid.SampledFrom(providers).Draw(rt, "provider")
+				m, err := mem.Resume(ctx, p, c)
+				if err != nil {
+					rt.Fatal(err)
+				}
+				r, err := red.Resume(ctx, p, c)
+				if err != nil {
+					rt.Fatal(err)
+				}
+				if m != r {
+					rt.Fatalf("resume %s: memory %v left, redis %v", p, m, r)
+				}
+			},
+			"shape": func(rt *rapid.T) {
+				p := rapid.SampledFrom(providers).Draw(rt, "provider")
+				m, err := mem.Shape(ctx, p, c)
+				if err != nil {
+					rt.Fatal(err)
+				}
+				r, err := red.Shape(ctx, p, c)
+				if err != nil {
+					rt.Fatal(err)
+				}
+				if !reflect.DeepEqual(m, r) {
+					rt.Fatalf("shape %s: memory %+v, redis %+v", p, m, r)
 				}
 			},
 			"pausedFor": func(rt *rapid.T) {
@@ -162,9 +247,86 @@ func TestRedisMatchesMemory(t *testing.T) {
 		}
 		// rt.Repeat runs about 30 actions; queues need longer runs to fill,
 		// drain and pause, so run 200, weighted towards reserving.
-		names := []string{"advance", "advance", "reserve", "reserve", "reserve", "reserveGroup", "cancel", "pause", "pausedFor", "depth"}
+		names := []string{"advance", "advance", "reserve", "reserve", "reserve", "reserveGroup", "cancel", "pause", "pausedFor", "depth",
+			"backoff", "resume", "shape"}
 		for i := 0; i < 200; i++ {
 			actions[rapid.SampledFrom(names).Draw(rt, "action")](rt)
+		}
+	})
+}
+
+// TestRedisMatchesMemoryAtTheLimits: adaptive contracts and quotas at the
+// edges of what they accept (rates from one a day to MaxAdaptiveRate,
+// climbs up to MaxIncreasePerS, costs up to MaxAdaptiveCost, a clock in
+// 2200, 80 % of the way to 2^53 µs) still get the same answers from both backends: the
+// integer arithmetic stays exact in Lua.
+func TestRedisMatchesMemoryAtTheLimits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb := testenv.Redis(t).Client()
+	logRange := func(lo, hi float64) *rapid.Generator[float64] {
+		return rapid.Custom(func(rt *rapid.T) float64 {
+			return min(hi, max(lo, math.Exp(rapid.Float64Range(math.Log(lo), math.Log(hi)).Draw(rt, "log"))))
+		})
+	}
+	rapid.Check(t, func(rt *rapid.T) {
+		clock := leakytest.NewClock(time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(rapid.Int64Range(0, 1e15).Draw(rt, "offset"))))
+		opts := []leaky.Option{leaky.WithHeadroom(rapid.SampledFrom([]float64{0, 0.01, 0.3, 0.4999}).Draw(rt, "headroom")), leaky.WithNow(clock.Now)}
+		mem := leaky.NewMemory(nil, opts...)
+		red := leaky.NewRedis(rdb, newPrefix("limits"), opts...)
+		rate := logRange(leaky.MinRate, leaky.MaxAdaptiveRate).Draw(rt, "rate")
+		c := leaky.Contract{
+			Rate:          rate,
+			MaxQueueDelay: time.Duration(rapid.Int64Range(0, 1e6).Draw(rt, "mqdSeconds")) * time.Second,
+			Adaptive: &leaky.Adaptive{
+				MinRate:      max(leaky.MinRate, rate*logRange(1e-9, 1).Draw(rt, "minFraction")),
+				Decrease:     rapid.Float64Range(0.001, 0.999).Draw(rt, "decrease"),
+				IncreasePerS: logRange(1e-6, leaky.MaxIncreasePerS).Draw(rt, "increase"),
+				Quiet:        time.Duration(rapid.Int64Range(0, 1e6).Draw(rt, "quietSeconds")) * time.Second,
+			},
+		}
+		if rapid.Bool().Draw(rt, "quota") {
+			c.Quotas = []leaky.Quota{{Limit: leaky.MaxAdaptiveCost, Per: time.Duration(rapid.Int64Range(1, 366*86400).Draw(rt, "perSeconds")) * time.Second}}
+		}
+		cost := func(rt *rapid.T) int { return rapid.IntRange(1, leaky.MaxAdaptiveCost).Draw(rt, "cost") }
+		// warm: Redis starts cold (one interval past max_queue_delay),
+		// Memory at now, where it counts a unit in the quota's window
+		_, _ = mem.Reserve(ctx, "p", c, 1)
+		_, _ = red.Reserve(ctx, "p", c, 1)
+		clock.Advance(c.MaxQueueDelay + time.Duration(2e9/c.Rate) + time.Second)
+		if len(c.Quotas) > 0 {
+			clock.Advance(c.Quotas[0].Per)
+		}
+		for i := 0; i < 30; i++ {
+			switch rapid.IntRange(0, 3).Draw(rt, "action") {
+			case 0:
+				clock.Advance(time.Duration(logRange(1, 1e15).Draw(rt, "advanceNanos")))
+			case 1:
+				k := cost(rt)
+				m, merr := mem.Reserve(ctx, "p", c, k)
+				r, rerr := red.Reserve(ctx, "p", c, k)
+				if (merr == nil) != (rerr == nil) {
+					rt.Fatalf("reserve cost %d: memory error %v, redis %v", k, merr, rerr)
+				}
+				if merr != nil {
+					continue // an interval too long to keep at the min rate: refused by both
+				}
+				if m.OK != r.OK || m.Delay != r.Delay || m.RetryAfter != r.RetryAfter || m.Slot != r.Slot || m.Quota != r.Quota {
+					rt.Fatalf("reserve cost %d: memory %+v, redis %+v", k, m, r)
+				}
+			case 2:
+				m, merr := mem.Backoff(ctx, "p", c, time.Millisecond)
+				r, rerr := red.Backoff(ctx, "p", c, time.Millisecond)
+				if merr != nil || rerr != nil || m != r {
+					rt.Fatalf("backoff: memory %v %v, redis %v %v", m, merr, r, rerr)
+				}
+			case 3:
+				m, merr := mem.Shape(ctx, "p", c)
+				r, rerr := red.Shape(ctx, "p", c)
+				if merr != nil || rerr != nil || !reflect.DeepEqual(m, r) {
+					rt.Fatalf("shape: memory %+v %v, redis %+v %v", m, merr, r, rerr)
+				}
+			}
 		}
 	})
 }

@@ -31,6 +31,10 @@ var (
 	//go:embed status.lua
 	statusLua    string
 	statusScript = redis.NewScript(statusLua)
+
+	//go:embed shape.lua
+	shapeLua    string
+	shapeScript = redis.NewScript(shapeLua)
 )
 
 // Redis is a Queue shared by the fleet through Redis (standalone, Sentinel
@@ -77,9 +81,13 @@ func (q *Redis) guardArg() string {
 	return "1"
 }
 
-// reserveArgs are reserve.lua's arguments before the incs.
-func (q *Redis) reserveArgs(p plan, n int) []any {
-	return append(make([]any, 0, 5+n), p.mqd, p.start, q.o.idleTTL.Milliseconds(), q.nowArg(), q.guardArg())
+// reserveArgs are reserve.lua's arguments before the reservations' own.
+func (q *Redis) reserveArgs(p plan, sp *shapePlan, n int) []any {
+	if sp == nil {
+		return append(make([]any, 0, 6+n), p.mqd, p.start, q.o.idleTTL.Milliseconds(), q.nowArg(), q.guardArg(), 0)
+	}
+	args := append(make([]any, 0, 13+2*len(sp.quotas)+2*n), p.mqd, p.start, q.o.idleTTL.Milliseconds(), q.nowArg(), q.guardArg())
+	return sp.args(args)
 }
 
 // Load loads the scripts into the script cache of every server rdb reaches
@@ -88,7 +96,7 @@ func (q *Redis) reserveArgs(p plan, n int) []any {
 // restart, failover or SCRIPT FLUSH (a pipelined reserve then fails with a
 // NOSCRIPT error).
 func (q *Redis) Load(ctx context.Context) error {
-	for _, s := range []*redis.Script{reserveScript, cancelScript, pauseScript, resumeScript, statusScript} {
+	for _, s := range []*redis.Script{reserveScript, cancelScript, pauseScript, resumeScript, statusScript, shapeScript} {
 		if err := s.Load(ctx, q.rdb).Err(); err != nil {
 			return fmt.Errorf("load leaky scripts: %w", err)
 		}
@@ -98,19 +106,24 @@ func (q *Redis) Load(ctx context.Context) error {
 
 // Reserve implements Queue.
 func (q *Redis) Reserve(ctx context.Context, provider string, c Contract, cost int) (Reservation, error) {
-	p, err := q.o.plan(c, cost)
+	p, sp, err := q.o.plan(&c, cost)
 	if err != nil {
 		return Reservation{}, fmt.Errorf("reserve slot %s: %w", provider, err)
 	}
-	v, err := reserveScript.Run(ctx, q.rdb, q.keys(provider), append(q.reserveArgs(p, 1), p.inc)...).Result()
+	args := append(q.reserveArgs(p, sp, 1), p.inc)
+	width := 4
+	if sp != nil {
+		args, width = append(args, cost), 5
+	}
+	v, err := reserveScript.Run(ctx, q.rdb, q.keys(provider), args...).Result()
 	if err != nil {
 		return Reservation{}, fmt.Errorf("reserve slot %s: %w", provider, err)
 	}
-	r, err := decodeReservation(v)
+	n, err := ints(v, width)
 	if err != nil {
 		return Reservation{}, fmt.Errorf("reserve slot %s: %w", provider, err)
 	}
-	return r, nil
+	return reservationOf(n, cost), nil
 }
 
 // ReserveCmd is a reservation queued on a pipeline, alone or in a
@@ -142,9 +155,11 @@ type ReserveGroup struct {
 	q        *Redis
 	provider string
 	c        Contract
-	plan     plan  // of cost 1: mqd and cold are the same for every cost
-	err      error // an invalid contract: every reservation fails
+	plan     plan       // of cost 1: mqd and cold are the same for every cost
+	shape    *shapePlan // of cost 1: the same for every cost but the incs
+	err      error      // an invalid contract: every reservation fails
 	incs     []int64
+	costs    []int // shaped contracts only
 	cmd      *redis.Cmd
 
 	once     sync.Once
@@ -154,8 +169,8 @@ type ReserveGroup struct {
 
 // ReserveGroup starts a group of reservations in provider's queue under c.
 func (q *Redis) ReserveGroup(provider string, c Contract) *ReserveGroup {
-	p, err := q.o.plan(c, 1)
-	return &ReserveGroup{q: q, provider: provider, c: c, plan: p, err: err}
+	p, sp, err := q.o.plan(&c, 1)
+	return &ReserveGroup{q: q, provider: provider, c: c, plan: p, shape: sp, err: err}
 }
 
 // Add adds a reservation of cost units to the group and returns its handle.
@@ -165,12 +180,15 @@ func (g *ReserveGroup) Add(cost int) *ReserveCmd {
 		rc.err = g.err
 		return rc
 	}
-	p, err := g.q.o.plan(g.c, cost)
+	p, sp, err := g.q.o.plan(&g.c, cost)
 	if err != nil {
 		rc.err = err
 		return rc
 	}
 	g.incs = append(g.incs, p.inc)
+	if sp != nil {
+		g.costs = append(g.costs, cost)
+	}
 	return rc
 }
 
@@ -183,9 +201,12 @@ func (g *ReserveGroup) Queue(ctx context.Context, pipe redis.Pipeliner) {
 	if len(g.incs) == 0 {
 		return
 	}
-	args := g.q.reserveArgs(g.plan, len(g.incs))
-	for _, inc := range g.incs {
+	args := g.q.reserveArgs(g.plan, g.shape, len(g.incs))
+	for i, inc := range g.incs {
 		args = append(args, inc)
+		if g.shape != nil {
+			args = append(args, g.costs[i])
+		}
 	}
 	g.cmd = reserveScript.EvalSha(ctx, pipe, g.q.keys(g.provider), args...)
 }
@@ -201,14 +222,22 @@ func (g *ReserveGroup) decode() {
 		g.replyErr = err
 		return
 	}
-	n, err := ints(v, 4*len(g.incs))
+	w := 4
+	if g.shape != nil {
+		w = 5
+	}
+	n, err := ints(v, w*len(g.incs))
 	if err != nil {
 		g.replyErr = err
 		return
 	}
 	g.replies = make([]Reservation, len(g.incs))
 	for i := range g.replies {
-		g.replies[i] = reservationOf(n[4*i : 4*i+4])
+		cost := 0
+		if g.shape != nil {
+			cost = g.costs[i]
+		}
+		g.replies[i] = reservationOf(n[w*i:w*i+w], cost)
 	}
 }
 
@@ -227,7 +256,7 @@ func (rc *ReserveCmd) Result() (Reservation, error) {
 
 // Cancel implements Queue.
 func (q *Redis) Cancel(ctx context.Context, provider string, c Contract, r Reservation, cost int) error {
-	p, err := q.o.plan(c, cost)
+	p, sp, err := q.o.plan(&c, cost)
 	if err != nil {
 		return fmt.Errorf("cancel slot %s: %w", provider, err)
 	}
@@ -235,7 +264,17 @@ func (q *Redis) Cancel(ctx context.Context, provider string, c Contract, r Reser
 		return nil
 	}
 	keys := []string{stateKey(q.prefix, provider)}
-	if err := cancelScript.Run(ctx, q.rdb, keys, r.Slot, p.inc, r.seq, q.guardArg()).Err(); err != nil {
+	args := []any{r.Slot, p.inc, r.seq, q.guardArg()}
+	if r.shaped != nil {
+		if r.shaped.cost != cost {
+			return nil
+		}
+		args[1] = r.shaped.inc
+		if sp != nil {
+			args = append(args, len(sp.quotas), cost)
+		}
+	}
+	if err := cancelScript.Run(ctx, q.rdb, keys, args...).Err(); err != nil {
 		return fmt.Errorf("cancel slot %s: %w", provider, err)
 	}
 	return nil
@@ -255,9 +294,59 @@ func (q *Redis) Pause(ctx context.Context, provider string, d time.Duration) err
 	return nil
 }
 
+// Backoff implements Queue.
+func (q *Redis) Backoff(ctx context.Context, provider string, c Contract, d time.Duration) (bool, error) {
+	_, sp, err := q.o.plan(&c, 1)
+	if err != nil {
+		return false, fmt.Errorf("back off provider %s: %w", provider, err)
+	}
+	us := d.Microseconds()
+	if us <= 0 {
+		return false, nil
+	}
+	args := []any{us, q.o.idleTTL.Milliseconds(), q.nowArg(), PauseChannel(q.prefix), provider}
+	if sp != nil && sp.adaptive {
+		args = sp.adaptiveArgs(args)
+	}
+	v, err := pauseScript.Run(ctx, q.rdb, q.keys(provider), args...).Result()
+	if err != nil {
+		return false, fmt.Errorf("back off provider %s: %w", provider, err)
+	}
+	n, err := ints(v, 2)
+	if err != nil {
+		return false, fmt.Errorf("back off provider %s: %w", provider, err)
+	}
+	return n[1] == 1, nil
+}
+
+// Shape implements Queue.
+func (q *Redis) Shape(ctx context.Context, provider string, c Contract) (Shape, error) {
+	_, sp, err := q.o.plan(&c, 1)
+	if err != nil {
+		return Shape{}, fmt.Errorf("read shape %s: %w", provider, err)
+	}
+	if sp == nil {
+		return Shape{EffectiveRate: c.Rate}, nil
+	}
+	keys := []string{stateKey(q.prefix, provider)}
+	v, err := shapeScript.Run(ctx, q.rdb, keys, q.nowArg(), len(sp.quotas)).Result()
+	if err != nil {
+		return Shape{}, fmt.Errorf("read shape %s: %w", provider, err)
+	}
+	n, err := ints(v, 3+2*len(sp.quotas))
+	if err != nil {
+		return Shape{}, fmt.Errorf("read shape %s: %w", provider, err)
+	}
+	qs := make([]quotaState, len(sp.quotas))
+	for i := range qs {
+		qs[i] = quotaState{start: n[3+2*i], used: n[4+2*i]}
+	}
+	return sp.shapeOf(c, n[1], n[2], n[0], qs), nil
+}
+
 // Resume implements Queue.
 func (q *Redis) Resume(ctx context.Context, provider string, c Contract) (time.Duration, error) {
-	p, err := q.o.plan(c, 1)
+	p, _, err := q.o.plan(&c, 1)
 	if err != nil {
 		return 0, fmt.Errorf("resume provider %s: %w", provider, err)
 	}
@@ -299,23 +388,22 @@ func (q *Redis) Depth(ctx context.Context, provider string, c Contract) (float64
 	if err != nil {
 		return 0, fmt.Errorf("read queue depth %s: %w", provider, err)
 	}
-	return depthUnits(queued, c, q.o.headroomOf(c)), nil
+	return depthUnits(queued, c, q.o.headroomOf(&c)), nil
 }
 
-func decodeReservation(v any) (Reservation, error) {
-	n, err := ints(v, 4)
-	if err != nil {
-		return Reservation{}, err
+// reservationOf reads one reservation's integers of a reserve reply: four
+// for a plain contract, five for a shaped one (of cost units).
+func reservationOf(n []int64, cost int) Reservation {
+	shaped := len(n) == 5
+	switch {
+	case n[0] == 1 && shaped:
+		return Reservation{OK: true, Delay: micros(n[1]), Slot: n[2], Quota: -1, seq: n[3], shaped: &shapedRes{inc: n[4], cost: cost}}
+	case n[0] == 1:
+		return Reservation{OK: true, Delay: micros(n[1]), Slot: n[2], Quota: -1, seq: n[3]}
+	case shaped:
+		return Reservation{RetryAfter: micros(n[1]), Quota: int(n[4])}
 	}
-	return reservationOf(n), nil
-}
-
-// reservationOf reads one reservation's four integers of a reserve reply.
-func reservationOf(n []int64) Reservation {
-	if n[0] == 1 {
-		return Reservation{OK: true, Delay: micros(n[1]), Slot: n[2], seq: n[3]}
-	}
-	return Reservation{RetryAfter: micros(n[1])}
+	return Reservation{RetryAfter: micros(n[1]), Quota: -1}
 }
 
 // ints checks that a script reply is an array of n integers.

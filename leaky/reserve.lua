@@ -10,11 +10,17 @@
 -- ARGV[3]  idle: ms the state outlives its drained queue
 -- ARGV[4]  now:  µs since the Unix epoch (optional, tests only: '' for Redis TIME)
 -- ARGV[5]  guard: "1" to trust only a state written by this server run (run_id), "0" not to check
--- ARGV[6…] inc:  µs each reservation adds to tat (⌈cost × interval⌉), one per reservation, in order
+-- ARGV[6]  n:    the number of shape arguments that follow; 0 for a plain contract
+-- ARGV[7…6+n]    shape (adaptive rate, quotas; see below), when n > 0
+-- ARGV[7+n…]     plain: inc, µs each reservation adds to tat (⌈cost × interval⌉),
+--                one per reservation, in order; shaped: inc and cost (units) of
+--                each reservation, in order (inc at the contract's full rate)
 --
--- Reply: four integers per reservation, in order:
+-- Reply: plain: four integers per reservation, in order:
 --        {1, delay µs, slot µs, seq} when reserved,
---        {0, retry-after µs, 0, 0} when the queue is full.
+--        {0, retry-after µs, 0, 0} when the queue is full;
+--        shaped: five, {1, delay, slot, seq, inc µs added to tat} or
+--        {0, retry-after, 0, 0, quota index (0-based) whose window is spent or -1}.
 --
 -- A state with no tat, or (guard) written by another Redis server or an
 -- earlier run of this one (failover, restart from disk: possibly older than
@@ -33,6 +39,7 @@ else
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local guard = ARGV[5] == '1'
+local nshape = tonumber(ARGV[6])
 local node = '-'
 if guard then
   node = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
@@ -49,10 +56,128 @@ local pause = tonumber(redis.call('GET', KEYS[2]))
 
 local out = {}
 local dirty = false
-for i = 6, #ARGV do
+if nshape == 0 then
+  for i = 7, #ARGV do
+    local slot = math.max(now, tat)
+    if pause ~= nil and pause > slot then
+      slot = pause
+    end
+    local reserved = slot - now <= mqd
+    if reserved or not trusted then
+      seq = seq + 1
+      dirty = true
+    end
+    trusted = true
+    if reserved then
+      tat = slot + tonumber(ARGV[i])
+      out[#out + 1] = 1
+      out[#out + 1] = slot - now
+      out[#out + 1] = slot
+      out[#out + 1] = seq
+    else
+      out[#out + 1] = 0
+      out[#out + 1] = slot - now - mqd
+      out[#out + 1] = 0
+      out[#out + 1] = 0
+    end
+  end
+  if dirty then
+    redis.call('HSET', KEYS[1], 'tat', tat, 'seq', seq, 'node', node)
+    redis.call('PEXPIRE', KEYS[1], math.ceil((tat - now + mqd) / 1000) + idle)
+  end
+  return out
+end
+
+-- Shaped: the adaptive rate and the quotas, with the same integer
+-- arithmetic as shaping.go (every value an integer below 2^53).
+--
+-- ARGV[7]   rate: the contract's rate in quanta (1e-6 units/s); 0: not adaptive
+-- ARGV[8]   min:  the adaptive min rate in quanta
+-- ARGV[9]   pace: 1 − headroom (a float)
+-- ARGV[10]  increase: quanta per second of climb
+-- ARGV[11]  quiet: µs after a decrease before the climb
+-- ARGV[12]  dcap: µs of climb that reach rate from min
+-- ARGV[13]  nq:   the number of quotas, then per (µs) and limit of each
+--
+-- State fields beside tat in KEYS[1]: r0, t0 (the last decrease: to r0
+-- quanta at t0 µs) and, for quota j, q<j>s (the start of the window the
+-- latest slots count in, µs) and q<j>u (its units).
+
+-- floor(n / d) exactly, for integers 0 <= n < 2^53, d > 0: the float
+-- quotient can round up to the next integer.
+local function idiv(n, d)
+  local q = math.floor(n / d)
+  if q * d > n then
+    q = q - 1
+  end
+  return q
+end
+
+local rate = tonumber(ARGV[7])
+local minr = tonumber(ARGV[8])
+local pace = tonumber(ARGV[9])
+local incq = tonumber(ARGV[10])
+local quiet = tonumber(ARGV[11])
+local dcap = tonumber(ARGV[12])
+local nq = tonumber(ARGV[13])
+local per, limit = {}, {}
+local fields = {'r0', 't0'}
+for j = 1, nq do
+  per[j] = tonumber(ARGV[12 + 2 * j])
+  limit[j] = tonumber(ARGV[13 + 2 * j])
+  fields[#fields + 1] = 'q' .. j .. 's'
+  fields[#fields + 1] = 'q' .. j .. 'u'
+end
+local sh = redis.call('HMGET', KEYS[1], unpack(fields))
+local qs, qu = {}, {}
+for j = 1, nq do
+  qs[j] = tonumber(sh[1 + 2 * j]) or 0
+  qu[j] = tonumber(sh[2 + 2 * j]) or 0
+end
+
+-- the state must live until every quota window it counts in has ended
+-- and the adaptive climb has reached the rate
+local keep = 0
+local pq = 0 -- the pace in quanta, 0 at the full rate
+if rate > 0 then
+  local r0, t0 = tonumber(sh[1]), tonumber(sh[2])
+  if r0 ~= nil and r0 > 0 and t0 ~= nil then
+    local dt = math.min(math.max(now - t0 - quiet, 0), dcap)
+    local secs = idiv(dt, 1000000)
+    local eff = r0 + incq * secs + idiv(incq * (dt - secs * 1000000), 1000000)
+    eff = math.min(rate, math.max(minr, eff))
+    if eff < rate then
+      pq = math.max(1, math.floor(eff * pace))
+    end
+    keep = t0 + quiet + math.min(idiv(rate - r0 + incq - 1, incq) * 1000000, dcap) - now
+  end
+end
+
+local maxinc = 2251799813685248 -- 2^53 / 4
+local first = 7 + nshape
+for i = first, #ARGV, 2 do
+  local cost = tonumber(ARGV[i + 1])
   local slot = math.max(now, tat)
   if pause ~= nil and pause > slot then
     slot = pause
+  end
+  -- past every spent quota window, to the next window's start
+  local hit = -1
+  local moved = true
+  while moved do
+    moved = false
+    for j = 1, nq do
+      local start = math.max(idiv(slot, per[j]) * per[j], qs[j])
+      local used = 0
+      if qs[j] == start then
+        used = qu[j]
+      end
+      if used + cost > limit[j] then
+        slot = start + per[j]
+        hit = j - 1
+        moved = true
+      end
+    end
   end
   local reserved = slot - now <= mqd
   if reserved or not trusted then
@@ -61,20 +186,46 @@ for i = 6, #ARGV do
   end
   trusted = true
   if reserved then
-    tat = slot + tonumber(ARGV[i])
+    for j = 1, nq do
+      local start = math.max(idiv(slot, per[j]) * per[j], qs[j])
+      if qs[j] == start then
+        qu[j] = qu[j] + cost
+      else
+        qs[j] = start
+        qu[j] = cost
+      end
+    end
+    local inc = tonumber(ARGV[i])
+    if pq > 0 then
+      local a = math.min(idiv(cost * 1000000000000 + pq - 1, pq), maxinc)
+      if a > inc then
+        inc = a
+      end
+    end
+    tat = slot + inc
     out[#out + 1] = 1
     out[#out + 1] = slot - now
     out[#out + 1] = slot
     out[#out + 1] = seq
+    out[#out + 1] = inc
   else
     out[#out + 1] = 0
     out[#out + 1] = slot - now - mqd
     out[#out + 1] = 0
     out[#out + 1] = 0
+    out[#out + 1] = hit
   end
 end
 if dirty then
-  redis.call('HSET', KEYS[1], 'tat', tat, 'seq', seq, 'node', node)
-  redis.call('PEXPIRE', KEYS[1], math.ceil((tat - now + mqd) / 1000) + idle)
+  local set = {'tat', tat, 'seq', seq, 'node', node}
+  for j = 1, nq do
+    set[#set + 1] = 'q' .. j .. 's'
+    set[#set + 1] = qs[j]
+    set[#set + 1] = 'q' .. j .. 'u'
+    set[#set + 1] = qu[j]
+    keep = math.max(keep, qs[j] + per[j] - now)
+  end
+  redis.call('HSET', KEYS[1], unpack(set))
+  redis.call('PEXPIRE', KEYS[1], math.max(math.ceil((tat - now + mqd) / 1000) + idle, math.ceil(keep / 1000)))
 end
 return out

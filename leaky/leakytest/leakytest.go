@@ -216,6 +216,14 @@ func Run(t *testing.T, b Backend) {
 	t.Run("ContractHeadroom", func(t *testing.T) { t.Parallel(); testContractHeadroom(t, b) })
 	t.Run("Invalid", func(t *testing.T) { t.Parallel(); testInvalid(t, b) })
 	t.Run("ConcurrentReservations", func(t *testing.T) { t.Parallel(); testConcurrent(t, b) })
+	t.Run("AdaptiveBackoff", func(t *testing.T) { t.Parallel(); testAdaptiveBackoff(t, b) })
+	t.Run("AdaptiveClimb", func(t *testing.T) { t.Parallel(); testAdaptiveClimb(t, b) })
+	t.Run("AdaptiveSpacing", func(t *testing.T) { t.Parallel(); testAdaptiveSpacing(t, b) })
+	t.Run("Quota", func(t *testing.T) { t.Parallel(); testQuota(t, b) })
+	t.Run("TwoQuotas", func(t *testing.T) { t.Parallel(); testTwoQuotas(t, b) })
+	t.Run("QuotaCancel", func(t *testing.T) { t.Parallel(); testQuotaCancel(t, b) })
+	t.Run("QuotaShape", func(t *testing.T) { t.Parallel(); testQuotaShape(t, b) })
+	t.Run("InvalidShaping", func(t *testing.T) { t.Parallel(); testInvalidShaping(t, b) })
 }
 
 func itoa(i int) string {
@@ -583,5 +591,343 @@ func testConcurrent(t *testing.T, b Backend) {
 		if want := now + int64(i)*1000; s != want {
 			t.Fatalf("slot %d at now+%dµs, want now+%dµs", i, s-now, want-now)
 		}
+	}
+}
+
+// alignTo advances the clock to the next multiple of per since the Unix
+// epoch (a quota window's start).
+func (h *harness) alignTo(per time.Duration) {
+	h.t.Helper()
+	now := h.clock.Now().UnixNano()
+	p := per.Nanoseconds()
+	h.clock.Advance(time.Duration(((now/p)+1)*p - now))
+}
+
+func (h *harness) backoff(provider string, c leaky.Contract, d time.Duration) bool {
+	h.t.Helper()
+	lowered, err := h.q.Backoff(h.ctx, provider, c, d)
+	if err != nil {
+		h.t.Fatalf("backoff %s: %v", provider, err)
+	}
+	return lowered
+}
+
+func (h *harness) shape(provider string, c leaky.Contract) leaky.Shape {
+	h.t.Helper()
+	s, err := h.q.Shape(h.ctx, provider, c)
+	if err != nil {
+		h.t.Fatalf("shape %s: %v", provider, err)
+	}
+	return s
+}
+
+func (h *harness) effective(provider string, c leaky.Contract, want float64) {
+	h.t.Helper()
+	if got := h.shape(provider, c).EffectiveRate; got != want {
+		h.t.Fatalf("effective rate %v, want %v", got, want)
+	}
+}
+
+func (h *harness) expectQuota(what string, r leaky.Reservation, ok bool, delay, retryAfter time.Duration, quota int) {
+	h.t.Helper()
+	h.expect(what, r, ok, delay, retryAfter)
+	if r.Quota != quota {
+		h.t.Fatalf("%s: quota %d, want %d", what, r.Quota, quota)
+	}
+}
+
+// adaptive is a 10/s contract that halves on Backoff down to 2/s and climbs
+// 1/s per second from 2 s after the last decrease.
+var adaptive = leaky.Contract{
+	Rate: 10, MaxQueueDelay: 10 * time.Second,
+	Adaptive: &leaky.Adaptive{MinRate: 2, Decrease: 0.5, IncreasePerS: 1, Quiet: 2 * time.Second},
+}
+
+// testAdaptiveBackoff: the many Backoffs of one pause lower the rate once;
+// each new pause lowers it again, down to MinRate and not below; Resume
+// leaves it as it is; a plain contract's Backoff is a Pause.
+func testAdaptiveBackoff(t *testing.T, b Backend) {
+	h := setup(t, b, noHeadroom...)
+	c := adaptive
+	h.warm("sms", c)
+	h.effective("sms", c, 10)
+	if !h.backoff("sms", c, time.Second) {
+		t.Fatal("the first backoff did not lower the rate")
+	}
+	h.effective("sms", c, 5)
+	if got := h.pausedFor("sms"); got != time.Second {
+		t.Fatalf("paused for %v after a backoff of 1s, want 1s", got)
+	}
+	for i := 0; i < 5; i++ {
+		h.clock.Advance(100 * ms)
+		if h.backoff("sms", c, time.Second) {
+			t.Fatalf("backoff %d during the pause lowered the rate again", i+2)
+		}
+	}
+	h.effective("sms", c, 5)
+	if got := h.pausedFor("sms"); got != time.Second {
+		t.Fatalf("paused for %v after the later backoffs, want 1s (the last one's)", got)
+	}
+	h.clock.Advance(time.Second) // the pause is over
+	if !h.backoff("sms", c, time.Second) {
+		t.Fatal("a backoff after the pause did not lower the rate")
+	}
+	h.effective("sms", c, 2.5)
+	if left, err := h.q.Resume(h.ctx, "sms", c); err != nil || left != time.Second {
+		t.Fatalf("resume: %v %v, want 1s left", left, err)
+	}
+	h.effective("sms", c, 2.5)
+	if !h.backoff("sms", c, time.Second) {
+		t.Fatal("a backoff after resume did not lower the rate")
+	}
+	h.effective("sms", c, 2) // max(2, 1.25)
+	h.clock.Advance(time.Second + ms)
+	if h.backoff("sms", c, time.Second) {
+		t.Fatal("a backoff at the min rate reported lowering it")
+	}
+	h.effective("sms", c, 2)
+
+	// d <= 0 does nothing
+	h.clock.Advance(2 * time.Second)
+	if h.backoff("sms", c, 0) || h.backoff("sms", c, -time.Second) {
+		t.Fatal("a backoff of d <= 0 lowered the rate")
+	}
+	if got := h.pausedFor("sms"); got != 0 {
+		t.Fatalf("paused for %v after a backoff of 0", got)
+	}
+
+	plain := leaky.Contract{Rate: 10, MaxQueueDelay: 10 * time.Second}
+	h.warm("plain", plain)
+	if h.backoff("plain", plain, time.Second) {
+		t.Fatal("the backoff of a plain contract lowered its rate")
+	}
+	if got := h.pausedFor("plain"); got != time.Second {
+		t.Fatalf("plain backoff: paused for %v, want 1s", got)
+	}
+	h.effective("plain", plain, 10)
+	h.expect("plain after its backoff", h.reserve("plain", plain, 1), true, time.Second, 0)
+}
+
+// testAdaptiveClimb: Quiet after the last decrease the rate climbs
+// IncreasePerS per second, up to Rate and never above it.
+func testAdaptiveClimb(t *testing.T, b Backend) {
+	h := setup(t, b, noHeadroom...)
+	c := adaptive
+	h.warm("sms", c)
+	h.backoff("sms", c, 100*ms) // 5/s
+	h.clock.Advance(200 * ms)
+	h.backoff("sms", c, 100*ms) // 2.5/s
+	h.clock.Advance(200 * ms)
+	h.backoff("sms", c, 100*ms) // 2/s: the floor
+	h.effective("sms", c, 2)
+	h.clock.Advance(2 * time.Second) // quiet
+	h.effective("sms", c, 2)
+	h.clock.Advance(500 * ms)
+	h.effective("sms", c, 2.5)
+	h.clock.Advance(1500 * ms)
+	h.effective("sms", c, 4)
+	h.clock.Advance(6 * time.Second)
+	h.effective("sms", c, 10)
+	h.clock.Advance(time.Hour)
+	h.effective("sms", c, 10)
+
+	// a rate lowered by a reload caps the climb at once
+	lower := c
+	lower.Rate = 3
+	h.effective("sms", lower, 3)
+	// a decrease from the climbed rate
+	h.clock.Advance(time.Minute)
+	h.backoff("sms", c, 100*ms)
+	h.effective("sms", c, 5)
+}
+
+// testAdaptiveSpacing: reservations are spaced by the effective interval,
+// headroom applied; at the full rate exactly as a plain contract.
+func testAdaptiveSpacing(t *testing.T, b Backend) {
+	h := setup(t, b, noHeadroom...)
+	c := adaptive
+	h.warm("sms", c)
+	h.expect("full rate 0", h.reserve("sms", c, 1), true, 0, 0)
+	h.expect("full rate 1", h.reserve("sms", c, 1), true, 100*ms, 0)
+	h.clock.Advance(time.Second)
+	h.backoff("sms", c, 500*ms) // 5/s from the pause end
+	h.expect("after the pause", h.reserve("sms", c, 1), true, 500*ms, 0)
+	h.expect("at 5/s", h.reserve("sms", c, 1), true, 700*ms, 0)
+	h.expect("cost 2 at 5/s", h.reserve("sms", c, 2), true, 900*ms, 0)
+	h.expect("then", h.reserve("sms", c, 1), true, 1300*ms, 0)
+
+	// 2/s with the default 1 % headroom: ⌈1e12 / ⌊2e6 × 0.99⌋⌉ = 505051 µs
+	hd := setup(t, b)
+	hd.warm("sms", c)
+	hd.clock.Advance(time.Second)
+	hd.backoff("sms", c, 100*ms)
+	hd.clock.Advance(200 * ms)
+	hd.backoff("sms", c, 100*ms)
+	hd.clock.Advance(200 * ms)
+	hd.backoff("sms", c, 100*ms)
+	hd.effective("sms", c, 2)
+	hd.clock.Advance(100 * ms)
+	hd.expect("2/s with headroom", hd.reserve("sms", c, 1), true, 0, 0)
+	hd.expect("then", hd.reserve("sms", c, 1), true, us(505051), 0)
+}
+
+// testQuota: exactly Limit units a window; the next at the next window's
+// start; beyond MaxQueueDelay refused with the quota's index.
+func testQuota(t *testing.T, b Backend) {
+	h := setup(t, b, noHeadroom...)
+	c := leaky.Contract{Rate: 100, MaxQueueDelay: 1500 * ms, Quotas: []leaky.Quota{{Limit: 3, Per: time.Second}}}
+	h.warm("sms", c)
+	h.alignTo(time.Second)
+	for i, want := range []time.Duration{0, 10 * ms, 20 * ms} {
+		h.expectQuota("window 0, "+itoa(i), h.reserve("sms", c, 1), true, want, 0, -1)
+	}
+	for i, want := range []time.Duration{time.Second, 1010 * ms, 1020 * ms} {
+		h.expectQuota("window 1, "+itoa(i), h.reserve("sms", c, 1), true, want, 0, -1)
+	}
+	h.expectQuota("window 2 beyond the queue", h.reserve("sms", c, 1), false, 0, 500*ms, 0)
+	h.clock.Advance(500 * ms)
+	h.expectQuota("window 2", h.reserve("sms", c, 1), true, 1500*ms, 0, -1)
+	// the queue itself full: not the quota's doing
+	c0 := c
+	c0.MaxQueueDelay = 0
+	h.expectQuota("queue full", h.reserve("sms", c0, 1), false, 0, 1510*ms, -1)
+	// cost 2 of a window that has 1 left moves on
+	h.clock.Advance(1510 * ms) // window 2 + 10 ms: 1 used
+	h.expectQuota("cost 2 in window 2", h.reserve("sms", c, 2), true, 0, 0, -1)
+	h.expectQuota("cost 2 moves on", h.reserve("sms", c, 2), true, 990*ms, 0, -1)
+}
+
+// testTwoQuotas: every quota counts; the one that refuses is named.
+func testTwoQuotas(t *testing.T, b Backend) {
+	h := setup(t, b, noHeadroom...)
+	c := leaky.Contract{Rate: 100, MaxQueueDelay: 5 * time.Second, Quotas: []leaky.Quota{
+		{Limit: 2, Per: time.Second}, {Limit: 3, Per: 10 * time.Second},
+	}}
+	h.warm("sms", c)
+	h.alignTo(10 * time.Second)
+	h.expectQuota("0", h.reserve("sms", c, 1), true, 0, 0, -1)
+	h.expectQuota("1", h.reserve("sms", c, 1), true, 10*ms, 0, -1)
+	h.expectQuota("2: the 1s window is spent", h.reserve("sms", c, 1), true, time.Second, 0, -1)
+	h.expectQuota("3: the 10s window is spent", h.reserve("sms", c, 1), false, 0, 5*time.Second, 1)
+	h.clock.Advance(5 * time.Second)
+	h.expectQuota("3 within the queue", h.reserve("sms", c, 1), true, 5*time.Second, 0, -1)
+	h.clock.Advance(time.Second)
+	h.expectQuota("4", h.reserve("sms", c, 1), true, 4010*ms, 0, -1)
+	h.expectQuota("5: the next 1s window", h.reserve("sms", c, 1), true, 5*time.Second, 0, -1)
+	s := h.shape("sms", c)
+	if len(s.Quotas) != 2 || s.Quotas[0].Used != 1 || s.Quotas[1].Used != 3 {
+		t.Fatalf("shape %+v, want 1 used of the 1s quota's window 11, 3 of the 10s quota's next window", s)
+	}
+}
+
+// testQuotaCancel: a reservation given back gives its units back to every
+// quota; one that is followed does not.
+func testQuotaCancel(t *testing.T, b Backend) {
+	h := setup(t, b, noHeadroom...)
+	c := leaky.Contract{Rate: 100, MaxQueueDelay: 2 * time.Second, Quotas: []leaky.Quota{
+		{Limit: 2, Per: time.Second}, {Limit: 100, Per: time.Minute},
+	}}
+	h.warm("sms", c)
+	h.alignTo(time.Minute)
+	r1 := h.reserve("sms", c, 1)
+	r2 := h.reserve("sms", c, 1)
+	h.expect("r2", r2, true, 10*ms, 0)
+	if err := h.q.Cancel(h.ctx, "sms", c, r2, 1); err != nil {
+		t.Fatal(err)
+	}
+	if s := h.shape("sms", c); s.Quotas[0].Used != 1 || s.Quotas[1].Used != 1 {
+		t.Fatalf("shape after a cancel: %+v, want 1 used in each", s)
+	}
+	r3 := h.reserve("sms", c, 1)
+	h.expect("r3 takes r2's slot and units", r3, true, 10*ms, 0)
+	// the wrong cost cancels nothing
+	if err := h.q.Cancel(h.ctx, "sms", c, r3, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.q.Cancel(h.ctx, "sms", c, r1, 1); err != nil { // followed by r3
+		t.Fatal(err)
+	}
+	h.expect("r4 in the next window", h.reserve("sms", c, 1), true, time.Second, 0)
+	if s := h.shape("sms", c); s.Quotas[0].Used != 1 || s.Quotas[1].Used != 3 {
+		t.Fatalf("shape: %+v, want 1 used in the next 1s window, 3 in the minute", s)
+	}
+}
+
+// testQuotaShape: Shape reports each quota's window: used, limit, reset.
+func testQuotaShape(t *testing.T, b Backend) {
+	h := setup(t, b, noHeadroom...)
+	c := leaky.Contract{Rate: 100, MaxQueueDelay: 2 * time.Second, Quotas: []leaky.Quota{
+		{Limit: 3, Per: time.Second}, {Limit: 1000, Per: 24 * time.Hour},
+	}}
+	h.warm("sms", c)
+	h.alignTo(24 * time.Hour) // a UTC midnight
+	if got := h.clock.Now().UTC(); got.Hour() != 0 || got.Minute() != 0 || got.Second() != 0 || got.Nanosecond()%1000 != 0 {
+		t.Fatalf("aligned to %v, want a UTC midnight", got)
+	}
+	want := func(what string, used0, used1 int64, reset0, reset1 time.Duration) {
+		t.Helper()
+		s := h.shape("sms", c)
+		wantS := leaky.Shape{EffectiveRate: 100, Quotas: []leaky.QuotaState{
+			{Limit: 3, Used: used0, Per: time.Second, ResetsIn: reset0},
+			{Limit: 1000, Used: used1, Per: 24 * time.Hour, ResetsIn: reset1},
+		}}
+		if s.EffectiveRate != wantS.EffectiveRate || len(s.Quotas) != 2 || s.Quotas[0] != wantS.Quotas[0] || s.Quotas[1] != wantS.Quotas[1] {
+			t.Fatalf("%s: shape %+v, want %+v", what, s, wantS)
+		}
+	}
+	want("fresh window", 0, 0, time.Second, 24*time.Hour)
+	h.reserve("sms", c, 1)
+	h.reserve("sms", c, 1)
+	h.clock.Advance(300 * ms)
+	want("two used", 2, 2, 700*ms, 24*time.Hour-300*ms)
+	h.reserve("sms", c, 1)
+	h.reserve("sms", c, 1) // moved to the next second
+	want("moved on", 1, 4, 1700*ms, 24*time.Hour-300*ms)
+	h.clock.Advance(2 * time.Second)
+	want("later", 0, 4, 700*ms, 24*time.Hour-2300*ms)
+}
+
+func testInvalidShaping(t *testing.T, b Backend) {
+	h := setup(t, b)
+	base := leaky.Contract{Rate: 10, MaxQueueDelay: time.Second}
+	ad := func(a leaky.Adaptive) leaky.Contract { c := base; c.Adaptive = &a; return c }
+	qs := func(q ...leaky.Quota) leaky.Contract { c := base; c.Quotas = q; return c }
+	good := leaky.Adaptive{MinRate: 1, Decrease: 0.5, IncreasePerS: 1}
+	with := func(f func(*leaky.Adaptive)) leaky.Contract { a := good; f(&a); return ad(a) }
+	cases := []struct {
+		name string
+		c    leaky.Contract
+		cost int
+		want string
+	}{
+		{"zero min rate", with(func(a *leaky.Adaptive) { a.MinRate = 0 }), 1, "adaptive min rate must be in (0, rate 10], got 0"},
+		{"min rate above rate", with(func(a *leaky.Adaptive) { a.MinRate = 11 }), 1, "adaptive min rate must be in (0, rate 10], got 11"},
+		{"NaN min rate", with(func(a *leaky.Adaptive) { a.MinRate = math.NaN() }), 1, "adaptive min rate must be in (0, rate 10], got NaN"},
+		{"tiny min rate", with(func(a *leaky.Adaptive) { a.MinRate = 1e-9 }), 1, "adaptive min rate must be at least"},
+		{"decrease 1", with(func(a *leaky.Adaptive) { a.Decrease = 1 }), 1, "adaptive decrease must be in (0, 1), got 1"},
+		{"decrease 0", with(func(a *leaky.Adaptive) { a.Decrease = 0 }), 1, "adaptive decrease must be in (0, 1), got 0"},
+		{"zero increase", with(func(a *leaky.Adaptive) { a.IncreasePerS = 0 }), 1, "adaptive increase per second must be in (0, 9000], got 0"},
+		{"infinite increase", with(func(a *leaky.Adaptive) { a.IncreasePerS = math.Inf(1) }), 1, "adaptive increase per second must be in (0, 9000], got +Inf"},
+		{"negative quiet", with(func(a *leaky.Adaptive) { a.Quiet = -time.Second }), 1, "adaptive quiet must not be negative, got -1s"},
+		{"adaptive cost", ad(good), leaky.MaxAdaptiveCost + 1, "the most an adaptive contract takes at once"},
+		{"zero limit", qs(leaky.Quota{Limit: 0, Per: time.Second}), 1, "quotas[0]: limit must be at least 1, got 0"},
+		{"short per", qs(leaky.Quota{Limit: 1, Per: 500 * ms}), 1, "quotas[0]: per must be a whole number of seconds, at least 1s, got 500ms"},
+		{"fractional per", qs(leaky.Quota{Limit: 5, Per: time.Second}, leaky.Quota{Limit: 1, Per: 1500 * ms}), 1, "quotas[1]: per must be a whole number of seconds"},
+		{"long per", qs(leaky.Quota{Limit: 1, Per: 400 * 24 * time.Hour}), 1, "quotas[0]: per must be at most"},
+		{"five quotas", qs(make([]leaky.Quota, 5)...), 1, "at most 4 quotas, got 5"},
+		{"cost above a limit", qs(leaky.Quota{Limit: 10, Per: time.Minute}, leaky.Quota{Limit: 2, Per: time.Second}), 3, "cost 3 is more than quotas[1]'s limit 2"},
+	}
+	for _, tc := range cases {
+		_, err := h.q.Reserve(h.ctx, "sms", tc.c, tc.cost)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "reserve slot sms: ") {
+			t.Errorf("%s: reserve error %v, want reserve slot sms: ...%s", tc.name, err, tc.want)
+		}
+	}
+	bad := with(func(a *leaky.Adaptive) { a.Decrease = 2 })
+	if _, err := h.q.Backoff(h.ctx, "sms", bad, time.Second); err == nil || !strings.HasPrefix(err.Error(), "back off provider sms: adaptive decrease") {
+		t.Errorf("backoff of an invalid contract: %v", err)
+	}
+	if _, err := h.q.Shape(h.ctx, "sms", bad); err == nil || !strings.HasPrefix(err.Error(), "read shape sms: adaptive decrease") {
+		t.Errorf("shape of an invalid contract: %v", err)
 	}
 }

@@ -1,0 +1,27 @@
+-- shape.lua: read a provider's shaping state, without changing it.
+--
+-- KEYS[1]  {<prefix>p:<provider>}:tat  hash: r0, t0, q<j>s, q<j>u (see reserve.lua)
+-- ARGV[1]  now: µs since the Unix epoch (optional, tests only; default: Redis TIME)
+-- ARGV[2]  nq:  the number of quotas
+--
+-- Reply: {now, r0, t0, q1s, q1u, …}, every absent field 0. The effective
+-- rate and each quota's window are worked out in Go (shaping.go), as the
+-- Memory backend does.
+local now
+if ARGV[1] ~= nil and ARGV[1] ~= '' then
+  now = tonumber(ARGV[1])
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local fields = {'r0', 't0'}
+for j = 1, tonumber(ARGV[2]) do
+  fields[#fields + 1] = 'q' .. j .. 's'
+  fields[#fields + 1] = 'q' .. j .. 'u'
+end
+local st = redis.call('HMGET', KEYS[1], unpack(fields))
+local out = {now}
+for i = 1, #st do
+  out[#out + 1] = tonumber(st[i]) or 0
+end
+return out
