@@ -21,6 +21,73 @@ var benchCtx = context.Background()
 // at a high rate on one provider (the hottest key)
 var benchContract = leaky.Contract{Rate: 100_000, MaxQueueDelay: 50 * time.Millisecond}
 
+// the shaped benchmark contracts: the same, with two quotas that never run
+// out (a UTC day and a minute), adaptive, or both
+var (
+	benchQuotas   = []leaky.Quota{{Limit: 1 << 50, Per: 24 * time.Hour}, {Limit: 1 << 50, Per: time.Minute}}
+	benchAdaptive = &leaky.Adaptive{MinRate: 1000, Decrease: 0.7, IncreasePerS: 1000, Quiet: time.Second}
+)
+
+func benchShaped(adaptive bool, quotas bool) leaky.Contract {
+	c := benchContract
+	if adaptive {
+		c.Adaptive = benchAdaptive
+	}
+	if quotas {
+		c.Quotas = benchQuotas
+	}
+	return c
+}
+
+// BenchmarkReserveShaped is BenchmarkReserve under shaped contracts: what
+// quotas and an adaptive rate add to a reservation. Adaptive contracts are
+// backed off first (a 1 ms pause), so that reservations pace at a lowered
+// rate (the longest path) for the benchmark's length (Quiet is 1 s, the
+// climb back 99 s).
+func BenchmarkReserveShaped(b *testing.B) {
+	variants := []struct {
+		name string
+		c    leaky.Contract
+	}{
+		{"Quotas", benchShaped(false, true)},
+		{"Adaptive", benchShaped(true, false)},
+		{"AdaptiveQuotas", benchShaped(true, true)},
+	}
+	for _, v := range variants {
+		b.Run("Memory/"+v.name, func(b *testing.B) {
+			for _, g := range benchGoroutines {
+				b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
+					q := leaky.NewMemory(nil)
+					if _, err := q.Backoff(benchCtx, "sms", v.c, time.Millisecond); err != nil {
+						b.Fatal(err)
+					}
+					testenv.RunConcurrent(b, g, func(int64) error {
+						_, err := q.Reserve(benchCtx, "sms", v.c, 1)
+						return err
+					})
+				})
+			}
+		})
+	}
+	rdb := testenv.Redis(b).Client()
+	for _, v := range variants {
+		b.Run("Redis/"+v.name, func(b *testing.B) {
+			for _, g := range benchGoroutines {
+				b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
+					q := leaky.NewRedis(rdb, newPrefix("bench-shaped"))
+					if _, err := q.Backoff(benchCtx, "sms", v.c, time.Millisecond); err != nil {
+						b.Fatal(err)
+					}
+					testenv.RunConcurrent(b, g, func(int64) error {
+						_, err := q.Reserve(benchCtx, "sms", v.c, 1)
+						return err
+					})
+				})
+			}
+		})
+	}
+}
+
 func BenchmarkReserve(b *testing.B) {
 	b.Run("Memory", func(b *testing.B) {
 		for _, g := range benchGoroutines {

@@ -158,7 +158,9 @@
 // replica's older count after a failover), so up to one Limit more may go in
 // that window — a count the fleet did not keep elsewhere cannot be restored;
 // (5) a lowered adaptive rate is forgotten, so pacing resumes at Rate until
-// the provider's next 429 lowers it again.
+// the provider's next 429 lowers it again; a cold start's lead, too, is one
+// interval at Rate, not at the rate the lost state had lowered it to (the
+// contract holds; the provider's lower limit may answer 429 once more).
 //
 // # Pause
 //
