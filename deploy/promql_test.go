@@ -129,7 +129,7 @@ func knownValues() map[string]set {
 		// The gateway's answers (gateway.New counts these codes).
 		"code": newSet("200", "202", "400", "401", "413", "415", "429", "503"),
 		"reason": newSet("defer", "empty", "switch", "full", "late", "rate_limited", "retry",
-			"paused", "circuit_open", "busy", "unavailable", "recipient_throttled", "budget_spent",
+			"paused", "circuit_open", "busy", "unavailable", "recipient_throttled", "budget_spent", "quota",
 			dispatch.PauseRateLimited, dispatch.PauseCredentials,
 			dispatch.FailoverCircuitOpen, dispatch.FailoverQuota, dispatch.FailoverDeadline),
 	}

@@ -57,9 +57,29 @@ type capKey struct {
 	slot uint16
 }
 
+// reserveKey groups reservations of one provider under one contract (a
+// reload may give a batch two): the contract's fields by value, its
+// quotas in a fixed array (a Contract holds a slice, which no map key can).
 type reserveKey struct {
-	provider string
-	contract leaky.Contract
+	provider      string
+	rate          float64
+	maxQueueDelay time.Duration
+	headroom      float64
+	coldStart     *time.Duration
+	adaptive      leaky.Adaptive
+	adaptiveOn    bool
+	quotas        [leaky.MaxQuotas]leaky.Quota
+	nQuotas       int
+}
+
+func reserveKeyOf(provider string, c leaky.Contract) reserveKey {
+	k := reserveKey{provider: provider, rate: c.Rate, maxQueueDelay: c.MaxQueueDelay, headroom: c.Headroom,
+		coldStart: c.ColdStart}
+	if c.Adaptive != nil {
+		k.adaptive, k.adaptiveOn = *c.Adaptive, true
+	}
+	k.nQuotas = copy(k.quotas[:], c.Quotas)
+	return k
 }
 
 // maxBatchRequests bounds one pipeline, so that no batch waits behind an
@@ -171,7 +191,7 @@ func (bt *pipeBatch) reserve(q *leaky.Redis, provider string, c leaky.Contract, 
 	if bt.reserves == nil {
 		bt.reserves = map[reserveKey]*leaky.ReserveGroup{}
 	}
-	k := reserveKey{provider, c}
+	k := reserveKeyOf(provider, c)
 	g := bt.reserves[k]
 	if g == nil {
 		g = q.ReserveGroup(provider, c)

@@ -106,13 +106,31 @@ func Contract(p providers.Config) leaky.Contract {
 	if p.JitterBudget > 0 {
 		c.Headroom = leaky.HeadroomFor(p.JitterBudget)
 	}
+	if p.Adaptive != nil {
+		a := p.WithDefaults().Adaptive // defaults are normally filled already
+		c.Adaptive = &leaky.Adaptive{MinRate: a.MinRate, Decrease: a.Decrease, IncreasePerS: a.IncreasePerS, Quiet: a.Quiet}
+	}
+	if len(p.Quotas) > 0 {
+		c.Quotas = make([]leaky.Quota, len(p.Quotas))
+		for i, q := range p.Quotas {
+			c.Quotas[i] = leaky.Quota{Limit: q.Limit, Per: q.Per}
+		}
+	}
 	return c
 }
 
+// contract is p's contract on l: on local limits each rate, and each
+// quota, divided among the live instances.
 func (l *Limits) contract(p providers.Config) leaky.Contract {
 	c := Contract(p)
-	if l.RateDivisor > 1 {
-		c.Rate /= float64(l.RateDivisor)
+	if n := l.RateDivisor; n > 1 {
+		c.Rate /= float64(n)
+		if a := c.Adaptive; a != nil {
+			a.MinRate, a.IncreasePerS = a.MinRate/float64(n), a.IncreasePerS/float64(n)
+		}
+		for i := range c.Quotas {
+			c.Quotas[i].Limit = max(1, c.Quotas[i].Limit/int64(n))
+		}
 	}
 	return c
 }

@@ -76,7 +76,15 @@ func (d *Dispatcher) pastDeadline(jb *job, r leaky.Reservation) (time.Time, bool
 
 // effectiveRate is the rate the fleet paces p at now, as this process's
 // limits see it: the contract (divided among the instances on local
-// limits).
-func (d *Dispatcher) effectiveRate(_ context.Context, l *Limits, p providers.Config) float64 {
-	return l.contract(p).Rate
+// limits), or the adaptive rate the shared state holds.
+func (d *Dispatcher) effectiveRate(ctx context.Context, l *Limits, p providers.Config) float64 {
+	c := l.contract(p)
+	if c.Adaptive == nil {
+		return c.Rate
+	}
+	sh, err := l.Leaky.Shape(ctx, p.Name, c)
+	if err != nil {
+		return c.Rate
+	}
+	return sh.EffectiveRate
 }

@@ -11,6 +11,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/userlimit"
@@ -37,8 +38,12 @@ type job struct {
 	claimAt  time.Time
 	rule     userlimit.Rule // the channel's per-user cap, when capped
 	capped   bool
-	capAt    int64 // µs on the limit backend's clock: where the job's cap admission stands
+	capAt    int64    // µs on the limit backend's clock: where the job's cap admission stands
 	tried    []string // providers this delivery failed over from
+	// res is the reservation of the slot the job is at (waitSlot's), on
+	// resL, until it is sent or given up.
+	res  *leaky.Reservation
+	resL *Limits
 }
 
 // log is the job's logger: its delivery, id, channel and provider as far as

@@ -19,10 +19,12 @@ func (d *Dispatcher) send(ctx, sendCtx context.Context, jb *job) end {
 		// of the slots after it: take a new slot instead.
 		d.m.Deferrals.WithLabelValues(LayerLeaky, "late").Inc()
 		jb.debug("woke after the send slot; taking a new one", "late", late.String())
+		d.abandonSlot(ctx, jb)
 		return end{}
 	}
 	done, ok := jb.live.breakers[jb.provider].allow()
 	if !ok {
+		d.abandonSlot(ctx, jb)
 		// The provider failed every recent call: do not call it; the job
 		// waits (no attempt used) and takes a new slot after the probe.
 		d.m.Deferrals.WithLabelValues(LayerProvider, "circuit_open").Inc()
@@ -31,6 +33,7 @@ func (d *Dispatcher) send(ctx, sendCtx context.Context, jb *job) end {
 		}
 		return end{}
 	}
+	jb.res, jb.resL = nil, nil // used: the request goes out
 	if d.sentSlot != nil {
 		d.sentSlot(jb.provider, jb.slot, jb.cost)
 	}
@@ -122,13 +125,20 @@ func (d *Dispatcher) answer(ctx context.Context, jb *job, serr error, rl *provid
 		} else {
 			jb.log().Warn("provider rate limited; pausing it fleet-wide", "pause", pause.String(), "detail", rl.Detail)
 		}
-		if err := d.withBackend(ctx, jb, func(l *Limits) error {
+		var lowered bool
+		if err := d.withBackend(ctx, jb, func(l *Limits) (err error) {
 			if l.Pauses != nil {
 				l.Pauses.Note(jb.provider, pause) // at once, before the announcement comes back
 			}
-			return l.Leaky.Pause(ctx, jb.provider, pause)
+			// A pause, and for an adaptive contract a lower rate after it
+			// (once per pause, fleet-wide).
+			lowered, err = l.Leaky.Backoff(ctx, jb.provider, l.contract(jb.pcfg), pause)
+			return err
 		}); err != nil {
 			return stopped(err)
+		}
+		if lowered {
+			jb.log().Info("adaptive contract: the fleet's rate for the provider lowered", "decrease", jb.pcfg.Adaptive.Decrease)
 		}
 		d.setPaused(jb.provider, PauseRateLimited)
 		return end{}

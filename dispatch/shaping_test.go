@@ -3,6 +3,7 @@ package dispatch
 import (
 	"fmt"
 	"net/http"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -119,5 +120,132 @@ func TestExpiredBeforeItsSlotIsSuppressedAtOnce(t *testing.T) {
 				t.Errorf("%d requests at the providers, want none", n)
 			}
 		})
+	}
+}
+
+// TestQuotaExactThroughTheDispatcher: a quota of 50 per 2 s window beside a
+// 100/s contract, two dispatchers, 130 jobs. Every window of the quota
+// (epoch-aligned, on the Redis clock) has at most 50 sends, the first
+// window whose sends started it exactly 50, and the jobs over it wait in
+// JetStream and are sent in later windows, each once; with a fallback the
+// jobs over the quota go there at once instead.
+func TestQuotaExactThroughTheDispatcher(t *testing.T) {
+	t.Parallel()
+	const limit, per = 50, 2 * time.Second
+	for _, withFallback := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fallback=%v", withFallback), func(t *testing.T) {
+			t.Parallel()
+			fallback := testenv.FakeProvider(t)
+			b := setup(t, setupOpts{rate: 100, maxQueueDelay: 300 * time.Millisecond, extra: []providers.Config{{
+				Name: "sms-b", Channel: "sms", Kind: "webhook", URL: fallback.URL(),
+				Rate: 200, MaxQueueDelay: 300 * time.Millisecond, Timeout: 2 * time.Second,
+			}}})
+			b.pcfgs[0].Quotas = []providers.QuotaConfig{{Limit: limit, Per: per}}
+			if withFallback {
+				b.pcfgs[0].Fallback = "sms-b"
+			}
+			b.pcfgs[3] = b.pcfgs[3].WithDefaults()
+			ids := b.publishN("quota", "sms", 130, 130)
+			b.start(nil)
+			b.start(nil)
+			all := func() []string { return append(b.fake.AcceptedIDs(), fallback.AcceptedIDs()...) }
+			testenv.WaitFor(t, 60*time.Second, "every job sent", func() bool { return len(all()) >= len(ids) })
+			got := map[string]int{}
+			for _, id := range all() {
+				got[id]++
+			}
+			for _, id := range ids {
+				if got[id] != 1 {
+					t.Fatalf("job %s sent %d times, want once", id, got[id])
+				}
+			}
+			perWindow := map[int64]int{}
+			for _, s := range b.slots.of("sms-gw") {
+				perWindow[s.at/per.Microseconds()] += s.cost
+			}
+			var windows []int64
+			for w, n := range perWindow {
+				windows = append(windows, w)
+				if n > limit {
+					t.Errorf("quota window %d: %d sends, more than the quota's %d", w, n, limit)
+				}
+			}
+			sort.Slice(windows, func(i, j int) bool { return windows[i] < windows[j] })
+			t.Logf("sends per quota window at sms-gw: %v (windows %v); at the fallback %d", perWindow, windows, len(fallback.AcceptedIDs()))
+			if withFallback {
+				if n := len(b.fake.AcceptedIDs()); n > limit*len(windows) || len(fallback.AcceptedIDs()) == 0 {
+					t.Errorf("primary sent %d, fallback %d: want the jobs over the quota at the fallback", n, len(fallback.AcceptedIDs()))
+				}
+				return
+			}
+			if len(windows) < 3 || perWindow[windows[1]] != limit {
+				t.Errorf("sends per window %v: want the quota's %d in each full window, the rest waiting for the next", perWindow, limit)
+			}
+		})
+	}
+}
+
+// of is a copy of the slots of provider's sends.
+func (l *slotLog) of(provider string) []sentSlot {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]sentSlot(nil), l.m[provider]...)
+}
+
+// adaptiveRun sends jobs jobs through two dispatchers to a provider
+// configured at 100/s whose real limit is 60/s (the fake answers 429 with
+// Retry-After above it), adaptive as given, and returns the 429s among the
+// requests after the first 10 s, the requests then, and the accepted rate
+// then.
+func adaptiveRun(t *testing.T, jobs int, adaptive *providers.AdaptiveConfig) (n429, reqs int, rate float64) {
+	b := setup(t, setupOpts{rate: 100, contract: 60})
+	b.pcfgs[0].Adaptive = adaptive
+	b.pcfgs[0] = b.pcfgs[0].WithDefaults()
+	ids := b.publishN("adaptive", "sms", jobs, jobs)
+	b.start(nil)
+	b.start(nil)
+	testenv.WaitFor(t, 120*time.Second, "every job sent", func() bool { return len(b.fake.AcceptedIDs()) >= len(ids) })
+	b.acceptedOnce(ids)
+	all := b.fake.Requests()
+	sort.Slice(all, func(i, j int) bool { return all[i].At.Before(all[j].At) })
+	from := all[0].At.Add(10 * time.Second)
+	var first, last time.Time
+	accepted := 0
+	for _, r := range all {
+		if r.At.Before(from) {
+			continue
+		}
+		reqs++
+		switch r.Status {
+		case http.StatusTooManyRequests:
+			n429++
+		case http.StatusOK:
+			if first.IsZero() {
+				first = r.At
+			}
+			last, accepted = r.At, accepted+1
+		}
+	}
+	if accepted > 1 {
+		rate = float64(accepted-1) / last.Sub(first).Seconds()
+	}
+	return n429, reqs, rate
+}
+
+// TestAdaptiveContractFindsTheRealLimit: a provider configured at 100/s
+// whose real limit is 60/s. With adaptive on, after the first 10 s the
+// 429s are at most 2 % of the requests and the fleet sustains at least 90 %
+// of the real 60/s; the same run with adaptive off is logged beside it.
+func TestAdaptiveContractFindsTheRealLimit(t *testing.T) {
+	const jobs = 1500
+	on429, onReqs, onRate := adaptiveRun(t, jobs, &providers.AdaptiveConfig{Decrease: 0.9, IncreasePerS: 0.5, Quiet: 5 * time.Second})
+	off429, offReqs, offRate := adaptiveRun(t, jobs, nil)
+	t.Logf("after the first 10 s: adaptive on: %d 429s in %d requests (%.1f %%), %.1f/s of the real 60/s; off: %d 429s in %d requests (%.1f %%), %.1f/s",
+		on429, onReqs, 100*float64(on429)/float64(onReqs), onRate, off429, offReqs, 100*float64(off429)/float64(offReqs), offRate)
+	if float64(on429) > 0.02*float64(onReqs) {
+		t.Errorf("adaptive: %d 429s in %d requests after the first 10 s, want at most 2 %%", on429, onReqs)
+	}
+	if onRate < 0.9*60 {
+		t.Errorf("adaptive: sustained %.1f/s, want at least 90 %% of the real 60/s", onRate)
 	}
 }

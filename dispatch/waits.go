@@ -96,6 +96,17 @@ func (d *Dispatcher) waitSlot(ctx context.Context, jb *job, first admission) end
 			}
 			continue // failed over: a slot at the fallback
 		}
+		if !r.OK && r.Quota >= 0 {
+			// A quota is spent until its next window: the fallback takes
+			// the job, or it waits in JetStream (never dropped).
+			d.m.LimitDecisions.WithLabelValues(LayerLeaky, "deny").Inc()
+			if d.failover(jb, FailoverQuota) {
+				continue
+			}
+			d.m.Deferrals.WithLabelValues(LayerLeaky, "quota").Inc()
+			wait := min(r.RetryAfter, maxQuotaWait)
+			return end{kind: endDefer, delay: wait + d.jitter(min(wait/10, 5*time.Second)), reason: "quota spent"}
+		}
 		if !r.OK {
 			d.m.LimitDecisions.WithLabelValues(LayerLeaky, "deny").Inc()
 			d.m.Deferrals.WithLabelValues(LayerLeaky, "full").Inc()
@@ -139,6 +150,7 @@ func (d *Dispatcher) waitSlot(ctx context.Context, jb *job, first admission) end
 		}
 		if paused > 0 {
 			d.m.Deferrals.WithLabelValues(LayerProvider, "paused").Inc()
+			d.quotaGiveUp(ctx, jb, l, r)
 			if paused > holdPause {
 				return pausedEnd(d, paused)
 			}
@@ -155,9 +167,15 @@ func (d *Dispatcher) waitSlot(ctx context.Context, jb *job, first admission) end
 		}
 		d.m.QueueLatency.WithLabelValues(jb.provider).Observe(time.Since(queued).Seconds())
 		jb.slot = r.Slot
+		jb.res, jb.resL = &r, l
 		return end{}
 	}
 }
+
+// maxQuotaWait is the longest a job whose provider's quota is spent waits
+// in JetStream before it is looked at again (a reload may raise the quota,
+// or add a fallback).
+const maxQuotaWait = 5 * time.Minute
 
 // holdPause is the longest provider pause a job waits out in its worker;
 // a longer one hands it back to JetStream.
@@ -202,6 +220,28 @@ func (d *Dispatcher) giveBack(ctx context.Context, jb *job, l *Limits, r leaky.R
 	if err := l.Leaky.Cancel(cctx, jb.provider, l.contract(jb.pcfg), r, jb.cost); err != nil {
 		jb.debug("give back an unused send slot", "err", err)
 	}
+}
+
+// quotaGiveUp gives up a slot the job will not use although later slots
+// followed it (a pause found at the slot, a late wake-up, an open
+// breaker): under a contract with quotas its units go back to the quota's
+// window (leaky.Queue.Cancel), so unused slots do not eat a quota. Plain
+// contracts skip the round trip: nothing would change.
+func (d *Dispatcher) quotaGiveUp(ctx context.Context, jb *job, l *Limits, r leaky.Reservation) {
+	if len(jb.pcfg.Quotas) == 0 || l == nil {
+		return
+	}
+	d.giveBack(ctx, jb, l, r)
+}
+
+// abandonSlot gives up the slot the job is at (see quotaGiveUp).
+func (d *Dispatcher) abandonSlot(ctx context.Context, jb *job) {
+	if jb.res == nil {
+		return
+	}
+	r, l := *jb.res, jb.resL
+	jb.res, jb.resL = nil, nil
+	d.quotaGiveUp(ctx, jb, l, r)
 }
 
 // preSlot is how long before its send slot a worker wakes to check for a

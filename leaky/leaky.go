@@ -119,9 +119,12 @@ type Queue interface {
 	// Cancel gives back an unused reservation (a job that will not be sent
 	// after all) when no later reservation or pause followed it, so that
 	// two sends can never come closer than the contract; its units then go
-	// back to the quota windows they counted in. Otherwise, and for a
-	// reservation that was not OK, it does nothing. r and cost must be
-	// those of the Reserve call.
+	// back to the quota windows they counted in. When something followed,
+	// the slot stays taken, but its units still leave each quota window
+	// that is the slot's own and still the current one, so slots nobody
+	// used do not eat a quota. For a reservation that was not OK it does
+	// nothing. r and cost must be those of the Reserve call, and each
+	// reservation is cancelled at most once.
 	Cancel(ctx context.Context, provider string, c Contract, r Reservation, cost int) error
 	// Pause pushes every later slot past now+d (tat = max(tat, now+d)) and
 	// records the pause end, so that a job already holding an earlier slot

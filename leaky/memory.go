@@ -108,14 +108,25 @@ func (m *Memory) Cancel(_ context.Context, provider string, c Contract, r Reserv
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.q[provider]
-	if s != nil && s.tat == r.Slot+inc && s.seq == r.seq {
+	if s == nil {
+		return nil
+	}
+	rolled := s.tat == r.Slot+inc && s.seq == r.seq
+	if rolled {
 		s.tat = r.Slot
 		s.seq++
-		if r.shaped != nil && sp != nil {
-			for i := range sp.quotas {
-				if q := &s.quotas[i]; q.used >= int64(cost) {
-					q.used -= int64(cost)
-				}
+	}
+	if r.shaped != nil && sp != nil {
+		// Rolled back, nothing followed: its units leave every window.
+		// Otherwise (cancel.lua) only each window that is the slot's own
+		// and still the state's.
+		for i, qp := range sp.quotas {
+			if i >= len(s.quotas) {
+				break // the state predates these quotas (a reload)
+			}
+			q := &s.quotas[i]
+			if (rolled || q.start == r.Slot-r.Slot%qp.per) && q.used >= int64(cost) {
+				q.used -= int64(cost)
 			}
 		}
 	}

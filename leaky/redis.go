@@ -272,6 +272,9 @@ func (q *Redis) Cancel(ctx context.Context, provider string, c Contract, r Reser
 		args[1] = r.shaped.inc
 		if sp != nil {
 			args = append(args, len(sp.quotas), cost)
+			for _, qp := range sp.quotas {
+				args = append(args, qp.per)
+			}
 		}
 	}
 	if err := cancelScript.Run(ctx, q.rdb, keys, args...).Err(); err != nil {

@@ -821,7 +821,8 @@ func testTwoQuotas(t *testing.T, b Backend) {
 }
 
 // testQuotaCancel: a reservation given back gives its units back to every
-// quota; one that is followed does not.
+// quota; one that is followed keeps its slot but gives its units back to
+// the windows that are its own and still current.
 func testQuotaCancel(t *testing.T, b Backend) {
 	h := setup(t, b, noHeadroom...)
 	c := leaky.Contract{Rate: 100, MaxQueueDelay: 2 * time.Second, Quotas: []leaky.Quota{
@@ -844,10 +845,16 @@ func testQuotaCancel(t *testing.T, b Backend) {
 	if err := h.q.Cancel(h.ctx, "sms", c, r3, 2); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.q.Cancel(h.ctx, "sms", c, r1, 1); err != nil { // followed by r3
+	// r1 was followed by r3: its slot stays taken, but nobody sends in
+	// it, so its unit leaves both windows (its own, still current).
+	if err := h.q.Cancel(h.ctx, "sms", c, r1, 1); err != nil {
 		t.Fatal(err)
 	}
-	h.expect("r4 in the next window", h.reserve("sms", c, 1), true, time.Second, 0)
+	if s := h.shape("sms", c); s.Quotas[0].Used != 1 || s.Quotas[1].Used != 1 {
+		t.Fatalf("shape after giving up a followed slot: %+v, want 1 used in each (r3)", s)
+	}
+	h.expect("r4 takes the unit r1 gave up, after r3's slot", h.reserve("sms", c, 1), true, 20*ms, 0)
+	h.expect("r5 in the next window", h.reserve("sms", c, 1), true, time.Second, 0)
 	if s := h.shape("sms", c); s.Quotas[0].Used != 1 || s.Quotas[1].Used != 3 {
 		t.Fatalf("shape: %+v, want 1 used in the next 1s window, 3 in the minute", s)
 	}
