@@ -98,10 +98,38 @@ type providerStatus struct {
 	PausedUntil string   `json:"paused_until,omitempty"`
 	PauseReason string   `json:"pause_reason,omitempty"` // rate_limited or credentials, while paused
 	Breakers    []string `json:"breakers"`               // each live instance's breaker state
+	// EffectiveRate is the rate the fleet paces at now: Contract, or less
+	// while an adaptive contract has backed off.
+	EffectiveRate float64 `json:"effective_rate"`
+	Adaptive      bool    `json:"adaptive"`
+	// Quotas are the provider's quota windows now (providers[].quotas).
+	Quotas []quotaStatus `json:"quotas,omitempty"`
 	// Tenants are the tenants with jobs in the stream for the provider's
 	// channel or sends at it in the last 10 s: "default", "other" (those
 	// not named in tenants.weights) first, then by name.
 	Tenants []tenantStatus `json:"tenants,omitempty"`
+}
+
+// quotaStatus is one quota's window: the one the latest slots count in.
+type quotaStatus struct {
+	Limit    int64   `json:"limit"`
+	Per      string  `json:"per"`
+	Used     int64   `json:"used"`
+	Left     int64   `json:"left"`
+	ResetsIn float64 `json:"resets_in_seconds"`
+}
+
+// shapingRows are p's adaptive rate and quotas as status shows them.
+func shapingRows(p providerStatus) []shapingRow {
+	var rows []shapingRow
+	if p.Adaptive {
+		rows = append(rows, shapingRow{Provider: p.Name, Limit: "adaptive rate", Now: fmt.Sprintf("%.1f/s of %g/s", p.EffectiveRate, p.Contract)})
+	}
+	for _, q := range p.Quotas {
+		rows = append(rows, shapingRow{Provider: p.Name, Limit: fmt.Sprintf("quota %d/%s", q.Limit, q.Per),
+			Now: fmt.Sprintf("%d used, %d left, resets in %s", q.Used, q.Left, fmtDur(time.Duration(q.ResetsIn*float64(time.Second)).Round(time.Second)))})
+	}
+	return rows
 }
 
 // tenantStatus is one tenant (as metrics label it: a tenant named in
@@ -163,6 +191,18 @@ func statusOf(ctx context.Context, insts []dispatch.Instance, q leaky.Queue, rea
 			return st, err
 		}
 		ps.QueueDepth, ps.QueueDelay = depth, depth/p.Rate
+		ps.EffectiveRate, ps.Adaptive = p.Rate, p.Adaptive != nil
+		if c := dispatch.Contract(p); c.Adaptive != nil || len(c.Quotas) > 0 {
+			sh, err := q.Shape(ctx, p.Name, c)
+			if err != nil {
+				return st, err
+			}
+			ps.EffectiveRate = sh.EffectiveRate
+			for _, qs := range sh.Quotas {
+				ps.Quotas = append(ps.Quotas, quotaStatus{Limit: qs.Limit, Per: fmtDur(qs.Per), Used: qs.Used,
+					Left: max(0, qs.Limit-qs.Used), ResetsIn: qs.ResetsIn.Seconds()})
+			}
+		}
 		if paused > 0 {
 			ps.PausedFor = paused.Seconds()
 			ps.PausedUntil = st.At.Add(paused).Format(time.RFC3339)
@@ -296,6 +336,9 @@ func (st fleetStatus) print(w io.Writer, live bool, width int) {
 			r.under = append(r.under, firstFitting(width, "  "+tenantLine(t),
 				fmt.Sprintf("  tenant %s: %s waiting, %s of sends (%s)", t.Tenant, waiting, share, sent),
 				fmt.Sprintf("  tenant %s: %s waiting, %s of sends", t.Tenant, waiting, share)))
+		}
+		for _, sr := range shapingRows(st.Providers[i]) {
+			r.under = append(r.under, fit("  "+sr.Limit+": "+sr.Now, width))
 		}
 		rows = append(rows, r)
 	}

@@ -186,6 +186,14 @@ type statusTable struct {
 	Channels  []channelRow  `json:"channels"`
 	Instances []instanceRow `json:"instances"`
 	Tenants   []tenantRow   `json:"tenants"` // each provider's, in the providers' order
+	Shaping   []shapingRow  `json:"shaping"` // adaptive rates and quotas, in the providers' order
+}
+
+// shapingRow is one adaptive rate or quota of a provider, as status shows it.
+type shapingRow struct {
+	Provider string `json:"provider"`
+	Limit    string `json:"limit"` // "adaptive rate", "quota 500/1m"
+	Now      string `json:"now"`   // "59.1/s of 100/s", "312 used, 188 left, resets in 41s"
 }
 
 type tenantRow struct {
@@ -293,7 +301,7 @@ func (p *statusPage) snapshot(now time.Time) statusJSON {
 	if len(ss) > 0 {
 		out.Table = newStatusTable(p.latest)
 	} else {
-		out.Table = statusTable{Providers: []providerRow{}, Channels: []channelRow{}, Instances: []instanceRow{}, Tenants: []tenantRow{}}
+		out.Table = statusTable{Providers: []providerRow{}, Channels: []channelRow{}, Instances: []instanceRow{}, Tenants: []tenantRow{}, Shaping: []shapingRow{}}
 	}
 	return out
 }
@@ -315,6 +323,7 @@ func newStatusTable(st fleetStatus) statusTable {
 		Channels:  make([]channelRow, 0, len(st.Channels)),
 		Instances: make([]instanceRow, 0, len(st.Instances)),
 		Tenants:   []tenantRow{},
+		Shaping:   []shapingRow{},
 	}
 	for _, p := range st.Providers {
 		pause := "-"
@@ -337,6 +346,7 @@ func newStatusTable(st fleetStatus) statusTable {
 			waiting, share, sent := tenantCells(ts)
 			t.Tenants = append(t.Tenants, tenantRow{Provider: p.Name, Tenant: ts.Tenant, Waiting: waiting, Share: share, Sent: sent})
 		}
+		t.Shaping = append(t.Shaping, shapingRows(p)...)
 	}
 	for _, c := range st.Channels {
 		t.Channels = append(t.Channels, channelRow(c))

@@ -228,6 +228,9 @@
     const tenants = s.table.tenants || [];
     fillTable('tenants', tenants, [['provider'], ['tenant'], ['waiting', 'num'], ['share', 'num'], ['sent', 'num']]);
     $('tenants-section').hidden = tenants.length === 0;
+    const shaping = s.table.shaping || [];
+    fillTable('shaping', shaping, [['provider'], ['limit'], ['now']]);
+    $('shaping-section').hidden = shaping.length === 0;
     fillTable('channels', s.table.channels, [['channel'], ['sent', 'num'], ['suppressed', 'num'], ['dead', 'num']]);
     fillTable('instances', s.table.instances, [['id'], ['host'], ['version'], ['in_flight', 'num'], ['limits'], ['up', 'num'], ['seen', 'num']]);
     const k = s.table.instances.length;
