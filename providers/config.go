@@ -192,6 +192,9 @@ const (
 	DefaultAdaptiveQuiet    = 2 * time.Second
 	maxQuotas               = 4
 	maxQuotaPer             = 31 * 24 * time.Hour
+	maxIncreasePerS         = 9000       // leaky.MaxIncreasePerS
+	maxAdaptiveRate         = 10_000_000 // leaky.MaxAdaptiveRate
+	maxSegmentsCost         = 10         // the largest cost the queues leave room for (cmd/notifier's segmentsMaxCost)
 )
 
 // WithDefaults returns c with every zero-valued key that has a default
@@ -377,8 +380,11 @@ func (c Config) Validate() error {
 		if !finite(a.Decrease) || a.Decrease <= 0 || a.Decrease >= 1 {
 			add("adaptive.decrease", "must be greater than 0 and less than 1, got %g", a.Decrease)
 		}
-		if !finite(a.IncreasePerS) || a.IncreasePerS <= 0 {
-			add("adaptive.increase_per_s", "must be greater than 0, got %g", a.IncreasePerS)
+		if !finite(a.IncreasePerS) || a.IncreasePerS <= 0 || a.IncreasePerS > maxIncreasePerS {
+			add("adaptive.increase_per_s", "must be greater than 0 and at most %d, got %g", maxIncreasePerS, a.IncreasePerS)
+		}
+		if c.Rate > maxAdaptiveRate {
+			add("adaptive", "an adaptive contract's rate must be at most %d, got %g", maxAdaptiveRate, c.Rate)
 		}
 		if a.Quiet < 0 {
 			add("adaptive.quiet", "must not be negative, got %s", a.Quiet)
@@ -389,8 +395,11 @@ func (c Config) Validate() error {
 	}
 	for i, q := range c.Quotas {
 		key := fmt.Sprintf("quotas[%d]", i)
-		if q.Limit < 1 {
+		switch {
+		case q.Limit < 1:
 			add(key+".limit", "must be at least 1, got %d", q.Limit)
+		case c.Unit == "segments" && q.Limit < maxSegmentsCost:
+			add(key+".limit", "must be at least %d with unit segments (a long SMS takes that many at once), got %d", maxSegmentsCost, q.Limit)
 		}
 		if q.Per < time.Second || q.Per > maxQuotaPer || q.Per%time.Second != 0 {
 			add(key+".per", "must be whole seconds from 1s to %s, got %s", maxQuotaPer, q.Per)
