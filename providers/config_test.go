@@ -298,7 +298,7 @@ func TestShapingKeys(t *testing.T) {
 	for _, want := range []string{
 		`fallback: must name another provider, got its own name "sms"`,
 		"adaptive.min_rate: must be from", "adaptive.decrease: must be greater than 0 and less than 1, got 1.5",
-		"adaptive.increase_per_s: must be greater than 0, got -1", "adaptive.quiet: must not be negative",
+		"adaptive.increase_per_s: must be greater than 0 and at most 9000, got -1", "adaptive.quiet: must not be negative",
 		"quotas[0].limit: must be at least 1, got 0", "quotas[1].per: must be whole seconds",
 	} {
 		if !strings.Contains(got, want) {
