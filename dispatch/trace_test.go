@@ -98,7 +98,7 @@ func TestTracingContinuesTheJobsTrace(t *testing.T) {
 	}
 	attrs := map[string]string{}
 	for _, a := range job.Attributes {
-		attrs[string(a.Key)] = a.Value.Emit()
+		attrs[string(a.Key)] = a.Value.String()
 	}
 	for k, v := range map[string]string{"notifier.end": "sent", "notifier.provider": "sms-gw", "notifier.channel": "sms", "notifier.job.id": "traced-on"} {
 		if attrs[k] != v {
