@@ -562,7 +562,7 @@ func Example_statusPage() {
 	// t: [1767355200000,1767355201000]
 	// providers: [{"name":"sms-gw","channel":"sms","unit":"messages","sent":[98.7,148.4],"contract":[100,100],"delay":[0.12,0.12],"max_delay":[1,1],"depth":[12,12],"paused":[0,0]}]
 	// channels: [{"channel":"sms","sent":[5922,5922],"suppressed":[0,0],"dead":[0,0]}]
-	// table: {"at":"2026-01-02 12:00:01 UTC","providers":[{"name":"sms-gw","channel":"sms","contract":"100/s","sent":"148.4/s","queued":"12","delay":"0.12s","max_delay":"1s","pause":"-","breakers":"closed"}],"channels":[{"channel":"sms","sent":5922,"suppressed":0,"dead":0}],"instances":[{"id":"worker-1-7f3a","host":"worker-1","version":"v1.2.0","in_flight":"14/16","limits":"redis","up":"3m20s","seen":"0.4s ago"}],"tenants":[{"provider":"sms-gw","tenant":"acme","waiting":"310","share":"100%","sent":"148.4/s"}]}
+	// table: {"at":"2026-01-02 12:00:01 UTC","providers":[{"name":"sms-gw","channel":"sms","contract":"100/s","sent":"148.4/s","queued":"12","delay":"0.12s","max_delay":"1s","pause":"-","breakers":"closed"}],"channels":[{"channel":"sms","sent":5922,"suppressed":0,"dead":0}],"instances":[{"id":"worker-1-7f3a","host":"worker-1","version":"v1.2.0","in_flight":"14/16","limits":"redis","up":"3m20s","seen":"0.4s ago"}],"tenants":[{"provider":"sms-gw","tenant":"acme","waiting":"310","share":"100%","sent":"148.4/s"}],"shaping":[]}
 }
 
 // ---- in headless Chromium ----
