@@ -24,6 +24,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/notifier/notifier/queue"
 )
@@ -66,6 +69,12 @@ type Deps struct {
 	// served at /metrics.
 	Registerer prometheus.Registerer
 	Gatherer   prometheus.Gatherer
+	// Tracer, when set (tracing.otlp_endpoint), records a span
+	// "notifier.gateway.accept" per accepted request, the child of its
+	// traceparent (a new trace without one), and the jobs carry that
+	// span's context. Nil: the jobs carry the request's traceparent, or a
+	// new one, and nothing is recorded.
+	Tracer trace.TracerProvider
 	// Logger gets an info line per key per minute while the key is
 	// limited, and publish failures. Nil: slog.Default().
 	Logger *slog.Logger
@@ -115,6 +124,7 @@ type Gateway struct {
 	log      *slog.Logger
 	now      func() time.Time
 	mux      *http.ServeMux
+	tracer   trace.Tracer // nil: tracing off
 	requests *prometheus.CounterVec
 	counters map[string]map[int]prometheus.Counter // the counters of counted, by key label and code (read only)
 	rejected *rejections
@@ -150,6 +160,7 @@ func New(cfg Config, d Deps) (*Gateway, error) {
 		pub:     d.Publisher,
 		ready:   d.Ready,
 		log:     d.Logger,
+		tracer:  tracerOf(d.Tracer),
 		now:     d.Now,
 		blocked: map[string]time.Time{},
 		limited: map[string]*limitLog{},
@@ -721,7 +732,14 @@ func (g *Gateway) accept(w http.ResponseWriter, r *http.Request, k *apiKey, body
 		}
 	}
 	header := nats.Header{}
-	if tp := r.Header.Get("Traceparent"); validTraceparent(tp) {
+	if g.tracer != nil {
+		// A recorded span under the caller's trace; the jobs carry it.
+		ctx := propagation.TraceContext{}.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+		_, span := g.tracer.Start(ctx, "notifier.gateway.accept", trace.WithSpanKind(trace.SpanKindServer),
+			trace.WithAttributes(attribute.String("notifier.gateway.key", k.Name), attribute.Int("notifier.gateway.jobs", len(items))))
+		defer span.End()
+		propagation.TraceContext{}.Inject(trace.ContextWithSpan(ctx, span), propagation.HeaderCarrier(header))
+	} else if tp := r.Header.Get("Traceparent"); validTraceparent(tp) {
 		header.Set(HeaderTraceparent, tp)
 		if ts := r.Header.Get("Tracestate"); ts != "" && len(ts) <= maxTracestate {
 			header.Set(HeaderTracestate, ts)

@@ -1,8 +1,10 @@
 package gateway_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strconv"
 	"strings"
@@ -12,6 +14,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/notifier/notifier/gateway"
 	"github.com/notifier/notifier/queue"
@@ -464,6 +468,35 @@ func TestTraceparentIsKeptOrStarted(t *testing.T) {
 			t.Errorf("started traceparent %q: not a new valid one", tp)
 		}
 		seen[tp] = true
+	}
+}
+
+// TestTracingRecordsTheAcceptAndPassesItOn: with a tracer (tracing on),
+// an accepted request records a span "notifier.gateway.accept" under the
+// caller's traceparent, and the job's NATS message carries that span's
+// context for the dispatcher to continue.
+func TestTracingRecordsTheAcceptAndPassesItOn(t *testing.T) {
+	t.Parallel()
+	b := setup(t, gateway.Config{})
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	b.tracer = tp
+	gw, _ := b.newGateway(t)
+	b.srv = httptest.NewServer(b.recording(gw))
+	t.Cleanup(b.srv.Close)
+	const traceID, parent = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	if r := b.post(t, acmeKey, smsJob(""), "traceparent", "00-"+traceID+"-"+parent+"-01"); r.status != http.StatusAccepted {
+		t.Fatalf("post: %d", r.status)
+	}
+	spans := exp.GetSpans()
+	if len(spans) != 1 || spans[0].Name != "notifier.gateway.accept" || spans[0].Parent.SpanID().String() != parent ||
+		spans[0].SpanContext.TraceID().String() != traceID {
+		t.Fatalf("spans %+v, want one notifier.gateway.accept under %s in trace %s", spans, parent, traceID)
+	}
+	want := "00-" + traceID + "-" + spans[0].SpanContext.SpanID().String() + "-01"
+	if msgs := b.stored(t); len(msgs) != 1 || msgs[0].Header.Get("traceparent") != want {
+		t.Fatalf("job traceparent %v, want the gateway span's %q", msgs, want)
 	}
 }
 

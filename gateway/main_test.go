@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/goleak"
 
 	"github.com/notifier/notifier/gateway"
@@ -64,6 +65,7 @@ type bundle struct {
 	srv    *httptest.Server
 	logs   *syncBuffer
 	seen   *statusLog
+	tracer trace.TracerProvider // newGateway's (nil: tracing off)
 }
 
 // statusLog records every (method path, status) a test's servers answered,
@@ -171,6 +173,7 @@ func (b *bundle) newGateway(t *testing.T) (*gateway.Gateway, *prometheus.Registr
 			return rdb.Ping(ctx).Err()
 		},
 		Registerer: reg, Gatherer: reg,
+		Tracer: b.tracer,
 		Logger: slog.New(slog.NewJSONHandler(b.logs, nil)),
 	})
 	if err != nil {

@@ -5,8 +5,18 @@ import (
 	"encoding/hex"
 	"strings"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/notifier/notifier/queue"
 )
+
+// tracerOf is tp's tracer for the gateway, nil without a provider.
+func tracerOf(tp trace.TracerProvider) trace.Tracer {
+	if tp == nil {
+		return nil
+	}
+	return tp.Tracer("github.com/notifier/notifier/gateway")
+}
 
 // Trace context headers (W3C Trace Context), as stored on a job's NATS
 // message: the names the dispatcher reads (queue.HeaderTraceparent).

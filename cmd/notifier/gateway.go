@@ -125,7 +125,19 @@ func runGateway(ctx context.Context, cfg Config, log *slog.Logger, listening fun
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	tp, stopTracing, err := startTracing(ctx, cfg.Tracing, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := stopTracing(sctx); err != nil {
+			log.Warn("send the last spans", "err", err)
+		}
+	}()
 	gw, err := gateway.New(gcfg, gateway.Deps{
+		Tracer:    tp,
 		Redis:     rdb,
 		KeyPrefix: cfg.Redis.KeyPrefix,
 		Publisher: queue.NewPublisher(js),
