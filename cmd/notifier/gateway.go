@@ -129,13 +129,7 @@ func runGateway(ctx context.Context, cfg Config, log *slog.Logger, listening fun
 	if err != nil {
 		return err
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if err := stopTracing(sctx); err != nil {
-			log.Warn("send the last spans", "err", err)
-		}
-	}()
+	defer stopTracing() // the last spans, sent after the stop
 	gw, err := gateway.New(gcfg, gateway.Deps{
 		Tracer:    tp,
 		Redis:     rdb,

@@ -182,14 +182,7 @@ func dispatchJobs(ctx context.Context, s dispatchSetup) error {
 	if err != nil {
 		return err
 	}
-	defer func() {
-		// The last spans, sent after the dispatcher stopped.
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if err := stopTracing(sctx); err != nil {
-			log.Warn("send the last spans", "err", err)
-		}
-	}()
+	defer stopTracing() // the last spans, sent after the stop
 	d, err := dispatch.New(dispatch.Options{
 		Workers:       cfg.Workers,
 		AckWait:       cfg.NATS.AckWait,

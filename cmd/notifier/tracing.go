@@ -69,11 +69,12 @@ func redactURL(s string) string {
 }
 
 // startTracing sets up the OTLP/HTTP exporter when tracing is on. It
-// returns nil (tracing off) or the provider to give the dispatcher, and a
-// shutdown that sends the last spans (bounded by its context).
-func startTracing(ctx context.Context, c TracingConfig, log *slog.Logger) (trace.TracerProvider, func(context.Context) error, error) {
+// returns nil (tracing off) or the provider to give the dispatcher or the
+// gateway, and a stop to defer: it sends the last spans, for at most 5 s
+// after ctx's end, and logs what it could not send.
+func startTracing(ctx context.Context, c TracingConfig, log *slog.Logger) (trace.TracerProvider, func(), error) {
 	if c.OTLPEndpoint == "" {
-		return nil, func(context.Context) error { return nil }, nil
+		return nil, func() {}, nil
 	}
 	exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(c.OTLPEndpoint), otlptracehttp.WithTimeout(5*time.Second))
 	if err != nil {
@@ -89,5 +90,12 @@ func startTracing(ctx context.Context, c TracingConfig, log *slog.Logger) (trace
 	// the standard logger's stderr.
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("tracing: export spans", "err", err) }))
 	log.Info("tracing on", "otlp_endpoint", redactURL(c.OTLPEndpoint), "service", c.ServiceName, "sample_ratio", *c.SampleRatio)
-	return tp, tp.Shutdown, nil
+	stop := func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := tp.Shutdown(sctx); err != nil {
+			log.Warn("send the last spans", "err", err)
+		}
+	}
+	return tp, stop, nil
 }
