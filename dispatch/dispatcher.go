@@ -107,7 +107,7 @@ func Contract(p providers.Config) leaky.Contract {
 		c.Headroom = leaky.HeadroomFor(p.JitterBudget)
 	}
 	if p.Adaptive != nil {
-		a := p.WithDefaults().Adaptive // defaults are normally filled already
+		a := p.Adaptive.WithDefaults(p.Rate) // normally filled already: no copy of the whole config per job
 		c.Adaptive = &leaky.Adaptive{MinRate: a.MinRate, Decrease: a.Decrease, IncreasePerS: a.IncreasePerS, Quiet: a.Quiet}
 	}
 	if len(p.Quotas) > 0 {

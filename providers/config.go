@@ -186,6 +186,24 @@ type QuotaConfig struct {
 	Per   time.Duration `mapstructure:"per"`   // the window: whole seconds, 1s to 31 days
 }
 
+// WithDefaults fills the keys left out for a contract of rate: min_rate
+// rate/10, decrease 0.7, increase_per_s rate/20, quiet 2s.
+func (a AdaptiveConfig) WithDefaults(rate float64) AdaptiveConfig {
+	if a.MinRate == 0 {
+		a.MinRate = rate / 10
+	}
+	if a.Decrease == 0 {
+		a.Decrease = DefaultAdaptiveDecrease
+	}
+	if a.IncreasePerS == 0 {
+		a.IncreasePerS = rate / 20
+	}
+	if a.Quiet == 0 {
+		a.Quiet = DefaultAdaptiveQuiet
+	}
+	return a
+}
+
 // Adaptive defaults.
 const (
 	DefaultAdaptiveDecrease = 0.7
@@ -214,19 +232,7 @@ func (c Config) WithDefaults() Config {
 		c.MaxPause = DefaultMaxPause
 	}
 	if a := c.Adaptive; a != nil {
-		d := *a
-		if d.MinRate == 0 {
-			d.MinRate = c.Rate / 10
-		}
-		if d.Decrease == 0 {
-			d.Decrease = DefaultAdaptiveDecrease
-		}
-		if d.IncreasePerS == 0 {
-			d.IncreasePerS = c.Rate / 20
-		}
-		if d.Quiet == 0 {
-			d.Quiet = DefaultAdaptiveQuiet
-		}
+		d := a.WithDefaults(c.Rate)
 		c.Adaptive = &d
 	}
 	switch c.Kind {
