@@ -61,15 +61,9 @@ if tat ~= nil and tat < pause then
   end
 end
 
+-- effective and climbed come from shaping.lua, prepended.
 local lowered = 0
 if ARGV[6] ~= nil and ARGV[6] ~= '' and not inforce then
-  local function idiv(n, dv)
-    local q = math.floor(n / dv)
-    if q * dv > n then
-      q = q - 1
-    end
-    return q
-  end
   local rate = tonumber(ARGV[6])
   local minr = tonumber(ARGV[7])
   local dec = tonumber(ARGV[8])
@@ -78,19 +72,13 @@ if ARGV[6] ~= nil and ARGV[6] ~= '' and not inforce then
   local dcap = tonumber(ARGV[11])
   local st = redis.call('HMGET', KEYS[1], 'r0', 't0')
   local r0, t0 = tonumber(st[1]), tonumber(st[2])
-  local eff = rate
-  if r0 ~= nil and r0 > 0 and t0 ~= nil then
-    local dt = math.min(math.max(now - t0 - quiet, 0), dcap)
-    local secs = idiv(dt, 1000000)
-    eff = r0 + incq * secs + idiv(incq * (dt - secs * 1000000), 1000000)
-    eff = math.min(rate, math.max(minr, eff))
-  end
+  local eff = effective(rate, minr, incq, quiet, dcap, r0, t0, now)
   local r = math.max(minr, math.floor(eff * dec))
   redis.call('HSET', KEYS[1], 'r0', r, 't0', now)
   if r < eff then
     lowered = 1
   end
-  local ttl = math.ceil((quiet + math.min(idiv(rate - r + incq - 1, incq) * 1000000, dcap)) / 1000) + 1000
+  local ttl = math.ceil(climbed(rate, r, incq, quiet, dcap) / 1000) + 1000
   if redis.call('PTTL', KEYS[1]) < ttl then
     redis.call('PEXPIRE', KEYS[1], ttl)
   end

@@ -13,9 +13,14 @@ import (
 )
 
 var (
+	// shapingLua is the adaptive-rate arithmetic reserve.lua and pause.lua
+	// share: prepended to each.
+	//go:embed shaping.lua
+	shapingLua string
+
 	//go:embed reserve.lua
 	reserveLua    string
-	reserveScript = redis.NewScript(reserveLua)
+	reserveScript = redis.NewScript(shapingLua + reserveLua)
 
 	//go:embed cancel.lua
 	cancelLua    string
@@ -23,7 +28,7 @@ var (
 
 	//go:embed pause.lua
 	pauseLua    string
-	pauseScript = redis.NewScript(pauseLua)
+	pauseScript = redis.NewScript(shapingLua + pauseLua)
 	//go:embed resume.lua
 	resumeLua    string
 	resumeScript = redis.NewScript(resumeLua)

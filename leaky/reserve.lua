@@ -103,15 +103,7 @@ end
 -- quanta at t0 µs) and, for quota j, q<j>s (the start of the window the
 -- latest slots count in, µs) and q<j>u (its units).
 
--- floor(n / d) exactly, for integers 0 <= n < 2^53, d > 0: the float
--- quotient can round up to the next integer.
-local function idiv(n, d)
-  local q = math.floor(n / d)
-  if q * d > n then
-    q = q - 1
-  end
-  return q
-end
+-- idiv, effective and climbed come from shaping.lua, prepended.
 
 local rate = tonumber(ARGV[7])
 local minr = tonumber(ARGV[8])
@@ -142,14 +134,11 @@ local pq = 0 -- the pace in quanta, 0 at the full rate
 if rate > 0 then
   local r0, t0 = tonumber(sh[1]), tonumber(sh[2])
   if r0 ~= nil and r0 > 0 and t0 ~= nil then
-    local dt = math.min(math.max(now - t0 - quiet, 0), dcap)
-    local secs = idiv(dt, 1000000)
-    local eff = r0 + incq * secs + idiv(incq * (dt - secs * 1000000), 1000000)
-    eff = math.min(rate, math.max(minr, eff))
+    local eff = effective(rate, minr, incq, quiet, dcap, r0, t0, now)
     if eff < rate then
       pq = math.max(1, math.floor(eff * pace))
     end
-    keep = t0 + quiet + math.min(idiv(rate - r0 + incq - 1, incq) * 1000000, dcap) - now
+    keep = t0 + climbed(rate, r0, incq, quiet, dcap) - now
   end
 end
 
