@@ -142,6 +142,12 @@ if rate > 0 then
   end
 end
 
+-- window is the start of quota j's window that a slot counts in: its own,
+-- or a later one the state already counts in (shaping.go's window).
+local function window(slot, j)
+  return math.max(idiv(slot, per[j]) * per[j], qs[j])
+end
+
 local maxinc = 2251799813685248 -- 2^53 / 4
 local first = 7 + nshape
 for i = first, #ARGV, 2 do
@@ -156,7 +162,7 @@ for i = first, #ARGV, 2 do
   while moved do
     moved = false
     for j = 1, nq do
-      local start = math.max(idiv(slot, per[j]) * per[j], qs[j])
+      local start = window(slot, j)
       local used = 0
       if qs[j] == start then
         used = qu[j]
@@ -176,7 +182,7 @@ for i = first, #ARGV, 2 do
   trusted = true
   if reserved then
     for j = 1, nq do
-      local start = math.max(idiv(slot, per[j]) * per[j], qs[j])
+      local start = window(slot, j)
       if qs[j] == start then
         qu[j] = qu[j] + cost
       else
