@@ -173,6 +173,21 @@ func retryStart(ctx context.Context, what string, step func(context.Context) err
 	}
 }
 
+// settledRefusals are the API errors, sent with a 500 or 503 like a busy
+// cluster's, that asking again cannot change: a configuration the server
+// refuses (a setting an existing stream cannot change, limits, replicas a
+// single server cannot hold) or resources it does not have. A start
+// retried them until its deadline (a minute) before it said why.
+var settledRefusals = map[jetstream.ErrorCode]bool{
+	10052: true, // JSStreamInvalidConfigF: e.g. "can not change storage type"
+	10053: true, // JSStreamLimitsErrF
+	10074: true, // JSStreamReplicasNotSupportedErr
+	10023: true, // JSInsufficientResourcesErr
+	10028: true, // JSMemoryResourcesExceededErr
+	10047: true, // JSStorageResourcesExceededErr
+	10096: true, // JSStreamInvalidErr
+}
+
 // clusterBusy reports whether err is one a busy or forming JetStream
 // cluster gives, worth trying again: a request unanswered in time, no
 // responders, no meta leader or no peers for placement yet, or a request
@@ -185,6 +200,8 @@ func clusterBusy(err error) bool {
 	var api *jetstream.APIError
 	if errors.As(err, &api) {
 		switch {
+		case settledRefusals[api.ErrorCode]:
+			return false
 		case api.Code == 503, api.Code == 500, api.Code == 408:
 			return true
 		case strings.Contains(strings.ToLower(api.Description), "in progress"),

@@ -3,6 +3,7 @@ package queue_test
 import (
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -130,8 +131,14 @@ func TestEnsureStreamsRestoresDriftedSettings(t *testing.T) {
 	if _, err := b.js.CreateStream(ctx(t), wrong); err != nil {
 		t.Fatal(err)
 	}
-	if err := queue.EnsureStreams(ctx(t), b.js, b.cfg, 1); err == nil {
+	err := queue.EnsureStreams(ctx(t), b.js, b.cfg, 1)
+	if err == nil {
 		t.Fatal("EnsureStreams changed the storage of an existing stream without an error")
+	}
+	// Said at once, with the server's reason, not retried as a busy
+	// cluster's answer until the start's deadline.
+	if !strings.Contains(err.Error(), "storage type") || strings.Contains(err.Error(), "gave up") {
+		t.Errorf("EnsureStreams on an immutable difference: %v", err)
 	}
 }
 
