@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/userlimit"
 )
@@ -174,11 +176,35 @@ func (d *Dispatcher) capAtSlot(ctx context.Context, jb *job, l *Limits, r leaky.
 	if err != nil {
 		return res, err
 	}
+	if !res.Allowed && jb.rule.Mode == userlimit.Shadow {
+		d.shadowDenied(ctx, jb, l)
+		return userlimit.Result{Allowed: true}, nil
+	}
 	d.noteCap(jb.j.Channel, res.Allowed)
 	if res.Allowed {
 		jb.capAt = res.At.UnixMicro()
 	}
 	return res, nil
+}
+
+// shadowDenied counts the denial of jb by a cap in shadow mode (the metric
+// decision shadow_deny and `notifier top --shadow`) and lets the job go on
+// as if allowed. The denied job is not in the cap's state (a denial never
+// is), so the state stays the one the enforced cap would have; and the job
+// is not asked about again (at its slot), so each job counts at most once:
+// the jobs the cap would have refused at their first ask.
+func (d *Dispatcher) shadowDenied(ctx context.Context, jb *job, l *Limits) {
+	jb.capped = false
+	d.noteCap(jb.j.Channel, true) // it is sent: reserving its slot with the admission pays
+	d.m.LimitDecisions.WithLabelValues(LayerUser, DecisionShadowDeny).Inc()
+	if d.o.Denials == nil || l == nil || l.redis == nil {
+		return
+	}
+	var cmd *redis.Cmd
+	l.redis.batch.do(ctx, func(bt *pipeBatch) { cmd = d.o.Denials.recordCmd(ctx, bt.pipe, jb.j.Channel, jb.j.UserID, true) })
+	if err := cmd.Err(); err != nil {
+		jb.debug("count shadow cap denial", "err", err)
+	}
 }
 
 // capDenied acts on a per-user cap's denial of jb: defer it (on_exceed:

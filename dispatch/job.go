@@ -174,13 +174,18 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) end {
 		return dead(ReasonMaxAttempts, fmt.Sprintf("%d transient provider failures", adm.claim.Attempts))
 	}
 	if jb.capped {
-		d.noteCap(j.Channel, adm.cap.Allowed)
-		if !adm.cap.Allowed {
+		switch {
+		case adm.cap.Allowed:
+			d.noteCap(j.Channel, true)
+			jb.capAt = adm.cap.At.UnixMicro()
+			d.m.LimitDecisions.WithLabelValues(LayerUser, "allow").Inc()
+		case jb.rule.Mode == userlimit.Shadow:
+			d.shadowDenied(ctx, jb, adm.limits)
+		default:
+			d.noteCap(j.Channel, false)
 			d.cancelSlot(ctx, jb, adm)
 			return d.capDenied(ctx, jb, adm.cap, adm.limits)
 		}
-		jb.capAt = adm.cap.At.UnixMicro()
-		d.m.LimitDecisions.WithLabelValues(LayerUser, "allow").Inc()
 	}
 
 	// The provider's queue and the send.

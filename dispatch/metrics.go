@@ -62,6 +62,10 @@ const (
 	LayerLedger   = "ledger"
 )
 
+// DecisionShadowDeny is the decision of notifier_limit_decisions_total for a
+// limit in shadow mode that would have refused a job it let through.
+const DecisionShadowDeny = "shadow_deny"
+
 // NewMetrics registers the metrics with reg (never the global registry).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	latency := []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}

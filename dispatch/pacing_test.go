@@ -191,7 +191,7 @@ func max429s(jobs int) int { return max(1, jobs/100) }
 
 // TestPacingAcrossDispatchers: three dispatchers (separate Redis and NATS
 // connections, as separate processes have) on a 100/s contract drain a
-// 2,000-job backlog: every job exactly once, no window of 1 s − jitterBudget
+// 1,200-job backlog (12 s at the contract): every job exactly once, no window of 1 s − jitterBudget
 // holding more than 100 arrivals (429s included), at most max429s 429s from
 // a provider that enforces the same contract, and at least 95 % of the
 // contract sustained.
@@ -199,7 +199,7 @@ func TestPacingAcrossDispatchers(t *testing.T) {
 	// Not parallel: it measures pacing, and the package's other tests
 	// (run in parallel after it) would load the machine's two cores.
 	b := setup(t, setupOpts{contract: 100, rate: 100, maxQueueDelay: time.Second})
-	ids := b.publishN("pace", "sms", 2000, 300)
+	ids := b.publishN("pace", "sms", 1200, 300)
 	var procs []*proc
 	for i := 0; i < 3; i++ {
 		procs = append(procs, b.start(func(o *Options) { o.Workers = 16 }))
@@ -211,14 +211,14 @@ func TestPacingAcrossDispatchers(t *testing.T) {
 		}
 		return n
 	}
-	testenv.WaitFor(t, 60*time.Second, "2000 jobs accepted", func() bool { return len(b.fake.AcceptedIDs()) >= 2000 })
+	testenv.WaitFor(t, 60*time.Second, "1200 jobs accepted", func() bool { return len(b.fake.AcceptedIDs()) >= 1200 })
 	b.acceptedOnce(ids)
 	// The promise is the arrival window; a 429 is a late arrival the
 	// budget forgives, so only a storm of them fails (was: none at all).
 	most := arrivalsPaced(t, "sms-gw", b.fake, 100)
 	slotsMost := slotsPaced(t, &b.slots, "sms-gw", 100)
-	if n := b.fake.Count(http.StatusTooManyRequests); n > max429s(2000) {
-		t.Errorf("the provider answered 429 %d times for 2000 jobs, more than %d", n, max429s(2000))
+	if n := b.fake.Count(http.StatusTooManyRequests); n > max429s(1200) {
+		t.Errorf("the provider answered 429 %d times for 1200 jobs, more than %d", n, max429s(1200))
 	}
 	if r := sustainedRate(b.fake, late()); r < 95 {
 		t.Errorf("the queue ran at %.1f slots/s (%v given up late), want at least 95 %% of the 100/s contract", r, late())

@@ -563,11 +563,13 @@ func TestPromiseReloadKeepsJobsUnderWay(t *testing.T) {
 func TestPromiseBreakerSpendsNoAttempts(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{})
-	b.fake.FailFor(6*time.Second, http.StatusServiceUnavailable)
 	p := b.start(func(o *Options) {
 		o.Workers = 12
 		o.Retry = RetryConfig{MaxAttempts: 3, BaseDelay: time.Second, MaxDelay: time.Second} // retries spread over 1 s: no job fails 3 times before the breaker opens
 	})
+	// The outage starts with the jobs, not with a start-up a loaded machine
+	// may stretch over most of it.
+	b.fake.FailFor(6*time.Second, http.StatusServiceUnavailable)
 	ids := b.publishN("brk", "push", 12, 12)
 	testenv.WaitFor(t, 20*time.Second, "the breaker open", func() bool {
 		return p.count(p.d.m.Deferrals.WithLabelValues(LayerProvider, "circuit_open")) > 0

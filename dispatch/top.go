@@ -23,11 +23,16 @@ const (
 	TopMaxUsers  = 20_000
 )
 
-// topKey is the sorted set of one channel's denials in the hour of t. All
-// hours of a channel share one hash tag, so a window of them can be summed
-// with one ZUNION on Redis Cluster.
-func topKey(prefix, channel string, t time.Time) string {
-	return "{" + prefix + "top:" + channel + "}:" + t.UTC().Format("2006010215")
+// topKey is the sorted set of one channel's denials in the hour of t (the
+// denials a cap in shadow mode would have made, when shadow). All hours of
+// a channel share one hash tag, so a window of them can be summed with one
+// ZUNION on Redis Cluster.
+func topKey(prefix, channel string, shadow bool, t time.Time) string {
+	kind := "top:"
+	if shadow {
+		kind = "top:shadow:"
+	}
+	return "{" + prefix + kind + channel + "}:" + t.UTC().Format("2006010215")
 }
 
 // Denials counts per-user cap denials in Redis, so that the users hitting
@@ -47,12 +52,30 @@ func NewDenials(rdb redis.UniversalClient, prefix string) *Denials {
 
 // Record counts one denial of user's job on channel.
 func (d *Denials) Record(ctx context.Context, channel, user string) error {
-	err := topScript.Run(ctx, d.rdb, []string{topKey(d.prefix, channel, d.now())},
-		user, TopRetention.Milliseconds(), TopMaxUsers).Err()
-	if err != nil {
-		return fmt.Errorf("count cap denial on %s: %w", channel, err)
+	return d.record(ctx, d.rdb, channel, user, false).Err()
+}
+
+// RecordShadow counts one denial a cap in shadow mode would have made of
+// user's job on channel (read with TopShadow).
+func (d *Denials) RecordShadow(ctx context.Context, channel, user string) error {
+	return d.record(ctx, d.rdb, channel, user, true).Err()
+}
+
+// recordCmd queues a Record (RecordShadow when shadow) in pipe; its error
+// is the command's, read after the pipeline ran. The script goes whole (a
+// pipelined EVALSHA of a script the server lost could not fall back).
+func (d *Denials) recordCmd(ctx context.Context, pipe redis.Pipeliner, channel, user string, shadow bool) *redis.Cmd {
+	return topScript.Eval(ctx, pipe, []string{topKey(d.prefix, channel, shadow, d.now())},
+		user, TopRetention.Milliseconds(), TopMaxUsers)
+}
+
+func (d *Denials) record(ctx context.Context, c redis.Scripter, channel, user string, shadow bool) *redis.Cmd {
+	cmd := topScript.Run(ctx, c, []string{topKey(d.prefix, channel, shadow, d.now())},
+		user, TopRetention.Milliseconds(), TopMaxUsers)
+	if err := cmd.Err(); err != nil {
+		cmd.SetErr(fmt.Errorf("count cap denial on %s: %w", channel, err))
 	}
-	return nil
+	return cmd
 }
 
 // UserDenials is one row of Top.
@@ -64,11 +87,20 @@ type UserDenials struct {
 // Top returns the limit users of channel with the most cap denials in the
 // hours overlapping the last window (at most TopRetention), most first.
 func (d *Denials) Top(ctx context.Context, channel string, window time.Duration, limit int) ([]UserDenials, error) {
+	return d.top(ctx, channel, false, window, limit)
+}
+
+// TopShadow is Top of the denials a cap in shadow mode would have made.
+func (d *Denials) TopShadow(ctx context.Context, channel string, window time.Duration, limit int) ([]UserDenials, error) {
+	return d.top(ctx, channel, true, window, limit)
+}
+
+func (d *Denials) top(ctx context.Context, channel string, shadow bool, window time.Duration, limit int) ([]UserDenials, error) {
 	window = min(window, TopRetention)
 	now := d.now().UTC().Truncate(time.Hour)
 	var keys []string
 	for t := now; !t.Before(now.Add(-window + time.Hour)); t = t.Add(-time.Hour) {
-		keys = append(keys, topKey(d.prefix, channel, t))
+		keys = append(keys, topKey(d.prefix, channel, shadow, t))
 	}
 	zs, err := d.rdb.ZUnionWithScores(ctx, redis.ZStore{Keys: keys}).Result()
 	if err != nil {

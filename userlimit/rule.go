@@ -41,6 +41,23 @@ const (
 	Defer OnExceed = "defer"
 )
 
+// Mode says whether the dispatcher enforces a Rule or only counts what it
+// would do. This package only carries it; Allow does not read it.
+type Mode string
+
+// The choices of Mode. The zero value "" means Enforce.
+const (
+	// Enforce acts on a denial as OnExceed says.
+	Enforce Mode = "enforce"
+	// Shadow evaluates and counts the rule but never acts on a denial: the
+	// job goes on as if allowed, and the denial is counted (metric
+	// decision "shadow_deny", notifier top --shadow). A denied job is not
+	// counted in the rule's state, so the state is the one the enforced
+	// rule would have, and a switch to Enforce by hot reload carries on
+	// from it.
+	Shadow Mode = "shadow"
+)
+
 // Limits of a valid Rule.
 const (
 	// MaxSlidingLogLimit is the largest limit a SlidingLog rule may have: the
@@ -63,16 +80,20 @@ type Rule struct {
 	Window    time.Duration `mapstructure:"window"`
 	Algorithm Algorithm     `mapstructure:"algorithm"`
 	OnExceed  OnExceed      `mapstructure:"on_exceed"`
+	Mode      Mode          `mapstructure:"mode"`
 }
 
-// WithDefaults returns r with an empty Algorithm set to SlidingLog and an
-// empty OnExceed set to Drop.
+// WithDefaults returns r with an empty Algorithm set to SlidingLog, an
+// empty OnExceed set to Drop and an empty Mode set to Enforce.
 func (r Rule) WithDefaults() Rule {
 	if r.Algorithm == "" {
 		r.Algorithm = SlidingLog
 	}
 	if r.OnExceed == "" {
 		r.OnExceed = Drop
+	}
+	if r.Mode == "" {
+		r.Mode = Enforce
 	}
 	return r
 }
@@ -106,6 +127,9 @@ func (r Rule) Validate() error {
 	}
 	if r.OnExceed != Drop && r.OnExceed != Defer {
 		errs = append(errs, fmt.Errorf("on_exceed: %q is not one of drop, defer", string(r.OnExceed)))
+	}
+	if r.Mode != Enforce && r.Mode != Shadow {
+		errs = append(errs, fmt.Errorf("mode: %q is not one of enforce, shadow", string(r.Mode)))
 	}
 	return errors.Join(errs...)
 }

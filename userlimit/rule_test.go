@@ -13,11 +13,11 @@ import (
 func TestRuleWithDefaults(t *testing.T) {
 	t.Parallel()
 	got := userlimit.Rule{Limit: 5, Window: time.Hour}.WithDefaults()
-	want := userlimit.Rule{Limit: 5, Window: time.Hour, Algorithm: userlimit.SlidingLog, OnExceed: userlimit.Drop}
+	want := userlimit.Rule{Limit: 5, Window: time.Hour, Algorithm: userlimit.SlidingLog, OnExceed: userlimit.Drop, Mode: userlimit.Enforce}
 	if got != want {
 		t.Fatalf("got %+v, want %+v", got, want)
 	}
-	set := userlimit.Rule{Limit: 5, Window: time.Hour, Algorithm: userlimit.TokenBucket, OnExceed: userlimit.Defer}
+	set := userlimit.Rule{Limit: 5, Window: time.Hour, Algorithm: userlimit.TokenBucket, OnExceed: userlimit.Defer, Mode: userlimit.Shadow}
 	if got := set.WithDefaults(); got != set {
 		t.Fatalf("defaults overwrote set fields: got %+v, want %+v", got, set)
 	}
@@ -34,6 +34,8 @@ func TestRuleValidate(t *testing.T) {
 		{Limit: userlimit.MaxLimit, Window: userlimit.MaxWindow, Algorithm: userlimit.SlidingWindow},
 		{Limit: 7, Window: time.Second, Algorithm: userlimit.FixedWindow},
 		{Limit: 7, Window: time.Second, Algorithm: userlimit.TokenBucket},
+		{Limit: 7, Window: time.Second, Mode: userlimit.Shadow},
+		{Limit: 7, Window: time.Second, Mode: userlimit.Enforce},
 	}
 	for _, r := range valid {
 		if err := r.Validate(); err != nil {
@@ -62,6 +64,7 @@ func TestRuleValidate(t *testing.T) {
 			`algorithm: "leaky" is not one of sliding_log, sliding_window, fixed_window, token_bucket`,
 		}},
 		{userlimit.Rule{Limit: 1, Window: time.Hour, OnExceed: "retry"}, []string{`on_exceed: "retry" is not one of drop, defer`}},
+		{userlimit.Rule{Limit: 1, Window: time.Hour, Mode: "dry_run"}, []string{`mode: "dry_run" is not one of enforce, shadow`}},
 	}
 	for _, tc := range invalid {
 		err := tc.rule.Validate()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
+	"github.com/notifier/notifier/userlimit"
 )
 
 // buildRegistry builds the providers of a loaded configuration. What it
@@ -94,6 +95,10 @@ func describeConfig(w io.Writer, cfg Config) {
 	}
 	for _, ch := range sortedKeys(cfg.UserLimits) {
 		r := cfg.UserLimits[ch]
+		if r.Mode == userlimit.Shadow {
+			fmt.Fprintf(w, "  cap %-5s  %d per %s per user (%s, shadow: counted, not enforced)\n", ch, r.Limit, fmtDur(r.Window), r.Algorithm)
+			continue
+		}
 		fmt.Fprintf(w, "  cap %-5s  %d per %s per user (%s, on_exceed %s)\n", ch, r.Limit, fmtDur(r.Window), r.Algorithm, r.OnExceed)
 	}
 	if len(cfg.Tenants.Weights) > 0 {

@@ -11,6 +11,7 @@ import (
 	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/gateway"
 	"github.com/notifier/notifier/queue"
+	"github.com/notifier/notifier/userlimit"
 )
 
 func topCmd(e *env) *cobra.Command {
@@ -21,6 +22,10 @@ func topCmd(e *env) *cobra.Command {
 window (whole UTC hours, at most 8 days). A user at the top all the time is either
 abusing the service or has outgrown their plan; both are worth knowing. The counts
 live in Redis, never in a metric label.
+
+With --shadow it lists the denials a cap in shadow mode (user_limits.<channel>.mode:
+shadow) would have made: the jobs it let through that it would have refused. Try a
+new cap that way on live traffic, read top --shadow, then enforce it with a hot reload.
 
 With --gateway it lists instead the gateway's API keys by requests rejected over the
 window: answered 429 over the key's limit, and, as "unauthenticated", requests
@@ -34,10 +39,11 @@ adds its counts to Redis every 5 s.`,
 	limit := c.Flags().Int("limit", 20, "how many users")
 	asJSON := c.Flags().Bool("json", false, "print as JSON")
 	gw := c.Flags().Bool("gateway", false, "the gateway's API keys rejected most, instead of users")
+	shadow := c.Flags().Bool("shadow", false, "the denials a cap in shadow mode would have made (it let the jobs through)")
 	c.RunE = func(cmd *cobra.Command, _ []string) error {
 		if *gw {
-			if *channel != "" {
-				return &usageError{err: fmt.Errorf("--channel is for the per-user cap, not --gateway")}
+			if *channel != "" || *shadow {
+				return &usageError{err: fmt.Errorf("--channel and --shadow are for the per-user cap, not --gateway")}
 			}
 			return topGateway(cmd.Context(), e, *path, *window, *limit, *asJSON)
 		}
@@ -60,7 +66,11 @@ adds its counts to Redis every 5 s.`,
 			return err
 		}
 		defer rdb.Close()
-		rows, err := dispatch.NewDenials(rdb, cfg.Redis.KeyPrefix).Top(ctx, *channel, *window, *limit)
+		top := dispatch.NewDenials(rdb, cfg.Redis.KeyPrefix).Top
+		if *shadow {
+			top = dispatch.NewDenials(rdb, cfg.Redis.KeyPrefix).TopShadow
+		}
+		rows, err := top(ctx, *channel, *window, *limit)
 		if err != nil {
 			return err
 		}
@@ -76,10 +86,17 @@ adds its counts to Redis every 5 s.`,
 			return json.NewEncoder(e.stdout).Encode(out)
 		}
 		rule, capped := cfg.UserLimits[*channel]
-		if capped {
-			fmt.Fprintf(e.stdout, "users denied by the %s cap (%d per %s), last %s\n", *channel, rule.Limit, fmtDur(rule.Window), fmtDur(*window))
-		} else {
-			fmt.Fprintf(e.stdout, "users denied by the %s cap (no cap configured now), last %s\n", *channel, fmtDur(*window))
+		what := "users denied by the " + *channel + " cap"
+		if *shadow {
+			what = "users the " + *channel + " cap in shadow mode would have denied (all sent)"
+		}
+		switch {
+		case capped && *shadow && rule.Mode != userlimit.Shadow:
+			fmt.Fprintf(e.stdout, "%s (the cap is enforced now: %d per %s), last %s\n", what, rule.Limit, fmtDur(rule.Window), fmtDur(*window))
+		case capped:
+			fmt.Fprintf(e.stdout, "%s (%d per %s), last %s\n", what, rule.Limit, fmtDur(rule.Window), fmtDur(*window))
+		default:
+			fmt.Fprintf(e.stdout, "%s (no cap configured now), last %s\n", what, fmtDur(*window))
 		}
 		if len(rows) == 0 {
 			fmt.Fprintln(e.stdout, "  nobody")
