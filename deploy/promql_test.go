@@ -122,7 +122,7 @@ func knownValues() map[string]set {
 		"layer": newSet(dispatch.LayerUser, dispatch.LayerGlobal, dispatch.LayerLeaky,
 			dispatch.LayerProvider, dispatch.LayerLedger, "redis", "local"),
 		"status":   status,
-		"decision": newSet("allow", "deny"),
+		"decision": newSet("allow", "deny", dispatch.DecisionShadowDeny),
 		// The deferral reasons are literals in dispatch/admit.go, job.go,
 		// waits.go, send.go and backend.go (README, Health and metrics);
 		// the pause reasons are dispatch's Pause* constants.

@@ -71,9 +71,13 @@ type Limits struct {
 
 	redis *redisSet // set by RedisLimits: decisions can be pipelined
 
-	gmu       sync.Mutex                      // guards Global on a reload
+	gmu       sync.Mutex                      // guards Global and shadow on a reload
 	globalCfg *globallimit.Config             // what Global was set up with
 	newGlobal func(globallimit.Config) Waiter // builds a bucket on this set's store
+	// shadow is the fleet bucket's shadow (global.shadow_rate), nil when
+	// there is none; newShadow builds it on this set's shadow store.
+	shadow    *globallimit.Bucket
+	newShadow func(globallimit.Config) *globallimit.Bucket
 }
 
 // pauseReason is why provider is paused: PauseCredentials or

@@ -180,6 +180,7 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) end {
 			jb.capAt = adm.cap.At.UnixMicro()
 			d.m.LimitDecisions.WithLabelValues(LayerUser, "allow").Inc()
 		case jb.rule.Mode == userlimit.Shadow:
+			d.m.LimitDecisions.WithLabelValues(LayerUser, "allow").Inc() // it passes; shadowDenied counts what it would not have
 			d.shadowDenied(ctx, jb, adm.limits)
 		default:
 			d.noteCap(j.Channel, false)

@@ -68,6 +68,8 @@ func RedisLimits(rdb redis.UniversalClient, c LimitsConfig) *Limits {
 	}
 	store := globallimit.NewRedis(rdb, c.Prefix)
 	l.newGlobal = func(cfg globallimit.Config) Waiter { return globallimit.New(store, cfg) }
+	shadowStore := globallimit.NewRedis(rdb, c.Prefix+"shadow:")
+	l.newShadow = func(cfg globallimit.Config) *globallimit.Bucket { return globallimit.New(shadowStore, cfg) }
 	l.setGlobal(c.Global)
 	return l
 }
@@ -105,11 +107,25 @@ func (l *Limits) global() Waiter {
 	return l.Global
 }
 
+// shadowGlobal is the fleet bucket's shadow in use, nil when there is none.
+func (l *Limits) shadowGlobal() *globallimit.Bucket {
+	l.gmu.Lock()
+	defer l.gmu.Unlock()
+	return l.shadow
+}
+
 // setGlobal configures the fleet bucket: off (nil), on, or a new rate and
-// burst for the bucket in place (waiters keep their turn).
+// burst for the bucket in place (waiters keep their turn); and its shadow
+// (global.shadow_rate) likewise.
 func (l *Limits) setGlobal(cfg *globallimit.Config) {
 	l.gmu.Lock()
 	defer l.gmu.Unlock()
+	l.setShadow(cfg)
+	if cfg != nil && cfg.ShadowRate != 0 {
+		enforced := *cfg
+		enforced.ShadowRate = 0 // the bucket's own configuration: a new shadow rate does not reset it
+		cfg = &enforced
+	}
 	switch {
 	case cfg == nil:
 		l.Global = nil
@@ -126,6 +142,28 @@ func (l *Limits) setGlobal(cfg *globallimit.Config) {
 		l.Global = l.newGlobal(*cfg)
 	}
 	l.globalCfg = cfg
+}
+
+// setShadow configures the shadow bucket from the fleet bucket's
+// configuration, under gmu.
+func (l *Limits) setShadow(cfg *globallimit.Config) {
+	var sc globallimit.Config
+	on := false
+	if cfg != nil {
+		sc, on = cfg.Shadow()
+	}
+	if l.RateDivisor > 1 {
+		sc.Rate /= float64(l.RateDivisor)
+		sc.Burst = max(1, sc.Burst/l.RateDivisor)
+	}
+	switch {
+	case !on || l.newShadow == nil:
+		l.shadow = nil
+	case l.shadow != nil:
+		l.shadow.SetConfig(sc)
+	default:
+		l.shadow = l.newShadow(sc)
+	}
 }
 
 // redisSet is the Redis backends of a limit set, typed, for pipelining.
@@ -193,6 +231,8 @@ func MemoryLimits(c LimitsConfig, divisor int) *Limits {
 		g.Burst = max(1, g.Burst/divisor)
 		return globallimit.New(store, g)
 	}
+	shadowStore := globallimit.NewMemory(nil)
+	l.newShadow = func(g globallimit.Config) *globallimit.Bucket { return globallimit.New(shadowStore, g) } // divided by setShadow
 	l.setGlobal(c.Global)
 	return l
 }

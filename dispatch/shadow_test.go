@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/notifier/notifier/globallimit"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
 	"github.com/notifier/notifier/userlimit"
@@ -119,4 +120,30 @@ func (b *bundle) acceptedOnceOf(ids []string) {
 			b.t.Errorf("job %s accepted %d times, want once", id, got[id])
 		}
 	}
+}
+
+// TestShadowFleetRateCountsNeverHolds: global.shadow_rate is counted, never
+// enforced. 100 jobs meet an enforced fleet bucket of 1000/s (burst 10)
+// and a shadow rate of 2/s: every job is sent as fast as the enforced
+// bucket lets it, and the shadow bucket refuses what it would not have
+// granted: all but its burst of 10 and 2/s over the run (+ a lease).
+func TestShadowFleetRateCountsNeverHolds(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	ids := b.publishN("shadowg", "push", 100, 100)
+	start := time.Now()
+	p := b.start(func(o *Options) {
+		o.Workers = 16
+		o.Limits = RedisLimits(b.redis.Client(), LimitsConfig{Prefix: b.prefix, DedupTTL: time.Hour,
+			Global: &globallimit.Config{Rate: 1000, Burst: 10, ShadowRate: 2}})
+	})
+	testenv.WaitFor(t, 30*time.Second, "all 100 sent", func() bool { return len(b.fake.AcceptedIDs()) == 100 })
+	elapsed := time.Since(start).Seconds() // the shadow was asked within it
+	b.acceptedOnce(ids)
+	denied := p.count(p.d.m.LimitDecisions.WithLabelValues(LayerGlobal, DecisionShadowDeny))
+	granted := 100 - denied
+	if most := 10 + 2*elapsed + 1; granted < 10 || granted > most {
+		t.Errorf("the shadow bucket (2/s, burst 10) granted %v of 100 jobs over %.2f s, want from 10 to %.0f", granted, elapsed, most)
+	}
+	t.Logf("shadow 2/s: %v of 100 jobs would have waited; all sent within %.2f s", denied, elapsed)
 }

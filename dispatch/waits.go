@@ -40,7 +40,30 @@ func (d *Dispatcher) waitGlobal(ctx context.Context, jb *job) error {
 			d.m.LimitDecisions.WithLabelValues(LayerGlobal, "allow").Inc()
 		}
 	}
+	d.askShadowGlobal(ctx, jb)
 	return nil
+}
+
+// askShadowGlobal asks the fleet bucket's shadow (global.shadow_rate), if
+// there is one, for a token, never waiting: a job that finds it empty is
+// counted (decision shadow_deny) and goes on. Its round trips are the
+// shadow bucket's leases, not one per job (globallimit.Bucket.TryTake).
+func (d *Dispatcher) askShadowGlobal(ctx context.Context, jb *job) {
+	l := d.currentLimits()
+	if l == nil {
+		return
+	}
+	sb := l.shadowGlobal()
+	if sb == nil {
+		return
+	}
+	ok, err := sb.TryTake(ctx)
+	switch {
+	case err != nil:
+		jb.debug("ask the fleet bucket's shadow", "err", err)
+	case !ok:
+		d.m.LimitDecisions.WithLabelValues(LayerGlobal, DecisionShadowDeny).Inc()
+	}
 }
 
 // waitSlot reserves the job's send slot in the provider's leaky queue and

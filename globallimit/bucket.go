@@ -86,8 +86,11 @@ type Bucket struct {
 	cfg     Config
 	tokens  int       // leased tokens on hand
 	expires time.Time // when they expire
-	refill  *refill   // the Store call in flight, nil when none
-	wake    func()    // cuts the refiller's sleep short (SetConfig); nil when none
+	// emptyUntil is when the Store said the next token is due (TryTake
+	// only: it does not ask before then).
+	emptyUntil time.Time
+	refill     *refill // the Store call in flight, nil when none
+	wake       func()  // cuts the refiller's sleep short (SetConfig); nil when none
 }
 
 // refill is one waiter's turn at the Store; the other waiters wait for done.
@@ -127,6 +130,7 @@ func (b *Bucket) SetConfig(cfg Config) {
 	}
 	b.cfg = cfg
 	b.tokens = 0
+	b.emptyUntil = time.Time{}
 	if b.wake != nil {
 		b.wake()
 	}
@@ -163,6 +167,73 @@ func (b *Bucket) Wait(ctx context.Context) error {
 		b.refill = r
 		b.mu.Unlock()
 		return b.fill(ctx, r)
+	}
+}
+
+// TryTake takes a token when one is on hand or the Store grants one now,
+// and otherwise says false at once: it never waits for a token. It is how
+// a shadow bucket is asked (Config.ShadowRate): the jobs it finds empty are
+// the traffic over its rate. When the Store says the next token is due in
+// d, TryTake says false for d without asking it again, so an empty bucket
+// costs no round trip per job; a full one costs one per lease, as Wait.
+// Concurrent callers share one Store call: those arriving while it is in
+// flight wait for its answer.
+func (b *Bucket) TryTake(ctx context.Context) (bool, error) {
+	for {
+		if err := ctx.Err(); err != nil {
+			return false, err
+		}
+		b.mu.Lock()
+		now := b.now()
+		if b.tokens > 0 && now.Before(b.expires) {
+			b.tokens--
+			b.mu.Unlock()
+			return true, nil
+		}
+		b.tokens = 0
+		if now.Before(b.emptyUntil) {
+			b.mu.Unlock()
+			return false, nil
+		}
+		if r := b.refill; r != nil {
+			b.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return false, ctx.Err()
+			case <-r.done:
+			}
+			if r.err != nil {
+				return false, r.err
+			}
+			continue
+		}
+		r := &refill{done: make(chan struct{})}
+		b.refill = r
+		cfg, n := b.cfg, b.lease
+		if n == 0 {
+			n = LeaseSize(cfg)
+		}
+		b.mu.Unlock()
+
+		granted, wait, err := b.store.Take(ctx, cfg, n)
+		b.mu.Lock()
+		b.refill = nil
+		switch {
+		case err != nil:
+			if ctx.Err() == nil {
+				r.err = err // a Store failure, not our caller giving up: share it
+			}
+		case granted > 0:
+			b.tokens, b.expires = granted-1, b.now().Add(b.leaseTTL)
+		default:
+			b.emptyUntil = b.now().Add(wait)
+		}
+		b.mu.Unlock()
+		close(r.done)
+		if err != nil {
+			return false, err
+		}
+		return granted > 0, nil
 	}
 }
 

@@ -369,3 +369,71 @@ func TestSetConfigConcurrentWithWait(t *testing.T) {
 		t.Fatal("nothing admitted")
 	}
 }
+
+// TestTryTakeCountsTheTrafficOverTheRate: a shadow bucket (TryTake) of
+// 100/s and burst 10, asked by 64 concurrent callers 10 times a
+// millisecond for 2 s on a fake clock, grants exactly what Wait would
+// have had without waiting (the burst plus the rate over the run, leases
+// of 1), never waits, and calls the Store at most once per grant plus once
+// per empty spell (not once per refused call: an empty bucket costs no
+// round trip per job).
+func TestTryTakeCountsTheTrafficOverTheRate(t *testing.T) {
+	t.Parallel()
+	clock := testenv.NewClock(time.Unix(1_700_000_000, 0))
+	mem := globallimit.NewMemory(clock.Now)
+	store := &fakeStore{answer: func(_ int, c globallimit.Config, n int) (int, time.Duration, error) {
+		return mem.Take(context.Background(), c, n)
+	}}
+	b := globallimit.New(store, cfg, globallimit.WithLeaseSize(1), globallimit.WithClock(clock.Now))
+	var granted, refused atomic.Int64
+	for step := 0; step < 2000; step++ {
+		var wg sync.WaitGroup
+		for range 10 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ok, err := b.TryTake(context.Background())
+				if err != nil {
+					t.Error(err)
+				}
+				if ok {
+					granted.Add(1)
+				} else {
+					refused.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		clock.Advance(time.Millisecond)
+	}
+	// 10 at once, then one every 10 ms for 2 s (the last step at 1.999 s).
+	if g := granted.Load(); g < 10+199-1 || g > 10+200 {
+		t.Errorf("granted %d of 20000, want the burst 10 + 100/s over 2 s (~209)", g)
+	}
+	if granted.Load()+refused.Load() != 20_000 {
+		t.Errorf("%d granted + %d refused, want every call answered", granted.Load(), refused.Load())
+	}
+	if calls, _ := store.stats(); calls > 2*int(granted.Load())+2 {
+		t.Errorf("%d Store calls for %d grants: an empty bucket was asked again per call", calls, granted.Load())
+	}
+}
+
+// TestTryTakeSharesAStoreError: a failing Store fails the TryTake that
+// called it, and a later one asks again.
+func TestTryTakeSharesAStoreError(t *testing.T) {
+	t.Parallel()
+	boom := errors.New("redis down")
+	store := &fakeStore{answer: func(call int, _ globallimit.Config, n int) (int, time.Duration, error) {
+		if call == 1 {
+			return 0, 0, boom
+		}
+		return n, 0, nil
+	}}
+	b := globallimit.New(store, cfg)
+	if ok, err := b.TryTake(context.Background()); ok || !errors.Is(err, boom) {
+		t.Fatalf("TryTake on a failing store: %v, %v", ok, err)
+	}
+	if ok, err := b.TryTake(context.Background()); !ok || err != nil {
+		t.Fatalf("TryTake after the store recovered: %v, %v", ok, err)
+	}
+}

@@ -90,6 +90,9 @@ func describeConfig(w io.Writer, cfg Config) {
 	}
 	if cfg.Global != nil {
 		fmt.Fprintf(w, "  global:    %g jobs/s, burst %d (whole fleet)\n", cfg.Global.Rate, cfg.Global.Burst)
+		if cfg.Global.ShadowRate > 0 {
+			fmt.Fprintf(w, "  global:    shadow %g jobs/s (counted, not enforced)\n", cfg.Global.ShadowRate)
+		}
 	} else {
 		fmt.Fprintf(w, "  global:    off\n")
 	}

@@ -235,3 +235,62 @@ func TestReloadOnFileChangeAndSIGHUP(t *testing.T) {
 	}
 	arrivalsPaced(t, w.fake, 60) // the refused file and SIGHUP kept it at 60 at most
 }
+
+// TestShadowCapThenEnforce is the README's "what if", through the binary: a
+// push cap of 2 per hour in shadow mode sends every job and counts what it
+// would deny (top --shadow: 13 of each user's 15; top without --shadow:
+// nobody); the file then switches it to enforce, the running process
+// reloads it, and the next job of each user is suppressed: the enforced cap
+// carries on from the shadow's state.
+func TestShadowCapThenEnforce(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, 200, "user_limits:\n  sms: {limit: 2, window: 1h, on_exceed: drop, mode: shadow}\n")
+	if out, _, code := runCLI(t, nil, "", "check", "--config", w.config); code != 0 || !strings.Contains(out, "shadow: counted, not enforced") {
+		t.Fatalf("check: exit %d\n%s", code, out)
+	}
+	if _, _, code := runCLI(t, nil, "", "publish", "--config", w.config, "--count", "60", "--users", "4", "--channel", "sms", "--quiet"); code != 0 {
+		t.Fatal("publish failed")
+	}
+	p := w.run()
+	testenv.WaitFor(t, 30*time.Second, "all 60 sent", func() bool { return w.acceptedDistinct() == 60 })
+	var rows []struct {
+		User    string `json:"user"`
+		Denials int64  `json:"denials"`
+	}
+	out, stderr, code := runCLI(t, nil, "", "top", "--config", w.config, "--channel", "sms", "--shadow", "--json")
+	if code != 0 || json.Unmarshal([]byte(out), &rows) != nil || len(rows) != 4 {
+		t.Fatalf("top --shadow: exit %d %s %s", code, out, stderr)
+	}
+	for _, r := range rows {
+		if r.Denials != 13 {
+			t.Fatalf("top --shadow row %+v: want 13 would-be denials each (15 jobs, cap 2)", r)
+		}
+	}
+	if out, _, _ := runCLI(t, nil, "", "top", "--config", w.config, "--channel", "sms"); !strings.Contains(out, "nobody") {
+		t.Fatalf("top without --shadow counts the shadow's denials:\n%s", out)
+	}
+
+	orig, err := os.ReadFile(w.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := w.config + ".tmp"
+	if err := os.WriteFile(tmp, bytes.Replace(orig, []byte("mode: shadow"), []byte("mode: enforce"), 1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, w.config); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 20*time.Second, "the file change reloaded", func() bool { return strings.Contains(p.logs(), `"trigger":"file changed"`) })
+	if _, _, code := runCLI(t, nil, "", "publish", "--config", w.config, "--count", "4", "--users", "4", "--channel", "sms", "--quiet"); code != 0 {
+		t.Fatal("publish failed")
+	}
+	testenv.WaitFor(t, 30*time.Second, "the 4 new jobs handled", func() bool { return w.remaining() == 0 })
+	if n := w.acceptedDistinct(); n != 60 {
+		t.Fatalf("%d jobs sent after the cap was enforced, want none more than the 60 (each user is over 2 per hour)", n-60)
+	}
+	out, _, _ = runCLI(t, nil, "", "top", "--config", w.config, "--channel", "sms", "--json")
+	if json.Unmarshal([]byte(out), &rows) != nil || len(rows) != 4 || rows[0].Denials != 1 {
+		t.Fatalf("top after enforcing: %s, want each of the 4 users denied once", out)
+	}
+}
