@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/userlimit"
 )
@@ -177,7 +175,7 @@ func (d *Dispatcher) capAtSlot(ctx context.Context, jb *job, l *Limits, r leaky.
 		return res, err
 	}
 	if !res.Allowed && jb.rule.Mode == userlimit.Shadow {
-		d.shadowDenied(ctx, jb, l)
+		d.shadowDenied(jb)
 		return userlimit.Result{Allowed: true}, nil
 	}
 	d.noteCap(jb.j.Channel, res.Allowed)
@@ -188,23 +186,17 @@ func (d *Dispatcher) capAtSlot(ctx context.Context, jb *job, l *Limits, r leaky.
 }
 
 // shadowDenied counts the denial of jb by a cap in shadow mode (the metric
-// decision shadow_deny and `notifier top --shadow`) and lets the job go on
-// as if allowed. The denied job is not in the cap's state (a denial never
-// is), so the state stays the one the enforced cap would have; and the job
-// is not asked about again (at its slot), so each job counts at most once:
-// the jobs the cap would have refused at their first ask.
-func (d *Dispatcher) shadowDenied(ctx context.Context, jb *job, l *Limits) {
-	jb.capped = false
+// decision shadow_deny; `notifier top --shadow` once the job is sent: its
+// count rides on the settler's pipeline with the sent record, no round trip
+// of its own) and lets the job go on as if allowed. The denied job is not
+// in the cap's state (a denial never is), so the state stays the one the
+// enforced cap would have; and the job is not asked about again (at its
+// slot), so each job counts at most once: the jobs the cap would have
+// refused at their first ask.
+func (d *Dispatcher) shadowDenied(jb *job) {
+	jb.capped, jb.shadowDenied = false, true
 	d.noteCap(jb.j.Channel, true) // it is sent: reserving its slot with the admission pays
 	d.m.LimitDecisions.WithLabelValues(LayerUser, DecisionShadowDeny).Inc()
-	if d.o.Denials == nil || l == nil || l.redis == nil {
-		return
-	}
-	var cmd *redis.Cmd
-	l.redis.batch.do(ctx, func(bt *pipeBatch) { cmd = d.o.Denials.recordCmd(ctx, bt.pipe, jb.j.Channel, jb.j.UserID, true) })
-	if err := cmd.Err(); err != nil {
-		jb.debug("count shadow cap denial", "err", err)
-	}
 }
 
 // capDenied acts on a per-user cap's denial of jb: defer it (on_exceed:

@@ -248,7 +248,7 @@ func TestPipeBatcherMergesRequests(t *testing.T) {
 			}
 			// The sent records go the same way.
 			jobs := []*job{{j: newJob("w0-r0", "sms", "u"), owner: "owner-w0-r0"}}
-			if err := rs.sent(ctx, jobs); err != nil {
+			if err := rs.sent(ctx, jobs, nil); err != nil {
 				t.Fatal(err)
 			}
 			if got, err := ledger.Claim(ctx, "w0-r0", "x", time.Minute); err != nil || got.Status != AlreadySent {

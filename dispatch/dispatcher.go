@@ -77,7 +77,8 @@ type Limits struct {
 	// shadow is the fleet bucket's shadow (global.shadow_rate), nil when
 	// there is none; newShadow builds it on this set's shadow store.
 	shadow    *globallimit.Bucket
-	newShadow func(globallimit.Config) *globallimit.Bucket
+	shadowCfg globallimit.Config // the fleet configuration shadow was built for
+	newShadow func(cfg globallimit.Config, lease int) *globallimit.Bucket
 }
 
 // pauseReason is why provider is paused: PauseCredentials or

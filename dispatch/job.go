@@ -38,8 +38,11 @@ type job struct {
 	claimAt  time.Time
 	rule     userlimit.Rule // the channel's per-user cap, when capped
 	capped   bool
-	capAt    int64    // µs on the limit backend's clock: where the job's cap admission stands
-	tried    []string // providers this delivery failed over from
+	// shadowDenied: a cap in shadow mode would have refused the job
+	// (counted for notifier top --shadow with its sent record).
+	shadowDenied bool
+	capAt        int64    // µs on the limit backend's clock: where the job's cap admission stands
+	tried        []string // providers this delivery failed over from
 	// res is the reservation of the slot the job is at (waitSlot's), on
 	// resL, until it is sent or given up.
 	res  *leaky.Reservation
@@ -181,7 +184,7 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) end {
 			d.m.LimitDecisions.WithLabelValues(LayerUser, "allow").Inc()
 		case jb.rule.Mode == userlimit.Shadow:
 			d.m.LimitDecisions.WithLabelValues(LayerUser, "allow").Inc() // it passes; shadowDenied counts what it would not have
-			d.shadowDenied(ctx, jb, adm.limits)
+			d.shadowDenied(jb)
 		default:
 			d.noteCap(j.Channel, false)
 			d.cancelSlot(ctx, jb, adm)

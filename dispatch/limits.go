@@ -69,7 +69,9 @@ func RedisLimits(rdb redis.UniversalClient, c LimitsConfig) *Limits {
 	store := globallimit.NewRedis(rdb, c.Prefix)
 	l.newGlobal = func(cfg globallimit.Config) Waiter { return globallimit.New(store, cfg) }
 	shadowStore := globallimit.NewRedis(rdb, c.Prefix+"shadow:")
-	l.newShadow = func(cfg globallimit.Config) *globallimit.Bucket { return globallimit.New(shadowStore, cfg) }
+	l.newShadow = func(cfg globallimit.Config, lease int) *globallimit.Bucket {
+		return globallimit.New(shadowStore, cfg, globallimit.WithLeaseSize(lease))
+	}
 	l.setGlobal(c.Global)
 	return l
 }
@@ -145,25 +147,35 @@ func (l *Limits) setGlobal(cfg *globallimit.Config) {
 }
 
 // setShadow configures the shadow bucket from the fleet bucket's
-// configuration, under gmu.
+// configuration, under gmu: a new one for a new configuration (a shadow
+// only counts: the leased tokens it drops cost nothing).
+//
+// It leases the shadow's tokens in the enforced bucket's lease size when
+// that is larger: a shadow rate far under the enforced one would otherwise
+// cost a round trip every few jobs. Its count may then be off by that
+// many tokens per process in a window, as the enforced bucket's admission
+// is.
 func (l *Limits) setShadow(cfg *globallimit.Config) {
 	var sc globallimit.Config
 	on := false
 	if cfg != nil {
 		sc, on = cfg.Shadow()
 	}
+	if !on || l.newShadow == nil {
+		l.shadow, l.shadowCfg = nil, globallimit.Config{}
+		return
+	}
+	enforced := *cfg
+	enforced.ShadowRate = 0
+	lease := max(globallimit.LeaseSize(enforced), globallimit.LeaseSize(sc))
 	if l.RateDivisor > 1 {
 		sc.Rate /= float64(l.RateDivisor)
 		sc.Burst = max(1, sc.Burst/l.RateDivisor)
 	}
-	switch {
-	case !on || l.newShadow == nil:
-		l.shadow = nil
-	case l.shadow != nil:
-		l.shadow.SetConfig(sc)
-	default:
-		l.shadow = l.newShadow(sc)
+	if l.shadow != nil && l.shadowCfg == *cfg {
+		return
 	}
+	l.shadow, l.shadowCfg = l.newShadow(sc, lease), *cfg
 }
 
 // redisSet is the Redis backends of a limit set, typed, for pipelining.
@@ -174,8 +186,11 @@ type redisSet struct {
 	batch  *pipeBatcher // the admissions and sent records of all workers, pipelined together
 }
 
-// sent records sent jobs in the ledger, in the workers' shared pipeline.
-func (r *redisSet) sent(ctx context.Context, jobs []*job) error {
+// sent records sent jobs in the ledger, in the workers' shared pipeline,
+// and counts in denials (when not nil) those a cap in shadow mode would
+// have refused, once each (a count lost with a failed pipeline is not
+// written again: `top --shadow` may miss one, never count one twice).
+func (r *redisSet) sent(ctx context.Context, jobs []*job, denials *Denials) error {
 	cmds := make([]*SentCmd, len(jobs))
 	r.batch.do(ctx, func(bt *pipeBatch) {
 		for i, jb := range jobs {
@@ -185,6 +200,10 @@ func (r *redisSet) sent(ctx context.Context, jobs []*job) error {
 				seq, sum = jb.dl.StreamSeq, digest(jb.dl.Data)
 			}
 			cmds[i] = r.ledger.SentFromCmd(ctx, bt.pipe, jb.j.ID, seq, sum)
+			if jb.shadowDenied && denials != nil {
+				denials.recordCmd(ctx, bt.pipe, jb.j.Channel, jb.j.UserID, true)
+				jb.shadowDenied = false
+			}
 		}
 	})
 	var errs []error
@@ -232,7 +251,7 @@ func MemoryLimits(c LimitsConfig, divisor int) *Limits {
 		return globallimit.New(store, g)
 	}
 	shadowStore := globallimit.NewMemory(nil)
-	l.newShadow = func(g globallimit.Config) *globallimit.Bucket { return globallimit.New(shadowStore, g) } // divided by setShadow
+	l.newShadow = func(g globallimit.Config, _ int) *globallimit.Bucket { return globallimit.New(shadowStore, g) } // divided by setShadow; no round trips to save
 	l.setGlobal(c.Global)
 	return l
 }

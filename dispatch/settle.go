@@ -67,7 +67,7 @@ func (d *Dispatcher) recordSent(ctx context.Context, jobs []*job, q <-chan *job)
 		t0 := time.Now()
 		var err error
 		if l.redis != nil {
-			err = l.redis.sent(ctx, jobs)
+			err = l.redis.sent(ctx, jobs, d.o.Denials)
 		} else {
 			for _, jb := range jobs {
 				err = errors.Join(err, l.Ledger.Sent(ctx, jb.j.ID, jb.owner))

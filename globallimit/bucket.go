@@ -174,8 +174,9 @@ func (b *Bucket) Wait(ctx context.Context) error {
 // and otherwise says false at once: it never waits for a token. It is how
 // a shadow bucket is asked (Config.ShadowRate): the jobs it finds empty are
 // the traffic over its rate. When the Store says the next token is due in
-// d, TryTake says false for d without asking it again, so an empty bucket
-// costs no round trip per job; a full one costs one per lease, as Wait.
+// d, TryTake says false until a whole lease is due (d plus the time of the
+// lease's other tokens) without asking it again, so an empty bucket costs
+// one Store call per lease, as a full one does, never one per job.
 // Concurrent callers share one Store call: those arriving while it is in
 // flight wait for its answer.
 func (b *Bucket) TryTake(ctx context.Context) (bool, error) {
@@ -226,7 +227,9 @@ func (b *Bucket) TryTake(ctx context.Context) (bool, error) {
 		case granted > 0:
 			b.tokens, b.expires = granted-1, b.now().Add(b.leaseTTL)
 		default:
-			b.emptyUntil = b.now().Add(wait)
+			// Ask again when a whole lease is due, not the next token: an
+			// empty bucket costs one Store call per lease, as a full one.
+			b.emptyUntil = b.now().Add(wait + time.Duration(float64(n-1)/cfg.Rate*float64(time.Second)))
 		}
 		b.mu.Unlock()
 		close(r.done)

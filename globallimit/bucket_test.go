@@ -3,6 +3,7 @@ package globallimit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -379,42 +380,48 @@ func TestSetConfigConcurrentWithWait(t *testing.T) {
 // round trip per job).
 func TestTryTakeCountsTheTrafficOverTheRate(t *testing.T) {
 	t.Parallel()
-	clock := testenv.NewClock(time.Unix(1_700_000_000, 0))
-	mem := globallimit.NewMemory(clock.Now)
-	store := &fakeStore{answer: func(_ int, c globallimit.Config, n int) (int, time.Duration, error) {
-		return mem.Take(context.Background(), c, n)
-	}}
-	b := globallimit.New(store, cfg, globallimit.WithLeaseSize(1), globallimit.WithClock(clock.Now))
-	var granted, refused atomic.Int64
-	for step := 0; step < 2000; step++ {
-		var wg sync.WaitGroup
-		for range 10 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				ok, err := b.TryTake(context.Background())
-				if err != nil {
-					t.Error(err)
+	for _, lease := range []int{1, 5} {
+		t.Run(fmt.Sprintf("lease %d", lease), func(t *testing.T) {
+			t.Parallel()
+			clock := testenv.NewClock(time.Unix(1_700_000_000, 0))
+			mem := globallimit.NewMemory(clock.Now)
+			store := &fakeStore{answer: func(_ int, c globallimit.Config, n int) (int, time.Duration, error) {
+				return mem.Take(context.Background(), c, n)
+			}}
+			b := globallimit.New(store, cfg, globallimit.WithLeaseSize(lease), globallimit.WithClock(clock.Now))
+			var granted, refused atomic.Int64
+			for step := 0; step < 2000; step++ {
+				var wg sync.WaitGroup
+				for range 10 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						ok, err := b.TryTake(context.Background())
+						if err != nil {
+							t.Error(err)
+						}
+						if ok {
+							granted.Add(1)
+						} else {
+							refused.Add(1)
+						}
+					}()
 				}
-				if ok {
-					granted.Add(1)
-				} else {
-					refused.Add(1)
-				}
-			}()
-		}
-		wg.Wait()
-		clock.Advance(time.Millisecond)
-	}
-	// 10 at once, then one every 10 ms for 2 s (the last step at 1.999 s).
-	if g := granted.Load(); g < 10+199-1 || g > 10+200 {
-		t.Errorf("granted %d of 20000, want the burst 10 + 100/s over 2 s (~209)", g)
-	}
-	if granted.Load()+refused.Load() != 20_000 {
-		t.Errorf("%d granted + %d refused, want every call answered", granted.Load(), refused.Load())
-	}
-	if calls, _ := store.stats(); calls > 2*int(granted.Load())+2 {
-		t.Errorf("%d Store calls for %d grants: an empty bucket was asked again per call", calls, granted.Load())
+				wg.Wait()
+				clock.Advance(time.Millisecond)
+			}
+			// 10 at once, then one every 10 ms for 2 s (the last step at
+			// 1.999 s), a lease's worth at a time.
+			if g := granted.Load(); g < 10+199-int64(lease) || g > 10+200 {
+				t.Errorf("granted %d of 20000, want the burst 10 + 100/s over 2 s (~209)", g)
+			}
+			if granted.Load()+refused.Load() != 20_000 {
+				t.Errorf("%d granted + %d refused, want every call answered", granted.Load(), refused.Load())
+			}
+			if calls, _ := store.stats(); calls > 2*int(granted.Load())/lease+3 {
+				t.Errorf("%d Store calls for %d grants in leases of %d: want about one per lease, not one per call", calls, granted.Load(), lease)
+			}
+		})
 	}
 }
 

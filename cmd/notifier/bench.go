@@ -33,6 +33,7 @@ type benchFlags struct {
 	contract, processes  int
 	cluster, json        bool
 	gateway              bool
+	shadow               bool
 }
 
 func benchCmd(e *env) *cobra.Command {
@@ -48,6 +49,10 @@ func benchCmd(e *env) *cobra.Command {
                                                 job; the latency each layer adds (p50/p99). --rounds rounds of
                                                 the passes (default 3): each figure is its pass's median round,
                                                 each ratio the median of the rounds' ratios
+  notifier bench --shadow                       also a fourth pass each round: every layer on, with the per-user cap
+                                                in shadow mode denying about half of each user's jobs and a fleet
+                                                shadow_rate far under the rate reached (shadow limits cost nothing
+                                                when the two every-layer ratios match)
   notifier bench --contract 100 --processes 3   pacing: 3 notifier run processes drain a backlog on a 100/s
                                                 contract; achieved rate, most sends in any 1 s window, the gaps
                                                 between sends, and the provider's 429s (there must be none)
@@ -77,6 +82,7 @@ object with every figure instead of the report. It exits 1 when a pacing run bro
 	fl.BoolVar(&f.cluster, "cluster", false, "run on a 3-node JetStream cluster (R3) and a 3-master Redis Cluster")
 	fl.BoolVar(&f.json, "json", false, "print one JSON object with every figure instead of the report")
 	fl.BoolVar(&f.gateway, "gateway", false, "measure the HTTP gateway's 202 and 429 paths (--jobs requests each, --workers clients)")
+	fl.BoolVar(&f.shadow, "shadow", false, "throughput: add a pass with every layer on and shadow limits that deny")
 	c.RunE = func(cmd *cobra.Command, _ []string) error {
 		if err := f.check(cmd); err != nil {
 			return &usageError{err: err}
@@ -104,8 +110,10 @@ func (f *benchFlags) check(cmd *cobra.Command) error {
 		return fmt.Errorf("--rounds must be from 1 to 99, got %d", f.rounds)
 	case f.contract > 0 && cmd.Flags().Changed("rounds"):
 		return fmt.Errorf("--rounds is for the throughput passes, not the pacing run")
-	case f.gateway && (f.contract > 0 || f.cluster || cmd.Flags().Changed("rounds") || cmd.Flags().Changed("users")):
+	case f.gateway && (f.contract > 0 || f.cluster || f.shadow || cmd.Flags().Changed("rounds") || cmd.Flags().Changed("users")):
 		return fmt.Errorf("--gateway takes --jobs, --workers, --nats-url, --redis-addr and --json only")
+	case f.shadow && f.contract > 0:
+		return fmt.Errorf("--shadow is for the throughput passes, not the pacing run")
 	}
 	if f.contract > 0 && !cmd.Flags().Changed("jobs") {
 		f.jobs = max(300, 30*f.contract)
@@ -134,6 +142,9 @@ func (f *benchFlags) command(pacing bool) string {
 	args = append(args, "--jobs", strconv.Itoa(f.jobs))
 	if !pacing {
 		args = append(args, "--users", strconv.Itoa(f.users), "--rounds", strconv.Itoa(f.rounds))
+		if f.shadow {
+			args = append(args, "--shadow")
+		}
 	}
 	return strings.Join(append(args, "--workers", strconv.Itoa(f.workers)), " ")
 }
@@ -165,13 +176,30 @@ type benchResult struct {
 // their ratios to the floor the medians of the rounds' ratios (each pass
 // against the floor measured just before it), and every round's figures.
 type throughputResult struct {
-	Command         string        `json:"command"`
-	Floor           passResult    `json:"floor"`
-	WideOpen        passResult    `json:"wide_open"`
-	AllLayers       passResult    `json:"all_layers"`
-	Rounds          []roundResult `json:"rounds"`
-	WideOpenLimits  string        `json:"wide_open_limits"`
-	AllLayersLimits string        `json:"all_layers_limits"`
+	Command   string     `json:"command"`
+	Floor     passResult `json:"floor"`
+	WideOpen  passResult `json:"wide_open"`
+	AllLayers passResult `json:"all_layers"`
+	// AllLayersShadow is the --shadow pass: every layer on, with shadow
+	// limits that deny.
+	AllLayersShadow       *passResult   `json:"all_layers_shadow,omitempty"`
+	Rounds                []roundResult `json:"rounds"`
+	WideOpenLimits        string        `json:"wide_open_limits"`
+	AllLayersLimits       string        `json:"all_layers_limits"`
+	AllLayersShadowLimits string        `json:"all_layers_shadow_limits,omitempty"`
+}
+
+// passes are the throughput passes to print: the floor (when floor), the
+// dispatcher's, and the --shadow pass when it ran.
+func (t *throughputResult) passes(floor bool) []passResult {
+	ps := []passResult{t.WideOpen, t.AllLayers}
+	if floor {
+		ps = append([]passResult{t.Floor}, ps...)
+	}
+	if t.AllLayersShadow != nil {
+		ps = append(ps, *t.AllLayersShadow)
+	}
+	return ps
 }
 
 // roundResult is one round's throughput: the three passes, one after
@@ -182,6 +210,9 @@ type roundResult struct {
 	AllLayers      float64 `json:"all_layers_jobs_per_second"`
 	WideOpenRatio  float64 `json:"wide_open_ratio"`
 	AllLayersRatio float64 `json:"all_layers_ratio"`
+	// The --shadow pass, when it ran.
+	AllLayersShadow      float64 `json:"all_layers_shadow_jobs_per_second,omitempty"`
+	AllLayersShadowRatio float64 `json:"all_layers_shadow_ratio,omitempty"`
 }
 
 // median is the median of xs (the mean of the middle two of an even
@@ -327,7 +358,7 @@ func runBench(ctx context.Context, f *benchFlags, e *env) error {
 		// Rounds of the three passes one after another, so that a slow
 		// spell of a shared machine falls on every pass alike; each figure
 		// is then the median round's.
-		var floors, wides, alls []passResult
+		var floors, wides, alls, shadows []passResult
 		var steps map[string][]time.Duration
 		for i := range f.rounds {
 			prog.prefix = ""
@@ -338,27 +369,43 @@ func runBench(ctx context.Context, f *benchFlags, e *env) error {
 			if err != nil {
 				return err
 			}
-			wide, err := w.dispatchPass(ctx, fmt.Sprintf("open-r%d", i), "limits wide open", false, f.jobs)
+			wide, err := w.dispatchPass(ctx, fmt.Sprintf("open-r%d", i), "limits wide open", passOpen, f.jobs)
 			if err != nil {
 				return err
 			}
-			all, err := w.dispatchPass(ctx, fmt.Sprintf("layers-r%d", i), "every layer on", true, f.jobs)
+			all, err := w.dispatchPass(ctx, fmt.Sprintf("layers-r%d", i), "every layer on", passLayers, f.jobs)
 			if err != nil {
 				return err
 			}
 			floors, wides, alls = append(floors, floor), append(wides, wide), append(alls, all)
-			t.Rounds = append(t.Rounds, roundResult{
+			rd := roundResult{
 				Floor: floor.JobsPerSecond, WideOpen: wide.JobsPerSecond, AllLayers: all.JobsPerSecond,
 				WideOpenRatio: wide.JobsPerSecond / floor.JobsPerSecond, AllLayersRatio: all.JobsPerSecond / floor.JobsPerSecond,
-			})
+			}
+			if f.shadow {
+				sh, err := w.dispatchPass(ctx, fmt.Sprintf("shadow-r%d", i), "every layer on, shadow", passShadow, f.jobs)
+				if err != nil {
+					return err
+				}
+				shadows = append(shadows, sh)
+				rd.AllLayersShadow, rd.AllLayersShadowRatio = sh.JobsPerSecond, sh.JobsPerSecond/floor.JobsPerSecond
+			}
+			t.Rounds = append(t.Rounds, rd)
 			steps = mergeSteps(steps, all.stepDurations)
 		}
 		t.Floor, t.WideOpen, t.AllLayers = medianPass(floors), medianPass(wides), medianPass(alls)
-		var wideRatios, allRatios []float64
+		var wideRatios, allRatios, shadowRatios []float64
 		for _, rd := range t.Rounds {
 			wideRatios, allRatios = append(wideRatios, rd.WideOpenRatio), append(allRatios, rd.AllLayersRatio)
+			shadowRatios = append(shadowRatios, rd.AllLayersShadowRatio)
 		}
 		t.WideOpen.RatioToFloor, t.AllLayers.RatioToFloor = median(wideRatios), median(allRatios)
+		if f.shadow {
+			sh := medianPass(shadows)
+			sh.RatioToFloor = median(shadowRatios)
+			t.AllLayersShadow = &sh
+			t.AllLayersShadowLimits = benchShadowLimits(f)
+		}
 		res.Rounds = f.rounds
 		res.Throughput = t
 		res.Latency = &latencyResult{Command: f.command(false), Pass: "every layer on", Steps: latencies(steps)}
@@ -394,13 +441,16 @@ func printBench(w io.Writer, r *benchResult) {
 
 		fmt.Fprintf(w, "\nthroughput, beside the bare JetStream floor\n  reproduce: %s\n\n", t.Command)
 		fmt.Fprintf(w, "  %-28s %9s %9s %17s %11s\n", "pass", "jobs/s", "vs floor", "CPU s/1000 jobs", "allocs/job")
-		for _, p := range []passResult{t.Floor, t.WideOpen, t.AllLayers} {
+		for _, p := range t.passes(true) {
 			fmt.Fprintf(w, "  %-28s %9.0f %9.2f %17.3f %11.0f\n", p.Name, p.JobsPerSecond, p.RatioToFloor, p.CPUSecondsPer1000, p.AllocsPerJob)
 		}
 		fmt.Fprintf(w, "\n  floor       = the same messages through a pull consumer with the lanes' settings on a stream with the job\n")
 		fmt.Fprintf(w, "                stream's: one loop pulls as many as there are free workers, %d goroutines double-ack them\n", r.Workers)
 		fmt.Fprintf(w, "  wide open   = %s\n", t.WideOpenLimits)
 		fmt.Fprintf(w, "  every layer = %s\n", t.AllLayersLimits)
+		if t.AllLayersShadow != nil {
+			fmt.Fprintf(w, "  shadow      = %s\n", t.AllLayersShadowLimits)
+		}
 		fmt.Fprintln(w, "  CPU and allocations are this whole process: the embedded NATS server and the sandbox run in it too")
 		fmt.Fprintln(w, "  (the floor's row is their share without the dispatcher)")
 		if len(t.Rounds) > 1 {
@@ -408,13 +458,17 @@ func printBench(w io.Writer, r *benchResult) {
 			fmt.Fprintln(w, "  against the floor measured just before it:")
 			fmt.Fprintf(w, "\n  %-6s %13s %24s %24s\n", "round", "floor jobs/s", "wide open jobs/s (ratio)", "every layer jobs/s (ratio)")
 			for i, rd := range t.Rounds {
-				fmt.Fprintf(w, "  %-6d %13.0f %16.0f (%5.2f) %18.0f (%5.2f)\n", i+1, rd.Floor, rd.WideOpen, rd.WideOpenRatio, rd.AllLayers, rd.AllLayersRatio)
+				fmt.Fprintf(w, "  %-6d %13.0f %16.0f (%5.2f) %18.0f (%5.2f)", i+1, rd.Floor, rd.WideOpen, rd.WideOpenRatio, rd.AllLayers, rd.AllLayersRatio)
+				if t.AllLayersShadow != nil {
+					fmt.Fprintf(w, "   shadow %.0f (%5.2f)", rd.AllLayersShadow, rd.AllLayersShadowRatio)
+				}
+				fmt.Fprintln(w)
 			}
 		}
 
 		fmt.Fprintf(w, "\nRedis cost per sent job\n  reproduce: %s\n\n", t.Command)
 		fmt.Fprintf(w, "  %-28s %12s %9s %22s   %s\n", "pass", "round trips", "commands", "redis CPU s/1000 jobs", "top commands per job")
-		for _, p := range []passResult{t.WideOpen, t.AllLayers} {
+		for _, p := range t.passes(false) {
 			var top []string
 			for i, c := range p.Redis.TopCommands {
 				if i == 5 {
@@ -430,7 +484,7 @@ func printBench(w io.Writer, r *benchResult) {
 		if r.Cluster || strings.Contains(r.Redis, "Cluster") {
 			fmt.Fprintln(w, "  on a Redis Cluster a pipeline counts once per node it reaches (go-redis sends the nodes' parts at once)")
 		}
-		for _, p := range []passResult{t.WideOpen, t.AllLayers} {
+		for _, p := range t.passes(false) {
 			if len(p.Deferrals) > 0 {
 				fmt.Fprintf(w, "  waits in %q: %s\n", p.Name, formatCounts(p.Deferrals))
 			}

@@ -263,6 +263,8 @@ func TestBenchUsageAndSetUpErrors(t *testing.T) {
 		{"bench", "--processes", "2"},
 		{"bench", "--contract", "-1"},
 		{"bench", "--workers", "0"},
+		{"bench", "--shadow", "--contract", "50"},
+		{"bench", "--shadow", "--gateway"},
 	} {
 		if _, stderr, code := runCLI(t, nil, "", args...); code != 2 {
 			t.Errorf("%v: exit %d, want 2\n%s", args, code, stderr)
@@ -377,5 +379,29 @@ func TestBenchExternalServers(t *testing.T) {
 	}
 	for name := range js.StreamNames(ctx).Name() {
 		t.Errorf("stream %s left on the server", name)
+	}
+}
+
+// TestBenchShadow: --shadow adds a fourth pass to each round, every layer
+// on with shadow limits that deny, measured and described like the others.
+func TestBenchShadow(t *testing.T) {
+	t.Parallel()
+	stdout, stderr, code := runCLI(t, nil, "", "bench", "--shadow", "--jobs", "500", "--users", "50", "--workers", "16", "--rounds", "1", "--json")
+	if code != 0 {
+		t.Fatalf("bench --shadow: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	tp := decodeBench(t, stdout).Throughput
+	if tp == nil || tp.AllLayersShadow == nil {
+		t.Fatalf("no shadow pass: %s", stdout)
+	}
+	sh := *tp.AllLayersShadow
+	if sh.Name != "every layer on, shadow" || sh.Jobs != 500 || sh.JobsPerSecond <= 0 || sh.Redis == nil || sh.Redis.RoundTripsPerJob > 2 {
+		t.Errorf("shadow pass: %+v", sh)
+	}
+	if rd := tp.Rounds[0]; rd.AllLayersShadow != sh.JobsPerSecond || rd.AllLayersShadowRatio != sh.RatioToFloor || sh.RatioToFloor != sh.JobsPerSecond/rd.Floor {
+		t.Errorf("shadow round %+v, pass %+v", rd, sh)
+	}
+	if !strings.Contains(tp.AllLayersShadowLimits, "shadow mode at 5 per 1h") || !strings.HasSuffix(tp.Command, "--rounds 1 --shadow --workers 16") {
+		t.Errorf("shadow described as %q, reproduced by %q", tp.AllLayersShadowLimits, tp.Command)
 	}
 }

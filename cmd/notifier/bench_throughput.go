@@ -356,16 +356,51 @@ func (r sinkRegistry) Default(channel string) (providers.Provider, providers.Con
 
 func (r sinkRegistry) All() []providers.Config { return []providers.Config{r.cfg} }
 
+// passKind is which limits a dispatcher pass runs with.
+type passKind int
+
+const (
+	passOpen   passKind = iota // limits wide open
+	passLayers                 // every layer on, configured never to deny
+	passShadow                 // every layer on, with shadow limits that deny (--shadow)
+)
+
+// benchShadowRule is the --shadow pass's per-user cap: in shadow mode, half
+// of each user's share of a pass, so that about half of the jobs are
+// shadow-denied (counted, sent anyway).
+func benchShadowRule(f *benchFlags) userlimit.Rule {
+	r := benchUserRule
+	r.Limit, r.Mode = max(1, f.jobs/f.users/2), userlimit.Shadow
+	return r
+}
+
+// benchShadowRate is the --shadow pass's fleet shadow_rate: far under the
+// rate reached, so that most jobs find the shadow bucket empty.
+const benchShadowRate = 500
+
+// benchShadowLimits describes the --shadow pass.
+func benchShadowLimits(f *benchFlags) string {
+	r := benchShadowRule(f)
+	return fmt.Sprintf("every layer on, the per-user cap in shadow mode at %d per %s (about half of each user's jobs shadow-denied) and a fleet shadow_rate of %d/s: counted, never enforced",
+		r.Limit, fmtDur(r.Window), benchShadowRate)
+}
+
 // dispatchPass runs n jobs through a dispatcher on the bench's NATS and
-// Redis and an in-process sink, after a warm-up, and measures it. layers
-// turns on the per-user cap and the fleet bucket (configured never to deny).
-func (w *benchWorld) dispatchPass(ctx context.Context, tag, name string, layers bool, n int) (passResult, error) {
+// Redis and an in-process sink, after a warm-up, and measures it. kind
+// turns on the per-user cap and the fleet bucket (configured never to
+// deny), and for passShadow shadow limits that deny.
+func (w *benchWorld) dispatchPass(ctx context.Context, tag, name string, kind passKind, n int) (passResult, error) {
 	lcfg := dispatch.LimitsConfig{Prefix: w.prefix, DedupTTL: time.Hour}
 	var users map[string]userlimit.Rule
+	layers := kind != passOpen
 	if layers {
 		g := benchGlobalConfig
 		lcfg.Global = &g
 		users = map[string]userlimit.Rule{"sms": benchUserRule}
+	}
+	if kind == passShadow {
+		lcfg.Global.ShadowRate = benchShadowRate
+		users = map[string]userlimit.Rule{"sms": benchShadowRule(w.f)}
 	}
 	limits := dispatch.RedisLimits(w.rdb, lcfg)
 	reg := sinkRegistry{cfg: w.sink, p: &inProcessSink{name: w.sink.Name}}
