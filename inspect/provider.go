@@ -134,12 +134,8 @@ func (in *Inspector) Provider(ctx context.Context, name string) (ProviderAnswer,
 	}
 	c := dispatch.Contract(p) // the contract as the dispatcher's queues pace it
 	h := in.headroom(c)
-	now, err := in.redisNow(ctx)
-	if err != nil {
-		return ProviderAnswer{}, fmt.Errorf("explain provider %s: %w", name, err)
-	}
 	a := ProviderAnswer{
-		Provider: name, Channel: p.Channel, At: now, EffectiveRate: p.Rate,
+		Provider: name, Channel: p.Channel, EffectiveRate: p.Rate,
 		Contract: Contract{Rate: p.Rate, Unit: unitOf(p), MaxQueueDelaySeconds: p.MaxQueueDelay.Seconds(),
 			Burst: p.Rate * p.MaxQueueDelay.Seconds(), Headroom: h},
 		Quotas: []Quota{}, Breakers: []Breaker{}, TenantsWaiting: []TenantWaiting{},
@@ -155,6 +151,13 @@ func (in *Inspector) Provider(ctx context.Context, name string) (ProviderAnswer,
 	if err != nil {
 		return a, fmt.Errorf("explain provider: %w", err)
 	}
+	// The clock is read after the queue: the slot named is then never
+	// before the queue's (at most a round trip after it).
+	now, err := in.redisNow(ctx)
+	if err != nil {
+		return a, fmt.Errorf("explain provider %s: %w", name, err)
+	}
+	a.At = now
 	// Depth is the queue's length in µs times the paced rate (leaky's
 	// depthUnits, at the contract's rate): back to time.
 	queued := time.Duration(depth / (p.Rate * (1 - h)) * float64(time.Second)).Round(time.Microsecond)

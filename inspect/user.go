@@ -74,32 +74,37 @@ func (in *Inspector) User(ctx context.Context, channel, user string) (UserAnswer
 	if user == "" || len(user) > 256 {
 		return UserAnswer{}, fmt.Errorf("explain user: a user id is 1 to 256 characters, got %d: %w", len(user), ErrInvalid)
 	}
-	now, err := in.redisNow(ctx)
-	if err != nil {
-		return UserAnswer{}, fmt.Errorf("explain user: %w", err)
-	}
-	a := UserAnswer{Channel: channel, User: user, At: now, Allowed: true, NextAllowed: whenAfter(now, 0)}
+	a := UserAnswer{Channel: channel, User: user, Allowed: true}
+	var err error
 	if a.Denials, err = in.denials(ctx, channel, user, time.Now()); err != nil {
 		return a, err
 	}
 	rule, capped := in.cfg.UserLimits[channel]
+	var res userlimit.Result
+	if capped {
+		rule = rule.WithDefaults()
+		a.Capped = true
+		a.Rule = &Rule{Limit: rule.Limit, Window: rule.Window.String(), WindowSeconds: rule.Window.Seconds(),
+			Algorithm: string(rule.Algorithm), OnExceed: string(rule.OnExceed)}
+		if res, err = in.users.Peek(ctx, userlimit.Key{Channel: channel, User: user}, rule); err != nil {
+			return a, fmt.Errorf("explain user: %w", err)
+		}
+	}
+	// The clock is read after the cap: the instant named is then never
+	// before the one the cap meant (at most a round trip after it).
+	if a.At, err = in.redisNow(ctx); err != nil {
+		return a, fmt.Errorf("explain user: %w", err)
+	}
+	a.NextAllowed = whenAfter(a.At, 0)
 	if !capped {
 		return a, nil
-	}
-	rule = rule.WithDefaults()
-	a.Capped = true
-	a.Rule = &Rule{Limit: rule.Limit, Window: rule.Window.String(), WindowSeconds: rule.Window.Seconds(),
-		Algorithm: string(rule.Algorithm), OnExceed: string(rule.OnExceed)}
-	res, err := in.users.Peek(ctx, userlimit.Key{Channel: channel, User: user}, rule)
-	if err != nil {
-		return a, fmt.Errorf("explain user: %w", err)
 	}
 	a.Allowed = res.Allowed
 	if res.Allowed {
 		a.Remaining = min(res.Remaining+1, rule.Limit) // Peek's is what a job now would leave
 	}
 	a.Used = rule.Limit - a.Remaining
-	a.NextAllowed = whenAfter(now, res.RetryAfter)
+	a.NextAllowed = whenAfter(a.At, res.RetryAfter)
 	return a, nil
 }
 

@@ -244,6 +244,7 @@ func TestExplainJobAndEndpoint(t *testing.T) {
 		"j-supp": {": suppressed", "ended suppressed (user_limit)", "user_limit"},
 	} {
 		out, errOut, code := explainCLI(t, w, "--job", id)
+		t.Logf("explain --job %s:\n%s", id, out)
 		for _, s := range want {
 			if code != 0 || !strings.Contains(out, s) {
 				t.Errorf("explain --job %s: exit %d, want %q in\n%s%s", id, code, s, out, errOut)
@@ -251,12 +252,14 @@ func TestExplainJobAndEndpoint(t *testing.T) {
 		}
 	}
 	out, _, code := explainCLI(t, w, "--user", "u1", "--channel", "sms")
+	t.Logf("explain --user u1 --channel sms:\n%s", out)
 	for _, s := range []string{"user u1 on sms", "cap          1 per 1h (fixed_window, on_exceed drop)", "1 used, 0 left", "denied: it would be suppressed", "next allowed 20", "1 this hour"} {
 		if code != 0 || !strings.Contains(out, s) {
 			t.Errorf("explain --user: want %q in\n%s", s, out)
 		}
 	}
 	out, _, code = explainCLI(t, w, "--provider", "sms-gw")
+	t.Logf("explain --provider sms-gw:\n%s", out)
 	for _, s := range []string{"provider sms-gw (sms)", "contract     50 messages/s, max_queue_delay 1s (burst 50), headroom 1.50%", "next slot", "pause        none", "breaker      closed"} {
 		if code != 0 || !strings.Contains(out, s) {
 			t.Errorf("explain --provider: want %q in\n%s", s, out)
