@@ -94,7 +94,7 @@ func TestExplainUserAtTheCap(t *testing.T) {
 	if d := a.NextAllowed.At.Sub(first.Add(3 * time.Second)); d < -50*time.Millisecond || d > 50*time.Millisecond {
 		t.Errorf("next allowed %s; the first send was at %s, the window 3s (off by %s)", a.NextAllowed.At, first, d)
 	}
-	t.Logf("explain: next allowed in %.3fs; first send + window − explain's instant: %s", a.NextAllowed.InSeconds, a.NextAllowed.At.Sub(first.Add(3*time.Second)))
+	t.Logf("explain: next allowed in %.3fs, %s after the first send's arrival + the window", a.NextAllowed.InSeconds, a.NextAllowed.At.Sub(first.Add(3*time.Second)))
 
 	// Asked, then sent: the dispatcher denies it too.
 	publishLines(t, w, false, explainJob("cap-3", "u42"))
