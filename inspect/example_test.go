@@ -80,3 +80,32 @@ func ExampleInspector_Provider() {
 	// contract 10/s, burst 50, headroom 0.015
 	// queue: 10 jobs, 1.0s; next free slot in 1.0s
 }
+
+// What became of job j-7? It held its lease when the per-user cap dropped
+// it: the ledger says so in the script run that gave the lease up.
+func ExampleInspector_Job() {
+	ctx := context.Background()
+	rdb := exampleRedis
+	prefix := newPrefix("example-job")
+
+	// What the dispatcher did: claimed the job, then suppressed it.
+	ledger := dispatch.NewRedisLedger(rdb, prefix, 24*time.Hour)
+	if _, err := ledger.Claim(ctx, "j-7", "web-1/42", 30*time.Second); err != nil {
+		panic(err)
+	}
+	if err := ledger.Ended(ctx, "j-7", "web-1/42", dispatch.EndSuppressed, dispatch.ReasonUserLimit); err != nil {
+		panic(err)
+	}
+
+	in, err := inspect.New(rdb, nil, inspect.Config{Limits: dispatch.LimitsConfig{Prefix: prefix, DedupTTL: 24 * time.Hour}})
+	if err != nil {
+		panic(err)
+	}
+	a, err := in.Job(ctx, "j-7")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("%s: %s (%s), sent %t, attempts %d, lease %q\n", a.Job, a.State, a.Ledger.Reason, a.Ledger.Sent, a.Ledger.Attempts, a.Ledger.LeaseOwner)
+	// Output:
+	// j-7: suppressed (user_limit), sent false, attempts 0, lease ""
+}
