@@ -13,7 +13,8 @@ import (
 type JobAnswer struct {
 	Job string    `json:"job"`
 	At  time.Time `json:"at"` // when it was read, on the Redis clock
-	// State sums it up: sent, dead, suppressed, sending (a lease is held),
+	// State sums it up, the first that holds: sent, sending (a lease is
+	// held), dead or suppressed (its latest dead letter, else the ledger),
 	// waiting (known to the ledger, neither sent nor ended: deferred,
 	// retrying, or in a provider's queue), or unknown (no record: not taken
 	// yet, never published, or forgotten after dedup_ttl).
@@ -131,12 +132,12 @@ func stateOf(a JobAnswer) string {
 	switch {
 	case a.Ledger.Sent:
 		return StateSent
+	case a.Ledger.LeaseOwner != "": // under way now: a replay kept (--keep) its dead letter
+		return StateSending
 	case len(a.DeadLetters) > 0:
 		return a.DeadLetters[len(a.DeadLetters)-1].Kind
 	case a.Ledger.Outcome != "":
 		return a.Ledger.Outcome
-	case a.Ledger.LeaseOwner != "":
-		return StateSending
 	case a.Ledger.Found:
 		return StateWaiting
 	}
