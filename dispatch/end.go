@@ -83,7 +83,7 @@ func (d *Dispatcher) conclude(ctx, sendCtx context.Context, jb *job, e end) {
 		d.releaseOnStop(ctx, jb, e.cause)
 		return
 	}
-	d.release(ctx, jb)
+	d.releaseAt(ctx, jb, e)
 	switch e.kind {
 	case endDuplicate:
 		_ = d.ackResult(ctx, jb, OutcomeDuplicate)
@@ -166,7 +166,14 @@ func (d *Dispatcher) ackResult(ctx context.Context, jb *job, outcome string) err
 }
 
 // release gives up the job's ledger lease without counting anything.
-func (d *Dispatcher) release(ctx context.Context, jb *job) {
+func (d *Dispatcher) release(ctx context.Context, jb *job) { d.releaseAt(ctx, jb, end{}) }
+
+// releaseAt gives up the job's ledger lease at its end e without counting
+// anything; a dead or suppressed end is noted in the record in the same
+// script run (its reason, never its detail, which may quote a provider),
+// for `notifier explain`. A job that holds no lease has nothing to release
+// and nothing is noted: no round trip is added for it.
+func (d *Dispatcher) releaseAt(ctx context.Context, jb *job, e end) {
 	if !jb.claimed {
 		return
 	}
@@ -177,7 +184,16 @@ func (d *Dispatcher) release(ctx context.Context, jb *job) {
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	if err := l.Ledger.Release(rctx, jb.j.ID, jb.owner); err != nil {
+	var err error
+	switch e.kind {
+	case endDead:
+		err = l.Ledger.Ended(rctx, jb.j.ID, jb.owner, EndDead, e.reason)
+	case endSuppressed:
+		err = l.Ledger.Ended(rctx, jb.j.ID, jb.owner, EndSuppressed, e.reason)
+	default:
+		err = l.Ledger.Release(rctx, jb.j.ID, jb.owner)
+	}
+	if err != nil {
 		jb.debug("release ledger lease", "err", err)
 	}
 }

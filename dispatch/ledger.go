@@ -51,7 +51,19 @@ type Ledger interface {
 	// Release gives up the owner's lease without counting anything (a
 	// deferral, a shutdown).
 	Release(ctx context.Context, id, owner string) error
+	// Ended is Release that also notes how the job left the pipeline
+	// unsent, for `notifier explain`: kind EndDead or EndSuppressed with
+	// its Notifier-Reason. The reason must be one of the dispatcher's own
+	// words, never a provider's text (which may hold a recipient). A sent
+	// job's record is left as it is.
+	Ended(ctx context.Context, id, owner, kind, reason string) error
 }
+
+// The kinds of Ledger.Ended.
+const (
+	EndDead       = "dead"
+	EndSuppressed = "suppressed"
+)
 
 var (
 	//go:embed ledger_claim.lua
@@ -201,8 +213,9 @@ func (g *ClaimGroup) decode() {
 // restart, a failover): Load the scripts and try again.
 var ErrNotLoaded = errors.New("script not loaded on the server")
 
-func (l *RedisLedger) settle(ctx context.Context, id, owner, op string) (int, error) {
-	n, err := ledgerSettleScript.Run(ctx, l.rdb, []string{LedgerKey(l.prefix, id)}, owner, op, l.ttl.Milliseconds()).Int()
+func (l *RedisLedger) settle(ctx context.Context, id, owner, op string, more ...any) (int, error) {
+	args := append([]any{owner, op, l.ttl.Milliseconds()}, more...)
+	n, err := ledgerSettleScript.Run(ctx, l.rdb, []string{LedgerKey(l.prefix, id)}, args...).Int()
 	if err != nil {
 		return 0, fmt.Errorf("record %s for job %s: %w", op, id, err)
 	}
@@ -288,6 +301,94 @@ func (l *RedisLedger) Release(ctx context.Context, id, owner string) error {
 	return err
 }
 
+// Ended implements Ledger: the release's script run notes the end, so it
+// costs no round trip more.
+func (l *RedisLedger) Ended(ctx context.Context, id, owner, kind, reason string) error {
+	if err := checkEnd(kind); err != nil {
+		return fmt.Errorf("record %s for job %s: %w", kind, id, err)
+	}
+	_, err := l.settle(ctx, id, owner, "end", kind, reason)
+	return err
+}
+
+// checkEnd refuses a kind Ended does not know.
+func checkEnd(kind string) error {
+	switch kind {
+	case EndDead, EndSuppressed:
+		return nil
+	}
+	return fmt.Errorf("unknown end %q", kind)
+}
+
+// Record is what the ledger holds for one job: the answer of
+// RedisLedger.Record and MemoryLedger.Record.
+type Record struct {
+	// Found is false when the ledger holds nothing for the job: never
+	// claimed (dead or suppressed before its admission, or not taken
+	// yet), or forgotten dedup_ttl after its last change.
+	Found bool
+	// Sent: the provider accepted the job.
+	Sent bool
+	// Attempts is the transient provider failures counted so far.
+	Attempts int
+	// Owner holds the send lease (an instance and a delivery number)
+	// until LeaseUntil; empty when no lease is held or it has ended.
+	Owner      string
+	LeaseUntil time.Time
+	// Seq is the stream sequence of the message that was sent (0 when not
+	// recorded).
+	Seq uint64
+	// Outcome is EndDead or EndSuppressed when the job left unsent while
+	// it held its lease, with its Notifier-Reason in Reason; empty
+	// otherwise.
+	Outcome, Reason string
+	// TTL is how long the record is still kept.
+	TTL time.Duration
+}
+
+// Record reads job id's ledger record in one round trip, changing nothing.
+// The lease shows only while it lasts, on the Redis clock.
+func (l *RedisLedger) Record(ctx context.Context, id string) (Record, error) {
+	key := LedgerKey(l.prefix, id)
+	pipe := l.rdb.Pipeline()
+	all := pipe.HGetAll(ctx, key)
+	ttl := pipe.PTTL(ctx, key)
+	now := pipe.Time(ctx)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return Record{}, fmt.Errorf("read the ledger record of job %s: %w", id, err)
+	}
+	if l.now != nil {
+		now.SetVal(l.now())
+	}
+	return parseRecord(id, all.Val(), ttl.Val(), now.Val())
+}
+
+// parseRecord decodes a ledger hash read at now.
+func parseRecord(id string, h map[string]string, ttl time.Duration, now time.Time) (Record, error) {
+	if len(h) == 0 {
+		return Record{}, nil
+	}
+	r := Record{Found: true, Sent: h["s"] == "1", Outcome: h["x"], Reason: h["r"], TTL: max(ttl, 0)}
+	var err error
+	num := func(f string) int64 {
+		v, ok := h[f]
+		if !ok || err != nil {
+			return 0
+		}
+		n, perr := strconv.ParseInt(v, 10, 64)
+		if perr != nil {
+			err = fmt.Errorf("read the ledger record of job %s: field %s %q: %w", id, f, v, perr)
+		}
+		return n
+	}
+	r.Attempts = int(num("a"))
+	r.Seq = uint64(max(num("q"), 0))
+	if end := num("l"); !r.Sent && h["o"] != "" && end > now.UnixMicro() {
+		r.Owner, r.LeaseUntil = h["o"], time.UnixMicro(end)
+	}
+	return r, err
+}
+
 // HeaderReplayed marks a job republished by `notifier dead replay`; its
 // value is the replay's time (RFC 3339).
 const HeaderReplayed = "Notifier-Replayed"
@@ -320,6 +421,8 @@ type MemoryLedger struct {
 type ledgerRec struct {
 	sent      bool
 	attempts  int
+	outcome   string // Ended: dead or suppressed
+	reason    string
 	owner     string
 	leaseEnd  time.Time
 	expiresAt time.Time
@@ -407,6 +510,42 @@ func (l *MemoryLedger) Release(_ context.Context, id, owner string) error {
 		r.owner = ""
 	}
 	return nil
+}
+
+// Ended implements Ledger.
+func (l *MemoryLedger) Ended(_ context.Context, id, owner, kind, reason string) error {
+	if err := checkEnd(kind); err != nil {
+		return fmt.Errorf("record %s for job %s: %w", kind, id, err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	r := l.get(id, now, true)
+	if r.owner == owner {
+		r.owner = ""
+	}
+	if !r.sent {
+		r.outcome, r.reason = kind, reason
+	}
+	r.expiresAt = now.Add(l.ttl)
+	return nil
+}
+
+// Record reads job id's record (see RedisLedger.Record; Seq is not kept
+// here).
+func (l *MemoryLedger) Record(_ context.Context, id string) (Record, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	r := l.get(id, now, false)
+	if r == nil {
+		return Record{}, nil
+	}
+	rec := Record{Found: true, Sent: r.sent, Attempts: r.attempts, Outcome: r.outcome, Reason: r.reason, TTL: r.expiresAt.Sub(now)}
+	if r.owner != "" && r.leaseEnd.After(now) {
+		rec.Owner, rec.LeaseUntil = r.owner, r.leaseEnd
+	}
+	return rec, nil
 }
 
 // ownerToken makes a lease owner token: the instance and a per-process

@@ -3,11 +3,20 @@
 --
 -- KEYS[1]  the job's ledger hash, {<prefix>j:<id>}
 -- ARGV[1]  owner token of the caller
--- ARGV[2]  what happened: "failed" | "release" | "reset"
+-- ARGV[2]  what happened: "failed" | "release" | "end" | "reset"
 -- ARGV[3]  record TTL (dedup_ttl), integer milliseconds
+-- ARGV[4]  end only: "dead" | "suppressed"
+-- ARGV[5]  end only: the reason, a word of the dispatcher's own list
+--          (Notifier-Reason: user_limit, rejected...), never a provider's
+--          text
+--
+-- Fields beside claim's: x = the outcome of a job that was not sent (dead |
+--         suppressed), r = its reason.
 --
 -- failed:  a = a + 1 (one transient provider failure), the caller's lease cleared
 -- release: the caller's lease cleared; nothing counted
+-- end:     release, and the job's end noted in x and r; nothing counted. A
+--          sent job's record is kept as it is.
 -- reset:   forget the record of a job that was not sent (a dead letter being
 --          replayed starts with no attempts); a sent job is kept
 --
@@ -23,6 +32,13 @@ if op == 'failed' then
 elseif op == 'release' then
   if redis.call('HGET', key, 'o') == ARGV[1] then
     redis.call('HDEL', key, 'o', 'l')
+  end
+elseif op == 'end' then
+  if redis.call('HGET', key, 'o') == ARGV[1] then
+    redis.call('HDEL', key, 'o', 'l')
+  end
+  if redis.call('HGET', key, 's') ~= '1' then
+    redis.call('HSET', key, 'x', ARGV[4], 'r', ARGV[5])
   end
 elseif op == 'reset' then
   if redis.call('HGET', key, 's') == '1' then

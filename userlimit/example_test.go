@@ -142,3 +142,30 @@ func ExampleRedis_Group() {
 		fmt.Println(res.Allowed, res.Remaining, err)
 	}
 }
+
+// Peek asks what a new job of the user would get now, without counting
+// one: an operator's "why", or a check before a send.
+func ExampleMemory_Peek() {
+	ctx := context.Background()
+	now := time.Date(2030, 1, 1, 9, 0, 0, 0, time.UTC)
+	lim := userlimit.NewMemory(func() time.Time { return now })
+	rule := userlimit.Rule{Limit: 2, Window: time.Hour}
+	key := userlimit.Key{Channel: "sms", User: "u42"}
+
+	for _, job := range []string{"job-1", "job-2"} {
+		if _, err := lim.Allow(ctx, key, job, rule); err != nil {
+			panic(err)
+		}
+		now = now.Add(10 * time.Minute)
+	}
+	for range 2 { // a peek counts nothing: asking twice answers the same
+		res, err := lim.Peek(ctx, key, rule)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("allowed=%t retry_after=%s\n", res.Allowed, res.RetryAfter)
+	}
+	// Output:
+	// allowed=false retry_after=40m0s
+	// allowed=false retry_after=40m0s
+}

@@ -44,6 +44,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		deadCmd(e),
 		resumeCmd(e),
 		gatewayCmd(e),
+		explainCmd(e),
 	)
 	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {

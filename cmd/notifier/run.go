@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/notifier/notifier/dispatch"
+	"github.com/notifier/notifier/inspect"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
 )
@@ -113,6 +114,9 @@ func runDispatcher(ctx context.Context, path string, cfg Config, log *slog.Logge
 		status: func(ctx context.Context, _ *dispatch.Dispatcher) (fleetStatus, error) {
 			return readStatus(ctx, rdb, rl.current())
 		},
+		explain: explainHandler(func() (*inspect.Inspector, error) {
+			return newInspector(rdb, queue.NewDeadLetters(js, cfg.NATS), rl.current())
+		}, log),
 		also: []func(ctx context.Context, d *dispatch.Dispatcher) error{
 			func(ctx context.Context, _ *dispatch.Dispatcher) error { return fleet.Run(ctx) },
 			func(ctx context.Context, d *dispatch.Dispatcher) error { return rl.run(ctx, d, reloadGrace(cfg)) },
@@ -163,6 +167,8 @@ type dispatchSetup struct {
 	denials  *dispatch.Denials       // per-user cap denials for `notifier top`; nil: not counted
 	// status is what the metrics port's /status page shows.
 	status func(ctx context.Context, d *dispatch.Dispatcher) (fleetStatus, error)
+	// explain serves the metrics port's /explain; nil: not served.
+	explain http.Handler
 	// also run beside the dispatcher until it stops.
 	also []func(ctx context.Context, d *dispatch.Dispatcher) error
 	// created, when set, is told the dispatcher once it exists, before
@@ -219,7 +225,7 @@ func dispatchJobs(ctx context.Context, s dispatchSetup) error {
 			return errors.New("not connected to NATS")
 		}
 		return d.Ready()
-	}, page, twilioCallbacks(d), log)
+	}, page, twilioCallbacks(d), s.explain, log)
 	if err != nil {
 		return err
 	}

@@ -26,8 +26,8 @@ type metricsServer struct {
 // later) and returns a server to run with serve; nil when listen is "off".
 // ready answers /readyz: nil is ready. status, when set, serves /status;
 // callbacks, when set, serves providers' delivery callbacks
-// (/callbacks/twilio).
-func startMetricsServer(listen string, reg *prometheus.Registry, ready func() error, status, callbacks http.Handler, log *slog.Logger) (*metricsServer, error) {
+// (/callbacks/twilio); explain, when set, serves /explain.
+func startMetricsServer(listen string, reg *prometheus.Registry, ready func() error, status, callbacks, explain http.Handler, log *slog.Logger) (*metricsServer, error) {
 	if listen == "off" {
 		return nil, nil
 	}
@@ -50,6 +50,9 @@ func startMetricsServer(listen string, reg *prometheus.Registry, ready func() er
 	})
 	if callbacks != nil {
 		mux.Handle("/callbacks/twilio", callbacks)
+	}
+	if explain != nil {
+		mux.Handle("GET /explain", explain)
 	}
 	if status != nil {
 		mux.Handle("GET /status", status)

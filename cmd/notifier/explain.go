@@ -1,0 +1,308 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+
+	"github.com/notifier/notifier/inspect"
+	"github.com/notifier/notifier/queue"
+)
+
+func explainCmd(e *env) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "explain",
+		Short: "Say why a user's, a provider's or a job's next step is what it is, from the fleet's live state",
+		Long: `Explain reads the fleet's live state from Redis (and, for a job, the dead-letter
+stream) and changes nothing. Ask one question:
+
+  --user U --channel C  the channel's per-user cap: its rule, how much of the window
+                        U used, when U's next job would be allowed, and the cap's
+                        denials of U this hour and over the last 24 hours
+  --provider P          P's contract and effective rate, its queue's depth and delay,
+                        the next free send slot, a pause and why, each instance's
+                        circuit breaker, and the tenants with jobs waiting
+  --job ID              the job's ledger record (lease, sent, attempts, how it ended
+                        unsent) and its dead letters, never its recipient or text
+
+--json prints the answer as JSON, as the metrics port's /explain serves it.`,
+		Args: cobra.NoArgs,
+	}
+	path := configFlag(c)
+	user := c.Flags().String("user", "", "a user id (with --channel)")
+	channel := c.Flags().String("channel", "", "sms, push or email (with --user)")
+	provider := c.Flags().String("provider", "", "a provider name from the configuration")
+	job := c.Flags().String("job", "", "a job id")
+	asJSON := c.Flags().Bool("json", false, "print as JSON")
+	c.RunE = func(cmd *cobra.Command, _ []string) error {
+		q := explainQuery{user: *user, channel: *channel, provider: *provider, job: *job}
+		if err := q.check(); err != nil {
+			return &usageError{err: err}
+		}
+		cfg, err := LoadConfig(*path, e.getenv)
+		if err != nil {
+			return err
+		}
+		ctx := cmd.Context()
+		rdb, err := ConnectRedis(ctx, cfg.Redis, 4)
+		if err != nil {
+			return err
+		}
+		defer rdb.Close()
+		var dead *queue.DeadLetters
+		if q.job != "" {
+			nc, r, err := openDeadLetters(ctx, cfg, "notifier explain")
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			dead = r
+		}
+		in, err := newInspector(rdb, dead, cfg)
+		if err != nil {
+			return err
+		}
+		answer, err := q.ask(ctx, in)
+		if errors.Is(err, inspect.ErrInvalid) || errors.Is(err, inspect.ErrUnknownProvider) {
+			return &usageError{err: err}
+		}
+		if err != nil {
+			return hintStream(err)
+		}
+		if *asJSON {
+			enc := json.NewEncoder(e.stdout)
+			enc.SetIndent("", "  ")
+			return enc.Encode(answer)
+		}
+		writeExplain(e.stdout, answer)
+		return nil
+	}
+	return c
+}
+
+// newInspector reads the fleet as cfg configures it, through the limit set
+// `notifier run` builds (limitsConfig).
+func newInspector(rdb redis.UniversalClient, dead *queue.DeadLetters, cfg Config) (*inspect.Inspector, error) {
+	return inspect.New(rdb, dead, inspect.Config{Limits: limitsConfig(cfg), UserLimits: cfg.UserLimits, Providers: cfg.Providers})
+}
+
+// explainQuery is one question of `notifier explain` or /explain.
+type explainQuery struct {
+	user, channel, provider, job string
+}
+
+// check refuses anything but exactly one question.
+func (q explainQuery) check() error {
+	n := 0
+	for _, s := range []string{q.user + q.channel, q.provider, q.job} {
+		if s != "" {
+			n++
+		}
+	}
+	switch {
+	case n != 1:
+		return errors.New("ask one question: --user with --channel, --provider, or --job")
+	case q.user != "" && q.channel == "", q.user == "" && q.channel != "":
+		return errors.New("--user and --channel go together")
+	}
+	return nil
+}
+
+// ask puts the question to in: the answer is an inspect.UserAnswer,
+// ProviderAnswer or JobAnswer.
+func (q explainQuery) ask(ctx context.Context, in *inspect.Inspector) (any, error) {
+	switch {
+	case q.provider != "":
+		return in.Provider(ctx, q.provider)
+	case q.job != "":
+		return in.Job(ctx, q.job)
+	}
+	return in.User(ctx, q.channel, q.user)
+}
+
+// writeExplain prints an answer for a reader.
+func writeExplain(w io.Writer, answer any) {
+	switch a := answer.(type) {
+	case inspect.UserAnswer:
+		writeUser(w, a)
+	case inspect.ProviderAnswer:
+		writeProvider(w, a)
+	case inspect.JobAnswer:
+		writeJob(w, a)
+	}
+}
+
+func writeUser(w io.Writer, a inspect.UserAnswer) {
+	fmt.Fprintf(w, "user %s on %s — %s\n", printable(a.User), a.Channel, a.At.Format("2006-01-02 15:04:05.000 UTC"))
+	if !a.Capped {
+		fmt.Fprintf(w, "  no per-user cap on %s: every job is allowed\n", a.Channel)
+	} else {
+		r := a.Rule
+		fmt.Fprintf(w, "  cap          %d per %s (%s, on_exceed %s)\n", r.Limit, fmtDur(time.Duration(r.WindowSeconds*float64(time.Second))), r.Algorithm, r.OnExceed)
+		fmt.Fprintf(w, "  window       %d used, %d left\n", a.Used, a.Remaining)
+		verdict := "allowed"
+		if !a.Allowed {
+			verdict = "denied: it would be suppressed (user_limit)"
+			if r.OnExceed == "defer" {
+				verdict = "denied: it would wait (deferred)"
+			}
+		}
+		fmt.Fprintf(w, "  a job now    %s\n", verdict)
+		fmt.Fprintf(w, "  next allowed %s\n", a.NextAllowed)
+	}
+	fmt.Fprintf(w, "  denials      %d this hour, %d in the last 24 h\n", a.Denials.ThisHour, a.Denials.Last24h)
+}
+
+func writeProvider(w io.Writer, a inspect.ProviderAnswer) {
+	c := a.Contract
+	fmt.Fprintf(w, "provider %s (%s) — %s\n", a.Provider, a.Channel, a.At.Format("2006-01-02 15:04:05.000 UTC"))
+	fmt.Fprintf(w, "  contract     %g %s/s, max_queue_delay %s (burst %g), headroom %.2f%%\n", c.Rate, c.Unit,
+		fmtDur(time.Duration(c.MaxQueueDelaySeconds*float64(time.Second))), c.Burst, 100*c.Headroom)
+	if ad := c.Adaptive; ad != nil {
+		fmt.Fprintf(w, "  adaptive     paced at %.1f/s now (min %g/s, ×%g per throttle, +%g/s per s after %s quiet)\n",
+			a.EffectiveRate, ad.MinRate, ad.Decrease, ad.IncreasePerS, fmtDur(time.Duration(ad.QuietSeconds*float64(time.Second))))
+	}
+	full := ""
+	if a.Queue.Full {
+		full = " — full: a job now waits for room"
+	}
+	fmt.Fprintf(w, "  queue        %.1f %s, %.3fs to drain%s\n", a.Queue.Depth, c.Unit, a.Queue.DelaySeconds, full)
+	fmt.Fprintf(w, "  next slot    %s\n", a.NextFreeSlot)
+	if p := a.Pause; p != nil {
+		fmt.Fprintf(w, "  pause        %s, until %s (%.1fs)\n", p.Reason, p.Until.Format("15:04:05.000"), p.ForSeconds)
+	} else {
+		fmt.Fprintln(w, "  pause        none")
+	}
+	for _, q := range a.Quotas {
+		fmt.Fprintf(w, "  quota        %d per %s: %d used, %d left, resets in %.0fs\n", q.Limit, q.Per, q.Used, q.Left, q.ResetsInSeconds)
+	}
+	if len(a.Breakers) == 0 {
+		fmt.Fprintln(w, "  breakers     no live instance has called it lately")
+	}
+	for _, b := range a.Breakers {
+		fmt.Fprintf(w, "  breaker      %-8s on %s\n", b.State, b.Instance)
+	}
+	if len(a.TenantsWaiting) == 0 {
+		fmt.Fprintln(w, "  waiting      no jobs in the stream")
+	}
+	for _, t := range a.TenantsWaiting {
+		fmt.Fprintf(w, "  waiting      %d jobs of tenant %s\n", t.Queued, t.Tenant)
+	}
+}
+
+func writeJob(w io.Writer, a inspect.JobAnswer) {
+	fmt.Fprintf(w, "job %s — %s: %s\n", a.Job, a.At.Format("2006-01-02 15:04:05.000 UTC"), a.State)
+	l := a.Ledger
+	switch {
+	case !l.Found:
+		fmt.Fprintln(w, "  ledger       no record (not claimed yet, ended before its claim, or forgotten after dedup_ttl)")
+	default:
+		var parts []string
+		if l.Sent {
+			s := "sent"
+			if l.SentSeq > 0 {
+				s += fmt.Sprintf(" (stream sequence %d)", l.SentSeq)
+			}
+			parts = append(parts, s)
+		}
+		parts = append(parts, fmt.Sprintf("%d failed attempts", l.Attempts))
+		if l.LeaseOwner != "" && l.LeaseUntil != nil {
+			parts = append(parts, fmt.Sprintf("leased to %s until %s", printable(l.LeaseOwner), l.LeaseUntil.Format("15:04:05.000")))
+		}
+		if l.Outcome != "" {
+			parts = append(parts, fmt.Sprintf("ended %s (%s)", l.Outcome, l.Reason))
+		}
+		fmt.Fprintf(w, "  ledger       %s; kept %s more\n", strings.Join(parts, ", "), fmtDur(time.Duration(l.KeptForSeconds)*time.Second))
+	}
+	if len(a.DeadLetters) == 0 {
+		fmt.Fprintln(w, "  dead letter  none")
+	}
+	for _, d := range a.DeadLetters {
+		fmt.Fprintf(w, "  dead letter  #%d %s %s on %s: %s — %s\n", d.Seq, d.Stored.Format("2006-01-02 15:04:05"), d.Kind, d.Channel,
+			printable(d.Reason), printable(d.Detail))
+		if d.UserID != "" || d.Provider != "" || d.Tenant != "" {
+			fmt.Fprintf(w, "               user %s, provider %s, tenant %s (recipient and text: notifier dead show %d)\n",
+				orDash(printable(d.UserID)), orDash(printable(d.Provider)), orDash(printable(d.Tenant)), d.Seq)
+		}
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// explainHandler serves /explain on the metrics port: ?user=U&channel=C,
+// ?provider=P or ?job=ID, answered as `notifier explain --json` answers.
+// A bad question is 400 and an unknown provider 404, with {"error": ...};
+// a failure to read the state is 503. inspector gives the Inspector of the
+// configuration in force.
+func explainHandler(inspector func() (*inspect.Inspector, error), log *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v := r.URL.Query()
+		for k, vs := range v {
+			if len(vs) != 1 || !isExplainParam(k) {
+				writeExplainError(w, http.StatusBadRequest, fmt.Sprintf("unknown or repeated parameter %q: ask ?user=U&channel=C, ?provider=P or ?job=ID", printable(cut(k, 64))))
+				return
+			}
+		}
+		q := explainQuery{user: v.Get("user"), channel: v.Get("channel"), provider: v.Get("provider"), job: v.Get("job")}
+		if err := q.check(); err != nil {
+			writeExplainError(w, http.StatusBadRequest, strings.NewReplacer("--", "").Replace(err.Error()))
+			return
+		}
+		in, err := inspector()
+		if err != nil {
+			log.Warn("explain", "err", err)
+			writeExplainError(w, http.StatusServiceUnavailable, err.Error())
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+		defer cancel()
+		answer, err := q.ask(ctx, in)
+		switch {
+		case errors.Is(err, inspect.ErrInvalid):
+			writeExplainError(w, http.StatusBadRequest, err.Error())
+			return
+		case errors.Is(err, inspect.ErrUnknownProvider):
+			writeExplainError(w, http.StatusNotFound, err.Error())
+			return
+		case err != nil:
+			log.Warn("explain", "err", err)
+			writeExplainError(w, http.StatusServiceUnavailable, err.Error())
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(answer)
+	})
+}
+
+func isExplainParam(k string) bool {
+	switch k {
+	case "user", "channel", "provider", "job":
+		return true
+	}
+	return false
+}
+
+// writeExplainError answers {"error": msg} with status.
+func writeExplainError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": printable(msg)})
+}

@@ -1,0 +1,114 @@
+package userlimit_test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"pgregory.net/rapid"
+
+	"github.com/notifier/notifier/testenv"
+	"github.com/notifier/notifier/userlimit"
+	"github.com/notifier/notifier/userlimit/userlimittest"
+)
+
+// TestPropertyPeekAgreesWithAllow applies random sequences of (advance the
+// clock, admit a job for now or for a slot, or peek then admit a new job) to
+// Memory and to Redis on one fake clock. Every peek must say what the Allow
+// of a new job at the same instant then decides (allowed or not, the same
+// remaining, the retry time within 1 ms), and must change nothing: Redis
+// holds the same keys with the same values before and after it.
+func TestPropertyPeekAgreesWithAllow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb := testenv.Redis(t).Client()
+	windows := []time.Duration{3*time.Millisecond + time.Microsecond, time.Second, 10 * time.Second, time.Hour}
+	fresh := 0
+	rapid.Check(t, func(rt *rapid.T) {
+		alg := rapid.SampledFrom(userlimittest.Algorithms).Draw(rt, "algorithm")
+		window := rapid.SampledFrom(windows).Draw(rt, "window")
+		w := window.Microseconds()
+		clock := userlimittest.NewClock(userlimittest.Start.Add(time.Duration(rapid.Int64Range(0, 3*w).Draw(rt, "start offset µs")) * time.Microsecond))
+		prefix := newPrefix("peek")
+		mem := userlimit.NewMemory(clock.Now)
+		red := userlimit.NewRedis(rdb, prefix)
+		red.SetNowForTest(clock.Now)
+		rule := userlimit.Rule{Limit: rapid.IntRange(1, 5).Draw(rt, "limit"), Window: window, Algorithm: alg}
+		key := userlimit.Key{Channel: "sms", User: "u42"}
+		advance := rapid.OneOf(
+			rapid.Just(int64(0)),
+			rapid.Int64Range(1, max(w/10, 1)),
+			rapid.Map(rapid.IntRange(1, 8), func(k int) int64 { return int64(k) * w / 4 }),
+		)
+		for i := range rapid.IntRange(1, 40).Draw(rt, "steps") {
+			clock.Advance(time.Duration(advance.Draw(rt, "advance µs")) * time.Microsecond)
+			for name, l := range map[string]interface {
+				userlimit.Limiter
+				userlimit.Peeker
+			}{"memory": mem, "redis": red} {
+				if !rapid.Bool().Draw(rt, "peek") {
+					job := fmt.Sprintf("job-%d", rapid.IntRange(0, 8).Draw(rt, "job"))
+					if _, err := l.AllowAt(ctx, key, job, rule, clock.Now().Add(time.Duration(rapid.Int64Range(0, w).Draw(rt, "slot µs"))*time.Microsecond)); err != nil {
+						rt.Fatalf("step %d: %s: allow: %v", i, name, err)
+					}
+					continue
+				}
+				var before map[string]string
+				if name == "redis" {
+					before = snapshot(rt, rdb, prefix)
+				}
+				peek, err := l.Peek(ctx, key, rule)
+				if err != nil {
+					rt.Fatalf("step %d: %s: peek: %v", i, name, err)
+				}
+				if name == "redis" {
+					if after := snapshot(rt, rdb, prefix); !maps.Equal(before, after) {
+						rt.Fatalf("step %d: peek changed Redis:\nbefore %v\nafter  %v", i, before, after)
+					}
+				}
+				fresh++
+				got, err := l.Allow(ctx, key, fmt.Sprintf("new-%d", fresh), rule)
+				if err != nil {
+					rt.Fatalf("step %d: %s: allow: %v", i, name, err)
+				}
+				d := peek.RetryAfter - got.RetryAfter
+				if peek.Allowed != got.Allowed || peek.Remaining != got.Remaining || d < -time.Millisecond || d > time.Millisecond {
+					rt.Fatalf("step %d: %s %s limit %d: peek %+v, then allow %+v", i, name, alg, rule.Limit, peek, got)
+				}
+			}
+		}
+	})
+}
+
+// snapshot is every key under prefix with its DUMP.
+func snapshot(rt *rapid.T, rdb *redis.Client, prefix string) map[string]string {
+	ctx := context.Background()
+	keys, err := rdb.Keys(ctx, "{"+prefix+"*").Result()
+	if err != nil {
+		rt.Fatalf("keys: %v", err)
+	}
+	out := make(map[string]string, len(keys))
+	for _, k := range keys {
+		v, err := rdb.Dump(ctx, k).Result()
+		if err != nil && err != redis.Nil {
+			rt.Fatalf("dump %s: %v", k, err)
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// TestPeekInvalidRule: a bad rule is an error, never a panic.
+func TestPeekInvalidRule(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	key := userlimit.Key{Channel: "sms", User: "u"}
+	for _, l := range []userlimit.Peeker{userlimit.NewMemory(nil), userlimit.NewRedis(testenv.Redis(t).Client(), newPrefix("peekbad"))} {
+		if _, err := l.Peek(ctx, key, userlimit.Rule{Limit: 0, Window: time.Second}); err == nil {
+			t.Errorf("%T: peek with limit 0: no error", l)
+		}
+	}
+}
