@@ -82,11 +82,11 @@ func TestClaimGroupMatchesMemory(t *testing.T) {
 			},
 			"failed": func(rt *rapid.T) {
 				id, owner := ids.Draw(rt, "id"), owners.Draw(rt, "owner")
-				want, err := mem.Failed(ctx, id, owner)
+				want, err := mem.Failed(ctx, id, owner, "5xx")
 				if err != nil {
 					rt.Fatal(err)
 				}
-				got, err := red.Failed(ctx, id, owner)
+				got, err := red.Failed(ctx, id, owner, "5xx")
 				if err != nil {
 					rt.Fatal(err)
 				}

@@ -45,9 +45,11 @@ type Ledger interface {
 	Claim(ctx context.Context, id, owner string, lease time.Duration) (Claim, error)
 	// Sent records that the provider accepted the job and clears the lease.
 	Sent(ctx context.Context, id, owner string) error
-	// Failed counts one transient provider failure, clears the owner's lease,
-	// and returns the failures counted so far.
-	Failed(ctx context.Context, id, owner string) (int, error)
+	// Failed counts one transient provider failure, notes its class (the
+	// provider's status class, providers.StatusClass: "5xx", "error"; never
+	// the provider's text), clears the owner's lease, and returns the
+	// failures counted so far.
+	Failed(ctx context.Context, id, owner, class string) (int, error)
 	// Release gives up the owner's lease without counting anything (a
 	// deferral, a shutdown).
 	Release(ctx context.Context, id, owner string) error
@@ -291,8 +293,8 @@ func (c *SentCmd) Err() error {
 }
 
 // Failed implements Ledger.
-func (l *RedisLedger) Failed(ctx context.Context, id, owner string) (int, error) {
-	return l.settle(ctx, id, owner, "failed")
+func (l *RedisLedger) Failed(ctx context.Context, id, owner, class string) (int, error) {
+	return l.settle(ctx, id, owner, "failed", class)
 }
 
 // Release implements Ledger.
@@ -342,6 +344,9 @@ type Record struct {
 	// it held its lease, with its Notifier-Reason in Reason; empty
 	// otherwise.
 	Outcome, Reason string
+	// LastError is the class of the last transient provider failure
+	// ("5xx", "error": providers.StatusClass), empty when none was counted.
+	LastError string
 	// TTL is how long the record is still kept.
 	TTL time.Duration
 }
@@ -368,7 +373,7 @@ func parseRecord(id string, h map[string]string, ttl time.Duration, now time.Tim
 	if len(h) == 0 {
 		return Record{}, nil
 	}
-	r := Record{Found: true, Sent: h["s"] == "1", Outcome: h["x"], Reason: h["r"], TTL: max(ttl, 0)}
+	r := Record{Found: true, Sent: h["s"] == "1", Outcome: h["x"], Reason: h["r"], LastError: h["e"], TTL: max(ttl, 0)}
 	var err error
 	num := func(f string) int64 {
 		v, ok := h[f]
@@ -423,6 +428,7 @@ type ledgerRec struct {
 	attempts  int
 	outcome   string // Ended: dead or suppressed
 	reason    string
+	lastError string // Failed: the class of the last failure
 	owner     string
 	leaseEnd  time.Time
 	expiresAt time.Time
@@ -489,12 +495,15 @@ func (l *MemoryLedger) Sent(_ context.Context, id, _ string) error {
 }
 
 // Failed implements Ledger.
-func (l *MemoryLedger) Failed(_ context.Context, id, owner string) (int, error) {
+func (l *MemoryLedger) Failed(_ context.Context, id, owner, class string) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
 	r := l.get(id, now, true)
 	r.attempts++
+	if class != "" {
+		r.lastError = class
+	}
 	if r.owner == owner {
 		r.owner = ""
 	}
@@ -541,7 +550,7 @@ func (l *MemoryLedger) Record(_ context.Context, id string) (Record, error) {
 	if r == nil {
 		return Record{}, nil
 	}
-	rec := Record{Found: true, Sent: r.sent, Attempts: r.attempts, Outcome: r.outcome, Reason: r.reason, TTL: r.expiresAt.Sub(now)}
+	rec := Record{Found: true, Sent: r.sent, Attempts: r.attempts, Outcome: r.outcome, Reason: r.reason, LastError: r.lastError, TTL: r.expiresAt.Sub(now)}
 	if r.owner != "" && r.leaseEnd.After(now) {
 		rec.Owner, rec.LeaseUntil = r.owner, r.leaseEnd
 	}

@@ -46,10 +46,10 @@ func TestLedgerRecordAndEnded(t *testing.T) {
 			if r.TTL <= 0 || r.TTL > time.Hour {
 				t.Fatalf("claimed: ttl %s, want (0, 1h]", r.TTL)
 			}
-			if _, err := l.Failed(ctx, "job-1", "w1/1"); err != nil {
+			if _, err := l.Failed(ctx, "job-1", "w1/1", "5xx"); err != nil {
 				t.Fatal(err)
 			}
-			if r := read("failed"); r.Attempts != 1 || r.Owner != "" {
+			if r := read("failed"); r.Attempts != 1 || r.LastError != "5xx" || r.Owner != "" {
 				t.Fatalf("failed once: %+v, want 1 attempt and no lease", r)
 			}
 			if _, err := l.Claim(ctx, "job-1", "w1/2", 10*time.Second); err != nil {

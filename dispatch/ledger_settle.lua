@@ -5,15 +5,18 @@
 -- ARGV[1]  owner token of the caller
 -- ARGV[2]  what happened: "failed" | "release" | "end" | "reset"
 -- ARGV[3]  record TTL (dedup_ttl), integer milliseconds
--- ARGV[4]  end only: "dead" | "suppressed"
+-- ARGV[4]  failed: the failure's class ("5xx", "error"; may be absent)
+--          end: "dead" | "suppressed"
 -- ARGV[5]  end only: the reason, a word of the dispatcher's own list
 --          (Notifier-Reason: user_limit, rejected...), never a provider's
 --          text
 --
 -- Fields beside claim's: x = the outcome of a job that was not sent (dead |
---         suppressed), r = its reason.
+--         suppressed), r = its reason, e = the class of the last transient
+--         failure.
 --
--- failed:  a = a + 1 (one transient provider failure), the caller's lease cleared
+-- failed:  a = a + 1 (one transient provider failure), e = its class, the
+--          caller's lease cleared
 -- release: the caller's lease cleared; nothing counted
 -- end:     release, and the job's end noted in x and r; nothing counted. A
 --          sent job's record is kept as it is.
@@ -26,6 +29,9 @@ local key = KEYS[1]
 local op = ARGV[2]
 if op == 'failed' then
   redis.call('HINCRBY', key, 'a', 1)
+  if ARGV[4] and ARGV[4] ~= '' then
+    redis.call('HSET', key, 'e', ARGV[4])
+  end
   if redis.call('HGET', key, 'o') == ARGV[1] then
     redis.call('HDEL', key, 'o', 'l')
   end

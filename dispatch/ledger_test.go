@@ -81,7 +81,7 @@ func TestLedgerConformance(t *testing.T) {
 							t.Fatalf("step %d: sent: %v", i, err)
 						}
 					case "failed":
-						n, err := l.Failed(ctx, "job-1", s.owner)
+						n, err := l.Failed(ctx, "job-1", s.owner, "5xx")
 						if err != nil || n != s.wantN {
 							t.Fatalf("step %d: failed = %d, %v; want %d", i, n, err, s.wantN)
 						}
@@ -196,7 +196,7 @@ func TestRedisLedgerResetForReplay(t *testing.T) {
 	ctx := context.Background()
 	l := NewRedisLedger(testenv.Redis(t).Client(), "rp:", time.Hour)
 	for i := 0; i < 3; i++ {
-		if _, err := l.Failed(ctx, "dead-1", "o"); err != nil {
+		if _, err := l.Failed(ctx, "dead-1", "o", "error"); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -164,7 +164,7 @@ func (d *Dispatcher) answer(ctx context.Context, jb *job, serr error, rl *provid
 		}
 		var attempts int
 		if err := d.withBackend(ctx, jb, func(l *Limits) (err error) {
-			attempts, err = l.Ledger.Failed(ctx, jb.j.ID, jb.owner)
+			attempts, err = l.Ledger.Failed(ctx, jb.j.ID, jb.owner, providers.StatusClass(serr))
 			return err
 		}); err != nil {
 			return stopped(err)

@@ -23,11 +23,11 @@ const (
 	TopMaxUsers  = 20_000
 )
 
-// topKey is the sorted set of one channel's denials in the hour of t (the
-// denials a cap in shadow mode would have made, when shadow). All hours of
-// a channel share one hash tag, so a window of them can be summed with one
-// ZUNION on Redis Cluster.
-func topKey(prefix, channel string, shadow bool, t time.Time) string {
+// DenialsKey is the sorted set (user → count) of one channel's cap denials
+// in the UTC hour of t (the denials a cap in shadow mode would have made,
+// when shadow). All hours of a channel share one hash tag, so a window of
+// them can be summed with one ZUNION on Redis Cluster.
+func DenialsKey(prefix, channel string, shadow bool, t time.Time) string {
 	kind := "top:"
 	if shadow {
 		kind = "top:shadow:"
@@ -65,12 +65,12 @@ func (d *Denials) RecordShadow(ctx context.Context, channel, user string) error 
 // is the command's, read after the pipeline ran. The script goes whole (a
 // pipelined EVALSHA of a script the server lost could not fall back).
 func (d *Denials) recordCmd(ctx context.Context, pipe redis.Pipeliner, channel, user string, shadow bool) *redis.Cmd {
-	return topScript.Eval(ctx, pipe, []string{topKey(d.prefix, channel, shadow, d.now())},
+	return topScript.Eval(ctx, pipe, []string{DenialsKey(d.prefix, channel, shadow, d.now())},
 		user, TopRetention.Milliseconds(), TopMaxUsers)
 }
 
 func (d *Denials) record(ctx context.Context, c redis.Scripter, channel, user string, shadow bool) *redis.Cmd {
-	cmd := topScript.Run(ctx, c, []string{topKey(d.prefix, channel, shadow, d.now())},
+	cmd := topScript.Run(ctx, c, []string{DenialsKey(d.prefix, channel, shadow, d.now())},
 		user, TopRetention.Milliseconds(), TopMaxUsers)
 	if err := cmd.Err(); err != nil {
 		cmd.SetErr(fmt.Errorf("count cap denial on %s: %w", channel, err))
@@ -100,7 +100,7 @@ func (d *Denials) top(ctx context.Context, channel string, shadow bool, window t
 	now := d.now().UTC().Truncate(time.Hour)
 	var keys []string
 	for t := now; !t.Before(now.Add(-window + time.Hour)); t = t.Add(-time.Hour) {
-		keys = append(keys, topKey(d.prefix, channel, shadow, t))
+		keys = append(keys, DenialsKey(d.prefix, channel, shadow, t))
 	}
 	zs, err := d.rdb.ZUnionWithScores(ctx, redis.ZStore{Keys: keys}).Result()
 	if err != nil {

@@ -227,10 +227,10 @@ func TestJobReadsTheLedger(t *testing.T) {
 	if d := a.Ledger.LeaseUntil.Sub(a.At); d < 59*time.Second || d > time.Minute {
 		t.Fatalf("lease until %s, read at %s", a.Ledger.LeaseUntil, a.At)
 	}
-	if _, err := led.Failed(s.ctx, "j-1", "i-1/7"); err != nil {
+	if _, err := led.Failed(s.ctx, "j-1", "i-1/7", "5xx"); err != nil {
 		t.Fatal(err)
 	}
-	if a, err = s.in.Job(s.ctx, "j-1"); err != nil || a.State != inspect.StateWaiting || a.Ledger.Attempts != 1 || a.Ledger.LeaseOwner != "" {
+	if a, err = s.in.Job(s.ctx, "j-1"); err != nil || a.State != inspect.StateWaiting || a.Ledger.Attempts != 1 || a.Ledger.LastError != "5xx" || a.Ledger.LeaseOwner != "" {
 		t.Fatalf("after a failure: %+v, %v", a, err)
 	}
 	if _, err := led.Claim(s.ctx, "j-1", "i-1/8", time.Minute); err != nil {

@@ -43,8 +43,10 @@ type Ledger struct {
 	// SentSeq is the stream sequence of the message that was sent, when
 	// recorded.
 	SentSeq uint64 `json:"sent_seq,omitempty"`
-	// Attempts is the transient provider failures counted.
-	Attempts int `json:"attempts"`
+	// Attempts is the transient provider failures counted, and LastError
+	// the class of the last one ("5xx", "error"; never the provider's text).
+	Attempts  int    `json:"attempts"`
+	LastError string `json:"last_error,omitempty"`
 	// LeaseOwner holds the send lease (an instance and a delivery number)
 	// until LeaseUntil.
 	LeaseOwner string     `json:"lease_owner,omitempty"`
@@ -108,7 +110,7 @@ func (in *Inspector) Job(ctx context.Context, id string) (JobAnswer, error) {
 	if err != nil {
 		return a, fmt.Errorf("explain job: %w", err)
 	}
-	a.Ledger = Ledger{Found: rec.Found, Sent: rec.Sent, SentSeq: rec.Seq, Attempts: rec.Attempts, LeaseOwner: rec.Owner,
+	a.Ledger = Ledger{Found: rec.Found, Sent: rec.Sent, SentSeq: rec.Seq, Attempts: rec.Attempts, LastError: rec.LastError, LeaseOwner: rec.Owner,
 		Outcome: rec.Outcome, Reason: rec.Reason, KeptForSeconds: rec.TTL.Seconds()}
 	if !rec.LeaseUntil.IsZero() {
 		u := rec.LeaseUntil.UTC()

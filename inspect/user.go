@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/userlimit"
 )
@@ -45,6 +46,9 @@ type Rule struct {
 	WindowSeconds float64 `json:"window_seconds"`
 	Algorithm     string  `json:"algorithm"`
 	OnExceed      string  `json:"on_exceed"`
+	// Mode is enforce, or shadow: the cap is counted, never enforced (a job
+	// it denies is sent; Denials are then the ones it would have made).
+	Mode string `json:"mode"`
 }
 
 // Denials are a user's cap denials per UTC hour, as `notifier top` counts
@@ -75,17 +79,17 @@ func (in *Inspector) User(ctx context.Context, channel, user string) (UserAnswer
 		return UserAnswer{}, fmt.Errorf("explain user: a user id is 1 to 256 characters, got %d: %w", len(user), ErrInvalid)
 	}
 	a := UserAnswer{Channel: channel, User: user, Allowed: true}
+	rule, capped := in.cfg.UserLimits[channel]
 	var err error
-	if a.Denials, err = in.denials(ctx, channel, user, time.Now()); err != nil {
+	if a.Denials, err = in.denials(ctx, channel, user, capped && rule.Mode == userlimit.Shadow, time.Now()); err != nil {
 		return a, err
 	}
-	rule, capped := in.cfg.UserLimits[channel]
 	var res userlimit.Result
 	if capped {
 		rule = rule.WithDefaults()
 		a.Capped = true
 		a.Rule = &Rule{Limit: rule.Limit, Window: rule.Window.String(), WindowSeconds: rule.Window.Seconds(),
-			Algorithm: string(rule.Algorithm), OnExceed: string(rule.OnExceed)}
+			Algorithm: string(rule.Algorithm), OnExceed: string(rule.OnExceed), Mode: string(rule.Mode)}
 		if res, err = in.users.Peek(ctx, userlimit.Key{Channel: channel, User: user}, rule); err != nil {
 			return a, fmt.Errorf("explain user: %w", err)
 		}
@@ -108,21 +112,15 @@ func (in *Inspector) User(ctx context.Context, channel, user string) (UserAnswer
 	return a, nil
 }
 
-// denialsKey is the sorted set `notifier top` counts a channel's denials
-// in for the UTC hour of t: dispatch.Denials' key, which
-// TestDenialsReadWhatTopCounts holds this to.
-func denialsKey(prefix, channel string, t time.Time) string {
-	return "{" + prefix + "top:" + channel + "}:" + t.UTC().Format("2006010215")
-}
-
-// denials reads user's denials on channel in the 24 UTC hours up to now's,
+// denials reads user's denials on channel (those a cap in shadow mode
+// would have made, when shadow) in the 24 UTC hours up to now's,
 // in one round trip.
-func (in *Inspector) denials(ctx context.Context, channel, user string, now time.Time) (Denials, error) {
+func (in *Inspector) denials(ctx context.Context, channel, user string, shadow bool, now time.Time) (Denials, error) {
 	hour := now.UTC().Truncate(time.Hour)
 	pipe := in.rdb.Pipeline()
 	cmds := make([]*redis.FloatCmd, 24)
 	for i := range cmds {
-		cmds[i] = pipe.ZScore(ctx, denialsKey(in.cfg.Limits.Prefix, channel, hour.Add(-time.Duration(i)*time.Hour)), user)
+		cmds[i] = pipe.ZScore(ctx, dispatch.DenialsKey(in.cfg.Limits.Prefix, channel, shadow, hour.Add(-time.Duration(i)*time.Hour)), user)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return Denials{}, fmt.Errorf("explain user: read denials on %s: %w", channel, err)

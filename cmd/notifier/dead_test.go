@@ -393,7 +393,7 @@ func TestDeadReplayDryRunPromptKeep(t *testing.T) {
 		if _, err := b.ledger.Claim(ctx, "r00", "test", time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := b.ledger.Failed(ctx, "r00", "test"); err != nil {
+		if _, err := b.ledger.Failed(ctx, "r00", "test", "5xx"); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -147,19 +147,30 @@ func writeUser(w io.Writer, a inspect.UserAnswer) {
 		fmt.Fprintf(w, "  no per-user cap on %s: every job is allowed\n", a.Channel)
 	} else {
 		r := a.Rule
-		fmt.Fprintf(w, "  cap          %d per %s (%s, on_exceed %s)\n", r.Limit, fmtDur(time.Duration(r.WindowSeconds*float64(time.Second))), r.Algorithm, r.OnExceed)
+		mode := "on_exceed " + r.OnExceed
+		if r.Mode == "shadow" {
+			mode = "shadow mode: counted, not enforced"
+		}
+		fmt.Fprintf(w, "  cap          %d per %s (%s, %s)\n", r.Limit, fmtDur(time.Duration(r.WindowSeconds*float64(time.Second))), r.Algorithm, mode)
 		fmt.Fprintf(w, "  window       %d used, %d left\n", a.Used, a.Remaining)
 		verdict := "allowed"
-		if !a.Allowed {
+		switch {
+		case a.Allowed:
+		case r.Mode == "shadow":
+			verdict = "sent, counted as a shadow denial (the cap would refuse it)"
+		case r.OnExceed == "defer":
+			verdict = "denied: it would wait (deferred)"
+		default:
 			verdict = "denied: it would be suppressed (user_limit)"
-			if r.OnExceed == "defer" {
-				verdict = "denied: it would wait (deferred)"
-			}
 		}
 		fmt.Fprintf(w, "  a job now    %s\n", verdict)
 		fmt.Fprintf(w, "  next allowed %s\n", a.NextAllowed)
 	}
-	fmt.Fprintf(w, "  denials      %d this hour, %d in the last 24 h\n", a.Denials.ThisHour, a.Denials.Last24h)
+	shadow := ""
+	if a.Rule != nil && a.Rule.Mode == "shadow" {
+		shadow = " (would-be: the cap is in shadow mode)"
+	}
+	fmt.Fprintf(w, "  denials      %d this hour, %d in the last 24 h%s\n", a.Denials.ThisHour, a.Denials.Last24h, shadow)
 }
 
 func writeProvider(w io.Writer, a inspect.ProviderAnswer) {
@@ -214,7 +225,11 @@ func writeJob(w io.Writer, a inspect.JobAnswer) {
 			}
 			parts = append(parts, s)
 		}
-		parts = append(parts, fmt.Sprintf("%d failed attempts", l.Attempts))
+		if l.LastError != "" {
+			parts = append(parts, fmt.Sprintf("%d failed attempts (the last: %s)", l.Attempts, l.LastError))
+		} else {
+			parts = append(parts, fmt.Sprintf("%d failed attempts", l.Attempts))
+		}
 		if l.LeaseOwner != "" && l.LeaseUntil != nil {
 			parts = append(parts, fmt.Sprintf("leased to %s until %s", printable(l.LeaseOwner), l.LeaseUntil.Format("15:04:05.000")))
 		}

@@ -269,6 +269,19 @@ func TestShadowCapThenEnforce(t *testing.T) {
 	if out, _, _ := runCLI(t, nil, "", "top", "--config", w.config, "--channel", "sms"); !strings.Contains(out, "nobody") {
 		t.Fatalf("top without --shadow counts the shadow's denials:\n%s", out)
 	}
+	var ex struct {
+		Allowed bool `json:"allowed"`
+		Rule    struct {
+			Mode string `json:"mode"`
+		} `json:"rule"`
+		Denials struct {
+			Last24h int `json:"last_24h"`
+		} `json:"denials"`
+	}
+	out, stderr, code = runCLI(t, nil, "", "explain", "--config", w.config, "--user", rows[0].User, "--channel", "sms", "--json")
+	if code != 0 || json.Unmarshal([]byte(out), &ex) != nil || ex.Rule.Mode != "shadow" || ex.Allowed || ex.Denials.Last24h != 13 {
+		t.Fatalf("explain of a user over a shadow cap: exit %d %s %s", code, out, stderr)
+	}
 
 	orig, err := os.ReadFile(w.config)
 	if err != nil {
