@@ -137,19 +137,25 @@ func (m *Memory) decide(ctx context.Context, key Key, jobID string, rule Rule, a
 		sh.m[mk] = st
 	}
 	d := decision{now: now, at: at, move: move, limit: int64(rule.Limit), window: rule.windowMicros(), job: jobID}
-	var o outcome
-	switch rule.Algorithm {
-	case SlidingLog:
-		o = st.slidingLog(d)
-	case SlidingWindow:
-		o = st.slidingWindow(d)
-	case FixedWindow:
-		o = st.fixedWindow(d)
-	case TokenBucket:
-		o = st.tokenBucket(d)
-	}
+	o, _ := st.decide(rule.Algorithm, d) // prepare validated the algorithm
 	sh.maybeSweep(now)
 	return result(o.allowed, o.remaining, o.retry, o.stands), nil
+}
+
+// decide runs algorithm alg's decision d on st; false for an unknown
+// algorithm.
+func (st *memState) decide(alg Algorithm, d decision) (outcome, bool) {
+	switch alg {
+	case SlidingLog:
+		return st.slidingLog(d), true
+	case SlidingWindow:
+		return st.slidingWindow(d), true
+	case FixedWindow:
+		return st.fixedWindow(d), true
+	case TokenBucket:
+		return st.tokenBucket(d), true
+	}
+	return outcome{}, false
 }
 
 // decision is one decision's arguments, as the scripts take them (µs).

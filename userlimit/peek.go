@@ -121,17 +121,8 @@ func (m *Memory) Peek(ctx context.Context, key Key, rule Rule) (Result, error) {
 	sh.mu.Unlock()
 
 	d := decision{now: now, at: now, limit: int64(rule.Limit), window: rule.windowMicros(), job: peekJob}
-	var o outcome
-	switch rule.Algorithm {
-	case SlidingLog:
-		o = st.slidingLog(d)
-	case SlidingWindow:
-		o = st.slidingWindow(d)
-	case FixedWindow:
-		o = st.fixedWindow(d)
-	case TokenBucket:
-		o = st.tokenBucket(d)
-	default:
+	o, ok := st.decide(rule.Algorithm, d)
+	if !ok {
 		return Result{}, errors.New("peek user limit: unknown algorithm") // Validate refuses it first
 	}
 	return result(o.allowed, o.remaining, o.retry, o.stands), nil
