@@ -125,15 +125,16 @@ func TestExpiredBeforeItsSlotIsSuppressedAtOnce(t *testing.T) {
 	}
 }
 
-// TestQuotaExactThroughTheDispatcher: a quota of 50 per 2 s window beside a
-// 100/s contract, two dispatchers, 130 jobs. Every window of the quota
-// (epoch-aligned, on the Redis clock) has at most 50 sends, the first
-// window whose sends started it exactly 50, and the jobs over it wait in
-// JetStream and are sent in later windows, each once; with a fallback the
-// jobs over the quota go there at once instead.
+// TestQuotaExactThroughTheDispatcher: a quota of 100 per 4 s window beside
+// a 100/s contract, two dispatchers, 260 jobs. Every window of the quota
+// (epoch-aligned, on the Redis clock) has at most 100 sends, and every one
+// but the last exactly 100 although a 429 paused the provider for 1 s in
+// the second (the slots given up at the pause return their units); the
+// jobs over it wait in JetStream and are sent in later windows, each once.
+// With a fallback the jobs over the quota go there at once instead.
 func TestQuotaExactThroughTheDispatcher(t *testing.T) {
 	t.Parallel()
-	limit, per, jobs, wait := 50, 2*time.Second, 130, 60*time.Second
+	limit, per, jobs, wait := 100, 4*time.Second, 260, 60*time.Second
 	if os.Getenv("NOTIFIER_QUOTA_MINUTE") != "" {
 		// The README's scenario: 500 a minute beside 100/s.
 		limit, per, jobs, wait = 500, time.Minute, 700, 3*time.Minute
@@ -155,6 +156,26 @@ func TestQuotaExactThroughTheDispatcher(t *testing.T) {
 			b.start(nil)
 			b.start(nil)
 			all := func() []string { return append(b.fake.AcceptedIDs(), fallback.AcceptedIDs()...) }
+			if !withFallback {
+				// A 429 (Retry-After: 1) early in the second window: the
+				// jobs waiting for their slots meet the pause there and give
+				// the slots up, units that must go back to the window (or it
+				// could not be used in full: 1 s of pause and the window's
+				// rest still fit in its 4 s).
+				testenv.WaitFor(t, wait, "20 sends into the second quota window", func() bool {
+					perWindow := map[int64]int{}
+					for _, s := range b.slots.of("sms-gw") {
+						perWindow[s.at/per.Microseconds()] += s.cost
+					}
+					var ws []int64
+					for w := range perWindow {
+						ws = append(ws, w)
+					}
+					sort.Slice(ws, func(i, j int) bool { return ws[i] < ws[j] })
+					return len(ws) >= 2 && perWindow[ws[1]] >= 20
+				})
+				b.fake.RateLimitFor(30*time.Millisecond, "1")
+			}
 			testenv.WaitFor(t, wait, "every job sent", func() bool { return len(all()) >= len(ids) })
 			got := map[string]int{}
 			for _, id := range all() {
