@@ -40,6 +40,15 @@ func (c LimitsConfig) headroom() float64 {
 	return c.Headroom
 }
 
+// HeadroomOf is the headroom the limit sets built from c pace contract ct
+// with: its own (a provider's jitter_budget, see Contract), else c's.
+func (c LimitsConfig) HeadroomOf(ct leaky.Contract) float64 {
+	if ct.Headroom > 0 {
+		return ct.Headroom
+	}
+	return c.headroom()
+}
+
 // RedisLimits is the fleet's shared limit set on Redis (standalone or
 // Cluster). A sent job needs two exchanges with it, the admission before
 // the send and the ledger's "sent" after it, each riding on a pipeline
@@ -109,11 +118,12 @@ func (l *Limits) global() Waiter {
 	return l.Global
 }
 
-// shadowGlobal is the fleet bucket's shadow in use, nil when there is none.
-func (l *Limits) shadowGlobal() *globallimit.Bucket {
+// globals are the fleet bucket and its shadow in use (nil: none), read
+// together: one lock per job for both.
+func (l *Limits) globals() (Waiter, *globallimit.Bucket) {
 	l.gmu.Lock()
 	defer l.gmu.Unlock()
-	return l.shadow
+	return l.Global, l.shadow
 }
 
 // setGlobal configures the fleet bucket: off (nil), on, or a new rate and
@@ -201,7 +211,7 @@ func (r *redisSet) sent(ctx context.Context, jobs []*job, denials *Denials) erro
 			}
 			cmds[i] = r.ledger.SentFromCmd(ctx, bt.pipe, jb.j.ID, seq, sum)
 			if jb.shadowDenied && denials != nil {
-				denials.recordCmd(ctx, bt.pipe, jb.j.Channel, jb.j.UserID, true)
+				denials.recordShadowCmd(ctx, bt.pipe, jb.j.Channel, jb.j.UserID)
 				jb.shadowDenied = false
 			}
 		}

@@ -267,6 +267,12 @@ func TestPromiseTransientFailureIsRetried(t *testing.T) {
 	if len(b.deadLetters()) != 0 {
 		t.Fatalf("a job was dead-lettered after one 503 of max_attempts 3")
 	}
+	// The ledger counts the failure and keeps its class (what explain
+	// --job shows), never the provider's text.
+	rec, err := NewRedisLedger(b.redis.Client(), b.prefix, time.Hour).Record(context.Background(), "retry-1")
+	if err != nil || rec.Attempts != 1 || rec.LastError != "5xx" {
+		t.Fatalf("ledger after the 503: %+v, %v; want 1 attempt, last error 5xx", rec, err)
+	}
 	testenv.WaitFor(t, 20*time.Second, "the job sent on its retry", func() bool { return len(b.fake.AcceptedIDs()) == 1 })
 	testenv.WaitFor(t, 10*time.Second, "the job acknowledged", func() bool { return b.remaining() == 0 })
 	reqs := requestsFor(b.fake, "retry-1")

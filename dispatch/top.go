@@ -52,30 +52,22 @@ func NewDenials(rdb redis.UniversalClient, prefix string) *Denials {
 
 // Record counts one denial of user's job on channel.
 func (d *Denials) Record(ctx context.Context, channel, user string) error {
-	return d.record(ctx, d.rdb, channel, user, false).Err()
-}
-
-// RecordShadow counts one denial a cap in shadow mode would have made of
-// user's job on channel (read with TopShadow).
-func (d *Denials) RecordShadow(ctx context.Context, channel, user string) error {
-	return d.record(ctx, d.rdb, channel, user, true).Err()
-}
-
-// recordCmd queues a Record (RecordShadow when shadow) in pipe; its error
-// is the command's, read after the pipeline ran. The script goes whole (a
-// pipelined EVALSHA of a script the server lost could not fall back).
-func (d *Denials) recordCmd(ctx context.Context, pipe redis.Pipeliner, channel, user string, shadow bool) *redis.Cmd {
-	return topScript.Eval(ctx, pipe, []string{DenialsKey(d.prefix, channel, shadow, d.now())},
-		user, TopRetention.Milliseconds(), TopMaxUsers)
-}
-
-func (d *Denials) record(ctx context.Context, c redis.Scripter, channel, user string, shadow bool) *redis.Cmd {
-	cmd := topScript.Run(ctx, c, []string{DenialsKey(d.prefix, channel, shadow, d.now())},
-		user, TopRetention.Milliseconds(), TopMaxUsers)
-	if err := cmd.Err(); err != nil {
-		cmd.SetErr(fmt.Errorf("count cap denial on %s: %w", channel, err))
+	err := topScript.Run(ctx, d.rdb, []string{DenialsKey(d.prefix, channel, false, d.now())},
+		user, TopRetention.Milliseconds(), TopMaxUsers).Err()
+	if err != nil {
+		return fmt.Errorf("count cap denial on %s: %w", channel, err)
 	}
-	return cmd
+	return nil
+}
+
+// recordShadowCmd queues in pipe the count of one denial a cap in shadow
+// mode would have made of user's job on channel (read with TopShadow); its
+// error is the command's, read after the pipeline ran. The script goes
+// whole (a pipelined EVALSHA of a script the server lost could not fall
+// back).
+func (d *Denials) recordShadowCmd(ctx context.Context, pipe redis.Pipeliner, channel, user string) *redis.Cmd {
+	return topScript.Eval(ctx, pipe, []string{DenialsKey(d.prefix, channel, true, d.now())},
+		user, TopRetention.Milliseconds(), TopMaxUsers)
 }
 
 // UserDenials is one row of Top.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/notifier/notifier/globallimit"
 	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/userlimit"
 )
@@ -32,7 +33,12 @@ func (d *Dispatcher) waitGlobal(ctx context.Context, jb *job) error {
 	if err != nil {
 		return err
 	}
-	if l := d.currentLimits(); l != nil && l.global() != nil {
+	l := d.currentLimits()
+	if l == nil {
+		return nil
+	}
+	g, sb := l.globals()
+	if g != nil {
 		if time.Since(start) > 5*time.Millisecond {
 			d.m.LimitDecisions.WithLabelValues(LayerGlobal, "deny").Inc()
 			d.m.Deferrals.WithLabelValues(LayerGlobal, "empty").Inc()
@@ -40,23 +46,17 @@ func (d *Dispatcher) waitGlobal(ctx context.Context, jb *job) error {
 			d.m.LimitDecisions.WithLabelValues(LayerGlobal, "allow").Inc()
 		}
 	}
-	d.askShadowGlobal(ctx, jb)
+	if sb != nil {
+		d.askShadowGlobal(ctx, jb, sb)
+	}
 	return nil
 }
 
-// askShadowGlobal asks the fleet bucket's shadow (global.shadow_rate), if
-// there is one, for a token, never waiting: a job that finds it empty is
-// counted (decision shadow_deny) and goes on. Its round trips are the
-// shadow bucket's leases, not one per job (globallimit.Bucket.TryTake).
-func (d *Dispatcher) askShadowGlobal(ctx context.Context, jb *job) {
-	l := d.currentLimits()
-	if l == nil {
-		return
-	}
-	sb := l.shadowGlobal()
-	if sb == nil {
-		return
-	}
+// askShadowGlobal asks the fleet bucket's shadow (global.shadow_rate) for
+// a token, never waiting: a job that finds it empty is counted (decision
+// shadow_deny) and goes on. Its round trips are the shadow bucket's
+// leases, not one per job (globallimit.Bucket.TryTake).
+func (d *Dispatcher) askShadowGlobal(ctx context.Context, jb *job, sb *globallimit.Bucket) {
 	ok, err := sb.TryTake(ctx)
 	switch {
 	case err != nil:

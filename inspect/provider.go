@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/notifier/notifier/dispatch"
-	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/providers"
 )
 
@@ -111,19 +110,6 @@ func (in *Inspector) provider(name string) (providers.Config, bool) {
 	return providers.Config{}, false
 }
 
-// headroom is the headroom c is paced with: its own (jitter_budget), else
-// the limit set's (LimitsConfig.Headroom, dispatch.DefaultHeadroom when
-// unset), as dispatch.RedisLimits builds the queue.
-func (in *Inspector) headroom(c leaky.Contract) float64 {
-	switch {
-	case c.Headroom > 0:
-		return c.Headroom
-	case in.cfg.Limits.Headroom > 0:
-		return in.cfg.Limits.Headroom
-	}
-	return dispatch.DefaultHeadroom
-}
-
 // Provider answers for the provider name: its contract and effective
 // rate, its queue, the next free slot, a pause, the breakers and the
 // tenants waiting. An unknown name wraps ErrUnknownProvider.
@@ -133,7 +119,7 @@ func (in *Inspector) Provider(ctx context.Context, name string) (ProviderAnswer,
 		return ProviderAnswer{}, fmt.Errorf("explain provider %q: %w", name, ErrUnknownProvider)
 	}
 	c := dispatch.Contract(p) // the contract as the dispatcher's queues pace it
-	h := in.headroom(c)
+	h := in.cfg.Limits.HeadroomOf(c)
 	a := ProviderAnswer{
 		Provider: name, Channel: p.Channel, EffectiveRate: p.Rate,
 		Contract: Contract{Rate: p.Rate, Unit: unitOf(p), MaxQueueDelaySeconds: p.MaxQueueDelay.Seconds(),

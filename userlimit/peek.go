@@ -20,26 +20,16 @@ const peekJob = " peek"
 
 var (
 	//go:embed peek.lua
-	peekLua string
-
-	slidingLogPeek    = redis.NewScript(peekLua + slidingLogLua + decideLua)
-	slidingWindowPeek = redis.NewScript(peekLua + markerLua + slidingWindowLua + decideLua)
-	fixedWindowPeek   = redis.NewScript(peekLua + markerLua + fixedWindowLua + decideLua)
-	tokenBucketPeek   = redis.NewScript(peekLua + tokenBucketLua + decideLua)
+	peekLua     string
+	peekScripts = scriptsWith(peekLua)
 )
 
 // peekScript returns the read-only script of a valid algorithm.
 func peekScript(a Algorithm) *redis.Script {
-	switch a {
-	case SlidingWindow:
-		return slidingWindowPeek
-	case FixedWindow:
-		return fixedWindowPeek
-	case TokenBucket:
-		return tokenBucketPeek
-	default:
-		return slidingLogPeek
+	if s, ok := peekScripts[a]; ok {
+		return s
 	}
+	return peekScripts[SlidingLog] // the default algorithm
 }
 
 // Peeker answers what a limiter would decide for a new job of key now,

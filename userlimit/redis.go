@@ -23,34 +23,41 @@ var (
 	markerLua string
 
 	//go:embed sliding_log.lua
-	slidingLogLua    string
-	slidingLogScript = redis.NewScript(slidingLogLua + decideLua)
-
+	slidingLogLua string
 	//go:embed sliding_window.lua
-	slidingWindowLua    string
-	slidingWindowScript = redis.NewScript(markerLua + slidingWindowLua + decideLua)
-
+	slidingWindowLua string
 	//go:embed fixed_window.lua
-	fixedWindowLua    string
-	fixedWindowScript = redis.NewScript(markerLua + fixedWindowLua + decideLua)
-
+	fixedWindowLua string
 	//go:embed token_bucket.lua
-	tokenBucketLua    string
-	tokenBucketScript = redis.NewScript(tokenBucketLua + decideLua)
+	tokenBucketLua string
+
+	// algorithmLua is each algorithm's decide function with what it
+	// needs prepended.
+	algorithmLua = map[Algorithm]string{
+		SlidingLog:    slidingLogLua,
+		SlidingWindow: markerLua + slidingWindowLua,
+		FixedWindow:   markerLua + fixedWindowLua,
+		TokenBucket:   tokenBucketLua,
+	}
+	decideScripts = scriptsWith("")
 )
+
+// scriptsWith builds every algorithm's script with prefix prepended (""
+// for the deciding scripts, peek.lua for the read-only ones).
+func scriptsWith(prefix string) map[Algorithm]*redis.Script {
+	m := make(map[Algorithm]*redis.Script, len(algorithmLua))
+	for a, body := range algorithmLua {
+		m[a] = redis.NewScript(prefix + body + decideLua)
+	}
+	return m
+}
 
 // script returns the script of a valid algorithm.
 func script(a Algorithm) *redis.Script {
-	switch a {
-	case SlidingWindow:
-		return slidingWindowScript
-	case FixedWindow:
-		return fixedWindowScript
-	case TokenBucket:
-		return tokenBucketScript
-	default:
-		return slidingLogScript
+	if s, ok := decideScripts[a]; ok {
+		return s
 	}
+	return decideScripts[SlidingLog] // the default algorithm
 }
 
 // Redis is a Limiter whose state lives in Redis and is shared by every
