@@ -523,6 +523,15 @@ func TestPromiseReloadKeepsJobsUnderWay(t *testing.T) {
 	b := setup(t, setupOpts{rate: 1, maxQueueDelay: 3 * time.Second})
 	p := b.start(nil)
 	old := b.publishN("old", "sms", 3, 3)
+	t.Cleanup(func() {
+		if t.Failed() { // what became of the jobs under way
+			for _, line := range strings.Split(b.logs.String(), "\n") {
+				if strings.Contains(line, `"job":"old-`) {
+					t.Log(line)
+				}
+			}
+		}
+	})
 	testenv.WaitFor(t, 20*time.Second, "one sent, two waiting for their slots", func() bool {
 		return len(b.fake.AcceptedIDs()) == 1 && p.d.InFlight() == 2
 	})
@@ -563,9 +572,9 @@ func TestPromiseReloadKeepsJobsUnderWay(t *testing.T) {
 // TestPromiseBreakerSpendsNoAttempts: "after 10 consecutive transient
 // failures the provider is not called for 5 s, then probed with one call.
 // Jobs wait meanwhile without using attempts". With max_attempts 3 and the
-// provider failing for 6 s, no job is dead-lettered, the provider sees
-// about one request per job plus the probes, and all are sent once it
-// recovers.
+// provider failing until 4 s after the breaker opened, no job is
+// dead-lettered, the provider sees about one request per job plus the
+// probes, and all are sent once it recovers.
 func TestPromiseBreakerSpendsNoAttempts(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{})
@@ -573,13 +582,15 @@ func TestPromiseBreakerSpendsNoAttempts(t *testing.T) {
 		o.Workers = 12
 		o.Retry = RetryConfig{MaxAttempts: 3, BaseDelay: time.Second, MaxDelay: time.Second} // retries spread over 1 s: no job fails 3 times before the breaker opens
 	})
-	// The outage starts with the jobs, not with a start-up a loaded machine
-	// may stretch over most of it.
-	b.fake.FailFor(6*time.Second, http.StatusServiceUnavailable)
+	// The provider is down until the breaker opens and 4 s more: the
+	// outage is measured from the breaker, not from a start-up or a first
+	// fetch that a loaded machine may stretch over a fixed outage's length.
+	b.fake.FailFor(time.Hour, http.StatusServiceUnavailable)
 	ids := b.publishN("brk", "push", 12, 12)
 	testenv.WaitFor(t, 20*time.Second, "the breaker open", func() bool {
 		return p.count(p.d.m.Deferrals.WithLabelValues(LayerProvider, "circuit_open")) > 0
 	})
+	b.fake.FailFor(4*time.Second, http.StatusServiceUnavailable)
 	testenv.WaitFor(t, 40*time.Second, "all 12 sent after the provider recovered", func() bool { return len(b.fake.AcceptedIDs()) >= 12 })
 	b.acceptedOnce(ids)
 	if dls := b.deadLetters(); len(dls) != 0 {
