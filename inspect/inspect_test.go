@@ -163,12 +163,15 @@ func TestProviderReadsQueuePauseFleet(t *testing.T) {
 	if a.Queue.Depth < 9 || a.Queue.Depth > 10 {
 		t.Fatalf("depth %g, want about 10", a.Queue.Depth)
 	}
-	// The next slot a reservation gets is the one explain named.
+	// The next slot a reservation gets is the one explain named: never
+	// before it (to the µs rounding), later by at most the gap between the
+	// queue's read and the clock's that follows it (a round trip; 1.2 ms
+	// was seen on a loaded machine, so 5 ms is allowed).
 	r, err := l.Leaky.Reserve(s.ctx, p.Name, c, 1)
 	if err != nil || !r.OK || r.Slot <= last {
 		t.Fatalf("reserve: %+v, %v", r, err)
 	}
-	if d := a.NextFreeSlot.At.Sub(time.UnixMicro(r.Slot)); d < -time.Millisecond || d > time.Millisecond {
+	if d := a.NextFreeSlot.At.Sub(time.UnixMicro(r.Slot)); d < -time.Millisecond || d > 5*time.Millisecond {
 		t.Fatalf("explain's next free slot %s, the reservation's %s", a.NextFreeSlot.At, time.UnixMicro(r.Slot).UTC())
 	}
 
