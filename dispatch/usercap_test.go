@@ -183,6 +183,43 @@ func TestUserCapHeldAtTheProvider(t *testing.T) {
 	}
 }
 
+// TestUserCapBurstWithinTheCapIsSent: users who each send exactly their
+// cap in one burst get every job, even when the jobs wait in a provider's
+// queue: 20 users × 3 jobs under a cap of 3 per 10 s, on_exceed drop,
+// published one user's burst after another and sent through a contract of
+// 100/s, so a user's three jobs are admitted together when they are taken
+// and then moved to send slots up to 600 ms later. Moving a job to its
+// slot must not count it against the jobs of its user admitted after it
+// (token_bucket did, and suppressed two of a user's three jobs).
+func TestUserCapBurstWithinTheCapIsSent(t *testing.T) {
+	for _, alg := range []userlimit.Algorithm{userlimit.SlidingLog, userlimit.SlidingWindow, userlimit.FixedWindow, userlimit.TokenBucket} {
+		t.Run(string(alg), func(t *testing.T) {
+			t.Parallel()
+			rule := userlimit.Rule{Limit: 3, Window: 10 * time.Second, Algorithm: alg, OnExceed: userlimit.Drop}
+			b := setup(t, setupOpts{rate: 100, maxQueueDelay: 2 * time.Second})
+			var jobs []*queue.Job
+			var ids []string
+			for u := range 20 {
+				for k := range 3 {
+					id := fmt.Sprintf("burst-u%d-%d", u, k)
+					jobs, ids = append(jobs, newJob(id, "sms", fmt.Sprintf("u%d", u))), append(ids, id)
+				}
+			}
+			b.publish(jobs...)
+			b.start(func(o *Options) {
+				o.Workers = 16
+				o.UserLimits = map[string]userlimit.Rule{"sms": rule}
+			})
+			testenv.WaitFor(t, 30*time.Second, "every job handled", func() bool { return b.remaining() == 0 })
+			if dead := b.deadLetters(); len(dead) != 0 {
+				t.Errorf("%d jobs within their users' cap suppressed, want none: %v", len(dead), dead)
+			}
+			b.acceptedOnce(ids)
+			checkCap(t, rule, b.fake)
+		})
+	}
+}
+
 // TestUserCapHeldThroughRedelivery: a job whose worker stalls past
 // ack_wait (its provider call hangs) is redelivered to another worker; the
 // ledger keeps the two copies from sending at once, and the cap counts the

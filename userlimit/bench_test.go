@@ -126,3 +126,46 @@ func BenchmarkGroup(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkBusyUser measures one decision for a user whose log is full:
+// limit jobs admitted in the window, every further one denied. sliding_log
+// counts its log with ZCOUNT (O(log n)). token_bucket is O(1) for an
+// instant after every admission ("past": the jobs were sent), and reads its
+// whole log for an instant before its newest admission ("ahead": the jobs
+// wait in a provider's queue for slots ahead of now), so that cost grows
+// with the limit; MaxTokenBucketLimit bounds it.
+func BenchmarkBusyUser(b *testing.B) {
+	ctx := context.Background()
+	srv := testenv.Redis(b)
+	rdb := redis.NewClient(srv.Options())
+	b.Cleanup(func() { _ = rdb.Close() })
+	for _, limit := range []int{10, 100, userlimit.MaxTokenBucketLimit} {
+		for _, alg := range []userlimit.Algorithm{userlimit.SlidingLog, userlimit.TokenBucket} {
+			for _, ahead := range []bool{false, true} {
+				where := map[bool]string{false: "past", true: "ahead"}[ahead]
+				b.Run(fmt.Sprintf("redis/%s/limit=%d/%s", alg, limit, where), func(b *testing.B) {
+					rule := userlimit.Rule{Limit: limit, Window: time.Hour, Algorithm: alg}
+					lim := userlimit.NewRedis(rdb, fmt.Sprintf("busy%d%s:", limit, where))
+					key := userlimit.Key{Channel: "push", User: "busy"}
+					for i := range limit {
+						var err error
+						if ahead {
+							_, err = lim.AllowAt(ctx, key, "fill-"+strconv.Itoa(i), rule, time.Now().Add(time.Minute+time.Duration(i)*time.Millisecond))
+						} else {
+							_, err = lim.Allow(ctx, key, "fill-"+strconv.Itoa(i), rule)
+						}
+						if err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.ResetTimer()
+					for i := 0; b.Loop(); i++ {
+						if _, err := lim.Allow(ctx, key, "job-"+strconv.Itoa(i), rule); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+			}
+		}
+	}
+}

@@ -33,6 +33,8 @@
 //   - token_bucket: limit is the burst, and limit tokens refill per window
 //     (one every window/limit, rounded up to a whole microsecond, so never
 //     faster than limit per window). Smooths sends instead of counting them.
+//     GCRA, kept exact for instants decided out of order by keeping the
+//     window's admissions; limits up to 1,000.
 //
 // # The error bound of sliding_window
 //
@@ -74,13 +76,15 @@
 // Allow takes the job id. The same job id decided again for now within the
 // window after it was admitted (a JetStream redelivery) is allowed again
 // without counting twice, for every algorithm, where its admission stands
-// (Result.At): sliding_log finds the id in its log; the others keep a
-// marker per admitted job under the same hash tag that lapses one window
-// after the admission. Decided with AllowAt for another instant, the job's
-// admission is withdrawn and the job decided anew, so it still counts once;
-// denied there, it holds no admission. A moved token_bucket job gives its
-// token back exactly when nothing was admitted since (tat is still what it
-// left); otherwise it keeps it, which can only admit less. A denied
+// (Result.At): sliding_log and token_bucket find the id in their log; the
+// others keep a marker per admitted job under the same hash tag that lapses
+// one window after the admission. Decided with AllowAt for another instant,
+// the job's admission is withdrawn and the job decided anew, so it still
+// counts once; denied there, it holds no admission. Every algorithm
+// withdraws exactly, whatever was admitted since: token_bucket keeps the
+// window's admissions (not only GCRA's one instant of state, which cannot
+// give one job's token back once another was admitted after it, and denied
+// two of three jobs of a burst moved to their send slots). A denied
 // decision counts nothing and leaves no marker, and an id decided again
 // after its window is a new job.
 //
@@ -88,10 +92,13 @@
 //
 // Measured on Redis 7.0 with 20-character job ids: sliding_log about 40 bytes
 // per job of the window while the log is small (up to 128 entries), about 116
-// above; the other algorithms about 100 bytes of counting state plus about
-// 120 bytes per job admitted in the last window (the markers). So every
-// algorithm's memory grows with the jobs admitted per window; only
-// sliding_window and fixed_window take large limits without refusing them.
+// above, and token_bucket the same plus one string; the other algorithms
+// about 100 bytes of counting state plus about 120 bytes per job admitted in
+// the last window (the markers). So every algorithm's memory grows with the
+// jobs admitted per window; only sliding_window and fixed_window take large
+// limits without refusing them (sliding_log refuses limits above 100,000,
+// token_bucket above 1,000: a decision for an instant before its newest
+// admission reads the whole log).
 // Memory keeps the same state in Go maps. Every key expires one second after
 // its state stops mattering (end of window, bucket full again, marker
 // lapsed), and Memory drops idle keys in an amortised sweep.

@@ -90,7 +90,7 @@ func ExampleKeys() {
 	fmt.Println(userlimit.Tag("notifier:", userlimit.Key{Channel: "push", User: "{odd}"}))
 	// Output:
 	// [{notifier:u:push:alice}:sl]
-	// [{notifier:u:push:alice}:tb {notifier:u:push:alice}:tb:j:job-1]
+	// [{notifier:u:push:alice}:tb {notifier:u:push:alice}:tb:log]
 	// {notifier:u:push:%7Bodd%7D}
 }
 

@@ -59,17 +59,24 @@ func suffix(a Algorithm) string {
 //
 //   - sliding_log: the log, a sorted set of the window's job ids scored by
 //     admission time in µs (Tag + ":sl");
+//   - token_bucket: its folded state (Tag + ":tb", a string, GCRA's tat in
+//     µs over the admissions that left the log), then its log (Tag +
+//     ":tb:log", a sorted set of the window's job ids scored by admission
+//     time in µs);
 //   - the O(1) algorithms: their state (Tag + ":sw" hash {w, c, p},
-//     ":fw" hash {w, n}, ":tb" string tat in µs), then the job's marker
-//     (state key + ":j:" + jobID, a string holding when it lapses in µs).
+//     ":fw" hash {w, n}), then the job's marker (state key + ":j:" + jobID,
+//     a string '@' + the instant in µs its admission stands at).
 //
 // Each algorithm has its own keys, so changing a channel's algorithm starts
 // from empty state instead of misreading another algorithm's. Every key
 // expires on its own once idle.
 func Keys(prefix string, key Key, alg Algorithm, jobID string) []string {
 	state := Tag(prefix, key) + suffix(alg)
-	if alg == SlidingLog {
+	switch alg {
+	case SlidingLog:
 		return []string{state}
+	case TokenBucket:
+		return []string{state, state + ":log"}
 	}
 	return []string{state, state + ":j:" + jobID}
 }

@@ -26,8 +26,8 @@ const sweepEvery = 64
 // dropping every key whose state no longer matters (its window has passed).
 // That costs O(1) per call amortised and keeps at most about twice the live
 // keys, plus 64 per shard. Memory per key is that of
-// the Redis backend: O(limit) for sliding_log, O(1) plus one marker per job
-// admitted in the last window for the others. Use NewMemory; the zero value
+// the Redis backend: O(limit) for sliding_log and token_bucket, O(1) plus
+// one marker per job admitted in the last window for the others. Use NewMemory; the zero value
 // is not usable.
 type Memory struct {
 	now    func() time.Time
@@ -51,14 +51,15 @@ type memKey struct {
 type memState struct {
 	expire int64 // the state no longer matters once now >= expire
 
-	// sliding_log: the admissions in time order (instants may lie ahead of
-	// now), and their ids.
+	// sliding_log, token_bucket: the admissions in time order (instants may
+	// lie ahead of now), and their ids.
 	log []logEntry
 	ids map[string]int64
 
 	// fixed_window and sliding_window: per fixed window k, the jobs
 	// admitted for instants in it (and, sliding_window, the earliest
-	// offset of one). token_bucket: tat (0: no bucket).
+	// offset of one). token_bucket: GCRA's tat over the admissions folded
+	// out of the log (0: none).
 	wins map[int64]*memWindow
 	tat  int64
 
@@ -75,10 +76,9 @@ type memWindow struct {
 }
 
 // memMarker is an admitted job: the instant its admission stands at, when
-// the marker lapses, and (token_bucket) tat just before and after it.
+// the marker lapses.
 type memMarker struct {
-	at, lapse     int64
-	before, after int64
+	at, lapse int64
 }
 
 type logEntry struct {

@@ -58,6 +58,10 @@ func TestRuleValidate(t *testing.T) {
 			"limit: 100001 is above 100000, the most sliding_log allows (it keeps every job of the window, " +
 				"O(limit) memory per user); use algorithm sliding_window for large limits",
 		}},
+		{userlimit.Rule{Limit: 1001, Window: time.Hour, Algorithm: userlimit.TokenBucket}, []string{
+			"limit: 1001 is above 1000, the most token_bucket allows (each decision reads every job of the window); " +
+				"use algorithm sliding_window for large limits",
+		}},
 		{userlimit.Rule{Limit: 1, Window: 999 * time.Microsecond}, []string{"window: must be a duration of at least 1ms, got 999µs"}},
 		{userlimit.Rule{Limit: 1, Window: 367 * 24 * time.Hour}, []string{"window: must be at most 8784h0m0s (366 days), got 8808h0m0s"}},
 		{userlimit.Rule{Limit: 1, Window: time.Hour, Algorithm: "leaky"}, []string{

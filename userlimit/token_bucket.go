@@ -1,38 +1,79 @@
 package userlimit
 
-// tokenBucket is the in-memory twin of token_bucket.lua, a GCRA: one token
-// every T = ceil(window/limit) µs, at most limit tokens; the state is the
-// theoretical arrival time tat, and the bucket is full when tat <= now. A
-// job is allowed for at when max(tat, at) + T − at <= limit·T. A job with an
-// unlapsed marker is allowed again without taking a token; moved to another
-// instant it gives its token back when nothing was admitted since, and is
-// decided anew.
+// tokenBucket is the in-memory twin of token_bucket.lua: GCRA on the
+// instants jobs are admitted for, exact in whatever order they are
+// decided. One token every T = ceil(window/limit) µs, burst = limit·T; the
+// log holds the admissions of the last window (in time order), tat the
+// GCRA state of those folded out of it in time order. A job is allowed for
+// x when L + R + T <= burst (see pressure). A job in the log is allowed
+// again without a token, or moved: it leaves the log (its token goes back
+// exactly) and is decided anew.
 func (st *memState) tokenBucket(d decision) outcome {
 	interval := (d.window + d.limit - 1) / d.limit
 	burst := d.limit * interval
-	tat := max(st.tat, d.now)
-	if mk, ok := st.admitted(d.job, d); ok {
-		if !d.move || mk.at == d.at {
-			return allow(floorDiv(burst-(tat-d.now), interval), mk.at)
-		}
-		if mk.after != 0 && st.tat == mk.after {
-			// Nothing admitted since: give the token back.
-			if mk.before > d.now {
-				st.tat = mk.before
-			} else {
-				st.tat = 0
-			}
-			tat = max(st.tat, d.now)
-		}
-		delete(st.jobs, d.job)
+	i := 0
+	for i < len(st.log) && st.log[i].t <= d.now-d.window {
+		st.tat = max(st.tat, st.log[i].t) + interval
+		delete(st.ids, st.log[i].id)
+		i++
 	}
-	next := max(tat, d.at) + interval
-	if next-d.at > burst {
-		return deny(next - burst - d.now)
+	if i == len(st.log) {
+		st.log = nil
+	} else {
+		st.log = st.log[i:]
 	}
-	before := st.tat
-	st.tat = next
-	st.mark(d.job, d.now, memMarker{at: d.at, lapse: d.at + d.window, before: before, after: next})
-	st.expire = max(next, st.jobsMax)
-	return allow(floorDiv(burst-(next-d.at), interval), d.at)
+	defer func() {
+		st.expire = st.tat
+		if n := len(st.log); n > 0 {
+			st.expire = max(st.expire, st.log[n-1].t+d.window)
+		}
+	}()
+
+	if had, ok := st.ids[d.job]; ok {
+		if !d.move || had == d.at {
+			l, r := pressure(st.log, st.tat, d.now, interval)
+			return allow(floorDiv(burst-l-r, interval), had)
+		}
+		st.remove(d.job, had)
+	}
+	l, r := pressure(st.log, st.tat, d.at, interval)
+	if l+r+interval > burst {
+		g := st.tat
+		for _, e := range st.log {
+			g = max(g, e.t) + interval
+		}
+		y := g + interval - burst
+		if n := len(st.log); n > 0 {
+			y = max(y, st.log[n-1].t)
+		}
+		return deny(max(y-d.now, 1))
+	}
+	st.insert(logEntry{t: d.at, id: d.job})
+	return allow(floorDiv(burst-l-interval-r, interval), d.at)
+}
+
+// pressure is token_bucket.lua's: for an instant x, L is the most, over
+// the stretches [a, x] of admissions ending at x, of c·T − (x − a) (c: the
+// admissions in it; 0 for the empty stretch), the folded ones counting as
+// tat − x + T·(admissions of the log up to x); R the same over the
+// stretches (x, b].
+func pressure(log []logEntry, tat, x, interval int64) (l, r int64) {
+	k := len(log)
+	for k > 0 && log[k-1].t > x {
+		k--
+	}
+	var c int64
+	for i := k - 1; i >= 0; i-- {
+		c++
+		l = max(l, c*interval-(x-log[i].t))
+	}
+	if tat > 0 {
+		l = max(l, tat-x+c*interval)
+	}
+	c = 0
+	for i := k; i < len(log); i++ {
+		c++
+		r = max(r, c*interval-(log[i].t-x))
+	}
+	return l, r
 }

@@ -33,6 +33,7 @@ func Run(t *testing.T, newLimiter NewLimiter) {
 	t.Helper()
 	t.Run("Steps", func(t *testing.T) { t.Parallel(); testSteps(t, newLimiter) })
 	t.Run("Idempotent", func(t *testing.T) { t.Parallel(); testIdempotent(t, newLimiter) })
+	t.Run("MovedBurstKeepsItsAdmissions", func(t *testing.T) { t.Parallel(); testMovedBurstKeepsItsAdmissions(t, newLimiter) })
 	t.Run("RetryAfterIsExact", func(t *testing.T) { t.Parallel(); testRetryAfterIsExact(t, newLimiter) })
 	t.Run("DeniedCountsNothing", func(t *testing.T) { t.Parallel(); testDeniedCountsNothing(t, newLimiter) })
 	t.Run("KeysAreIndependent", func(t *testing.T) { t.Parallel(); testKeysAreIndependent(t, newLimiter) })
@@ -217,6 +218,55 @@ func testIdempotent(t *testing.T, newLimiter NewLimiter) {
 				t.Fatalf("job same once more: got %+v, want allowed (a redelivery)", res)
 			}
 		})
+	}
+}
+
+// testMovedBurstKeepsItsAdmissions: a user's jobs admitted for now, up to
+// the limit, then moved one by one to the send slots a provider's queue
+// gives them (a few tens of ms apart, in the order they were admitted or
+// the reverse), are each allowed again there, and once more when their
+// slots are taken again: a move withdraws the job's own admission before
+// deciding it anew, so the jobs admitted since it cannot crowd it out.
+// (token_bucket's GCRA, one instant of state, used to keep a moved job's
+// token when another was admitted after it: two of three jobs of a burst
+// were then denied at their slots.) Past the limit, a new job is still
+// denied.
+func testMovedBurstKeepsItsAdmissions(t *testing.T, newLimiter NewLimiter) {
+	for _, alg := range Algorithms {
+		for _, reverse := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/reverse=%v", alg, reverse), func(t *testing.T) {
+				t.Parallel()
+				clock := NewClock(Start)
+				lim := newLimiter(t, clock)
+				rule := userlimit.Rule{Limit: 3, Window: time.Hour, Algorithm: alg}
+				jobs := []string{"a", "b", "c"}
+				for _, job := range jobs {
+					if res := mustAllow(t, lim, pushAlice, job, rule); !res.Allowed {
+						t.Fatalf("job %s: got %+v, want allowed (within the limit of 3)", job, res)
+					}
+				}
+				clock.Advance(5 * time.Millisecond)
+				for round := range 2 { // moved, then moved again (a slot taken again)
+					for i := range jobs {
+						k := i
+						if reverse {
+							k = len(jobs) - 1 - i
+						}
+						slot := clock.Now().Add(time.Duration(30*(k+1)+100*round) * time.Millisecond)
+						res, err := lim.AllowAt(context.Background(), pushAlice, jobs[k], rule, slot)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if !res.Allowed || !res.At.Equal(slot) {
+							t.Fatalf("round %d: job %s moved to its slot %s: got %+v, want allowed there", round, jobs[k], slot.Sub(clock.Now()), res)
+						}
+					}
+				}
+				if res := mustAllow(t, lim, pushAlice, "d", rule); res.Allowed {
+					t.Fatalf("job d: got %+v, want denied (a, b, c still hold the limit of 3)", res)
+				}
+			})
+		}
 	}
 }
 
