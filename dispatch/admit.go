@@ -62,7 +62,7 @@ func (d *Dispatcher) admitPipelined(ctx context.Context, jb *job, l *Limits, rul
 		l.redis.batch.do(ctx, func(bt *pipeBatch) {
 			cc = bt.claim(l.redis.ledger, j.ID, jb.owner, lease)
 			if capped {
-				dc = bt.allow(l.redis.users, userlimit.Key{Channel: j.Channel, User: j.UserID}, j.ID, rule, time.Time{})
+				dc = bt.allow(l.redis.users, jb.capKey, j.ID, rule, time.Time{})
 			}
 			if reserve {
 				rc = bt.reserve(l.redis.leaky, jb.provider, contract, jb.cost)
@@ -119,7 +119,7 @@ func (d *Dispatcher) admitInOrder(ctx context.Context, jb *job, l *Limits, rule 
 		return adm, nil
 	}
 	if capped {
-		if adm.cap, err = l.Users.Allow(ctx, userlimit.Key{Channel: j.Channel, User: j.UserID}, j.ID, rule); err != nil {
+		if adm.cap, err = l.Users.Allow(ctx, jb.capKey, j.ID, rule); err != nil {
 			return admission{}, err
 		}
 		if !adm.cap.Allowed {
@@ -157,7 +157,7 @@ func (d *Dispatcher) capAtSlot(ctx context.Context, jb *job, l *Limits, r leaky.
 	if off := time.Duration(r.Slot-jb.capAt) * time.Microsecond; off >= -capTolerance && off <= capTolerance {
 		return userlimit.Result{Allowed: true}, nil
 	}
-	key, at := userlimit.Key{Channel: jb.j.Channel, User: jb.j.UserID}, time.UnixMicro(r.Slot)
+	key, at := jb.capKey, time.UnixMicro(r.Slot)
 	if l.redis != nil {
 		var dc *userlimit.Decision
 		l.redis.batch.do(ctx, func(bt *pipeBatch) { dc = bt.allow(l.redis.users, key, jb.j.ID, jb.rule, at) })

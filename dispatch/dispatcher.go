@@ -142,13 +142,21 @@ func (l *Limits) contract(p providers.Config) leaky.Contract {
 
 // Options configures a Dispatcher. Zero values take the defaults noted.
 type Options struct {
-	Workers     int                       // jobs in flight in this process (default 32)
-	AckWait     time.Duration             // the consumers' ack_wait (default 30s): heartbeats go at a third of it
-	Retry       RetryConfig               // transient failure policy (defaults as RetryConfig.WithDefaults)
-	UserLimits  map[string]userlimit.Rule // per channel; a channel left out has no cap
-	MaxHold     time.Duration             // longest wait held in a worker; longer ones go back with NakWithDelay (default 10s)
-	FetchWait   time.Duration             // long-poll of an idle fetch (default 1s)
-	StopTimeout time.Duration             // how long sends at a provider may finish after a stop (default AckWait)
+	Workers    int                       // jobs in flight in this process (default 32)
+	AckWait    time.Duration             // the consumers' ack_wait (default 30s): heartbeats go at a third of it
+	Retry      RetryConfig               // transient failure policy (defaults as RetryConfig.WithDefaults)
+	UserLimits map[string]userlimit.Rule // per channel; a channel left out has no cap
+	// CategoryLimits are caps of their own for one category's jobs on a
+	// channel (user_limits.<channel>.<category>): such a job is capped by
+	// its category's rule instead of its channel's, counted apart.
+	CategoryLimits map[CategoryCap]userlimit.Rule
+	// Categories are the channels' categories (categories.<channel>): the
+	// category of a job on a channel's normal lane that names none. A
+	// channel left out is transactional.
+	Categories  map[string]queue.Category
+	MaxHold     time.Duration // longest wait held in a worker; longer ones go back with NakWithDelay (default 10s)
+	FetchWait   time.Duration // long-poll of an idle fetch (default 1s)
+	StopTimeout time.Duration // how long sends at a provider may finish after a stop (default AckWait)
 	// LateTolerance is how late after its slot a send may still leave
 	// (default 5ms). A worker that wakes later (a busy machine, a slow
 	// Redis reply) takes a new slot instead: sends leave at most this late,
@@ -245,9 +253,12 @@ type Dispatcher struct {
 
 	seq      atomic.Uint64
 	inFlight atomic.Int64
-	busy     inflight                      // jobs held, per channel: against the channels' budgets
-	seen     atomic.Pointer[[]queue.Queue] // the queues holding jobs, as the fetch loop last read them
-	lat      latencies                     // providers' send times: the budgets cover them
+	busy     inflight // jobs held, per channel: against the channels' budgets (and per channel + marketingSuffix: the marketing ones)
+	// marketing holds the deliveries counted as marketing in busy, to
+	// uncount them whatever the configuration says by then.
+	marketing sync.Map                      // *queue.Delivery → struct{}
+	seen      atomic.Pointer[[]queue.Queue] // the queues holding jobs, as the fetch loop last read them
+	lat       latencies                     // providers' send times: the budgets cover them
 
 	// limits is the set in use now, nil while holding for an unreachable
 	// backend. Read without a lock (every job reads it several times);
@@ -294,17 +305,16 @@ func New(o Options) (*Dispatcher, error) {
 	case o.Metrics == nil:
 		return nil, errors.New("dispatch: Options.Metrics is required")
 	}
-	for ch, r := range o.UserLimits {
-		if err := r.Validate(); err != nil {
-			return nil, fmt.Errorf("dispatch: Options.UserLimits[%s]: %w", ch, err)
-		}
+	caps := Caps{Channels: o.UserLimits, Categories: o.CategoryLimits, Defaults: o.Categories}
+	if err := caps.validate(); err != nil {
+		return nil, fmt.Errorf("dispatch: Options: %w", err)
 	}
 	d := &Dispatcher{o: o, log: o.Logger, m: o.Metrics, tracer: newTracer(o.Tracer)}
 	if o.Horizons != nil {
 		d.horizons = newHorizonKeeper(o.Horizons, o.Instance)
 	}
 	d.limits.Store(o.Limits)
-	d.live.Store(d.newLive(o.UserLimits, o.Providers, o.TenantWeights, nil))
+	d.live.Store(d.newLive(caps, o.Providers, o.TenantWeights, nil))
 	return d, nil
 }
 
@@ -312,18 +322,18 @@ func New(o Options) (*Dispatcher, error) {
 // per-user caps and the providers (contracts, endpoints), with a circuit
 // breaker per provider. It is replaced whole, never changed in place.
 type liveConfig struct {
-	weights    map[string]float64
-	userLimits map[string]userlimit.Rule
-	providers  Registry
-	breakers   map[string]*breaker
-	maxQueue   time.Duration // the longest max_queue_delay of the providers
+	weights   map[string]float64
+	caps      Caps
+	providers Registry
+	breakers  map[string]*breaker
+	maxQueue  time.Duration // the longest max_queue_delay of the providers
 }
 
 // newLive builds a live configuration, keeping the breakers of providers
 // that stay (their state survives a reload), and sets the per-provider
 // gauges.
-func (d *Dispatcher) newLive(caps map[string]userlimit.Rule, reg Registry, weights map[string]float64, old *liveConfig) *liveConfig {
-	lc := &liveConfig{userLimits: caps, providers: reg, breakers: map[string]*breaker{}, weights: weights}
+func (d *Dispatcher) newLive(caps Caps, reg Registry, weights map[string]float64, old *liveConfig) *liveConfig {
+	lc := &liveConfig{caps: caps, providers: reg, breakers: map[string]*breaker{}, weights: weights}
 	for _, p := range reg.All() {
 		lc.maxQueue = max(lc.maxQueue, p.MaxQueueDelay)
 		if old != nil && old.breakers[p.Name] != nil {
@@ -341,9 +351,11 @@ func (d *Dispatcher) newLive(caps map[string]userlimit.Rule, reg Registry, weigh
 
 // Reload is the part of the configuration that changes without a restart.
 type Reload struct {
-	UserLimits map[string]userlimit.Rule
-	Providers  Registry            // a new registry (the caller closes the old one once jobs have let go of it)
-	Global     *globallimit.Config // nil: no fleet bucket
+	UserLimits     map[string]userlimit.Rule
+	CategoryLimits map[CategoryCap]userlimit.Rule
+	Categories     map[string]queue.Category
+	Providers      Registry            // a new registry (the caller closes the old one once jobs have let go of it)
+	Global         *globallimit.Config // nil: no fleet bucket
 	// TenantWeights replace Options.TenantWeights.
 	TenantWeights map[string]float64
 }
@@ -353,13 +365,12 @@ type Reload struct {
 // take the new one. No job is dropped. An invalid cap refuses the whole
 // reload. Safe to call while Run runs.
 func (d *Dispatcher) Reload(r Reload) error {
-	for ch, rule := range r.UserLimits {
-		if err := rule.Validate(); err != nil {
-			return fmt.Errorf("reload: user limit %s: %w", ch, err)
-		}
+	caps := Caps{Channels: r.UserLimits, Categories: r.CategoryLimits, Defaults: r.Categories}
+	if err := caps.validate(); err != nil {
+		return fmt.Errorf("reload: %w", err)
 	}
 	old := d.live.Load()
-	d.live.Store(d.newLive(r.UserLimits, r.Providers, r.TenantWeights, old))
+	d.live.Store(d.newLive(caps, r.Providers, r.TenantWeights, old))
 	l := d.currentLimits()
 	d.o.Limits.setGlobal(r.Global)
 	if l != nil && l != d.o.Limits {
@@ -486,6 +497,9 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 				d.m.InFlight.Inc()
 				d.handle(ctx, sendCtx, dl)
 				d.busy.add(dl.Channel, -1)
+				if _, ok := d.marketing.LoadAndDelete(dl); ok {
+					d.busy.add(dl.Channel+marketingSuffix, -1)
+				}
 				d.m.InFlight.Dec()
 				d.inFlight.Add(-1)
 				slots <- struct{}{}

@@ -36,8 +36,10 @@ type job struct {
 	live     *liveConfig
 	claimed  bool // holds a ledger lease
 	claimAt  time.Time
-	rule     userlimit.Rule // the channel's per-user cap, when capped
+	category queue.Category // transactional or marketing (Caps.categoryOf)
+	rule     userlimit.Rule // the job's per-user cap (its category's or its channel's), when capped
 	capped   bool
+	capKey   userlimit.Key // what the cap counts the job under
 	// shadowDenied: a cap in shadow mode would have refused the job
 	// (counted for notifier top --shadow with its sent record).
 	shadowDenied bool
@@ -106,6 +108,9 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) end {
 	jb.j = j
 	jb.channel = j.Channel
 	jb.live = d.live.Load()
+	if jb.category, err = jb.live.caps.categoryOf(j, dl.Lane); err != nil {
+		return dead(ReasonInvalid, err.Error())
+	}
 	if dl.Header.Get(HeaderReplayed) != "" && dl.NumDelivered == 1 {
 		d.m.Replays.WithLabelValues(j.Channel).Inc()
 	}
@@ -149,7 +154,7 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) end {
 	// One round trip: the ledger (already sent? then take the send lease),
 	// the per-user cap, and, speculatively, the slot in the provider's
 	// queue.
-	jb.rule, jb.capped = jb.live.userLimits[j.Channel]
+	jb.rule, jb.capped, jb.capKey = jb.live.caps.CapFor(j.Channel, jb.category, j.UserID)
 	var adm admission
 	for {
 		var err error

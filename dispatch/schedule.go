@@ -19,8 +19,10 @@ import (
 // is spent, so one channel's backlog cannot take the workers another
 // needs. A channel whose providers are all paused or have their breakers
 // open gets no budget: its jobs wait in JetStream. Inside a channel's
-// budget the priority lane goes first, then the tenants share by weight
-// (fairQueue).
+// budget the priority lane goes first, then the transactional lanes, then
+// the marketing ones (held to marketingCap while transactional jobs wait,
+// when a provider reserves a share: reserve.transactional); in each, the
+// tenants share by weight (fairQueue).
 const (
 	// holdHorizon is how far ahead of now the jobs held for a channel
 	// reach in its providers' queues: enough to ride out a slow fetch or
@@ -128,6 +130,8 @@ type scheduler struct {
 	readAt  time.Time
 	short   map[string]bool          // subjects that delivered less than asked since the last read
 	fair    map[laneID]*fairQueue    // per channel and lane
+	storedT map[string]uint64        // per channel: transactional jobs stored (the priority lane's too)
+	mcap    map[string]int           // per channel: marketing jobs it may still take in this plan (-1: no cap)
 	weights func(string) float64     // a tenant's weight
 	budgets map[string]int           // per channel, for this plan
 	free    map[string]int           // per channel: budget left
@@ -142,11 +146,36 @@ type scheduler struct {
 // laneID is one lane of one channel.
 type laneID struct {
 	ch   string
-	high bool
+	kind laneKind
+}
+
+// laneKind is a lane as the scheduler takes it: in this order.
+type laneKind int
+
+const (
+	kindHigh laneKind = iota
+	kindTransactional
+	kindMarketing
+)
+
+var laneKinds = []laneKind{kindHigh, kindTransactional, kindMarketing}
+
+// kindOf is the kind of queue k's lane under caps: the priority lane, or
+// its jobs' category (a category's lane's, or the channel's for the
+// normal lane).
+func kindOf(caps Caps, k queue.Key) laneKind {
+	switch {
+	case k.High:
+		return kindHigh
+	case caps.laneCategory(k.Channel, k.Category) == queue.Marketing:
+		return kindMarketing
+	}
+	return kindTransactional
 }
 
 func newScheduler(weights func(string) float64) *scheduler {
 	return &scheduler{short: map[string]bool{}, fair: map[laneID]*fairQueue{}, weights: weights,
+		storedT: map[string]uint64{}, mcap: map[string]int{},
 		budgets: map[string]int{}, free: map[string]int{}, byKey: map[laneID][]queue.Queue{},
 		want: map[string]int{}, done: map[string]bool{}, got: map[string]int{}}
 }
@@ -162,6 +191,8 @@ func (d *Dispatcher) plan(s *scheduler, free int) []queue.Want {
 	clear(s.free)
 	clear(s.want)
 	clear(s.done)
+	clear(s.storedT)
+	clear(s.mcap)
 	s.order, s.wants = s.order[:0], s.wants[:0]
 	for k, qs := range s.byKey {
 		s.byKey[k] = qs[:0]
@@ -173,11 +204,18 @@ func (d *Dispatcher) plan(s *scheduler, free int) []queue.Want {
 			s.free[ch] = max(0, s.budgets[ch]-d.busy.get(ch))
 			s.order = append(s.order, ch)
 		}
+		kind := kindOf(live.caps, q.Key)
+		if kind != kindMarketing {
+			s.storedT[ch] += q.Stored
+		}
 		if s.short[q.Subject] {
 			continue
 		}
-		k := laneID{ch, q.Key.High}
+		k := laneID{ch, kind}
 		s.byKey[k] = append(s.byKey[k], q)
+	}
+	for _, ch := range s.order {
+		s.mcap[ch] = d.marketingRoom(live, ch, s.budgets[ch], s.storedT[ch], peers)
 	}
 	want := s.want
 	add := func(subject string) {
@@ -220,20 +258,23 @@ func (d *Dispatcher) plan(s *scheduler, free int) []queue.Want {
 	return s.wants
 }
 
-// next picks the queue of channel ch to take one more job from: a tenant's
-// priority lane first, then the normal lane, tenants by weight. A queue is
-// not asked for more than it holds.
+// next picks the queue of channel ch to take one more job from: the
+// priority lanes first, then the transactional lanes, then the marketing
+// ones while the channel's marketing room lasts (mcap), tenants by weight
+// in each. A queue is not asked for more than it holds.
 func (s *scheduler) next(ch string, want map[string]int) (string, bool) {
-	for _, high := range []bool{true, false} {
-		k := laneID{ch, high}
+	for _, kind := range laneKinds {
+		k := laneID{ch, kind}
 		qs := s.byKey[k]
 		switch {
 		case len(qs) == 0:
 			continue
+		case kind == kindMarketing && s.mcap[ch] == 0:
+			continue
 		case len(qs) == 1: // one tenant: nothing to share (the usual case)
 			delete(s.fair, k) // when others come, all start even: no credit for this time
 			if uint64(want[qs[0].Subject]) < qs[0].Stored {
-				return qs[0].Subject, true
+				return s.took(k, qs[0].Subject), true
 			}
 			continue
 		}
@@ -253,9 +294,43 @@ func (s *scheduler) next(ch string, want map[string]int) (string, bool) {
 			fq = newFairQueue()
 			s.fair[k] = fq
 		}
-		return subj[fq.pick(waiting, s.weights)], true
+		return s.took(k, subj[fq.pick(waiting, s.weights)]), true
 	}
 	return "", false
+}
+
+// took counts a job of lane k picked from subject against the channel's
+// marketing room, and returns subject.
+func (s *scheduler) took(k laneID, subject string) string {
+	if k.kind == kindMarketing && s.mcap[k.ch] > 0 {
+		s.mcap[k.ch]--
+	}
+	return subject
+}
+
+// marketingRoom is how many more marketing jobs this process may take for
+// channel ch (of budget jobs at once): -1 (no bound) unless a provider of
+// the channel reserves a share for transactional jobs and some wait (more
+// are stored than the fleet holds, as this process's count times peers
+// estimates it); then what marketingCap leaves above the marketing jobs
+// held.
+func (d *Dispatcher) marketingRoom(live *liveConfig, ch string, budget int, storedT uint64, peers int) int {
+	share := reserve(live, ch)
+	if share <= 0 {
+		return -1
+	}
+	heldM := d.busy.get(ch + marketingSuffix)
+	heldT := d.busy.get(ch) - heldM
+	if storedT <= uint64(max(0, heldT)*peers) {
+		return -1 // no transactional job waits: marketing takes everything
+	}
+	return max(0, marketingCap(budget, share)-heldM)
+}
+
+// isMarketing reports whether dl's jobs count as marketing in the
+// channel's budget (its lane's category under the live configuration).
+func (d *Dispatcher) isMarketing(dl *queue.Delivery) bool {
+	return d.live.Load().caps.laneCategory(dl.Channel, dl.Lane) == queue.Marketing
 }
 
 // tenantLabel is how tenant shows in metrics and status: its name when
@@ -314,7 +389,8 @@ func (d *Dispatcher) peers() int {
 // pollable are the queues to long-poll when a plan finds nothing to pull:
 // of every channel with budget left, as many of its known queues as the
 // budget allows (one job each), the default tenant's of configured
-// channels always among them.
+// channels always among them; not a channel's marketing lanes while the
+// last plan left it no marketing room.
 func (d *Dispatcher) pollable(s *scheduler) []string {
 	live := d.live.Load()
 	l := d.currentLimits()
@@ -325,6 +401,9 @@ func (d *Dispatcher) pollable(s *scheduler) []string {
 	consider := func(ch, subject string) {
 		if seen[subject] {
 			return
+		}
+		if k, ok := queue.ParseJobSubject(subject); ok && s.mcap[ch] == 0 && kindOf(live.caps, k) == kindMarketing {
+			return // no marketing room while transactional jobs wait
 		}
 		n, ok := left[ch]
 		if !ok {
@@ -380,6 +459,10 @@ func (d *Dispatcher) fetchLoop(ctx context.Context, jobs chan<- *queue.Delivery,
 		for _, dl := range dls {
 			free--
 			d.busy.add(dl.Channel, 1)
+			if d.isMarketing(dl) {
+				d.marketing.Store(dl, struct{}{})
+				d.busy.add(dl.Channel+marketingSuffix, 1)
+			}
 			jobs <- dl
 		}
 	}

@@ -770,6 +770,9 @@ func (g *Gateway) accept(w http.ResponseWriter, r *http.Request, k *apiKey, body
 				return &queue.InvalidError{Field: "tenant", Rule: "is not this API key's tenant: leave it out (the key's tenant is used)"}
 			}
 			j.Tenant = k.Tenant
+			if high && j.Category == queue.Marketing {
+				return &queue.InvalidError{Field: "category", Rule: "marketing jobs cannot take the priority lane (priority=high)"}
+			}
 			switch {
 			case idem != "" && array:
 				j.ID = idempotencyItemID(idem, i)
@@ -793,7 +796,7 @@ func (g *Gateway) accept(w http.ResponseWriter, r *http.Request, k *apiKey, body
 			continue
 		}
 		results[i].ID = j.ID
-		msgs = append(msgs, queue.OutMsg{Subject: queue.JobSubjectFor(j.Channel, j.Tenant, high), Data: data, MsgID: j.ID, Header: header})
+		msgs = append(msgs, queue.OutMsg{Subject: queue.KeyFor(j.Channel, j.Tenant, high, j.Category).Subject(), Data: data, MsgID: j.ID, Header: header})
 		at = append(at, i)
 	}
 	if len(msgs) == 0 {

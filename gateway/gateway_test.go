@@ -3,9 +3,11 @@ package gateway_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -553,5 +555,42 @@ func TestAKeyOverItsLimitIsRefusedWithoutRedis(t *testing.T) {
 	// The other key's bucket is not known: Redis is needed, and down.
 	if r := b.post(t, otherKey, smsJob("")); r.status != http.StatusServiceUnavailable || r.header.Get("Retry-After") == "" {
 		t.Fatalf("another key with Redis stopped: %d, want 503 with Retry-After", r.status)
+	}
+}
+
+// TestCategoryPicksTheLane: a job naming its category is published on that
+// category's lane of the key's tenant; a marketing job asking for the
+// priority lane is a 400 on category, and nothing is published for it.
+func TestCategoryPicksTheLane(t *testing.T) {
+	t.Parallel()
+	b := setup(t, gateway.Config{})
+	if r := b.post(t, acmeKey, smsJob(`,"category":"marketing"`)); r.status != http.StatusAccepted {
+		t.Fatalf("a marketing job: %d %s", r.status, r.body)
+	}
+	if r := post(t, b.srv.URL, acmeKey, smsJob(`,"category":"transactional"`)); r.status != http.StatusAccepted {
+		t.Fatalf("a transactional job: %d %s", r.status, r.body)
+	}
+	req, err := http.NewRequest(http.MethodPost, b.srv.URL+"/v1/notifications?priority=high", strings.NewReader(smsJob(`,"category":"marketing"`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+acmeKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), `"field":"category"`) {
+		t.Fatalf("a marketing job on the priority lane: %d %s, want 400 on category", resp.StatusCode, body)
+	}
+	var subjects []string
+	for _, m := range b.stored(t) {
+		subjects = append(subjects, m.Subject)
+	}
+	slices.Sort(subjects)
+	if want := []string{"notify.jobs.sms.t.acme.marketing", "notify.jobs.sms.t.acme.transactional"}; !slices.Equal(subjects, want) {
+		t.Fatalf("stored on %v, want %v", subjects, want)
 	}
 }

@@ -30,6 +30,11 @@ type Config struct {
 	Limits dispatch.LimitsConfig
 	// UserLimits are the per-user caps by channel (user_limits).
 	UserLimits map[string]userlimit.Rule
+	// CategoryLimits are the categories' own caps
+	// (user_limits.<channel>.<category>).
+	CategoryLimits map[dispatch.CategoryCap]userlimit.Rule
+	// Categories are the channels' categories (categories).
+	Categories map[string]queue.Category
 	// Providers are the configured providers.
 	Providers []providers.Config
 }

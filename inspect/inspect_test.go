@@ -12,6 +12,7 @@ import (
 	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/inspect"
 	"github.com/notifier/notifier/providers"
+	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
 	"github.com/notifier/notifier/userlimit"
 )
@@ -255,5 +256,39 @@ func TestJobReadsTheLedger(t *testing.T) {
 		if _, err := s.in.Job(s.ctx, id); !errors.Is(err, inspect.ErrInvalid) {
 			t.Errorf("job %q: %v, want ErrInvalid", id, err)
 		}
+	}
+}
+
+// TestUserInCategory: a category with a cap of its own is answered with
+// that cap and its own count (under the key the dispatcher counts it,
+// dispatch.Caps.CapFor), the channel's category with the channel's cap; a
+// channel whose category is marketing answers for marketing by default.
+func TestUserInCategory(t *testing.T) {
+	t.Parallel()
+	chanRule := userlimit.Rule{Limit: 5, Window: time.Hour}
+	mktRule := userlimit.Rule{Limit: 1, Window: 24 * time.Hour}
+	caps := dispatch.Caps{
+		Channels:   map[string]userlimit.Rule{"sms": chanRule},
+		Categories: map[dispatch.CategoryCap]userlimit.Rule{{Channel: "sms", Category: queue.Marketing}: mktRule},
+		Defaults:   map[string]queue.Category{"email": queue.Marketing},
+	}
+	s := newSetup(t, inspect.Config{UserLimits: caps.Channels, CategoryLimits: caps.Categories, Categories: caps.Defaults})
+	users := userlimit.NewRedis(s.srv.Client(), s.prefix)
+	rule, _, key := caps.CapFor("sms", queue.Marketing, "u42")
+	if _, err := users.Allow(s.ctx, key, "promo-1", rule.WithDefaults()); err != nil {
+		t.Fatal(err)
+	}
+	a, err := s.in.UserIn(s.ctx, "sms", queue.Marketing, "u42")
+	if err != nil || a.Category != "marketing" || a.Rule == nil || a.Rule.Limit != 1 || a.Allowed || a.Used != 1 {
+		t.Fatalf("marketing: %+v %v; want its own cap of 1, used up", a, err)
+	}
+	if a, err = s.in.User(s.ctx, "sms", "u42"); err != nil || a.Category != "transactional" || a.Rule.Limit != 5 || a.Used != 0 || !a.Allowed {
+		t.Fatalf("the channel's category: %+v %v; want the channel's cap of 5, unused", a, err)
+	}
+	if a, err = s.in.User(s.ctx, "email", "u42"); err != nil || a.Category != "marketing" || a.Capped {
+		t.Fatalf("email (marketing by default, no cap): %+v %v", a, err)
+	}
+	if _, err := s.in.UserIn(s.ctx, "sms", "promo", "u42"); !errors.Is(err, inspect.ErrInvalid) {
+		t.Fatalf("a bad category: %v, want ErrInvalid", err)
 	}
 }

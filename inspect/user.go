@@ -15,9 +15,13 @@ import (
 
 // UserAnswer is what Inspector.User says of one (channel, user).
 type UserAnswer struct {
-	Channel string    `json:"channel"`
-	User    string    `json:"user"`
-	At      time.Time `json:"at"` // when it was read, on the Redis clock
+	Channel string `json:"channel"`
+	// Category is the jobs' category asked about (the channel's when not
+	// named): its own cap (user_limits.<channel>.<category>) if it has one,
+	// else the channel's, applies.
+	Category string    `json:"category"`
+	User     string    `json:"user"`
+	At       time.Time `json:"at"` // when it was read, on the Redis clock
 	// Capped is false when the channel has no per-user cap: every job is
 	// allowed, and Rule and the counts below are empty.
 	Capped bool  `json:"capped"`
@@ -68,18 +72,32 @@ type HourDenials struct {
 	Denials int64     `json:"denials"`
 }
 
-// User answers for user on channel: the cap's rule, how much of the window
-// is used, when the next job would be allowed, and the user's recent
-// denials. It decides nothing: the cap is asked with Peek.
+// User answers for user on channel (jobs of the channel's category): see
+// UserIn.
 func (in *Inspector) User(ctx context.Context, channel, user string) (UserAnswer, error) {
+	return in.UserIn(ctx, channel, "", user)
+}
+
+// UserIn answers for user's jobs of category cat ("": the channel's) on
+// channel: the cap's rule, how much of the window is used, when the next
+// job would be allowed, and the user's recent denials. It decides nothing:
+// the cap is asked with Peek.
+func (in *Inspector) UserIn(ctx context.Context, channel string, cat queue.Category, user string) (UserAnswer, error) {
 	if !queue.IsChannel(channel) {
 		return UserAnswer{}, fmt.Errorf("explain user: channel %q is not sms, push or email: %w", channel, ErrInvalid)
+	}
+	if cat != "" && !queue.ValidCategory(cat) {
+		return UserAnswer{}, fmt.Errorf("explain user: category %q is not transactional or marketing: %w", cat, ErrInvalid)
 	}
 	if user == "" || len(user) > 256 {
 		return UserAnswer{}, fmt.Errorf("explain user: a user id is 1 to 256 characters, got %d: %w", len(user), ErrInvalid)
 	}
-	a := UserAnswer{Channel: channel, User: user, Allowed: true}
-	rule, capped := in.cfg.UserLimits[channel]
+	caps := dispatch.Caps{Channels: in.cfg.UserLimits, Categories: in.cfg.CategoryLimits, Defaults: in.cfg.Categories}
+	if cat == "" {
+		cat = caps.ChannelCategory(channel)
+	}
+	a := UserAnswer{Channel: channel, Category: string(cat), User: user, Allowed: true}
+	rule, capped, key := caps.CapFor(channel, cat, user)
 	var err error
 	if a.Denials, err = in.denials(ctx, channel, user, capped && rule.Mode == userlimit.Shadow, time.Now()); err != nil {
 		return a, err
@@ -90,7 +108,7 @@ func (in *Inspector) User(ctx context.Context, channel, user string) (UserAnswer
 		a.Capped = true
 		a.Rule = &Rule{Limit: rule.Limit, Window: rule.Window.String(), WindowSeconds: rule.Window.Seconds(),
 			Algorithm: string(rule.Algorithm), OnExceed: string(rule.OnExceed), Mode: string(rule.Mode)}
-		if res, err = in.users.Peek(ctx, userlimit.Key{Channel: channel, User: user}, rule); err != nil {
+		if res, err = in.users.Peek(ctx, key, rule); err != nil {
 			return a, fmt.Errorf("explain user: %w", err)
 		}
 	}

@@ -3,6 +3,7 @@ package providers
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/mail"
 	"net/url"
@@ -34,6 +35,9 @@ const (
 	// MaxJitterBudget is the largest jitter_budget: 250 ms paces 20 %
 	// under the contract.
 	MaxJitterBudget = 250 * time.Millisecond
+	// MaxReserve is the largest share reserve.transactional keeps:
+	// marketing always gets a tenth of a contract nobody else wants.
+	MaxReserve = 0.9
 	// MaxQueueDelayLimit is the longest max_queue_delay.
 	MaxQueueDelayLimit = 24 * time.Hour
 	// DefaultMaxPause caps the pause one 429 can set: one odd Retry-After
@@ -101,6 +105,13 @@ type Config struct {
 	// job goes through the fallback's own contract; the ledger still sends
 	// it once.
 	Fallback string `mapstructure:"fallback"`
+	// Reserve keeps a share of the provider's sends for the transactional
+	// jobs of its channel (reserve: {transactional: 0.3}): while
+	// transactional jobs wait, marketing jobs hold at most 1 − that share
+	// of the channel's jobs under way, and transactional jobs go first;
+	// with none waiting, marketing takes everything. The only key is
+	// transactional, from 0 to 0.9 (left out: 0, no reserve).
+	Reserve map[string]float64 `mapstructure:"reserve"`
 	// Adaptive, when set, lets the fleet pace below Rate after the
 	// provider throttles (AIMD): each 429 pause multiplies the effective
 	// rate by Decrease (once per pause, fleet-wide), never below MinRate;
@@ -378,6 +389,14 @@ func (c Config) Validate() error {
 	if c.Fallback != "" && c.Fallback == c.Name {
 		add("fallback", "must name another provider, got its own name %q", c.Fallback)
 	}
+	for _, k := range slices.Sorted(maps.Keys(c.Reserve)) {
+		switch v := c.Reserve[k]; {
+		case k != "transactional":
+			add("reserve."+k, "%q is not a category a share can be reserved for; use transactional", k)
+		case math.IsNaN(v) || math.IsInf(v, 0) || v < 0 || v > MaxReserve:
+			add("reserve."+k, "must be a share from 0 to %g, got %v", MaxReserve, v)
+		}
+	}
 	if a := c.Adaptive; a != nil {
 		finite := func(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
 		if !finite(a.MinRate) || a.MinRate < MinRate || (c.Rate > 0 && a.MinRate > c.Rate) {
@@ -613,6 +632,9 @@ func EntryPath(i int, name string) string {
 	}
 	return fmt.Sprintf("providers[%d] (%s)", i, name)
 }
+
+// TransactionalReserve is reserve.transactional (0: none).
+func (c Config) TransactionalReserve() float64 { return c.Reserve["transactional"] }
 
 // RetriesOnTimeout reports whether an ambiguous send (Error.Ambiguous) is
 // retried: retry_on_timeout, true when it is not set.

@@ -79,11 +79,11 @@ func (p *Publisher) NewBatch(maxInFlight int, ackTimeout time.Duration) *Batch {
 // refusing the message, the batch already waited); such a message is not
 // counted in the result.
 func (b *Batch) Publish(ctx context.Context, j *Job, high bool) error {
-	data, err := j.Marshal()
+	subject, data, err := j.marshalFor(high)
 	if err != nil {
 		return fmt.Errorf("publish job: %w", err)
 	}
-	return b.PublishRaw(ctx, JobSubjectFor(j.Channel, j.Tenant, high), data, j.ID)
+	return b.PublishRaw(ctx, subject, data, j.ID)
 }
 
 // PublishRaw publishes data on subject with Nats-Msg-Id msgID (none when

@@ -64,7 +64,7 @@ func (cc ConsumerConfig) Validate() error {
 }
 
 // Inactive thresholds of the queues created on demand: a named tenant's
-// consumer, and a stray subject's, is deleted by the server once no process
+// consumer, a category lane's, and a stray subject's, is deleted by the server once no process
 // has pulled from it for this long (it is created again when jobs come).
 const (
 	tenantInactive = time.Hour
@@ -135,7 +135,7 @@ func ensureConsumerOnce(ctx context.Context, js jetstream.JetStream, stream stri
 type Queue struct {
 	Subject string // the queue's subject: what FetchFrom and Poll take
 	Key     Key    // its channel, tenant and lane; for a stray one, the channel token only
-	// Stray is a subject of none of the four shapes, or of a channel that
+	// Stray is a subject of none of the shapes, or of a channel that
 	// is not one of Channels: its jobs are invalid, to be dead-lettered.
 	Stray bool
 	// Stored is how many of its jobs the stream holds: waiting, out with a
@@ -235,16 +235,15 @@ func (c *Consumer) laneFor(ctx context.Context, subject string, retry bool) (*la
 		}
 		inactive = strayInactive
 	default:
-		lane := "normal"
-		if key.High {
-			lane = "high"
-		}
+		lane := key.Lane()
 		name = c.cc.Name + "-" + key.Channel + "-" + lane
 		desc = "notifier queue " + key.Channel + " " + lane
 		if key.Tenant != "" {
 			name += "-t-" + strings.ReplaceAll(key.Tenant, ".", "~")
 			desc += " tenant " + key.Tenant
-			inactive = tenantInactive
+		}
+		if key.Tenant != "" || key.Category != "" {
+			inactive = tenantInactive // made on demand
 		}
 	}
 	lc := laneConfig(name, subject, desc, c.cfg.AckWait, c.cc.MaxAckPending, inactive)

@@ -11,7 +11,8 @@ import (
 )
 
 // Decode parses and validates a job received on subject
-// (notify.jobs.<channel>[.t.<tenant>][.high]), enforcing every rule of
+// (notify.jobs.<channel>[.t.<tenant>][.high|.marketing|.transactional]),
+// enforcing every rule of
 // SPEC §2:
 //
 //   - the message is valid UTF-8, at most 64 KiB, and one JSON object with
@@ -30,7 +31,11 @@ import (
 //     Marshal can write them back);
 //   - tenant: 1–64 characters of A-Z a-z 0-9 . _ -, equal to the subject's
 //     tenant (a job without one takes the subject's; the plain subjects are
-//     the default tenant's, "").
+//     the default tenant's, "");
+//   - category: transactional or marketing, equal to the lane's on a
+//     category's lane (.marketing, .transactional) and transactional on the
+//     priority lane; on the normal lane any (the dispatcher checks it
+//     against its channel's category, which this package does not know).
 //
 // Field names match exactly (case-sensitive): "ID" is an unknown field, and
 // unknown fields are ignored. A null optional field counts as absent; a null
@@ -84,6 +89,7 @@ func decodeStrict(subject string, data []byte, fill func(*Job) error) (*Job, err
 		Data:     d.data("data"),
 		Provider: d.str("provider"),
 		Tenant:   d.str("tenant"),
+		Category: Category(d.str("category")),
 	}
 	j.ExpiresAt = d.time("expires_at")
 	j.CreatedAt = d.time("created_at")

@@ -18,6 +18,7 @@ type wireJob struct {
 	Data      map[string]*string `json:"data"` // a null value is refused, as the strict path does
 	Provider  string             `json:"provider"`
 	Tenant    string             `json:"tenant"`
+	Category  string             `json:"category"`
 	ExpiresAt *string            `json:"expires_at"`
 	CreatedAt *string            `json:"created_at"`
 }
@@ -41,7 +42,7 @@ func decodeFast(subject string, data []byte, fill func(*Job) error) (j *Job, ok 
 	if jsonv2.Unmarshal(data, &w) != nil {
 		return nil, false, nil
 	}
-	j = &Job{ID: w.ID, UserID: w.UserID, Channel: w.Channel, To: w.To, Body: w.Body, Title: w.Title, Provider: w.Provider, Tenant: w.Tenant}
+	j = &Job{ID: w.ID, UserID: w.UserID, Channel: w.Channel, To: w.To, Body: w.Body, Title: w.Title, Provider: w.Provider, Tenant: w.Tenant, Category: Category(w.Category)}
 	if len(w.Data) > 0 {
 		j.Data = make(map[string]string, len(w.Data))
 		for k, v := range w.Data {

@@ -16,12 +16,16 @@ import (
 // times before that. Its methods are safe for concurrent use, but a second
 // terminal call fails with jetstream.ErrMsgAlreadyAckd.
 type Delivery struct {
-	Subject string      // e.g. notify.jobs.sms.high
-	Data    []byte      // the message as published
-	High    bool        // from the subject: the priority lane
-	Channel string      // from the subject: its <channel> token, unchecked
-	Tenant  string      // from the subject: its tenant, "" for the default tenant
-	Header  nats.Header // the message headers (Nats-Msg-Id among them)
+	Subject string // e.g. notify.jobs.sms.high
+	Data    []byte // the message as published
+	High    bool   // from the subject: the priority lane
+	Channel string // from the subject: its <channel> token, unchecked
+	Tenant  string // from the subject: its tenant, "" for the default tenant
+	// Lane is from the subject: the category of its lane (a category's
+	// own lane, or Transactional for the priority lane); "" for the normal
+	// lane, whose jobs without a category take their channel's.
+	Lane   Category
+	Header nats.Header // the message headers (Nats-Msg-Id among them)
 
 	// From the JetStream metadata; zero if the server sent none.
 	Stream       string    // the stream it is stored in
@@ -41,6 +45,12 @@ func newDelivery(m jetstream.Msg) *Delivery {
 	}
 	k, ok := ParseJobSubject(d.Subject) // once: every delivery pays for it
 	d.High, d.Tenant = ok && k.High, k.Tenant
+	switch {
+	case d.High:
+		d.Lane = Transactional
+	case ok:
+		d.Lane = k.Category
+	}
 	d.Channel = ChannelOf(d.Subject)
 	if md, err := m.Metadata(); err == nil {
 		d.Stream = md.Stream

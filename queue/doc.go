@@ -11,7 +11,13 @@
 // Nats-Msg-Id set to the job id. A tenant's job goes on
 // notify.jobs.<channel>.t.<tenant> or notify.jobs.<channel>.t.<tenant>.high
 // (a '.' of the tenant name written '~'): the plain subjects are the
-// default tenant's. A job that is not sent is published to
+// default tenant's. A job that names its category (transactional or
+// marketing) goes on its category's lane, notify.jobs.<channel>.marketing or
+// .transactional (or after the tenant token), so that each category of a
+// channel is a queue of its own; the priority lane is transactional; a job
+// with no category on the normal lane takes its channel's (which the
+// dispatcher's configuration sets). KeyFor picks a job's queue. A job that
+// is not sent is published to
 // notify.dead.<channel> (failed) or notify.suppressed.<channel> (dropped on
 // purpose). JobSubject, JobSubjectFor, ParseJobSubject, DeadSubject,
 // SuppressedSubject and ChannelOf build and read these subjects.
@@ -21,8 +27,9 @@
 // EnsureStreams creates or updates, idempotently and safely from many
 // processes at once:
 //
-//   - NOTIFY: subjects notify.jobs.*, notify.jobs.*.high, notify.jobs.*.t.*
-//     and notify.jobs.*.t.*.high only, work-queue retention (a job is
+//   - NOTIFY: subjects notify.jobs.*, notify.jobs.*.high,
+//     notify.jobs.*.marketing, notify.jobs.*.transactional and the same
+//     after .t.* only, work-queue retention (a job is
 //     deleted once acknowledged), file storage, a two-minute duplicate
 //     window, Discard New. A publish to any other subject under notify.jobs
 //     (notify.jobs.a.b.c) matches no stream and is refused.
@@ -38,7 +45,8 @@
 // a time and the jobs of each queue are reachable without reading any
 // other's (a work-queue stream requires consumers that do not overlap). The
 // default tenant's queues of every channel, <name>-<channel>-high and
-// <name>-<channel>-normal, are made by NewConsumer; a named tenant's
+// <name>-<channel>-normal, are made by NewConsumer; a category's lane's
+// (<name>-<channel>-marketing) and a named tenant's
 // (<name>-<channel>-<lane>-t-<tenant>) when Queues first sees its subject
 // hold jobs, and deleted by the server after an hour unused. A subject of
 // the stream that is no queue (a channel that does not exist,

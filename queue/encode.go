@@ -54,6 +54,10 @@ func (j *Job) encode() ([]byte, error) {
 		b = append(b, `,"tenant":`...)
 		b = appendString(b, j.Tenant)
 	}
+	if j.Category != "" {
+		b = append(b, `,"category":`...)
+		b = appendString(b, string(j.Category))
+	}
 	if !j.ExpiresAt.IsZero() {
 		b = append(b, `,"expires_at":"`...)
 		b = j.ExpiresAt.UTC().AppendFormat(b, time.RFC3339Nano)

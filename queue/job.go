@@ -38,6 +38,7 @@ type Job struct {
 	Data      map[string]string `json:"data,omitempty"`
 	Provider  string            `json:"provider,omitempty"`
 	Tenant    string            `json:"tenant,omitempty"`    // "" is the default tenant
+	Category  Category          `json:"category,omitempty"`  // "" takes the lane's, then the channel's
 	ExpiresAt time.Time         `json:"expires_at,omitzero"` // RFC 3339
 	CreatedAt time.Time         `json:"created_at,omitzero"` // RFC 3339
 }
@@ -71,7 +72,7 @@ var (
 
 // fields is the order in which a job's fields are checked: the first broken
 // rule in this order is the one reported.
-var fields = []string{"id", "user_id", "channel", "to", "body", "title", "data", "provider", "tenant", "expires_at", "created_at"}
+var fields = []string{"id", "user_id", "channel", "to", "body", "title", "data", "provider", "tenant", "category", "expires_at", "created_at"}
 
 // Validate checks a job built in Go against every rule of SPEC §2 that
 // Decode enforces, except the match with a subject (a Go-built job has
@@ -97,10 +98,23 @@ func (j *Job) Marshal() ([]byte, error) {
 	return j.encode()
 }
 
+// marshalFor validates j against the subject it is published on (its
+// queue's: KeyFor) and encodes it.
+func (j *Job) marshalFor(high bool) (subject string, data []byte, err error) {
+	subject = KeyFor(j.Channel, j.Tenant, high, j.Category).Subject()
+	if err := j.validate(fromSubject(subject), nil); err != nil {
+		return "", nil, err
+	}
+	data, err = j.encode()
+	return subject, data, err
+}
+
 // subjectOf is what a job must match of the subject it arrived on: its
-// channel and tenant tokens (match false: no subject, nothing to match).
+// channel and tenant tokens and its lane's category ("" for the normal
+// lane) (match false: no subject, nothing to match).
 type subjectOf struct {
 	channel, tenant string
+	lane            Category
 	match           bool
 }
 
@@ -109,7 +123,12 @@ func fromSubject(subject string) subjectOf {
 	if subject == "" {
 		return subjectOf{}
 	}
-	return subjectOf{channel: ChannelOf(subject), tenant: TenantOf(subject), match: true}
+	k, _ := ParseJobSubject(subject)
+	lane := k.Category
+	if k.High {
+		lane = Transactional
+	}
+	return subjectOf{channel: ChannelOf(subject), tenant: k.Tenant, lane: lane, match: true}
 }
 
 // validate runs the field rules in order. With sub.match, the channel must
@@ -202,7 +221,16 @@ func (j *Job) check(field string, sub subjectOf) *InvalidError {
 				want = "tenant " + echo(sub.tenant) + "'s subject"
 			}
 			return invalid(field, "%s does not match the subject: it was published on %s (publish on %s)",
-				echo(j.Tenant), want, JobSubjectFor(j.Channel, j.Tenant, false))
+				echo(j.Tenant), want, KeyFor(j.Channel, j.Tenant, false, j.Category).Subject())
+		}
+	case "category":
+		switch {
+		case j.Category == "":
+		case !ValidCategory(j.Category):
+			return invalid(field, "%s is not one of transactional, marketing", echo(string(j.Category)))
+		case sub.match && sub.lane != "" && j.Category != sub.lane:
+			return invalid(field, "%s does not match the subject: it was published on the %s lane (publish on %s)",
+				echo(string(j.Category)), sub.lane, KeyFor(j.Channel, j.Tenant, false, j.Category).Subject())
 		}
 	case "expires_at":
 		return checkTime(field, j.ExpiresAt)

@@ -39,16 +39,17 @@ type Publisher struct {
 // NewPublisher returns a Publisher using js.
 func NewPublisher(js jetstream.JetStream) *Publisher { return &Publisher{js: js} }
 
-// Publish validates and publishes j on JobSubjectFor(j.Channel, j.Tenant, high) with
-// Nats-Msg-Id set to j.ID, and reports whether the stream dropped it as a
+// Publish validates and publishes j on the subject of its queue (KeyFor: its
+// tenant's, on the priority lane when high, else on its category's lane
+// when it names one) with Nats-Msg-Id set to j.ID, and reports whether the stream dropped it as a
 // duplicate of a publish within the duplicate window (2 minutes). An
 // invalid job is an *InvalidError and nothing is sent.
 func (p *Publisher) Publish(ctx context.Context, j *Job, high bool) (duplicate bool, err error) {
-	data, err := j.Marshal()
+	subject, data, err := j.marshalFor(high)
 	if err != nil {
 		return false, fmt.Errorf("publish job: %w", err)
 	}
-	return p.PublishRaw(ctx, JobSubjectFor(j.Channel, j.Tenant, high), data, j.ID)
+	return p.PublishRaw(ctx, subject, data, j.ID)
 }
 
 // PublishRaw publishes data as is on subject, with Nats-Msg-Id msgID unless

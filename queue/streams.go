@@ -31,9 +31,9 @@ const (
 
 // JobStreamConfig is the configuration EnsureStreams gives the job stream:
 // work-queue retention (a job is deleted once acknowledged), file storage,
-// subjects notify.jobs.*, notify.jobs.*.high, notify.jobs.*.t.* and
-// notify.jobs.*.t.*.high only (a publish to any other subject finds no
-// stream and is refused), a
+// subjects notify.jobs.*, notify.jobs.*.high, notify.jobs.*.marketing,
+// notify.jobs.*.transactional and the same under .t.* (a named tenant's)
+// only (a publish to any other subject finds no stream and is refused), a
 // two-minute duplicate window, and Discard New: when a limit is reached
 // (account limits, or the message size bound) a publish is refused rather
 // than an old job silently deleted.
@@ -41,17 +41,18 @@ func JobStreamConfig(cfg Config, replicas int) jetstream.StreamConfig {
 	cfg = cfg.WithDefaults()
 	return jetstream.StreamConfig{
 		Name:        cfg.Stream,
-		Description: "notifier jobs: notify.jobs.<channel>[.t.<tenant>][.high]",
-		Subjects:    []string{normalFilter, highFilter, tenantNormalFilter, tenantHighFilter},
-		Retention:   jetstream.WorkQueuePolicy,
-		Storage:     jetstream.FileStorage,
-		Replicas:    max(replicas, 1),
-		Duplicates:  DuplicateWindow,
-		Discard:     jetstream.DiscardNew,
-		MaxMsgs:     -1,
-		MaxBytes:    -1,
-		MaxAge:      0,
-		MaxMsgSize:  maxStoredJob,
+		Description: "notifier jobs: notify.jobs.<channel>[.t.<tenant>][.high|.marketing|.transactional]",
+		Subjects: []string{normalFilter, highFilter, marketingFilter, transactionalFilter,
+			tenantNormalFilter, tenantHighFilter, tenantMarketingFilter, tenantTransactionalFilter},
+		Retention:  jetstream.WorkQueuePolicy,
+		Storage:    jetstream.FileStorage,
+		Replicas:   max(replicas, 1),
+		Duplicates: DuplicateWindow,
+		Discard:    jetstream.DiscardNew,
+		MaxMsgs:    -1,
+		MaxBytes:   -1,
+		MaxAge:     0,
+		MaxMsgSize: maxStoredJob,
 	}
 }
 

@@ -3,8 +3,10 @@ package queue
 import "strings"
 
 // Subject layout (SPEC §3). Jobs are published on notify.jobs.<channel>
-// (normal lane) or notify.jobs.<channel>.high (priority lane); jobs that are
-// not sent end on notify.dead.<channel> or notify.suppressed.<channel>.
+// (normal lane), notify.jobs.<channel>.high (priority lane) or
+// notify.jobs.<channel>.marketing / .transactional (the lane of a job that
+// names its category); jobs that are not sent end on notify.dead.<channel>
+// or notify.suppressed.<channel>.
 const (
 	jobsPrefix       = "notify.jobs."
 	deadPrefix       = "notify.dead."
@@ -13,60 +15,130 @@ const (
 
 	tenantInfix = ".t."
 
-	// The NOTIFY stream's subjects: the default tenant's normal and
-	// priority lanes, and a named tenant's (three, four, five and six
-	// tokens: they never overlap).
-	normalFilter       = "notify.jobs.*"
-	highFilter         = "notify.jobs.*.high"
-	tenantNormalFilter = "notify.jobs.*.t.*"
-	tenantHighFilter   = "notify.jobs.*.t.*.high"
+	// The NOTIFY stream's subjects: the default tenant's lanes, and a named
+	// tenant's (three, four, five and six tokens; the four- and six-token
+	// ones differ in their last, literal token: they never overlap).
+	normalFilter              = "notify.jobs.*"
+	highFilter                = "notify.jobs.*.high"
+	marketingFilter           = "notify.jobs.*.marketing"
+	transactionalFilter       = "notify.jobs.*.transactional"
+	tenantNormalFilter        = "notify.jobs.*.t.*"
+	tenantHighFilter          = "notify.jobs.*.t.*.high"
+	tenantMarketingFilter     = "notify.jobs.*.t.*.marketing"
+	tenantTransactionalFilter = "notify.jobs.*.t.*.transactional"
 
 	// MaxTenantLen is the longest tenant name (SPEC §2).
 	MaxTenantLen = 64
 )
+
+// Category is what a job is for (SPEC §2): a transactional message (a
+// one-time code, a receipt) or a marketing one. The zero value is none: a
+// job without a category takes its channel's (the categories key).
+type Category string
+
+// The categories.
+const (
+	Transactional Category = "transactional"
+	Marketing     Category = "marketing"
+)
+
+// Categories are the categories, in the order SPEC §2 lists them.
+var Categories = []Category{Transactional, Marketing}
+
+// ValidCategory reports whether c is one of Categories.
+func ValidCategory(c Category) bool { return c == Transactional || c == Marketing }
 
 // JobSubjectFor is the subject a job of tenant for channel is published on:
 // JobSubject for the default tenant (""), else
 // notify.jobs.<channel>.t.<tenant>[.high], where a '.' of the tenant name
 // is written '~' (a subject token cannot hold a '.').
 func JobSubjectFor(channel, tenant string, high bool) string {
-	if tenant == "" {
-		return JobSubject(channel, high)
-	}
-	s := jobsPrefix + channel + tenantInfix + strings.ReplaceAll(tenant, ".", "~")
-	if high {
-		s += highSuffix
-	}
-	return s
+	return Key{Channel: channel, Tenant: tenant, High: high}.Subject()
 }
 
 // Key names one queue of the job stream: the jobs of one tenant ("" for
 // the default tenant) for one channel on one lane. Each has its own
 // durable consumer, filtered on exactly its subject.
+//
+// The lanes: the priority lane (High), whose jobs are transactional; the
+// lane of the jobs that name their category (Category set, High false);
+// and the normal lane (neither), whose jobs without a category take their
+// channel's.
 type Key struct {
-	Channel string
-	Tenant  string
-	High    bool
+	Channel  string
+	Tenant   string
+	High     bool
+	Category Category // a category's own lane; "" for the normal and priority lanes
 }
 
-// Subject is the subject the key's jobs are published on.
-func (k Key) Subject() string { return JobSubjectFor(k.Channel, k.Tenant, k.High) }
+// KeyFor is the queue a job of channel and tenant with category cat ("":
+// none) on the priority lane (high) or not is published to: the priority
+// lane whatever its category (a marketing job there is invalid), the
+// category's lane for a job that names one, else the normal lane.
+func KeyFor(channel, tenant string, high bool, cat Category) Key {
+	if high {
+		cat = ""
+	}
+	return Key{Channel: channel, Tenant: tenant, High: high, Category: cat}
+}
+
+// Subject is the subject the key's jobs are published on:
+// notify.jobs.<channel>[.t.<tenant>][.high|.marketing|.transactional].
+func (k Key) Subject() string {
+	s := jobsPrefix + k.Channel
+	if k.Tenant != "" {
+		s += tenantInfix + strings.ReplaceAll(k.Tenant, ".", "~")
+	}
+	switch {
+	case k.High:
+		s += highSuffix
+	case k.Category != "":
+		s += "." + string(k.Category)
+	}
+	return s
+}
+
+// Lane names the key's lane: "high", "marketing", "transactional" or
+// "normal".
+func (k Key) Lane() string {
+	switch {
+	case k.High:
+		return "high"
+	case k.Category != "":
+		return string(k.Category)
+	}
+	return "normal"
+}
 
 // String is the key as logs and status show it: "sms", "sms/high",
-// "sms@acme", "sms@acme/high".
+// "sms@acme", "sms@acme/high", "sms/marketing".
 func (k Key) String() string {
 	s := k.Channel
 	if k.Tenant != "" {
 		s += "@" + k.Tenant
 	}
-	if k.High {
-		s += "/high"
+	if l := k.Lane(); l != "normal" {
+		s += "/" + l
 	}
 	return s
 }
 
-// ParseJobSubject reads a job subject of one of the four shapes the job
-// stream takes. ok is false for any other subject, and for a tenant token
+// laneToken reads the last token of a four- or six-token job subject into
+// k: "high", or a category; false for anything else.
+func laneToken(tok string, k *Key) bool {
+	switch c := Category(tok); {
+	case tok == "high":
+		k.High = true
+	case ValidCategory(c):
+		k.Category = c
+	default:
+		return false
+	}
+	return true
+}
+
+// ParseJobSubject reads a job subject of one of the shapes the job stream
+// takes. ok is false for any other subject, and for a tenant token
 // that is not a valid tenant name; the channel is not checked against
 // Channels.
 func ParseJobSubject(subject string) (k Key, ok bool) {
@@ -82,15 +154,14 @@ func ParseJobSubject(subject string) (k Key, ok bool) {
 	switch len(toks) {
 	case 1:
 	case 2:
-		k.High = toks[1] == "high"
-		ok = k.High
-		return k, ok
+		if !laneToken(toks[1], &k) {
+			return Key{}, false
+		}
 	case 3, 4:
-		if toks[1] != "t" || (len(toks) == 4 && toks[3] != "high") {
+		if toks[1] != "t" || (len(toks) == 4 && !laneToken(toks[3], &k)) {
 			return Key{}, false
 		}
 		k.Tenant = strings.ReplaceAll(toks[2], "~", ".")
-		k.High = len(toks) == 4
 		if !ValidTenant(k.Tenant) {
 			return Key{}, false
 		}

@@ -97,12 +97,25 @@ func describeConfig(w io.Writer, cfg Config) {
 		fmt.Fprintf(w, "  global:    off\n")
 	}
 	for _, ch := range sortedKeys(cfg.UserLimits) {
-		r := cfg.UserLimits[ch]
-		if r.Mode == userlimit.Shadow {
-			fmt.Fprintf(w, "  cap %-5s  %d per %s per user (%s, shadow: counted, not enforced)\n", ch, r.Limit, fmtDur(r.Window), r.Algorithm)
-			continue
+		cc := cfg.UserLimits[ch]
+		line := func(name string, r userlimit.Rule) {
+			if r.Mode == userlimit.Shadow {
+				fmt.Fprintf(w, "  cap %-5s  %d per %s per user (%s, shadow: counted, not enforced)\n", name, r.Limit, fmtDur(r.Window), r.Algorithm)
+				return
+			}
+			fmt.Fprintf(w, "  cap %-5s  %d per %s per user (%s, on_exceed %s)\n", name, r.Limit, fmtDur(r.Window), r.Algorithm, r.OnExceed)
 		}
-		fmt.Fprintf(w, "  cap %-5s  %d per %s per user (%s, on_exceed %s)\n", ch, r.Limit, fmtDur(r.Window), r.Algorithm, r.OnExceed)
+		if cc.Own() {
+			line(ch, cc.Rule)
+		}
+		for _, cat := range queue.Categories {
+			if r := cc.Category(cat); r != nil {
+				line(ch+"."+string(cat), *r)
+			}
+		}
+	}
+	for _, ch := range sortedKeys(cfg.Categories) {
+		fmt.Fprintf(w, "  category   %s jobs are %s unless they name one\n", ch, cfg.Categories[ch])
 	}
 	if len(cfg.Tenants.Weights) > 0 {
 		var parts []string
@@ -130,6 +143,9 @@ func describeConfig(w io.Writer, cfg Config) {
 		def := ""
 		if p.Default {
 			def = ", default"
+		}
+		if r := p.TransactionalReserve(); r > 0 {
+			def += fmt.Sprintf(", %g%% kept for transactional jobs", 100*r)
 		}
 		fmt.Fprintf(w, "  provider   %s: %s %s%s, contract %g %s/s, max_queue_delay %s\n",
 			p.Name, p.Channel, p.Kind, def, p.Rate, p.Unit, fmtDur(p.MaxQueueDelay))

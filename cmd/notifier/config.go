@@ -29,20 +29,84 @@ import (
 // package's own config type; this file only reads, merges the environment,
 // fills defaults and collects every problem.
 type Config struct {
-	NATS       queue.Config              `mapstructure:"nats"`
-	Redis      RedisConfig               `mapstructure:"redis"`
-	Workers    int                       `mapstructure:"workers"`
-	Metrics    MetricsConfig             `mapstructure:"metrics"`
-	DedupTTL   time.Duration             `mapstructure:"dedup_ttl"`
-	Retry      dispatch.RetryConfig      `mapstructure:"retry"`
-	Global     *globallimit.Config       `mapstructure:"global"`
-	UserLimits map[string]userlimit.Rule `mapstructure:"user_limits"`
+	NATS       queue.Config         `mapstructure:"nats"`
+	Redis      RedisConfig          `mapstructure:"redis"`
+	Workers    int                  `mapstructure:"workers"`
+	Metrics    MetricsConfig        `mapstructure:"metrics"`
+	DedupTTL   time.Duration        `mapstructure:"dedup_ttl"`
+	Retry      dispatch.RetryConfig `mapstructure:"retry"`
+	Global     *globallimit.Config  `mapstructure:"global"`
+	UserLimits map[string]CapConfig `mapstructure:"user_limits"`
+	// Categories are the channels' categories: what a job without one on a
+	// channel's normal lane is (left out: transactional).
+	Categories map[string]queue.Category `mapstructure:"categories"`
 	Tenants    TenantsConfig             `mapstructure:"tenants"`
 	Providers  []providers.Config        `mapstructure:"providers"`
 	Tracing    TracingConfig             `mapstructure:"tracing"`
 	// Gateway is read by `notifier gateway` only (nil: left out); `check`
 	// and every command validate it when present.
 	Gateway *gateway.Config `mapstructure:"gateway"`
+}
+
+// CapConfig is YAML user_limits.<channel>: the channel's per-user cap
+// (limit, window, ...; left out: none) and, under transactional: and
+// marketing:, a cap of its own for that category's jobs, which they take
+// instead of the channel's, counted apart.
+type CapConfig struct {
+	userlimit.Rule `mapstructure:",squash"`
+	Transactional  *userlimit.Rule `mapstructure:"transactional"`
+	Marketing      *userlimit.Rule `mapstructure:"marketing"`
+}
+
+// Own reports whether the entry sets a cap for the channel itself.
+func (c CapConfig) Own() bool { return c.Rule != (userlimit.Rule{}) }
+
+// Category is the entry's cap of category cat, or nil.
+func (c CapConfig) Category(cat queue.Category) *userlimit.Rule {
+	switch cat {
+	case queue.Transactional:
+		return c.Transactional
+	case queue.Marketing:
+		return c.Marketing
+	}
+	return nil
+}
+
+// ChannelCaps are the channels' own caps (user_limits.<channel>).
+func (c Config) ChannelCaps() map[string]userlimit.Rule {
+	out := map[string]userlimit.Rule{}
+	for ch, cc := range c.UserLimits {
+		if cc.Own() {
+			out[ch] = cc.Rule
+		}
+	}
+	return out
+}
+
+// CategoryCaps are the categories' caps (user_limits.<channel>.<category>).
+func (c Config) CategoryCaps() map[dispatch.CategoryCap]userlimit.Rule {
+	out := map[dispatch.CategoryCap]userlimit.Rule{}
+	for ch, cc := range c.UserLimits {
+		for _, cat := range queue.Categories {
+			if r := cc.Category(cat); r != nil {
+				out[dispatch.CategoryCap{Channel: ch, Category: cat}] = *r
+			}
+		}
+	}
+	return out
+}
+
+// capFor is the cap of channel ch's jobs of category cat ("": the
+// channel's own), and whether there is one.
+func (c Config) capFor(ch string, cat queue.Category) (userlimit.Rule, bool) {
+	cc, ok := c.UserLimits[ch]
+	switch {
+	case !ok:
+		return userlimit.Rule{}, false
+	case cat != "" && cc.Category(cat) != nil:
+		return *cc.Category(cat), true
+	}
+	return cc.Rule, cc.Own()
 }
 
 // TenantsConfig is YAML tenants:.
@@ -82,8 +146,17 @@ func (c Config) WithDefaults() Config {
 	}
 	c.Retry = c.Retry.WithDefaults()
 	c.Tracing = c.Tracing.WithDefaults()
-	for ch, r := range c.UserLimits {
-		c.UserLimits[ch] = r.WithDefaults()
+	for ch, cc := range c.UserLimits {
+		if cc.Own() {
+			cc.Rule = cc.Rule.WithDefaults()
+		}
+		for _, r := range []**userlimit.Rule{&cc.Transactional, &cc.Marketing} {
+			if *r != nil {
+				d := (**r).WithDefaults()
+				*r = &d
+			}
+		}
+		c.UserLimits[ch] = cc
 	}
 	for i := range c.Providers {
 		c.Providers[i] = c.Providers[i].WithDefaults()
@@ -126,7 +199,27 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("user_limits.%s: %q is not a channel; use one of %s", ch, ch, strings.Join(queue.Channels, ", ")))
 			continue
 		}
-		add("user_limits."+ch+".", c.UserLimits[ch].Validate())
+		cc := c.UserLimits[ch]
+		if !cc.Own() && cc.Transactional == nil && cc.Marketing == nil {
+			errs = append(errs, fmt.Errorf("user_limits.%s: empty: give the channel's cap (limit, window, ...) or a category's (transactional: or marketing:)", ch))
+			continue
+		}
+		if cc.Own() {
+			add("user_limits."+ch+".", cc.Rule.Validate())
+		}
+		for _, cat := range queue.Categories {
+			if r := cc.Category(cat); r != nil {
+				add("user_limits."+ch+"."+string(cat)+".", r.Validate())
+			}
+		}
+	}
+	for _, ch := range sortedKeys(c.Categories) {
+		switch cat := c.Categories[ch]; {
+		case !queue.IsChannel(ch):
+			errs = append(errs, fmt.Errorf("categories.%s: %q is not a channel; use one of %s", ch, ch, strings.Join(queue.Channels, ", ")))
+		case !queue.ValidCategory(cat):
+			errs = append(errs, fmt.Errorf("categories.%s: %q is not one of transactional, marketing", ch, cat))
+		}
 	}
 	for _, t := range sortedKeys(c.Tenants.Weights) {
 		w := c.Tenants.Weights[t]
@@ -435,7 +528,12 @@ func envKeys() []string {
 		}
 		for i := 0; i < t.NumField(); i++ {
 			f := t.Field(i)
-			tag := strings.Split(f.Tag.Get("mapstructure"), ",")[0]
+			opts := strings.Split(f.Tag.Get("mapstructure"), ",")
+			tag := opts[0]
+			if f.Anonymous && len(opts) > 1 && opts[1] == "squash" {
+				walk(prefix, f.Type) // its keys are the section's own
+				continue
+			}
 			if tag == "" || tag == "-" || !f.IsExported() {
 				continue
 			}
@@ -741,6 +839,9 @@ func decodeProblems(err error) []error {
 		if t, ok := strings.CutPrefix(name, "tenants.weights["); ok && strings.HasSuffix(t, "]") {
 			name = tenantPath(strings.TrimSuffix(t, "]")) // as Validate names it
 		}
+		if ch, rest, ok := strings.Cut(strings.TrimPrefix(name, "user_limits["), "]"); ok && strings.HasPrefix(name, "user_limits[") {
+			name = "user_limits." + ch + rest // a squashed cap is named as a map entry
+		}
 		inner := de.Unwrap()
 		msg := inner.Error()
 		if rest, ok := strings.CutPrefix(msg, "has invalid keys: "); ok {
@@ -812,10 +913,21 @@ func knownKeysAt(path string) []string {
 	if t.Kind() != reflect.Struct {
 		return nil
 	}
+	return structKeys(t)
+}
+
+// structKeys are the keys of struct t, those of a squashed embedded
+// struct (CapConfig's rule) among them.
+func structKeys(t reflect.Type) []string {
 	var keys []string
 	for i := 0; i < t.NumField(); i++ {
-		if tag := strings.Split(t.Field(i).Tag.Get("mapstructure"), ",")[0]; tag != "" && tag != "-" {
-			keys = append(keys, tag)
+		f := t.Field(i)
+		opts := strings.Split(f.Tag.Get("mapstructure"), ",")
+		switch {
+		case f.Anonymous && len(opts) > 1 && opts[1] == "squash":
+			keys = append(keys, structKeys(f.Type)...)
+		case opts[0] != "" && opts[0] != "-":
+			keys = append(keys, opts[0])
 		}
 	}
 	return keys

@@ -27,7 +27,9 @@ stream) and changes nothing. Ask one question:
 
   --user U --channel C  the channel's per-user cap: its rule, how much of the window
                         U used, when U's next job would be allowed, and the cap's
-                        denials of U this hour and over the last 24 hours
+                        denials of U this hour and over the last 24 hours; with
+                        --category, the cap of that category's jobs (its own, or
+                        the channel's when it has none)
   --provider P          P's contract and effective rate, its queue's depth and delay,
                         the next free send slot, a pause and why, each instance's
                         circuit breaker, and the tenants with jobs waiting
@@ -40,11 +42,12 @@ stream) and changes nothing. Ask one question:
 	path := configFlag(c)
 	user := c.Flags().String("user", "", "a user id (with --channel)")
 	channel := c.Flags().String("channel", "", "sms, push or email (with --user)")
+	category := c.Flags().String("category", "", "transactional or marketing (with --user; default: the channel's category)")
 	provider := c.Flags().String("provider", "", "a provider name from the configuration")
 	job := c.Flags().String("job", "", "a job id")
 	asJSON := c.Flags().Bool("json", false, "print as JSON")
 	c.RunE = func(cmd *cobra.Command, _ []string) error {
-		q := explainQuery{user: *user, channel: *channel, provider: *provider, job: *job}
+		q := explainQuery{user: *user, channel: *channel, category: *category, provider: *provider, job: *job}
 		if err := q.check(); err != nil {
 			return &usageError{err: err}
 		}
@@ -92,12 +95,13 @@ stream) and changes nothing. Ask one question:
 // newInspector reads the fleet as cfg configures it, through the limit set
 // `notifier run` builds (limitsConfig).
 func newInspector(rdb redis.UniversalClient, dead *queue.DeadLetters, cfg Config) (*inspect.Inspector, error) {
-	return inspect.New(rdb, dead, inspect.Config{Limits: limitsConfig(cfg), UserLimits: cfg.UserLimits, Providers: cfg.Providers})
+	return inspect.New(rdb, dead, inspect.Config{Limits: limitsConfig(cfg), UserLimits: cfg.ChannelCaps(),
+		CategoryLimits: cfg.CategoryCaps(), Categories: cfg.Categories, Providers: cfg.Providers})
 }
 
 // explainQuery is one question of `notifier explain` or /explain.
 type explainQuery struct {
-	user, channel, provider, job string
+	user, channel, category, provider, job string
 }
 
 // check refuses anything but exactly one question.
@@ -113,6 +117,10 @@ func (q explainQuery) check() error {
 		return errors.New("ask one question: --user with --channel, --provider, or --job")
 	case q.user != "" && q.channel == "", q.user == "" && q.channel != "":
 		return errors.New("--user and --channel go together")
+	case q.category != "" && q.user == "":
+		return errors.New("--category goes with --user and --channel")
+	case q.category != "" && !queue.ValidCategory(queue.Category(q.category)):
+		return fmt.Errorf("--category %q: use transactional or marketing", q.category)
 	}
 	return nil
 }
@@ -126,7 +134,7 @@ func (q explainQuery) ask(ctx context.Context, in *inspect.Inspector) (any, erro
 	case q.job != "":
 		return in.Job(ctx, q.job)
 	}
-	return in.User(ctx, q.channel, q.user)
+	return in.UserIn(ctx, q.channel, queue.Category(q.category), q.user)
 }
 
 // writeExplain prints an answer for a reader.
@@ -142,7 +150,7 @@ func writeExplain(w io.Writer, answer any) {
 }
 
 func writeUser(w io.Writer, a inspect.UserAnswer) {
-	fmt.Fprintf(w, "user %s on %s — %s\n", printable(a.User), a.Channel, a.At.Format("2006-01-02 15:04:05.000 UTC"))
+	fmt.Fprintf(w, "user %s on %s (%s jobs) — %s\n", printable(a.User), a.Channel, a.Category, a.At.Format("2006-01-02 15:04:05.000 UTC"))
 	if !a.Capped {
 		fmt.Fprintf(w, "  no per-user cap on %s: every job is allowed\n", a.Channel)
 	} else {
@@ -272,7 +280,7 @@ func explainHandler(inspector func() (*inspect.Inspector, error), log *slog.Logg
 				return
 			}
 		}
-		q := explainQuery{user: v.Get("user"), channel: v.Get("channel"), provider: v.Get("provider"), job: v.Get("job")}
+		q := explainQuery{user: v.Get("user"), channel: v.Get("channel"), category: v.Get("category"), provider: v.Get("provider"), job: v.Get("job")}
 		if err := q.check(); err != nil {
 			writeExplainError(w, http.StatusBadRequest, strings.NewReplacer("--", "").Replace(err.Error()))
 			return
@@ -308,7 +316,7 @@ func explainHandler(inspector func() (*inspect.Inspector, error), log *slog.Logg
 
 func isExplainParam(k string) bool {
 	switch k {
-	case "user", "channel", "provider", "job":
+	case "user", "channel", "category", "provider", "job":
 		return true
 	}
 	return false

@@ -23,8 +23,9 @@ type publishFlags struct {
 	// one job
 	id, channel, user, to, body, title, provider string
 	high                                         bool
-	// every mode: the jobs' tenant ("" the default tenant)
-	tenant string
+	// every mode: the jobs' tenant ("" the default tenant) and category
+	// ("" none: the channel's)
+	tenant, category string
 	// NDJSON
 	file string
 	// generated load
@@ -50,6 +51,10 @@ JetStream drops a repeated publish (within its 2-minute window).
 --tenant T publishes the jobs as tenant T's, on notify.jobs.<channel>.t.<T>[.high]
 (in every mode; an NDJSON line with its own "tenant" keeps it).
 
+--category C (transactional or marketing) gives the jobs that category and
+publishes them on its lane, notify.jobs.<channel>[.t.<T>].<C> (in the one-job
+and generated modes; an NDJSON line's own "category" picks its lane likewise).
+
 A line of NDJSON that is not a valid job is reported with its line number and
 skipped. At the end it prints how many were published, how many JetStream
 reported as duplicates, and how many failed.`,
@@ -67,6 +72,7 @@ reported as duplicates, and how many failed.`,
 	fl.StringVar(&f.provider, "provider", "", "provider name (default: the channel's default)")
 	fl.BoolVar(&f.high, "high", false, "publish on the priority lane (notify.jobs.<channel>.high)")
 	fl.StringVar(&f.tenant, "tenant", "", "the jobs' tenant (default: the default tenant); an NDJSON line's own tenant is kept")
+	fl.StringVar(&f.category, "category", "", "the jobs' category, transactional or marketing (default: none, the channel's), on its lane")
 	fl.StringVar(&f.file, "file", "", "NDJSON file of jobs, one per line; - for stdin")
 	fl.IntVar(&f.count, "count", 0, "generate this many jobs (with --users and --channel)")
 	fl.IntVar(&f.users, "users", 100, "generated load: spread the jobs over this many users")
@@ -109,6 +115,12 @@ func (f *publishFlags) mode() (publishMode, error) {
 		return 0, fmt.Errorf("--tenant must be 1 to %d characters of A-Z a-z 0-9 . _ - (leave it out for the default tenant), got %q",
 			queue.MaxTenantLen, f.tenant)
 	}
+	if f.category != "" && !queue.ValidCategory(queue.Category(f.category)) {
+		return 0, fmt.Errorf("--category must be transactional or marketing, got %q", f.category)
+	}
+	if f.category == string(queue.Marketing) && f.high {
+		return 0, errors.New("--category marketing and --high do not go together: the priority lane is for transactional jobs")
+	}
 	one := f.to != "" || f.body != "" || f.user != ""
 	n := 0
 	for _, b := range []bool{one, f.file != "", f.count > 0} {
@@ -150,7 +162,7 @@ func publish(ctx context.Context, cfg Config, f *publishFlags, mode publishMode,
 
 	if mode == publishOne {
 		j := &queue.Job{ID: f.id, UserID: f.user, Channel: f.channel, To: f.to, Body: f.body, Title: f.title, Provider: f.provider,
-			Tenant: f.tenant, CreatedAt: time.Now().UTC()}
+			Tenant: f.tenant, Category: queue.Category(f.category), CreatedAt: time.Now().UTC()}
 		if j.ID == "" {
 			j.ID = nats.NewInbox()[len("_INBOX."):]
 		}
@@ -205,7 +217,7 @@ func publish(ctx context.Context, cfg Config, f *publishFlags, mode publishMode,
 		run := time.Now().UTC().Format("20060102T150405") + "-" + nats.NewInbox()[len(nats.NewInbox())-6:]
 		for i := 0; i < f.count; i++ {
 			j := loadJob(run, i, f.channel, f.users, f.provider)
-			j.Tenant = f.tenant
+			j.Tenant, j.Category = f.tenant, queue.Category(f.category)
 			if err := batch.Publish(ctx, j, f.high); err != nil {
 				return err
 			}
@@ -356,8 +368,9 @@ func publishNDJSON(ctx context.Context, in io.Reader, batch *queue.Batch, high b
 			skip("not JSON (one job object per line)")
 		default:
 			var probe struct {
-				Channel string `json:"channel"`
-				Tenant  any    `json:"tenant"`
+				Channel  string `json:"channel"`
+				Tenant   any    `json:"tenant"`
+				Category any    `json:"category"`
 			}
 			_ = json.Unmarshal(raw, &probe)
 			if !queue.IsChannel(probe.Channel) {
@@ -371,7 +384,12 @@ func publishNDJSON(ctx context.Context, in io.Reader, batch *queue.Batch, high b
 			if t, ok := probe.Tenant.(string); ok && queue.ValidTenant(t) {
 				lineTenant = t
 			}
-			subject := queue.JobSubjectFor(probe.Channel, lineTenant, high)
+			// A line's category, when it is one, names its lane.
+			var lineCategory queue.Category
+			if c, ok := probe.Category.(string); ok && queue.ValidCategory(queue.Category(c)) {
+				lineCategory = queue.Category(c)
+			}
+			subject := queue.KeyFor(probe.Channel, lineTenant, high, lineCategory).Subject()
 			j, derr := queue.Decode(subject, raw)
 			if derr != nil {
 				skip("%v", derr)

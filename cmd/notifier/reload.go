@@ -159,7 +159,8 @@ func (r *reloader) reload(d *dispatch.Dispatcher, why string, grace time.Duratio
 // reloadOf is the part of cfg a reload hands to the dispatcher, with reg
 // the providers built from it.
 func reloadOf(cfg Config, reg *providers.Registry) dispatch.Reload {
-	return dispatch.Reload{UserLimits: cfg.UserLimits, Providers: reg, Global: cfg.Global, TenantWeights: cfg.Tenants.Weights}
+	return dispatch.Reload{UserLimits: cfg.ChannelCaps(), CategoryLimits: cfg.CategoryCaps(), Categories: cfg.Categories,
+		Providers: reg, Global: cfg.Global, TenantWeights: cfg.Tenants.Weights}
 }
 
 // restartKeys lists the sections that changed and only apply at start.
