@@ -97,7 +97,7 @@ func TestNewAndReloadRefuseInvalidCaps(t *testing.T) {
 	}
 	o := p.d.o
 	o.UserLimits = bad
-	if _, err := New(o); err == nil || !strings.Contains(err.Error(), "UserLimits[sms]") {
+	if _, err := New(o); err == nil || !strings.Contains(err.Error(), "user limit sms: limit: 500000") {
 		t.Fatalf("New with an invalid cap: %v", err)
 	}
 }
