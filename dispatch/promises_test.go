@@ -532,8 +532,12 @@ func TestPromiseReloadKeepsJobsUnderWay(t *testing.T) {
 			}
 		}
 	})
+	// Under way: each of the three holds its slot (in flight alone is not
+	// enough: a job handed to a worker reads the configuration only when
+	// it starts, which a loaded machine can put after the reload).
 	testenv.WaitFor(t, 20*time.Second, "one sent, two waiting for their slots", func() bool {
-		return len(b.fake.AcceptedIDs()) == 1 && p.d.InFlight() == 2
+		return len(b.fake.AcceptedIDs()) == 1 && p.d.InFlight() == 2 &&
+			p.count(p.d.m.LimitDecisions.WithLabelValues(LayerLeaky, "allow")) == 3
 	})
 	next := testenv.FakeProvider(t)
 	cfgs := make([]providers.Config, len(b.pcfgs))

@@ -23,6 +23,9 @@ func FuzzDecode(f *testing.F) {
 		{"notify.jobs.sms.t.acme~eu.high", `{"id":"a","user_id":"u","channel":"sms","to":"+14155550123","body":"b","tenant":"acme.eu"}`},
 		{"notify.jobs.sms.t.acme", `{"id":"a","user_id":"u","channel":"sms","to":"+14155550123","body":"b"}`},
 		{"notify.jobs.sms", `{"id":"a","user_id":"u","channel":"sms","to":"+14155550123","body":"b","tenant":"acme"}`},
+		{"notify.jobs.sms.t.acme.marketing", `{"id":"a","user_id":"u","channel":"sms","to":"+14155550123","body":"b","category":"marketing"}`},
+		{"notify.jobs.sms.high", `{"id":"a","user_id":"u","channel":"sms","to":"+14155550123","body":"b","category":"marketing"}`},
+		{"notify.jobs.email.transactional", `{"id":"a","user_id":"u","channel":"email","to":"a@b.c","body":"b","category":"promo"}`},
 	} {
 		f.Add(seed.subject, []byte(seed.data))
 	}

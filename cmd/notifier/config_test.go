@@ -353,6 +353,7 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte("providers: [{name: a, channel: sms, default: true, kind: webhook, url: 'http://x', rate: 1e309}]"))
 	f.Add([]byte("user_limits: {push: {limit: 99999999999999999999, window: -1h}}"))
 	f.Add([]byte("workers: [1,2]\nnats: 7\nretry: {base_delay: 1h, max_delay: 1ns}"))
+	f.Add([]byte("user_limits: {sms: {marketing: {limit: 1, window: 1h}, transactional: 3}}\ncategories: {email: marketing, sms: [x]}"))
 	f.Fuzz(func(t *testing.T, y []byte) {
 		cfg, err := ParseConfig(y, noEnv)
 		if err != nil {
