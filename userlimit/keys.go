@@ -59,8 +59,10 @@ func suffix(a Algorithm) string {
 //
 //   - sliding_log: the log, a sorted set of the window's job ids scored by
 //     admission time in µs (Tag + ":sl");
-//   - token_bucket: its folded state (Tag + ":tb", a string, GCRA's tat in
-//     µs over the admissions that left the log), then its log (Tag +
+//   - token_bucket: its state (Tag + ":tb", a string "tat:g:newest:T":
+//     GCRA's tat over the admissions that left the log, GCRA's over every
+//     admission, the newest instant, the token interval; see
+//     token_bucket.lua), then its log (Tag +
 //     ":tb:log", a sorted set of the window's job ids scored by admission
 //     time in µs);
 //   - the O(1) algorithms: their state (Tag + ":sw" hash {w, c, p},
