@@ -1,10 +1,12 @@
 package dispatch
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
-	"sort"
+	"slices"
 
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/userlimit"
@@ -35,17 +37,13 @@ type Caps struct {
 
 func (c Caps) validate() error {
 	var errs []error
-	for _, ch := range sortedRuleKeys(c.Channels) {
+	for _, ch := range slices.Sorted(maps.Keys(c.Channels)) {
 		if err := c.Channels[ch].Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("user limit %s: %w", ch, err))
 		}
 	}
-	keys := make([]CategoryCap, 0, len(c.Categories))
-	for k := range c.Categories {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		return keys[i].Channel < keys[j].Channel || keys[i].Channel == keys[j].Channel && keys[i].Category < keys[j].Category
+	keys := slices.SortedFunc(maps.Keys(c.Categories), func(a, b CategoryCap) int {
+		return cmp.Or(cmp.Compare(a.Channel, b.Channel), cmp.Compare(a.Category, b.Category))
 	})
 	for _, k := range keys {
 		if !queue.ValidCategory(k.Category) {
@@ -62,15 +60,6 @@ func (c Caps) validate() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func sortedRuleKeys(m map[string]userlimit.Rule) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
 }
 
 // ChannelCategory is the category of channel ch's normal lane.
