@@ -96,17 +96,11 @@ func (c Config) CategoryCaps() map[dispatch.CategoryCap]userlimit.Rule {
 	return out
 }
 
-// capFor is the cap of channel ch's jobs of category cat ("": the
-// channel's own), and whether there is one.
-func (c Config) capFor(ch string, cat queue.Category) (userlimit.Rule, bool) {
-	cc, ok := c.UserLimits[ch]
-	switch {
-	case !ok:
-		return userlimit.Rule{}, false
-	case cat != "" && cc.Category(cat) != nil:
-		return *cc.Category(cat), true
-	}
-	return cc.Rule, cc.Own()
+// Caps are the per-user caps and the channels' categories as the
+// dispatcher takes them: one way to ask which cap a job has
+// (dispatch.Caps.CapFor), for run, reload, explain and top alike.
+func (c Config) Caps() dispatch.Caps {
+	return dispatch.Caps{Channels: c.ChannelCaps(), Categories: c.CategoryCaps(), Defaults: c.Categories}
 }
 
 // TenantsConfig is YAML tenants:.

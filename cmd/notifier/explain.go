@@ -95,8 +95,9 @@ stream) and changes nothing. Ask one question:
 // newInspector reads the fleet as cfg configures it, through the limit set
 // `notifier run` builds (limitsConfig).
 func newInspector(rdb redis.UniversalClient, dead *queue.DeadLetters, cfg Config) (*inspect.Inspector, error) {
-	return inspect.New(rdb, dead, inspect.Config{Limits: limitsConfig(cfg), UserLimits: cfg.ChannelCaps(),
-		CategoryLimits: cfg.CategoryCaps(), Categories: cfg.Categories, Providers: cfg.Providers})
+	caps := cfg.Caps()
+	return inspect.New(rdb, dead, inspect.Config{Limits: limitsConfig(cfg), UserLimits: caps.Channels,
+		CategoryLimits: caps.Categories, Categories: caps.Defaults, Providers: cfg.Providers})
 }
 
 // explainQuery is one question of `notifier explain` or /explain.
@@ -276,7 +277,7 @@ func explainHandler(inspector func() (*inspect.Inspector, error), log *slog.Logg
 		v := r.URL.Query()
 		for k, vs := range v {
 			if len(vs) != 1 || !isExplainParam(k) {
-				writeExplainError(w, http.StatusBadRequest, fmt.Sprintf("unknown or repeated parameter %q: ask ?user=U&channel=C, ?provider=P or ?job=ID", printable(cut(k, 64))))
+				writeExplainError(w, http.StatusBadRequest, fmt.Sprintf("unknown or repeated parameter %q: ask ?user=U&channel=C[&category=K], ?provider=P or ?job=ID", printable(cut(k, 64))))
 				return
 			}
 		}

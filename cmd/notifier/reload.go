@@ -159,7 +159,8 @@ func (r *reloader) reload(d *dispatch.Dispatcher, why string, grace time.Duratio
 // reloadOf is the part of cfg a reload hands to the dispatcher, with reg
 // the providers built from it.
 func reloadOf(cfg Config, reg *providers.Registry) dispatch.Reload {
-	return dispatch.Reload{UserLimits: cfg.ChannelCaps(), CategoryLimits: cfg.CategoryCaps(), Categories: cfg.Categories,
+	caps := cfg.Caps()
+	return dispatch.Reload{UserLimits: caps.Channels, CategoryLimits: caps.Categories, Categories: caps.Defaults,
 		Providers: reg, Global: cfg.Global, TenantWeights: cfg.Tenants.Weights}
 }
 

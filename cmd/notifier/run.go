@@ -189,13 +189,14 @@ func dispatchJobs(ctx context.Context, s dispatchSetup) error {
 		return err
 	}
 	defer stopTracing() // the last spans, sent after the stop
+	caps := cfg.Caps()
 	d, err := dispatch.New(dispatch.Options{
 		Workers:        cfg.Workers,
 		AckWait:        cfg.NATS.AckWait,
 		Retry:          cfg.Retry,
-		UserLimits:     cfg.ChannelCaps(),
-		CategoryLimits: cfg.CategoryCaps(),
-		Categories:     cfg.Categories,
+		UserLimits:     caps.Channels,
+		CategoryLimits: caps.Categories,
+		Categories:     caps.Defaults,
 		StopTimeout:    stopTimeout(cfg),
 		Instance:       s.instance,
 		TenantWeights:  cfg.Tenants.Weights,

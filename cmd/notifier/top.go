@@ -85,7 +85,8 @@ adds its counts to Redis every 5 s.`,
 			}
 			return json.NewEncoder(e.stdout).Encode(out)
 		}
-		rule, capped := cfg.capFor(*channel, "")
+		caps := cfg.Caps()
+		rule, capped, _ := caps.CapFor(*channel, caps.ChannelCategory(*channel), "")
 		what := "users denied by the " + *channel + " cap"
 		if *shadow {
 			what = "users the " + *channel + " cap in shadow mode would have denied (all sent)"
