@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/testenv"
 )
 
@@ -24,12 +25,7 @@ import (
 // in such a window lie in a 1 s window, which the queue's schedule keeps to
 // the contract; so the check fails only if the schedule broke the contract
 // or an arrival came later than the budget allows.
-var jitterBudget = headroomJitter(DefaultHeadroom)
-
-// headroomJitter is h/(1−h) seconds: the lateness headroom h absorbs.
-func headroomJitter(h float64) time.Duration {
-	return time.Duration(h / (1 - h) * float64(time.Second))
-}
+var jitterBudget = leaky.JitterFor(DefaultHeadroom)
 
 // arrivalCounter is what every testenv fake offers about its arrivals.
 type arrivalCounter interface {

@@ -81,6 +81,12 @@ func HeadroomFor(b time.Duration) float64 {
 	return s / (1 + s)
 }
 
+// JitterFor is the jitter budget a headroom h gives, the inverse of
+// HeadroomFor: h/(1−h) seconds.
+func JitterFor(h float64) time.Duration {
+	return time.Duration(h / (1 - h) * float64(time.Second))
+}
+
 // Reservation is the answer of Reserve.
 type Reservation struct {
 	OK         bool          // false: the queue is full

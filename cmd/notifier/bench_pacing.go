@@ -13,6 +13,9 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/notifier/notifier/dispatch"
+	"github.com/notifier/notifier/leaky"
 )
 
 // pacingResult is the pacing section: how closely a fleet of `notifier
@@ -30,6 +33,13 @@ type pacingResult struct {
 	SustainedPerSecond float64 `json:"sustained_per_second"`
 	SustainedFraction  float64 `json:"sustained_fraction_of_contract"`
 	MostInOneSecond    int     `json:"most_in_any_1s_window"`
+	// JitterBudgetMs is how late after its slot a request may reach the
+	// provider with no 1 s window over the contract (the default
+	// jitter_budget); MostInBudgetWindow is the most requests, 429s
+	// included, that reached the sandbox in any window of 1 s minus it:
+	// more than the contract there means the schedule broke it.
+	JitterBudgetMs     float64 `json:"jitter_budget_ms"`
+	MostInBudgetWindow int     `json:"most_arrivals_in_1s_less_jitter_budget"`
 	GapP1Ms            float64 `json:"gap_p1_ms"`
 	GapP50Ms           float64 `json:"gap_p50_ms"`
 	GapP99Ms           float64 `json:"gap_p99_ms"`
@@ -41,7 +51,8 @@ type pacingResult struct {
 const pacingLane = "/paced"
 
 // errContractBroken fails the bench (exit 1) when a pacing run put more
-// sends than the contract into some 1 s window, or drew a 429.
+// requests than the contract into some window of 1 s minus the jitter
+// budget: the fleet's schedule, not the machine's scheduling, broke it.
 var errContractBroken = errors.New("contract broken")
 
 // pacingPass publishes a backlog of n jobs, starts --processes `notifier
@@ -111,10 +122,12 @@ func (w *benchWorld) pacingPass(ctx context.Context, exe string, n int) (*pacing
 
 	st := w.sb.stats(pacingLane)
 	arrivals := laneArrivals(w.sb, pacingLane)
+	budget := leaky.JitterFor(dispatch.DefaultHeadroom)
 	r := &pacingResult{
 		Contract: w.f.contract, Processes: w.f.processes, WorkersPerProcess: w.f.workers, Jobs: n,
 		Sent: st.Accepted, Lost: max(0, n-st.Accepted), SentTwice: st.Duplicates,
 		MostInOneSecond: st.MostInOneSecond, Answered429: st.Answered429,
+		JitterBudgetMs: ms(budget), MostInBudgetWindow: w.sb.mostArrivals(pacingLane, time.Second-budget),
 	}
 	if len(arrivals) > 1 {
 		span := arrivals[len(arrivals)-1].Sub(arrivals[0])
@@ -128,7 +141,10 @@ func (w *benchWorld) pacingPass(ctx context.Context, exe string, n int) (*pacing
 		sort.Slice(gaps, func(i, j int) bool { return gaps[i] < gaps[j] })
 		r.GapP1Ms, r.GapP50Ms, r.GapP99Ms = ms(percentile(gaps, 0.01)), ms(percentile(gaps, 0.50)), ms(percentile(gaps, 0.99))
 	}
-	r.ContractHeld = r.MostInOneSecond <= w.f.contract && r.Answered429 == 0
+	// A 429 alone does not break the contract: the sandbox enforces it
+	// exactly, so one request that a loaded machine delays past the
+	// budget draws one; the report counts them.
+	r.ContractHeld = r.MostInBudgetWindow <= w.f.contract
 	return r, nil
 }
 

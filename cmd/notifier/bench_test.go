@@ -241,15 +241,22 @@ func TestBenchPacing(t *testing.T) {
 	if !(0 <= p.GapP1Ms && p.GapP1Ms <= p.GapP50Ms && p.GapP50Ms <= p.GapP99Ms) {
 		t.Errorf("gaps p1 %v p50 %v p99 %v", p.GapP1Ms, p.GapP50Ms, p.GapP99Ms)
 	}
-	held := p.MostInOneSecond <= 50 && p.Answered429 == 0
-	if p.ContractHeld != held || (code == 0) != held {
-		t.Fatalf("most in 1 s %d, 429s %d: contract_held %v, exit %d\n%s", p.MostInOneSecond, p.Answered429, p.ContractHeld, code, stderr.String())
+	// The contract is judged on every request the sandbox saw, 429s
+	// included, in windows of 1 s − the jitter budget; a 429 alone is a
+	// request a loaded machine delayed past the budget, and a few are
+	// allowed (each pauses the fleet for a second, so more is a storm).
+	held := p.MostInBudgetWindow <= 50
+	if p.ContractHeld != held || (code == 0) != held || p.JitterBudgetMs < 15 || p.JitterBudgetMs > 16 {
+		t.Fatalf("most in 1 s − %.1fms %d, 429s %d: contract_held %v, exit %d\n%s", p.JitterBudgetMs, p.MostInBudgetWindow, p.Answered429, p.ContractHeld, code, stderr.String())
 	}
-	if !held {
-		t.Errorf("the contract was broken: most in 1 s %d of 50, 429s %d", p.MostInOneSecond, p.Answered429)
+	if !held || p.MostInOneSecond > 50 {
+		t.Errorf("the contract was broken: most in 1 s − %.1fms %d, in 1 s %d, of 50", p.JitterBudgetMs, p.MostInBudgetWindow, p.MostInOneSecond)
 	}
-	t.Logf("pacing: %.1f/s sustained (%.1f %%), most in 1 s %d, gaps p1/p50/p99 %.1f/%.1f/%.1f ms",
-		p.SustainedPerSecond, 100*p.SustainedFraction, p.MostInOneSecond, p.GapP1Ms, p.GapP50Ms, p.GapP99Ms)
+	if p.Answered429 > max(1, p.Jobs/100) {
+		t.Errorf("%d answers 429 for %d jobs: a storm, not jitter", p.Answered429, p.Jobs)
+	}
+	t.Logf("pacing: %.1f/s sustained (%.1f %%), most in 1 s %d, 429s %d, gaps p1/p50/p99 %.1f/%.1f/%.1f ms",
+		p.SustainedPerSecond, 100*p.SustainedFraction, p.MostInOneSecond, p.Answered429, p.GapP1Ms, p.GapP50Ms, p.GapP99Ms)
 }
 
 // TestBenchUsageAndSetUpErrors: bad flags exit 2; no Redis anywhere fails

@@ -39,6 +39,7 @@ type sandboxLane struct {
 	failEvery int // 0: never
 	requests  int
 	accepted  []time.Time // arrival times of accepted requests, in order
+	refused   []time.Time // arrival times of the requests answered 429, in order
 	seen      map[string]bool
 	firstAt   map[string]time.Time // when each Idempotency-Key was first accepted
 	keys      []string             // the keys of seen in order, from keyHead on, while retained
@@ -104,6 +105,7 @@ func (s *sandbox) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		l.dups++
 	case l.inLastSecond(now) >= l.contract:
 		l.n429++
+		l.refused = append(l.refused, now)
 		status = http.StatusTooManyRequests
 	case l.failEvery > 0 && l.requests%l.failEvery == 0:
 		l.n503++
@@ -139,6 +141,9 @@ func (l *sandboxLane) forget(now time.Time, retain time.Duration) {
 	i := sort.Search(len(l.accepted), func(i int) bool { return l.accepted[i].After(from) })
 	if i > 0 {
 		l.accepted = append(l.accepted[:0], l.accepted[i:]...)
+	}
+	if i := sort.Search(len(l.refused), func(i int) bool { return l.refused[i].After(from) }); i > 0 {
+		l.refused = append(l.refused[:0], l.refused[i:]...)
 	}
 	for l.keyHead < len(l.keys) && now.Sub(l.firstAt[l.keys[l.keyHead]]) > retain {
 		delete(l.seen, l.keys[l.keyHead])
@@ -192,6 +197,19 @@ func (s *sandbox) stats(path string) sandboxStats {
 	st.MostInOneSecond = mostInWindow(l.accepted, time.Second)
 	st.MostInFiveSeconds = mostInWindow(l.accepted, 5*time.Second)
 	return st
+}
+
+// mostArrivals is the most requests that reached the lane at path in any
+// window of length w, those answered 429 included: what a sender put into
+// the window, which the accepted requests alone cannot show (the lane
+// refuses the excess).
+func (s *sandbox) mostArrivals(path string, w time.Duration) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.lanes[path]
+	all := append(append(make([]time.Time, 0, len(l.accepted)+len(l.refused)), l.accepted...), l.refused...)
+	sort.Slice(all, func(i, j int) bool { return all[i].Before(all[j]) })
+	return mostInWindow(all, w)
 }
 
 // mostInWindow is the most arrivals in any window of length w (half-open,
