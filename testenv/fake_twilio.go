@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/notifier/notifier/localenv"
 )
 
 // This file holds the Twilio fake and the machinery it shares with the FCM
@@ -142,7 +144,7 @@ func (s *faultState) Reset() {
 func (s *faultState) MaxInWindow(window time.Duration) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return maxInWindow(s.acceptedAt, window)
+	return localenv.MostInWindow(s.acceptedAt, window)
 }
 
 // Arrivals returns the arrival times, by the fake's clock and in order of
@@ -176,23 +178,7 @@ func (s *faultState) Arrivals() []time.Time {
 func (s *faultState) MaxArrivalsInWindow(window, budget time.Duration) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return maxInWindow(s.arrivals, window-budget)
-}
-
-// maxInWindow is the most times of ts (in non-decreasing order) that lie
-// in some [t, t+window); 0 when window <= 0.
-func maxInWindow(ts []time.Time, window time.Duration) int {
-	if window <= 0 {
-		return 0
-	}
-	best, i := 0, 0
-	for j := range ts {
-		for ts[j].Sub(ts[i]) >= window {
-			i++
-		}
-		best = max(best, j-i+1)
-	}
-	return best
+	return localenv.MostInWindow(s.arrivals, window-budget)
 }
 
 // verdict is what the injected faults and the contract decided.
@@ -228,15 +214,11 @@ func (s *faultState) decide(now time.Time) verdict {
 		v.status, v.why = s.failStatus, "injected "+strconv.Itoa(s.failStatus)+" by the testenv fake"
 	case now.Before(s.limitUntil):
 		v.status, v.limited, v.retryAfter, v.why = http.StatusTooManyRequests, true, s.limitAfter, "rate limited by the testenv fake"
-	case s.contract > 0 && len(s.acceptedAt) >= s.contract:
-		// The window (now-1s, now] is full when the contract-th most
-		// recent acceptance is less than 1 s old; it frees 1 s after it.
-		oldest := s.acceptedAt[len(s.acceptedAt)-s.contract]
-		if wait := oldest.Add(time.Second).Sub(now); wait > 0 {
-			secs := int64((wait + time.Second - 1) / time.Second)
-			v.status, v.limited, v.retryAfter = http.StatusTooManyRequests, true, strconv.FormatInt(secs, 10)
-			v.contract, v.why = true, "contract of "+strconv.Itoa(s.contract)+" per second exceeded"
-		}
+	case localenv.ContractWait(s.acceptedAt, s.contract, now) > 0:
+		wait := localenv.ContractWait(s.acceptedAt, s.contract, now)
+		secs := int64((wait + time.Second - 1) / time.Second)
+		v.status, v.limited, v.retryAfter = http.StatusTooManyRequests, true, strconv.FormatInt(secs, 10)
+		v.contract, v.why = true, "contract of "+strconv.Itoa(s.contract)+" per second exceeded"
 	}
 	return v
 }

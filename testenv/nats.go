@@ -1,150 +1,67 @@
 package testenv
 
 import (
-	"fmt"
-	"strconv"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+
+	"github.com/notifier/notifier/localenv"
 )
 
 // NATSOption configures an embedded NATS server.
-type NATSOption func(*NATSServer)
+type NATSOption func(testing.TB) localenv.NATSOption
 
 // WithNATSToken requires clients to present token.
 func WithNATSToken(token string) NATSOption {
-	return func(n *NATSServer) { n.opts.Authorization = token }
+	return func(testing.TB) localenv.NATSOption { return localenv.WithNATSToken(token) }
 }
 
 // WithNATSUser requires clients to log in as user with password.
 func WithNATSUser(user, password string) NATSOption {
-	return func(n *NATSServer) { n.opts.Username, n.opts.Password = user, password }
+	return func(testing.TB) localenv.NATSOption { return localenv.WithNATSUser(user, password) }
 }
 
 // WithNATSTLS serves TLS with the server certificate of certs and requires
 // client certificates signed by its CA.
 func WithNATSTLS(certs *Certs) NATSOption {
-	return func(n *NATSServer) {
-		n.certs = certs
-		n.opts.TLSConfig = certs.ServerTLS(n.t)
-		n.opts.TLSVerify = true
-		n.opts.TLSTimeout = 5
+	return func(t testing.TB) localenv.NATSOption {
+		return localenv.WithNATSTLS(certs.ServerTLS(t), certs.ClientTLS())
 	}
 }
 
-// NATSServer is an embedded nats-server with JetStream on a temporary store.
-// Stop and Start keep the port and the store, so stream messages survive a
-// restart; the store syncs every write (SyncAlways) so a stop loses nothing
-// that was acknowledged. Its methods are safe for concurrent use.
+// NATSServer is an embedded nats-server with JetStream on a temporary store
+// (localenv.NATSServer) whose failures fail the test. Stop and Start keep
+// the port and the store, so stream messages survive a restart; the store
+// syncs every write (SyncAlways) so a stop loses nothing that was
+// acknowledged.
 type NATSServer struct {
-	t     testing.TB
-	opts  server.Options
-	certs *Certs
-
-	mu  sync.Mutex
-	srv *server.Server
+	*localenv.NATSServer
+	t testing.TB
 }
 
 // NATS starts an embedded JetStream server on a free loopback port and shuts
 // it down when the test ends.
 func NATS(t testing.TB, opts ...NATSOption) *NATSServer {
 	t.Helper()
-	n := &NATSServer{t: t, opts: server.Options{
-		ServerName: "test",
-		Host:       "127.0.0.1",
-		JetStream:  true,
-		StoreDir:   t.TempDir(),
-		SyncAlways: true,
-		NoLog:      true,
-		NoSigs:     true,
-		MaxPayload: 1 << 20,
-	}}
+	lo := []localenv.NATSOption{localenv.WithNATSName("test"), localenv.WithNATSSyncAlways()}
 	for _, o := range opts {
-		o(n)
+		lo = append(lo, o(t))
 	}
-	var err error
-	for attempt := 0; attempt < 5; attempt++ {
-		n.opts.Port = FreePort(t)
-		if err = n.start(); err == nil {
-			break
-		}
-	}
+	n, err := localenv.StartNATS(lo...)
 	if err != nil {
-		t.Fatalf("testenv: start embedded NATS: %v", err)
+		t.Fatalf("testenv: %v", err)
 	}
-	t.Cleanup(n.Stop)
-	return n
-}
-
-func (n *NATSServer) start() error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.srv != nil {
-		return nil
-	}
-	opts := n.opts // the server keeps and mutates its copy
-	srv, err := server.NewServer(&opts)
-	if err != nil {
-		return fmt.Errorf("configure nats-server: %w", err)
-	}
-	go srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		srv.Shutdown()
-		srv.WaitForShutdown()
-		return fmt.Errorf("nats-server on port %d not ready after 10s", n.opts.Port)
-	}
-	n.srv = srv
-	return nil
-}
-
-// URL is the client URL, nats://127.0.0.1:<port> (tls:// with WithNATSTLS).
-func (n *NATSServer) URL() string {
-	scheme := "nats"
-	if n.certs != nil {
-		scheme = "tls"
-	}
-	return scheme + "://127.0.0.1:" + strconv.Itoa(n.opts.Port)
-}
-
-// Port is the client port; it does not change across restarts.
-func (n *NATSServer) Port() int { return n.opts.Port }
-
-// StoreDir is the JetStream store directory; it survives restarts.
-func (n *NATSServer) StoreDir() string { return n.opts.StoreDir }
-
-// Server returns the running embedded server, or nil while stopped.
-func (n *NATSServer) Server() *server.Server {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.srv
-}
-
-// Stop shuts the server down; clients see a disconnect. The store is kept.
-func (n *NATSServer) Stop() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.srv == nil {
-		return
-	}
-	n.srv.Shutdown()
-	n.srv.WaitForShutdown()
-	n.srv = nil
+	t.Cleanup(n.Close)
+	return &NATSServer{NATSServer: n, t: t}
 }
 
 // Start starts a stopped server again on the same port and store.
 func (n *NATSServer) Start() {
 	n.t.Helper()
-	var err error
-	for attempt := 0; attempt < 50; attempt++ {
-		if err = n.start(); err == nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := n.NATSServer.Start(); err != nil {
+		n.t.Fatalf("testenv: %v", err)
 	}
-	n.t.Fatalf("testenv: restart embedded NATS on port %d: %v", n.opts.Port, err)
 }
 
 // Restart is Stop then Start: the same port and store, messages kept.
@@ -160,20 +77,86 @@ func (n *NATSServer) Restart() {
 // last.
 func (n *NATSServer) Conn(extra ...nats.Option) *nats.Conn {
 	n.t.Helper()
-	opts := []nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond)}
-	if n.opts.Authorization != "" {
-		opts = append(opts, nats.Token(n.opts.Authorization))
-	}
-	if n.opts.Username != "" {
-		opts = append(opts, nats.UserInfo(n.opts.Username, n.opts.Password))
-	}
-	if n.certs != nil {
-		opts = append(opts, nats.Secure(n.certs.ClientTLS()))
-	}
-	nc, err := nats.Connect(n.URL(), append(opts, extra...)...)
+	nc, err := nats.Connect(n.URL(), append(n.ConnOptions(), extra...)...)
 	if err != nil {
 		n.t.Fatalf("testenv: connect to embedded NATS: %v", err)
 	}
 	n.t.Cleanup(nc.Close)
 	return nc
+}
+
+// NATSClusterServer is n embedded nats-server instances with JetStream
+// (localenv.NATSCluster), joined by routes into one cluster, whose
+// failures fail the test. Each node can be stopped, started and restarted
+// alone; a restarted node keeps its port and store and rejoins.
+type NATSClusterServer struct {
+	c     *localenv.NATSCluster
+	t     testing.TB
+	nodes []*NATSServer
+}
+
+// NATSCluster starts n JetStream servers joined into one cluster on free
+// loopback ports, and returns once the JetStream meta leader is elected and
+// every node is current with it. The servers shut down when the test ends.
+func NATSCluster(t testing.TB, n int) *NATSClusterServer {
+	t.Helper()
+	c, err := localenv.StartNATSCluster(n, localenv.WithNATSSyncAlways())
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	t.Cleanup(c.Close)
+	w := &NATSClusterServer{c: c, t: t}
+	for _, node := range c.Nodes {
+		w.nodes = append(w.nodes, &NATSServer{NATSServer: node, t: t})
+	}
+	return w
+}
+
+// Size is the number of nodes, running or not.
+func (c *NATSClusterServer) Size() int { return len(c.nodes) }
+
+// Name is the cluster's name (the servers' cluster.name).
+func (c *NATSClusterServer) Name() string { return c.c.Name() }
+
+// Node returns node i (0-based): its URL, Port, Server and Conn reach that
+// node alone; Stop, Start and Restart act on it alone. Its server name is
+// "n<i>", which is what JetStream reports as a stream's leader or peer.
+func (c *NATSClusterServer) Node(i int) *NATSServer {
+	c.t.Helper()
+	if i < 0 || i >= len(c.nodes) {
+		c.t.Fatalf("testenv: node %d of a %d-node NATS cluster", i, len(c.nodes))
+	}
+	return c.nodes[i]
+}
+
+// NodeIndex returns the index of the node whose server name is name ("n2"
+// is 2), or -1.
+func (c *NATSClusterServer) NodeIndex(name string) int { return c.c.NodeIndex(name) }
+
+// URLs is the client URLs of every node, comma-joined: what a client (or
+// the notifier's nats.url) is given to reach the cluster through any node.
+func (c *NATSClusterServer) URLs() string { return c.c.URLs() }
+
+// Conn connects a new client to the cluster through any node (it moves to
+// another node when its server stops) that reconnects forever, and closes
+// it when the test ends. Extra options are applied last.
+func (c *NATSClusterServer) Conn(extra ...nats.Option) *nats.Conn {
+	c.t.Helper()
+	opts := append(c.nodes[0].ConnOptions(), extra...)
+	nc, err := nats.Connect(c.URLs(), opts...)
+	if err != nil {
+		c.t.Fatalf("testenv: connect to the NATS cluster: %v", err)
+	}
+	c.t.Cleanup(nc.Close)
+	return nc
+}
+
+// WaitForLeader waits until the running nodes have elected a JetStream meta
+// leader and each of them is current with it; after a node's Start it
+// means the node has rejoined. It fails the test after timeout.
+func (c *NATSClusterServer) WaitForLeader(timeout time.Duration) {
+	c.t.Helper()
+	if err := c.c.WaitForLeader(timeout); err != nil {
+		c.t.Fatalf("testenv: %v", err)
+	}
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/globallimit"
+	"github.com/notifier/notifier/localenv"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
 )
@@ -250,7 +251,7 @@ type benchWorld struct {
 	f      *benchFlags
 	nats   *benchNATS
 	redis  *benchRedis
-	sb     *sandbox
+	sb     *localenv.Sandbox
 	sink   providers.Config // the sandbox as a provider with a contract far above reach
 	qcfg   queue.Config
 	nc     *nats.Conn
@@ -289,7 +290,7 @@ func runBench(ctx context.Context, f *benchFlags, e *env) error {
 		return err
 	}
 	defer rds.close()
-	sb, err := newSandbox()
+	sb, err := localenv.StartSandbox(localenv.SandboxOptions{})
 	if err != nil {
 		return err
 	}
@@ -346,7 +347,7 @@ func runBench(ctx context.Context, f *benchFlags, e *env) error {
 		res.Sink = "an in-process sink provider (accepts every job at once, no network): the figures are the dispatcher's own cost"
 		res.Warmup = warmupJobs(f.jobs)
 		w.sink = providers.Config{
-			Name: sinkProvider, Channel: "sms", Default: true, Kind: "webhook", URL: sb.lane("/sink", math.MaxInt32, 0),
+			Name: sinkProvider, Channel: "sms", Default: true, Kind: "webhook", URL: sb.Lane("/sink", math.MaxInt32, 0),
 			Rate: sinkRate, MaxQueueDelay: 100 * time.Millisecond, Timeout: 5 * time.Second,
 		}.WithDefaults()
 		t := &throughputResult{

@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/notifier/notifier/gateway"
+	"github.com/notifier/notifier/localenv"
 	"github.com/notifier/notifier/queue"
 )
 
@@ -122,7 +123,7 @@ func (w *benchWorld) gatewayRun(ctx context.Context, exe, url, key string, n, co
 	w.prog.set(phase+" (client in a child process)", 0, nil)
 	cmd := exec.CommandContext(ctx, exe, "bench", "gateway-client", "--url", url, "--key", key, "--requests", strconv.Itoa(n),
 		"--concurrency", strconv.Itoa(conc), "--status", strconv.Itoa(want), "--run", w.run+"-"+strconv.Itoa(want))
-	dieWithParent(cmd)
+	localenv.BindToParent(cmd)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -4,18 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/url"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/notifier/notifier/localenv"
 	"github.com/notifier/notifier/queue"
 )
 
@@ -42,14 +37,14 @@ func startBenchNATS(natsURL string, cluster bool) (*benchNATS, error) {
 		}
 		return n, nil
 	case cluster:
-		c, err := startEmbeddedCluster(3)
+		c, err := localenv.StartNATSCluster(3)
 		if err != nil {
 			return nil, err
 		}
 		return &benchNATS{url: c.URLs(), replicas: 3, close: c.Close,
 			desc: fmt.Sprintf("embedded 3-node JetStream cluster, nats-server %s, joined by routes, streams at 3 replicas (R3)", server.VERSION)}, nil
 	default:
-		srv, err := startEmbeddedNATS()
+		srv, err := localenv.StartNATS()
 		if err != nil {
 			return nil, err
 		}
@@ -92,114 +87,4 @@ func deleteStreams(ctx context.Context, js jetstream.JetStream, qcfg queue.Confi
 	for _, name := range []string{qcfg.Stream, qcfg.DeadStream} {
 		_ = js.DeleteStream(ctx, name)
 	}
-}
-
-// embeddedCluster is n in-process nats-servers with JetStream joined by
-// routes into one cluster, each with its own store.
-type embeddedCluster struct {
-	srvs []*server.Server
-	dir  string
-}
-
-// startEmbeddedCluster starts n servers on free loopback ports and waits
-// until they have elected a JetStream meta leader.
-func startEmbeddedCluster(n int) (*embeddedCluster, error) {
-	dir, err := os.MkdirTemp("", "notifier-bench-nats-*")
-	if err != nil {
-		return nil, fmt.Errorf("embedded NATS cluster store: %w", err)
-	}
-	c := &embeddedCluster{dir: dir}
-	ports := make([]int, n)
-	for i := range ports {
-		if ports[i], err = freePort(); err != nil {
-			c.Close()
-			return nil, err
-		}
-	}
-	name := "notifier-bench-" + strconv.Itoa(ports[0])
-	for i := range n {
-		var routes []*url.URL
-		for j, p := range ports {
-			if j != i {
-				routes = append(routes, &url.URL{Scheme: "nats", Host: "127.0.0.1:" + strconv.Itoa(p)})
-			}
-		}
-		srv, err := server.NewServer(&server.Options{
-			ServerName: "bench-" + strconv.Itoa(i),
-			Host:       "127.0.0.1",
-			Port:       server.RANDOM_PORT,
-			JetStream:  true,
-			StoreDir:   filepath.Join(dir, strconv.Itoa(i)),
-			NoLog:      true,
-			NoSigs:     true,
-			Cluster:    server.ClusterOpts{Name: name, Host: "127.0.0.1", Port: ports[i]},
-			Routes:     routes,
-		})
-		if err != nil {
-			c.Close()
-			return nil, fmt.Errorf("embedded NATS cluster node %d: %w", i, err)
-		}
-		go srv.Start()
-		c.srvs = append(c.srvs, srv)
-	}
-	for i, srv := range c.srvs {
-		if !srv.ReadyForConnections(10 * time.Second) {
-			c.Close()
-			return nil, fmt.Errorf("embedded NATS cluster node %d did not start within 10s", i)
-		}
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for !c.ready() {
-		if time.Now().After(deadline) {
-			c.Close()
-			return nil, errors.New("embedded NATS cluster: no JetStream meta leader elected within 30s")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return c, nil
-}
-
-// ready reports whether one node leads the JetStream meta group and every
-// node is current with it.
-func (c *embeddedCluster) ready() bool {
-	leaders := 0
-	for _, srv := range c.srvs {
-		if !srv.JetStreamIsCurrent() {
-			return false
-		}
-		if srv.JetStreamIsLeader() {
-			leaders++
-		}
-	}
-	return leaders == 1
-}
-
-// URLs is the nodes' client URLs, comma-separated.
-func (c *embeddedCluster) URLs() string {
-	urls := make([]string, len(c.srvs))
-	for i, srv := range c.srvs {
-		urls[i] = srv.ClientURL()
-	}
-	return strings.Join(urls, ",")
-}
-
-// Close shuts every node down and removes the stores.
-func (c *embeddedCluster) Close() {
-	for _, srv := range c.srvs {
-		srv.Shutdown()
-	}
-	for _, srv := range c.srvs {
-		srv.WaitForShutdown()
-	}
-	_ = os.RemoveAll(c.dir)
-}
-
-// freePort is a loopback TCP port that was free a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/leaky"
+	"github.com/notifier/notifier/localenv"
 )
 
 // pacingResult is the pacing section: how closely a fleet of `notifier
@@ -63,7 +64,7 @@ func (w *benchWorld) pacingPass(ctx context.Context, exe string, n int) (*pacing
 	if err := w.publishJobs(ctx, "pacing", n, ""); err != nil {
 		return nil, err
 	}
-	url := w.sb.lane(pacingLane, w.f.contract, 0)
+	url := w.sb.Lane(pacingLane, w.f.contract, 0)
 	dir, err := os.MkdirTemp("", "notifier-bench-pacing-*")
 	if err != nil {
 		return nil, fmt.Errorf("pacing configuration directory: %w", err)
@@ -78,7 +79,7 @@ func (w *benchWorld) pacingPass(ctx context.Context, exe string, n int) (*pacing
 	}
 
 	w.prog.set(fmt.Sprintf("pacing: %d processes, contract %d/s", w.f.processes, w.f.contract), n, func() int {
-		return laneAccepted(w.sb, pacingLane)
+		return w.sb.Accepted(pacingLane)
 	})
 	var children []*benchChild
 	defer func() {
@@ -95,7 +96,7 @@ func (w *benchWorld) pacingPass(ctx context.Context, exe string, n int) (*pacing
 	}
 	last, lastMove := -1, time.Now()
 	for {
-		got := laneAccepted(w.sb, pacingLane)
+		got := w.sb.Accepted(pacingLane)
 		if got >= n {
 			break
 		}
@@ -120,14 +121,14 @@ func (w *benchWorld) pacingPass(ctx context.Context, exe string, n int) (*pacing
 		c.stop()
 	}
 
-	st := w.sb.stats(pacingLane)
-	arrivals := laneArrivals(w.sb, pacingLane)
+	st := w.sb.Stats(pacingLane)
+	arrivals := w.sb.Arrivals(pacingLane)
 	budget := leaky.JitterFor(dispatch.DefaultHeadroom)
 	r := &pacingResult{
 		Contract: w.f.contract, Processes: w.f.processes, WorkersPerProcess: w.f.workers, Jobs: n,
 		Sent: st.Accepted, Lost: max(0, n-st.Accepted), SentTwice: st.Duplicates,
 		MostInOneSecond: st.MostInOneSecond, Answered429: st.Answered429,
-		JitterBudgetMs: ms(budget), MostInBudgetWindow: w.sb.mostArrivals(pacingLane, time.Second-budget),
+		JitterBudgetMs: ms(budget), MostInBudgetWindow: w.sb.MostArrivals(pacingLane, time.Second-budget),
 	}
 	if len(arrivals) > 1 {
 		span := arrivals[len(arrivals)-1].Sub(arrivals[0])
@@ -193,27 +194,6 @@ providers:
 `, w.nats.url, w.nats.replicas, strings.Join(addrs, ", "), w.prefix, w.f.workers, url, w.f.contract)
 }
 
-// laneArrivals is the accepted arrivals of one sandbox lane, in order.
-func laneArrivals(sb *sandbox, path string) []time.Time {
-	sb.mu.Lock()
-	defer sb.mu.Unlock()
-	l := sb.lanes[path]
-	if l == nil {
-		return nil
-	}
-	return append([]time.Time(nil), l.accepted...)
-}
-
-// laneAccepted is how many requests one sandbox lane has accepted.
-func laneAccepted(sb *sandbox, path string) int {
-	sb.mu.Lock()
-	defer sb.mu.Unlock()
-	if l := sb.lanes[path]; l != nil {
-		return len(l.accepted)
-	}
-	return 0
-}
-
 // benchChild is one `notifier run` of the pacing run.
 type benchChild struct {
 	cmd  *exec.Cmd
@@ -234,7 +214,7 @@ func startBenchChild(exe, cfg string) (*benchChild, error) {
 		}
 	}
 	c.cmd.Stdout, c.cmd.Stderr = c.out, c.out
-	dieWithParent(c.cmd)
+	localenv.BindToParent(c.cmd)
 	if err := c.cmd.Start(); err != nil {
 		return nil, err
 	}

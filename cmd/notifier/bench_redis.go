@@ -1,13 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"os"
-	"os/exec"
 	"sort"
 	"strconv"
 	"strings"
@@ -16,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notifier/notifier/dispatch"
+	"github.com/notifier/notifier/localenv"
 )
 
 // benchRedis is the Redis the bench runs the limits on: private
@@ -23,9 +20,9 @@ import (
 // Cluster), or a server the user pointed it at with --redis-addr.
 type benchRedis struct {
 	addrs   []string
-	desc    string        // one line for the report
-	private bool          // started by the bench (and stopped at the end)
-	procs   []*redisChild // the private servers
+	desc    string // one line for the report
+	private bool   // started by the bench (and stopped at the end)
+	close1  func() // stops the private servers
 	// client is the bench's own client for the statistics (INFO); it is not
 	// the dispatchers' client, so its calls are not counted as theirs.
 	client redis.UniversalClient
@@ -54,29 +51,19 @@ func startBenchRedis(ctx context.Context, addr string, cluster bool) (*benchRedi
 		}
 		return r, nil
 	}
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		return nil, errors.New(noRedisHint)
-	}
 	r := &benchRedis{private: true}
-	n := 1
 	if cluster {
-		n = 3
-	}
-	for range n {
-		p, err := startRedisChild(ctx, bin, cluster)
+		c, err := localenv.StartRedisCluster(0, 5*time.Second)
 		if err != nil {
-			r.close()
-			return nil, fmt.Errorf("start a private redis-server (%s): %w; or point the bench at a server with --redis-addr", bin, err)
+			return nil, benchRedisError(err)
 		}
-		r.procs = append(r.procs, p)
-		r.addrs = append(r.addrs, p.addr)
-	}
-	if cluster {
-		if err := formCluster(ctx, r.procs); err != nil {
-			r.close()
-			return nil, err
+		r.close1, r.addrs = c.Close, c.Addrs()
+	} else {
+		s, err := localenv.StartRedis()
+		if err != nil {
+			return nil, benchRedisError(err)
 		}
+		r.close1, r.addrs = s.Close, []string{s.Addr()}
 	}
 	r.client = newStatsClient(r.addrs)
 	r.desc = fmt.Sprintf("private redis-server %s on %s", r.version(ctx), r.addrs[0])
@@ -84,6 +71,15 @@ func startBenchRedis(ctx context.Context, addr string, cluster bool) (*benchRedi
 		r.desc = fmt.Sprintf("private 3-master Redis Cluster, redis-server %s on %s", r.version(ctx), strings.Join(r.addrs, ", "))
 	}
 	return r, nil
+}
+
+// benchRedisError is the error of a private server that would not start:
+// with the hint naming both ways when redis-server is missing.
+func benchRedisError(err error) error {
+	if errors.Is(err, localenv.ErrNoRedis) {
+		return errors.New(noRedisHint)
+	}
+	return fmt.Errorf("%w; or point the bench at a server with --redis-addr", err)
 }
 
 // newStatsClient is a client of addrs: standalone for one address, a
@@ -265,169 +261,8 @@ func (r *benchRedis) close() {
 	if r.client != nil {
 		_ = r.client.Close()
 	}
-	for _, p := range r.procs {
-		p.stop()
-	}
-}
-
-// redisChild is a private redis-server child process: loopback only, no
-// persistence, killed with the bench (and, on Linux, if the bench dies).
-type redisChild struct {
-	cmd    *exec.Cmd
-	addr   string
-	port   int
-	dir    string
-	exited chan error
-	out    *bytes.Buffer
-}
-
-// startRedisChild starts redis-server on a free port (a cluster node also
-// needs port+10000, its bus port, free), retrying with another port when
-// one was taken in between.
-func startRedisChild(ctx context.Context, bin string, cluster bool) (*redisChild, error) {
-	var lastErr error
-	for attempt := 0; attempt < 5; attempt++ {
-		port, err := freeRedisPort(cluster)
-		if err != nil {
-			return nil, err
-		}
-		dir, err := os.MkdirTemp("", "notifier-bench-redis-*")
-		if err != nil {
-			return nil, fmt.Errorf("redis work directory: %w", err)
-		}
-		args := []string{
-			"--bind", "127.0.0.1", "--port", strconv.Itoa(port),
-			"--save", "", "--appendonly", "no", "--dir", dir,
-			"--daemonize", "no", "--protected-mode", "no", "--loglevel", "warning",
-		}
-		if cluster {
-			args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000")
-		}
-		p := &redisChild{addr: "127.0.0.1:" + strconv.Itoa(port), port: port, dir: dir, exited: make(chan error, 1), out: &bytes.Buffer{}}
-		p.cmd = exec.Command(bin, args...)
-		p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-		dieWithParent(p.cmd)
-		if err := p.cmd.Start(); err != nil {
-			_ = os.RemoveAll(dir)
-			return nil, err
-		}
-		go func() { p.exited <- p.cmd.Wait() }()
-		if lastErr = p.waitReady(ctx); lastErr == nil {
-			return p, nil
-		}
-		p.stop()
-	}
-	return nil, lastErr
-}
-
-// freeRedisPort is a loopback port that was free a moment ago; for a
-// cluster node, port+10000 (its cluster bus) was free too.
-func freeRedisPort(cluster bool) (int, error) {
-	for range 50 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, fmt.Errorf("find a free port: %w", err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		if !cluster {
-			_ = l.Close()
-			return port, nil
-		}
-		if port+10000 > 65535 {
-			_ = l.Close()
-			continue
-		}
-		bus, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+10000))
-		_ = l.Close()
-		if err != nil {
-			continue
-		}
-		_ = bus.Close()
-		return port, nil
-	}
-	return 0, errors.New("no free port pair for a Redis Cluster node")
-}
-
-func (p *redisChild) waitReady(ctx context.Context) error {
-	c := redis.NewClient(&redis.Options{Addr: p.addr, MaxRetries: -1})
-	defer c.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		select {
-		case err := <-p.exited:
-			p.exited <- err
-			return fmt.Errorf("redis-server on port %d exited (%v): %s", p.port, err, strings.TrimSpace(p.out.String()))
-		default:
-		}
-		pctx, cancel := context.WithTimeout(ctx, time.Second)
-		err := c.Ping(pctx).Err()
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("redis-server on port %d not ready: %w", p.port, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func (p *redisChild) stop() {
-	if p.cmd.Process != nil {
-		_ = p.cmd.Process.Kill()
-		err := <-p.exited
-		p.exited <- err
-	}
-	_ = os.RemoveAll(p.dir)
-}
-
-// formCluster makes three cluster-enabled servers one Redis Cluster: a
-// third of the 16384 slots each, joined with CLUSTER MEET, ready when every
-// node says cluster_state:ok with all slots served.
-func formCluster(ctx context.Context, nodes []*redisChild) error {
-	clients := make([]*redis.Client, len(nodes))
-	for i, n := range nodes {
-		clients[i] = redis.NewClient(&redis.Options{Addr: n.addr})
-		defer clients[i].Close()
-	}
-	const slots = 16384
-	for i, c := range clients {
-		from, to := i*slots/len(nodes), (i+1)*slots/len(nodes)
-		args := []any{"CLUSTER", "ADDSLOTS"}
-		for s := from; s < to; s++ {
-			args = append(args, s)
-		}
-		if err := c.Do(ctx, args...).Err(); err != nil {
-			return fmt.Errorf("redis cluster: assign slots %d-%d to %s: %w", from, to-1, nodes[i].addr, err)
-		}
-	}
-	for _, n := range nodes[1:] {
-		if err := clients[0].ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(n.port)).Err(); err != nil {
-			return fmt.Errorf("redis cluster: meet %s: %w", n.addr, err)
-		}
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ready := true
-		for _, c := range clients {
-			info, err := c.ClusterInfo(ctx).Result()
-			if err != nil || !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_slots_ok:16384") ||
-				!strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(len(nodes))) {
-				ready = false
-				break
-			}
-		}
-		if ready {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return errors.New("redis cluster: not every node reports cluster_state:ok with all 16384 slots after 30s")
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
+	if r.close1 != nil {
+		r.close1()
 	}
 }
 

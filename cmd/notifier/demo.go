@@ -20,6 +20,7 @@ import (
 
 	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/globallimit"
+	"github.com/notifier/notifier/localenv"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/userlimit"
@@ -116,12 +117,12 @@ func runDemo(ctx context.Context, f *demoFlags, e *env) error {
 	fmt.Fprintf(out, "  tenants         %s: the burst · %s: %d sms one-time codes from %s in, %d/s (weights 1:1)\n\n",
 		demoBlastTenant, demoCodesTenant, demoCodeCount(f.jobs), fmtDur(demoCodesAfter), demoCodeRate)
 
-	srv, err := startEmbeddedNATS()
+	srv, err := localenv.StartNATS()
 	if err != nil {
 		return err
 	}
 	defer srv.Close()
-	sb, err := newSandbox()
+	sb, err := localenv.StartSandbox(localenv.SandboxOptions{})
 	if err != nil {
 		return err
 	}
@@ -130,7 +131,7 @@ func runDemo(ctx context.Context, f *demoFlags, e *env) error {
 	var pcfgs []providers.Config
 	for _, l := range demoLanes {
 		pcfgs = append(pcfgs, providers.Config{
-			Name: l.name, Channel: l.channel, Default: true, Kind: "webhook", URL: sb.lane(l.path, int(l.rate), l.failEvery),
+			Name: l.name, Channel: l.channel, Default: true, Kind: "webhook", URL: sb.Lane(l.path, int(l.rate), l.failEvery),
 			Rate: l.rate, MaxQueueDelay: 2 * time.Second, Timeout: 2 * time.Second,
 		}.WithDefaults())
 	}
@@ -332,19 +333,19 @@ func publishCodes(ctx context.Context, pub *queue.Publisher, codes []demoCode) e
 // demoTenantReport prints each tenant's jobs sent, and how long the SMS of
 // each waited from publish to the provider's acceptance: the late
 // tenant's codes against the blast's SMS.
-func demoTenantReport(w io.Writer, burst []demoMsg, codes []demoCode, reg prometheus.Gatherer, sb *sandbox) {
+func demoTenantReport(w io.Writer, burst []demoMsg, codes []demoCode, reg prometheus.Gatherer, sb *localenv.Sandbox) {
 	sent := gather(reg).by("notifier_tenant_sent_total", "tenant", nil)
 	smsPath := demoLanes[0].path
 	var blastWaits, codeWaits []time.Duration
 	for _, m := range burst {
 		if m.channel == "sms" && m.kind == "ok" {
-			if at, ok := sb.acceptedAt(smsPath, m.id); ok {
+			if at, ok := sb.AcceptedAt(smsPath, m.id); ok {
 				blastWaits = append(blastWaits, at.Sub(m.at))
 			}
 		}
 	}
 	for _, c := range codes {
-		if at, ok := sb.acceptedAt(smsPath, c.job.ID); ok && !c.at.IsZero() {
+		if at, ok := sb.AcceptedAt(smsPath, c.job.ID); ok && !c.at.IsZero() {
 			codeWaits = append(codeWaits, at.Sub(c.at))
 		}
 	}

@@ -18,10 +18,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/spf13/cobra"
 
 	"github.com/notifier/notifier/dispatch"
+	"github.com/notifier/notifier/localenv"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
 )
@@ -144,15 +144,13 @@ func runDev(ctx context.Context, f *devFlags, e *env) error {
 	// log it.
 	host, port, _ := splitListen(f.natsListen)
 	if port != 0 {
-		if err := checkFree("the NATS port", f.natsListen, "--nats-listen"); err != nil {
+		if err := localenv.CheckFree("the NATS port", f.natsListen, "--nats-listen"); err != nil {
 			return err
 		}
-	} else {
-		port = server.RANDOM_PORT // nats-server reads 0 as its default, 4222
 	}
 	if l := cfg.Metrics.Listen; l != "off" {
 		if _, mport, err := splitListen(l); err == nil && mport != 0 {
-			if err := checkFree("the metrics port", l, "--metrics-listen"); err != nil {
+			if err := localenv.CheckFree("the metrics port", l, "--metrics-listen"); err != nil {
 				return err
 			}
 		}
@@ -170,7 +168,8 @@ func runDev(ctx context.Context, f *devFlags, e *env) error {
 	}
 	defer unlock()
 
-	srv, err := startNATSServer(natsServerOptions{name: "notifier-dev", host: host, port: port, storeDir: dir, log: log})
+	srv, err := localenv.StartNATS(localenv.WithNATSName("notifier-dev"), localenv.WithNATSListen(host, port),
+		localenv.WithNATSStore(dir), localenv.WithNATSLog(log))
 	if err != nil {
 		return err
 	}
@@ -183,9 +182,9 @@ func runDev(ctx context.Context, f *devFlags, e *env) error {
 	if isTerminal(e.stdout) {
 		out.width = func() int { return termWidth(e.stdout, e.getenv) }
 	}
-	var sb *sandbox
+	var sb *localenv.Sandbox
 	if f.sandbox {
-		sb, err = startSandbox(&sandbox{retain: 10 * time.Minute, answered: out.answered})
+		sb, err = localenv.StartSandbox(localenv.SandboxOptions{Retain: 10 * time.Minute, Answered: out.answered})
 		if err != nil {
 			return err
 		}
@@ -195,7 +194,7 @@ func runDev(ctx context.Context, f *devFlags, e *env) error {
 			out.names[lane] = p.Name
 			cfg.Providers[i] = providers.Config{
 				Name: p.Name, Channel: p.Channel, Default: p.Default, Kind: "webhook",
-				URL:  sb.lane(lane, max(1, int(math.Ceil(p.Rate))), 0),
+				URL:  sb.Lane(lane, max(1, int(math.Ceil(p.Rate))), 0),
 				Rate: p.Rate, Unit: p.Unit, MaxQueueDelay: p.MaxQueueDelay, Timeout: p.Timeout,
 				JitterBudget: p.JitterBudget, MaxPause: p.MaxPause,
 			}.WithDefaults()

@@ -10,6 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/notifier/notifier/localenv"
 )
 
 // metricsView reads the notifier's own metrics back from a registry, for
@@ -125,7 +127,7 @@ func (v metricsView) quantile(name string, want map[string]string, q float64) (f
 
 // progressLine is the demo's one-line live status, no wider than width:
 // the most detailed of its forms that fits.
-func progressLine(width int, elapsed time.Duration, reg prometheus.Gatherer, sb *sandbox) string {
+func progressLine(width int, elapsed time.Duration, reg prometheus.Gatherer, sb *localenv.Sandbox) string {
 	v := gather(reg)
 	jobs := func(o string) int { return int(v.sum("notifier_jobs_total", map[string]string{"outcome": o})) }
 	sent, sup, dead, inFlight := jobs("sent"), jobs("suppressed"), jobs("dead"), int(v.sum("notifier_jobs_in_flight", nil))
@@ -135,7 +137,7 @@ func progressLine(width int, elapsed time.Duration, reg prometheus.Gatherer, sb 
 	fmt.Fprintf(&short, "%.1fs sent %d supp %d dead %d |", elapsed.Seconds(), sent, sup, dead)
 	fmt.Fprintf(&shorter, "%.1fs sent %d |", elapsed.Seconds(), sent)
 	for _, l := range demoLanes {
-		rate := sb.rate(l.path, time.Second)
+		rate := sb.Rate(l.path, time.Second)
 		depth := v.sum("notifier_leaky_queue_depth", map[string]string{"provider": l.name})
 		fmt.Fprintf(&full, "  %s %3.0f/s (of %g) q %2.0f", l.channel, rate, l.rate, depth)
 		fmt.Fprintf(&mid, "  %s %.0f/s q %.0f", l.channel, rate, depth)
@@ -147,7 +149,7 @@ func progressLine(width int, elapsed time.Duration, reg prometheus.Gatherer, sb 
 }
 
 // demoReport prints what happened, layer by layer.
-func demoReport(w io.Writer, elapsed time.Duration, published int, reg prometheus.Gatherer, sb *sandbox) {
+func demoReport(w io.Writer, elapsed time.Duration, published int, reg prometheus.Gatherer, sb *localenv.Sandbox) {
 	v := gather(reg)
 	jobs := func(o string) int { return int(v.sum("notifier_jobs_total", map[string]string{"outcome": o})) }
 	sent, sup, dead, dup := jobs("sent"), jobs("suppressed"), jobs("dead"), jobs("duplicate")
@@ -204,7 +206,7 @@ func demoReport(w io.Writer, elapsed time.Duration, published int, reg prometheu
 	fmt.Fprintln(w, "\nproviders (the sandbox enforces each contract over any 1 s window and answers 429 beyond it)")
 	fmt.Fprintf(w, "  %-14s %9s %13s %11s %5s %5s  %s\n", "provider", "contract", "busiest 5s", "most in 1s", "429s", "503s", "queue latency p50 / p99")
 	for _, l := range demoLanes {
-		st := sb.stats(l.path)
+		st := sb.Stats(l.path)
 		p50, ok50 := v.quantile("notifier_queue_latency_seconds", map[string]string{"provider": l.name}, 0.50)
 		p99, _ := v.quantile("notifier_queue_latency_seconds", map[string]string{"provider": l.name}, 0.99)
 		lat := "-"
@@ -212,10 +214,10 @@ func demoReport(w io.Writer, elapsed time.Duration, published int, reg prometheu
 			lat = fmt.Sprintf("%s / %s", fmtSeconds(p50), fmtSeconds(p99))
 		}
 		fmt.Fprintf(w, "  %-14s %7g/s %9.1f/s %11d %5d %5d  %s\n",
-			l.name, l.rate, st.busiest(), st.MostInOneSecond, st.Answered429, st.Answered503, lat)
+			l.name, l.rate, st.Busiest(), st.MostInOneSecond, st.Answered429, st.Answered503, lat)
 	}
 	fmt.Fprintf(w, "  %-14s %7g/s %9.1f/s %11d   (all providers together: the fleet bucket, burst %d)\n",
-		"fleet bucket", demoGlobal.Rate, float64(mostInWindow(sb.all(), 5*time.Second))/5, mostInWindow(sb.all(), time.Second), demoGlobal.Burst)
+		"fleet bucket", demoGlobal.Rate, float64(localenv.MostInWindow(sb.All(), 5*time.Second))/5, localenv.MostInWindow(sb.All(), time.Second), demoGlobal.Burst)
 	fmt.Fprintln(w, "\n  busiest 5s = accepted sends per second while the queue had a backlog; each queue paces 1.5 % under")
 	fmt.Fprintln(w, "  its contract so that timer jitter never puts a send over it. Queue latency: how long a job waited for its slot.")
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/notifier/notifier/dispatch"
+	"github.com/notifier/notifier/localenv"
 	"github.com/notifier/notifier/testenv"
 )
 
@@ -136,13 +137,13 @@ func lineStarting(s, prefix string) string {
 // full) is never wider than asked, and says the most it can.
 func TestDemoProgressFitsTheWidth(t *testing.T) {
 	t.Parallel()
-	sb, err := newSandbox()
+	sb, err := localenv.StartSandbox(localenv.SandboxOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sb.Close()
 	for _, l := range demoLanes {
-		sb.lane(l.path, int(l.rate), 0)
+		sb.Lane(l.path, int(l.rate), 0)
 	}
 	reg := newPromRegistry()
 	m := dispatch.NewMetrics(reg)

@@ -1,4 +1,4 @@
-package main
+package localenv
 
 import (
 	"encoding/json"
@@ -12,23 +12,17 @@ import (
 	"time"
 )
 
-// sandbox is the demo's (and bench's) provider: an in-process HTTP server
+// Sandbox is the demo's, dev's and the bench's provider: an in-process HTTP server
 // speaking the webhook protocol, one lane per path, each enforcing its own
 // contract the way a strict SMS gateway does: at most Contract accepted
 // requests in any trailing second, the excess answered 429 with
 // Retry-After. It can fail every Nth request with a 503, once, to show
 // retries. It honours Idempotency-Key: a repeated key is answered 200 and
 // not delivered twice, and counted.
-type sandbox struct {
+type Sandbox struct {
 	srv *http.Server
 	ln  net.Listener
-	// retain, when set, is how long the lanes remember: arrivals for a
-	// second, Idempotency-Keys for retain (a long-running `dev`); zero
-	// keeps everything for the report (the demo, the bench).
-	retain time.Duration
-	// answered, when set, is told of every request answered: its lane's
-	// path, its body and the status given (after the answer).
-	answered func(path string, body []byte, status int)
+	o   SandboxOptions
 
 	mu    sync.Mutex
 	lanes map[string]*sandboxLane
@@ -49,41 +43,52 @@ type sandboxLane struct {
 	n503      int
 }
 
-// sandboxStats is one lane's account.
-type sandboxStats struct {
+// SandboxOptions configure a Sandbox.
+type SandboxOptions struct {
+	// Retain, when set, is how long the lanes remember: arrivals for a
+	// second, Idempotency-Keys for Retain (a long-running `dev`); zero
+	// keeps everything for the report (the demo, the bench).
+	Retain time.Duration
+	// Answered, when set, is told of every request answered: its lane's
+	// path, its body and the status given (after the answer).
+	Answered func(path string, body []byte, status int)
+}
+
+// SandboxStats is one lane's account.
+type SandboxStats struct {
 	Accepted, Duplicates, Answered429, Answered503 int
 	MostInOneSecond                                int
 	MostInFiveSeconds                              int
 	First, Last                                    time.Time
 }
 
-func newSandbox() (*sandbox, error) { return startSandbox(&sandbox{}) }
-
-// startSandbox serves s (its retain and answered set as wanted) on a free
-// loopback port.
-func startSandbox(s *sandbox) (*sandbox, error) {
+// StartSandbox serves a sandbox with no lanes yet on a free loopback port.
+// Close stops it.
+func StartSandbox(o SandboxOptions) (*Sandbox, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("sandbox provider: %w", err)
 	}
-	s.ln, s.lanes = ln, map[string]*sandboxLane{}
+	s := &Sandbox{o: o, ln: ln, lanes: map[string]*sandboxLane{}}
 	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = s.srv.Serve(ln) }()
 	return s, nil
 }
 
-// lane adds a path with its contract; failEvery > 0 answers every Nth new
-// request 503.
-func (s *sandbox) lane(path string, contract, failEvery int) string {
+// Lane adds a path with its contract (requests per any 1 s) and returns
+// its URL; failEvery > 0 answers every Nth new request 503, once.
+func (s *Sandbox) Lane(path string, contract, failEvery int) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.lanes[path] = &sandboxLane{contract: contract, failEvery: failEvery, seen: map[string]bool{}, firstAt: map[string]time.Time{}}
 	return "http://" + s.ln.Addr().String() + path
 }
 
-func (s *sandbox) Close() { _ = s.srv.Close() }
+// Close stops the server.
+func (s *Sandbox) Close() { _ = s.srv.Close() }
 
-func (s *sandbox) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// ServeHTTP answers one request as its lane's provider would.
+func (s *Sandbox) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
 	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 	if err != nil || r.Method != http.MethodPost || !strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") || !json.Valid(body) {
@@ -103,7 +108,7 @@ func (s *sandbox) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case key != "" && l.seen[key]:
 		l.dups++
-	case l.inLastSecond(now) >= l.contract:
+	case ContractWait(l.accepted, l.contract, now) > 0:
 		l.n429++
 		l.refused = append(l.refused, now)
 		status = http.StatusTooManyRequests
@@ -115,25 +120,25 @@ func (s *sandbox) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if key != "" {
 			l.seen[key] = true
 			l.firstAt[key] = now
-			if s.retain > 0 {
+			if s.o.Retain > 0 {
 				l.keys = append(l.keys, key)
 			}
 		}
 	}
-	if s.retain > 0 {
-		l.forget(now, s.retain)
+	if s.o.Retain > 0 {
+		l.forget(now, s.o.Retain)
 	}
 	s.mu.Unlock()
 	if status == http.StatusTooManyRequests {
 		w.Header().Set("Retry-After", "1")
 	}
 	w.WriteHeader(status)
-	if s.answered != nil {
-		s.answered(r.URL.Path, body, status)
+	if s.o.Answered != nil {
+		s.o.Answered(r.URL.Path, body, status)
 	}
 }
 
-// forget drops the arrivals older than a second (inLastSecond needs no
+// forget drops the arrivals older than a second (ContractWait needs no
 // more) and the Idempotency-Keys first accepted longer than retain ago;
 // the caller holds mu.
 func (l *sandboxLane) forget(now time.Time, retain time.Duration) {
@@ -157,16 +162,9 @@ func (l *sandboxLane) forget(now time.Time, retain time.Duration) {
 	}
 }
 
-// inLastSecond counts accepted requests in (now−1s, now]; the caller holds mu.
-func (l *sandboxLane) inLastSecond(now time.Time) int {
-	from := now.Add(-time.Second)
-	i := sort.Search(len(l.accepted), func(i int) bool { return l.accepted[i].After(from) })
-	return len(l.accepted) - i
-}
-
-// acceptedAt is when the lane at path first accepted the message with
+// AcceptedAt is when the lane at path first accepted the message with
 // Idempotency-Key key (the job's id); ok is false if it never did.
-func (s *sandbox) acceptedAt(path, key string) (at time.Time, ok bool) {
+func (s *Sandbox) AcceptedAt(path, key string) (at time.Time, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if l := s.lanes[path]; l != nil {
@@ -175,8 +173,8 @@ func (s *sandbox) acceptedAt(path, key string) (at time.Time, ok bool) {
 	return at, ok
 }
 
-// rate is the accepted rate over the last window.
-func (s *sandbox) rate(path string, window time.Duration) float64 {
+// Rate is the lane's accepted rate over the last window.
+func (s *Sandbox) Rate(path string, window time.Duration) float64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l := s.lanes[path]
@@ -186,51 +184,39 @@ func (s *sandbox) rate(path string, window time.Duration) float64 {
 	return float64(len(l.accepted)-i) / window.Seconds()
 }
 
-func (s *sandbox) stats(path string) sandboxStats {
+// Stats is the lane at path's account.
+func (s *Sandbox) Stats(path string) SandboxStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l := s.lanes[path]
-	st := sandboxStats{Accepted: len(l.accepted), Duplicates: l.dups, Answered429: l.n429, Answered503: l.n503}
+	st := SandboxStats{Accepted: len(l.accepted), Duplicates: l.dups, Answered429: l.n429, Answered503: l.n503}
 	if len(l.accepted) > 0 {
 		st.First, st.Last = l.accepted[0], l.accepted[len(l.accepted)-1]
 	}
-	st.MostInOneSecond = mostInWindow(l.accepted, time.Second)
-	st.MostInFiveSeconds = mostInWindow(l.accepted, 5*time.Second)
+	st.MostInOneSecond = MostInWindow(l.accepted, time.Second)
+	st.MostInFiveSeconds = MostInWindow(l.accepted, 5*time.Second)
 	return st
 }
 
-// mostArrivals is the most requests that reached the lane at path in any
+// MostArrivals is the most requests that reached the lane at path in any
 // window of length w, those answered 429 included: what a sender put into
 // the window, which the accepted requests alone cannot show (the lane
 // refuses the excess).
-func (s *sandbox) mostArrivals(path string, w time.Duration) int {
+func (s *Sandbox) MostArrivals(path string, w time.Duration) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l := s.lanes[path]
 	all := append(append(make([]time.Time, 0, len(l.accepted)+len(l.refused)), l.accepted...), l.refused...)
 	sort.Slice(all, func(i, j int) bool { return all[i].Before(all[j]) })
-	return mostInWindow(all, w)
+	return MostInWindow(all, w)
 }
 
-// mostInWindow is the most arrivals in any window of length w (half-open,
-// as a provider counts a trailing window); arrivals are in order.
-func mostInWindow(arrivals []time.Time, w time.Duration) int {
-	most, j := 0, 0
-	for i, t := range arrivals {
-		for !arrivals[j].After(t.Add(-w)) {
-			j++
-		}
-		most = max(most, i-j+1)
-	}
-	return most
-}
-
-// busiest is the accepted rate over the busiest 5 s: what the provider
+// Busiest is the accepted rate over the busiest 5 s: what the provider
 // got while the queue had a backlog.
-func (st sandboxStats) busiest() float64 { return float64(st.MostInFiveSeconds) / 5 }
+func (st SandboxStats) Busiest() float64 { return float64(st.MostInFiveSeconds) / 5 }
 
-// all is every lane's arrivals merged in order.
-func (s *sandbox) all() []time.Time {
+// All is every lane's accepted arrivals merged in order.
+func (s *Sandbox) All() []time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []time.Time
@@ -239,4 +225,24 @@ func (s *sandbox) all() []time.Time {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Before(out[j]) })
 	return out
+}
+
+// Arrivals is the lane at path's accepted arrivals, in order.
+func (s *Sandbox) Arrivals(path string) []time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l := s.lanes[path]; l != nil {
+		return append([]time.Time(nil), l.accepted...)
+	}
+	return nil
+}
+
+// Accepted is how many requests the lane at path has accepted.
+func (s *Sandbox) Accepted(path string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l := s.lanes[path]; l != nil {
+		return len(l.accepted)
+	}
+	return 0
 }
