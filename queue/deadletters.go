@@ -126,6 +126,9 @@ const idleCheck = 2 * time.Second
 // than f.Limit matched (then the first f.Limit are returned). It reads the
 // stream once with an ordered consumer that the server filters by subject
 // (f.Kind, f.Channel) and starts at f.Since, and deletes that consumer when
+// Stream is the dead-letter stream's name.
+func (r *DeadLetters) Stream() string { return r.stream }
+
 // done. Letters stored while it reads may or may not be included.
 func (r *DeadLetters) List(ctx context.Context, f DeadFilter) (letters []*DeadLetter, more bool, err error) {
 	if err := f.Validate(); err != nil {

@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/notifier/notifier/inspect"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/userlimit"
@@ -165,13 +165,4 @@ func natsAuthKind(cfg Config) string {
 }
 
 // fmtDur prints a duration the way it is written in YAML: 24h, 10m, 1m30s.
-func fmtDur(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
-}
+var fmtDur = inspect.FormatDuration

@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/notifier/notifier/dispatch"
+	"github.com/notifier/notifier/inspect"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
 )
@@ -546,7 +547,7 @@ prints what would be replayed and changes nothing.`,
 			return err
 		}
 		defer nc.Close()
-		rp := &replayer{dead: r, stream: cfg.NATS.DeadStream, flags: *rf, now: time.Now, in: e.stdin, out: e.stdout}
+		rp := &replayer{dead: r, flags: *rf, now: time.Now, in: e.stdin, out: e.stdout}
 		if !rf.dryRun {
 			rdb, err := ConnectRedis(ctx, cfg.Redis, 4)
 			if err != nil {
@@ -561,35 +562,18 @@ prints what would be replayed and changes nothing.`,
 	return c
 }
 
-// replayLedger is the part of the job ledger a replay uses
-// (dispatch.RedisLedger).
-type replayLedger interface {
-	ResetForReplay(ctx context.Context, id string) (sent bool, err error)
-}
-
-// replayer runs one `dead replay`.
+// replayer runs one `dead replay`: inspect plans and replays; this asks
+// for confirmation and prints.
 type replayer struct {
 	dead   *queue.DeadLetters
-	ledger replayLedger // nil for a dry run
-	stream string       // the dead-letter stream, for messages
+	ledger inspect.ReplayLedger // nil for a dry run
 	flags  replayFlags
 	now    func() time.Time
 	in     io.Reader
 	out    io.Writer
 }
 
-// replaySummary counts what a replay did.
-type replaySummary struct {
-	Selected       int // dead letters the filters selected
-	Replayed       int // republished to NOTIFY
-	AlreadySent    int // the ledger says sent: not republished, dead letter kept
-	SkippedInvalid int // reason invalid, without --include-invalid
-	SkippedExpired int // reason expired, without --include-expired
-	Failed         int // not republished because of an error
-	NotDeleted     int // republished, but the dead letter could not be deleted
-}
-
-func (s replaySummary) print(w io.Writer, dryRun bool) {
+func printReplaySummary(w io.Writer, s inspect.ReplaySummary, dryRun bool) {
 	if dryRun {
 		fmt.Fprintf(w, "dry run: would replay %d, skip %d invalid, skip %d expired; nothing changed\n",
 			s.Replayed, s.SkippedInvalid, s.SkippedExpired)
@@ -612,99 +596,53 @@ func (s replaySummary) print(w io.Writer, dryRun bool) {
 // errNotConfirmed is a replay refused at the prompt.
 var errNotConfirmed = errors.New("replay not confirmed: nothing replayed")
 
-func (rp *replayer) run(ctx context.Context, f queue.DeadFilter) (replaySummary, error) {
-	var s replaySummary
-	letters, _, err := rp.dead.List(ctx, f)
+func (rp *replayer) run(ctx context.Context, f queue.DeadFilter) (inspect.ReplaySummary, error) {
+	o := inspect.ReplayOptions{Keep: rp.flags.keep, IncludeInvalid: rp.flags.includeInvalid, IncludeExpired: rp.flags.includeExpired, Now: rp.now}
+	plan, err := inspect.PlanReplay(ctx, rp.dead, f, o)
 	if err != nil {
-		return s, err
-	}
-	s.Selected = len(letters)
-	var todo []*queue.DeadLetter
-	for _, d := range letters {
-		switch {
-		case d.Kind == queue.Dead && d.Reason == dispatch.ReasonInvalid && !rp.flags.includeInvalid:
-			s.SkippedInvalid++
-		case d.Kind == queue.Suppressed && d.Reason == dispatch.ReasonExpired && !rp.flags.includeExpired:
-			s.SkippedExpired++
-		default:
-			todo = append(todo, d)
-		}
+		return plan.Summary, err
 	}
 	if rp.flags.dryRun {
-		s.Replayed = len(todo)
-		if len(todo) > 0 {
+		if len(plan.Todo) > 0 {
 			fmt.Fprintln(rp.out, "would replay:")
-			if err := writeDeadTable(rp.out, todo, false, 0); err != nil {
-				return s, err
+			if err := writeDeadTable(rp.out, plan.Todo, false, 0); err != nil {
+				return plan.Summary, err
 			}
 		}
-		s.print(rp.out, true)
-		return s, nil
+		printReplaySummary(rp.out, plan.Summary, true)
+		return plan.Summary, nil
 	}
-	if len(todo) > confirmAbove && !rp.flags.yes {
-		fmt.Fprintf(rp.out, "replay %d jobs? [y/N] ", len(todo))
+	if len(plan.Todo) > confirmAbove && !rp.flags.yes {
+		fmt.Fprintf(rp.out, "replay %d jobs? [y/N] ", len(plan.Todo))
 		line, _ := bufio.NewReader(rp.in).ReadString('\n')
 		fmt.Fprintln(rp.out)
 		if a := strings.ToLower(strings.TrimSpace(line)); a != "y" && a != "yes" {
-			return s, errNotConfirmed
+			return plan.Summary, errNotConfirmed
 		}
 	}
-	for _, d := range todo {
-		if err := ctx.Err(); err != nil {
-			s.print(rp.out, false)
-			return s, fmt.Errorf("replay stopped after %d: %w", s.Replayed, err)
-		}
-		rp.one(ctx, d, &s)
-	}
-	s.print(rp.out, false)
-	if s.Failed > 0 || s.NotDeleted > 0 {
-		return s, fmt.Errorf("replay: %d failed, %d dead letters not deleted", s.Failed, s.NotDeleted)
-	}
-	return s, nil
+	s, err := inspect.Replay(ctx, rp.dead, rp.ledger, plan, o, func(r inspect.ReplayResult) { printReplayed(rp.out, r) })
+	printReplaySummary(rp.out, s, false)
+	return s, err
 }
 
-// one replays d: reset its ledger record, republish, delete the dead
-// letter.
-func (rp *replayer) one(ctx context.Context, d *queue.DeadLetter, s *replaySummary) {
-	now := rp.now()
-	id := d.JobID
-	label := id
+// printReplayed is the line of one dead letter replayed.
+func printReplayed(w io.Writer, r inspect.ReplayResult) {
+	label := r.Letter.JobID
 	if label == "" {
 		label = "(no valid id)"
 	}
-	msgID := id + ":replay:" + strconv.FormatInt(now.UnixNano(), 10)
-	if id != "" {
-		sent, err := rp.ledger.ResetForReplay(ctx, id)
-		if err != nil {
-			s.Failed++
-			fmt.Fprintf(rp.out, "failed        seq %d job %s: %v\n", d.Seq, label, err)
-			return
+	switch r.Outcome {
+	case inspect.Failed:
+		fmt.Fprintf(w, "failed        seq %d job %s: %v\n", r.Letter.Seq, label, r.Err)
+	case inspect.AlreadySent:
+		fmt.Fprintf(w, "already sent  seq %d job %s: the ledger says it was sent; not resent, dead letter kept\n", r.Letter.Seq, label)
+	case inspect.NotDeleted:
+		fmt.Fprintf(w, "replayed      seq %d job %s to %s, but the dead letter was not deleted: %v\n", r.Letter.Seq, label, r.Subject, r.Err)
+	case inspect.Replayed:
+		if r.Kept {
+			fmt.Fprintf(w, "replayed      seq %d job %s to %s (dead letter kept)\n", r.Letter.Seq, label, r.Subject)
+		} else {
+			fmt.Fprintf(w, "replayed      seq %d job %s to %s\n", r.Letter.Seq, label, r.Subject)
 		}
-		if sent {
-			s.AlreadySent++
-			fmt.Fprintf(rp.out, "already sent  seq %d job %s: the ledger says it was sent; not resent, dead letter kept\n", d.Seq, label)
-			return
-		}
-	} else {
-		// An invalid job (--include-invalid) has no id to track.
-		msgID = "replay:" + rp.stream + ":" + strconv.FormatUint(d.Seq, 10) + ":" + strconv.FormatInt(now.UnixNano(), 10)
 	}
-	h := nats.Header{}
-	h.Set(dispatch.HeaderReplayed, now.UTC().Format(time.RFC3339))
-	if _, err := rp.dead.Republish(ctx, d, msgID, h); err != nil {
-		s.Failed++
-		fmt.Fprintf(rp.out, "failed        seq %d job %s: %v\n", d.Seq, label, err)
-		return
-	}
-	s.Replayed++
-	if rp.flags.keep {
-		fmt.Fprintf(rp.out, "replayed      seq %d job %s to %s (dead letter kept)\n", d.Seq, label, d.ReplaySubject())
-		return
-	}
-	if err := rp.dead.Delete(ctx, d.Seq); err != nil {
-		s.NotDeleted++
-		fmt.Fprintf(rp.out, "replayed      seq %d job %s to %s, but the dead letter was not deleted: %v\n", d.Seq, label, d.ReplaySubject(), err)
-		return
-	}
-	fmt.Fprintf(rp.out, "replayed      seq %d job %s to %s\n", d.Seq, label, d.ReplaySubject())
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/notifier/notifier/dispatch"
+	"github.com/notifier/notifier/inspect"
 	"github.com/notifier/notifier/localenv"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
@@ -222,8 +223,8 @@ func runDev(ctx context.Context, f *devFlags, e *env) error {
 	err = dispatchJobs(ctx, dispatchSetup{
 		cfg: cfg, log: log, nc: nc, js: js, cons: cons, reg: reg, instance: instance,
 		limits: limits,
-		status: func(ctx context.Context, d *dispatch.Dispatcher) (fleetStatus, error) {
-			return statusOf(ctx, []dispatch.Instance{{ID: instance, Info: instanceInfo(d, cfg.Workers)}}, limits.Leaky, limits.Reasons, cfg)
+		status: func(ctx context.Context, d *dispatch.Dispatcher) (inspect.FleetStatus, error) {
+			return inspect.StatusOf(ctx, []dispatch.Instance{{ID: instance, Info: instanceInfo(d, cfg.Workers)}}, limits.Leaky, limits.Reasons, cfg.Providers)
 		},
 		started: func(metricsAddr string) {
 			out.banner(devBanner(cfg, dir, metricsAddr, f.sandbox))

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/notifier/notifier/inspect"
 	"github.com/notifier/notifier/testenv"
 )
 
@@ -22,7 +23,7 @@ func TestStatusReadsTheFleet(t *testing.T) {
 	w.run()
 	w.run()
 	testenv.WaitFor(t, 30*time.Second, "100 jobs sent", func() bool { return len(w.fake.AcceptedIDs()) >= 100 })
-	var st fleetStatus
+	var st inspect.FleetStatus
 	testenv.WaitFor(t, 10*time.Second, "two instances reporting sends", func() bool {
 		out, _, code := runCLI(t, nil, "", "status", "--config", w.config, "--json")
 		if code != 0 || json.Unmarshal([]byte(out), &st) != nil {
@@ -37,7 +38,7 @@ func TestStatusReadsTheFleet(t *testing.T) {
 	if p.QueueDepth <= 0 || p.QueueDelay <= 0 || p.QueueDelay > p.MaxDelay+0.1 {
 		t.Fatalf("a backlog should show in the queue: depth %.1f delay %.2fs (max %.1fs)", p.QueueDepth, p.QueueDelay, p.MaxDelay)
 	}
-	var sms channelStatus
+	var sms inspect.ChannelStatus
 	for _, c := range st.Channels {
 		if c.Channel == "sms" {
 			sms = c
@@ -71,13 +72,13 @@ func TestStatusShowsTenants(t *testing.T) {
 		}
 	}
 	p := w.run()
-	status := func() (fleetStatus, map[string]tenantStatus) {
-		var st fleetStatus
+	status := func() (inspect.FleetStatus, map[string]inspect.TenantStatus) {
+		var st inspect.FleetStatus
 		out, _, code := runCLI(t, nil, "", "status", "--config", w.config, "--json")
 		if code != 0 || json.Unmarshal([]byte(out), &st) != nil || len(st.Providers) != 1 {
 			return st, nil
 		}
-		m := map[string]tenantStatus{}
+		m := map[string]inspect.TenantStatus{}
 		for _, ts := range st.Providers[0].Tenants {
 			m[ts.Tenant] = ts
 		}
@@ -85,7 +86,7 @@ func TestStatusShowsTenants(t *testing.T) {
 	}
 	// acme (named) and Bank.eu (other) waiting and sent together; the
 	// default tenant's jobs queued or sent in the last 10 s.
-	var tenants map[string]tenantStatus
+	var tenants map[string]inspect.TenantStatus
 	testenv.WaitFor(t, 40*time.Second, "acme and other waiting and sent, default seen", func() bool {
 		_, tenants = status()
 		for _, name := range []string{"acme", "other"} {

@@ -22,6 +22,7 @@ import (
 	"github.com/notifier/notifier/inspect"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
+	"github.com/notifier/notifier/statuspage"
 )
 
 func runCmd(e *env) *cobra.Command {
@@ -111,7 +112,7 @@ func runDispatcher(ctx context.Context, path string, cfg Config, log *slog.Logge
 		fallback: fallback,
 		peers:    fleet.Live,
 		denials:  dispatch.NewDenials(rdb, cfg.Redis.KeyPrefix),
-		status: func(ctx context.Context, _ *dispatch.Dispatcher) (fleetStatus, error) {
+		status: func(ctx context.Context, _ *dispatch.Dispatcher) (inspect.FleetStatus, error) {
 			return readStatus(ctx, rdb, rl.current())
 		},
 		explain: explainHandler(func() (*inspect.Inspector, error) {
@@ -166,7 +167,7 @@ type dispatchSetup struct {
 	peers    func() int              // live processes of the fleet; nil: this one alone
 	denials  *dispatch.Denials       // per-user cap denials for `notifier top`; nil: not counted
 	// status is what the metrics port's /status page shows.
-	status func(ctx context.Context, d *dispatch.Dispatcher) (fleetStatus, error)
+	status func(ctx context.Context, d *dispatch.Dispatcher) (inspect.FleetStatus, error)
 	// explain serves the metrics port's /explain; nil: not served.
 	explain http.Handler
 	// also run beside the dispatcher until it stops.
@@ -220,7 +221,7 @@ func dispatchJobs(ctx context.Context, s dispatchSetup) error {
 	}
 
 	g, gctx := errgroup.WithContext(ctx)
-	page := newStatusPage(func(ctx context.Context) (fleetStatus, error) {
+	page := statuspage.New(func(ctx context.Context) (inspect.FleetStatus, error) {
 		return s.status(ctx, d)
 	}, time.Second, 10*time.Minute)
 	srv, err := startMetricsServer(cfg.Metrics.Listen, promReg, func() error {

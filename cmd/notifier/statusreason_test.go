@@ -9,6 +9,7 @@ import (
 	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/providers"
+	"github.com/notifier/notifier/statuspage"
 )
 
 // TestStatusNamesACredentialsPause: a provider paused because it refused
@@ -37,7 +38,7 @@ func TestStatusNamesACredentialsPause(t *testing.T) {
 		t.Fatalf("status providers %+v, want sms-gw paused for its credentials", st.Providers)
 	}
 	var out strings.Builder
-	st.print(&out, false, 120)
+	printStatus(&out, st, false, 120)
 	if !strings.Contains(out.String(), "credentials refused: 3") && !strings.Contains(out.String(), "credentials refused: 2") {
 		t.Errorf("status printed\n%s\nwant the pause named as refused credentials", out.String())
 	}
@@ -80,13 +81,13 @@ func TestStatusShowsAdaptiveRateAndQuotas(t *testing.T) {
 		t.Fatalf("status %+v, want adaptive at 50/s and 3 of the quota's 500 used", p)
 	}
 	var out strings.Builder
-	st.print(&out, false, 120)
+	printStatus(&out, st, false, 120)
 	for _, want := range []string{"adaptive rate: 50.0/s of 100/s", "quota 500/1h: 3 used, 497 left, resets in"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("status printed\n%s\nwant %q", out.String(), want)
 		}
 	}
-	if tab := newStatusTable(st); len(tab.Shaping) != 2 {
+	if tab := statuspage.NewTable(st); len(tab.Shaping) != 2 {
 		t.Errorf("/status shaping rows %+v, want the adaptive rate and the quota", tab.Shaping)
 	}
 }

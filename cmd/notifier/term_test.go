@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/notifier/notifier/dispatch"
+	"github.com/notifier/notifier/inspect"
 	"github.com/notifier/notifier/localenv"
 	"github.com/notifier/notifier/testenv"
 )
@@ -27,11 +28,11 @@ func widest(s string) (int, string) {
 
 // busyStatus is a fleet at its busiest for `status`: long provider and
 // tenant names, a pause, a breaker open on some instances, many instances.
-func busyStatus() fleetStatus {
+func busyStatus() inspect.FleetStatus {
 	at := time.Date(2026, 12, 2, 11, 50, 1, 0, time.UTC)
-	st := fleetStatus{At: at}
+	st := inspect.FleetStatus{At: at}
 	for i, name := range []string{"sms-gateway-eu-west", "push-fcm", "email-ses-primary", "webhook-partner-acme"} {
-		p := providerStatus{Name: name, Channel: []string{"sms", "push", "email", "sms"}[i], Contract: []float64{100, 2500, 50, 12.5}[i],
+		p := inspect.ProviderStatus{Name: name, Channel: []string{"sms", "push", "email", "sms"}[i], Contract: []float64{100, 2500, 50, 12.5}[i],
 			SentPerSec: 98.4, QueueDepth: 212, QueueDelay: 2.12, MaxDelay: 2, Breakers: []string{"closed", "closed", "closed"}}
 		if i == 1 {
 			p.PausedFor, p.PausedUntil = 2.9, at.Add(2900*time.Millisecond).Format(time.RFC3339)
@@ -40,7 +41,7 @@ func busyStatus() fleetStatus {
 			p.Breakers = []string{"open", "half-open", "closed"}
 		}
 		if i == 0 {
-			p.Tenants = []tenantStatus{
+			p.Tenants = []inspect.TenantStatus{
 				{Tenant: "default", Queued: 12, Sent10s: 300, Share: 0.3},
 				{Tenant: "a-tenant-with-a-very-long-name.example", Queued: 1_234_567, Sent10s: 700, Share: 0.7},
 			}
@@ -48,10 +49,10 @@ func busyStatus() fleetStatus {
 		st.Providers = append(st.Providers, p)
 	}
 	for _, ch := range []string{"sms", "push", "email"} {
-		st.Channels = append(st.Channels, channelStatus{Channel: ch, Sent: 18660, Suppressed: 804, Dead: 3})
+		st.Channels = append(st.Channels, inspect.ChannelStatus{Channel: ch, Sent: 18660, Suppressed: 804, Dead: 3})
 	}
 	for i := range 3 {
-		st.Instances = append(st.Instances, instanceStatus{
+		st.Instances = append(st.Instances, inspect.InstanceStatus{
 			ID: fmt.Sprintf("web-%d.eu-west-1.compute.internal-4412-9f1a", i), Host: "web", Version: "v1.4.0-rc.1+dirty",
 			InFlight: 32, Workers: 32, Limits: "holding", Seen: 0.4, Up: "3h12m",
 		})
@@ -69,7 +70,7 @@ func TestStatusFitsTheWidth(t *testing.T) {
 	for _, width := range []int{40, 60, 72, 80, 100, 120, 200} {
 		for _, live := range []bool{false, true} {
 			var b bytes.Buffer
-			st.print(&b, live, width)
+			printStatus(&b, st, live, width)
 			if n, line := widest(b.String()); n > width {
 				t.Errorf("width %d: a line of %d columns:\n%q\n%s", width, n, line, b.String())
 			}
@@ -96,13 +97,13 @@ func TestStatusFitsTheWidth(t *testing.T) {
 		}
 	}
 	var wide bytes.Buffer
-	st.print(&wide, true, 200)
+	printStatus(&wide, st, true, 200)
 	for _, head := range []string{"(every second; Ctrl-C to quit)", "queued", "delay", "pause", "breakers", "version", "in flight", "limits", "up", "seen"} {
 		if !strings.Contains(wide.String(), head) {
 			t.Errorf("200 columns: no %q:\n%s", head, wide.String())
 		}
 	}
-	t.Logf("80 columns:\n%s", func() string { var b bytes.Buffer; st.print(&b, true, 80); return b.String() }())
+	t.Logf("80 columns:\n%s", func() string { var b bytes.Buffer; printStatus(&b, st, true, 80); return b.String() }())
 }
 
 // section is the provider row of s starting with prefix and the lines

@@ -1,22 +1,23 @@
-package main
+package statuspage
 
 import (
 	"context"
 	"embed"
 	"encoding/json"
-	"fmt"
 	"math"
 	"net/http"
 	"path"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/notifier/notifier/inspect"
 )
 
 // The status page's assets, embedded so the binary serves them itself: no
 // CDN, no framework, nothing loaded from elsewhere at run time.
 //
-//go:embed statuspage/index.html statuspage/app.js statuspage/style.css statuspage/favicon.svg
+//go:embed assets/index.html assets/app.js assets/style.css assets/favicon.svg
 var statusAssets embed.FS
 
 // statusAssetTypes maps each asset to its Content-Type; a name missing
@@ -34,7 +35,7 @@ var statusAssetTypes = map[string]string{
 const statusCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; " +
 	"connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
-// statusPage is the /status page of the metrics port: it samples the
+// Page is the /status page of the metrics port: it samples the
 // fleet's state every second and keeps the last minutes of samples, which
 // the page fetches as /status.json and draws.
 //
@@ -49,20 +50,20 @@ const statusCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-
 // The page refers to its assets and the JSON by relative URLs, so it also
 // works behind a proxy that mounts the metrics port under a prefix.
 //
-// A statusPage is safe for concurrent use: Run writes the ring while any
+// A Page is safe for concurrent use: Run writes the ring while any
 // number of requests read it. Run owns the only goroutine (its caller's);
 // ServeHTTP starts none.
-type statusPage struct {
-	source func(context.Context) (fleetStatus, error)
+type Page struct {
+	source func(context.Context) (inspect.FleetStatus, error)
 	every  time.Duration // sampling period
 	keep   time.Duration // how far back the samples go
 	now    func() time.Time
 
 	mu      sync.RWMutex
-	ring    []statusSample // circular, len == capacity once full
-	next    int            // where the next sample goes once the ring is full
-	latest  fleetStatus    // the last good sample in full, instances included
-	lastErr error          // the last sample's error; nil after a good one
+	ring    []statusSample      // circular, len == capacity once full
+	next    int                 // where the next sample goes once the ring is full
+	latest  inspect.FleetStatus // the last good sample in full, instances included
+	lastErr error               // the last sample's error; nil after a good one
 	errAt   time.Time
 }
 
@@ -70,23 +71,23 @@ type statusPage struct {
 // instances (only the latest sample's are shown).
 type statusSample struct {
 	at time.Time
-	st fleetStatus
+	st inspect.FleetStatus
 }
 
-// newStatusPage returns a page sampling source every every (1 s in `run`)
+// New returns a page sampling source every every (1 s in `run`)
 // and keeping keep (10 min) of samples. every and keep are clamped to at
 // least 10 ms and one period.
-func newStatusPage(source func(context.Context) (fleetStatus, error), every, keep time.Duration) *statusPage {
+func New(source func(context.Context) (inspect.FleetStatus, error), every, keep time.Duration) *Page {
 	every = max(every, 10*time.Millisecond)
 	keep = max(keep, every)
 	n := int(keep/every) + 1
-	return &statusPage{source: source, every: every, keep: keep, now: time.Now, ring: make([]statusSample, 0, n)}
+	return &Page{source: source, every: every, keep: keep, now: time.Now, ring: make([]statusSample, 0, n)}
 }
 
 // Run samples the source at once and then every period until ctx ends,
 // and returns nil then. A failed sample is kept as the page's error (shown
 // in a banner) and leaves a gap; Run goes on.
-func (p *statusPage) Run(ctx context.Context) error {
+func (p *Page) Run(ctx context.Context) error {
 	tick := time.NewTicker(p.every)
 	defer tick.Stop()
 	for {
@@ -101,7 +102,7 @@ func (p *statusPage) Run(ctx context.Context) error {
 
 // sample reads the source once, bounded so a hung Redis cannot stall the
 // page for longer than a few periods, and records the result.
-func (p *statusPage) sample(ctx context.Context) {
+func (p *Page) sample(ctx context.Context) {
 	sctx, cancel := context.WithTimeout(ctx, max(3*p.every, 2*time.Second))
 	defer cancel()
 	st, err := p.source(sctx)
@@ -112,7 +113,7 @@ func (p *statusPage) sample(ctx context.Context) {
 }
 
 // record adds a sample taken at at, or records err.
-func (p *statusPage) record(at time.Time, st fleetStatus, err error) {
+func (p *Page) record(at time.Time, st inspect.FleetStatus, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err != nil {
@@ -133,7 +134,7 @@ func (p *statusPage) record(at time.Time, st fleetStatus, err error) {
 
 // samples returns the samples taken within keep of now, oldest first, and
 // the latest state. The caller must hold p.mu.
-func (p *statusPage) samples(now time.Time) []statusSample {
+func (p *Page) samples(now time.Time) []statusSample {
 	out := make([]statusSample, 0, len(p.ring))
 	for i := range p.ring {
 		s := p.ring[(p.next+i)%len(p.ring)]
@@ -154,7 +155,7 @@ type statusJSON struct {
 	T         []int64          `json:"t"`        // sample times, unix ms, oldest first
 	Providers []providerSeries `json:"providers"`
 	Channels  []channelSeries  `json:"channels"`
-	Table     statusTable      `json:"table"`           // the latest sample as `notifier status` prints it
+	Table     Table            `json:"table"`           // the latest sample as `notifier status` prints it
 	Error     string           `json:"error,omitempty"` // the last sample failed: why
 	ErrorAt   int64            `json:"error_at,omitempty"`
 }
@@ -176,61 +177,6 @@ type channelSeries struct {
 	Sent       nums   `json:"sent"` // outcomes over the last minute
 	Suppressed nums   `json:"suppressed"`
 	Dead       nums   `json:"dead"`
-}
-
-// statusTable is the current numbers, formatted exactly as `notifier
-// status` prints them.
-type statusTable struct {
-	At        string        `json:"at"`
-	Providers []providerRow `json:"providers"`
-	Channels  []channelRow  `json:"channels"`
-	Instances []instanceRow `json:"instances"`
-	Tenants   []tenantRow   `json:"tenants"` // each provider's, in the providers' order
-	Shaping   []shapingRow  `json:"shaping"` // adaptive rates and quotas, in the providers' order
-}
-
-// shapingRow is one adaptive rate or quota of a provider, as status shows it.
-type shapingRow struct {
-	Provider string `json:"provider"`
-	Limit    string `json:"limit"` // "adaptive rate", "quota 500/1m"
-	Now      string `json:"now"`   // "59.1/s of 100/s", "312 used, 188 left, resets in 41s"
-}
-
-type tenantRow struct {
-	Provider string `json:"provider"`
-	Tenant   string `json:"tenant"`
-	Waiting  string `json:"waiting"` // jobs in the stream for the provider's channel
-	Share    string `json:"share"`   // of the provider's sends over the last 10 s
-	Sent     string `json:"sent"`    // the tenant's sends there over the last 10 s, per second
-}
-
-type providerRow struct {
-	Name     string `json:"name"`
-	Channel  string `json:"channel"`
-	Contract string `json:"contract"`
-	Sent     string `json:"sent"`
-	Queued   string `json:"queued"`
-	Delay    string `json:"delay"`
-	MaxDelay string `json:"max_delay"`
-	Pause    string `json:"pause"`
-	Breakers string `json:"breakers"`
-}
-
-type channelRow struct {
-	Channel    string `json:"channel"`
-	Sent       int64  `json:"sent"`
-	Suppressed int64  `json:"suppressed"`
-	Dead       int64  `json:"dead"`
-}
-
-type instanceRow struct {
-	ID       string `json:"id"`
-	Host     string `json:"host"`
-	Version  string `json:"version"`
-	InFlight string `json:"in_flight"`
-	Limits   string `json:"limits"`
-	Up       string `json:"up"`
-	Seen     string `json:"seen"`
 }
 
 // nums is a series of numbers; NaN (no value) encodes as null, the rest
@@ -255,7 +201,7 @@ func (s nums) MarshalJSON() ([]byte, error) {
 }
 
 // snapshot builds /status.json as of now.
-func (p *statusPage) snapshot(now time.Time) statusJSON {
+func (p *Page) snapshot(now time.Time) statusJSON {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	ss := p.samples(now)
@@ -299,9 +245,9 @@ func (p *statusPage) snapshot(now time.Time) statusJSON {
 		}
 	}
 	if len(ss) > 0 {
-		out.Table = newStatusTable(p.latest)
+		out.Table = NewTable(p.latest)
 	} else {
-		out.Table = statusTable{Providers: []providerRow{}, Channels: []channelRow{}, Instances: []instanceRow{}, Tenants: []tenantRow{}, Shaping: []shapingRow{}}
+		out.Table = Table{Providers: []ProviderRow{}, Channels: []ChannelRow{}, Instances: []InstanceRow{}, Tenants: []TenantRow{}, Shaping: []ShapingRow{}}
 	}
 	return out
 }
@@ -314,54 +260,8 @@ func nanSeries(n int) nums {
 	return s
 }
 
-// newStatusTable formats st with the verbs fleetStatus.print uses, so the
-// page and `notifier status` show the same numbers.
-func newStatusTable(st fleetStatus) statusTable {
-	t := statusTable{
-		At:        st.At.UTC().Format("2006-01-02 15:04:05 UTC"),
-		Providers: make([]providerRow, 0, len(st.Providers)),
-		Channels:  make([]channelRow, 0, len(st.Channels)),
-		Instances: make([]instanceRow, 0, len(st.Instances)),
-		Tenants:   []tenantRow{},
-		Shaping:   []shapingRow{},
-	}
-	for _, p := range st.Providers {
-		pause := "-"
-		if p.PausedFor > 0 {
-			pause = fmt.Sprintf("%.1fs", p.PausedFor)
-			if len(p.PausedUntil) >= 19 {
-				pause += ", until " + p.PausedUntil[11:19]
-			}
-			if p.PauseReason == "credentials" { // dispatch.PauseCredentials
-				pause = "credentials refused: " + pause
-			}
-		}
-		t.Providers = append(t.Providers, providerRow{
-			Name: p.Name, Channel: p.Channel,
-			Contract: fmt.Sprintf("%g/s", p.Contract), Sent: fmt.Sprintf("%.1f/s", p.SentPerSec),
-			Queued: fmt.Sprintf("%.0f", p.QueueDepth), Delay: fmt.Sprintf("%.2fs", p.QueueDelay),
-			MaxDelay: fmt.Sprintf("%gs", p.MaxDelay), Pause: pause, Breakers: breakerSummary(p.Breakers),
-		})
-		for _, ts := range p.Tenants {
-			waiting, share, sent := tenantCells(ts)
-			t.Tenants = append(t.Tenants, tenantRow{Provider: p.Name, Tenant: ts.Tenant, Waiting: waiting, Share: share, Sent: sent})
-		}
-		t.Shaping = append(t.Shaping, shapingRows(p)...)
-	}
-	for _, c := range st.Channels {
-		t.Channels = append(t.Channels, channelRow(c))
-	}
-	for _, in := range st.Instances {
-		t.Instances = append(t.Instances, instanceRow{
-			ID: in.ID, Host: in.Host, Version: in.Version, InFlight: fmt.Sprintf("%d/%d", in.InFlight, in.Workers),
-			Limits: in.Limits, Up: in.Up, Seen: fmt.Sprintf("%.1fs ago", in.Seen),
-		})
-	}
-	return t
-}
-
 // ServeHTTP serves the page, its assets and /status.json.
-func (p *statusPage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (p *Page) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
@@ -398,13 +298,13 @@ func (p *statusPage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // serveAsset writes one embedded asset with its type and the CSP.
-func (p *statusPage) serveAsset(w http.ResponseWriter, r *http.Request, name string) {
+func (p *Page) serveAsset(w http.ResponseWriter, r *http.Request, name string) {
 	ctype, ok := statusAssetTypes[name]
 	if !ok {
 		http.NotFound(w, r)
 		return
 	}
-	b, err := statusAssets.ReadFile("statuspage/" + name)
+	b, err := statusAssets.ReadFile("assets/" + name)
 	if err != nil {
 		http.Error(w, "read asset: "+err.Error(), http.StatusInternalServerError)
 		return

@@ -1,0 +1,170 @@
+package inspect
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/notifier/notifier/dispatch"
+	"github.com/notifier/notifier/queue"
+)
+
+// ReplayOptions are a replay's choices.
+type ReplayOptions struct {
+	// Keep keeps each dead letter after its job is republished.
+	Keep bool
+	// IncludeInvalid and IncludeExpired replay jobs dead for reason
+	// invalid and jobs suppressed for reason expired, which are skipped
+	// otherwise: they could only end the same way again.
+	IncludeInvalid, IncludeExpired bool
+	// Now is the clock of the replay's stamps; nil is time.Now.
+	Now func() time.Time
+}
+
+// ReplaySummary counts what a replay did (or, planned, would do).
+type ReplaySummary struct {
+	Selected       int // dead letters the filter selected
+	Replayed       int // republished to NOTIFY (planned: to be)
+	AlreadySent    int // the ledger says sent: not republished, dead letter kept
+	SkippedInvalid int // reason invalid, without IncludeInvalid
+	SkippedExpired int // reason expired, without IncludeExpired
+	Failed         int // not republished because of an error
+	NotDeleted     int // republished, but the dead letter could not be deleted
+}
+
+// ReplayPlan is what a replay would republish: the selected dead letters
+// less those skipped, oldest first.
+type ReplayPlan struct {
+	Todo    []*queue.DeadLetter
+	Summary ReplaySummary // Selected, SkippedInvalid, SkippedExpired; Replayed is len(Todo)
+}
+
+// ReplayLedger is the part of the job ledger a replay uses
+// (dispatch.RedisLedger).
+type ReplayLedger interface {
+	ResetForReplay(ctx context.Context, id string) (sent bool, err error)
+}
+
+// Replay outcomes of one dead letter.
+const (
+	Replayed    = "replayed"     // republished, dead letter deleted (or kept with Keep)
+	AlreadySent = "already_sent" // the ledger says sent: not republished, dead letter kept
+	Failed      = "failed"       // not republished: Err says why
+	NotDeleted  = "not_deleted"  // republished, but the delete failed: Err says why
+)
+
+// ReplayResult is what a replay did with one dead letter.
+type ReplayResult struct {
+	Letter  *queue.DeadLetter
+	Outcome string // Replayed, AlreadySent, Failed or NotDeleted
+	Subject string // where it was republished (Replayed, NotDeleted)
+	Kept    bool   // Replayed with Keep: the dead letter is still there
+	Err     error
+}
+
+// PlanReplay selects the dead letters f names and sets aside those o does
+// not replay. It changes nothing.
+func PlanReplay(ctx context.Context, dead *queue.DeadLetters, f queue.DeadFilter, o ReplayOptions) (ReplayPlan, error) {
+	var p ReplayPlan
+	letters, _, err := dead.List(ctx, f)
+	if err != nil {
+		return p, err
+	}
+	p.Summary.Selected = len(letters)
+	for _, d := range letters {
+		switch {
+		case d.Kind == queue.Dead && d.Reason == dispatch.ReasonInvalid && !o.IncludeInvalid:
+			p.Summary.SkippedInvalid++
+		case d.Kind == queue.Suppressed && d.Reason == dispatch.ReasonExpired && !o.IncludeExpired:
+			p.Summary.SkippedExpired++
+		default:
+			p.Todo = append(p.Todo, d)
+		}
+	}
+	p.Summary.Replayed = len(p.Todo)
+	return p, nil
+}
+
+// Replay republishes the plan's jobs to NOTIFY, each on the subject it was
+// first published on with its bytes unchanged, a Nats-Msg-Id of
+// <job-id>:replay:<unix-ns> and the header Notifier-Replayed. Before a job
+// is republished its ledger record is reset (its earlier failures no
+// longer count against max_attempts); a job the ledger says was sent is
+// never republished. After a publish the dead letter is deleted unless
+// o.Keep, so a second replay of the same selection replays nothing. each,
+// if set, is told of every dead letter's result as it happens.
+//
+// The error is ctx's when it ends the replay early, or names the failures.
+func Replay(ctx context.Context, dead *queue.DeadLetters, ledger ReplayLedger, p ReplayPlan, o ReplayOptions,
+	each func(ReplayResult)) (ReplaySummary, error) {
+	s := p.Summary
+	s.Replayed = 0
+	now := o.Now
+	if now == nil {
+		now = time.Now
+	}
+	for _, d := range p.Todo {
+		if err := ctx.Err(); err != nil {
+			return s, fmt.Errorf("replay stopped after %d: %w", s.Replayed, err)
+		}
+		r := replayOne(ctx, dead, ledger, d, o.Keep, now())
+		switch r.Outcome {
+		case Replayed:
+			s.Replayed++
+		case AlreadySent:
+			s.AlreadySent++
+		case Failed:
+			s.Failed++
+		case NotDeleted:
+			s.Replayed++
+			s.NotDeleted++
+		}
+		if each != nil {
+			each(r)
+		}
+	}
+	if s.Failed > 0 || s.NotDeleted > 0 {
+		return s, fmt.Errorf("replay: %d failed, %d dead letters not deleted", s.Failed, s.NotDeleted)
+	}
+	return s, nil
+}
+
+// replayOne replays d: reset its ledger record, republish, delete the dead
+// letter.
+func replayOne(ctx context.Context, dead *queue.DeadLetters, ledger ReplayLedger, d *queue.DeadLetter, keep bool, now time.Time) ReplayResult {
+	r := ReplayResult{Letter: d}
+	id := d.JobID
+	msgID := id + ":replay:" + strconv.FormatInt(now.UnixNano(), 10)
+	if id != "" {
+		sent, err := ledger.ResetForReplay(ctx, id)
+		if err != nil {
+			r.Outcome, r.Err = Failed, err
+			return r
+		}
+		if sent {
+			r.Outcome = AlreadySent
+			return r
+		}
+	} else {
+		// An invalid job (IncludeInvalid) has no id to track.
+		msgID = "replay:" + dead.Stream() + ":" + strconv.FormatUint(d.Seq, 10) + ":" + strconv.FormatInt(now.UnixNano(), 10)
+	}
+	h := nats.Header{}
+	h.Set(dispatch.HeaderReplayed, now.UTC().Format(time.RFC3339))
+	if _, err := dead.Republish(ctx, d, msgID, h); err != nil {
+		r.Outcome, r.Err = Failed, err
+		return r
+	}
+	r.Outcome, r.Subject = Replayed, d.ReplaySubject()
+	if keep {
+		r.Kept = true
+		return r
+	}
+	if err := dead.Delete(ctx, d.Seq); err != nil {
+		r.Outcome, r.Err = NotDeleted, err
+	}
+	return r
+}

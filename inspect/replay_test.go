@@ -1,0 +1,108 @@
+package inspect_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/notifier/notifier/dispatch"
+	"github.com/notifier/notifier/inspect"
+	"github.com/notifier/notifier/queue"
+	"github.com/notifier/notifier/testenv"
+)
+
+// TestReplayRepublishesOnceAndNeverASentJob: a plan skips an invalid and
+// an expired job unless asked; a replay republishes the others once with
+// their bytes, resets their ledger records, deletes their dead letters
+// (keeps them with Keep), never republishes a job the ledger says was
+// sent, and a second replay of the same selection finds nothing to do.
+func TestReplayRepublishesOnceAndNeverASentJob(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	js, err := jetstream.New(testenv.NATS(t).Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := queue.Config{}.WithDefaults()
+	if err := queue.EnsureStreams(ctx, js, cfg, 1); err != nil {
+		t.Fatal(err)
+	}
+	pub, dead := queue.NewPublisher(js), queue.NewDeadLetters(js, cfg)
+	led := dispatch.NewRedisLedger(testenv.Redis(t).Client(), newPrefix(t.Name()), time.Hour)
+	store := func(seq uint64, o queue.Outcome, id, reason string) {
+		t.Helper()
+		data := fmt.Sprintf(`{"id":%q,"user_id":"u1","channel":"sms","to":"+15550000000","body":"hi"}`, id)
+		d := &queue.Delivery{Subject: "notify.jobs.sms", Data: []byte(data), Channel: "sms", Stream: cfg.Stream, StreamSeq: seq, Published: time.Now()}
+		if err := pub.DeadLetter(ctx, d, o, reason, "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	store(1, queue.Dead, "j-failed", dispatch.ReasonMaxAttempts)
+	store(2, queue.Dead, "j-invalid", dispatch.ReasonInvalid)
+	store(3, queue.Suppressed, "j-expired", dispatch.ReasonExpired)
+	store(4, queue.Dead, "j-sent", dispatch.ReasonMaxAttempts)
+	store(5, queue.Dead, "j-kept", dispatch.ReasonMaxAttempts)
+	if _, err := led.Failed(ctx, "j-failed", "", "5xx"); err != nil {
+		t.Fatal(err)
+	}
+	if err := led.Sent(ctx, "j-sent", ""); err != nil {
+		t.Fatal(err)
+	}
+
+	all := queue.DeadFilter{}
+	plan, err := inspect.PlanReplay(ctx, dead, all, inspect.ReplayOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := plan.Summary; s.Selected != 5 || s.SkippedInvalid != 1 || s.SkippedExpired != 1 || s.Replayed != 3 || len(plan.Todo) != 3 {
+		t.Fatalf("plan: %+v", s)
+	}
+	// Keep the last one's dead letter: replay j-kept alone first.
+	keepPlan := inspect.ReplayPlan{Todo: plan.Todo[2:]}
+	if _, err := inspect.Replay(ctx, dead, led, keepPlan, inspect.ReplayOptions{Keep: true}, nil); err != nil {
+		t.Fatal(err)
+	}
+	plan.Todo = plan.Todo[:2]
+	var results []inspect.ReplayResult
+	s, err := inspect.Replay(ctx, dead, led, plan, inspect.ReplayOptions{}, func(r inspect.ReplayResult) { results = append(results, r) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Replayed != 1 || s.AlreadySent != 1 || s.Failed != 0 || len(results) != 2 {
+		t.Fatalf("replay: %+v, results %+v", s, results)
+	}
+	if r := results[0]; r.Letter.JobID != "j-failed" || r.Outcome != inspect.Replayed || r.Subject != "notify.jobs.sms" || r.Kept {
+		t.Errorf("j-failed: %+v", r)
+	}
+	if r := results[1]; r.Letter.JobID != "j-sent" || r.Outcome != inspect.AlreadySent {
+		t.Errorf("j-sent: %+v", r)
+	}
+	if rec, err := led.Record(ctx, "j-failed"); err != nil || rec.Attempts != 0 {
+		t.Errorf("j-failed's ledger after the replay: %+v, %v; want its attempts reset", rec, err)
+	}
+	info, err := js.Stream(ctx, cfg.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := info.Info(ctx); err != nil || st.State.Msgs != 2 {
+		t.Fatalf("NOTIFY holds %v messages (%v), want 2: j-kept and j-failed", st.State.Msgs, err)
+	}
+	// Left: invalid, expired, j-sent (never resent) and j-kept (Keep).
+	again, err := inspect.PlanReplay(ctx, dead, all, inspect.ReplayOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Summary.Selected != 4 || len(again.Todo) != 2 {
+		t.Fatalf("the second plan: %+v", again.Summary)
+	}
+	ctxDone, stop := context.WithCancel(ctx)
+	stop()
+	if _, err := inspect.Replay(ctxDone, dead, led, again, inspect.ReplayOptions{}, nil); !errors.Is(err, context.Canceled) {
+		t.Errorf("a replay on an ended context: %v, want context.Canceled", err)
+	}
+}
