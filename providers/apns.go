@@ -105,13 +105,16 @@ var _ Provider = (*APNs)(nil)
 // NewAPNs builds an apns provider from a kind apns entry, reading the .p8
 // signing key from key_file.
 func NewAPNs(cfg Config, opts Options) (*APNs, error) {
-	cfg = cfg.WithDefaults()
-	if cfg.Kind != "apns" {
-		return nil, fmt.Errorf("new apns %s: kind is %q, not apns", cfg.Name, cfg.Kind)
+	cfg, err := checkedEntry(cfg, "apns", "apns")
+	if err != nil {
+		return nil, err
 	}
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("new apns %s: %w", cfg.Name, err)
-	}
+	return newAPNs(cfg, opts)
+}
+
+// newAPNs is NewAPNs for an entry already checked (kind apns,
+// defaults applied, valid): NewRegistry checks every entry first.
+func newAPNs(cfg Config, opts Options) (*APNs, error) {
 	opts = opts.withDefaults()
 	pem, err := os.ReadFile(cfg.KeyFile)
 	if err != nil {

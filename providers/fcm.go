@@ -86,13 +86,16 @@ const (
 // token from credentials_env through opts.Getenv or the service-account key
 // from credentials_file.
 func NewFCM(cfg Config, opts Options) (*FCM, error) {
-	cfg = cfg.WithDefaults()
-	if cfg.Kind != "fcm" {
-		return nil, fmt.Errorf("new fcm %s: kind is %q, not fcm", cfg.Name, cfg.Kind)
+	cfg, err := checkedEntry(cfg, "fcm", "fcm")
+	if err != nil {
+		return nil, err
 	}
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("new fcm %s: %w", cfg.Name, err)
-	}
+	return newFCM(cfg, opts)
+}
+
+// newFCM is NewFCM for an entry already checked (kind fcm,
+// defaults applied, valid): NewRegistry checks every entry first.
+func newFCM(cfg Config, opts Options) (*FCM, error) {
 	opts = opts.withDefaults()
 	base, err := newHTTPBase(cfg, opts, false)
 	if err != nil {

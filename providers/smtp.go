@@ -130,13 +130,16 @@ func (c *watchConn) wroteSince(at int64) bool {
 // password from password_env through opts.Getenv when username is set.
 // It connects to nothing until the first Send.
 func NewSMTP(cfg Config, opts Options) (*SMTP, error) {
-	cfg = cfg.WithDefaults()
-	if cfg.Kind != "smtp" {
-		return nil, fmt.Errorf("new smtp %s: kind is %q, not smtp", cfg.Name, cfg.Kind)
+	cfg, err := checkedEntry(cfg, "smtp", "smtp")
+	if err != nil {
+		return nil, err
 	}
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("new smtp %s: %w", cfg.Name, err)
-	}
+	return newSMTP(cfg, opts)
+}
+
+// newSMTP is NewSMTP for an entry already checked (kind smtp,
+// defaults applied, valid): NewRegistry checks every entry first.
+func newSMTP(cfg Config, opts Options) (*SMTP, error) {
 	opts = opts.withDefaults()
 	from, err := mail.ParseAddress(cfg.From)
 	if err != nil {

@@ -99,13 +99,16 @@ var _ Provider = (*Twilio)(nil)
 // NewTwilio builds a twilio provider from a kind twilio entry, reading the
 // auth token from credentials_env through opts.Getenv.
 func NewTwilio(cfg Config, opts Options) (*Twilio, error) {
-	cfg = cfg.WithDefaults()
-	if cfg.Kind != "twilio" {
-		return nil, fmt.Errorf("new twilio %s: kind is %q, not twilio", cfg.Name, cfg.Kind)
+	cfg, err := checkedEntry(cfg, "twilio", "twilio")
+	if err != nil {
+		return nil, err
 	}
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("new twilio %s: %w", cfg.Name, err)
-	}
+	return newTwilio(cfg, opts)
+}
+
+// newTwilio is NewTwilio for an entry already checked (kind twilio,
+// defaults applied, valid): NewRegistry checks every entry first.
+func newTwilio(cfg Config, opts Options) (*Twilio, error) {
 	opts = opts.withDefaults()
 	token, err := lookupSecret(opts, cfg.CredentialsEnv)
 	if err != nil {
