@@ -43,6 +43,9 @@ type logLine struct {
 	DataKeys  []string  `json:"data_keys,omitempty"`
 }
 
+// logKind is the log entry of kinds: any channel, no keys of its own.
+var logKind = kind{name: "log", build: builder(newLog)}
+
 // NewLog builds a log provider from a kind log entry.
 func NewLog(cfg Config, opts Options) (*Log, error) {
 	cfg, err := checkedEntry(cfg, "log", "log provider")

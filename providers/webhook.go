@@ -48,6 +48,14 @@ var _ Provider = (*Webhook)(nil)
 // with %v or %+v shows an address, never the secret.
 type credential struct{ value string }
 
+// webhookKind is the webhook entry of kinds: any channel.
+var webhookKind = kind{
+	name:     "webhook",
+	keys:     []string{"url", "credentials_env", "tls_ca_file"},
+	validate: func(c Config, p *problems) { p.requiredURL(c.URL) },
+	build:    builder(newWebhook),
+}
+
 // NewWebhook builds a webhook provider from a kind webhook entry, reading the
 // bearer token (if credentials_env is set) through opts.Getenv.
 func NewWebhook(cfg Config, opts Options) (*Webhook, error) {
