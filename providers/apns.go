@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -102,16 +103,78 @@ type APNs struct {
 
 var _ Provider = (*APNs)(nil)
 
+// apnsKind is the apns entry of kinds.
+var apnsKind = kind{
+	name:     "apns",
+	channel:  "push",
+	keys:     []string{"url", "tls_ca_file", "key_file", "key_id", "team_id", "topic", "push_type", "priority"},
+	defaults: apnsDefaults,
+	validate: validateAPNs,
+	build:    builder(newAPNs),
+}
+
+// Defaults of kind apns.
+const (
+	defaultAPNsURL      = "https://api.push.apple.com"
+	defaultAPNsPushType = "alert"
+	defaultAPNsPriority = 10
+)
+
+// apnsPushTypes are the apns-push-type values APNs accepts.
+var apnsPushTypes = []string{"alert", "background", "voip", "complication", "fileprovider", "mdm",
+	"liveactivity", "location", "pushtotalk", "controls", "widgets"}
+
+// apnsDefaults fills in an apns entry's url, push_type and priority (5 for
+// push type background, which takes no other).
+func apnsDefaults(c *Config) {
+	if c.URL == "" {
+		c.URL = defaultAPNsURL
+	}
+	if c.PushType == "" {
+		c.PushType = defaultAPNsPushType
+	}
+	if c.Priority == 0 {
+		c.Priority = defaultAPNsPriority
+		if c.PushType == "background" {
+			c.Priority = 5
+		}
+	}
+}
+
+// validateAPNs checks an apns entry's own keys.
+func validateAPNs(c Config, p *problems) {
+	p.requiredURL(c.URL)
+	if u, err := url.Parse(c.URL); err == nil && u.Scheme == "http" {
+		p.add("url", "must be https for kind apns (APNs speaks HTTP/2 over TLS only), got %q", c.URL)
+	}
+	p.required("key_file", c.KeyFile)
+	p.required("key_id", c.KeyID)
+	p.required("team_id", c.TeamID)
+	p.required("topic", c.Topic)
+	if !slices.Contains(apnsPushTypes, c.PushType) {
+		p.add("push_type", "%q is not one of %s", c.PushType, strings.Join(apnsPushTypes, ", "))
+	}
+	switch {
+	case c.Priority != 10 && c.Priority != 5 && c.Priority != 1:
+		p.add("priority", "must be 10, 5 or 1, got %d", c.Priority)
+	case c.PushType == "background" && c.Priority != 5:
+		p.add("priority", "must be 5 for push_type background (APNs refuses anything else), got %d", c.Priority)
+	}
+}
+
 // NewAPNs builds an apns provider from a kind apns entry, reading the .p8
 // signing key from key_file.
 func NewAPNs(cfg Config, opts Options) (*APNs, error) {
-	cfg = cfg.WithDefaults()
-	if cfg.Kind != "apns" {
-		return nil, fmt.Errorf("new apns %s: kind is %q, not apns", cfg.Name, cfg.Kind)
+	cfg, err := checkedEntry(cfg, "apns", "apns")
+	if err != nil {
+		return nil, err
 	}
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("new apns %s: %w", cfg.Name, err)
-	}
+	return newAPNs(cfg, opts)
+}
+
+// newAPNs is NewAPNs for an entry already checked (kind apns,
+// defaults applied, valid): NewRegistry checks every entry first.
+func newAPNs(cfg Config, opts Options) (*APNs, error) {
 	opts = opts.withDefaults()
 	pem, err := os.ReadFile(cfg.KeyFile)
 	if err != nil {

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"math"
-	"net/mail"
-	"net/url"
 	"regexp"
 	"slices"
 	"strings"
@@ -14,14 +12,10 @@ import (
 	"unicode"
 )
 
-// Kinds, channels and units accepted in a provider entry.
+// Channels and units accepted in a provider entry (the kinds are in kinds).
 var (
-	Kinds    = []string{"webhook", "twilio", "fcm", "apns", "smtp", "log"}
-	Channels = []string{"sms", "push", "email"}
-	Units    = []string{"messages", "segments"}
-	// PushTypes are the apns-push-type values APNs accepts.
-	PushTypes = []string{"alert", "background", "voip", "complication", "fileprovider", "mdm",
-		"liveactivity", "location", "pushtotalk", "controls", "widgets"}
+	channelNames = []string{"sms", "push", "email"}
+	unitNames    = []string{"messages", "segments"}
 )
 
 // Defaults applied by WithDefaults.
@@ -42,14 +36,8 @@ const (
 	MaxQueueDelayLimit = 24 * time.Hour
 	// DefaultMaxPause caps the pause one 429 can set: one odd Retry-After
 	// (a day, an hour) does not stop a channel for longer than this.
-	DefaultMaxPause     = 5 * time.Minute
-	DefaultTimeout      = 5 * time.Second
-	DefaultTwilioURL    = "https://api.twilio.com"
-	DefaultFCMURL       = "https://fcm.googleapis.com"
-	DefaultAPNsURL      = "https://api.push.apple.com"
-	DefaultSMTPPort     = 587
-	DefaultAPNsPushType = "alert"
-	DefaultAPNsPriority = 10
+	DefaultMaxPause = 5 * time.Minute
+	DefaultTimeout  = 5 * time.Second
 )
 
 // Config is one entry of the YAML `providers:` list (SPEC §4). The command
@@ -246,32 +234,8 @@ func (c Config) WithDefaults() Config {
 		d := a.WithDefaults(c.Rate)
 		c.Adaptive = &d
 	}
-	switch c.Kind {
-	case "twilio":
-		if c.URL == "" {
-			c.URL = DefaultTwilioURL
-		}
-	case "fcm":
-		if c.URL == "" {
-			c.URL = DefaultFCMURL
-		}
-	case "apns":
-		if c.URL == "" {
-			c.URL = DefaultAPNsURL
-		}
-		if c.PushType == "" {
-			c.PushType = DefaultAPNsPushType
-		}
-		if c.Priority == 0 {
-			c.Priority = DefaultAPNsPriority
-			if c.PushType == "background" {
-				c.Priority = 5
-			}
-		}
-	case "smtp":
-		if c.Port == 0 {
-			c.Port = DefaultSMTPPort
-		}
+	if k, ok := kindNamed(c.Kind); ok && k.defaults != nil {
+		k.defaults(&c)
 	}
 	return c
 }
@@ -279,43 +243,7 @@ func (c Config) WithDefaults() Config {
 var (
 	nameRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
 	envRE  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	e164RE = regexp.MustCompile(`^\+[1-9][0-9]{6,14}$`)
-	// Twilio's other senders: a short code, an alphanumeric sender id (one
-	// letter at least, checked apart) and a Messaging Service SID.
-	shortCodeRE   = regexp.MustCompile(`^[0-9]{5,6}$`)
-	alphaSenderRE = regexp.MustCompile(`^[A-Za-z0-9 +\-_&]{1,11}$`)
-	letterRE      = regexp.MustCompile(`[A-Za-z]`)
-	serviceSIDRE  = regexp.MustCompile(`^MG[0-9a-fA-F]{32}$`)
-	kindChan      = map[string]string{"twilio": "sms", "fcm": "push", "apns": "push", "smtp": "email"}
 )
-
-// kindKeys lists, for each kind-specific key, the kinds that use it; setting
-// it on another kind is reported as a mistake.
-var kindKeys = []struct {
-	key   string
-	kinds []string
-	set   func(c Config) bool
-}{
-	{"url", []string{"webhook", "twilio", "fcm", "apns"}, func(c Config) bool { return c.URL != "" }},
-	{"project_id", []string{"fcm"}, func(c Config) bool { return c.ProjectID != "" }},
-	{"credentials_env", []string{"webhook", "twilio", "fcm"}, func(c Config) bool { return c.CredentialsEnv != "" }},
-	{"credentials_file", []string{"fcm"}, func(c Config) bool { return c.CredentialsFile != "" }},
-	{"tls_ca_file", []string{"webhook", "twilio", "fcm", "apns", "smtp"}, func(c Config) bool { return c.TLSCAFile != "" }},
-	{"account_sid", []string{"twilio"}, func(c Config) bool { return c.AccountSID != "" }},
-	{"from", []string{"twilio", "smtp"}, func(c Config) bool { return c.From != "" }},
-	{"messaging_service_sid", []string{"twilio"}, func(c Config) bool { return c.MessagingServiceSID != "" }},
-	{"status_callback_url", []string{"twilio"}, func(c Config) bool { return c.StatusCallbackURL != "" }},
-	{"key_file", []string{"apns"}, func(c Config) bool { return c.KeyFile != "" }},
-	{"key_id", []string{"apns"}, func(c Config) bool { return c.KeyID != "" }},
-	{"team_id", []string{"apns"}, func(c Config) bool { return c.TeamID != "" }},
-	{"topic", []string{"apns"}, func(c Config) bool { return c.Topic != "" }},
-	{"push_type", []string{"apns"}, func(c Config) bool { return c.PushType != "" }},
-	{"priority", []string{"apns"}, func(c Config) bool { return c.Priority != 0 }},
-	{"host", []string{"smtp"}, func(c Config) bool { return c.Host != "" }},
-	{"port", []string{"smtp"}, func(c Config) bool { return c.Port != 0 }},
-	{"username", []string{"smtp"}, func(c Config) bool { return c.Username != "" }},
-	{"password_env", []string{"smtp"}, func(c Config) bool { return c.PasswordEnv != "" }},
-}
 
 // Validate checks one provider entry after applying WithDefaults (so keys
 // left out are fine where they have a default). It returns nil or
@@ -332,231 +260,115 @@ var kindKeys = []struct {
 // NewRegistry.
 func (c Config) Validate() error {
 	c = c.WithDefaults()
-	var errs []error
-	add := func(key, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
-	}
+	p := &problems{kind: c.Kind}
 
 	switch {
 	case c.Name == "":
-		add("name", "required")
+		p.add("name", "required")
 	case !nameRE.MatchString(c.Name):
-		add("name", "must be 1-64 characters of A-Z a-z 0-9 . _ -, got %q", c.Name)
+		p.add("name", "must be 1-64 characters of A-Z a-z 0-9 . _ -, got %q", c.Name)
 	}
 	switch {
 	case c.Channel == "":
-		add("channel", "required, one of %s", strings.Join(Channels, ", "))
-	case !slices.Contains(Channels, c.Channel):
-		add("channel", "%q is not one of %s", c.Channel, strings.Join(Channels, ", "))
+		p.add("channel", "required, one of %s", strings.Join(channelNames, ", "))
+	case !slices.Contains(channelNames, c.Channel):
+		p.add("channel", "%q is not one of %s", c.Channel, strings.Join(channelNames, ", "))
 	}
-	kindOK := slices.Contains(Kinds, c.Kind)
+	k, kindOK := kindNamed(c.Kind)
 	switch {
 	case c.Kind == "":
-		add("kind", "required, one of %s", strings.Join(Kinds, ", "))
+		p.add("kind", "required, one of %s", kindNames())
 	case !kindOK:
-		add("kind", "%q is not one of %s", c.Kind, strings.Join(Kinds, ", "))
+		p.add("kind", "%q is not one of %s", c.Kind, kindNames())
 	}
-	if want, ok := kindChan[c.Kind]; ok && slices.Contains(Channels, c.Channel) && c.Channel != want {
-		add("channel", "kind %s sends %s only, got %q", c.Kind, want, c.Channel)
+	if kindOK && k.channel != "" && slices.Contains(channelNames, c.Channel) && c.Channel != k.channel {
+		p.add("channel", "kind %s sends %s only, got %q", c.Kind, k.channel, c.Channel)
 	}
 	switch {
 	case math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0) || c.Rate <= 0:
-		add("rate", "must be greater than 0, got %g", c.Rate)
+		p.add("rate", "must be greater than 0, got %g", c.Rate)
 	case c.Rate < MinRate:
-		add("rate", "must be at least %g (one a day: slower contracts cannot be paced exactly), got %g", MinRate, c.Rate)
+		p.add("rate", "must be at least %g (one a day: slower contracts cannot be paced exactly), got %g", MinRate, c.Rate)
 	}
 	switch {
-	case !slices.Contains(Units, c.Unit):
-		add("unit", "%q is not one of %s", c.Unit, strings.Join(Units, ", "))
+	case !slices.Contains(unitNames, c.Unit):
+		p.add("unit", "%q is not one of %s", c.Unit, strings.Join(unitNames, ", "))
 	case c.Unit == "segments" && c.Channel != "sms":
-		add("unit", "segments is only for channel sms, got channel %q", c.Channel)
+		p.add("unit", "segments is only for channel sms, got channel %q", c.Channel)
 	}
 	switch {
 	case c.MaxQueueDelay <= 0:
-		add("max_queue_delay", "must be greater than 0, got %s", c.MaxQueueDelay)
+		p.add("max_queue_delay", "must be greater than 0, got %s", c.MaxQueueDelay)
 	case c.MaxQueueDelay > MaxQueueDelayLimit:
-		add("max_queue_delay", "must be at most %s, got %s", MaxQueueDelayLimit, c.MaxQueueDelay)
+		p.add("max_queue_delay", "must be at most %s, got %s", MaxQueueDelayLimit, c.MaxQueueDelay)
 	}
 	if c.MaxPause < 0 || c.MaxPause > MaxRetryAfter {
-		add("max_pause", "must be between 0 (the default, %s) and %s, got %s", DefaultMaxPause, MaxRetryAfter, c.MaxPause)
+		p.add("max_pause", "must be between 0 (the default, %s) and %s, got %s", DefaultMaxPause, MaxRetryAfter, c.MaxPause)
 	}
 	if c.JitterBudget < 0 || c.JitterBudget > MaxJitterBudget {
-		add("jitter_budget", "must be between 0 (the default, 15ms) and %s, got %s", MaxJitterBudget, c.JitterBudget)
+		p.add("jitter_budget", "must be between 0 (the default, 15ms) and %s, got %s", MaxJitterBudget, c.JitterBudget)
 	}
 	if c.Timeout <= 0 {
-		add("timeout", "must be greater than 0, got %s", c.Timeout)
+		p.add("timeout", "must be greater than 0, got %s", c.Timeout)
 	}
 	if c.Fallback != "" && c.Fallback == c.Name {
-		add("fallback", "must name another provider, got its own name %q", c.Fallback)
+		p.add("fallback", "must name another provider, got its own name %q", c.Fallback)
 	}
 	for _, k := range slices.Sorted(maps.Keys(c.Reserve)) {
 		switch v := c.Reserve[k]; {
 		case k != "transactional":
-			add("reserve."+k, "%q is not a category a share can be reserved for; use transactional", k)
+			p.add("reserve."+k, "%q is not a category a share can be reserved for; use transactional", k)
 		case math.IsNaN(v) || math.IsInf(v, 0) || v < 0 || v > MaxReserve:
-			add("reserve."+k, "must be a share from 0 to %g, got %v", MaxReserve, v)
+			p.add("reserve."+k, "must be a share from 0 to %g, got %v", MaxReserve, v)
 		}
 	}
 	if a := c.Adaptive; a != nil {
 		finite := func(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
 		if !finite(a.MinRate) || a.MinRate < MinRate || (c.Rate > 0 && a.MinRate > c.Rate) {
-			add("adaptive.min_rate", "must be from %g to rate (%g), got %g", MinRate, c.Rate, a.MinRate)
+			p.add("adaptive.min_rate", "must be from %g to rate (%g), got %g", MinRate, c.Rate, a.MinRate)
 		}
 		if !finite(a.Decrease) || a.Decrease <= 0 || a.Decrease >= 1 {
-			add("adaptive.decrease", "must be greater than 0 and less than 1, got %g", a.Decrease)
+			p.add("adaptive.decrease", "must be greater than 0 and less than 1, got %g", a.Decrease)
 		}
 		if !finite(a.IncreasePerS) || a.IncreasePerS <= 0 || a.IncreasePerS > maxIncreasePerS {
-			add("adaptive.increase_per_s", "must be greater than 0 and at most %d, got %g", maxIncreasePerS, a.IncreasePerS)
+			p.add("adaptive.increase_per_s", "must be greater than 0 and at most %d, got %g", maxIncreasePerS, a.IncreasePerS)
 		}
 		if c.Rate > maxAdaptiveRate {
-			add("adaptive", "an adaptive contract's rate must be at most %d, got %g", maxAdaptiveRate, c.Rate)
+			p.add("adaptive", "an adaptive contract's rate must be at most %d, got %g", maxAdaptiveRate, c.Rate)
 		}
 		if a.Quiet < 0 {
-			add("adaptive.quiet", "must not be negative, got %s", a.Quiet)
+			p.add("adaptive.quiet", "must not be negative, got %s", a.Quiet)
 		}
 	}
 	if len(c.Quotas) > maxQuotas {
-		add("quotas", "at most %d, got %d", maxQuotas, len(c.Quotas))
+		p.add("quotas", "at most %d, got %d", maxQuotas, len(c.Quotas))
 	}
 	for i, q := range c.Quotas {
 		key := fmt.Sprintf("quotas[%d]", i)
 		switch {
 		case q.Limit < 1:
-			add(key+".limit", "must be at least 1, got %d", q.Limit)
+			p.add(key+".limit", "must be at least 1, got %d", q.Limit)
 		case c.Unit == "segments" && q.Limit < maxSegmentsCost:
-			add(key+".limit", "must be at least %d with unit segments (a long SMS takes that many at once), got %d", maxSegmentsCost, q.Limit)
+			p.add(key+".limit", "must be at least %d with unit segments (a long SMS takes that many at once), got %d", maxSegmentsCost, q.Limit)
 		}
 		if q.Per < time.Second || q.Per > maxQuotaPer || q.Per%time.Second != 0 {
-			add(key+".per", "must be whole seconds from 1s to %s, got %s", maxQuotaPer, q.Per)
+			p.add(key+".per", "must be whole seconds from 1s to %s, got %s", maxQuotaPer, q.Per)
 		}
 	}
 	if c.CredentialsEnv != "" && !envRE.MatchString(c.CredentialsEnv) {
-		add("credentials_env", "must be an environment variable name ([A-Za-z_][A-Za-z0-9_]*), got %q", c.CredentialsEnv)
+		p.add("credentials_env", "must be an environment variable name ([A-Za-z_][A-Za-z0-9_]*), got %q", c.CredentialsEnv)
 	}
 	if c.PasswordEnv != "" && !envRE.MatchString(c.PasswordEnv) {
-		add("password_env", "must be an environment variable name ([A-Za-z_][A-Za-z0-9_]*), got %q", c.PasswordEnv)
+		p.add("password_env", "must be an environment variable name ([A-Za-z_][A-Za-z0-9_]*), got %q", c.PasswordEnv)
 	}
 	if !kindOK {
-		return errors.Join(errs...)
+		return errors.Join(p.errs...)
 	}
-
-	for _, k := range kindKeys {
-		if k.set(c) && !slices.Contains(k.kinds, c.Kind) {
-			add(k.key, "not used by kind %s (used by %s)", c.Kind, strings.Join(k.kinds, ", "))
-		}
+	k.refuseOtherKeys(c, p)
+	if k.validate != nil {
+		k.validate(c, p)
 	}
-	required := func(key, value string) {
-		if value == "" {
-			add(key, "required for kind %s", c.Kind)
-		}
-	}
-	checkURL := func() {
-		if c.URL == "" {
-			add("url", "required for kind %s", c.Kind)
-			return
-		}
-		u, err := url.Parse(c.URL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			add("url", "must be an absolute http(s) URL, got %q", c.URL)
-		}
-	}
-	switch c.Kind {
-	case "webhook":
-		checkURL()
-	case "twilio":
-		checkURL()
-		required("account_sid", c.AccountSID)
-		required("credentials_env", c.CredentialsEnv)
-		switch {
-		case c.From == "" && c.MessagingServiceSID == "":
-			add("from", "required for kind twilio unless messaging_service_sid is set")
-		case c.From != "" && !twilioSender(c.From):
-			add("from", "must be an E.164 phone number (+ and 7-15 digits), a short code (5-6 digits) or an alphanumeric "+
-				"sender id (1-11 of A-Z a-z 0-9 space + - _ &, at least one letter), got %q", c.From)
-		}
-		if c.MessagingServiceSID != "" && !serviceSIDRE.MatchString(c.MessagingServiceSID) {
-			add("messaging_service_sid", "must be MG and 32 hex digits, got %q", c.MessagingServiceSID)
-		}
-		if c.StatusCallbackURL != "" {
-			if problem := callbackURLProblem(c.StatusCallbackURL); problem != "" {
-				add("status_callback_url", "%s, got %q", problem, c.StatusCallbackURL)
-			}
-		}
-	case "fcm":
-		checkURL()
-		required("project_id", c.ProjectID)
-		switch {
-		case c.CredentialsEnv == "" && c.CredentialsFile == "":
-			add("credentials_env", "required for kind fcm unless credentials_file is set")
-		case c.CredentialsEnv != "" && c.CredentialsFile != "":
-			add("credentials_file", "set either credentials_env (a bearer token) or credentials_file (a service-account key), not both")
-		}
-	case "apns":
-		checkURL()
-		if u, err := url.Parse(c.URL); err == nil && u.Scheme == "http" {
-			add("url", "must be https for kind apns (APNs speaks HTTP/2 over TLS only), got %q", c.URL)
-		}
-		required("key_file", c.KeyFile)
-		required("key_id", c.KeyID)
-		required("team_id", c.TeamID)
-		required("topic", c.Topic)
-		if !slices.Contains(PushTypes, c.PushType) {
-			add("push_type", "%q is not one of %s", c.PushType, strings.Join(PushTypes, ", "))
-		}
-		switch {
-		case c.Priority != 10 && c.Priority != 5 && c.Priority != 1:
-			add("priority", "must be 10, 5 or 1, got %d", c.Priority)
-		case c.PushType == "background" && c.Priority != 5:
-			add("priority", "must be 5 for push_type background (APNs refuses anything else), got %d", c.Priority)
-		}
-	case "smtp":
-		required("host", c.Host)
-		if c.Port < 1 || c.Port > 65535 {
-			add("port", "must be between 1 and 65535, got %d", c.Port)
-		}
-		if c.From == "" {
-			add("from", "required for kind smtp")
-		} else if _, err := mail.ParseAddress(c.From); err != nil {
-			add("from", "must be an email address, got %q", c.From)
-		}
-		if c.Username != "" && c.PasswordEnv == "" {
-			add("password_env", "required for kind smtp when username is set")
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// maxCallbackURL is the longest status_callback_url: Twilio takes 4000
-// characters, the provider and job query comes on top.
-const maxCallbackURL = 2000
-
-// callbackURLProblem is what is wrong with a status_callback_url, or "".
-func callbackURLProblem(raw string) string {
-	u, err := url.Parse(raw)
-	switch {
-	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
-		return "must be an absolute http(s) URL"
-	case u.RawQuery != "" || u.ForceQuery:
-		return "must not have a query string (the provider and job are added to it)"
-	case u.Fragment != "" || strings.Contains(raw, "#"):
-		return "must not have a fragment"
-	case u.User != nil:
-		return "must not carry a user or password"
-	case strings.Contains(u.Hostname(), "_"):
-		return "must not have an underscore in its host name (Twilio refuses it)"
-	case len(raw) > maxCallbackURL:
-		return fmt.Sprintf("must be at most %d characters", maxCallbackURL)
-	}
-	return ""
-}
-
-// twilioSender reports whether from is a sender Twilio takes in From: an
-// E.164 number, a short code (5-6 digits) or an alphanumeric sender id
-// (1-11 characters of A-Z a-z 0-9, space, + - _ and &, at least one
-// letter).
-func twilioSender(from string) bool {
-	return e164RE.MatchString(from) || shortCodeRE.MatchString(from) ||
-		alphaSenderRE.MatchString(from) && letterRE.MatchString(from)
+	return errors.Join(p.errs...)
 }
 
 // ValidateAll checks what no single entry can: that there is at least one

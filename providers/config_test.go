@@ -25,8 +25,8 @@ func TestWithDefaults(t *testing.T) {
 	if kept.Unit != "segments" || kept.MaxQueueDelay != -time.Second || kept.Timeout != time.Minute {
 		t.Errorf("WithDefaults changed set values: %+v", kept)
 	}
-	for kind, want := range map[string]string{"twilio": providers.DefaultTwilioURL, "fcm": providers.DefaultFCMURL,
-		"apns": providers.DefaultAPNsURL, "webhook": "", "log": ""} {
+	for kind, want := range map[string]string{"twilio": "https://api.twilio.com", "fcm": "https://fcm.googleapis.com",
+		"apns": "https://api.push.apple.com", "webhook": "", "log": ""} {
 		if got := (providers.Config{Kind: kind}).WithDefaults().URL; got != want {
 			t.Errorf("kind %s default url %q, want %q", kind, got, want)
 		}

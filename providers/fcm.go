@@ -82,17 +82,52 @@ const (
 	FCMQuotaPause = time.Minute
 )
 
+// fcmKind is the fcm entry of kinds.
+var fcmKind = kind{
+	name:     "fcm",
+	channel:  "push",
+	keys:     []string{"url", "project_id", "credentials_env", "credentials_file", "tls_ca_file"},
+	defaults: fcmDefaults,
+	validate: validateFCM,
+	build:    builder(newFCM),
+}
+
+// defaultFCMURL is the default url of kind fcm.
+const defaultFCMURL = "https://fcm.googleapis.com"
+
+// fcmDefaults fills in an fcm entry's url.
+func fcmDefaults(c *Config) {
+	if c.URL == "" {
+		c.URL = defaultFCMURL
+	}
+}
+
+// validateFCM checks an fcm entry's own keys.
+func validateFCM(c Config, p *problems) {
+	p.requiredURL(c.URL)
+	p.required("project_id", c.ProjectID)
+	switch {
+	case c.CredentialsEnv == "" && c.CredentialsFile == "":
+		p.add("credentials_env", "required for kind fcm unless credentials_file is set")
+	case c.CredentialsEnv != "" && c.CredentialsFile != "":
+		p.add("credentials_file", "set either credentials_env (a bearer token) or credentials_file (a service-account key), not both")
+	}
+}
+
 // NewFCM builds an fcm provider from a kind fcm entry, reading the bearer
 // token from credentials_env through opts.Getenv or the service-account key
 // from credentials_file.
 func NewFCM(cfg Config, opts Options) (*FCM, error) {
-	cfg = cfg.WithDefaults()
-	if cfg.Kind != "fcm" {
-		return nil, fmt.Errorf("new fcm %s: kind is %q, not fcm", cfg.Name, cfg.Kind)
+	cfg, err := checkedEntry(cfg, "fcm", "fcm")
+	if err != nil {
+		return nil, err
 	}
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("new fcm %s: %w", cfg.Name, err)
-	}
+	return newFCM(cfg, opts)
+}
+
+// newFCM is NewFCM for an entry already checked (kind fcm,
+// defaults applied, valid): NewRegistry checks every entry first.
+func newFCM(cfg Config, opts Options) (*FCM, error) {
 	opts = opts.withDefaults()
 	base, err := newHTTPBase(cfg, opts, false)
 	if err != nil {

@@ -3,7 +3,6 @@ package providers
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"slices"
 	"sync"
@@ -44,15 +43,21 @@ type logLine struct {
 	DataKeys  []string  `json:"data_keys,omitempty"`
 }
 
+// logKind is the log entry of kinds: any channel, no keys of its own.
+var logKind = kind{name: "log", build: builder(newLog)}
+
 // NewLog builds a log provider from a kind log entry.
 func NewLog(cfg Config, opts Options) (*Log, error) {
-	cfg = cfg.WithDefaults()
-	if cfg.Kind != "log" {
-		return nil, fmt.Errorf("new log provider %s: kind is %q, not log", cfg.Name, cfg.Kind)
+	cfg, err := checkedEntry(cfg, "log", "log provider")
+	if err != nil {
+		return nil, err
 	}
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("new log provider %s: %w", cfg.Name, err)
-	}
+	return newLog(cfg, opts)
+}
+
+// newLog is NewLog for an entry already checked (kind log,
+// defaults applied, valid): NewRegistry checks every entry first.
+func newLog(cfg Config, opts Options) (*Log, error) {
 	opts = opts.withDefaults()
 	return &Log{name: cfg.Name, now: opts.Now, out: opts.Stdout}, nil
 }

@@ -119,22 +119,14 @@ func NewRegistry(cfgs []Config, opts Options) (*Registry, error) {
 	return r, nil
 }
 
+// build makes the provider of c, an entry that passed Validate with its
+// defaults applied, with its kind's build.
 func build(c Config, opts Options) (Provider, error) {
-	switch c.Kind {
-	case "webhook":
-		return NewWebhook(c, opts)
-	case "log":
-		return NewLog(c, opts)
-	case "twilio":
-		return NewTwilio(c, opts)
-	case "fcm":
-		return NewFCM(c, opts)
-	case "apns":
-		return NewAPNs(c, opts)
-	case "smtp":
-		return NewSMTP(c, opts)
+	k, ok := kindNamed(c.Kind)
+	if !ok {
+		return nil, fmt.Errorf("kind %q: no such kind", c.Kind)
 	}
-	return nil, fmt.Errorf("kind %q: no such kind", c.Kind)
+	return k.build(c, opts)
 }
 
 // prefixErrors splits a joined error and prefixes each part.

@@ -126,17 +126,56 @@ func (c *watchConn) wroteSince(at int64) bool {
 	return !c.failed.Load() && c.written.Load() > at
 }
 
+// smtpKind is the smtp entry of kinds.
+var smtpKind = kind{
+	name:     "smtp",
+	channel:  "email",
+	keys:     []string{"tls_ca_file", "from", "host", "port", "username", "password_env"},
+	defaults: smtpDefaults,
+	validate: validateSMTP,
+	build:    builder(newSMTP),
+}
+
+// defaultSMTPPort is the default port of kind smtp: submission.
+const defaultSMTPPort = 587
+
+// smtpDefaults fills in an smtp entry's port.
+func smtpDefaults(c *Config) {
+	if c.Port == 0 {
+		c.Port = defaultSMTPPort
+	}
+}
+
+// validateSMTP checks an smtp entry's own keys.
+func validateSMTP(c Config, p *problems) {
+	p.required("host", c.Host)
+	if c.Port < 1 || c.Port > 65535 {
+		p.add("port", "must be between 1 and 65535, got %d", c.Port)
+	}
+	if c.From == "" {
+		p.add("from", "required for kind smtp")
+	} else if _, err := mail.ParseAddress(c.From); err != nil {
+		p.add("from", "must be an email address, got %q", c.From)
+	}
+	if c.Username != "" && c.PasswordEnv == "" {
+		p.add("password_env", "required for kind smtp when username is set")
+	}
+}
+
 // NewSMTP builds an smtp provider from a kind smtp entry, reading the
 // password from password_env through opts.Getenv when username is set.
 // It connects to nothing until the first Send.
 func NewSMTP(cfg Config, opts Options) (*SMTP, error) {
-	cfg = cfg.WithDefaults()
-	if cfg.Kind != "smtp" {
-		return nil, fmt.Errorf("new smtp %s: kind is %q, not smtp", cfg.Name, cfg.Kind)
+	cfg, err := checkedEntry(cfg, "smtp", "smtp")
+	if err != nil {
+		return nil, err
 	}
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("new smtp %s: %w", cfg.Name, err)
-	}
+	return newSMTP(cfg, opts)
+}
+
+// newSMTP is NewSMTP for an entry already checked (kind smtp,
+// defaults applied, valid): NewRegistry checks every entry first.
+func newSMTP(cfg Config, opts Options) (*SMTP, error) {
 	opts = opts.withDefaults()
 	from, err := mail.ParseAddress(cfg.From)
 	if err != nil {

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -96,16 +98,105 @@ type Twilio struct {
 
 var _ Provider = (*Twilio)(nil)
 
+// twilioKind is the twilio entry of kinds.
+var twilioKind = kind{
+	name:    "twilio",
+	channel: "sms",
+	keys: []string{"url", "credentials_env", "tls_ca_file", "account_sid", "from", "messaging_service_sid",
+		"status_callback_url"},
+	defaults: twilioDefaults,
+	validate: validateTwilio,
+	build:    builder(newTwilio),
+}
+
+// defaultTwilioURL is the default url of kind twilio.
+const defaultTwilioURL = "https://api.twilio.com"
+
+// twilioDefaults fills in a twilio entry's url.
+func twilioDefaults(c *Config) {
+	if c.URL == "" {
+		c.URL = defaultTwilioURL
+	}
+}
+
+var (
+	e164RE = regexp.MustCompile(`^\+[1-9][0-9]{6,14}$`)
+	// Twilio's other senders: a short code, an alphanumeric sender id (one
+	// letter at least, checked apart) and a Messaging Service SID.
+	shortCodeRE   = regexp.MustCompile(`^[0-9]{5,6}$`)
+	alphaSenderRE = regexp.MustCompile(`^[A-Za-z0-9 +\-_&]{1,11}$`)
+	letterRE      = regexp.MustCompile(`[A-Za-z]`)
+	serviceSIDRE  = regexp.MustCompile(`^MG[0-9a-fA-F]{32}$`)
+)
+
+// validateTwilio checks a twilio entry's own keys.
+func validateTwilio(c Config, p *problems) {
+	p.requiredURL(c.URL)
+	p.required("account_sid", c.AccountSID)
+	p.required("credentials_env", c.CredentialsEnv)
+	switch {
+	case c.From == "" && c.MessagingServiceSID == "":
+		p.add("from", "required for kind twilio unless messaging_service_sid is set")
+	case c.From != "" && !twilioSender(c.From):
+		p.add("from", "must be an E.164 phone number (+ and 7-15 digits), a short code (5-6 digits) or an alphanumeric "+
+			"sender id (1-11 of A-Z a-z 0-9 space + - _ &, at least one letter), got %q", c.From)
+	}
+	if c.MessagingServiceSID != "" && !serviceSIDRE.MatchString(c.MessagingServiceSID) {
+		p.add("messaging_service_sid", "must be MG and 32 hex digits, got %q", c.MessagingServiceSID)
+	}
+	if c.StatusCallbackURL != "" {
+		if problem := callbackURLProblem(c.StatusCallbackURL); problem != "" {
+			p.add("status_callback_url", "%s, got %q", problem, c.StatusCallbackURL)
+		}
+	}
+}
+
+// maxCallbackURL is the longest status_callback_url: Twilio takes 4000
+// characters, the provider and job query comes on top.
+const maxCallbackURL = 2000
+
+// callbackURLProblem is what is wrong with a status_callback_url, or "".
+func callbackURLProblem(raw string) string {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		return "must be an absolute http(s) URL"
+	case u.RawQuery != "" || u.ForceQuery:
+		return "must not have a query string (the provider and job are added to it)"
+	case u.Fragment != "" || strings.Contains(raw, "#"):
+		return "must not have a fragment"
+	case u.User != nil:
+		return "must not carry a user or password"
+	case strings.Contains(u.Hostname(), "_"):
+		return "must not have an underscore in its host name (Twilio refuses it)"
+	case len(raw) > maxCallbackURL:
+		return fmt.Sprintf("must be at most %d characters", maxCallbackURL)
+	}
+	return ""
+}
+
+// twilioSender reports whether from is a sender Twilio takes in From: an
+// E.164 number, a short code (5-6 digits) or an alphanumeric sender id
+// (1-11 characters of A-Z a-z 0-9, space, + - _ and &, at least one
+// letter).
+func twilioSender(from string) bool {
+	return e164RE.MatchString(from) || shortCodeRE.MatchString(from) ||
+		alphaSenderRE.MatchString(from) && letterRE.MatchString(from)
+}
+
 // NewTwilio builds a twilio provider from a kind twilio entry, reading the
 // auth token from credentials_env through opts.Getenv.
 func NewTwilio(cfg Config, opts Options) (*Twilio, error) {
-	cfg = cfg.WithDefaults()
-	if cfg.Kind != "twilio" {
-		return nil, fmt.Errorf("new twilio %s: kind is %q, not twilio", cfg.Name, cfg.Kind)
+	cfg, err := checkedEntry(cfg, "twilio", "twilio")
+	if err != nil {
+		return nil, err
 	}
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("new twilio %s: %w", cfg.Name, err)
-	}
+	return newTwilio(cfg, opts)
+}
+
+// newTwilio is NewTwilio for an entry already checked (kind twilio,
+// defaults applied, valid): NewRegistry checks every entry first.
+func newTwilio(cfg Config, opts Options) (*Twilio, error) {
 	opts = opts.withDefaults()
 	token, err := lookupSecret(opts, cfg.CredentialsEnv)
 	if err != nil {

@@ -48,16 +48,27 @@ var _ Provider = (*Webhook)(nil)
 // with %v or %+v shows an address, never the secret.
 type credential struct{ value string }
 
+// webhookKind is the webhook entry of kinds: any channel.
+var webhookKind = kind{
+	name:     "webhook",
+	keys:     []string{"url", "credentials_env", "tls_ca_file"},
+	validate: func(c Config, p *problems) { p.requiredURL(c.URL) },
+	build:    builder(newWebhook),
+}
+
 // NewWebhook builds a webhook provider from a kind webhook entry, reading the
 // bearer token (if credentials_env is set) through opts.Getenv.
 func NewWebhook(cfg Config, opts Options) (*Webhook, error) {
-	cfg = cfg.WithDefaults()
-	if cfg.Kind != "webhook" {
-		return nil, fmt.Errorf("new webhook %s: kind is %q, not webhook", cfg.Name, cfg.Kind)
+	cfg, err := checkedEntry(cfg, "webhook", "webhook")
+	if err != nil {
+		return nil, err
 	}
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("new webhook %s: %w", cfg.Name, err)
-	}
+	return newWebhook(cfg, opts)
+}
+
+// newWebhook is NewWebhook for an entry already checked (kind webhook,
+// defaults applied, valid): NewRegistry checks every entry first.
+func newWebhook(cfg Config, opts Options) (*Webhook, error) {
 	opts = opts.withDefaults()
 	w := &Webhook{
 		name:      cfg.Name,
