@@ -71,7 +71,7 @@ chromium:
 FUZZTIME ?= 60s
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./queue/
-	$(GO) test -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME) ./cmd/notifier/
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./config/
 
 # Deliberate bugs (scripts/mutations.txt), one at a time in a scratch copy:
 # each must make a test fail. `make mutate MUTATIONS_RUN=never-record-sent`

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/notifier/notifier/config"
 	"github.com/notifier/notifier/localenv"
 	"github.com/notifier/notifier/queue"
 )
@@ -55,7 +56,7 @@ func startBenchNATS(natsURL string, cluster bool) (*benchNATS, error) {
 
 // connect opens a client connection named name.
 func (n *benchNATS) connect(ctx context.Context, name string) (*nats.Conn, jetstream.JetStream, error) {
-	return connectJetStream(ctx, Config{NATS: queue.Config{URL: n.url}}, name, false)
+	return config.ConnectJetStream(ctx, config.Config{NATS: queue.Config{URL: n.url}}, name, false)
 }
 
 // checkEmpty refuses to run on a server whose job stream holds jobs: the

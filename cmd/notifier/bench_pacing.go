@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/notifier/notifier/config"
 	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/localenv"
@@ -74,7 +75,7 @@ func (w *benchWorld) pacingPass(ctx context.Context, exe string, n int) (*pacing
 	if err := os.WriteFile(cfgPath, []byte(w.pacingConfig(url)), 0o600); err != nil {
 		return nil, fmt.Errorf("write the pacing configuration: %w", err)
 	}
-	if _, err := LoadConfig(cfgPath, func(string) string { return "" }); err != nil {
+	if _, err := config.Load(cfgPath, func(string) string { return "" }); err != nil {
 		return nil, fmt.Errorf("the generated pacing configuration: %w", err)
 	}
 
@@ -209,7 +210,7 @@ func startBenchChild(exe, cfg string) (*benchChild, error) {
 	c := &benchChild{out: &lockedBuffer{}, done: make(chan struct{})}
 	c.cmd = exec.Command(exe, "run", "--config", cfg, "--log-level", "warn", "--log-format", "text")
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, envPrefix+"_") {
+		if !strings.HasPrefix(kv, config.EnvPrefix+"_") {
 			c.cmd.Env = append(c.cmd.Env, kv)
 		}
 	}

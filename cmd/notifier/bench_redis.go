@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/notifier/notifier/config"
 	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/localenv"
 )
@@ -97,7 +98,7 @@ func newStatsClient(addrs []string) redis.UniversalClient {
 // It is the client notifier run makes (NewRedisClient: same pool and
 // timeouts), so the bench measures what runs in production.
 func (r *benchRedis) newClient(workers int, trips *dispatch.RoundTripCounter) (redis.UniversalClient, error) {
-	rdb, err := NewRedisClient(RedisConfig{Addrs: r.addrs}.WithDefaults(), workers)
+	rdb, err := config.NewRedisClient(config.Redis{Addrs: r.addrs}.WithDefaults(), workers)
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/notifier/notifier/config"
 	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/inspect"
 	"github.com/notifier/notifier/queue"
@@ -28,7 +29,7 @@ user_limits:
 categories:
   email: marketing
 `
-	cfg, err := ParseConfig([]byte(yaml), noEnv)
+	cfg, err := config.Parse([]byte(yaml), noEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +70,7 @@ categories:
 		case "reserve-high":
 			y = strings.Replace(minimal, "rate: 100", "rate: 100\n    reserve: { transactional: 1 }", 1)
 		}
-		if _, err := ParseConfig([]byte(y), noEnv); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := config.Parse([]byte(y), noEnv); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: %v, want a problem with %q", tc.yaml, err, tc.want)
 		}
 	}

@@ -4,10 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/notifier/notifier/config"
 	"github.com/notifier/notifier/inspect"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
@@ -16,15 +19,15 @@ import (
 
 // buildRegistry builds the providers of a loaded configuration. What it
 // refuses (a secret's variable unset, a key file unreadable) is a problem
-// of the configuration: a *ConfigError, exit 2.
+// of the configuration: a *config.Error, exit 2.
 func buildRegistry(path string, cfgs []providers.Config, opts providers.Options) (*providers.Registry, error) {
 	reg, err := providers.NewRegistry(cfgs, opts)
 	if err != nil {
-		problems := flatten(errors.Unwrap(err))
+		problems := config.Problems(errors.Unwrap(err))
 		if len(problems) == 0 {
 			problems = []error{err}
 		}
-		return nil, &ConfigError{File: path, Problems: problems}
+		return nil, &config.Error{File: path, Problems: problems}
 	}
 	return reg, nil
 }
@@ -37,7 +40,7 @@ func checkCmd(e *env) *cobra.Command {
 	}
 	path := configFlag(c)
 	c.RunE = func(cmd *cobra.Command, _ []string) error {
-		cfg, err := LoadConfig(*path, e.getenv)
+		cfg, err := config.Load(*path, e.getenv)
 		if err != nil {
 			return err
 		}
@@ -58,7 +61,7 @@ func checkCmd(e *env) *cobra.Command {
 }
 
 // describeConfig prints what the configuration will do, without a secret.
-func describeConfig(w io.Writer, cfg Config) {
+func describeConfig(w io.Writer, cfg config.Config) {
 	fmt.Fprintf(w, "  nats:      %s (streams %s, %s; ack_wait %s; auth: %s)\n",
 		queue.RedactURLs(cfg.NATS.URL), cfg.NATS.Stream, cfg.NATS.DeadStream, fmtDur(cfg.NATS.AckWait), natsAuthKind(cfg))
 	mode := "standalone"
@@ -84,7 +87,7 @@ func describeConfig(w io.Writer, cfg Config) {
 	fmt.Fprintf(w, "  workers:   %d per process; dedup_ttl %s; retry %d attempts, %s..%s\n",
 		cfg.Workers, fmtDur(cfg.DedupTTL), cfg.Retry.MaxAttempts, fmtDur(cfg.Retry.BaseDelay), fmtDur(cfg.Retry.MaxDelay))
 	if t := cfg.Tracing; t.OTLPEndpoint != "" {
-		fmt.Fprintf(w, "  tracing:   OTLP/HTTP to %s (service %s, sample ratio %g)\n", redactURL(t.OTLPEndpoint), t.ServiceName, *t.SampleRatio)
+		fmt.Fprintf(w, "  tracing:   OTLP/HTTP to %s (service %s, sample ratio %g)\n", config.RedactURL(t.OTLPEndpoint), t.ServiceName, *t.SampleRatio)
 	} else {
 		fmt.Fprintf(w, "  tracing:   off (jobs' traceparent still passed to webhooks)\n")
 	}
@@ -96,7 +99,7 @@ func describeConfig(w io.Writer, cfg Config) {
 	} else {
 		fmt.Fprintf(w, "  global:    off\n")
 	}
-	for _, ch := range sortedKeys(cfg.UserLimits) {
+	for _, ch := range slices.Sorted(maps.Keys(cfg.UserLimits)) {
 		cc := cfg.UserLimits[ch]
 		line := func(name string, r userlimit.Rule) {
 			if r.Mode == userlimit.Shadow {
@@ -114,12 +117,12 @@ func describeConfig(w io.Writer, cfg Config) {
 			}
 		}
 	}
-	for _, ch := range sortedKeys(cfg.Categories) {
+	for _, ch := range slices.Sorted(maps.Keys(cfg.Categories)) {
 		fmt.Fprintf(w, "  category   %s jobs are %s unless they name one\n", ch, cfg.Categories[ch])
 	}
 	if len(cfg.Tenants.Weights) > 0 {
 		var parts []string
-		for _, t := range sortedKeys(cfg.Tenants.Weights) {
+		for _, t := range slices.Sorted(maps.Keys(cfg.Tenants.Weights)) {
 			parts = append(parts, fmt.Sprintf("%s %g", t, cfg.Tenants.Weights[t]))
 		}
 		fmt.Fprintf(w, "  tenants:   weights %s; any other tenant 1\n", strings.Join(parts, ", "))
@@ -152,7 +155,7 @@ func describeConfig(w io.Writer, cfg Config) {
 	}
 }
 
-func natsAuthKind(cfg Config) string {
+func natsAuthKind(cfg config.Config) string {
 	switch {
 	case cfg.NATS.CredsFile != "":
 		return "credentials file"

@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/notifier/notifier/config"
 	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/inspect"
 	"github.com/notifier/notifier/providers"
@@ -120,8 +121,8 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 }
 
 // openDeadLetters connects to NATS; the caller closes the connection.
-func openDeadLetters(ctx context.Context, cfg Config, name string) (*nats.Conn, *queue.DeadLetters, error) {
-	nc, js, err := connectJetStream(ctx, cfg, name, false)
+func openDeadLetters(ctx context.Context, cfg config.Config, name string) (*nats.Conn, *queue.DeadLetters, error) {
+	nc, js, err := config.ConnectJetStream(ctx, cfg, name, false)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -158,7 +159,7 @@ recipient, body, title or data: use 'notifier dead show' for one job.`,
 		if err != nil {
 			return err
 		}
-		cfg, err := LoadConfig(*path, e.getenv)
+		cfg, err := config.Load(*path, e.getenv)
 		if err != nil {
 			return err
 		}
@@ -281,7 +282,7 @@ a job id.`,
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	c.Flags().BoolVar(&byID, "id", false, "read the argument as a job id, even if it is all digits")
 	c.RunE = func(cmd *cobra.Command, args []string) error {
-		cfg, err := LoadConfig(*path, e.getenv)
+		cfg, err := config.Load(*path, e.getenv)
 		if err != nil {
 			return err
 		}
@@ -537,7 +538,7 @@ prints what would be replayed and changes nothing.`,
 		if err != nil {
 			return err
 		}
-		cfg, err := LoadConfig(*path, e.getenv)
+		cfg, err := config.Load(*path, e.getenv)
 		if err != nil {
 			return err
 		}
@@ -549,7 +550,7 @@ prints what would be replayed and changes nothing.`,
 		defer nc.Close()
 		rp := &replayer{dead: r, flags: *rf, now: time.Now, in: e.stdin, out: e.stdout}
 		if !rf.dryRun {
-			rdb, err := ConnectRedis(ctx, cfg.Redis, 4)
+			rdb, err := config.ConnectRedis(ctx, cfg.Redis, 4)
 			if err != nil {
 				return err
 			}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/notifier/notifier/config"
 	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/inspect"
 	"github.com/notifier/notifier/localenv"
@@ -123,11 +124,11 @@ func runDev(ctx context.Context, f *devFlags, e *env) error {
 	if err != nil {
 		return err
 	}
-	cfg := Config{}.WithDefaults()
+	cfg := config.Config{}.WithDefaults()
 	path := "(notifier dev, no --config)"
 	if f.config != "" {
 		path = f.config
-		if cfg, err = LoadConfig(f.config, e.getenv); err != nil {
+		if cfg, err = config.Load(f.config, e.getenv); err != nil {
 			return err
 		}
 	} else {
@@ -216,7 +217,7 @@ func runDev(ctx context.Context, f *devFlags, e *env) error {
 	}
 	defer nc.Close()
 	instance := instanceID()
-	limits := dispatch.MemoryLimits(limitsConfig(cfg), 1)
+	limits := dispatch.MemoryLimits(cfg.Limits(), 1)
 	tick := make(chan struct{})
 	defer close(tick)
 	go out.flushEverySecond(tick)
@@ -240,7 +241,7 @@ func runDev(ctx context.Context, f *devFlags, e *env) error {
 
 // devBanner is what dev prints once it dispatches: where things are, and
 // how to publish a job.
-func devBanner(cfg Config, dir, metricsAddr string, sandboxed bool) string {
+func devBanner(cfg config.Config, dir, metricsAddr string, sandboxed bool) string {
 	var b strings.Builder
 	u := cfg.NATS.URL
 	fmt.Fprintf(&b, "notifier dev: a JetStream server and a dispatcher, nothing else to run\n\n")

@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/notifier/notifier/config"
 	"github.com/notifier/notifier/testenv"
 )
 
@@ -327,14 +328,14 @@ func TestDevRefusesATakenPort(t *testing.T) {
 // keys still come from the environment, named in a problem.
 func TestPublishNATSFlagNeedsNoFile(t *testing.T) {
 	t.Parallel()
-	cfg, err := natsOnlyConfig("nats://127.0.0.1:4333", envOf(map[string]string{"NOTIFIER_NATS_TOKEN": "s3cret", "NOTIFIER_NATS_STREAM": "JOBS"}))
+	cfg, err := config.NATSOnly("nats://127.0.0.1:4333", envOf(map[string]string{"NOTIFIER_NATS_TOKEN": "s3cret", "NOTIFIER_NATS_STREAM": "JOBS"}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.NATS.URL != "nats://127.0.0.1:4333" || cfg.NATS.Token != "s3cret" || cfg.NATS.Stream != "JOBS" || cfg.NATS.DeadStream != "NOTIFY_DEAD" {
 		t.Fatalf("nats: %+v", cfg.NATS)
 	}
-	_, err = natsOnlyConfig("nats://127.0.0.1:4333", envOf(map[string]string{"NOTIFIER_NATS_ACK_WAIT": "30"}))
+	_, err = config.NATSOnly("nats://127.0.0.1:4333", envOf(map[string]string{"NOTIFIER_NATS_ACK_WAIT": "30"}))
 	if err == nil || !strings.Contains(err.Error(), "nats.ack_wait") {
 		t.Fatalf("a bare-number ack_wait: %v", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
+	"github.com/notifier/notifier/config"
 	"github.com/notifier/notifier/inspect"
 	"github.com/notifier/notifier/queue"
 )
@@ -51,12 +52,12 @@ stream) and changes nothing. Ask one question:
 		if err := q.check(); err != nil {
 			return &usageError{err: err}
 		}
-		cfg, err := LoadConfig(*path, e.getenv)
+		cfg, err := config.Load(*path, e.getenv)
 		if err != nil {
 			return err
 		}
 		ctx := cmd.Context()
-		rdb, err := ConnectRedis(ctx, cfg.Redis, 4)
+		rdb, err := config.ConnectRedis(ctx, cfg.Redis, 4)
 		if err != nil {
 			return err
 		}
@@ -94,9 +95,9 @@ stream) and changes nothing. Ask one question:
 
 // newInspector reads the fleet as cfg configures it, through the limit set
 // `notifier run` builds (limitsConfig).
-func newInspector(rdb redis.UniversalClient, dead *queue.DeadLetters, cfg Config) (*inspect.Inspector, error) {
+func newInspector(rdb redis.UniversalClient, dead *queue.DeadLetters, cfg config.Config) (*inspect.Inspector, error) {
 	caps := cfg.Caps()
-	return inspect.New(rdb, dead, inspect.Config{Limits: limitsConfig(cfg), UserLimits: caps.Channels,
+	return inspect.New(rdb, dead, inspect.Config{Limits: cfg.Limits(), UserLimits: caps.Channels,
 		CategoryLimits: caps.Categories, Categories: caps.Defaults, Providers: cfg.Providers})
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/notifier/notifier/config"
 	"github.com/notifier/notifier/gateway"
 	"github.com/notifier/notifier/queue"
 )
@@ -48,12 +49,12 @@ requests in flight finish, and exits 0.`,
 	path := configFlag(c)
 	logf := logFlags(c)
 	c.RunE = func(cmd *cobra.Command, _ []string) error {
-		cfg, err := LoadConfig(*path, e.getenv)
+		cfg, err := config.Load(*path, e.getenv)
 		if err != nil {
 			return err
 		}
 		if cfg.Gateway == nil {
-			return &ConfigError{File: *path, Problems: []error{errors.New("gateway: required by notifier gateway: at least gateway.keys (see `notifier gateway hash-key`)")}}
+			return &config.Error{File: *path, Problems: []error{errors.New("gateway: required by notifier gateway: at least gateway.keys (see `notifier gateway hash-key`)")}}
 		}
 		log, err := logf.logger(e.stderr)
 		if err != nil {
@@ -97,10 +98,10 @@ gateway.keys[].sha256: the configuration never holds a key in clear.
 // connects to NATS (creating the streams if need be) and Redis, serves
 // until ctx ends, then shuts down gracefully. listening is told the bound
 // address.
-func runGateway(ctx context.Context, cfg Config, log *slog.Logger, listening func(addr string)) error {
+func runGateway(ctx context.Context, cfg config.Config, log *slog.Logger, listening func(addr string)) error {
 	routeRedisLogs(log)
 	gcfg := cfg.Gateway.WithDefaults()
-	nc, js, err := connectJetStream(ctx, cfg, "notifier gateway", true,
+	nc, js, err := config.ConnectJetStream(ctx, cfg, "notifier gateway", true,
 		// A publish while disconnected fails at once (503) instead of
 		// waiting in a buffer it might leave after the answer.
 		nats.ReconnectBufSize(-1),
@@ -115,7 +116,7 @@ func runGateway(ctx context.Context, cfg Config, log *slog.Logger, listening fun
 		return err
 	}
 	defer nc.Close()
-	rdb, err := NewRedisClient(cfg.Redis, 64)
+	rdb, err := config.NewRedisClient(cfg.Redis, 64)
 	if err != nil {
 		return err
 	}
@@ -140,7 +141,7 @@ func runGateway(ctx context.Context, cfg Config, log *slog.Logger, listening fun
 				return fmt.Errorf("nats %s", strings.ToLower(nc.Status().String()))
 			}
 			if err := rdb.Ping(ctx).Err(); err != nil {
-				return fmt.Errorf("redis: %w", redactErr(err, cfg.Redis.Password))
+				return fmt.Errorf("redis: %w", config.RedactErr(err, cfg.Redis.Password))
 			}
 			return nil
 		},

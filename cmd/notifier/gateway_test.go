@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/notifier/notifier/config"
 	"github.com/notifier/notifier/gateway"
 	"github.com/notifier/notifier/testenv"
 )
@@ -34,7 +35,7 @@ gateway:
 
 func TestGatewayConfigBlock(t *testing.T) {
 	t.Parallel()
-	cfg, err := ParseConfig([]byte(minimal+gatewayBlock), envOf(map[string]string{"NOTIFIER_GATEWAY_AUTH_FAILURES_LIMIT": "5"}))
+	cfg, err := config.Parse([]byte(minimal+gatewayBlock), envOf(map[string]string{"NOTIFIER_GATEWAY_AUTH_FAILURES_LIMIT": "5"}))
 	if err != nil {
 		t.Fatalf("config with a gateway block refused: %v", err)
 	}
@@ -44,7 +45,7 @@ func TestGatewayConfigBlock(t *testing.T) {
 		t.Fatalf("gateway block read as %+v", g)
 	}
 	// Left out: no gateway, and run does not need one.
-	if cfg, err := ParseConfig([]byte(minimal), noEnv); err != nil || cfg.Gateway != nil {
+	if cfg, err := config.Parse([]byte(minimal), noEnv); err != nil || cfg.Gateway != nil {
 		t.Fatalf("without a gateway block: %+v, %v", cfg.Gateway, err)
 	}
 	bad := minimal + `
@@ -58,10 +59,10 @@ gateway:
       rate: 1
       burst: 0
 `
-	_, err = ParseConfig([]byte(bad), noEnv)
-	var ce *ConfigError
+	_, err = config.Parse([]byte(bad), noEnv)
+	var ce *config.Error
 	if !errors.As(err, &ce) {
-		t.Fatalf("bad gateway block: %v, want a *ConfigError", err)
+		t.Fatalf("bad gateway block: %v, want a *config.Error", err)
 	}
 	for _, want := range []string{"gateway.listen:", "gateway.publish_timeout: 0s is not allowed", `gateway.kyes: unknown key (did you mean "keys"?)`,
 		"gateway.keys[0].sha256:", "gateway.keys[0].burst:"} {

@@ -12,6 +12,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/notifier/notifier/config"
 )
 
 // Exit codes (SPEC §5).
@@ -54,7 +56,7 @@ func exitCode(err error, stderr io.Writer) int {
 		return exitUsage
 	}
 	fmt.Fprintln(stderr, "notifier:", err)
-	var ce *ConfigError
+	var ce *config.Error
 	if errors.As(err, &ce) {
 		return exitUsage
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
+	"github.com/notifier/notifier/config"
 	"github.com/notifier/notifier/queue"
 )
 
@@ -83,11 +84,11 @@ reported as duplicates, and how many failed.`,
 		if err != nil {
 			return &usageError{err: err}
 		}
-		var cfg Config
+		var cfg config.Config
 		if f.nats != "" && !cmd.Flags().Changed("config") {
-			cfg, err = natsOnlyConfig(f.nats, e.getenv)
+			cfg, err = config.NATSOnly(f.nats, e.getenv)
 		} else {
-			cfg, err = LoadConfig(*path, e.getenv)
+			cfg, err = config.Load(*path, e.getenv)
 			if f.nats != "" {
 				cfg.NATS.URL = f.nats
 			}
@@ -152,8 +153,8 @@ type publishSummary struct {
 	Published, Duplicates, Failed, Skipped int
 }
 
-func publish(ctx context.Context, cfg Config, f *publishFlags, mode publishMode, e *env) error {
-	nc, js, err := connectJetStream(ctx, cfg, "notifier publish", true)
+func publish(ctx context.Context, cfg config.Config, f *publishFlags, mode publishMode, e *env) error {
+	nc, js, err := config.ConnectJetStream(ctx, cfg, "notifier publish", true)
 	if err != nil {
 		return err
 	}

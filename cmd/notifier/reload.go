@@ -14,6 +14,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
+	"github.com/notifier/notifier/config"
 	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/providers"
 )
@@ -31,17 +32,17 @@ type reloader struct {
 	log    *slog.Logger
 
 	mu  sync.Mutex
-	cfg Config
+	cfg config.Config
 	reg *providers.Registry
 	old []*providers.Registry // replaced registries, closed by close
 }
 
-func newReloader(path string, cfg Config, reg *providers.Registry, popts providers.Options, getenv func(string) string, log *slog.Logger) *reloader {
+func newReloader(path string, cfg config.Config, reg *providers.Registry, popts providers.Options, getenv func(string) string, log *slog.Logger) *reloader {
 	return &reloader{path: path, cfg: cfg, reg: reg, popts: popts, getenv: getenv, log: log}
 }
 
 // current is the configuration in force.
-func (r *reloader) current() Config {
+func (r *reloader) current() config.Config {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.cfg
@@ -120,9 +121,9 @@ func (r *reloader) run(ctx context.Context, d *dispatch.Dispatcher, grace time.D
 
 // reload reads the file again and applies it, or refuses it.
 func (r *reloader) reload(d *dispatch.Dispatcher, why string, grace time.Duration) {
-	cfg, err := LoadConfig(r.path, r.getenv)
+	cfg, err := config.Load(r.path, r.getenv)
 	if err != nil {
-		var ce *ConfigError
+		var ce *config.Error
 		if errors.As(err, &ce) {
 			for _, p := range ce.Problems {
 				r.log.Error("configuration reload refused; keeping the one in force", "trigger", why, "problem", p.Error())
@@ -158,14 +159,14 @@ func (r *reloader) reload(d *dispatch.Dispatcher, why string, grace time.Duratio
 
 // reloadOf is the part of cfg a reload hands to the dispatcher, with reg
 // the providers built from it.
-func reloadOf(cfg Config, reg *providers.Registry) dispatch.Reload {
+func reloadOf(cfg config.Config, reg *providers.Registry) dispatch.Reload {
 	caps := cfg.Caps()
 	return dispatch.Reload{UserLimits: caps.Channels, CategoryLimits: caps.Categories, Categories: caps.Defaults,
 		Providers: reg, Global: cfg.Global, TenantWeights: cfg.Tenants.Weights}
 }
 
 // restartKeys lists the sections that changed and only apply at start.
-func restartKeys(a, b Config) []string {
+func restartKeys(a, b config.Config) []string {
 	var out []string
 	for _, c := range []struct {
 		key  string

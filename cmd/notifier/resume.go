@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/notifier/notifier/config"
 	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/leaky"
 )
@@ -32,7 +33,7 @@ says it is back sooner.`,
 		if err != nil {
 			return &usageError{err: err}
 		}
-		cfg, err := LoadConfig(*path, e.getenv)
+		cfg, err := config.Load(*path, e.getenv)
 		if err != nil {
 			return err
 		}
@@ -45,15 +46,15 @@ says it is back sooner.`,
 			}
 		}
 		if !found {
-			return &ConfigError{File: *path, Problems: []error{fmt.Errorf("no provider named %q in the configuration", name)}}
+			return &config.Error{File: *path, Problems: []error{fmt.Errorf("no provider named %q in the configuration", name)}}
 		}
 		ctx := cmd.Context()
-		rdb, err := ConnectRedis(ctx, cfg.Redis, 2)
+		rdb, err := config.ConnectRedis(ctx, cfg.Redis, 2)
 		if err != nil {
 			return err
 		}
 		defer rdb.Close()
-		lc := limitsConfig(cfg)
+		lc := cfg.Limits()
 		q := leaky.NewRedis(rdb, cfg.Redis.KeyPrefix, leaky.WithMaxCost(max(1, lc.MaxCost)), leaky.WithHeadroom(dispatch.DefaultHeadroom))
 		reasons := dispatch.RedisPauseReasons(rdb, cfg.Redis.KeyPrefix)
 		why, err := reasons.Reason(ctx, name)

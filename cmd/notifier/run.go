@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/notifier/notifier/config"
 	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/inspect"
 	"github.com/notifier/notifier/providers"
@@ -40,7 +41,7 @@ JetStream at once, lets the sends already at a provider finish, and exits 0.`,
 	path := configFlag(c)
 	logf := logFlags(c)
 	c.RunE = func(cmd *cobra.Command, _ []string) error {
-		cfg, err := LoadConfig(*path, e.getenv)
+		cfg, err := config.Load(*path, e.getenv)
 		if err != nil {
 			return err
 		}
@@ -56,7 +57,7 @@ JetStream at once, lets the sends already at a provider finish, and exits 0.`,
 // runDispatcher is `notifier run` once the configuration at path is loaded:
 // the dispatcher on limits shared through Redis, with the fleet's
 // heartbeat and reloads of the file.
-func runDispatcher(ctx context.Context, path string, cfg Config, log *slog.Logger, e *env) error {
+func runDispatcher(ctx context.Context, path string, cfg config.Config, log *slog.Logger, e *env) error {
 	routeRedisLogs(log)
 	// The providers first: a secret's variable unset or a key file that
 	// cannot be read is a problem of the configuration (exit 2), found
@@ -75,7 +76,7 @@ func runDispatcher(ctx context.Context, path string, cfg Config, log *slog.Logge
 	}
 	defer nc.Close()
 
-	rdb, err := NewRedisClient(cfg.Redis, cfg.Workers)
+	rdb, err := config.NewRedisClient(cfg.Redis, cfg.Workers)
 	if err != nil {
 		return err
 	}
@@ -91,14 +92,14 @@ func runDispatcher(ctx context.Context, path string, cfg Config, log *slog.Logge
 		return err
 	}
 	instance := instanceID()
-	lcfg := limitsConfig(cfg)
+	lcfg := cfg.Limits()
 
 	var d *dispatch.Dispatcher
 	fleet := dispatch.NewFleet(rdb, cfg.Redis.KeyPrefix, instance, func() dispatch.InstanceInfo {
 		return instanceInfo(d, cfg.Workers)
 	}, log)
 	var fallback func() *dispatch.Limits
-	if cfg.Redis.OnFailure == OnFailureLocal {
+	if cfg.Redis.OnFailure == config.OnFailureLocal {
 		fallback = func() *dispatch.Limits {
 			lc := lcfg
 			lc.Global = rl.current().Global // as last reloaded
@@ -130,8 +131,8 @@ func runDispatcher(ctx context.Context, path string, cfg Config, log *slog.Logge
 // disconnections and reconnections are logged (a connection closed on
 // purpose, at a stop, is not), and sets up the streams and the consumers.
 // The caller closes the connection.
-func connectDispatcher(ctx context.Context, cfg Config, name string, log *slog.Logger) (*nats.Conn, jetstream.JetStream, *queue.Consumer, error) {
-	nc, js, err := connectJetStream(ctx, cfg, name, true,
+func connectDispatcher(ctx context.Context, cfg config.Config, name string, log *slog.Logger) (*nats.Conn, jetstream.JetStream, *queue.Consumer, error) {
+	nc, js, err := config.ConnectJetStream(ctx, cfg, name, true,
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err == nil {
 				return // the connection was closed on purpose: a stop, not a problem
@@ -154,7 +155,7 @@ func connectDispatcher(ctx context.Context, cfg Config, name string, log *slog.L
 // dispatchSetup is what `run` and `dev` give the dispatcher they run:
 // `run` limits in Redis shared by a fleet, `dev` limits in its memory.
 type dispatchSetup struct {
-	cfg      Config
+	cfg      config.Config
 	log      *slog.Logger
 	nc       *nats.Conn
 	js       jetstream.JetStream
@@ -284,47 +285,9 @@ func twilioCallbacks(d *dispatch.Dispatcher) http.Handler {
 	})
 }
 
-// connectJetStream connects to NATS as name and opens JetStream; with
-// ensure it also creates or updates the streams. The caller closes the
-// connection.
-func connectJetStream(ctx context.Context, cfg Config, name string, ensure bool, opts ...nats.Option) (*nats.Conn, jetstream.JetStream, error) {
-	nc, err := queue.Connect(ctx, cfg.NATS, name, opts...)
-	if err != nil {
-		return nil, nil, err
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return nil, nil, fmt.Errorf("jetstream: %w", err)
-	}
-	if ensure {
-		if err := queue.EnsureStreams(ctx, js, cfg.NATS, cfg.NATS.Replicas); err != nil {
-			nc.Close()
-			return nil, nil, err
-		}
-	}
-	return nc, js, nil
-}
-
-// limitsConfig is the part of the configuration the limit sets need.
-func limitsConfig(cfg Config) dispatch.LimitsConfig {
-	maxCost := 1
-	for _, p := range cfg.Providers {
-		if p.Unit == "segments" {
-			maxCost = max(maxCost, segmentsMaxCost)
-		}
-	}
-	return dispatch.LimitsConfig{Prefix: cfg.Redis.KeyPrefix, DedupTTL: cfg.DedupTTL, Global: cfg.Global, MaxCost: maxCost}
-}
-
-// segmentsMaxCost is the cost a segment-metered provider's cold start leaves
-// room for (leaky.WithMaxCost): a 10-segment SMS. A longer message reserved
-// just before Redis loses its state may overlap the first slot after it.
-const segmentsMaxCost = 10
-
 // stopTimeout bounds how long sends at a provider may finish after a stop:
 // the longest provider timeout plus a second, and never past ack_wait.
-func stopTimeout(cfg Config) time.Duration {
+func stopTimeout(cfg config.Config) time.Duration {
 	var t time.Duration
 	for _, p := range cfg.Providers {
 		t = max(t, p.Timeout)
@@ -335,7 +298,7 @@ func stopTimeout(cfg Config) time.Duration {
 // reloadGrace is how long a replaced provider registry stays open after a
 // reload: a job that picked a provider just before can still wait its
 // longest queue delay and then send.
-func reloadGrace(cfg Config) time.Duration {
+func reloadGrace(cfg config.Config) time.Duration {
 	var q, t time.Duration
 	for _, p := range cfg.Providers {
 		q, t = max(q, p.MaxQueueDelay), max(t, p.Timeout)
@@ -346,14 +309,14 @@ func reloadGrace(cfg Config) time.Duration {
 // checkRedis pings Redis at start. Wrong credentials or a certificate that
 // does not verify are fatal (they will not fix themselves); an unreachable
 // server is not: the dispatcher holds (or runs locally) until it answers.
-func checkRedis(ctx context.Context, rdb redis.UniversalClient, c RedisConfig, log *slog.Logger) error {
+func checkRedis(ctx context.Context, rdb redis.UniversalClient, c config.Redis, log *slog.Logger) error {
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	err := rdb.Ping(pctx).Err()
 	if err == nil {
 		return nil
 	}
-	err = redactErr(err, c.Password, c.SentinelPassword)
+	err = config.RedactErr(err, c.Password, c.SentinelPassword)
 	msg := err.Error()
 	for _, fatal := range []string{"WRONGPASS", "NOAUTH", "NOPERM", "invalid username-password", "x509:", "tls:", "certificate"} {
 		if strings.Contains(msg, fatal) {

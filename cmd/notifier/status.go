@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
+	"github.com/notifier/notifier/config"
 	"github.com/notifier/notifier/inspect"
 	"github.com/notifier/notifier/statuspage"
 )
@@ -36,12 +37,12 @@ every second:
 	once := c.Flags().Bool("once", false, "print once and exit")
 	asJSON := c.Flags().Bool("json", false, "print as JSON (implies --once)")
 	c.RunE = func(cmd *cobra.Command, _ []string) error {
-		cfg, err := LoadConfig(*path, e.getenv)
+		cfg, err := config.Load(*path, e.getenv)
 		if err != nil {
 			return err
 		}
 		ctx := cmd.Context()
-		rdb, err := ConnectRedis(ctx, cfg.Redis, 4)
+		rdb, err := config.ConnectRedis(ctx, cfg.Redis, 4)
 		if err != nil {
 			return err
 		}
@@ -75,7 +76,7 @@ every second:
 }
 
 // readStatus gathers the fleet's state as cfg configures it.
-func readStatus(ctx context.Context, rdb redis.UniversalClient, cfg Config) (inspect.FleetStatus, error) {
+func readStatus(ctx context.Context, rdb redis.UniversalClient, cfg config.Config) (inspect.FleetStatus, error) {
 	in, err := newInspector(rdb, nil, cfg)
 	if err != nil {
 		return inspect.FleetStatus{At: time.Now().UTC()}, err

@@ -18,6 +18,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/notifier/notifier/config"
 	"github.com/notifier/notifier/inspect"
 	"github.com/notifier/notifier/statuspage"
 	"github.com/notifier/notifier/testenv"
@@ -127,11 +128,11 @@ func TestStatusScreenshot(t *testing.T) {
 	}
 	w := newWorld(t, 100, "")
 	w.publish(jobs)
-	cfg, err := LoadConfig(w.config, os.Getenv)
+	cfg, err := config.Load(w.config, os.Getenv)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rdb, err := ConnectRedis(t.Context(), cfg.Redis, 4)
+	rdb, err := config.ConnectRedis(t.Context(), cfg.Redis, 4)
 	if err != nil {
 		t.Fatal(err)
 	}

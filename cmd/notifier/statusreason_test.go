@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/notifier/notifier/config"
 	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/providers"
@@ -26,7 +27,7 @@ func TestStatusNamesACredentialsPause(t *testing.T) {
 	if err := leaky.NewRedis(rdb, "notifier:").Pause(ctx, "sms-gw", 5*time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := LoadConfig(w.config, func(string) string { return "" })
+	cfg, err := config.Load(w.config, func(string) string { return "" })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +52,7 @@ func TestStatusNamesACredentialsPause(t *testing.T) {
 func TestStatusShowsAdaptiveRateAndQuotas(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, 100, "")
-	cfg, err := LoadConfig(w.config, func(string) string { return "" })
+	cfg, err := config.Load(w.config, func(string) string { return "" })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/notifier/notifier/config"
 	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/gateway"
 	"github.com/notifier/notifier/queue"
@@ -56,12 +57,12 @@ adds its counts to Redis every 5 s.`,
 		if *window < time.Hour || *window > dispatch.TopRetention || *limit < 1 {
 			return &usageError{err: fmt.Errorf("--window must be from 1h to %s and --limit at least 1", fmtDur(dispatch.TopRetention))}
 		}
-		cfg, err := LoadConfig(*path, e.getenv)
+		cfg, err := config.Load(*path, e.getenv)
 		if err != nil {
 			return err
 		}
 		ctx := cmd.Context()
-		rdb, err := ConnectRedis(ctx, cfg.Redis, 4)
+		rdb, err := config.ConnectRedis(ctx, cfg.Redis, 4)
 		if err != nil {
 			return err
 		}
@@ -116,11 +117,11 @@ func topGateway(ctx context.Context, e *env, path string, window time.Duration, 
 	if window < time.Hour || window > gateway.RejectionRetention || limit < 1 {
 		return &usageError{err: fmt.Errorf("--window must be from 1h to %s and --limit at least 1", fmtDur(gateway.RejectionRetention))}
 	}
-	cfg, err := LoadConfig(path, e.getenv)
+	cfg, err := config.Load(path, e.getenv)
 	if err != nil {
 		return err
 	}
-	rdb, err := ConnectRedis(ctx, cfg.Redis, 4)
+	rdb, err := config.ConnectRedis(ctx, cfg.Redis, 4)
 	if err != nil {
 		return err
 	}

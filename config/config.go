@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"bytes"
@@ -30,39 +30,39 @@ import (
 // fills defaults and collects every problem.
 type Config struct {
 	NATS       queue.Config         `mapstructure:"nats"`
-	Redis      RedisConfig          `mapstructure:"redis"`
+	Redis      Redis                `mapstructure:"redis"`
 	Workers    int                  `mapstructure:"workers"`
-	Metrics    MetricsConfig        `mapstructure:"metrics"`
+	Metrics    Metrics              `mapstructure:"metrics"`
 	DedupTTL   time.Duration        `mapstructure:"dedup_ttl"`
 	Retry      dispatch.RetryConfig `mapstructure:"retry"`
 	Global     *globallimit.Config  `mapstructure:"global"`
-	UserLimits map[string]CapConfig `mapstructure:"user_limits"`
+	UserLimits map[string]Cap       `mapstructure:"user_limits"`
 	// Categories are the channels' categories: what a job without one on a
 	// channel's normal lane is (left out: transactional).
 	Categories map[string]queue.Category `mapstructure:"categories"`
-	Tenants    TenantsConfig             `mapstructure:"tenants"`
+	Tenants    Tenants                   `mapstructure:"tenants"`
 	Providers  []providers.Config        `mapstructure:"providers"`
-	Tracing    TracingConfig             `mapstructure:"tracing"`
+	Tracing    Tracing                   `mapstructure:"tracing"`
 	// Gateway is read by `notifier gateway` only (nil: left out); `check`
 	// and every command validate it when present.
 	Gateway *gateway.Config `mapstructure:"gateway"`
 }
 
-// CapConfig is YAML user_limits.<channel>: the channel's per-user cap
+// Cap is YAML user_limits.<channel>: the channel's per-user cap
 // (limit, window, ...; left out: none) and, under transactional: and
 // marketing:, a cap of its own for that category's jobs, which they take
 // instead of the channel's, counted apart.
-type CapConfig struct {
+type Cap struct {
 	userlimit.Rule `mapstructure:",squash"`
 	Transactional  *userlimit.Rule `mapstructure:"transactional"`
 	Marketing      *userlimit.Rule `mapstructure:"marketing"`
 }
 
 // Own reports whether the entry sets a cap for the channel itself.
-func (c CapConfig) Own() bool { return c.Rule != (userlimit.Rule{}) }
+func (c Cap) Own() bool { return c.Rule != (userlimit.Rule{}) }
 
 // Category is the entry's cap of category cat, or nil.
-func (c CapConfig) Category(cat queue.Category) *userlimit.Rule {
+func (c Cap) Category(cat queue.Category) *userlimit.Rule {
 	switch cat {
 	case queue.Transactional:
 		return c.Transactional
@@ -103,8 +103,8 @@ func (c Config) Caps() dispatch.Caps {
 	return dispatch.Caps{Channels: c.ChannelCaps(), Categories: c.CategoryCaps(), Defaults: c.Categories}
 }
 
-// TenantsConfig is YAML tenants:.
-type TenantsConfig struct {
+// Tenants is YAML tenants:.
+type Tenants struct {
 	// Weights are the tenants' shares of a provider's contract while
 	// several have jobs waiting; a tenant left out (and the default
 	// tenant) weighs 1. File only: no environment variable sets it.
@@ -116,14 +116,14 @@ type TenantsConfig struct {
 // all of a contract to any tenant it competes with.
 const maxTenantWeight = 1000
 
-// MetricsConfig is YAML metrics:.
-type MetricsConfig struct {
+// Metrics is YAML metrics:.
+type Metrics struct {
 	Listen string `mapstructure:"listen"` // host:port of /metrics, /healthz, /readyz; "off" disables
 }
 
-// envPrefix prefixes every environment override: NOTIFIER_ + the key path in
+// EnvPrefix prefixes every environment override: NOTIFIER_ + the key path in
 // upper case with _ for . (NOTIFIER_REDIS_ADDRS, NOTIFIER_NATS_URL).
-const envPrefix = "NOTIFIER"
+const EnvPrefix = "NOTIFIER"
 
 // WithDefaults fills every key left out with SPEC §4's value.
 func (c Config) WithDefaults() Config {
@@ -166,7 +166,7 @@ func (c Config) WithDefaults() Config {
 func (c Config) Validate() error {
 	var errs []error
 	add := func(prefix string, err error) {
-		for _, e := range flatten(err) {
+		for _, e := range Problems(err) {
 			errs = append(errs, fmt.Errorf("%s%w", prefix, e))
 		}
 	}
@@ -269,29 +269,29 @@ func sortedKeys[V any](m map[string]V) []string {
 	return ks
 }
 
-// flatten unwraps errors.Join trees into their leaves.
-func flatten(err error) []error {
+// Problems unwraps errors.Join trees into their leaves.
+func Problems(err error) []error {
 	if err == nil {
 		return nil
 	}
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
 		var out []error
 		for _, e := range j.Unwrap() {
-			out = append(out, flatten(e)...)
+			out = append(out, Problems(e)...)
 		}
 		return out
 	}
 	return []error{err}
 }
 
-// ConfigError is a configuration that cannot be used: every problem found,
+// Error is a configuration that cannot be used: every problem found,
 // one per line. The command line maps it to exit code 2.
-type ConfigError struct {
+type Error struct {
 	File     string
 	Problems []error
 }
 
-func (e *ConfigError) Error() string {
+func (e *Error) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "configuration %s: %d problem", e.File, len(e.Problems))
 	if len(e.Problems) != 1 {
@@ -304,35 +304,35 @@ func (e *ConfigError) Error() string {
 	return b.String()
 }
 
-// LoadConfig reads path (YAML), applies NOTIFIER_* environment overrides,
+// Load reads path (YAML), applies NOTIFIER_* environment overrides,
 // fills defaults and validates. getenv is os.Getenv in production. A
-// configuration that cannot be used returns a *ConfigError listing every
+// configuration that cannot be used returns a *Error listing every
 // problem.
-func LoadConfig(path string, getenv func(string) string) (Config, error) {
+func Load(path string, getenv func(string) string) (Config, error) {
 	yaml, err := os.ReadFile(path)
 	if err != nil {
 		var pe *os.PathError
 		if errors.As(err, &pe) {
 			err = pe.Err
 		}
-		return Config{}, &ConfigError{File: path, Problems: []error{fmt.Errorf("cannot read the file: %w", err)}}
+		return Config{}, &Error{File: path, Problems: []error{fmt.Errorf("cannot read the file: %w", err)}}
 	}
 	return parseConfig(yaml, path, getenv)
 }
 
-// natsOnlyConfig is the configuration of a command that needs only NATS
+// NATSOnly is the configuration of a command that needs only NATS
 // and was given its URL (publish --nats), read from no file: nats.url is
 // url, the other nats keys come from their NOTIFIER_NATS_* variables (the
 // secrets too), every other key takes its default. Problems are a
-// *ConfigError, as LoadConfig's.
-func natsOnlyConfig(url string, getenv func(string) string) (Config, error) {
+// *Error, as Load's.
+func NATSOnly(url string, getenv func(string) string) (Config, error) {
 	const source = "(--nats, no file)"
 	v := viper.New()
 	for _, k := range envKeys() {
 		if !strings.HasPrefix(k, "nats.") {
 			continue
 		}
-		if val := getenv(envPrefix + "_" + strings.ToUpper(strings.ReplaceAll(k, ".", "_"))); val != "" {
+		if val := getenv(EnvPrefix + "_" + strings.ToUpper(strings.ReplaceAll(k, ".", "_"))); val != "" {
 			v.Set(k, val)
 		}
 	}
@@ -345,11 +345,11 @@ func natsOnlyConfig(url string, getenv func(string) string) (Config, error) {
 		return Config{}, fmt.Errorf("build config decoder: %w", err)
 	}
 	if err := dec.Decode(v.Get("nats")); err != nil {
-		return Config{}, &ConfigError{File: source, Problems: prefixed("nats.", decodeProblems(err))}
+		return Config{}, &Error{File: source, Problems: prefixed("nats.", decodeProblems(err))}
 	}
 	cfg := Config{NATS: nc}.WithDefaults()
 	if err := cfg.NATS.Validate(); err != nil {
-		return cfg, &ConfigError{File: source, Problems: prefixed("nats.", flatten(err))}
+		return cfg, &Error{File: source, Problems: prefixed("nats.", Problems(err))}
 	}
 	return cfg, nil
 }
@@ -363,8 +363,8 @@ func prefixed(prefix string, problems []error) []error {
 	return out
 }
 
-// ParseConfig is LoadConfig for YAML held in memory (tests, fuzzing).
-func ParseConfig(yaml []byte, getenv func(string) string) (Config, error) {
+// Parse is Load for YAML held in memory (tests, fuzzing).
+func Parse(yaml []byte, getenv func(string) string) (Config, error) {
 	return parseConfig(yaml, "(memory)", getenv)
 }
 
@@ -372,7 +372,7 @@ func parseConfig(yaml []byte, file string, getenv func(string) string) (Config, 
 	v := viper.New()
 	v.SetConfigType("yaml")
 	if err := v.ReadConfig(bytes.NewReader(yaml)); err != nil {
-		return Config{}, &ConfigError{File: file, Problems: []error{fmt.Errorf("not valid YAML: %w", err)}}
+		return Config{}, &Error{File: file, Problems: []error{fmt.Errorf("not valid YAML: %w", err)}}
 	}
 	return decodeConfig(v, yaml, file, getenv)
 }
@@ -381,7 +381,7 @@ func decodeConfig(v *viper.Viper, yaml []byte, file string, getenv func(string) 
 	// Environment overrides: viper looks a key up in the environment only if
 	// it knows the key, so bind every scalar key of the schema.
 	for _, k := range envKeys() {
-		env := envPrefix + "_" + strings.ToUpper(strings.ReplaceAll(k, ".", "_"))
+		env := EnvPrefix + "_" + strings.ToUpper(strings.ReplaceAll(k, ".", "_"))
 		if val := getenv(env); val != "" {
 			v.Set(k, val)
 		}
@@ -437,14 +437,14 @@ func decodeConfig(v *viper.Viper, yaml []byte, file string, getenv func(string) 
 	cfg = cfg.WithDefaults()
 	// Validate too, so every problem shows at once; a key that could not
 	// be decoded is not reported a second time for its default value.
-	for _, p := range flatten(cfg.Validate()) {
+	for _, p := range Problems(cfg.Validate()) {
 		if !reportedKey(problems, p) {
 			problems = append(problems, p)
 		}
 	}
 	if len(problems) > 0 {
 		sortProblems(problems)
-		return cfg, &ConfigError{File: file, Problems: problems}
+		return cfg, &Error{File: file, Problems: problems}
 	}
 	return cfg, nil
 }
@@ -820,7 +820,7 @@ func deleteTenantWeight(settings map[string]any, path string) bool {
 
 func decodeProblems(err error) []error {
 	var out []error
-	for _, e := range flatten(err) {
+	for _, e := range Problems(err) {
 		var de *mapstructure.DecodeError
 		if !errors.As(e, &de) {
 			out = append(out, e)
@@ -911,7 +911,7 @@ func knownKeysAt(path string) []string {
 }
 
 // structKeys are the keys of struct t, those of a squashed embedded
-// struct (CapConfig's rule) among them.
+// struct (Cap's rule) among them.
 func structKeys(t reflect.Type) []string {
 	var keys []string
 	for i := 0; i < t.NumField(); i++ {

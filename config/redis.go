@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"context"
@@ -16,25 +16,25 @@ import (
 	"github.com/notifier/notifier/queue"
 )
 
-// RedisConfig is YAML redis:. One address is a standalone server; several
+// Redis is YAML redis:. One address is a standalone server; several
 // are the seeds of a Redis Cluster; with master_name, the addresses are
 // Redis Sentinels that name the master.
-type RedisConfig struct {
+type Redis struct {
 	Addrs      []string `mapstructure:"addrs"`
 	MasterName string   `mapstructure:"master_name"` // Sentinel: the monitored master's name
 	// SentinelPassword is the Sentinels' own password (requirepass in
 	// sentinel.conf), when they have one; better:
 	// NOTIFIER_REDIS_SENTINEL_PASSWORD.
-	SentinelPassword string         `mapstructure:"sentinel_password"`
-	Username         string         `mapstructure:"username"` // Redis 6+ ACL user
-	Password         string         `mapstructure:"password"` // better: NOTIFIER_REDIS_PASSWORD
-	TLS              RedisTLSConfig `mapstructure:"tls"`
-	KeyPrefix        string         `mapstructure:"key_prefix"`
-	OnFailure        string         `mapstructure:"on_failure"` // hold | local
+	SentinelPassword string   `mapstructure:"sentinel_password"`
+	Username         string   `mapstructure:"username"` // Redis 6+ ACL user
+	Password         string   `mapstructure:"password"` // better: NOTIFIER_REDIS_PASSWORD
+	TLS              RedisTLS `mapstructure:"tls"`
+	KeyPrefix        string   `mapstructure:"key_prefix"`
+	OnFailure        string   `mapstructure:"on_failure"` // hold | local
 }
 
-// RedisTLSConfig is YAML redis.tls:. Server verification is always on.
-type RedisTLSConfig struct {
+// RedisTLS is YAML redis.tls:. Server verification is always on.
+type RedisTLS struct {
 	Enabled    bool   `mapstructure:"enabled"`
 	CAFile     string `mapstructure:"ca_file"`     // trust this CA (default: the system roots)
 	CertFile   string `mapstructure:"cert_file"`   // client certificate, with key_file
@@ -49,7 +49,7 @@ const (
 )
 
 // WithDefaults fills the keys left out.
-func (c RedisConfig) WithDefaults() RedisConfig {
+func (c Redis) WithDefaults() Redis {
 	if len(c.Addrs) == 0 {
 		c.Addrs = []string{"127.0.0.1:6379"}
 	}
@@ -64,7 +64,7 @@ func (c RedisConfig) WithDefaults() RedisConfig {
 
 // Validate reports every problem, keys relative to redis:. It never prints
 // the password.
-func (c RedisConfig) Validate() error {
+func (c Redis) Validate() error {
 	var errs []error
 	for i, a := range c.Addrs {
 		if _, port, err := net.SplitHostPort(a); err != nil || !validPort(port) || port == "0" {
@@ -113,7 +113,7 @@ func checkTLSFiles(prefix, ca, cert, key string) []error {
 
 // tlsConfig builds the client TLS configuration: verification on, the CA
 // (or the system roots), and the client certificate when given.
-func (c RedisTLSConfig) tlsConfig() (*tls.Config, error) {
+func (c RedisTLS) tlsConfig() (*tls.Config, error) {
 	if !c.Enabled {
 		return nil, nil
 	}
@@ -141,7 +141,7 @@ func (c RedisTLSConfig) tlsConfig() (*tls.Config, error) {
 
 // NewRedisClient makes a standalone, Sentinel or cluster client; it does
 // not dial.
-func NewRedisClient(c RedisConfig, workers int) (redis.UniversalClient, error) {
+func NewRedisClient(c Redis, workers int) (redis.UniversalClient, error) {
 	tlsCfg, err := c.TLS.tlsConfig()
 	if err != nil {
 		return nil, err
@@ -185,7 +185,7 @@ const clusterStateReload = 5 * time.Second
 
 // ConnectRedis makes the client and checks that it reaches the server and
 // is allowed in. Errors name the addresses, never the password.
-func ConnectRedis(ctx context.Context, c RedisConfig, workers int) (redis.UniversalClient, error) {
+func ConnectRedis(ctx context.Context, c Redis, workers int) (redis.UniversalClient, error) {
 	rdb, err := NewRedisClient(c, workers)
 	if err != nil {
 		return nil, err
@@ -194,13 +194,13 @@ func ConnectRedis(ctx context.Context, c RedisConfig, workers int) (redis.Univer
 	defer cancel()
 	if err := rdb.Ping(pctx).Err(); err != nil {
 		_ = rdb.Close()
-		return nil, fmt.Errorf("connect to redis at %s: %w", strings.Join(c.Addrs, ","), redactErr(err, c.Password, c.SentinelPassword))
+		return nil, fmt.Errorf("connect to redis at %s: %w", strings.Join(c.Addrs, ","), RedactErr(err, c.Password, c.SentinelPassword))
 	}
 	return rdb, nil
 }
 
-// redactErr makes sure a secret never leaves in an error message.
-func redactErr(err error, secrets ...string) error {
+// RedactErr makes sure a secret never leaves in an error message.
+func RedactErr(err error, secrets ...string) error {
 	msg := err.Error()
 	changed := false
 	for _, s := range secrets {
