@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/notifier/notifier/internal/luapre"
 )
 
 // ClaimStatus is what a ledger claim found.
@@ -70,7 +72,7 @@ const (
 var (
 	//go:embed ledger_claim.lua
 	ledgerClaimLua    string
-	ledgerClaimScript = redis.NewScript(ledgerClaimLua)
+	ledgerClaimScript = redis.NewScript(luapre.Now + ledgerClaimLua)
 
 	//go:embed ledger_settle.lua
 	ledgerSettleLua    string
