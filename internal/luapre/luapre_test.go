@@ -2,6 +2,10 @@ package luapre_test
 
 import (
 	"context"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strconv"
 	"testing"
 	"time"
@@ -104,4 +108,40 @@ func TestPreambles(t *testing.T) {
 			t.Errorf("PTTL after ttl(1 h) = %v, %v", d, err)
 		}
 	})
+}
+
+// The helpers live here once: no script of the module defines its own
+// again or repeats the optional-now block now.lua holds; and none defines
+// a global function (Redis refuses it, but only when the line runs).
+func TestScriptsUseThePreambles(t *testing.T) {
+	t.Parallel()
+	own := regexp.MustCompile(`local function (now_us|str|idiv|ttl)\(|\* 1000000 \+ tonumber\(t\[2\]\)|(?m)^function `)
+	self := filepath.Join("..", "..", "internal", "luapre")
+	n := 0
+	err := filepath.WalkDir(filepath.Join("..", ".."), func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == "testdata" || path == self) {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || filepath.Ext(path) != ".lua" {
+			return nil
+		}
+		n++
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if m := own.Find(src); m != nil {
+			t.Errorf("%s has %q: prepend luapre.Now or luapre.Num instead of a copy; make a function local", path, m)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n < 20 {
+		t.Fatalf("found %d scripts under the module: the walk missed them", n)
+	}
 }
