@@ -49,9 +49,10 @@ func TestPreambles(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := strconv.ParseInt(eval(t, rdb, body, "").(string), 10, 64)
+			reply, _ := eval(t, rdb, body, "").(string)
+			got, err := strconv.ParseInt(reply, 10, 64)
 			if err != nil {
-				t.Fatal(err)
+				t.Fatalf("%s with no now: %v", body, err)
 			}
 			after, err := rdb.Time(ctx).Result()
 			if err != nil {
