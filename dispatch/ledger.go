@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/notifier/notifier/internal/luapre"
 )
 
 // ClaimStatus is what a ledger claim found.
@@ -70,11 +72,23 @@ const (
 var (
 	//go:embed ledger_claim.lua
 	ledgerClaimLua    string
-	ledgerClaimScript = redis.NewScript(ledgerClaimLua)
+	ledgerClaimScript = redis.NewScript(luapre.Now + ledgerClaimLua)
 
-	//go:embed ledger_settle.lua
-	ledgerSettleLua    string
-	ledgerSettleScript = redis.NewScript(ledgerSettleLua)
+	// The record's other decisions, one script each: a transient failure
+	// counted (Failed), the lease given up with or without an end noted
+	// (Release, Ended), the record of an unsent job forgotten
+	// (ResetForReplay).
+	//go:embed ledger_failed.lua
+	ledgerFailedLua    string
+	ledgerFailedScript = redis.NewScript(ledgerFailedLua)
+
+	//go:embed ledger_release.lua
+	ledgerReleaseLua    string
+	ledgerReleaseScript = redis.NewScript(ledgerReleaseLua)
+
+	//go:embed ledger_reset.lua
+	ledgerResetLua    string
+	ledgerResetScript = redis.NewScript(ledgerResetLua)
 )
 
 // RedisLedger keeps the ledger in Redis, one hash per job under the hash tag
@@ -101,7 +115,7 @@ func LedgerKey(prefix, id string) string { return "{" + prefix + "j:" + id + "}"
 // Load loads the ledger scripts, so they can be sent inside a pipeline
 // (where a NOSCRIPT reply does not fall back to EVAL).
 func (l *RedisLedger) Load(ctx context.Context) error {
-	for _, s := range []*redis.Script{ledgerClaimScript, ledgerSettleScript} {
+	for _, s := range []*redis.Script{ledgerClaimScript, ledgerFailedScript, ledgerReleaseScript, ledgerResetScript} {
 		if err := s.Load(ctx, l.rdb).Err(); err != nil {
 			return fmt.Errorf("load ledger script: %w", err)
 		}
@@ -215,9 +229,10 @@ func (g *ClaimGroup) decode() {
 // restart, a failover): Load the scripts and try again.
 var ErrNotLoaded = errors.New("script not loaded on the server")
 
-func (l *RedisLedger) settle(ctx context.Context, id, owner, op string, more ...any) (int, error) {
-	args := append([]any{owner, op, l.ttl.Milliseconds()}, more...)
-	n, err := ledgerSettleScript.Run(ctx, l.rdb, []string{LedgerKey(l.prefix, id)}, args...).Int()
+// settle runs script (ledger_failed, ledger_release or ledger_reset) on
+// job id's record with args; op names the operation in the error.
+func (l *RedisLedger) settle(ctx context.Context, script *redis.Script, op, id string, args ...any) (int, error) {
+	n, err := script.Run(ctx, l.rdb, []string{LedgerKey(l.prefix, id)}, args...).Int()
 	if err != nil {
 		return 0, fmt.Errorf("record %s for job %s: %w", op, id, err)
 	}
@@ -294,22 +309,22 @@ func (c *SentCmd) Err() error {
 
 // Failed implements Ledger.
 func (l *RedisLedger) Failed(ctx context.Context, id, owner, class string) (int, error) {
-	return l.settle(ctx, id, owner, "failed", class)
+	return l.settle(ctx, ledgerFailedScript, "failed", id, owner, l.ttl.Milliseconds(), class)
 }
 
 // Release implements Ledger.
 func (l *RedisLedger) Release(ctx context.Context, id, owner string) error {
-	_, err := l.settle(ctx, id, owner, "release")
+	_, err := l.settle(ctx, ledgerReleaseScript, "release", id, owner, l.ttl.Milliseconds())
 	return err
 }
 
-// Ended implements Ledger: the release's script run notes the end, so it
-// costs no round trip more.
+// Ended implements Ledger: the release's script notes the end in the same
+// run, so it costs no round trip more.
 func (l *RedisLedger) Ended(ctx context.Context, id, owner, kind, reason string) error {
 	if err := checkEnd(kind); err != nil {
 		return fmt.Errorf("record %s for job %s: %w", kind, id, err)
 	}
-	_, err := l.settle(ctx, id, owner, "end", kind, reason)
+	_, err := l.settle(ctx, ledgerReleaseScript, "end", id, owner, l.ttl.Milliseconds(), kind, reason)
 	return err
 }
 
@@ -403,7 +418,7 @@ const HeaderReplayed = "Notifier-Replayed"
 // ledger says was sent is kept and reported (sent = true): replaying it
 // would send it twice.
 func (l *RedisLedger) ResetForReplay(ctx context.Context, id string) (sent bool, err error) {
-	n, err := l.settle(ctx, id, "", "reset")
+	n, err := l.settle(ctx, ledgerResetScript, "reset", id)
 	if err != nil {
 		return false, err
 	}

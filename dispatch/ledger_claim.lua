@@ -15,13 +15,9 @@
 --   status 0 = claimed by the caller (a new lease, or the caller's own lease extended)
 --   status 1 = already sent: the caller must not send
 --   status 2 = another owner holds an unexpired lease; busy_ms until it ends
-local now
-if ARGV[2] ~= '' then
-  now = tonumber(ARGV[2])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+--
+-- Prepended (ledger.go): internal/luapre's now.lua (now_us).
+local now = now_us(ARGV[2])
 local out = {}
 for i, key in ipairs(KEYS) do
   local me = ARGV[1 + 2 * i]

@@ -11,12 +11,14 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/notifier/notifier/internal/luapre"
 )
 
 var (
 	//go:embed take.lua
 	takeLua    string
-	takeScript = redis.NewScript(takeLua)
+	takeScript = redis.NewScript(luapre.Now + luapre.Num + takeLua)
 
 	//go:embed authfail.lua
 	authFailLua    string

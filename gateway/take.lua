@@ -15,16 +15,13 @@
 -- holds at most burst. n tokens are taken when max(tat, now) + em(n) - now <=
 -- em(burst); a refusal changes nothing, so a client that waits `wait` and asks
 -- again for n gets them unless someone else took tokens meanwhile.
+--
+-- Prepended (limits.go): internal/luapre's now.lua (now_us) and num.lua
+-- (str, ttl).
 local rate = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
 local n = tonumber(ARGV[3])
-local now
-if ARGV[4] ~= nil and ARGV[4] ~= '' then
-  now = tonumber(ARGV[4])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+local now = now_us(ARGV[4])
 
 local function em(k)
   return math.ceil(k * 1000000 / rate)
@@ -60,5 +57,5 @@ if new - now > full then
   return {0, left(tat), new - full - now, tat - now}
 end
 -- a second past tat the bucket is full, which a missing key also means
-redis.call('SET', KEYS[1], string.format('%.0f', new), 'PX', math.ceil((new - now) / 1000) + 1000)
+redis.call('SET', KEYS[1], str(new), 'PX', ttl(new - now))
 return {1, left(new), 0, new - now}

@@ -8,12 +8,14 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/notifier/notifier/internal/luapre"
 )
 
 var (
 	//go:embed take.lua
 	takeLua    string
-	takeScript = redis.NewScript(takeLua)
+	takeScript = redis.NewScript(luapre.Now + luapre.Num + takeLua)
 )
 
 // RedisStore is the fleet's bucket in Redis (standalone, Sentinel or

@@ -11,16 +11,12 @@
 --
 -- The maths mirror take() in store.go operation for operation, so that the
 -- Go and Redis stores give identical answers: em(k) = ceil(k * 1e6 / rate).
+--
+-- Prepended (redis.go): internal/luapre's now.lua (now_us) and num.lua (ttl).
 local rate = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
 local n = tonumber(ARGV[3])
-local now
-if ARGV[4] ~= nil and ARGV[4] ~= '' then
-  now = tonumber(ARGV[4])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+local now = now_us(ARGV[4])
 
 local function em(k)
   return math.ceil(k * 1000000 / rate)
@@ -44,7 +40,7 @@ end
 local newtat = base + em(g)
 if g > 0 then
   -- a second past tat the bucket is full, which a missing key also means
-  redis.call('SET', KEYS[1], newtat, 'PX', math.ceil((newtat - now) / 1000) + 1000)
+  redis.call('SET', KEYS[1], newtat, 'PX', ttl(newtat - now))
 end
 local wait = 0
 if g < n then

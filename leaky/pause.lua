@@ -27,37 +27,34 @@
 -- The pause end only grows. An existing tat is pushed to at least the pause
 -- end (every later slot waits); a missing one is left missing, so that the
 -- next reservation still starts cold (reserve.lua also waits for the pause).
+--
+-- Prepended (redis.go): internal/luapre's now.lua (now_us) and num.lua (str,
+-- idiv, ttl), then shaping.lua (effective, climbed).
 local d = tonumber(ARGV[1])
 local idle = tonumber(ARGV[2])
-local now
-if ARGV[3] ~= nil and ARGV[3] ~= '' then
-  now = tonumber(ARGV[3])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+local now = now_us(ARGV[3])
 
 local pause = now + d
 local old = tonumber(redis.call('GET', KEYS[2]))
 local inforce = old ~= nil and old > now
 if old == nil or old < pause then
   -- a second past the end, so a reader never races the expiry
-  redis.call('SET', KEYS[2], pause, 'PX', math.ceil(d / 1000) + 1000)
+  redis.call('SET', KEYS[2], pause, 'PX', ttl(d))
 else
   pause = old
 end
 
 if ARGV[4] ~= nil and ARGV[4] ~= '' then
-  redis.call('PUBLISH', ARGV[4], string.format('%.0f', pause - now) .. ' ' .. ARGV[5])
+  redis.call('PUBLISH', ARGV[4], str(pause - now) .. ' ' .. ARGV[5])
 end
 
 local tat = tonumber(redis.call('HGET', KEYS[1], 'tat'))
 if tat ~= nil and tat < pause then
   redis.call('HSET', KEYS[1], 'tat', pause)
   redis.call('HINCRBY', KEYS[1], 'seq', 1)
-  local ttl = math.ceil((pause - now) / 1000) + idle
-  if redis.call('PTTL', KEYS[1]) < ttl then
-    redis.call('PEXPIRE', KEYS[1], ttl)
+  local keep = math.ceil((pause - now) / 1000) + idle
+  if redis.call('PTTL', KEYS[1]) < keep then
+    redis.call('PEXPIRE', KEYS[1], keep)
   end
 end
 
@@ -78,9 +75,9 @@ if ARGV[6] ~= nil and ARGV[6] ~= '' and not inforce then
   if r < eff then
     lowered = 1
   end
-  local ttl = math.ceil(climbed(rate, r, incq, quiet, dcap) / 1000) + 1000
-  if redis.call('PTTL', KEYS[1]) < ttl then
-    redis.call('PEXPIRE', KEYS[1], ttl)
+  local keep = math.ceil(climbed(rate, r, incq, quiet, dcap) / 1000) + 1000
+  if redis.call('PTTL', KEYS[1]) < keep then
+    redis.call('PEXPIRE', KEYS[1], keep)
   end
 end
 return {pause, lowered}

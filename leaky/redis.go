@@ -10,17 +10,22 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/notifier/notifier/internal/luapre"
 )
 
+// Each script is its .lua file with what its header says comes prepended:
+// the shared preambles of internal/luapre (now_us; str, idiv, ttl) and
+// shaping.lua.
 var (
 	// shapingLua is the adaptive-rate arithmetic reserve.lua and pause.lua
-	// share: prepended to each.
+	// share: prepended to each, after luapre.Num (its idiv).
 	//go:embed shaping.lua
 	shapingLua string
 
 	//go:embed reserve.lua
 	reserveLua    string
-	reserveScript = redis.NewScript(shapingLua + reserveLua)
+	reserveScript = redis.NewScript(luapre.Now + luapre.Num + shapingLua + reserveLua)
 
 	//go:embed cancel.lua
 	cancelLua    string
@@ -28,18 +33,18 @@ var (
 
 	//go:embed pause.lua
 	pauseLua    string
-	pauseScript = redis.NewScript(shapingLua + pauseLua)
+	pauseScript = redis.NewScript(luapre.Now + luapre.Num + shapingLua + pauseLua)
 	//go:embed resume.lua
 	resumeLua    string
-	resumeScript = redis.NewScript(resumeLua)
+	resumeScript = redis.NewScript(luapre.Now + resumeLua)
 
 	//go:embed status.lua
 	statusLua    string
-	statusScript = redis.NewScript(statusLua)
+	statusScript = redis.NewScript(luapre.Now + statusLua)
 
 	//go:embed shape.lua
 	shapeLua    string
-	shapeScript = redis.NewScript(shapeLua)
+	shapeScript = redis.NewScript(luapre.Now + shapeLua)
 )
 
 // Redis is a Queue shared by the fleet through Redis (standalone, Sentinel

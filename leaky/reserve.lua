@@ -28,16 +28,13 @@
 -- a full queue. The first reservation that finds it so writes it back (the
 -- cold start is remembered, or the next call would start cold again); each
 -- reservation made adds one to seq, as does remembering a cold start.
+--
+-- Prepended (redis.go): internal/luapre's now.lua (now_us) and num.lua (idiv),
+-- then shaping.lua (effective, climbed).
 local mqd = tonumber(ARGV[1])
 local cold = tonumber(ARGV[2])
 local idle = tonumber(ARGV[3])
-local now
-if ARGV[4] ~= '' then
-  now = tonumber(ARGV[4])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+local now = now_us(ARGV[4])
 local guard = ARGV[5] == '1'
 local nshape = tonumber(ARGV[6])
 local node = '-'
@@ -103,7 +100,8 @@ end
 -- quanta at t0 µs) and, for quota j, q<j>s (the start of the window the
 -- latest slots count in, µs) and q<j>u (its units).
 
--- idiv, effective and climbed come from shaping.lua, prepended.
+-- effective and climbed come from shaping.lua, idiv from internal/luapre's
+-- num.lua, both prepended.
 
 local rate = tonumber(ARGV[7])
 local minr = tonumber(ARGV[8])

@@ -16,14 +16,10 @@
 -- every slot already granted, and sends resume within max_queue_delay.
 -- The announcement "0 <provider>" clears the pause in every process's
 -- watcher.
+--
+-- Prepended (redis.go): internal/luapre's now.lua (now_us).
 local horizon = tonumber(ARGV[1])
-local now
-if ARGV[2] ~= nil and ARGV[2] ~= '' then
-  now = tonumber(ARGV[2])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+local now = now_us(ARGV[2])
 local pause = tonumber(redis.call('GET', KEYS[2]))
 local left = 0
 if pause ~= nil and pause > now then

@@ -7,13 +7,9 @@
 -- Reply: {now, r0, t0, q1s, q1u, …}, every absent field 0. The effective
 -- rate and each quota's window are worked out in Go (shaping.go), as the
 -- Memory backend does.
-local now
-if ARGV[1] ~= nil and ARGV[1] ~= '' then
-  now = tonumber(ARGV[1])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+--
+-- Prepended (redis.go): internal/luapre's now.lua (now_us).
+local now = now_us(ARGV[1])
 local fields = {'r0', 't0'}
 for j = 1, tonumber(ARGV[2]) do
   fields[#fields + 1] = 'q' .. j .. 's'

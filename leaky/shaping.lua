@@ -1,19 +1,10 @@
 -- shaping.lua: the adaptive-rate arithmetic reserve.lua and pause.lua share,
--- prepended to each when the scripts are built (redis.go). It is the
--- Lua twin of shapePlan in shaping.go: the same integer steps, so that
--- Memory and Redis agree to the quantum.
+-- prepended to each when the scripts are built (redis.go), after
+-- internal/luapre's num.lua, whose idiv (floor(a / b) exactly) it uses. It
+-- is the Lua twin of shapePlan in shaping.go: the same integer steps, so
+-- that Memory and Redis agree to the quantum.
 --
 -- Rates are integers in quanta of 1e-6 units/s; times are µs.
-
--- floor(n / d) exactly, for integers 0 <= n < 2^53, d > 0: the float
--- quotient can round up to the next integer.
-local function idiv(n, d)
-  local q = math.floor(n / d)
-  if q * d > n then
-    q = q - 1
-  end
-  return q
-end
 
 -- effective is the rate at now after the last decrease (to r0 at t0): it
 -- climbs by incq a second from quiet after t0 (the climb at most dcap

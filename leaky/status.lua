@@ -7,13 +7,9 @@
 -- Reply: {queued µs = max(0, tat − max(now, pause)), paused for µs =
 -- max(0, pause − now)}: the queue counts the slots after the pause, not the
 -- pause itself (which status shows apart).
-local now
-if ARGV[1] ~= nil and ARGV[1] ~= '' then
-  now = tonumber(ARGV[1])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+--
+-- Prepended (redis.go): internal/luapre's now.lua (now_us).
+local now = now_us(ARGV[1])
 local tat = tonumber(redis.call('HGET', KEYS[1], 'tat')) or now
 local pause = tonumber(redis.call('GET', KEYS[2])) or now
 return {math.max(0, tat - math.max(now, pause)), math.max(0, pause - now)}

@@ -23,13 +23,10 @@
 -- Reply     four integers per decision, in order: allowed 1|0, remaining,
 --           retry_after_us (0 when allowed), the instant in µs the job's
 --           admission stands at (0 when denied)
-local now
-if ARGV[1] ~= '' then
-  now = tonumber(ARGV[1])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+--
+-- now_us comes from internal/luapre's now.lua, prepended (redis.go) with
+-- num.lua before the algorithm's file.
+local now = now_us(ARGV[1])
 local nkeys = tonumber(ARGV[2])
 local out = {}
 local first = 1

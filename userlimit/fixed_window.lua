@@ -12,7 +12,8 @@
 -- now, at, move  see decide.lua
 -- Returns  allowed 1|0, remaining, retry_after_us, the job's instant
 --
--- marker.lua (prepended) defines admitted(), which reads the job's marker.
+-- marker.lua (prepended) defines admitted(), which reads the job's marker,
+-- and internal/luapre's num.lua (prepended before it) str, idiv and ttl.
 --
 -- A job with an unlapsed marker is allowed again without counting; decided
 -- for another instant (move) it is withdrawn from its window and decided
@@ -21,14 +22,6 @@
 -- (The fields w and n of the one-window format before are read once and
 -- turned into a field of their window.)
 
-local function str(n) return string.format('%.0f', n) end
--- floor(a / b), exact for integers below 2^53.
-local function idiv(a, b)
-  local q = math.floor(a / b)
-  if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
-  return q
-end
-local function ttl(us) return str(math.ceil(us / 1000) + 1000) end
 local function decide(key, marker_key, limit, window, job, now, at, move)
   local cur = idiv(now, window)
   local counts, last = {}, cur

@@ -1,6 +1,6 @@
--- peek.lua: prepended to an algorithm's script (its marker reader, its
--- decide function and decide.lua) to make a read-only copy of it: the
--- decision a new job would get, with nothing written.
+-- peek.lua: prepended to an algorithm's script (the preambles, its marker
+-- reader, its decide function and decide.lua) to make a read-only copy of
+-- it: the decision a new job would get, with nothing written.
 --
 -- It declares a local `redis` that every line after it sees instead of the
 -- server's: reads (GET, HGETALL, ZSCORE, ZCOUNT, ZRANGE, ZRANGEBYSCORE,

@@ -10,10 +10,13 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/notifier/notifier/internal/luapre"
 )
 
-// Each script is its algorithm's decide function followed by the driver
-// (decide.lua) that runs it for every decision of a call.
+// Each script is the shared preambles (internal/luapre: now_us; str, idiv,
+// ttl), its algorithm's decide function and the driver (decide.lua) that
+// runs it for every decision of a call.
 var (
 	//go:embed decide.lua
 	decideLua string
@@ -43,11 +46,12 @@ var (
 )
 
 // scriptsWith builds every algorithm's script with prefix prepended (""
-// for the deciding scripts, peek.lua for the read-only ones).
+// for the deciding scripts, peek.lua for the read-only ones: before the
+// preambles, so that every redis.call of the script goes through it).
 func scriptsWith(prefix string) map[Algorithm]*redis.Script {
 	m := make(map[Algorithm]*redis.Script, len(algorithmLua))
 	for a, body := range algorithmLua {
-		m[a] = redis.NewScript(prefix + body + decideLua)
+		m[a] = redis.NewScript(prefix + luapre.Now + luapre.Num + body + decideLua)
 	}
 	return m
 }

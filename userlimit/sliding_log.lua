@@ -17,10 +17,8 @@
 -- no window holds more than limit entries, in whatever order the instants
 -- are decided. The log expires one second after its newest entry leaves
 -- the window.
-
--- Integers travel to Redis as decimal strings; Lua's own conversion may use
--- an exponent and drop digits.
-local function str(n) return string.format('%.0f', n) end
+--
+-- internal/luapre's num.lua (prepended) defines str and ttl.
 
 local function decide(key, marker_key, limit, window, job, now, at, move)
   redis.call('ZREMRANGEBYSCORE', key, '-inf', str(now - window))
@@ -41,7 +39,7 @@ local function decide(key, marker_key, limit, window, job, now, at, move)
   if count < limit then
     redis.call('ZADD', key, str(at), job)
     local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-    redis.call('PEXPIRE', key, str(math.ceil((tonumber(newest[2]) + window - now) / 1000) + 1000))
+    redis.call('PEXPIRE', key, ttl(tonumber(newest[2]) + window - now))
     return 1, limit - count - 1, 0, at
   end
 

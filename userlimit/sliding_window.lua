@@ -13,7 +13,8 @@
 -- now, at, move  see decide.lua
 -- Returns  allowed 1|0, remaining, retry_after_us, the job's instant
 --
--- marker.lua (prepended) defines admitted(), which reads the job's marker.
+-- marker.lua (prepended) defines admitted(), which reads the job's marker,
+-- and internal/luapre's num.lua (prepended before it) str, idiv and ttl.
 --
 -- With e = at - start of at's window, c its count and p the previous
 -- window's, the estimate of the sliding window is c + p * (window - e) /
@@ -26,14 +27,6 @@
 -- two-window format before are read once and turned into fields of their
 -- windows.)
 
-local function str(n) return string.format('%.0f', n) end
--- floor(a / b), exact for integers below 2^53.
-local function idiv(a, b)
-  local q = math.floor(a / b)
-  if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
-  return q
-end
-local function ttl(us) return str(math.ceil(us / 1000) + 1000) end
 local function decide(key, marker_key, limit, window, job, now, at, move)
   local function weight(p, e) return p * (window - e) / window end
   local function allows(c, p, e) return c + 1 + weight(p, e) <= limit end

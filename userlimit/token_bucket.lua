@@ -47,14 +47,8 @@
 -- keys expire
 -- one second after neither matters (the newest entry left the window, and
 -- g has passed).
-
-local function str(n) return string.format('%.0f', n) end
--- floor(a / b), exact for integers below 2^53.
-local function idiv(a, b)
-  local q = math.floor(a / b)
-  if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
-  return q
-end
+--
+-- internal/luapre's num.lua (prepended) defines str, idiv and ttl.
 
 -- pressure returns L and R for an instant x over the log entries ts (in
 -- time order) and the folded tat (0: none).
@@ -137,7 +131,7 @@ local function decide(key, log_key, limit, window, job, now, at, move)
       redis.call('DEL', key)
       return
     end
-    local px = str(math.ceil((until_us - now) / 1000) + 1000)
+    local px = ttl(until_us - now)
     redis.call('SET', key, str(tat) .. ':' .. str(g) .. ':' .. str(newest) .. ':' .. str(T), 'PX', px)
     if newest > 0 then redis.call('PEXPIRE', log_key, px) end
   end

@@ -1,0 +1,25 @@
+-- failed: count one transient provider failure of a job, note its class,
+-- and give up the caller's lease.
+--
+-- KEYS[1]  the job's ledger hash, {<prefix>j:<id>}
+-- ARGV[1]  owner token of the caller
+-- ARGV[2]  record TTL (dedup_ttl), integer milliseconds
+-- ARGV[3]  the failure's class ("5xx", "error"; '' or absent: none)
+--
+-- Fields beside claim's (ledger_claim.lua): e = the class of the last
+-- transient failure.
+--
+-- a = a + 1, e = the class when there is one, the lease (o, l) cleared when
+-- the caller holds it; the record then lives dedup_ttl more.
+--
+-- Reply: attempts after this failure (integer)
+local key = KEYS[1]
+redis.call('HINCRBY', key, 'a', 1)
+if ARGV[3] and ARGV[3] ~= '' then
+  redis.call('HSET', key, 'e', ARGV[3])
+end
+if redis.call('HGET', key, 'o') == ARGV[1] then
+  redis.call('HDEL', key, 'o', 'l')
+end
+redis.call('PEXPIRE', key, ARGV[2])
+return tonumber(redis.call('HGET', key, 'a')) or 0
