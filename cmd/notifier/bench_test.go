@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -12,18 +13,20 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/notifier/notifier/bench"
+	"github.com/notifier/notifier/internal/stats"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
 )
 
 // decodeBench parses --json output, failing on any field it does not know.
-func decodeBench(t *testing.T, stdout string) *benchResult {
+func decodeBench(t *testing.T, stdout string) *bench.Result {
 	t.Helper()
 	dec := json.NewDecoder(strings.NewReader(stdout))
 	dec.DisallowUnknownFields()
-	var r benchResult
+	var r bench.Result
 	if err := dec.Decode(&r); err != nil {
-		t.Fatalf("bench --json output is not one benchResult object: %v\n%s", err, stdout)
+		t.Fatalf("bench --json output is not one bench.Result object: %v\n%s", err, stdout)
 	}
 	if dec.More() {
 		t.Fatalf("bench --json printed more than one object:\n%s", stdout)
@@ -33,7 +36,7 @@ func decodeBench(t *testing.T, stdout string) *benchResult {
 
 // roundRatios is the rounds' ratios of the wide-open (or every-layer)
 // pass to their floors.
-func roundRatios(tp *throughputResult, allLayers bool) []float64 {
+func roundRatios(tp *bench.ThroughputResult, allLayers bool) []float64 {
 	var out []float64
 	for _, rd := range tp.Rounds {
 		if allLayers {
@@ -47,7 +50,7 @@ func roundRatios(tp *throughputResult, allLayers bool) []float64 {
 
 // checkPass checks one dispatcher pass's figures for sanity; ratios are
 // its rounds' ratios to their floors, whose median it must report.
-func checkPass(t *testing.T, p passResult, jobs int, ratios []float64) {
+func checkPass(t *testing.T, p bench.PassResult, jobs int, ratios []float64) {
 	t.Helper()
 	if p.Jobs != jobs || p.Outcomes["sent"] != jobs {
 		t.Errorf("%s: %d jobs, %d sent, want %d", p.Name, p.Jobs, p.Outcomes["sent"], jobs)
@@ -55,7 +58,7 @@ func checkPass(t *testing.T, p passResult, jobs int, ratios []float64) {
 	if p.Seconds <= 0 || p.JobsPerSecond <= 0 || p.CPUSecondsPer1000 <= 0 || p.AllocsPerJob <= 0 {
 		t.Errorf("%s: seconds %v, jobs/s %v, CPU s/1000 %v, allocs/job %v: each must be above 0", p.Name, p.Seconds, p.JobsPerSecond, p.CPUSecondsPer1000, p.AllocsPerJob)
 	}
-	if got := median(ratios); p.RatioToFloor <= 0 || got != p.RatioToFloor {
+	if got := stats.Median(ratios); p.RatioToFloor <= 0 || got != p.RatioToFloor {
 		t.Errorf("%s: ratio to floor %v, but the median of the rounds' ratios %v is %v", p.Name, p.RatioToFloor, ratios, got)
 	}
 	r := p.Redis
@@ -135,7 +138,7 @@ func TestBenchJSON(t *testing.T) {
 	checkPass(t, tp.AllLayers, 500, roundRatios(tp, true))
 	// The promise: at most two Redis round trips per sent job (each one
 	// shared with other workers' requests, so fewer).
-	for _, p := range []passResult{tp.WideOpen, tp.AllLayers} {
+	for _, p := range []bench.PassResult{tp.WideOpen, tp.AllLayers} {
 		if p.Redis.RoundTripsPerJob > 2 {
 			t.Errorf("%s: %v Redis round trips per job, want at most 2", p.Name, p.Redis.RoundTripsPerJob)
 		}
@@ -144,7 +147,7 @@ func TestBenchJSON(t *testing.T) {
 		t.Errorf("the passes' limits are not described: %+v", tp)
 	}
 
-	steps := map[string]stepLatency{}
+	steps := map[string]bench.StepLatency{}
 	for _, s := range r.Latency.Steps {
 		steps[s.Step] = s
 		if s.Count < 1 || s.P50Ms < 0 || s.P99Ms < s.P50Ms || s.What == "" {
@@ -215,7 +218,7 @@ func TestBenchPacing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, notifierBinary(t), "bench", "--processes", "2", "--contract", "50", "--jobs", "300", "--json")
-	var stderr lockedBuffer
+	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	code := 0
@@ -293,52 +296,6 @@ func TestBenchUsageAndSetUpErrors(t *testing.T) {
 	ee, ok := err.(*exec.ExitError)
 	if !ok || ee.ExitCode() != 1 || !strings.Contains(string(out), "redis-server") || !strings.Contains(string(out), "--redis-addr") {
 		t.Errorf("no redis-server on PATH and no --redis-addr: %v\n%s", err, out)
-	}
-}
-
-// TestRedisStatsDiff: the commands between two snapshots, less the
-// snapshot's own INFO calls, largest first.
-func TestRedisStatsDiff(t *testing.T) {
-	t.Parallel()
-	before := redisStats{calls: map[string]int64{"evalsha": 10, "info": 4, "ping": 1}, cpu: 1.5, masters: 1}
-	after := redisStats{calls: map[string]int64{"evalsha": 30, "info": 6, "ping": 1, "hset": 20, "time": 5}, cpu: 2.0, masters: 1}
-	total, by, cpu := after.diff(before)
-	if total != 45 || cpu != 0.5 {
-		t.Fatalf("total %d, cpu %v; want 45 (evalsha 20, hset 20, time 5; the 2 INFO are the bench's own), 0.5", total, cpu)
-	}
-	want := []commandCount{{Command: "evalsha", Calls: 20}, {Command: "hset", Calls: 20}, {Command: "time", Calls: 5}}
-	if len(by) != len(want) {
-		t.Fatalf("by command %+v, want %+v", by, want)
-	}
-	for i := range want {
-		if by[i] != want[i] {
-			t.Fatalf("by command %+v, want %+v", by, want)
-		}
-	}
-}
-
-func TestPercentile(t *testing.T) {
-	t.Parallel()
-	var ds []time.Duration
-	for i := 1; i <= 100; i++ {
-		ds = append(ds, time.Duration(i)*time.Millisecond)
-	}
-	for _, c := range []struct {
-		q    float64
-		want time.Duration
-	}{{0.01, time.Millisecond}, {0.5, 50 * time.Millisecond}, {0.99, 99 * time.Millisecond}, {1, 100 * time.Millisecond}, {0, time.Millisecond}} {
-		if got := percentile(ds, c.q); got != c.want {
-			t.Errorf("percentile(1..100 ms, %v) = %s, want %s", c.q, got, c.want)
-		}
-	}
-	if got := percentile(nil, 0.5); got != 0 {
-		t.Errorf("percentile of nothing = %s", got)
-	}
-	if got := fmtDur(time.Hour); got != "1h" {
-		t.Errorf("fmtDur(1h) = %q", got)
-	}
-	if got := fmtDur(90 * time.Second); got != "1m30s" {
-		t.Errorf("fmtDur(90s) = %q", got)
 	}
 }
 

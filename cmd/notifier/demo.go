@@ -20,6 +20,7 @@ import (
 
 	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/globallimit"
+	"github.com/notifier/notifier/internal/stats"
 	"github.com/notifier/notifier/localenv"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
@@ -355,10 +356,10 @@ func demoTenantReport(w io.Writer, burst []demoMsg, codes []demoCode, reg promet
 		if len(ds) == 0 {
 			return "-"
 		}
-		return fmt.Sprintf("%s / %s", fmtSeconds(percentile(ds, 0.50).Seconds()), fmtSeconds(percentile(ds, 0.95).Seconds()))
+		return fmt.Sprintf("%s / %s", fmtSeconds(stats.Percentile(ds, 0.50).Seconds()), fmtSeconds(stats.Percentile(ds, 0.95).Seconds()))
 	}
 	verdict := ""
-	if len(codeWaits) > 0 && len(blastWaits) > 0 && percentile(codeWaits, 0.95) < percentile(blastWaits, 0.50) {
+	if len(codeWaits) > 0 && len(blastWaits) > 0 && stats.Percentile(codeWaits, 0.95) < stats.Percentile(blastWaits, 0.50) {
 		verdict = ": not stuck behind the blast"
 	}
 	fmt.Fprintf(w, "\ntenants (weights 1:1: while both have sms waiting, each may take half the sms contract)\n")

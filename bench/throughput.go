@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -16,6 +16,8 @@ import (
 
 	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/globallimit"
+	"github.com/notifier/notifier/inspect"
+	"github.com/notifier/notifier/internal/stats"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/userlimit"
@@ -43,8 +45,8 @@ var benchUserRule = userlimit.Rule{Limit: userlimit.MaxSlidingLogLimit, Window: 
 // globallimit.LeaseSize of it (100 tokens) per Redis call.
 var benchGlobalConfig = globallimit.Config{Rate: 100_000, Burst: 5_000}
 
-// passResult is one throughput pass's figures.
-type passResult struct {
+// PassResult is one throughput pass's figures.
+type PassResult struct {
 	Name              string         `json:"name"`
 	Jobs              int            `json:"jobs"`
 	Seconds           float64        `json:"seconds"`
@@ -63,7 +65,7 @@ type passRedis struct {
 	RoundTripsPerJob  float64        `json:"round_trips_per_job"`
 	CommandsPerJob    float64        `json:"commands_per_job"`
 	CPUSecondsPer1000 float64        `json:"cpu_seconds_per_1000_jobs"`
-	TopCommands       []commandCount `json:"top_commands"`
+	TopCommands       []CommandCount `json:"top_commands"`
 }
 
 // meter takes the process's and the servers' counters before and after a
@@ -93,12 +95,12 @@ func (w *benchWorld) readMeter(ctx context.Context, withRedis bool) (meter, erro
 }
 
 // result turns two meter readings around n jobs done in took into figures.
-func (w *benchWorld) result(ctx context.Context, name string, before meter, n int, took time.Duration, withRedis bool) (passResult, error) {
+func (w *benchWorld) result(ctx context.Context, name string, before meter, n int, took time.Duration, withRedis bool) (PassResult, error) {
 	after, err := w.readMeter(ctx, withRedis)
 	if err != nil {
-		return passResult{}, err
+		return PassResult{}, err
 	}
-	r := passResult{
+	r := PassResult{
 		Name:              name,
 		Jobs:              n,
 		Seconds:           took.Seconds(),
@@ -140,9 +142,9 @@ func (w *benchWorld) publishJobs(ctx context.Context, tag string, n int, subject
 	for i := range n {
 		j := &queue.Job{
 			ID:        fmt.Sprintf("%s-%s-%d", w.run, tag, i),
-			UserID:    fmt.Sprintf("user-%d", i%w.f.users),
+			UserID:    fmt.Sprintf("user-%d", i%w.f.Users),
 			Channel:   "sms",
-			To:        fmt.Sprintf("+1555%07d", i%w.f.users),
+			To:        fmt.Sprintf("+1555%07d", i%w.f.Users),
 			Body:      fmt.Sprintf("bench message %d", i),
 			CreatedAt: now,
 		}
@@ -175,11 +177,11 @@ func (w *benchWorld) publishJobs(ctx context.Context, tag string, n int, subject
 // a message with a double ack (waiting for the server's confirmation, as a
 // dispatcher does), fed by one loop that pulls as many messages as there
 // are free workers, as a dispatcher's fetch loop does.
-func (w *benchWorld) floorPass(ctx context.Context, tag string, n int) (passResult, error) {
+func (w *benchWorld) floorPass(ctx context.Context, tag string, n int) (PassResult, error) {
 	sc := queue.JobStreamConfig(w.qcfg, w.nats.replicas)
 	sc.Name, sc.Subjects, sc.Description = floorStream, []string{"bench.floor.*"}, "notifier bench: the bare JetStream floor"
 	if _, err := w.js.CreateOrUpdateStream(ctx, sc); err != nil {
-		return passResult{}, fmt.Errorf("create stream %s: %w", floorStream, err)
+		return PassResult{}, fmt.Errorf("create stream %s: %w", floorStream, err)
 	}
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -196,25 +198,25 @@ func (w *benchWorld) floorPass(ctx context.Context, tag string, n int) (passResu
 		MaxAckPending: queue.DefaultMaxAckPending,
 	})
 	if err != nil {
-		return passResult{}, fmt.Errorf("create the floor's consumer: %w", err)
+		return PassResult{}, fmt.Errorf("create the floor's consumer: %w", err)
 	}
 	warm := warmupJobs(n)
 	if err := w.publishJobs(ctx, "floor-warmup-"+tag, warm, floorSubject); err != nil {
-		return passResult{}, err
+		return PassResult{}, err
 	}
 	if _, err := w.consumeFloor(ctx, cons, "bare JetStream: warming up", warm); err != nil {
-		return passResult{}, err
+		return PassResult{}, err
 	}
 	if err := w.publishJobs(ctx, "floor-"+tag, n, floorSubject); err != nil {
-		return passResult{}, err
+		return PassResult{}, err
 	}
 	before, err := w.readMeter(ctx, false)
 	if err != nil {
-		return passResult{}, err
+		return PassResult{}, err
 	}
 	took, err := w.consumeFloor(ctx, cons, "bare JetStream: pull + ack", n)
 	if err != nil {
-		return passResult{}, err
+		return PassResult{}, err
 	}
 	r, err := w.result(ctx, "bare JetStream pull + ack", before, n, took, false)
 	r.RatioToFloor = 1
@@ -226,7 +228,7 @@ func (w *benchWorld) floorPass(ctx context.Context, tag string, n int) (passResu
 func (w *benchWorld) consumeFloor(ctx context.Context, cons jetstream.Consumer, phase string, n int) (time.Duration, error) {
 	var acked, failed atomic.Int64
 	w.prog.set(phase, n, func() int { return int(acked.Load()) })
-	workers := w.f.workers
+	workers := w.f.Workers
 	slots := make(chan struct{}, workers)
 	for range workers {
 		slots <- struct{}{}
@@ -368,9 +370,9 @@ const (
 // benchShadowRule is the --shadow pass's per-user cap: in shadow mode, half
 // of each user's share of a pass, so that about half of the jobs are
 // shadow-denied (counted, sent anyway).
-func benchShadowRule(f *benchFlags) userlimit.Rule {
+func benchShadowRule(f *Config) userlimit.Rule {
 	r := benchUserRule
-	r.Limit, r.Mode = max(1, f.jobs/f.users/2), userlimit.Shadow
+	r.Limit, r.Mode = max(1, f.Jobs/f.Users/2), userlimit.Shadow
 	return r
 }
 
@@ -379,17 +381,17 @@ func benchShadowRule(f *benchFlags) userlimit.Rule {
 const benchShadowRate = 500
 
 // benchShadowLimits describes the --shadow pass.
-func benchShadowLimits(f *benchFlags) string {
+func benchShadowLimits(f *Config) string {
 	r := benchShadowRule(f)
 	return fmt.Sprintf("every layer on, the per-user cap in shadow mode at %d per %s (about half of each user's jobs shadow-denied) and a fleet shadow_rate of %d/s: counted, never enforced",
-		r.Limit, fmtDur(r.Window), benchShadowRate)
+		r.Limit, inspect.FormatDuration(r.Window), benchShadowRate)
 }
 
 // dispatchPass runs n jobs through a dispatcher on the bench's NATS and
 // Redis and an in-process sink, after a warm-up, and measures it. kind
 // turns on the per-user cap and the fleet bucket (configured never to
 // deny), and for passShadow shadow limits that deny.
-func (w *benchWorld) dispatchPass(ctx context.Context, tag, name string, kind passKind, n int) (passResult, error) {
+func (w *benchWorld) dispatchPass(ctx context.Context, tag, name string, kind passKind, n int) (PassResult, error) {
 	lcfg := dispatch.LimitsConfig{Prefix: w.prefix, DedupTTL: time.Hour}
 	var users map[string]userlimit.Rule
 	layers := kind != passOpen
@@ -406,7 +408,7 @@ func (w *benchWorld) dispatchPass(ctx context.Context, tag, name string, kind pa
 	reg := sinkRegistry{cfg: w.sink, p: &inProcessSink{name: w.sink.Name}}
 	cons, err := queue.NewConsumer(ctx, w.js, w.qcfg, queue.ConsumerConfig{})
 	if err != nil {
-		return passResult{}, err
+		return PassResult{}, err
 	}
 	// Only the every-layer pass is traced (the latency section is its): the
 	// wide-open pass measures the dispatcher as it runs in production.
@@ -415,10 +417,10 @@ func (w *benchWorld) dispatchPass(ctx context.Context, tag, name string, kind pa
 	if layers {
 		trace = tr.record
 	}
-	run := func(phase string, jobs int, measure bool) (passResult, error) {
+	run := func(phase string, jobs int, measure bool) (PassResult, error) {
 		m := dispatch.NewMetrics(prometheus.NewRegistry())
 		d, err := dispatch.New(dispatch.Options{
-			Workers:     w.f.workers,
+			Workers:     w.f.Workers,
 			AckWait:     w.qcfg.AckWait,
 			UserLimits:  users,
 			FetchWait:   200 * time.Millisecond,
@@ -431,7 +433,7 @@ func (w *benchWorld) dispatchPass(ctx context.Context, tag, name string, kind pa
 			Trace:       trace,
 		})
 		if err != nil {
-			return passResult{}, err
+			return PassResult{}, err
 		}
 		outcome := func(o string) int {
 			return int(counterValue(m.Jobs.WithLabelValues("sms", sinkProvider, o)))
@@ -443,7 +445,7 @@ func (w *benchWorld) dispatchPass(ctx context.Context, tag, name string, kind pa
 		var before meter
 		if measure {
 			if before, err = w.readMeter(ctx, true); err != nil {
-				return passResult{}, err
+				return PassResult{}, err
 			}
 			tr.on.Store(true)
 		}
@@ -454,7 +456,7 @@ func (w *benchWorld) dispatchPass(ctx context.Context, tag, name string, kind pa
 		werr := waitForJobs(ctx, jobs, ended)
 		took := time.Since(start)
 		tr.on.Store(false)
-		var r passResult
+		var r PassResult
 		if werr == nil && measure {
 			r, werr = w.result(ctx, name, before, jobs, took, true)
 		}
@@ -463,10 +465,10 @@ func (w *benchWorld) dispatchPass(ctx context.Context, tag, name string, kind pa
 			werr = err
 		}
 		if werr != nil {
-			return passResult{}, fmt.Errorf("%s: %w", phase, werr)
+			return PassResult{}, fmt.Errorf("%s: %w", phase, werr)
 		}
 		if sent := outcome(dispatch.OutcomeSent); sent != jobs {
-			return passResult{}, fmt.Errorf("%s: %d of %d jobs sent (dead %d, suppressed %d, duplicate %d)", phase, sent, jobs,
+			return PassResult{}, fmt.Errorf("%s: %d of %d jobs sent (dead %d, suppressed %d, duplicate %d)", phase, sent, jobs,
 				outcome(dispatch.OutcomeDead), outcome(dispatch.OutcomeSuppressed), outcome(dispatch.OutcomeDuplicate))
 		}
 		if measure {
@@ -480,17 +482,17 @@ func (w *benchWorld) dispatchPass(ctx context.Context, tag, name string, kind pa
 	}
 	warm := warmupJobs(n)
 	if err := w.publishJobs(ctx, tag+"-warmup", warm, ""); err != nil {
-		return passResult{}, err
+		return PassResult{}, err
 	}
 	if _, err := run(name+": warming up", warm, false); err != nil {
-		return passResult{}, err
+		return PassResult{}, err
 	}
 	if err := w.publishJobs(ctx, tag, n, ""); err != nil {
-		return passResult{}, err
+		return PassResult{}, err
 	}
 	r, err := run(name, n, true)
 	if err != nil {
-		return passResult{}, err
+		return PassResult{}, err
 	}
 	r.stepDurations = tr.steps
 	return r, nil
@@ -567,9 +569,9 @@ func deferrals(m *dispatch.Metrics) map[string]float64 {
 	return out
 }
 
-// stepLatency is one step's duration per job: p50 and p99 over the timed
+// StepLatency is one step's duration per job: p50 and p99 over the timed
 // pass.
-type stepLatency struct {
+type StepLatency struct {
 	Step  string  `json:"step"`
 	What  string  `json:"what"`
 	Count int     `json:"count"`
@@ -592,7 +594,7 @@ var stepOrder = []string{"admit", "ledger", "user", "global", "leaky", "provider
 
 // latencies summarises step durations in the documented order, then any
 // step the dispatcher reports that the bench does not know.
-func latencies(steps map[string][]time.Duration) []stepLatency {
+func latencies(steps map[string][]time.Duration) []StepLatency {
 	names := append([]string(nil), stepOrder...)
 	var extra []string
 	for s := range steps {
@@ -602,7 +604,7 @@ func latencies(steps map[string][]time.Duration) []stepLatency {
 	}
 	sort.Strings(extra)
 	names = append(names, extra...)
-	var out []stepLatency
+	var out []StepLatency
 	for _, s := range names {
 		ds := steps[s]
 		if len(ds) == 0 {
@@ -614,19 +616,10 @@ func latencies(steps map[string][]time.Duration) []stepLatency {
 		if what == "" {
 			what = s
 		}
-		out = append(out, stepLatency{Step: s, What: what, Count: len(sorted),
-			P50Ms: ms(percentile(sorted, 0.50)), P99Ms: ms(percentile(sorted, 0.99))})
+		out = append(out, StepLatency{Step: s, What: what, Count: len(sorted),
+			P50Ms: ms(stats.Percentile(sorted, 0.50)), P99Ms: ms(stats.Percentile(sorted, 0.99))})
 	}
 	return out
-}
-
-// percentile is the q-quantile of sorted durations (nearest rank).
-func percentile(sorted []time.Duration, q float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(q*float64(len(sorted))+0.5) - 1
-	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bytes"
@@ -16,13 +16,14 @@ import (
 
 	"github.com/notifier/notifier/config"
 	"github.com/notifier/notifier/dispatch"
+	"github.com/notifier/notifier/internal/stats"
 	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/localenv"
 )
 
-// pacingResult is the pacing section: how closely a fleet of `notifier
+// PacingResult is the pacing section: how closely a fleet of `notifier
 // run` processes holds a provider's contract, as the sandbox saw it.
-type pacingResult struct {
+type PacingResult struct {
 	Command            string  `json:"command"`
 	Contract           int     `json:"contract"`
 	Processes          int     `json:"processes"`
@@ -52,20 +53,20 @@ type pacingResult struct {
 // pacingLane is the sandbox path the paced provider sends to.
 const pacingLane = "/paced"
 
-// errContractBroken fails the bench (exit 1) when a pacing run put more
+// ErrContractBroken fails the bench (exit 1) when a pacing run put more
 // requests than the contract into some window of 1 s minus the jitter
 // budget: the fleet's schedule, not the machine's scheduling, broke it.
-var errContractBroken = errors.New("contract broken")
+var ErrContractBroken = errors.New("contract broken")
 
 // pacingPass publishes a backlog of n jobs, starts --processes `notifier
 // run` processes (this binary, re-executed) on a generated configuration
 // pointing at the bench's NATS, Redis and the sandbox, which enforces the
 // contract, and measures the sends until all n are in.
-func (w *benchWorld) pacingPass(ctx context.Context, exe string, n int) (*pacingResult, error) {
+func (w *benchWorld) pacingPass(ctx context.Context, exe string, n int) (*PacingResult, error) {
 	if err := w.publishJobs(ctx, "pacing", n, ""); err != nil {
 		return nil, err
 	}
-	url := w.sb.Lane(pacingLane, w.f.contract, 0)
+	url := w.sb.Lane(pacingLane, w.f.Contract, 0)
 	dir, err := os.MkdirTemp("", "notifier-bench-pacing-*")
 	if err != nil {
 		return nil, fmt.Errorf("pacing configuration directory: %w", err)
@@ -79,7 +80,7 @@ func (w *benchWorld) pacingPass(ctx context.Context, exe string, n int) (*pacing
 		return nil, fmt.Errorf("the generated pacing configuration: %w", err)
 	}
 
-	w.prog.set(fmt.Sprintf("pacing: %d processes, contract %d/s", w.f.processes, w.f.contract), n, func() int {
+	w.prog.set(fmt.Sprintf("pacing: %d processes, contract %d/s", w.f.Processes, w.f.Contract), n, func() int {
 		return w.sb.Accepted(pacingLane)
 	})
 	var children []*benchChild
@@ -88,7 +89,7 @@ func (w *benchWorld) pacingPass(ctx context.Context, exe string, n int) (*pacing
 			c.stop()
 		}
 	}()
-	for i := range w.f.processes {
+	for i := range w.f.Processes {
 		c, err := startBenchChild(exe, cfgPath)
 		if err != nil {
 			return nil, fmt.Errorf("start notifier run %d: %w", i+1, err)
@@ -125,8 +126,8 @@ func (w *benchWorld) pacingPass(ctx context.Context, exe string, n int) (*pacing
 	st := w.sb.Stats(pacingLane)
 	arrivals := w.sb.Arrivals(pacingLane)
 	budget := leaky.JitterFor(dispatch.DefaultHeadroom)
-	r := &pacingResult{
-		Contract: w.f.contract, Processes: w.f.processes, WorkersPerProcess: w.f.workers, Jobs: n,
+	r := &PacingResult{
+		Contract: w.f.Contract, Processes: w.f.Processes, WorkersPerProcess: w.f.Workers, Jobs: n,
 		Sent: st.Accepted, Lost: max(0, n-st.Accepted), SentTwice: st.Duplicates,
 		MostInOneSecond: st.MostInOneSecond, Answered429: st.Answered429,
 		JitterBudgetMs: ms(budget), MostInBudgetWindow: w.sb.MostArrivals(pacingLane, time.Second-budget),
@@ -135,32 +136,19 @@ func (w *benchWorld) pacingPass(ctx context.Context, exe string, n int) (*pacing
 		span := arrivals[len(arrivals)-1].Sub(arrivals[0])
 		r.Seconds = span.Seconds()
 		r.SustainedPerSecond = float64(len(arrivals)-1) / span.Seconds()
-		r.SustainedFraction = r.SustainedPerSecond / float64(w.f.contract)
+		r.SustainedFraction = r.SustainedPerSecond / float64(w.f.Contract)
 		gaps := make([]time.Duration, len(arrivals)-1)
 		for i := range gaps {
 			gaps[i] = arrivals[i+1].Sub(arrivals[i])
 		}
 		sort.Slice(gaps, func(i, j int) bool { return gaps[i] < gaps[j] })
-		r.GapP1Ms, r.GapP50Ms, r.GapP99Ms = ms(percentile(gaps, 0.01)), ms(percentile(gaps, 0.50)), ms(percentile(gaps, 0.99))
+		r.GapP1Ms, r.GapP50Ms, r.GapP99Ms = ms(stats.Percentile(gaps, 0.01)), ms(stats.Percentile(gaps, 0.50)), ms(stats.Percentile(gaps, 0.99))
 	}
 	// A 429 alone does not break the contract: the sandbox enforces it
 	// exactly, so one request that a loaded machine delays past the
 	// budget draws one; the report counts them.
-	r.ContractHeld = r.MostInBudgetWindow <= w.f.contract
+	r.ContractHeld = r.MostInBudgetWindow <= w.f.Contract
 	return r, nil
-}
-
-// notifierExecutable is this binary, which the pacing run starts as
-// `notifier run`; a test binary cannot be.
-func notifierExecutable() (string, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return "", fmt.Errorf("find this binary to start notifier run: %w", err)
-	}
-	if strings.HasSuffix(exe, ".test") || strings.HasSuffix(exe, ".test.exe") {
-		return "", fmt.Errorf("the pacing run starts this binary as `notifier run`, and %s is a test binary: run a built notifier", filepath.Base(exe))
-	}
-	return exe, nil
 }
 
 // pacingConfig is the `notifier run` configuration of the pacing run: the
@@ -192,7 +180,7 @@ providers:
     rate: %d
     max_queue_delay: 1s
     timeout: 5s
-`, w.nats.url, w.nats.replicas, strings.Join(addrs, ", "), w.prefix, w.f.workers, url, w.f.contract)
+`, w.nats.url, w.nats.replicas, strings.Join(addrs, ", "), w.prefix, w.f.Workers, url, w.f.Contract)
 }
 
 // benchChild is one `notifier run` of the pacing run.

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -200,8 +200,8 @@ func (r *benchRedis) stats(ctx context.Context) (redisStats, error) {
 	return st, nil
 }
 
-// commandCount is one command's calls.
-type commandCount struct {
+// CommandCount is one command's calls.
+type CommandCount struct {
 	Command string  `json:"command"`
 	Calls   int64   `json:"calls"`
 	PerJob  float64 `json:"per_job"`
@@ -210,7 +210,7 @@ type commandCount struct {
 // diff is what the servers did between before and r, less the bench's own
 // statistics calls: the INFO of before's snapshot (two per master: the
 // commandstats and the cpu section) shows in r, r's own do not.
-func (r redisStats) diff(before redisStats) (total int64, byCommand []commandCount, cpu float64) {
+func (r redisStats) diff(before redisStats) (total int64, byCommand []CommandCount, cpu float64) {
 	for name, n := range r.calls {
 		d := n - before.calls[name]
 		if name == "info" {
@@ -220,7 +220,7 @@ func (r redisStats) diff(before redisStats) (total int64, byCommand []commandCou
 			continue
 		}
 		total += d
-		byCommand = append(byCommand, commandCount{Command: name, Calls: d})
+		byCommand = append(byCommand, CommandCount{Command: name, Calls: d})
 	}
 	sort.Slice(byCommand, func(i, j int) bool {
 		if byCommand[i].Calls != byCommand[j].Calls {

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -17,30 +17,29 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/spf13/cobra"
-
 	"github.com/notifier/notifier/gateway"
+	"github.com/notifier/notifier/internal/stats"
 	"github.com/notifier/notifier/localenv"
 	"github.com/notifier/notifier/queue"
 )
 
-// gatewayBenchResult is `notifier bench --gateway`: the 202 path and the
+// GatewayResult is `notifier bench --gateway`: the 202 path and the
 // 429 path of POST /v1/notifications, one after the other, on this machine.
-type gatewayBenchResult struct {
-	Command     string          `json:"command"`
-	Requests    int             `json:"requests_per_pass"`
-	Concurrency int             `json:"concurrency"`
-	Accepted    gatewayBenchRun `json:"accepted"`
-	Limited     gatewayBenchRun `json:"limited"`
+type GatewayResult struct {
+	Command     string     `json:"command"`
+	Requests    int        `json:"requests_per_pass"`
+	Concurrency int        `json:"concurrency"`
+	Accepted    GatewayRun `json:"accepted"`
+	Limited     GatewayRun `json:"limited"`
 	// CPURatio is the accepted path's CPU per request over the limited
 	// path's: how many times cheaper a 429 is.
 	CPURatio float64 `json:"cpu_ratio"`
 }
 
-// gatewayBenchRun is one pass's figures. CPU is this process's (the
+// GatewayRun is one pass's figures. CPU is this process's (the
 // gateway, the HTTP client, and the embedded NATS server unless
 // --nats-url) plus redis-server's (INFO cpu), per request.
-type gatewayBenchRun struct {
+type GatewayRun struct {
 	Status            int     `json:"status"`
 	Seconds           float64 `json:"seconds"`
 	RequestsPerSecond float64 `json:"requests_per_second"`
@@ -59,15 +58,11 @@ const (
 )
 
 // gatewayPass runs the gateway in this process on the bench's NATS and
-// Redis and times n requests of each path at f.workers concurrent clients.
-func (w *benchWorld) gatewayPass(ctx context.Context) (*gatewayBenchResult, error) {
-	n, conc := w.f.jobs, w.f.workers
-	exe, err := notifierExecutable()
-	if err != nil {
-		return nil, err
-	}
-	var gw *gateway.Gateway
-	gw, err = gateway.New(gateway.Config{Keys: []gateway.Key{
+// Redis and times n requests of each path at f.Workers concurrent clients.
+func (w *benchWorld) gatewayPass(ctx context.Context) (*GatewayResult, error) {
+	n, conc := w.f.Jobs, w.f.Workers
+	exe := w.f.Executable
+	gw, err := gateway.New(gateway.Config{Keys: []gateway.Key{
 		{Name: "bench-open", SHA256: gateway.HashKey(benchOpenKey), Rate: 1e6, Burst: 1e6},
 		{Name: "bench-limited", SHA256: gateway.HashKey(benchLimitedKey), Rate: 1e-6, Burst: 1},
 	}}, gateway.Deps{
@@ -88,7 +83,7 @@ func (w *benchWorld) gatewayPass(ctx context.Context) (*gatewayBenchResult, erro
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conc, MaxConnsPerHost: conc}, Timeout: 30 * time.Second}
 	defer client.CloseIdleConnections()
 
-	res := &gatewayBenchResult{Command: w.f.gatewayCommand(), Requests: n, Concurrency: conc}
+	res := &GatewayResult{Command: w.f.gatewayCommand(), Requests: n, Concurrency: conc}
 	warm := warmupJobs(n)
 	if _, _, err := w.gatewayLoad(ctx, client, url, benchOpenKey, warm, conc, http.StatusAccepted, "gateway warm-up (202)"); err != nil {
 		return nil, err
@@ -115,10 +110,10 @@ func (w *benchWorld) gatewayPass(ctx context.Context) (*gatewayBenchResult, erro
 // gatewayRun is one timed pass: the requests come from a child process
 // (`notifier bench gateway-client`), so that this process's CPU is the
 // gateway's and the embedded NATS server's only, not the load generator's.
-func (w *benchWorld) gatewayRun(ctx context.Context, exe, url, key string, n, conc, want int, phase string) (gatewayBenchRun, error) {
+func (w *benchWorld) gatewayRun(ctx context.Context, exe, url, key string, n, conc, want int, phase string) (GatewayRun, error) {
 	before, err := w.readMeter(ctx, true)
 	if err != nil {
-		return gatewayBenchRun{}, err
+		return GatewayRun{}, err
 	}
 	w.prog.set(phase+" (client in a child process)", 0, nil)
 	cmd := exec.CommandContext(ctx, exe, "bench", "gateway-client", "--url", url, "--key", key, "--requests", strconv.Itoa(n),
@@ -128,61 +123,50 @@ func (w *benchWorld) gatewayRun(ctx context.Context, exe, url, key string, n, co
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return gatewayBenchRun{}, fmt.Errorf("%s: the client process: %w: %s", phase, err, strings.TrimSpace(stderr.String()))
+		return GatewayRun{}, fmt.Errorf("%s: the client process: %w: %s", phase, err, strings.TrimSpace(stderr.String()))
 	}
-	var cr gatewayClientResult
+	var cr GatewayClientResult
 	if err := json.Unmarshal(out, &cr); err != nil {
-		return gatewayBenchRun{}, fmt.Errorf("%s: the client's report %q: %w", phase, out, err)
+		return GatewayRun{}, fmt.Errorf("%s: the client's report %q: %w", phase, out, err)
 	}
 	after, err := w.readMeter(ctx, true)
 	if err != nil {
-		return gatewayBenchRun{}, err
+		return GatewayRun{}, err
 	}
 	_, _, redisCPU := after.redis.diff(before.redis)
 	proc := float64((after.cpu - before.cpu).Microseconds()) / float64(n)
 	rcpu := redisCPU * 1e6 / float64(n)
 	client := float64(childCPU(cmd.ProcessState).Microseconds()) / float64(n)
-	return gatewayBenchRun{
+	return GatewayRun{
 		Status: want, Seconds: cr.Seconds, RequestsPerSecond: float64(n) / cr.Seconds,
 		P50Ms: cr.P50Ms, P99Ms: cr.P99Ms,
 		CPUMicrosPerReq: proc + rcpu, ProcessCPUMicros: proc, RedisCPUMicros: rcpu, ClientCPUMicros: client,
 	}, nil
 }
 
-// gatewayClientResult is what `notifier bench gateway-client` prints.
-type gatewayClientResult struct {
+// GatewayClient is the load generator of the gateway run, which runs it in
+// a child process (`notifier bench gateway-client`) so that the bench's
+// CPU is the gateway's alone: n single-job requests with key to url from
+// conc clients, each answered want, ids <run>-gw-….
+func GatewayClient(ctx context.Context, url, key, run string, n, conc, want int) (GatewayClientResult, error) {
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conc, MaxConnsPerHost: conc}, Timeout: 30 * time.Second}
+	defer client.CloseIdleConnections()
+	var done atomic.Int64
+	start := time.Now()
+	lat, _, err := gatewayLoad(ctx, client, url, key, run, n, conc, want, "gateway-client", &done)
+	if err != nil {
+		return GatewayClientResult{}, err
+	}
+	took := time.Since(start)
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	return GatewayClientResult{Seconds: took.Seconds(), P50Ms: ms(stats.Percentile(lat, 0.50)), P99Ms: ms(stats.Percentile(lat, 0.99))}, nil
+}
+
+// GatewayClientResult is what `notifier bench gateway-client` prints.
+type GatewayClientResult struct {
 	Seconds float64 `json:"seconds"`
 	P50Ms   float64 `json:"p50_ms"`
 	P99Ms   float64 `json:"p99_ms"`
-}
-
-// benchGatewayClientCmd is the load generator of `bench --gateway`, run
-// as a child process (hidden: not for direct use).
-func benchGatewayClientCmd() *cobra.Command {
-	c := &cobra.Command{Use: "gateway-client", Hidden: true, Args: cobra.NoArgs}
-	fl := c.Flags()
-	url := fl.String("url", "", "")
-	key := fl.String("key", "", "")
-	run := fl.String("run", "bench", "")
-	n := fl.Int("requests", 1000, "")
-	conc := fl.Int("concurrency", 32, "")
-	want := fl.Int("status", http.StatusAccepted, "")
-	c.RunE = func(cmd *cobra.Command, _ []string) error {
-		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: *conc, MaxConnsPerHost: *conc}, Timeout: 30 * time.Second}
-		defer client.CloseIdleConnections()
-		var done atomic.Int64
-		start := time.Now()
-		lat, _, err := gatewayLoad(cmd.Context(), client, *url, *key, *run, *n, *conc, *want, "gateway-client", &done)
-		if err != nil {
-			return err
-		}
-		took := time.Since(start)
-		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-		return json.NewEncoder(cmd.OutOrStdout()).Encode(gatewayClientResult{
-			Seconds: took.Seconds(), P50Ms: ms(percentile(lat, 0.50)), P99Ms: ms(percentile(lat, 0.99)),
-		})
-	}
-	return c
 }
 
 // gatewayLoad sends n single-job requests with key from conc clients and
@@ -257,25 +241,25 @@ func gatewayLoad(ctx context.Context, client *http.Client, url, key, run string,
 }
 
 // gatewayCommand is the command line that reproduces the gateway section.
-func (f *benchFlags) gatewayCommand() string {
+func (f *Config) gatewayCommand() string {
 	args := []string{"notifier", "bench", "--gateway"}
-	if f.natsURL != "" {
-		args = append(args, "--nats-url", queue.RedactURLs(f.natsURL))
+	if f.NATSURL != "" {
+		args = append(args, "--nats-url", queue.RedactURLs(f.NATSURL))
 	}
-	if f.redisAddr != "" {
-		args = append(args, "--redis-addr", f.redisAddr)
+	if f.RedisAddr != "" {
+		args = append(args, "--redis-addr", f.RedisAddr)
 	}
-	return strings.Join(append(args, "--jobs", fmt.Sprint(f.jobs), "--workers", fmt.Sprint(f.workers)), " ")
+	return strings.Join(append(args, "--jobs", fmt.Sprint(f.Jobs), "--workers", fmt.Sprint(f.Workers)), " ")
 }
 
 // printGatewayBench prints the gateway section.
-func printGatewayBench(w io.Writer, g *gatewayBenchResult) {
+func printGatewayBench(w io.Writer, g *GatewayResult) {
 	fmt.Fprintf(w, "\ngateway: POST /v1/notifications, %d single-job requests per path from %d concurrent clients\n  reproduce: %s\n\n",
 		g.Requests, g.Concurrency, g.Command)
 	fmt.Fprintf(w, "  %-20s %8s %9s %9s %15s %26s %13s\n", "path", "req/s", "p50", "p99", "CPU µs/request", "(gateway+NATS + redis)", "client µs/req")
 	for _, r := range []struct {
 		name string
-		run  gatewayBenchRun
+		run  GatewayRun
 	}{{"202 accepted", g.Accepted}, {"429 over the limit", g.Limited}} {
 		fmt.Fprintf(w, "  %-20s %8.0f %7.2fms %7.2fms %15.1f %17.1f + %-6.1f %13.1f\n", r.name, r.run.RequestsPerSecond, r.run.P50Ms, r.run.P99Ms,
 			r.run.CPUMicrosPerReq, r.run.ProcessCPUMicros, r.run.RedisCPUMicros, r.run.ClientCPUMicros)
