@@ -6,11 +6,11 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"strconv"
-	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/notifier/notifier/internal/text"
 	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
@@ -127,7 +127,7 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) end {
 	if jb.prov == nil {
 		detail := fmt.Sprintf("no default provider for channel %s", j.Channel)
 		if j.Provider != "" {
-			detail = fmt.Sprintf("no provider named %q in the configuration", truncate(j.Provider, 64))
+			detail = fmt.Sprintf("no provider named %q in the configuration", text.OneLine(j.Provider, 64))
 		}
 		return dead(ReasonUnknownProvider, detail)
 	}
@@ -246,14 +246,6 @@ func (d *Dispatcher) jitter(dur time.Duration) time.Duration {
 		return 0
 	}
 	return time.Duration(d.o.Rand() * float64(dur))
-}
-
-func truncate(s string, n int) string {
-	s = strings.ReplaceAll(strings.ReplaceAll(s, "\r", " "), "\n", " ")
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }
 
 func timePtr(t time.Time) *time.Time {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/notifier/notifier/internal/text"
 	"github.com/notifier/notifier/providers"
 )
 
@@ -228,7 +229,7 @@ func detailOf(err error) string {
 	if errors.As(err, &pe) && pe.Detail != "" {
 		return pe.Detail
 	}
-	return truncate(err.Error(), 200)
+	return text.OneLine(err.Error(), 200)
 }
 
 // observeLatency records a sent job's latency from its created_at, or from

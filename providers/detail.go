@@ -7,8 +7,9 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"unicode"
 	"unicode/utf8"
+
+	"github.com/notifier/notifier/internal/text"
 )
 
 // maxReason is the most runes of a provider's own reason kept in a detail.
@@ -207,34 +208,6 @@ func scrubQuotes(text, quote string) string {
 	return b.String()
 }
 
-// oneLine makes text a single printable line of at most max runes.
-func oneLine(text string, max int) string {
-	var b strings.Builder
-	n, space := 0, false
-	for _, r := range text {
-		if unicode.IsSpace(r) || !unicode.IsPrint(r) {
-			space = b.Len() > 0
-			continue
-		}
-		if n == max {
-			b.WriteString("…")
-			break
-		}
-		if space {
-			b.WriteByte(' ')
-			n++
-			space = false
-			if n == max {
-				b.WriteString("…")
-				break
-			}
-		}
-		b.WriteRune(r)
-		n++
-	}
-	return b.String()
-}
-
 // reasonDetail is the detail of a non-2xx answer: "HTTP 400 Bad Request" and
 // the provider's reason, scrubbed and cut to one line, if it gave one.
 func reasonDetail(status int, reason string, s scrubber) string {
@@ -242,7 +215,7 @@ func reasonDetail(status int, reason string, s scrubber) string {
 	if text := http.StatusText(status); text != "" {
 		d += " " + text
 	}
-	if reason := oneLine(s.scrub(reason), maxReason); reason != "" {
+	if reason := text.OneLine(s.scrub(reason), maxReason); reason != "" {
 		d += ": " + reason
 	}
 	return d
@@ -250,5 +223,5 @@ func reasonDetail(status int, reason string, s scrubber) string {
 
 // causeDetail is a one-line description of a transport error, scrubbed.
 func causeDetail(err error, s scrubber) string {
-	return oneLine(s.scrub(fmt.Sprint(err)), 2*maxReason)
+	return text.OneLine(s.scrub(fmt.Sprint(err)), 2*maxReason)
 }

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/notifier/notifier/internal/text"
 )
 
 // FCM is the fcm provider (SPEC §7): each Send is one
@@ -260,7 +262,7 @@ func fcmDataProblem(data map[string]string, s scrubber) string {
 	for k, v := range data {
 		size += len(k) + len(v)
 		if fcmReservedKey(k) {
-			return "data key " + strconv.Quote(oneLine(s.scrub(k), 40)) + " is reserved by FCM"
+			return "data key " + strconv.Quote(text.OneLine(s.scrub(k), 40)) + " is reserved by FCM"
 		}
 	}
 	if size > FCMMaxData {

@@ -17,6 +17,8 @@ import (
 
 	"github.com/emersion/go-sasl"
 	"github.com/emersion/go-smtp"
+
+	"github.com/notifier/notifier/internal/text"
 )
 
 // SMTP session pool limits.
@@ -499,9 +501,9 @@ func smtpReply(se *smtp.SMTPError, s scrubber) string {
 	if c := se.EnhancedCode; c != (smtp.EnhancedCode{}) && c != smtp.NoEnhancedCode {
 		d += fmt.Sprintf(" %d.%d.%d", c[0], c[1], c[2])
 	}
-	text, _, _ := strings.Cut(se.Message, "\n")
-	if text = oneLine(s.scrub(text), maxReason); text != "" {
-		d += " " + text
+	line, _, _ := strings.Cut(se.Message, "\n")
+	if line = text.OneLine(s.scrub(line), maxReason); line != "" {
+		d += " " + line
 	}
 	return d
 }

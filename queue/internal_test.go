@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/notifier/notifier/internal/text"
 )
 
 func TestCheckVersion(t *testing.T) {
@@ -53,25 +55,6 @@ func TestSubjectToken(t *testing.T) {
 	}
 }
 
-func TestOneLine(t *testing.T) {
-	t.Parallel()
-	for _, tt := range []struct{ in, want string }{
-		{"plain", "plain"},
-		{"  two\r\nlines\n", "two  lines"},
-		{"tab\tand\x00nul\u2028sep", "tab and nul sep"},
-		{"bad \xff utf8", "bad \uFFFD utf8"},
-		{strings.Repeat("é", 300), strings.Repeat("é", 254) + "…"},
-	} {
-		got := oneLine(tt.in, MaxDetailBytes)
-		if got != tt.want {
-			t.Errorf("oneLine(%q) = %q, want %q", tt.in, got, tt.want)
-		}
-		if len(got) > MaxDetailBytes {
-			t.Errorf("oneLine(%q) is %d bytes", tt.in, len(got))
-		}
-	}
-}
-
 func TestRedactURL(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string]string{
@@ -84,6 +67,25 @@ func TestRedactURL(t *testing.T) {
 	} {
 		if got := redactURLs(in); got != want {
 			t.Errorf("redactURLs(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestOneLine(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ in, want string }{
+		{"plain", "plain"},
+		{"  two\r\nlines\n", "two lines"},
+		{"tab\tand\x00nul\u2028sep", "tab and nul sep"},
+		{"bad \xff utf8", "bad \uFFFD utf8"},
+		{strings.Repeat("é", 300), strings.Repeat("é", 254) + "…"},
+	} {
+		got := text.OneLine(tt.in, MaxDetailBytes)
+		if got != tt.want {
+			t.Errorf("text.OneLine(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+		if len(got) > MaxDetailBytes {
+			t.Errorf("text.OneLine(%q) is %d bytes", tt.in, len(got))
 		}
 	}
 }

@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"strings"
-	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/notifier/notifier/internal/text"
 )
 
 // Dead-letter headers (SPEC §3).
@@ -99,8 +99,8 @@ func (p *Publisher) DeadLetter(ctx context.Context, d *Delivery, o Outcome, reas
 	}
 	m := &nats.Msg{Subject: subject, Data: d.Data, Header: nats.Header{}}
 	m.Header.Set(HeaderReason, reason)
-	m.Header.Set(HeaderDetail, oneLine(detail, MaxDetailBytes))
-	m.Header.Set(HeaderSubject, oneLine(d.Subject, MaxDetailBytes))
+	m.Header.Set(HeaderDetail, text.OneLine(detail, MaxDetailBytes))
+	m.Header.Set(HeaderSubject, text.OneLine(d.Subject, MaxDetailBytes))
 	var opts []jetstream.PublishOpt
 	if d.StreamSeq != 0 {
 		opts = msgIDOpt(deadLetterID(d))
@@ -129,29 +129,6 @@ func isWord(s string) bool {
 		}
 	}
 	return true
-}
-
-// oneLine turns control characters (CR and LF among them) into spaces,
-// trims, and caps s at limit bytes on a rune boundary, marking a cut with
-// "…". Invalid UTF-8 becomes U+FFFD.
-func oneLine(s string, limit int) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	s = strings.Map(func(r rune) rune {
-		if r < 0x20 || r >= 0x7f && r < 0xa0 || r == '\u2028' || r == '\u2029' {
-			return ' '
-		}
-		return r
-	}, s)
-	s = strings.TrimSpace(s)
-	if len(s) <= limit {
-		return s
-	}
-	const mark = "…"
-	cut := limit - len(mark)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + mark
 }
 
 // Report is what a provider said, after accepting a job, about its
@@ -192,7 +169,7 @@ func (p *Publisher) DeadReport(ctx context.Context, r Report, reason, detail str
 	}
 	m := &nats.Msg{Subject: DeadSubject(r.Channel), Data: body, Header: nats.Header{}}
 	m.Header.Set(HeaderReason, reason)
-	m.Header.Set(HeaderDetail, oneLine(detail, MaxDetailBytes))
+	m.Header.Set(HeaderDetail, text.OneLine(detail, MaxDetailBytes))
 	id := "report:" + r.Provider + ":" + r.JobID + ":" + r.Status
 	if _, err := p.js.PublishMsg(ctx, m, msgIDOpt(id)...); err != nil {
 		return fmt.Errorf("dead report of %s to %s: %w", r.JobID, m.Subject, err)

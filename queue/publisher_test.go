@@ -210,7 +210,7 @@ func TestDeadLetter(t *testing.T) {
 	if got := m.Header.Get(queue.HeaderReason); got != "invalid" {
 		t.Errorf("Notifier-Reason %q", got)
 	}
-	if got, want := m.Header.Get(queue.HeaderDetail), "line one  line two: "+decodeErr.Error(); got != want {
+	if got, want := m.Header.Get(queue.HeaderDetail), "line one line two: "+decodeErr.Error(); got != want {
 		t.Errorf("Notifier-Detail %q, want %q", got, want)
 	}
 	if got := m.Header.Get(queue.HeaderSubject); got != "notify.jobs.fax.high" {

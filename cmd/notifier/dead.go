@@ -13,7 +13,6 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -22,6 +21,7 @@ import (
 	"github.com/notifier/notifier/config"
 	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/inspect"
+	"github.com/notifier/notifier/internal/text"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
 )
@@ -200,8 +200,8 @@ type deadRow struct {
 }
 
 func rowOf(d *queue.DeadLetter) deadRow {
-	return deadRow{Seq: d.Seq, Stored: d.Stored.UTC(), Kind: string(d.Kind), Channel: printable(d.Channel),
-		Reason: printable(d.Reason), JobID: d.JobID, Detail: printable(d.Detail), JobSubject: printable(d.JobSubject)}
+	return deadRow{Seq: d.Seq, Stored: d.Stored.UTC(), Kind: string(d.Kind), Channel: text.Printable(d.Channel),
+		Reason: text.Printable(d.Reason), JobID: d.JobID, Detail: text.Printable(d.Detail), JobSubject: text.Printable(d.JobSubject)}
 }
 
 func writeDeadJSON(w io.Writer, letters []*queue.DeadLetter) error {
@@ -229,7 +229,7 @@ func writeDeadTable(w io.Writer, letters []*queue.DeadLetter, more bool, limit i
 			id = "-"
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Seq, d.Stored.UTC().Format(time.RFC3339), d.Kind,
-			printable(d.Channel), printable(d.Reason), id, cut(printable(d.Detail), listDetailRunes))
+			text.Printable(d.Channel), text.Printable(d.Reason), id, text.Fit(text.Printable(d.Detail), listDetailRunes))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -239,27 +239,6 @@ func writeDeadTable(w io.Writer, letters []*queue.DeadLetter, more bool, limit i
 		fmt.Fprintf(w, "more match than the %d printed: raise --limit or narrow with --since\n", limit)
 	}
 	return nil
-}
-
-// printable makes a header value safe for a terminal: control characters
-// become spaces and invalid UTF-8 becomes U+FFFD.
-func printable(s string) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	return strings.Map(func(r rune) rune {
-		if r < 0x20 || r >= 0x7f && r < 0xa0 || r == '\u2028' || r == '\u2029' {
-			return ' '
-		}
-		return r
-	}, s)
-}
-
-// cut shortens s to n runes, marking a cut with "…".
-func cut(s string, n int) string {
-	if utf8.RuneCountInString(s) <= n {
-		return s
-	}
-	r := []rune(s)
-	return string(r[:n-1]) + "…"
 }
 
 // ---- show ----
@@ -332,7 +311,7 @@ func findDead(ctx context.Context, r *queue.DeadLetters, arg string, byID bool) 
 		return nil, err
 	}
 	if len(letters) == 0 {
-		return nil, fmt.Errorf("no dead letter with sequence or job id %q", printable(arg))
+		return nil, fmt.Errorf("no dead letter with sequence or job id %q", text.Printable(arg))
 	}
 	return letters, nil
 }
@@ -358,13 +337,13 @@ var jobFields = []string{"id", "user_id", "channel", "to", "body", "title", "dat
 func viewOf(d *queue.DeadLetter, reveal bool) deadView {
 	v := deadView{deadRow: rowOf(d), Subject: d.Subject, Replay: d.ReplaySubject(), Headers: map[string]string{}}
 	for k, vs := range d.Header {
-		v.Headers[printable(k)] = printable(strings.Join(vs, ", "))
+		v.Headers[text.Printable(k)] = text.Printable(strings.Join(vs, ", "))
 	}
 	var fields map[string]any
 	if json.Unmarshal(d.Data, &fields) != nil || fields == nil {
 		v.NotJSON = len(d.Data)
 		if reveal {
-			v.Raw = printable(string(d.Data))
+			v.Raw = text.Printable(string(d.Data))
 		}
 		return v
 	}
@@ -479,7 +458,7 @@ func writeDeadShow(w io.Writer, v deadView, stream string, reveal bool) {
 			b, _ := json.Marshal(x)
 			s = string(b)
 		}
-		fmt.Fprintf(w, "  %-11s %s\n", k+":", printable(s))
+		fmt.Fprintf(w, "  %-11s %s\n", k+":", text.Printable(s))
 	}
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/notifier/notifier/config"
 	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/inspect"
+	"github.com/notifier/notifier/internal/text"
 	"github.com/notifier/notifier/localenv"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
@@ -331,7 +332,7 @@ func (p *devPrinter) answered(path string, body []byte, status int) {
 // holds mu.
 func (p *devPrinter) println(line string) {
 	if p.width != nil {
-		line = fit(line, p.width()-1)
+		line = text.Fit(line, p.width()-1)
 	}
 	fmt.Fprintln(p.w, line)
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/notifier/notifier/config"
+	"github.com/notifier/notifier/internal/text"
 	"github.com/notifier/notifier/testenv"
 )
 
@@ -354,7 +355,7 @@ func TestDevPrinterLimitsItsLines(t *testing.T) {
 	p.flush()
 	jobs, more := 0, 0
 	for _, l := range strings.Split(strings.TrimSpace(b.String()), "\n") {
-		if c := columns(l); c > 49 {
+		if c := text.Columns(l); c > 49 {
 			t.Errorf("a line of %d columns on a 50-column terminal: %q", c, l)
 		}
 		if m := regexp.MustCompile(`… and (\d+) more`).FindStringSubmatch(l); m != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/notifier/notifier/config"
 	"github.com/notifier/notifier/inspect"
+	"github.com/notifier/notifier/internal/text"
 	"github.com/notifier/notifier/queue"
 )
 
@@ -152,7 +153,7 @@ func writeExplain(w io.Writer, answer any) {
 }
 
 func writeUser(w io.Writer, a inspect.UserAnswer) {
-	fmt.Fprintf(w, "user %s on %s (%s jobs) — %s\n", printable(a.User), a.Channel, a.Category, a.At.Format("2006-01-02 15:04:05.000 UTC"))
+	fmt.Fprintf(w, "user %s on %s (%s jobs) — %s\n", text.Printable(a.User), a.Channel, a.Category, a.At.Format("2006-01-02 15:04:05.000 UTC"))
 	if !a.Capped {
 		fmt.Fprintf(w, "  no per-user cap on %s: every job is allowed\n", a.Channel)
 	} else {
@@ -241,7 +242,7 @@ func writeJob(w io.Writer, a inspect.JobAnswer) {
 			parts = append(parts, fmt.Sprintf("%d failed attempts", l.Attempts))
 		}
 		if l.LeaseOwner != "" && l.LeaseUntil != nil {
-			parts = append(parts, fmt.Sprintf("leased to %s until %s", printable(l.LeaseOwner), l.LeaseUntil.Format("15:04:05.000")))
+			parts = append(parts, fmt.Sprintf("leased to %s until %s", text.Printable(l.LeaseOwner), l.LeaseUntil.Format("15:04:05.000")))
 		}
 		if l.Outcome != "" {
 			parts = append(parts, fmt.Sprintf("ended %s (%s)", l.Outcome, l.Reason))
@@ -253,10 +254,10 @@ func writeJob(w io.Writer, a inspect.JobAnswer) {
 	}
 	for _, d := range a.DeadLetters {
 		fmt.Fprintf(w, "  dead letter  #%d %s %s on %s: %s — %s\n", d.Seq, d.Stored.Format("2006-01-02 15:04:05"), d.Kind, d.Channel,
-			printable(d.Reason), printable(d.Detail))
+			text.Printable(d.Reason), text.Printable(d.Detail))
 		if d.UserID != "" || d.Provider != "" || d.Tenant != "" {
 			fmt.Fprintf(w, "               user %s, provider %s, tenant %s (recipient and text: notifier dead show %d)\n",
-				orDash(printable(d.UserID)), orDash(printable(d.Provider)), orDash(printable(d.Tenant)), d.Seq)
+				orDash(text.Printable(d.UserID)), orDash(text.Printable(d.Provider)), orDash(text.Printable(d.Tenant)), d.Seq)
 		}
 	}
 }
@@ -278,7 +279,7 @@ func explainHandler(inspector func() (*inspect.Inspector, error), log *slog.Logg
 		v := r.URL.Query()
 		for k, vs := range v {
 			if len(vs) != 1 || !isExplainParam(k) {
-				writeExplainError(w, http.StatusBadRequest, fmt.Sprintf("unknown or repeated parameter %q: ask ?user=U&channel=C[&category=K], ?provider=P or ?job=ID", printable(cut(k, 64))))
+				writeExplainError(w, http.StatusBadRequest, fmt.Sprintf("unknown or repeated parameter %q: ask ?user=U&channel=C[&category=K], ?provider=P or ?job=ID", text.Printable(text.Fit(k, 64))))
 				return
 			}
 		}
@@ -329,5 +330,5 @@ func writeExplainError(w http.ResponseWriter, status int, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]string{"error": printable(msg)})
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": text.Printable(msg)})
 }

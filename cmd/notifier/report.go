@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/notifier/notifier/internal/text"
 	"github.com/notifier/notifier/localenv"
 )
 
@@ -145,7 +146,7 @@ func progressLine(width int, elapsed time.Duration, reg prometheus.Gatherer, sb 
 		fmt.Fprintf(&shorter, " %s %.0f/s q%.0f", l.channel, rate, depth)
 	}
 	least := fmt.Sprintf("%.1fs  sent %d  suppressed %d  dead %d", elapsed.Seconds(), sent, sup, dead)
-	return firstFitting(width, full.String(), mid.String(), short.String(), shorter.String(), least)
+	return text.FirstFitting(width, full.String(), mid.String(), short.String(), shorter.String(), least)
 }
 
 // demoReport prints what happened, layer by layer.

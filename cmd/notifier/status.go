@@ -12,6 +12,7 @@ import (
 
 	"github.com/notifier/notifier/config"
 	"github.com/notifier/notifier/inspect"
+	"github.com/notifier/notifier/internal/text"
 	"github.com/notifier/notifier/statuspage"
 )
 
@@ -99,9 +100,9 @@ func printStatus(w io.Writer, st inspect.FleetStatus, live bool, width int) {
 	tab := statuspage.NewTable(st)
 	head := "notifier status — " + tab.At
 	if live {
-		fmt.Fprintln(w, firstFitting(width, head+"  (every second; Ctrl-C to quit)", head))
+		fmt.Fprintln(w, text.FirstFitting(width, head+"  (every second; Ctrl-C to quit)", head))
 	} else {
-		fmt.Fprintln(w, fit(head, width))
+		fmt.Fprintln(w, text.Fit(head, width))
 	}
 	fmt.Fprintln(w)
 
@@ -114,12 +115,12 @@ func printStatus(w io.Writer, st inspect.FleetStatus, live bool, width int) {
 		r := tableRow{cells: []string{p.Name, p.Contract, p.Sent, p.Queued, p.Delay, p.Pause, p.Breakers}}
 		for _, t := range st.Providers[i].Tenants {
 			waiting, share, sent := statuspage.TenantCells(t)
-			r.under = append(r.under, firstFitting(width, "  "+tenantLine(t),
+			r.under = append(r.under, text.FirstFitting(width, "  "+tenantLine(t),
 				fmt.Sprintf("  tenant %s: %s waiting, %s of sends (%s)", t.Tenant, waiting, share, sent),
 				fmt.Sprintf("  tenant %s: %s waiting, %s of sends", t.Tenant, waiting, share)))
 		}
 		for _, sr := range statuspage.ShapingRows(st.Providers[i]) {
-			r.under = append(r.under, fit("  "+sr.Limit+": "+sr.Now, width))
+			r.under = append(r.under, text.Fit("  "+sr.Limit+": "+sr.Now, width))
 		}
 		rows = append(rows, r)
 	}

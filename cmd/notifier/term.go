@@ -6,9 +6,10 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"golang.org/x/term"
+
+	"github.com/notifier/notifier/internal/text"
 )
 
 // defaultWidth is the width of an output whose width is unknown.
@@ -26,33 +27,6 @@ func termWidth(w io.Writer, getenv func(string) string) int {
 		return n
 	}
 	return defaultWidth
-}
-
-// columns is how many columns s takes: one a rune (what these commands
-// print is Latin text, digits and a few one-column symbols).
-func columns(s string) int { return utf8.RuneCountInString(s) }
-
-// fit is s cut to width columns, an ellipsis marking the cut.
-func fit(s string, width int) string {
-	if columns(s) <= width {
-		return s
-	}
-	if width <= 0 {
-		return ""
-	}
-	r := []rune(s)
-	return strings.TrimRight(string(r[:width-1]), " ") + "…"
-}
-
-// firstFitting is the first of the candidates (most to least detailed)
-// no wider than width, or the last one cut to width.
-func firstFitting(width int, candidates ...string) string {
-	for _, c := range candidates {
-		if columns(c) <= width {
-			return c
-		}
-	}
-	return fit(candidates[len(candidates)-1], width)
 }
 
 // tableCol is a column of a table: its heading, its alignment, and when
@@ -83,9 +57,9 @@ type tableRow struct {
 func writeTable(w io.Writer, width int, indent string, cols []tableCol, rows []tableRow) {
 	widths := make([]int, len(cols))
 	for i, c := range cols {
-		widths[i] = columns(c.head)
+		widths[i] = text.Columns(c.head)
 		for _, r := range rows {
-			widths[i] = max(widths[i], columns(r.cells[i]))
+			widths[i] = max(widths[i], text.Columns(r.cells[i]))
 		}
 	}
 	kept := make([]bool, len(cols))
@@ -93,7 +67,7 @@ func writeTable(w io.Writer, width int, indent string, cols []tableCol, rows []t
 		kept[i] = true
 	}
 	total := func() int {
-		n, k := columns(indent), 0
+		n, k := text.Columns(indent), 0
 		for i := range cols {
 			if kept[i] {
 				n += widths[i]
@@ -137,15 +111,15 @@ func writeTable(w io.Writer, width int, indent string, cols []tableCol, rows []t
 				b.WriteString("  ")
 			}
 			first = false
-			c = fit(c, widths[i])
-			pad := strings.Repeat(" ", widths[i]-columns(c))
+			c = text.Fit(c, widths[i])
+			pad := strings.Repeat(" ", widths[i]-text.Columns(c))
 			if cols[i].right {
 				b.WriteString(pad + c)
 			} else {
 				b.WriteString(c + pad)
 			}
 		}
-		return fit(strings.TrimRight(b.String(), " "), width)
+		return text.Fit(strings.TrimRight(b.String(), " "), width)
 	}
 	heads := make([]string, len(cols))
 	for i, c := range cols {
@@ -156,11 +130,11 @@ func writeTable(w io.Writer, width int, indent string, cols []tableCol, rows []t
 		fmt.Fprintln(w, line(r.cells))
 		for i, c := range cols {
 			if !kept[i] && c.spill && r.cells[i] != c.none {
-				fmt.Fprintln(w, fit(indent+"  "+c.head+": "+r.cells[i], width))
+				fmt.Fprintln(w, text.Fit(indent+"  "+c.head+": "+r.cells[i], width))
 			}
 		}
 		for _, u := range r.under {
-			fmt.Fprintln(w, fit(u, width))
+			fmt.Fprintln(w, text.Fit(u, width))
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/inspect"
+	"github.com/notifier/notifier/internal/text"
 	"github.com/notifier/notifier/localenv"
 	"github.com/notifier/notifier/testenv"
 )
@@ -19,7 +20,7 @@ import (
 func widest(s string) (int, string) {
 	n, line := 0, ""
 	for _, l := range strings.Split(s, "\n") {
-		if c := columns(l); c > n {
+		if c := text.Columns(l); c > n {
 			n, line = c, l
 		}
 	}
@@ -158,8 +159,8 @@ func TestDemoProgressFitsTheWidth(t *testing.T) {
 	elapsed := 123*time.Second + 400*time.Millisecond
 	for _, width := range []int{20, 40, 60, 79, 80, 100, 120, 200} {
 		line := progressLine(width, elapsed, reg, sb)
-		if columns(line) > width || strings.Contains(line, "\n") {
-			t.Errorf("width %d: %d columns: %q", width, columns(line), line)
+		if text.Columns(line) > width || strings.Contains(line, "\n") {
+			t.Errorf("width %d: %d columns: %q", width, text.Columns(line), line)
 		}
 		if width >= 60 && !strings.Contains(line, "sent 123456") {
 			t.Errorf("width %d: %q lacks the jobs sent", width, line)
@@ -191,7 +192,7 @@ func TestPublishBarFitsTheWidth(t *testing.T) {
 		_ = bar.Finish()
 		most, line := 0, ""
 		for _, l := range strings.FieldsFunc(b.String(), func(r rune) bool { return r == '\r' || r == '\n' }) {
-			if c := columns(l); c > most {
+			if c := text.Columns(l); c > most {
 				most, line = c, l
 			}
 		}
