@@ -250,7 +250,7 @@ func MemoryLimits(c LimitsConfig, divisor int) *Limits {
 		Name:        "local",
 		Ledger:      NewMemoryLedger(nil, c.DedupTTL),
 		Users:       userlimit.NewMemory(nil),
-		Leaky:       leaky.NewMemory(nil, leaky.WithHeadroom(c.headroom())),
+		Leaky:       leaky.NewMemory(leaky.WithHeadroom(c.headroom())),
 		Reasons:     MemoryPauseReasons(nil),
 		RateDivisor: divisor,
 	}

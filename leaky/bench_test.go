@@ -57,7 +57,7 @@ func BenchmarkReserveShaped(b *testing.B) {
 		b.Run("Memory/"+v.name, func(b *testing.B) {
 			for _, g := range benchGoroutines {
 				b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
-					q := leaky.NewMemory(nil)
+					q := leaky.NewMemory()
 					if _, err := q.Backoff(benchCtx, "sms", v.c, time.Millisecond); err != nil {
 						b.Fatal(err)
 					}
@@ -92,7 +92,7 @@ func BenchmarkReserve(b *testing.B) {
 	b.Run("Memory", func(b *testing.B) {
 		for _, g := range benchGoroutines {
 			b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
-				q := leaky.NewMemory(nil)
+				q := leaky.NewMemory()
 				testenv.RunConcurrent(b, g, func(int64) error {
 					_, err := q.Reserve(benchCtx, "sms", benchContract, 1)
 					return err

@@ -36,7 +36,7 @@ func TestConformance(t *testing.T) {
 		t.Parallel()
 		leakytest.Run(t, leakytest.Backend{
 			New: func(t *testing.T, now func() time.Time, opts ...leaky.Option) leaky.Queue {
-				return leaky.NewMemory(now, opts...)
+				return leaky.NewMemory(append(opts, leaky.WithNow(now))...)
 			},
 		})
 	})

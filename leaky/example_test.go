@@ -15,7 +15,7 @@ import (
 func ExampleMemory() {
 	ctx := context.Background()
 	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
-	q := leaky.NewMemory(func() time.Time { return now }, leaky.WithHeadroom(0))
+	q := leaky.NewMemory(leaky.WithNow(func() time.Time { return now }), leaky.WithHeadroom(0))
 	c := leaky.Contract{Rate: 10, MaxQueueDelay: 250 * time.Millisecond}
 	for i := 0; i < 4; i++ {
 		r, err := q.Reserve(ctx, "sms-gateway", c, 1)
@@ -43,7 +43,7 @@ func ExampleMemory() {
 func ExampleMemory_Pause() {
 	ctx := context.Background()
 	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
-	q := leaky.NewMemory(func() time.Time { return now }, leaky.WithHeadroom(0))
+	q := leaky.NewMemory(leaky.WithNow(func() time.Time { return now }), leaky.WithHeadroom(0))
 	c := leaky.Contract{Rate: 10, MaxQueueDelay: 5 * time.Second}
 	held, _ := q.Reserve(ctx, "push", c, 1)
 	fmt.Println("held slot in", held.Delay)
@@ -68,7 +68,7 @@ func ExampleMemory_Pause() {
 func ExampleMemory_cost() {
 	ctx := context.Background()
 	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
-	q := leaky.NewMemory(func() time.Time { return now }) // default 1 % headroom
+	q := leaky.NewMemory(leaky.WithNow(func() time.Time { return now })) // default 1 % headroom
 	c := leaky.Contract{Rate: 100, MaxQueueDelay: time.Second}
 	a, _ := q.Reserve(ctx, "sms-gateway", c, 3)
 	b, _ := q.Reserve(ctx, "sms-gateway", c, 1)
@@ -109,7 +109,7 @@ func ExampleRedis_ReserveGroup() {
 func ExampleMemory_adaptiveQuota() {
 	ctx := context.Background()
 	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
-	q := leaky.NewMemory(func() time.Time { return now }, leaky.WithHeadroom(0))
+	q := leaky.NewMemory(leaky.WithNow(func() time.Time { return now }), leaky.WithHeadroom(0))
 	c := leaky.Contract{
 		Rate:          10,
 		MaxQueueDelay: time.Second,

@@ -221,10 +221,11 @@ func WithIdleTTL(d time.Duration) Option { return func(o *options) { o.idleTTL =
 // still starts cold. Memory ignores it.
 func WithoutFailoverGuard() Option { return func(o *options) { o.noGuard = true } }
 
-// WithNow replaces the backend's clock. Memory reads it instead of its now
-// argument; Redis sends it to its scripts as the optional now argument
-// instead of reading the Redis TIME. For tests only (step-by-step
-// comparison of the backends): with it, a fleet no longer shares one clock.
+// WithNow sets the backend's clock; nil keeps its own. Memory reads it
+// (default time.Now). Redis sends it to its scripts as their optional now
+// argument instead of reading the Redis TIME: for tests only (a fake clock,
+// step-by-step comparison of the backends), since with it a fleet no longer
+// shares one clock.
 func WithNow(now func() time.Time) Option { return func(o *options) { o.now = now } }
 
 // plan is a validated request in integer microseconds, computed once in Go

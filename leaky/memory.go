@@ -31,12 +31,11 @@ type memState struct {
 
 var _ Queue = (*Memory)(nil)
 
-// NewMemory returns an in-process queue reading now (nil: time.Now).
-func NewMemory(now func() time.Time, opts ...Option) *Memory {
+// NewMemory returns an in-process queue; its clock is WithNow's, else
+// time.Now.
+func NewMemory(opts ...Option) *Memory {
 	o := buildOptions(opts)
-	if o.now != nil {
-		now = o.now
-	}
+	now := o.now
 	if now == nil {
 		now = time.Now
 	}

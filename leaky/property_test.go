@@ -45,7 +45,7 @@ func TestRedisMatchesMemory(t *testing.T) {
 			leaky.WithMaxCost(rapid.IntRange(1, 3).Draw(rt, "maxCost")),
 			leaky.WithNow(clock.Now),
 		}
-		mem := leaky.NewMemory(nil, opts...)
+		mem := leaky.NewMemory(opts...)
 		red := leaky.NewRedis(rdb, newPrefix("prop"), opts...)
 		c := leaky.Contract{
 			Rate:          rapid.Float64Range(0.5, 5000).Draw(rt, "rate"),
@@ -272,7 +272,7 @@ func TestRedisMatchesMemoryAtTheLimits(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		clock := leakytest.NewClock(time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(rapid.Int64Range(0, 1e15).Draw(rt, "offset"))))
 		opts := []leaky.Option{leaky.WithHeadroom(rapid.SampledFrom([]float64{0, 0.01, 0.3, 0.4999}).Draw(rt, "headroom")), leaky.WithNow(clock.Now)}
-		mem := leaky.NewMemory(nil, opts...)
+		mem := leaky.NewMemory(opts...)
 		red := leaky.NewRedis(rdb, newPrefix("limits"), opts...)
 		rate := logRange(leaky.MinRate, leaky.MaxAdaptiveRate).Draw(rt, "rate")
 		c := leaky.Contract{

@@ -3,7 +3,7 @@
 // validation and concurrent reservations. Run it from a backend's tests:
 //
 //	leakytest.Run(t, leakytest.Backend{New: func(t *testing.T, now func() time.Time, opts ...leaky.Option) leaky.Queue {
-//		return leaky.NewMemory(now, opts...)
+//		return leaky.NewMemory(append(opts, leaky.WithNow(now))...)
 //	}})
 package leakytest
 
