@@ -254,13 +254,13 @@ func MemoryLimits(c LimitsConfig, divisor int) *Limits {
 		Reasons:     MemoryPauseReasons(nil),
 		RateDivisor: divisor,
 	}
-	store := globallimit.NewMemory(nil)
+	store := globallimit.NewMemory()
 	l.newGlobal = func(g globallimit.Config) Waiter {
 		g.Rate /= float64(divisor)
 		g.Burst = max(1, g.Burst/divisor)
 		return globallimit.New(store, g)
 	}
-	shadowStore := globallimit.NewMemory(nil)
+	shadowStore := globallimit.NewMemory()
 	l.newShadow = func(g globallimit.Config, _ int) *globallimit.Bucket { return globallimit.New(shadowStore, g) } // divided by setShadow; no round trips to save
 	l.setGlobal(c.Global)
 	return l

@@ -22,7 +22,7 @@ func newPrefix(name string) string {
 
 func redisStores(rdb redis.Scripter, name string) globallimittest.NewStore {
 	return func(t *testing.T, now func() time.Time) globallimit.Store {
-		return globallimit.NewRedis(rdb, newPrefix(name), globallimit.WithStoreNow(now))
+		return globallimit.NewRedis(rdb, newPrefix(name), globallimit.WithNow(now))
 	}
 }
 
@@ -31,7 +31,7 @@ func TestConformance(t *testing.T) {
 	t.Run("Memory", func(t *testing.T) {
 		t.Parallel()
 		globallimittest.Run(t, func(t *testing.T, now func() time.Time) globallimit.Store {
-			return globallimit.NewMemory(now)
+			return globallimit.NewMemory(globallimit.WithNow(now))
 		})
 	})
 	t.Run("Redis", func(t *testing.T) {

@@ -21,8 +21,8 @@ func TestRedisMatchesMemory(t *testing.T) {
 	rdb := testenv.Redis(t).Client()
 	rapid.Check(t, func(rt *rapid.T) {
 		clock := globallimittest.NewClock(time.Now())
-		mem := globallimit.NewMemory(clock.Now)
-		red := globallimit.NewRedis(rdb, newPrefix("prop"), globallimit.WithStoreNow(clock.Now))
+		mem := globallimit.NewMemory(globallimit.WithNow(clock.Now))
+		red := globallimit.NewRedis(rdb, newPrefix("prop"), globallimit.WithNow(clock.Now))
 		genCfg := func(rt *rapid.T) globallimit.Config {
 			return globallimit.Config{
 				Rate:  rapid.Float64Range(0.2, 20000).Draw(rt, "rate"),

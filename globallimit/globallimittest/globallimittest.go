@@ -3,7 +3,7 @@
 // validation and concurrent takes. Run it from a backend's tests:
 //
 //	globallimittest.Run(t, func(t *testing.T, now func() time.Time) globallimit.Store {
-//		return globallimit.NewMemory(now)
+//		return globallimit.NewMemory(globallimit.WithNow(now))
 //	})
 package globallimittest
 
