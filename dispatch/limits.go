@@ -249,7 +249,7 @@ func MemoryLimits(c LimitsConfig, divisor int) *Limits {
 	l := &Limits{
 		Name:        "local",
 		Ledger:      NewMemoryLedger(nil, c.DedupTTL),
-		Users:       userlimit.NewMemory(nil),
+		Users:       userlimit.NewMemory(),
 		Leaky:       leaky.NewMemory(leaky.WithHeadroom(c.headroom())),
 		Reasons:     MemoryPauseReasons(nil),
 		RateDivisor: divisor,

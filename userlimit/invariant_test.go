@@ -43,7 +43,7 @@ func checkSendsKeepTheBound(ctx context.Context, rt *rapid.T, alg userlimit.Algo
 		limit := rapid.IntRange(1, 5).Draw(rt, "limit")
 		rule := userlimit.Rule{Limit: limit, Window: window, Algorithm: alg}
 		clock := userlimittest.NewClock(userlimittest.Start.Add(time.Duration(rapid.Int64Range(0, w).Draw(rt, "offset")) * time.Microsecond))
-		mem := userlimit.NewMemory(clock.Now)
+		mem := userlimit.NewMemory(userlimit.WithNow(clock.Now))
 		key := userlimit.Key{Channel: "sms", User: "u"}
 
 		// stands: each job's admission (the instant it would be sent at);

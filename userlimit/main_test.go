@@ -33,16 +33,14 @@ func newPrefix(name string) string {
 // by the suite's fake clock through the scripts' optional now argument.
 func redisFactory(rdb redis.Scripter) userlimittest.NewLimiter {
 	return func(t *testing.T, clock *userlimittest.Clock) userlimit.Limiter {
-		r := userlimit.NewRedis(rdb, newPrefix(t.Name()))
-		r.SetNowForTest(clock.Now)
-		return r
+		return userlimit.NewRedis(rdb, newPrefix(t.Name()), userlimit.WithNow(clock.Now))
 	}
 }
 
 func TestConformanceMemory(t *testing.T) {
 	t.Parallel()
 	userlimittest.Run(t, func(t *testing.T, clock *userlimittest.Clock) userlimit.Limiter {
-		return userlimit.NewMemory(clock.Now)
+		return userlimit.NewMemory(userlimit.WithNow(clock.Now))
 	})
 }
 

@@ -20,7 +20,7 @@ func TestMemoryDropsIdleKeys(t *testing.T) {
 		t.Run(string(alg), func(t *testing.T) {
 			t.Parallel()
 			clock := userlimittest.NewClock(userlimittest.Start)
-			mem := userlimit.NewMemory(clock.Now)
+			mem := userlimit.NewMemory(userlimit.WithNow(clock.Now))
 			rule := userlimit.Rule{Limit: 5, Window: time.Second, Algorithm: alg}
 			const perRound, rounds = 1000, 30
 			peak := 0
@@ -49,7 +49,7 @@ func TestMemoryContextDone(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := userlimit.NewMemory(nil).Allow(ctx, userlimit.Key{Channel: "push", User: "a"}, "job", userlimit.Rule{Limit: 1, Window: time.Second})
+	_, err := userlimit.NewMemory().Allow(ctx, userlimit.Key{Channel: "push", User: "a"}, "job", userlimit.Rule{Limit: 1, Window: time.Second})
 	if err == nil {
 		t.Fatal("no error on a canceled context")
 	}

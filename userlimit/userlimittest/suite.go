@@ -4,7 +4,7 @@
 //
 //	func TestConformance(t *testing.T) {
 //		userlimittest.Run(t, func(t *testing.T, clock *userlimittest.Clock) userlimit.Limiter {
-//			return userlimit.NewMemory(clock.Now)
+//			return userlimit.NewMemory(userlimit.WithNow(clock.Now))
 //		})
 //	}
 package userlimittest
