@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/notifier/notifier/globallimit"
-	"github.com/notifier/notifier/globallimit/globallimittest"
 	"github.com/notifier/notifier/testenv"
 )
 
@@ -206,7 +205,7 @@ func TestLeasedTokensExpire(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			clock := globallimittest.NewClock(time.Now())
+			clock := testenv.NewClock(time.Now())
 			store := &fakeStore{answer: func(_ int, _ globallimit.Config, n int) (int, time.Duration, error) { return n, 0, nil }}
 			opts := append([]globallimit.Option{globallimit.WithLeaseSize(5), globallimit.WithNow(clock.Now)}, tc.opts...)
 			b := globallimit.New(store, cfg, opts...)

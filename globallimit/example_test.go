@@ -6,14 +6,14 @@ import (
 	"time"
 
 	"github.com/notifier/notifier/globallimit"
-	"github.com/notifier/notifier/globallimit/globallimittest"
+	"github.com/notifier/notifier/testenv"
 )
 
 // A bucket of 3 refilling at 2 per second: a burst of 3, then one every
 // 500 ms. The fake sleeper advances the fake clock.
 func ExampleBucket() {
 	ctx := context.Background()
-	clock := globallimittest.NewClock(time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC))
+	clock := testenv.NewClock(time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC))
 	sleep := func(_ context.Context, d time.Duration) error { clock.Advance(d); return nil }
 	b := globallimit.New(globallimit.NewMemory(globallimit.WithNow(clock.Now)), globallimit.Config{Rate: 2, Burst: 3},
 		globallimit.WithNow(clock.Now), globallimit.WithSleeper(sleep))

@@ -8,7 +8,6 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/notifier/notifier/globallimit"
-	"github.com/notifier/notifier/globallimit/globallimittest"
 	"github.com/notifier/notifier/testenv"
 )
 
@@ -20,7 +19,7 @@ func TestRedisMatchesMemory(t *testing.T) {
 	ctx := context.Background()
 	rdb := testenv.Redis(t).Client()
 	rapid.Check(t, func(rt *rapid.T) {
-		clock := globallimittest.NewClock(time.Now())
+		clock := testenv.NewClock(time.Now())
 		mem := globallimit.NewMemory(globallimit.WithNow(clock.Now))
 		red := globallimit.NewRedis(rdb, newPrefix("prop"), globallimit.WithNow(clock.Now))
 		genCfg := func(rt *rapid.T) globallimit.Config {

@@ -23,9 +23,8 @@ func newPrefix(name string) string {
 func redisBackend(rdb redis.Scripter, name string, extra ...leaky.Option) leakytest.Backend {
 	return leakytest.Backend{
 		ColdStart: true,
-		New: func(t *testing.T, now func() time.Time, opts ...leaky.Option) leaky.Queue {
-			opts = append(append(opts, extra...), leaky.WithNow(now))
-			return leaky.NewRedis(rdb, newPrefix(name), opts...)
+		New: func(t *testing.T, opts ...leaky.Option) leaky.Queue {
+			return leaky.NewRedis(rdb, newPrefix(name), append(opts, extra...)...)
 		},
 	}
 }
@@ -35,8 +34,8 @@ func TestConformance(t *testing.T) {
 	t.Run("Memory", func(t *testing.T) {
 		t.Parallel()
 		leakytest.Run(t, leakytest.Backend{
-			New: func(t *testing.T, now func() time.Time, opts ...leaky.Option) leaky.Queue {
-				return leaky.NewMemory(append(opts, leaky.WithNow(now))...)
+			New: func(t *testing.T, opts ...leaky.Option) leaky.Queue {
+				return leaky.NewMemory(opts...)
 			},
 		})
 	})
@@ -57,4 +56,4 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-func newClock() *leakytest.Clock { return leakytest.NewClock(time.Now()) }
+func newClock() *testenv.Clock { return testenv.NewClock(time.Now()) }

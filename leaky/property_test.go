@@ -10,7 +10,6 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/notifier/notifier/leaky"
-	"github.com/notifier/notifier/leaky/leakytest"
 	"github.com/notifier/notifier/testenv"
 )
 
@@ -39,7 +38,7 @@ func TestRedisMatchesMemory(t *testing.T) {
 		}
 	}()
 	rapid.Check(t, func(rt *rapid.T) {
-		clock := leakytest.NewClock(time.Now())
+		clock := testenv.NewClock(time.Now())
 		opts := []leaky.Option{
 			leaky.WithHeadroom(rapid.SampledFrom([]float64{0, 0.01, 0.05}).Draw(rt, "headroom")),
 			leaky.WithMaxCost(rapid.IntRange(1, 3).Draw(rt, "maxCost")),
@@ -270,7 +269,7 @@ func TestRedisMatchesMemoryAtTheLimits(t *testing.T) {
 		})
 	}
 	rapid.Check(t, func(rt *rapid.T) {
-		clock := leakytest.NewClock(time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(rapid.Int64Range(0, 1e15).Draw(rt, "offset"))))
+		clock := testenv.NewClock(time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(rapid.Int64Range(0, 1e15).Draw(rt, "offset"))))
 		opts := []leaky.Option{leaky.WithHeadroom(rapid.SampledFrom([]float64{0, 0.01, 0.3, 0.4999}).Draw(rt, "headroom")), leaky.WithNow(clock.Now)}
 		mem := leaky.NewMemory(opts...)
 		red := leaky.NewRedis(rdb, newPrefix("limits"), opts...)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/notifier/notifier/testenv"
 	"github.com/notifier/notifier/userlimit"
 	"github.com/notifier/notifier/userlimit/userlimittest"
 )
@@ -19,7 +20,7 @@ func TestMemoryDropsIdleKeys(t *testing.T) {
 	for _, alg := range userlimittest.Algorithms {
 		t.Run(string(alg), func(t *testing.T) {
 			t.Parallel()
-			clock := userlimittest.NewClock(userlimittest.Start)
+			clock := testenv.NewClock(userlimittest.Start)
 			mem := userlimit.NewMemory(userlimit.WithNow(clock.Now))
 			rule := userlimit.Rule{Limit: 5, Window: time.Second, Algorithm: alg}
 			const perRound, rounds = 1000, 30

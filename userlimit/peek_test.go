@@ -31,7 +31,7 @@ func TestPropertyPeekAgreesWithAllow(t *testing.T) {
 		alg := rapid.SampledFrom(userlimittest.Algorithms).Draw(rt, "algorithm")
 		window := rapid.SampledFrom(windows).Draw(rt, "window")
 		w := window.Microseconds()
-		clock := userlimittest.NewClock(userlimittest.Start.Add(time.Duration(rapid.Int64Range(0, 3*w).Draw(rt, "start offset µs")) * time.Microsecond))
+		clock := testenv.NewClock(userlimittest.Start.Add(time.Duration(rapid.Int64Range(0, 3*w).Draw(rt, "start offset µs")) * time.Microsecond))
 		prefix := newPrefix("peek")
 		mem := userlimit.NewMemory(userlimit.WithNow(clock.Now))
 		red := userlimit.NewRedis(rdb, prefix, userlimit.WithNow(clock.Now))

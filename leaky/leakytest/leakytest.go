@@ -2,9 +2,13 @@
 // tables of reservations on a fake clock, cancel, pause, depth, cold start,
 // validation and concurrent reservations. Run it from a backend's tests:
 //
-//	leakytest.Run(t, leakytest.Backend{New: func(t *testing.T, now func() time.Time, opts ...leaky.Option) leaky.Queue {
-//		return leaky.NewMemory(append(opts, leaky.WithNow(now))...)
+//	leakytest.Run(t, leakytest.Backend{New: func(t *testing.T, opts ...leaky.Option) leaky.Queue {
+//		return leaky.NewMemory(opts...)
 //	}})
+//
+// The suites of leaky, userlimit and globallimit take their backends alike:
+// a Backend whose New builds one from the options the suite passes, the
+// suite's fake clock (testenv.Clock) among them as WithNow.
 package leakytest
 
 import (
@@ -22,19 +26,14 @@ import (
 
 // Backend is a Queue implementation under test.
 type Backend struct {
-	// New returns a new queue, isolated from every other one it returned
-	// (its own key prefix), whose clock is now, with opts applied.
-	New func(t *testing.T, now func() time.Time, opts ...leaky.Option) leaky.Queue
+	// New returns a new queue with opts applied, isolated from every other
+	// one it returned (its own key prefix). The suite's fake clock is among
+	// opts (leaky.WithNow).
+	New func(t *testing.T, opts ...leaky.Option) leaky.Queue
 	// ColdStart: a provider with no state starts as if its queue were full
 	// (Redis), rather than at now (Memory).
 	ColdStart bool
 }
-
-// Clock is a fake clock, safe for concurrent use (testenv.Clock).
-type Clock = testenv.Clock
-
-// NewClock returns a clock stopped at t.
-func NewClock(t time.Time) *Clock { return testenv.NewClock(t) }
 
 // Step is one reservation of a step table: advance the clock, reserve cost
 // units, and expect ok with delay, or full with retryAfter.
@@ -133,14 +132,15 @@ var Tables = []Table{
 type harness struct {
 	t     *testing.T
 	q     leaky.Queue
-	clock *Clock
+	clock *testenv.Clock
 	ctx   context.Context
 }
 
 func setup(t *testing.T, b Backend, opts ...leaky.Option) *harness {
 	t.Helper()
-	clock := NewClock(time.Now())
-	return &harness{t: t, q: b.New(t, clock.Now, opts...), clock: clock, ctx: context.Background()}
+	clock := testenv.NewClock(time.Now())
+	opts = append([]leaky.Option{leaky.WithNow(clock.Now)}, opts...)
+	return &harness{t: t, q: b.New(t, opts...), clock: clock, ctx: context.Background()}
 }
 
 // warm makes provider's state exist and drain, so that a cold-starting
