@@ -248,7 +248,7 @@ func MemoryLimits(c LimitsConfig, divisor int) *Limits {
 	divisor = max(1, divisor)
 	l := &Limits{
 		Name:        "local",
-		Ledger:      NewMemoryLedger(nil, c.DedupTTL),
+		Ledger:      NewMemoryLedger(c.DedupTTL),
 		Users:       userlimit.NewMemory(),
 		Leaky:       leaky.NewMemory(leaky.WithHeadroom(c.headroom())),
 		Reasons:     MemoryPauseReasons(nil),
