@@ -113,7 +113,7 @@ const monitorMaxInterval = time.Second
 
 // holdSlotsFor holds new slot reservations for d from now.
 func (d *Dispatcher) holdSlotsFor(dur time.Duration) {
-	d.notBefore.Store(time.Now().Add(dur).UnixNano())
+	d.notBefore.Store(d.now().Add(dur).UnixNano())
 }
 
 func (d *Dispatcher) ping(ctx context.Context) error {
