@@ -20,22 +20,17 @@ type LimitsConfig struct {
 	Global   *globallimit.Config // nil: no fleet bucket
 	MaxCost  int                 // the largest leaky cost a job can take (SMS segments); default 1
 	// Headroom is how far under each contract the queues pace (default
-	// DefaultHeadroom). Sends may then arrive up to h/(1−h) seconds later
-	// than their slots without two of them ever landing in one second over
-	// the contract: Options.LateTolerance of that for a worker waking late,
-	// the rest for the network and the provider's own clock.
+	// leaky.DefaultHeadroom, 1.5 %). Sends may then arrive up to h/(1−h)
+	// seconds later than their slots without two of them ever landing in
+	// one second over the contract: Options.LateTolerance of that for a
+	// worker waking late, the rest for the network and the provider's own
+	// clock.
 	Headroom float64
 }
 
-// DefaultHeadroom paces 1.5 % under each contract: a 100/s contract sends
-// one job every 10.15 ms, which leaves 15 ms for the jitter of a send's
-// arrival (5 ms of it for a late worker). 1 % left too little on a busy
-// 2-core machine, where the HTTP path alone jitters by up to 9 ms.
-const DefaultHeadroom = 0.015
-
 func (c LimitsConfig) headroom() float64 {
 	if c.Headroom <= 0 {
-		return DefaultHeadroom
+		return leaky.DefaultHeadroom
 	}
 	return c.Headroom
 }

@@ -115,7 +115,7 @@ func TestPromiseQueueBoundedByMaxQueueDelay(t *testing.T) {
 	b := setup(t, setupOpts{rate: 10, maxQueueDelay: 300 * time.Millisecond})
 	p := b.start(func(o *Options) { o.Workers = 16 })
 	ids := b.publishN("mqd", "sms", 30, 30)
-	q := leaky.NewRedis(b.redis.Client(), b.prefix, leaky.WithHeadroom(DefaultHeadroom))
+	q := leaky.NewRedis(b.redis.Client(), b.prefix, leaky.WithHeadroom(leaky.DefaultHeadroom))
 	most := 0.0
 	for len(b.fake.AcceptedIDs()) < len(ids) {
 		depth, err := q.Depth(context.Background(), "sms-gw", Contract(b.pcfgs[0]))

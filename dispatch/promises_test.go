@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notifier/notifier/globallimit"
+	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
@@ -697,7 +698,7 @@ func TestPromisePacedUnderContract(t *testing.T) {
 	rd := testenv.Redis(t)
 	rdb := rd.Client()
 	ctx := context.Background()
-	want := int64(math.Ceil(1e6 / (100 * (1 - DefaultHeadroom)))) // µs: 10153
+	want := int64(math.Ceil(1e6 / (100 * (1 - leaky.DefaultHeadroom)))) // µs: 10153
 	for _, l := range []*Limits{
 		RedisLimits(rdb, LimitsConfig{Prefix: "h:", DedupTTL: time.Hour}),
 		MemoryLimits(LimitsConfig{DedupTTL: time.Hour}, 1),

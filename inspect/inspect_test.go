@@ -11,6 +11,7 @@ import (
 
 	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/inspect"
+	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
@@ -155,7 +156,7 @@ func TestProviderReadsQueuePauseFleet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h := a.Contract.Headroom; h != c.Headroom || h == dispatch.DefaultHeadroom {
+	if h := a.Contract.Headroom; h != c.Headroom || h == leaky.DefaultHeadroom {
 		t.Fatalf("headroom %g, want the jitter budget's %g", h, c.Headroom)
 	}
 	if a.Contract.Burst != 40 || a.EffectiveRate != 20 || a.Pause != nil || a.Queue.Full {

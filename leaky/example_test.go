@@ -68,13 +68,13 @@ func ExampleMemory_Pause() {
 func ExampleMemory_cost() {
 	ctx := context.Background()
 	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
-	q := leaky.NewMemory(leaky.WithNow(func() time.Time { return now })) // default 1 % headroom
+	q := leaky.NewMemory(leaky.WithNow(func() time.Time { return now })) // default 1.5 % headroom
 	c := leaky.Contract{Rate: 100, MaxQueueDelay: time.Second}
 	a, _ := q.Reserve(ctx, "sms-gateway", c, 3)
 	b, _ := q.Reserve(ctx, "sms-gateway", c, 1)
 	fmt.Println(a.Delay, b.Delay)
 	// Output:
-	// 0s 30.304ms
+	// 0s 30.457ms
 }
 
 // The slots of many jobs in one provider's queue, reserved by one script

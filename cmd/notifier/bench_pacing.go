@@ -14,7 +14,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/leaky"
 )
 
@@ -122,7 +121,7 @@ func (w *benchWorld) pacingPass(ctx context.Context, exe string, n int) (*pacing
 
 	st := w.sb.stats(pacingLane)
 	arrivals := laneArrivals(w.sb, pacingLane)
-	budget := leaky.JitterFor(dispatch.DefaultHeadroom)
+	budget := leaky.JitterFor(leaky.DefaultHeadroom)
 	r := &pacingResult{
 		Contract: w.f.contract, Processes: w.f.processes, WorkersPerProcess: w.f.workers, Jobs: n,
 		Sent: st.Accepted, Lost: max(0, n-st.Accepted), SentTwice: st.Duplicates,

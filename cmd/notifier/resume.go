@@ -54,7 +54,7 @@ says it is back sooner.`,
 		}
 		defer rdb.Close()
 		lc := limitsConfig(cfg)
-		q := leaky.NewRedis(rdb, cfg.Redis.KeyPrefix, leaky.WithMaxCost(max(1, lc.MaxCost)), leaky.WithHeadroom(dispatch.DefaultHeadroom))
+		q := leaky.NewRedis(rdb, cfg.Redis.KeyPrefix, leaky.WithMaxCost(max(1, lc.MaxCost)))
 		reasons := dispatch.RedisPauseReasons(rdb, cfg.Redis.KeyPrefix)
 		why, err := reasons.Reason(ctx, name)
 		if err != nil {

@@ -171,7 +171,7 @@ func readStatus(ctx context.Context, rdb redis.UniversalClient, cfg Config) (fle
 	if err != nil {
 		return fleetStatus{At: time.Now().UTC()}, err
 	}
-	return statusOf(ctx, insts, leaky.NewRedis(rdb, cfg.Redis.KeyPrefix, leaky.WithHeadroom(dispatch.DefaultHeadroom)),
+	return statusOf(ctx, insts, leaky.NewRedis(rdb, cfg.Redis.KeyPrefix),
 		dispatch.RedisPauseReasons(rdb, cfg.Redis.KeyPrefix), cfg)
 }
 

@@ -106,13 +106,13 @@ var Tables = []Table{
 		},
 	},
 	{
-		Name:     "default headroom paces 1 % under the contract",
+		Name:     "default headroom paces 1.5 % under the contract",
 		Contract: leaky.Contract{Rate: 100, MaxQueueDelay: time.Second},
 		Steps: []Step{
 			{Cost: 1, OK: true, Delay: 0},
-			{Cost: 1, OK: true, Delay: us(10102)}, // ⌈1e6/99⌉
-			{Cost: 2, OK: true, Delay: us(20204)}, // then + ⌈2e6/99⌉ = 20203
-			{Cost: 1, OK: true, Delay: us(40407)},
+			{Cost: 1, OK: true, Delay: us(10153)}, // ⌈1e6/98.5⌉
+			{Cost: 2, OK: true, Delay: us(20306)}, // then + ⌈2e6/98.5⌉ = 20305
+			{Cost: 1, OK: true, Delay: us(40611)},
 		},
 	},
 	{
@@ -463,13 +463,13 @@ func testDepth(t *testing.T, b Backend) {
 		t.Fatalf("depth after a cost-4 reservation: %v, want 5.5", got)
 	}
 
-	hd := setup(t, b) // default headroom: 100/s paces at 99/s, ⌈1e6/99⌉ = 10102 µs
+	hd := setup(t, b) // default headroom: 100/s paces at 98.5/s, ⌈1e6/98.5⌉ = 10153 µs
 	c2 := leaky.Contract{Rate: 100, MaxQueueDelay: time.Second}
 	hd.warm("sms", c2)
 	for i := 0; i < 3; i++ {
 		hd.reserve("sms", c2, 1)
 	}
-	if got, want := hd.depth("sms", c2), 30306*99/1e6; math.Abs(got-want) > 1e-9 {
+	if got, want := hd.depth("sms", c2), 30459*98.5/1e6; math.Abs(got-want) > 1e-9 {
 		t.Fatalf("depth with headroom: %v, want %v", got, want)
 	}
 }
@@ -756,7 +756,7 @@ func testAdaptiveSpacing(t *testing.T, b Backend) {
 	h.expect("cost 2 at 5/s", h.reserve("sms", c, 2), true, 900*ms, 0)
 	h.expect("then", h.reserve("sms", c, 1), true, 1300*ms, 0)
 
-	// 2/s with the default 1 % headroom: ⌈1e12 / ⌊2e6 × 0.99⌋⌉ = 505051 µs
+	// 2/s with the default 1.5 % headroom: ⌈1e12 / ⌊2e6 × 0.985⌋⌉ = 507615 µs
 	hd := setup(t, b)
 	hd.warm("sms", c)
 	hd.clock.Advance(time.Second)
@@ -768,7 +768,7 @@ func testAdaptiveSpacing(t *testing.T, b Backend) {
 	hd.effective("sms", c, 2)
 	hd.clock.Advance(100 * ms)
 	hd.expect("2/s with headroom", hd.reserve("sms", c, 1), true, 0, 0)
-	hd.expect("then", hd.reserve("sms", c, 1), true, us(505051), 0)
+	hd.expect("then", hd.reserve("sms", c, 1), true, us(507615), 0)
 }
 
 // testQuota: exactly Limit units a window; the next at the next window's
