@@ -130,7 +130,7 @@ func TestPipeBatcherMergesRequests(t *testing.T) {
 			rdb.AddHook(trips)
 			prefix := "batch-" + name + ":"
 			ledger := NewRedisLedger(rdb, prefix, time.Hour)
-			q := leaky.NewRedis(rdb, prefix, leaky.WithHeadroom(0))
+			q := leakyRedis(t, rdb, prefix, leaky.WithHeadroom(0))
 			users := userlimit.NewRedis(rdb, prefix)
 			if err := users.Load(ctx); err != nil {
 				t.Fatal(err)

@@ -178,8 +178,9 @@ type Options struct {
 	Providers   Registry
 	Limits      *Limits // the primary backends (Redis in production)
 	// Fallback builds in-memory limits for redis.on_failure: local; nil
-	// means hold (take no jobs until the primary backend answers again).
-	Fallback func() *Limits
+	// means hold (take no jobs until the primary backend answers again), as
+	// does a Fallback that returns an error.
+	Fallback func() (*Limits, error)
 
 	Metrics *Metrics
 	// Tracer, when set, records a span per job delivery and per provider

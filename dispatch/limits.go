@@ -48,12 +48,17 @@ func (c LimitsConfig) HeadroomOf(ct leaky.Contract) float64 {
 // Cluster). A sent job needs two exchanges with it, the admission before
 // the send and the ledger's "sent" after it, each riding on a pipeline
 // shared with the process's other workers (pipeBatcher); its providers'
-// pauses are heard through pub/sub (Limits.Watch).
-func RedisLimits(rdb redis.UniversalClient, c LimitsConfig) *Limits {
+// pauses are heard through pub/sub (Limits.Watch). It returns an error
+// when c is out of range (its Headroom).
+func RedisLimits(rdb redis.UniversalClient, c LimitsConfig) (*Limits, error) {
+	q, err := leaky.NewRedis(rdb, c.Prefix, leaky.WithMaxCost(max(1, c.MaxCost)), leaky.WithHeadroom(c.headroom()))
+	if err != nil {
+		return nil, fmt.Errorf("redis limits: %w", err)
+	}
 	rs := &redisSet{
 		ledger: NewRedisLedger(rdb, c.Prefix, c.DedupTTL),
 		users:  userlimit.NewRedis(rdb, c.Prefix),
-		leaky:  leaky.NewRedis(rdb, c.Prefix, leaky.WithMaxCost(max(1, c.MaxCost)), leaky.WithHeadroom(c.headroom())),
+		leaky:  q,
 		batch:  newPipeBatcher(rdb),
 	}
 	pauses := leaky.NewPauseWatcher(nil)
@@ -77,7 +82,7 @@ func RedisLimits(rdb redis.UniversalClient, c LimitsConfig) *Limits {
 		return globallimit.New(shadowStore, cfg, globallimit.WithLeaseSize(lease))
 	}
 	l.setGlobal(c.Global)
-	return l
+	return l, nil
 }
 
 // RedisHealth says whether every operation the limits run can reach its
@@ -238,14 +243,19 @@ func (r *redisSet) load(ctx context.Context) error {
 // MemoryLimits is an in-process limit set: the demo's, and the fallback of
 // redis.on_failure: local, where divisor is the number of live instances
 // last seen, so that each process takes its share of every contract and of
-// the fleet bucket.
-func MemoryLimits(c LimitsConfig, divisor int) *Limits {
+// the fleet bucket. It returns an error when c is out of range (its
+// Headroom).
+func MemoryLimits(c LimitsConfig, divisor int) (*Limits, error) {
+	q, err := leaky.NewMemory(leaky.WithHeadroom(c.headroom()))
+	if err != nil {
+		return nil, fmt.Errorf("local limits: %w", err)
+	}
 	divisor = max(1, divisor)
 	l := &Limits{
 		Name:        "local",
 		Ledger:      NewMemoryLedger(c.DedupTTL),
 		Users:       userlimit.NewMemory(),
-		Leaky:       leaky.NewMemory(leaky.WithHeadroom(c.headroom())),
+		Leaky:       q,
 		Reasons:     MemoryPauseReasons(nil),
 		RateDivisor: divisor,
 	}
@@ -258,5 +268,5 @@ func MemoryLimits(c LimitsConfig, divisor int) *Limits {
 	shadowStore := globallimit.NewMemory()
 	l.newShadow = func(g globallimit.Config, _ int) *globallimit.Bucket { return globallimit.New(shadowStore, g) } // divided by setShadow; no round trips to save
 	l.setGlobal(c.Global)
-	return l
+	return l, nil
 }

@@ -140,7 +140,10 @@ func TestProviderReadsQueuePauseFleet(t *testing.T) {
 	p := providers.Config{Name: "sms-gateway", Channel: "sms", Rate: 20, MaxQueueDelay: 2 * time.Second, JitterBudget: 10 * time.Millisecond}
 	s := newSetup(t, inspect.Config{Providers: []providers.Config{p}})
 	rdb := s.srv.Client()
-	l := dispatch.RedisLimits(rdb, s.cfg.Limits)
+	l, err := dispatch.RedisLimits(rdb, s.cfg.Limits)
+	if err != nil {
+		t.Fatal(err)
+	}
 	c := dispatch.Contract(p)
 	zero := time.Duration(0)
 	c.ColdStart = &zero

@@ -24,7 +24,7 @@ func redisBackend(rdb redis.Scripter, name string, extra ...leaky.Option) leakyt
 	return leakytest.Backend{
 		ColdStart: true,
 		New: func(t *testing.T, opts ...leaky.Option) leaky.Queue {
-			return leaky.NewRedis(rdb, newPrefix(name), append(opts, extra...)...)
+			return newRedis(t, rdb, newPrefix(name), append(opts, extra...)...)
 		},
 	}
 }
@@ -35,7 +35,7 @@ func TestConformance(t *testing.T) {
 		t.Parallel()
 		leakytest.Run(t, leakytest.Backend{
 			New: func(t *testing.T, opts ...leaky.Option) leaky.Queue {
-				return leaky.NewMemory(opts...)
+				return newMemory(t, opts...)
 			},
 		})
 	})
@@ -57,3 +57,30 @@ func TestConformance(t *testing.T) {
 }
 
 func newClock() *testenv.Clock { return testenv.NewClock(time.Now()) }
+
+// fataler is what newMemory and newRedis need of a *testing.T, *testing.B
+// or *rapid.T.
+type fataler interface {
+	Helper()
+	Fatal(args ...any)
+}
+
+// newMemory is leaky.NewMemory, failing the test on an error.
+func newMemory(t fataler, opts ...leaky.Option) *leaky.Memory {
+	t.Helper()
+	q, err := leaky.NewMemory(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+// newRedis is leaky.NewRedis, failing the test on an error.
+func newRedis(t fataler, rdb redis.Scripter, prefix string, opts ...leaky.Option) *leaky.Redis {
+	t.Helper()
+	q, err := leaky.NewRedis(rdb, prefix, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}

@@ -2,6 +2,7 @@ package leaky
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -185,39 +186,44 @@ type options struct {
 	noGuard  bool
 }
 
-func buildOptions(opts []Option) options {
+// buildOptions applies opts to the defaults and returns every problem of
+// the result, joined.
+func buildOptions(opts []Option) (options, error) {
 	o := options{headroom: DefaultHeadroom, maxCost: DefaultMaxCost, idleTTL: DefaultIdleTTL}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if !(o.headroom >= 0 && o.headroom < 0.5) {
-		panic(fmt.Sprintf("leaky: headroom must be in [0, 0.5), got %v", o.headroom))
+	var errs []error
+	if !(o.headroom >= 0 && o.headroom < 0.5) { // NaN too
+		errs = append(errs, fmt.Errorf("headroom must be in [0, 0.5), got %v", o.headroom))
 	}
 	if o.maxCost < 1 {
-		panic(fmt.Sprintf("leaky: max cost must be at least 1, got %d", o.maxCost))
+		errs = append(errs, fmt.Errorf("max cost must be at least 1, got %d", o.maxCost))
 	}
 	if o.idleTTL < 0 {
-		panic(fmt.Sprintf("leaky: idle TTL must not be negative, got %s", o.idleTTL))
+		errs = append(errs, fmt.Errorf("idle TTL must not be negative, got %s", o.idleTTL))
 	}
-	return o
+	return o, errors.Join(errs...)
 }
 
 // WithHeadroom paces the fraction h under the contract: the interval per
 // unit is 1/(rate·(1−h)). Default DefaultHeadroom (1.5 %), which absorbs
-// the jitter of Go timers and of the send path (see DefaultHeadroom). It
-// panics unless 0 <= h < 0.5.
+// the jitter of Go timers and of the send path (see DefaultHeadroom).
+// NewMemory and NewRedis return an error unless 0 <= h < 0.5.
 func WithHeadroom(h float64) Option { return func(o *options) { o.headroom = h } }
 
 // WithMaxCost is the largest cost a single reservation takes (SMS segments
 // per message). A cold start leaves room for one such reservation after the
-// last slot a lost state may have handed out. Default 1. It panics when n < 1.
+// last slot a lost state may have handed out. Default 1. NewMemory and
+// NewRedis return an error when n < 1.
 func WithMaxCost(n int) Option { return func(o *options) { o.maxCost = n } }
 
 // WithIdleTTL is how long the Redis state outlives its drained queue (plus
 // max_queue_delay) before it expires. A provider whose state expired starts
 // cold (see the package doc), so keep it longer than the usual gap between
 // a provider's sends. Default 24 h; 0 expires the state as soon as it no
-// longer matters for pacing. Memory ignores it.
+// longer matters for pacing. NewMemory and NewRedis return an error when
+// d < 0; Memory otherwise ignores it.
 func WithIdleTTL(d time.Duration) Option { return func(o *options) { o.idleTTL = d } }
 
 // WithoutFailoverGuard drops the Redis backend's failover guard (the run_id

@@ -32,14 +32,17 @@ type memState struct {
 var _ Queue = (*Memory)(nil)
 
 // NewMemory returns an in-process queue; its clock is WithNow's, else
-// time.Now.
-func NewMemory(opts ...Option) *Memory {
-	o := buildOptions(opts)
+// time.Now. It returns an error when an option is out of its range.
+func NewMemory(opts ...Option) (*Memory, error) {
+	o, err := buildOptions(opts)
+	if err != nil {
+		return nil, fmt.Errorf("new leaky queue in memory: %w", err)
+	}
 	now := o.now
 	if now == nil {
 		now = time.Now
 	}
-	return &Memory{o: o, now: now, q: make(map[string]*memState)}
+	return &Memory{o: o, now: now, q: make(map[string]*memState)}, nil
 }
 
 func (m *Memory) state(provider string) *memState {

@@ -44,8 +44,8 @@ func TestRedisMatchesMemory(t *testing.T) {
 			leaky.WithMaxCost(rapid.IntRange(1, 3).Draw(rt, "maxCost")),
 			leaky.WithNow(clock.Now),
 		}
-		mem := leaky.NewMemory(opts...)
-		red := leaky.NewRedis(rdb, newPrefix("prop"), opts...)
+		mem := newMemory(rt, opts...)
+		red := newRedis(rt, rdb, newPrefix("prop"), opts...)
 		c := leaky.Contract{
 			Rate:          rapid.Float64Range(0.5, 5000).Draw(rt, "rate"),
 			MaxQueueDelay: time.Duration(rapid.Int64Range(0, 3_000_000).Draw(rt, "mqdMicros")) * time.Microsecond,
@@ -271,8 +271,8 @@ func TestRedisMatchesMemoryAtTheLimits(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		clock := testenv.NewClock(time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(rapid.Int64Range(0, 1e15).Draw(rt, "offset"))))
 		opts := []leaky.Option{leaky.WithHeadroom(rapid.SampledFrom([]float64{0, 0.01, 0.3, 0.4999}).Draw(rt, "headroom")), leaky.WithNow(clock.Now)}
-		mem := leaky.NewMemory(opts...)
-		red := leaky.NewRedis(rdb, newPrefix("limits"), opts...)
+		mem := newMemory(rt, opts...)
+		red := newRedis(rt, rdb, newPrefix("limits"), opts...)
 		rate := logRange(leaky.MinRate, leaky.MaxAdaptiveRate).Draw(rt, "rate")
 		c := leaky.Contract{
 			Rate:          rate,

@@ -216,7 +216,10 @@ func runDev(ctx context.Context, f *devFlags, e *env) error {
 	}
 	defer nc.Close()
 	instance := instanceID()
-	limits := dispatch.MemoryLimits(limitsConfig(cfg), 1)
+	limits, err := dispatch.MemoryLimits(limitsConfig(cfg), 1)
+	if err != nil {
+		return err
+	}
 	tick := make(chan struct{})
 	defer close(tick)
 	go out.flushEverySecond(tick)

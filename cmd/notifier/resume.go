@@ -54,7 +54,10 @@ says it is back sooner.`,
 		}
 		defer rdb.Close()
 		lc := limitsConfig(cfg)
-		q := leaky.NewRedis(rdb, cfg.Redis.KeyPrefix, leaky.WithMaxCost(max(1, lc.MaxCost)))
+		q, err := leaky.NewRedis(rdb, cfg.Redis.KeyPrefix, leaky.WithMaxCost(max(1, lc.MaxCost)))
+		if err != nil {
+			return err
+		}
 		reasons := dispatch.RedisPauseReasons(rdb, cfg.Redis.KeyPrefix)
 		why, err := reasons.Reason(ctx, name)
 		if err != nil {

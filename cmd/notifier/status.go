@@ -171,8 +171,11 @@ func readStatus(ctx context.Context, rdb redis.UniversalClient, cfg Config) (fle
 	if err != nil {
 		return fleetStatus{At: time.Now().UTC()}, err
 	}
-	return statusOf(ctx, insts, leaky.NewRedis(rdb, cfg.Redis.KeyPrefix),
-		dispatch.RedisPauseReasons(rdb, cfg.Redis.KeyPrefix), cfg)
+	q, err := leaky.NewRedis(rdb, cfg.Redis.KeyPrefix)
+	if err != nil {
+		return fleetStatus{At: time.Now().UTC()}, err
+	}
+	return statusOf(ctx, insts, q, dispatch.RedisPauseReasons(rdb, cfg.Redis.KeyPrefix), cfg)
 }
 
 // statusOf is the status of the instances insts, whose providers' queues

@@ -3,7 +3,11 @@
 // validation and concurrent reservations. Run it from a backend's tests:
 //
 //	leakytest.Run(t, leakytest.Backend{New: func(t *testing.T, opts ...leaky.Option) leaky.Queue {
-//		return leaky.NewMemory(opts...)
+//		q, err := leaky.NewMemory(opts...)
+//		if err != nil {
+//			t.Fatal(err)
+//		}
+//		return q
 //	}})
 //
 // The suites of leaky, userlimit and globallimit take their backends alike:
