@@ -24,6 +24,7 @@ import (
 	"github.com/notifier/notifier/globallimit"
 	"github.com/notifier/notifier/inspect"
 	"github.com/notifier/notifier/internal/stats"
+	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/localenv"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
@@ -427,7 +428,7 @@ func Print(w io.Writer, r *Result) {
 		fmt.Fprintf(w, "  achieved rate       %.1f/s sustained, first to last send over %.1fs (%.1f %% of the contract)\n", p.SustainedPerSecond, p.Seconds, 100*p.SustainedFraction)
 		fmt.Fprintf(w, "  most in any 1 s     %d (contract %d)\n", p.MostInOneSecond, p.Contract)
 		fmt.Fprintf(w, "  gap between sends   p1 %.2fms · p50 %.2fms · p99 %.2fms (the queue paces one send every %.2fms)\n",
-			p.GapP1Ms, p.GapP50Ms, p.GapP99Ms, 1000/((1-dispatch.DefaultHeadroom)*float64(p.Contract)))
+			p.GapP1Ms, p.GapP50Ms, p.GapP99Ms, 1000/((1-leaky.DefaultHeadroom)*float64(p.Contract)))
 		fmt.Fprintf(w, "  most requests in    %d in any 1 s − %.1fms window, 429s included (the jitter budget)\n", p.MostInBudgetWindow, p.JitterBudgetMs)
 		fmt.Fprintf(w, "  429 answers         %d", p.Answered429)
 		if p.Answered429 > 0 {

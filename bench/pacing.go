@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/notifier/notifier/config"
-	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/internal/stats"
 	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/localenv"
@@ -125,7 +124,7 @@ func (w *benchWorld) pacingPass(ctx context.Context, exe string, n int) (*Pacing
 
 	st := w.sb.Stats(pacingLane)
 	arrivals := w.sb.Arrivals(pacingLane)
-	budget := leaky.JitterFor(dispatch.DefaultHeadroom)
+	budget := leaky.JitterFor(leaky.DefaultHeadroom)
 	r := &PacingResult{
 		Contract: w.f.Contract, Processes: w.f.Processes, WorkersPerProcess: w.f.Workers, Jobs: n,
 		Sent: st.Accepted, Lost: max(0, n-st.Accepted), SentTwice: st.Duplicates,

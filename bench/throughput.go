@@ -404,7 +404,10 @@ func (w *benchWorld) dispatchPass(ctx context.Context, tag, name string, kind pa
 		lcfg.Global.ShadowRate = benchShadowRate
 		users = map[string]userlimit.Rule{"sms": benchShadowRule(w.f)}
 	}
-	limits := dispatch.RedisLimits(w.rdb, lcfg)
+	limits, err := dispatch.RedisLimits(w.rdb, lcfg)
+	if err != nil {
+		return PassResult{}, err
+	}
 	reg := sinkRegistry{cfg: w.sink, p: &inProcessSink{name: w.sink.Name}}
 	cons, err := queue.NewConsumer(ctx, w.js, w.qcfg, queue.ConsumerConfig{})
 	if err != nil {

@@ -30,7 +30,7 @@ type admission struct {
 // never exceeded, at worst one send slot goes unused.
 func (d *Dispatcher) admit(ctx context.Context, jb *job, rule userlimit.Rule, capped bool) (admission, error) {
 	var adm admission
-	t0 := time.Now()
+	t0 := d.now()
 	err := d.withBackend(ctx, jb, func(l *Limits) error {
 		reserve := d.speculate(jb.channel, capped)
 		var err error
@@ -68,7 +68,7 @@ func (d *Dispatcher) admitPipelined(ctx context.Context, jb *job, l *Limits, rul
 				rc = bt.reserve(l.redis.leaky, jb.provider, contract, jb.cost)
 			}
 		})
-		replied := time.Now()
+		replied := d.now()
 		var errs []error
 		var err error
 		if adm.claim, err = cc.Result(); err != nil {
@@ -131,7 +131,7 @@ func (d *Dispatcher) admitInOrder(ctx context.Context, jb *job, l *Limits, rule 
 		if err != nil {
 			return admission{}, err
 		}
-		adm.slot, adm.slotAt = &r, d.clock.slotTime(time.Now(), r.Slot, r.Delay)
+		adm.slot, adm.slotAt = &r, d.clock.slotTime(d.now(), r.Slot, r.Delay)
 	}
 	return adm, nil
 }
@@ -239,7 +239,7 @@ func (d *Dispatcher) cancelSlot(ctx context.Context, jb *job, adm admission) {
 // would cost throughput, or reservations are held after a switch of limit
 // sets.
 func (d *Dispatcher) speculate(channel string, capped bool) bool {
-	if time.Now().UnixNano() < d.notBefore.Load() {
+	if d.now().UnixNano() < d.notBefore.Load() {
 		return false
 	}
 	if !capped {

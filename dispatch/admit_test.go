@@ -14,7 +14,7 @@ import (
 // reserve ahead.
 func TestSpeculationFollowsDenials(t *testing.T) {
 	t.Parallel()
-	d := &Dispatcher{}
+	d := &Dispatcher{o: Options{Now: time.Now}}
 	if !d.speculate("sms", true) || !d.speculate("push", false) {
 		t.Fatal("no denials yet: must reserve ahead")
 	}

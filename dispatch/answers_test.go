@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/testenv"
 )
@@ -313,7 +312,7 @@ func TestStartLiftsACredentialsPause(t *testing.T) {
 	b := setup(t, setupOpts{})
 	ctx := context.Background()
 	rdb := b.redis.Client()
-	q := leaky.NewRedis(rdb, b.prefix)
+	q := leakyRedis(t, rdb, b.prefix)
 	if err := RedisPauseReasons(rdb, b.prefix).SetCredentials(ctx, "sms-gw", time.Hour); err != nil {
 		t.Fatal(err)
 	}

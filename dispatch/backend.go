@@ -49,8 +49,15 @@ func (d *Dispatcher) backendFailed(l *Limits, err error) {
 	if l != d.limits.Load() || l != d.o.Limits {
 		return // already switched, or the fallback itself (in memory) failed
 	}
+	var fb *Limits
 	if d.o.Fallback != nil {
-		fb := d.o.Fallback()
+		var ferr error
+		if fb, ferr = d.o.Fallback(); ferr != nil {
+			fb = nil
+			d.log.Error("build the local limits of redis.on_failure: local; holding jobs instead", "err", ferr)
+		}
+	}
+	if fb != nil {
 		d.holdSlotsFor(d.live.Load().maxQueue + d.o.LateTolerance)
 		d.limits.Store(fb)
 		d.log.Warn("limit backend unreachable: continuing on local limits, each contract divided by the live instances",
@@ -113,7 +120,7 @@ const monitorMaxInterval = time.Second
 
 // holdSlotsFor holds new slot reservations for d from now.
 func (d *Dispatcher) holdSlotsFor(dur time.Duration) {
-	d.notBefore.Store(time.Now().Add(dur).UnixNano())
+	d.notBefore.Store(d.now().Add(dur).UnixNano())
 }
 
 func (d *Dispatcher) ping(ctx context.Context) error {

@@ -30,9 +30,8 @@ func TestClaimGroupMatchesMemory(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		run++
 		clock := newFakeClock()
-		mem := NewMemoryLedger(clock.Now, 24*time.Hour)
-		red := NewRedisLedger(rdb, fmt.Sprintf("cg%d:", run), 24*time.Hour)
-		red.now = clock.Now
+		mem := NewMemoryLedger(24*time.Hour, WithLedgerNow(clock.Now))
+		red := NewRedisLedger(rdb, fmt.Sprintf("cg%d:", run), 24*time.Hour, WithLedgerNow(clock.Now))
 		ids := rapid.SampledFrom([]string{"j0", "j1", "j2", "j3"})
 		owners := rapid.SampledFrom([]string{"a", "b", "c"})
 		actions := map[string]func(*rapid.T){
@@ -131,7 +130,7 @@ func TestPipeBatcherMergesRequests(t *testing.T) {
 			rdb.AddHook(trips)
 			prefix := "batch-" + name + ":"
 			ledger := NewRedisLedger(rdb, prefix, time.Hour)
-			q := leaky.NewRedis(rdb, prefix, leaky.WithHeadroom(0))
+			q := leakyRedis(t, rdb, prefix, leaky.WithHeadroom(0))
 			users := userlimit.NewRedis(rdb, prefix)
 			if err := users.Load(ctx); err != nil {
 				t.Fatal(err)

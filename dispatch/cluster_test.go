@@ -105,6 +105,7 @@ func (w *clusterWorld) start(node, workers int) *proc {
 	if err != nil {
 		w.t.Fatal(err)
 	}
+	lim := redisLimits(w.t, w.redis.Client(), LimitsConfig{Prefix: "cluster:", DedupTTL: time.Hour})
 	ctx, cancel := context.WithCancel(context.Background())
 	cctx, ccancel := context.WithTimeout(ctx, 30*time.Second)
 	defer ccancel()
@@ -129,7 +130,7 @@ func (w *clusterWorld) start(node, workers int) *proc {
 		Source:      cons,
 		DeadLetters: queue.NewPublisher(js),
 		Providers:   reg,
-		Limits:      RedisLimits(w.redis.Client(), LimitsConfig{Prefix: "cluster:", DedupTTL: time.Hour}),
+		Limits:      lim,
 		Metrics:     NewMetrics(preg),
 		Logger:      slog.New(slog.NewJSONHandler(w.logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
 	})

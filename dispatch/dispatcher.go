@@ -178,8 +178,9 @@ type Options struct {
 	Providers   Registry
 	Limits      *Limits // the primary backends (Redis in production)
 	// Fallback builds in-memory limits for redis.on_failure: local; nil
-	// means hold (take no jobs until the primary backend answers again).
-	Fallback func() *Limits
+	// means hold (take no jobs until the primary backend answers again), as
+	// does a Fallback that returns an error.
+	Fallback func() (*Limits, error)
 
 	Metrics *Metrics
 	// Tracer, when set, records a span per job delivery and per provider
@@ -203,8 +204,14 @@ type Options struct {
 	// "provider" (the send) and "ledger_sent". For benchmarks; it must be
 	// fast and safe for concurrent use.
 	Trace func(step string, took time.Duration)
-	Now   func() time.Time // default time.Now
-	Rand  func() float64   // default math/rand/v2.Float64 (jitter)
+	// Now is the dispatcher's clock (default time.Now), read for every
+	// decision on time (a job's expiry, its send slot, holds, heartbeats,
+	// lease renewals) and every measure (traces, latency metrics). Waits
+	// sleep on real timers until it says they are over, so a fake clock
+	// must move. The limit sets keep their own clocks (on Redis, the
+	// server's TIME, which clockSync maps to this one).
+	Now  func() time.Time
+	Rand func() float64 // default math/rand/v2.Float64 (jitter)
 }
 
 func (o Options) withDefaults() Options {
@@ -290,6 +297,15 @@ type Dispatcher struct {
 	sentSlot func(provider string, slot int64, cost int)
 }
 
+// now reads the dispatcher's clock, Options.Now.
+func (d *Dispatcher) now() time.Time { return d.o.Now() }
+
+// since is the time elapsed since t on the dispatcher's clock.
+func (d *Dispatcher) since(t time.Time) time.Duration { return d.o.Now().Sub(t) }
+
+// until is the time left until t on the dispatcher's clock.
+func (d *Dispatcher) until(t time.Time) time.Duration { return t.Sub(d.o.Now()) }
+
 // New checks the options and returns a Dispatcher.
 func New(o Options) (*Dispatcher, error) {
 	o = o.withDefaults()
@@ -311,7 +327,7 @@ func New(o Options) (*Dispatcher, error) {
 	}
 	d := &Dispatcher{o: o, log: o.Logger, m: o.Metrics, tracer: newTracer(o.Tracer)}
 	if o.Horizons != nil {
-		d.horizons = newHorizonKeeper(o.Horizons, o.Instance)
+		d.horizons = newHorizonKeeper(o.Horizons, o.Instance, o.Now)
 	}
 	d.limits.Store(o.Limits)
 	d.live.Store(d.newLive(caps, o.Providers, o.TenantWeights, nil))
@@ -625,7 +641,7 @@ type ChannelActivity struct {
 
 // Activity is this process's recent work, per provider and per channel.
 func (d *Dispatcher) Activity() (map[string]ProviderActivity, map[string]ChannelActivity) {
-	now := time.Now()
+	now := d.now()
 	tenS := d.activity.sums(now, 10*time.Second)
 	minute := d.activity.sums(now, time.Minute)
 	ps := map[string]ProviderActivity{}

@@ -154,7 +154,7 @@ func (d *Dispatcher) ackResult(ctx context.Context, jb *job, outcome string) err
 		jb.log().Warn("acknowledge job", "outcome", outcome, "err", err)
 	}
 	d.m.Jobs.WithLabelValues(jb.channel, jb.provider, outcome).Inc()
-	now := time.Now()
+	now := d.now()
 	d.activity.add(rollKey{channel: jb.channel, outcome: outcome}, now)
 	if outcome == OutcomeSent {
 		tenant := d.tenantLabel(jb.dl.Tenant)

@@ -51,7 +51,7 @@ func (d *Dispatcher) tooLate(jb *job, earliest time.Time) (end, bool) {
 		return end{}, false
 	}
 	return suppressed(ReasonExpired, "expires_at "+jb.j.ExpiresAt.UTC().Format(time.RFC3339)+
-		" lies before the earliest send slot at "+jb.provider+" ("+time.Until(earliest).Round(time.Millisecond).String()+" ahead)"), true
+		" lies before the earliest send slot at "+jb.provider+" ("+d.until(earliest).Round(time.Millisecond).String()+" ahead)"), true
 }
 
 // earliestSlot is when a reservation's job could be sent at the soonest,
@@ -61,7 +61,7 @@ func (d *Dispatcher) earliestSlot(jb *job, r leaky.Reservation) time.Time {
 	if r.OK {
 		return jb.slotAt
 	}
-	return time.Now().Add(r.RetryAfter + jb.pcfg.MaxQueueDelay)
+	return d.now().Add(r.RetryAfter + jb.pcfg.MaxQueueDelay)
 }
 
 // pastDeadline reports whether the job has an expires_at before its

@@ -38,7 +38,7 @@ func TestRedisDownLocalMode(t *testing.T) {
 		t.Cleanup(func() { cancel(); <-done })
 		procs = append(procs, b.start(func(o *Options) {
 			o.Workers = 16
-			o.Fallback = func() *Limits { return MemoryLimits(LimitsConfig{DedupTTL: time.Hour}, fleet.Live()) }
+			o.Fallback = func() (*Limits, error) { return MemoryLimits(LimitsConfig{DedupTTL: time.Hour}, fleet.Live()) }
 		}))
 	}
 	testenv.WaitFor(t, 30*time.Second, "200 jobs sent on shared limits", func() bool { return len(b.fake.AcceptedIDs()) >= 200 })
@@ -203,7 +203,7 @@ func TestSentJobsKeptAliveWhileRedisIsDown(t *testing.T) {
 	t.Cleanup(func() { _ = rdb.Close() })
 	p := b.start(func(o *Options) {
 		o.Workers = 4
-		o.Limits = RedisLimits(rdb, LimitsConfig{Prefix: b.prefix, DedupTTL: time.Hour})
+		o.Limits = redisLimits(t, rdb, LimitsConfig{Prefix: b.prefix, DedupTTL: time.Hour})
 		o.Providers = &stopOnSend{Registry: o.Providers, k: 10, stop: func() { b.redis.Stop(); close(stopped) }}
 	})
 	select {

@@ -13,7 +13,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
 
+	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
@@ -133,7 +135,7 @@ func (b *bundle) start(mutate func(*Options)) *proc {
 		b.t.Fatalf("registry: %v", err)
 	}
 	rdb := b.redis.Client()
-	lim := RedisLimits(rdb, LimitsConfig{Prefix: b.prefix, DedupTTL: time.Hour})
+	lim := redisLimits(b.t, rdb, LimitsConfig{Prefix: b.prefix, DedupTTL: time.Hour})
 	preg := prometheus.NewRegistry()
 	o := Options{
 		Workers:     8,
@@ -292,4 +294,34 @@ func head(s []string) []string {
 		return s[:5]
 	}
 	return s
+}
+
+// redisLimits is RedisLimits, failing the test on an error.
+func redisLimits(t testing.TB, rdb redis.UniversalClient, c LimitsConfig) *Limits {
+	t.Helper()
+	l, err := RedisLimits(rdb, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// memoryLimits is MemoryLimits, failing the test on an error.
+func memoryLimits(t testing.TB, c LimitsConfig, divisor int) *Limits {
+	t.Helper()
+	l, err := MemoryLimits(c, divisor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// leakyRedis is leaky.NewRedis, failing the test on an error.
+func leakyRedis(t testing.TB, rdb redis.Scripter, prefix string, opts ...leaky.Option) *leaky.Redis {
+	t.Helper()
+	q, err := leaky.NewRedis(rdb, prefix, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
 }

@@ -54,8 +54,8 @@ type horizonKeeper struct {
 	cold atomic.Pointer[map[string]time.Duration] // per provider; absent: the full cold start
 }
 
-func newHorizonKeeper(store Horizons, instance string) *horizonKeeper {
-	return &horizonKeeper{store: store, instance: instance, now: time.Now, ends: map[string]time.Time{}, started: map[string]bool{}}
+func newHorizonKeeper(store Horizons, instance string, now func() time.Time) *horizonKeeper {
+	return &horizonKeeper{store: store, instance: instance, now: now, ends: map[string]time.Time{}, started: map[string]bool{}}
 }
 
 // note records a slot reserved for provider, ending at end.

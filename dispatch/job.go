@@ -82,7 +82,7 @@ func (jb *job) debug(msg string, args ...any) {
 func (d *Dispatcher) handle(ctx, sendCtx context.Context, dl *queue.Delivery) {
 	span := d.startJobSpan(dl)
 	ctx, sendCtx = trace.ContextWithSpan(ctx, span), trace.ContextWithSpan(sendCtx, span)
-	jb := &job{dl: dl, lastBeat: time.Now(), channel: "invalid", provider: "unknown", base: d.log}
+	jb := &job{dl: dl, lastBeat: d.now(), channel: "invalid", provider: "unknown", base: d.log}
 	e := d.process(ctx, sendCtx, jb)
 	for e.kind == endAgain {
 		jb = &job{dl: dl, lastBeat: jb.lastBeat, channel: jb.channel, provider: jb.provider, base: d.log}
@@ -164,7 +164,7 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) end {
 		}
 		c := adm.claim
 		if c.Status == Claimed {
-			jb.claimed, jb.claimAt = true, time.Now()
+			jb.claimed, jb.claimAt = true, d.now()
 			break
 		}
 		d.cancelSlot(ctx, jb, adm)
@@ -230,13 +230,13 @@ func (d *Dispatcher) lease(jb *job) time.Duration {
 }
 
 func (d *Dispatcher) expired(j *queue.Job) bool {
-	return !j.ExpiresAt.IsZero() && !d.o.Now().Before(j.ExpiresAt)
+	return !j.ExpiresAt.IsZero() && !d.now().Before(j.ExpiresAt)
 }
 
 // trace reports a step's duration to Options.Trace.
 func (d *Dispatcher) trace(step string, start time.Time) {
 	if d.o.Trace != nil {
-		d.o.Trace(step, time.Since(start))
+		d.o.Trace(step, d.since(start))
 	}
 }
 

@@ -34,7 +34,7 @@ const kindsContract = 20
 // between the first and the last accepted arrival, less the holds its
 // refusals ordered (pausedByRefusals), the queue ran at 90 % of it or
 // more. accepted are the accepted arrivals of this run (the warm-up send
-// before them is left out). The leaky queue paces at 1 − DefaultHeadroom
+// before them is left out). The leaky queue paces at 1 − leaky.DefaultHeadroom
 // of the contract; on a loaded machine a worker that wakes more than
 // LateTolerance after its slot gives the slot up and takes a later one,
 // which costs rate, never the contract. late is how many slots were given

@@ -98,15 +98,15 @@ type RedisLedger struct {
 	rdb    redis.Cmdable
 	prefix string
 	ttl    time.Duration
-	now    func() time.Time // tests only: when set, scripts get this clock instead of TIME
+	now    func() time.Time // WithLedgerNow, tests only: when set, scripts get this clock instead of TIME
 }
 
 var _ Ledger = (*RedisLedger)(nil)
 
 // NewRedisLedger returns a ledger that remembers each job for ttl
 // (dedup_ttl) after its last change.
-func NewRedisLedger(rdb redis.Cmdable, prefix string, ttl time.Duration) *RedisLedger {
-	return &RedisLedger{rdb: rdb, prefix: prefix, ttl: ttl}
+func NewRedisLedger(rdb redis.Cmdable, prefix string, ttl time.Duration, opts ...LedgerOption) *RedisLedger {
+	return &RedisLedger{rdb: rdb, prefix: prefix, ttl: ttl, now: buildLedgerOptions(opts).now}
 }
 
 // LedgerKey is the Redis key of job id's ledger record.
@@ -425,6 +425,31 @@ func (l *RedisLedger) ResetForReplay(ctx context.Context, id string) (sent bool,
 	return n < 0, nil
 }
 
+// LedgerOption configures a RedisLedger or MemoryLedger.
+type LedgerOption func(*ledgerOptions)
+
+type ledgerOptions struct {
+	now func() time.Time // nil: the ledger's own clock
+}
+
+func buildLedgerOptions(opts []LedgerOption) ledgerOptions {
+	var o ledgerOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+// WithLedgerNow sets the ledger's clock; nil keeps its own, as WithNow does
+// for the limit backends (leaky, userlimit, globallimit). MemoryLedger
+// reads it (default time.Now). RedisLedger sends it to its scripts instead
+// of reading the Redis TIME, and reads a Record's lease against it: for
+// tests only (a fake clock, step-by-step comparison of the backends),
+// since with it the fleet no longer shares one clock.
+func WithLedgerNow(now func() time.Time) LedgerOption {
+	return func(o *ledgerOptions) { o.now = now }
+}
+
 // MemoryLedger keeps the ledger in this process: the demo's, and the
 // fallback of redis.on_failure: local, where it still stops one process from
 // sending a job twice (across processes JetStream's single delivery is then
@@ -451,8 +476,10 @@ type ledgerRec struct {
 
 var _ Ledger = (*MemoryLedger)(nil)
 
-// NewMemoryLedger returns an in-process ledger; now nil means time.Now.
-func NewMemoryLedger(now func() time.Time, ttl time.Duration) *MemoryLedger {
+// NewMemoryLedger returns an in-process ledger that drops each job's record
+// ttl after its last change; its clock is WithLedgerNow's, else time.Now.
+func NewMemoryLedger(ttl time.Duration, opts ...LedgerOption) *MemoryLedger {
+	now := buildLedgerOptions(opts).now
 	if now == nil {
 		now = time.Now
 	}

@@ -24,7 +24,7 @@ func TestLedgerRecordAndEnded(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			clock := newFakeClock()
-			l := newLedger(clock, time.Hour).(recorder)
+			l := newLedger(time.Hour, WithLedgerNow(clock.Now)).(recorder)
 			read := func(step string) Record {
 				t.Helper()
 				r, err := l.Record(ctx, "job-1")

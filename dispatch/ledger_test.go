@@ -16,23 +16,21 @@ func newFakeClock() *testenv.Clock {
 	return testenv.NewClock(time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC))
 }
 
-// ledgerBackends returns a fresh ledger per backend, each driven by clock.
-func ledgerBackends(t *testing.T) map[string]func(clock *testenv.Clock, ttl time.Duration) Ledger {
+// ledgerBackends returns, per backend, a constructor of fresh ledgers with
+// opts applied (a test's fake clock among them, WithLedgerNow), as the
+// limit packages' conformance suites take their backends.
+func ledgerBackends(t *testing.T) map[string]func(ttl time.Duration, opts ...LedgerOption) Ledger {
 	redisSrv := testenv.Redis(t)
 	cluster := testenv.RedisCluster(t)
 	var n atomic.Int64
 	prefix := func() string { return fmt.Sprintf("t%d:", n.Add(1)) }
-	return map[string]func(*testenv.Clock, time.Duration) Ledger{
-		"memory": func(c *testenv.Clock, ttl time.Duration) Ledger { return NewMemoryLedger(c.Now, ttl) },
-		"redis": func(c *testenv.Clock, ttl time.Duration) Ledger {
-			l := NewRedisLedger(redisSrv.Client(), prefix(), ttl)
-			l.now = c.Now
-			return l
+	return map[string]func(time.Duration, ...LedgerOption) Ledger{
+		"memory": func(ttl time.Duration, opts ...LedgerOption) Ledger { return NewMemoryLedger(ttl, opts...) },
+		"redis": func(ttl time.Duration, opts ...LedgerOption) Ledger {
+			return NewRedisLedger(redisSrv.Client(), prefix(), ttl, opts...)
 		},
-		"cluster": func(c *testenv.Clock, ttl time.Duration) Ledger {
-			l := NewRedisLedger(cluster.Client(), prefix(), ttl)
-			l.now = c.Now
-			return l
+		"cluster": func(ttl time.Duration, opts ...LedgerOption) Ledger {
+			return NewRedisLedger(cluster.Client(), prefix(), ttl, opts...)
 		},
 	}
 }
@@ -43,7 +41,7 @@ func TestLedgerConformance(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Run("claim, fail, claim again, sent, dedup", func(t *testing.T) {
 				clock := newFakeClock()
-				l := newLedger(clock, time.Hour)
+				l := newLedger(time.Hour, WithLedgerNow(clock.Now))
 				steps := []struct {
 					advance time.Duration
 					op      string // claim | sent | failed | release
@@ -93,7 +91,7 @@ func TestLedgerConformance(t *testing.T) {
 				}
 			})
 			t.Run("jobs are independent", func(t *testing.T) {
-				l := newLedger(newFakeClock(), time.Hour)
+				l := newLedger(time.Hour, WithLedgerNow(newFakeClock().Now))
 				if err := l.Sent(ctx, "x", "o"); err != nil {
 					t.Fatal(err)
 				}
@@ -103,7 +101,7 @@ func TestLedgerConformance(t *testing.T) {
 				}
 			})
 			t.Run("one claim wins among many", func(t *testing.T) {
-				l := newLedger(newFakeClock(), time.Hour)
+				l := newLedger(time.Hour, WithLedgerNow(newFakeClock().Now))
 				var wins atomic.Int32
 				var wg sync.WaitGroup
 				for w := 0; w < 32; w++ {

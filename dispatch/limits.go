@@ -20,22 +20,17 @@ type LimitsConfig struct {
 	Global   *globallimit.Config // nil: no fleet bucket
 	MaxCost  int                 // the largest leaky cost a job can take (SMS segments); default 1
 	// Headroom is how far under each contract the queues pace (default
-	// DefaultHeadroom). Sends may then arrive up to h/(1−h) seconds later
-	// than their slots without two of them ever landing in one second over
-	// the contract: Options.LateTolerance of that for a worker waking late,
-	// the rest for the network and the provider's own clock.
+	// leaky.DefaultHeadroom, 1.5 %). Sends may then arrive up to h/(1−h)
+	// seconds later than their slots without two of them ever landing in
+	// one second over the contract: Options.LateTolerance of that for a
+	// worker waking late, the rest for the network and the provider's own
+	// clock.
 	Headroom float64
 }
 
-// DefaultHeadroom paces 1.5 % under each contract: a 100/s contract sends
-// one job every 10.15 ms, which leaves 15 ms for the jitter of a send's
-// arrival (5 ms of it for a late worker). 1 % left too little on a busy
-// 2-core machine, where the HTTP path alone jitters by up to 9 ms.
-const DefaultHeadroom = 0.015
-
 func (c LimitsConfig) headroom() float64 {
 	if c.Headroom <= 0 {
-		return DefaultHeadroom
+		return leaky.DefaultHeadroom
 	}
 	return c.Headroom
 }
@@ -53,12 +48,17 @@ func (c LimitsConfig) HeadroomOf(ct leaky.Contract) float64 {
 // Cluster). A sent job needs two exchanges with it, the admission before
 // the send and the ledger's "sent" after it, each riding on a pipeline
 // shared with the process's other workers (pipeBatcher); its providers'
-// pauses are heard through pub/sub (Limits.Watch).
-func RedisLimits(rdb redis.UniversalClient, c LimitsConfig) *Limits {
+// pauses are heard through pub/sub (Limits.Watch). It returns an error
+// when c is out of range (its Headroom).
+func RedisLimits(rdb redis.UniversalClient, c LimitsConfig) (*Limits, error) {
+	q, err := leaky.NewRedis(rdb, c.Prefix, leaky.WithMaxCost(max(1, c.MaxCost)), leaky.WithHeadroom(c.headroom()))
+	if err != nil {
+		return nil, fmt.Errorf("redis limits: %w", err)
+	}
 	rs := &redisSet{
 		ledger: NewRedisLedger(rdb, c.Prefix, c.DedupTTL),
 		users:  userlimit.NewRedis(rdb, c.Prefix),
-		leaky:  leaky.NewRedis(rdb, c.Prefix, leaky.WithMaxCost(max(1, c.MaxCost)), leaky.WithHeadroom(c.headroom())),
+		leaky:  q,
 		batch:  newPipeBatcher(rdb),
 	}
 	pauses := leaky.NewPauseWatcher(nil)
@@ -82,7 +82,7 @@ func RedisLimits(rdb redis.UniversalClient, c LimitsConfig) *Limits {
 		return globallimit.New(shadowStore, cfg, globallimit.WithLeaseSize(lease))
 	}
 	l.setGlobal(c.Global)
-	return l
+	return l, nil
 }
 
 // RedisHealth says whether every operation the limits run can reach its
@@ -243,25 +243,30 @@ func (r *redisSet) load(ctx context.Context) error {
 // MemoryLimits is an in-process limit set: the demo's, and the fallback of
 // redis.on_failure: local, where divisor is the number of live instances
 // last seen, so that each process takes its share of every contract and of
-// the fleet bucket.
-func MemoryLimits(c LimitsConfig, divisor int) *Limits {
+// the fleet bucket. It returns an error when c is out of range (its
+// Headroom).
+func MemoryLimits(c LimitsConfig, divisor int) (*Limits, error) {
+	q, err := leaky.NewMemory(leaky.WithHeadroom(c.headroom()))
+	if err != nil {
+		return nil, fmt.Errorf("local limits: %w", err)
+	}
 	divisor = max(1, divisor)
 	l := &Limits{
 		Name:        "local",
-		Ledger:      NewMemoryLedger(nil, c.DedupTTL),
-		Users:       userlimit.NewMemory(nil),
-		Leaky:       leaky.NewMemory(nil, leaky.WithHeadroom(c.headroom())),
+		Ledger:      NewMemoryLedger(c.DedupTTL),
+		Users:       userlimit.NewMemory(),
+		Leaky:       q,
 		Reasons:     MemoryPauseReasons(nil),
 		RateDivisor: divisor,
 	}
-	store := globallimit.NewMemory(nil)
+	store := globallimit.NewMemory()
 	l.newGlobal = func(g globallimit.Config) Waiter {
 		g.Rate /= float64(divisor)
 		g.Burst = max(1, g.Burst/divisor)
 		return globallimit.New(store, g)
 	}
-	shadowStore := globallimit.NewMemory(nil)
+	shadowStore := globallimit.NewMemory()
 	l.newShadow = func(g globallimit.Config, _ int) *globallimit.Bucket { return globallimit.New(shadowStore, g) } // divided by setShadow; no round trips to save
 	l.setGlobal(c.Global)
-	return l
+	return l, nil
 }

@@ -25,7 +25,7 @@ import (
 // in such a window lie in a 1 s window, which the queue's schedule keeps to
 // the contract; so the check fails only if the schedule broke the contract
 // or an arrival came later than the budget allows.
-var jitterBudget = leaky.JitterFor(DefaultHeadroom)
+var jitterBudget = leaky.JitterFor(leaky.DefaultHeadroom)
 
 // arrivalCounter is what every testenv fake offers about its arrivals.
 type arrivalCounter interface {
@@ -82,7 +82,7 @@ func (l *slotLog) add(provider string, slot int64, cost int) {
 // were made in, which no late wake-up, stalled reply or loaded machine
 // moves (the arrivals check, arrivalsPaced, adds the lateness): in slot
 // order each slot is at least cost·interval after the one before it, with
-// interval = 1/(rate·(1 − DefaultHeadroom)) (leaky's doc), and no window
+// interval = 1/(rate·(1 − leaky.DefaultHeadroom)) (leaky's doc), and no window
 // [t, t+1 s) holds more than rate units. It returns that most.
 func slotsPaced(t testing.TB, l *slotLog, provider string, rate int) int {
 	t.Helper()
@@ -94,7 +94,7 @@ func slotsPaced(t testing.TB, l *slotLog, provider string, rate int) int {
 		return 0
 	}
 	slices.SortFunc(s, func(a, b sentSlot) int { return cmp.Compare(a.at, b.at) })
-	interval := 1e6 / (float64(rate) * (1 - DefaultHeadroom)) // µs per unit
+	interval := 1e6 / (float64(rate) * (1 - leaky.DefaultHeadroom)) // µs per unit
 	tight := 0
 	for i := 1; i < len(s); i++ {
 		if need := float64(s[i-1].cost) * interval; float64(s[i].at-s[i-1].at) < need {

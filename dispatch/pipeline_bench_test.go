@@ -113,9 +113,9 @@ func newPipelineWorld(b *testing.B, backend string, allLayers bool) *pipelineWor
 		rdb := testenv.Redis(b).Client()
 		w.trips = &RoundTripCounter{}
 		rdb.AddHook(w.trips)
-		w.limits = RedisLimits(rdb, lc)
+		w.limits = redisLimits(b, rdb, lc)
 	case "memory":
-		w.limits = MemoryLimits(lc, 1)
+		w.limits = memoryLimits(b, lc, 1)
 	default:
 		b.Fatalf("backend %q", backend)
 	}

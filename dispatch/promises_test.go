@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notifier/notifier/globallimit"
+	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
@@ -221,7 +222,7 @@ func TestPromiseAckWaitsForSentRecord(t *testing.T) {
 	opts.MaxRetries, opts.DialerRetries, opts.DialTimeout, opts.ReadTimeout = -1, 1, 100*time.Millisecond, 200*time.Millisecond
 	rdb := redis.NewClient(opts)
 	t.Cleanup(func() { _ = rdb.Close() })
-	p := b.start(func(o *Options) { o.Limits = RedisLimits(rdb, LimitsConfig{Prefix: b.prefix, DedupTTL: time.Hour}) })
+	p := b.start(func(o *Options) { o.Limits = redisLimits(t, rdb, LimitsConfig{Prefix: b.prefix, DedupTTL: time.Hour}) })
 	b.publish(newJob("warm", "sms", "u0")) // a fresh Redis starts the provider's queue cold
 	testenv.WaitFor(t, 20*time.Second, "the warm-up job sent", func() bool { return len(b.fake.AcceptedIDs()) == 1 })
 	b.fake.SlowFor(time.Hour, 50*time.Millisecond)
@@ -465,7 +466,7 @@ func TestPromiseHoldFromStart(t *testing.T) {
 		ro.DialTimeout, ro.ReadTimeout, ro.WriteTimeout = 300*time.Millisecond, 300*time.Millisecond, 300*time.Millisecond
 		rdb := redis.NewClient(ro)
 		t.Cleanup(func() { _ = rdb.Close() })
-		o.Limits = RedisLimits(rdb, LimitsConfig{Prefix: b.prefix, DedupTTL: time.Hour})
+		o.Limits = redisLimits(t, rdb, LimitsConfig{Prefix: b.prefix, DedupTTL: time.Hour})
 	})
 	// Past the start's bounded attempts at Redis (5 s for lifting
 	// credential pauses), with no job to fail an operation on.
@@ -498,7 +499,7 @@ func TestPromiseReadyOnLocalFallback(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{})
 	p := b.start(func(o *Options) {
-		o.Fallback = func() *Limits { return MemoryLimits(LimitsConfig{DedupTTL: time.Hour}, 1) }
+		o.Fallback = func() (*Limits, error) { return MemoryLimits(LimitsConfig{DedupTTL: time.Hour}, 1) }
 	})
 	testenv.WaitFor(t, 10*time.Second, "the dispatcher ready", func() bool { return p.d.Ready() == nil })
 	b.redis.Stop()
@@ -659,7 +660,7 @@ func TestPromiseFleetBucketThroughDispatcher(t *testing.T) {
 	const rate, burst = 20.0, 5
 	b := setup(t, setupOpts{})
 	b.start(func(o *Options) {
-		o.Limits = RedisLimits(b.redis.Client(), LimitsConfig{Prefix: b.prefix, DedupTTL: time.Hour,
+		o.Limits = redisLimits(t, b.redis.Client(), LimitsConfig{Prefix: b.prefix, DedupTTL: time.Hour,
 			Global: &globallimit.Config{Rate: rate, Burst: burst}})
 	})
 	// A fresh Redis starts the provider's queue cold (the first send waits
@@ -697,10 +698,10 @@ func TestPromisePacedUnderContract(t *testing.T) {
 	rd := testenv.Redis(t)
 	rdb := rd.Client()
 	ctx := context.Background()
-	want := int64(math.Ceil(1e6 / (100 * (1 - DefaultHeadroom)))) // µs: 10153
+	want := int64(math.Ceil(1e6 / (100 * (1 - leaky.DefaultHeadroom)))) // µs: 10153
 	for _, l := range []*Limits{
-		RedisLimits(rdb, LimitsConfig{Prefix: "h:", DedupTTL: time.Hour}),
-		MemoryLimits(LimitsConfig{DedupTTL: time.Hour}, 1),
+		redisLimits(t, rdb, LimitsConfig{Prefix: "h:", DedupTTL: time.Hour}),
+		memoryLimits(t, LimitsConfig{DedupTTL: time.Hour}, 1),
 	} {
 		c := l.contract(providers.Config{Rate: 100, MaxQueueDelay: 10 * time.Second})
 		// A fresh Redis starts the queue full (cold): each reservation then

@@ -493,7 +493,7 @@ func (d *Dispatcher) fetchLoop(ctx context.Context, jobs chan<- *queue.Delivery,
 		if err := d.waitForBackend(ctx); err != nil {
 			return nil
 		}
-		if time.Since(s.readAt) >= refreshEvery {
+		if d.since(s.readAt) >= refreshEvery {
 			qs, err := d.o.Source.Queues(ctx)
 			if err != nil {
 				if failed(err) {
@@ -501,7 +501,7 @@ func (d *Dispatcher) fetchLoop(ctx context.Context, jobs chan<- *queue.Delivery,
 				}
 				continue
 			}
-			s.queues, s.readAt = qs, time.Now()
+			s.queues, s.readAt = qs, d.now()
 			clear(s.short)
 			d.seen.Store(&qs)
 		}

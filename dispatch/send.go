@@ -15,7 +15,7 @@ import (
 // no end (the zero end) when the job must take a new slot: it woke too late
 // for its slot, the provider's breaker is open, or the provider paused it.
 func (d *Dispatcher) send(ctx, sendCtx context.Context, jb *job) end {
-	if late := time.Since(jb.slotAt); late > d.o.LateTolerance {
+	if late := d.since(jb.slotAt); late > d.o.LateTolerance {
 		// Sent now, this job could land in the same second as the sends
 		// of the slots after it: take a new slot instead.
 		d.m.Deferrals.WithLabelValues(LayerLeaky, "late").Inc()
@@ -42,13 +42,13 @@ func (d *Dispatcher) send(ctx, sendCtx context.Context, jb *job) end {
 	rctx, span := d.startSendSpan(rctx, jb)
 	var budget *providers.Budget
 	rctx = providers.WithBudgetReport(rctx, func(b providers.Budget) { budget = &b })
-	start := time.Now()
+	start := d.now()
 	serr := jb.prov.Send(rctx, jb.msg)
 	cancel()
 	endSendSpan(span, serr)
 	d.trace("provider", start)
-	d.m.ProviderSeconds.WithLabelValues(jb.provider).Observe(time.Since(start).Seconds())
-	d.lat.observe(jb.provider, time.Since(start))
+	d.m.ProviderSeconds.WithLabelValues(jb.provider).Observe(d.since(start).Seconds())
+	d.lat.observe(jb.provider, d.since(start))
 	var rl *providers.RateLimitedError
 	switch {
 	case errors.As(serr, &rl):
@@ -238,7 +238,7 @@ func detailOf(err error) string {
 // −2.27e9 s): the publish time stands in for it, and the job is counted in
 // notifier_job_created_at_ignored_total.
 func (d *Dispatcher) observeLatency(jb *job) {
-	now := time.Now()
+	now := d.now()
 	from := jb.dl.Published
 	if c := jb.j.CreatedAt; !c.IsZero() {
 		if c.After(now) {

@@ -64,7 +64,7 @@ func (d *Dispatcher) recordSent(ctx context.Context, jobs []*job, q <-chan *job)
 		if l == nil {
 			l = d.o.Limits
 		}
-		t0 := time.Now()
+		t0 := d.now()
 		var err error
 		if l.redis != nil {
 			err = l.redis.sent(ctx, jobs, d.o.Denials)
@@ -93,11 +93,11 @@ func (d *Dispatcher) recordSent(ctx context.Context, jobs []*job, q <-chan *job)
 			jobs = takeQueued(jobs, q)
 		}
 		wait := time.Duration(attempt+1) * 100 * time.Millisecond
-		for deadline := time.Now().Add(wait); ; {
+		for deadline := d.now().Add(wait); ; {
 			for _, jb := range jobs {
 				d.keepAlive(jb)
 			}
-			left := time.Until(deadline)
+			left := d.until(deadline)
 			if left <= 0 || sleep(ctx, min(left, d.o.AckWait/3)) != nil {
 				break
 			}

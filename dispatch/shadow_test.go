@@ -134,7 +134,7 @@ func TestShadowFleetRateCountsNeverHolds(t *testing.T) {
 	start := time.Now()
 	p := b.start(func(o *Options) {
 		o.Workers = 16
-		o.Limits = RedisLimits(b.redis.Client(), LimitsConfig{Prefix: b.prefix, DedupTTL: time.Hour,
+		o.Limits = redisLimits(t, b.redis.Client(), LimitsConfig{Prefix: b.prefix, DedupTTL: time.Hour,
 			Global: &globallimit.Config{Rate: 1000, Burst: 10, ShadowRate: 2}})
 	})
 	testenv.WaitFor(t, 30*time.Second, "all 100 sent", func() bool { return len(b.fake.AcceptedIDs()) == 100 })

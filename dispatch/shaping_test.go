@@ -88,7 +88,7 @@ func TestExpiredBeforeItsSlotIsSuppressedAtOnce(t *testing.T) {
 			}
 			b.pcfgs[3] = b.pcfgs[3].WithDefaults()
 			// Another fleet's 100 sends at 10/s: the queue ends 10 s ahead.
-			q := leaky.NewRedis(b.redis.Client(), b.prefix)
+			q := leakyRedis(t, b.redis.Client(), b.prefix)
 			var now time.Duration // a first start: the queue begins at now
 			for range 100 {
 				if _, err := q.Reserve(t.Context(), "sms-gw", leaky.Contract{Rate: 10, MaxQueueDelay: time.Minute, ColdStart: &now}, 1); err != nil {

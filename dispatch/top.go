@@ -45,7 +45,10 @@ type Denials struct {
 	now    func() time.Time
 }
 
-// NewDenials returns the counter under prefix.
+// NewDenials returns the counter under prefix. It reads the wall clock
+// (time.Now), not the dispatcher's Options.Now: its keys name UTC hours,
+// for people, which `notifier top` reads back in another process by its
+// own clock.
 func NewDenials(rdb redis.UniversalClient, prefix string) *Denials {
 	return &Denials{rdb: rdb, prefix: prefix, now: time.Now}
 }

@@ -293,7 +293,7 @@ func TestUserCapDispatchPathProperty(t *testing.T) {
 				o.UserLimits = map[string]userlimit.Rule{"sms": rule}
 				o.Retry = RetryConfig{MaxAttempts: 20, BaseDelay: 20 * time.Millisecond, MaxDelay: 100 * time.Millisecond}
 				o.MaxHold = time.Duration(rng.IntN(2000)) * time.Millisecond // some deferrals go back to JetStream
-				o.Limits = MemoryLimits(LimitsConfig{DedupTTL: time.Hour}, 1)
+				o.Limits = memoryLimits(t, LimitsConfig{DedupTTL: time.Hour}, 1)
 			})
 			testenv.WaitFor(t, 60*time.Second, "every job handled", func() bool { return b.remaining() == 0 })
 			// Repeats of jobs already sent (a redelivery, as after a lost

@@ -13,7 +13,7 @@ import (
 // waitGlobal takes a token from the fleet bucket, heart-beating while the
 // bucket is empty. It fails only on a stop.
 func (d *Dispatcher) waitGlobal(ctx context.Context, jb *job) error {
-	start := time.Now()
+	start := d.now()
 	err := d.withBackend(ctx, jb, func(l *Limits) error {
 		g := l.global()
 		if g == nil {
@@ -39,7 +39,7 @@ func (d *Dispatcher) waitGlobal(ctx context.Context, jb *job) error {
 	}
 	g, sb := l.globals()
 	if g != nil {
-		if time.Since(start) > 5*time.Millisecond {
+		if d.since(start) > 5*time.Millisecond {
 			d.m.LimitDecisions.WithLabelValues(LayerGlobal, "deny").Inc()
 			d.m.Deferrals.WithLabelValues(LayerGlobal, "empty").Inc()
 		} else {
@@ -73,7 +73,7 @@ func (d *Dispatcher) askShadowGlobal(ctx context.Context, jb *job, sb *globallim
 // its slot, ready to send; otherwise the job's end (a cap's denial, a lease
 // lost meanwhile, a stop).
 func (d *Dispatcher) waitSlot(ctx context.Context, jb *job, first admission) end {
-	queued := time.Now()
+	queued := d.now()
 	for {
 		// A provider paused for long (as this process knows, without a
 		// round trip when the pause watcher runs): back to JetStream now,
@@ -92,13 +92,13 @@ func (d *Dispatcher) waitSlot(ctx context.Context, jb *job, first admission) end
 			jb.slotAt = first.slotAt
 			first.slot = nil
 		} else {
-			if wait := time.Until(time.Unix(0, d.notBefore.Load())); wait > 0 {
+			if wait := d.until(time.Unix(0, d.notBefore.Load())); wait > 0 {
 				d.m.Deferrals.WithLabelValues(LayerLeaky, "switch").Inc()
 				if err := d.hold(ctx, jb, wait); err != nil {
 					return stopped(err)
 				}
 			}
-			t0 := time.Now()
+			t0 := d.now()
 			err := d.withBackend(ctx, jb, func(cur *Limits) (err error) {
 				l = cur
 				r, err = cur.Leaky.Reserve(ctx, jb.provider, d.reserveContract(cur, jb.pcfg), jb.cost)
@@ -108,7 +108,7 @@ func (d *Dispatcher) waitSlot(ctx context.Context, jb *job, first admission) end
 			if err != nil {
 				return stopped(err)
 			}
-			jb.slotAt = d.clock.slotTime(time.Now(), r.Slot, r.Delay)
+			jb.slotAt = d.clock.slotTime(d.now(), r.Slot, r.Delay)
 		}
 		if at, late := d.pastDeadline(jb, r); late {
 			if r.OK {
@@ -158,7 +158,7 @@ func (d *Dispatcher) waitSlot(ctx context.Context, jb *job, first admission) end
 		}
 		// Wake a little before the slot for the round trips below, so that
 		// they do not make the send late.
-		if err := d.hold(ctx, jb, time.Until(jb.slotAt)-preSlot); err != nil {
+		if err := d.hold(ctx, jb, d.until(jb.slotAt)-preSlot); err != nil {
 			d.giveBack(ctx, jb, l, r)
 			return stopped(err)
 		}
@@ -185,10 +185,10 @@ func (d *Dispatcher) waitSlot(ctx context.Context, jb *job, first admission) end
 		if e := d.renewClaim(ctx, jb); e.ended() {
 			return e
 		}
-		if err := d.hold(ctx, jb, time.Until(jb.slotAt)); err != nil {
+		if err := d.hold(ctx, jb, d.until(jb.slotAt)); err != nil {
 			return stopped(err)
 		}
-		d.m.QueueLatency.WithLabelValues(jb.provider).Observe(time.Since(queued).Seconds())
+		d.m.QueueLatency.WithLabelValues(jb.provider).Observe(d.since(queued).Seconds())
 		jb.slot = r.Slot
 		jb.res, jb.resL = &r, l
 		return end{}
@@ -277,7 +277,7 @@ const preSlot = 3 * time.Millisecond
 // delivery sent it meanwhile), stepping aside (another delivery holds the
 // lease now), or a stop.
 func (d *Dispatcher) renewClaim(ctx context.Context, jb *job) end {
-	if time.Since(jb.claimAt) < d.lease(jb)/2 {
+	if d.since(jb.claimAt) < d.lease(jb)/2 {
 		return end{}
 	}
 	var c Claim
@@ -298,7 +298,7 @@ func (d *Dispatcher) renewClaim(ctx context.Context, jb *job) end {
 		jb.log().Info("job leased to another worker meanwhile; releasing this delivery")
 		return end{kind: endStepAside, delay: c.BusyFor + time.Second}
 	}
-	jb.claimAt = time.Now()
+	jb.claimAt = d.now()
 	return end{}
 }
 
@@ -319,11 +319,11 @@ func (d *Dispatcher) deferJob(ctx context.Context, jb *job, wait time.Duration, 
 // hold keeps a job in its worker for dur, heart-beating it with InProgress
 // so JetStream does not redeliver it. It returns ctx.Err() on a stop.
 func (d *Dispatcher) hold(ctx context.Context, jb *job, dur time.Duration) error {
-	deadline := time.Now().Add(dur)
+	deadline := d.now().Add(dur)
 	beat := d.o.AckWait / 3
 	for {
 		d.keepAlive(jb)
-		left := time.Until(deadline)
+		left := d.until(deadline)
 		if left <= 0 {
 			return ctx.Err()
 		}
@@ -336,11 +336,11 @@ func (d *Dispatcher) hold(ctx context.Context, jb *job, dur time.Duration) error
 // keepAlive sends InProgress when a third of ack_wait has passed since the
 // last one.
 func (d *Dispatcher) keepAlive(jb *job) {
-	if time.Since(jb.lastBeat) < d.o.AckWait/3 {
+	if d.since(jb.lastBeat) < d.o.AckWait/3 {
 		return
 	}
 	if err := jb.dl.InProgress(); err != nil {
 		jb.debug("heartbeat job", "err", err)
 	}
-	jb.lastBeat = time.Now()
+	jb.lastBeat = d.now()
 }

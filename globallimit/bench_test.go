@@ -24,7 +24,7 @@ func BenchmarkTake(b *testing.B) {
 	b.Run("Memory", func(b *testing.B) {
 		for _, g := range benchGoroutines {
 			b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
-				s := globallimit.NewMemory(nil)
+				s := globallimit.NewMemory()
 				testenv.RunConcurrent(b, g, func(int64) error {
 					_, _, err := s.Take(benchCtx, benchConfig, 1)
 					return err

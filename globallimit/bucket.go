@@ -27,45 +27,64 @@ func LeaseSize(cfg Config) int {
 	return int(l)
 }
 
-// Option configures a Bucket.
-type Option func(*Bucket)
+// Option configures a Bucket (New) or a Store (NewMemory, NewRedis). Each
+// option says what it applies to; the others ignore it.
+type Option func(*options)
 
-// WithLeaseSize fixes the number of tokens taken per Store call (n >= 1)
-// instead of LeaseSize(cfg). The fleet's over-admission bound is P·n.
+type options struct {
+	lease    int // 0: LeaseSize(cfg)
+	leaseTTL time.Duration
+	now      func() time.Time // nil: the default clock
+	sleep    func(ctx context.Context, d time.Duration) error
+}
+
+func buildOptions(opts []Option) options {
+	o := options{leaseTTL: DefaultLeaseTTL, sleep: sleepTimer}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+// WithLeaseSize fixes the number of tokens a Bucket takes per Store call
+// (n >= 1) instead of LeaseSize(cfg). The fleet's over-admission bound is
+// P·n.
 func WithLeaseSize(n int) Option {
-	return func(b *Bucket) {
+	return func(o *options) {
 		if n >= 1 {
-			b.lease = n
+			o.lease = n
 		}
 	}
 }
 
-// WithLeaseTTL sets how long leased tokens stay usable (default 1 s). It
-// does not change the over-admission bound (a process holds at most one
-// lease); it bounds how long a quiet process keeps tokens from the fleet.
+// WithLeaseTTL sets how long a Bucket's leased tokens stay usable (default
+// 1 s). It does not change the over-admission bound (a process holds at
+// most one lease); it bounds how long a quiet process keeps tokens from the
+// fleet.
 func WithLeaseTTL(d time.Duration) Option {
-	return func(b *Bucket) {
+	return func(o *options) {
 		if d > 0 {
-			b.leaseTTL = d
+			o.leaseTTL = d
 		}
 	}
 }
 
-// WithClock sets the clock that expires leases (default time.Now).
-func WithClock(now func() time.Time) Option {
-	return func(b *Bucket) {
-		if now != nil {
-			b.now = now
-		}
-	}
+// WithNow sets the clock; nil keeps the default. A Bucket expires its
+// leases on it and a MemoryStore refills on it (default time.Now). A
+// RedisStore sends it to its script as the now argument instead of reading
+// the Redis TIME: for tests only (a fake clock, step-by-step comparison
+// with MemoryStore), since with it a fleet no longer shares one clock.
+func WithNow(now func() time.Time) Option {
+	return func(o *options) { o.now = now }
 }
 
-// WithSleeper sets how Wait sleeps until the store's next token is due
-// (default: a timer). sleep must return early with an error when ctx ends.
+// WithSleeper sets how a Bucket's Wait sleeps until the store's next token
+// is due (default: a timer). sleep must return early with an error when
+// ctx ends.
 func WithSleeper(sleep func(ctx context.Context, d time.Duration) error) Option {
-	return func(b *Bucket) {
+	return func(o *options) {
 		if sleep != nil {
-			b.sleep = sleep
+			o.sleep = sleep
 		}
 	}
 }
@@ -101,11 +120,12 @@ type refill struct {
 
 // New returns a process's bucket in front of store.
 func New(store Store, cfg Config, opts ...Option) *Bucket {
-	b := &Bucket{store: store, cfg: cfg, leaseTTL: DefaultLeaseTTL, now: time.Now, sleep: sleepTimer}
-	for _, o := range opts {
-		o(b)
+	o := buildOptions(opts)
+	now := o.now
+	if now == nil {
+		now = time.Now
 	}
-	return b
+	return &Bucket{store: store, cfg: cfg, lease: o.lease, leaseTTL: o.leaseTTL, now: now, sleep: o.sleep}
 }
 
 func sleepTimer(ctx context.Context, d time.Duration) error {

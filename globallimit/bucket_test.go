@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/notifier/notifier/globallimit"
-	"github.com/notifier/notifier/globallimit/globallimittest"
 	"github.com/notifier/notifier/testenv"
 )
 
@@ -206,9 +205,9 @@ func TestLeasedTokensExpire(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			clock := globallimittest.NewClock(time.Now())
+			clock := testenv.NewClock(time.Now())
 			store := &fakeStore{answer: func(_ int, _ globallimit.Config, n int) (int, time.Duration, error) { return n, 0, nil }}
-			opts := append([]globallimit.Option{globallimit.WithLeaseSize(5), globallimit.WithClock(clock.Now)}, tc.opts...)
+			opts := append([]globallimit.Option{globallimit.WithLeaseSize(5), globallimit.WithNow(clock.Now)}, tc.opts...)
 			b := globallimit.New(store, cfg, opts...)
 			ctx := context.Background()
 			for i := 0; i < 2; i++ {
@@ -343,7 +342,7 @@ func TestStoreErrorReachesEveryWaiter(t *testing.T) {
 // many goroutines wait.
 func TestSetConfigConcurrentWithWait(t *testing.T) {
 	t.Parallel()
-	b := globallimit.New(globallimit.NewMemory(nil), globallimit.Config{Rate: 5000, Burst: 50})
+	b := globallimit.New(globallimit.NewMemory(), globallimit.Config{Rate: 5000, Burst: 50})
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	var admitted atomic.Int64
@@ -384,11 +383,11 @@ func TestTryTakeCountsTheTrafficOverTheRate(t *testing.T) {
 		t.Run(fmt.Sprintf("lease %d", lease), func(t *testing.T) {
 			t.Parallel()
 			clock := testenv.NewClock(time.Unix(1_700_000_000, 0))
-			mem := globallimit.NewMemory(clock.Now)
+			mem := globallimit.NewMemory(globallimit.WithNow(clock.Now))
 			store := &fakeStore{answer: func(_ int, c globallimit.Config, n int) (int, time.Duration, error) {
 				return mem.Take(context.Background(), c, n)
 			}}
-			b := globallimit.New(store, cfg, globallimit.WithLeaseSize(lease), globallimit.WithClock(clock.Now))
+			b := globallimit.New(store, cfg, globallimit.WithLeaseSize(lease), globallimit.WithNow(clock.Now))
 			var granted, refused atomic.Int64
 			for step := 0; step < 2000; step++ {
 				var wg sync.WaitGroup

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -20,28 +19,28 @@ func newPrefix(name string) string {
 	return fmt.Sprintf("test:%s:%d:", name, prefixes.Add(1))
 }
 
-func redisStores(rdb redis.Scripter, name string) globallimittest.NewStore {
-	return func(t *testing.T, now func() time.Time) globallimit.Store {
-		return globallimit.NewRedis(rdb, newPrefix(name), globallimit.WithStoreNow(now))
-	}
+func redisBackend(rdb redis.Scripter, name string) globallimittest.Backend {
+	return globallimittest.Backend{New: func(t *testing.T, opts ...globallimit.Option) globallimit.Store {
+		return globallimit.NewRedis(rdb, newPrefix(name), opts...)
+	}}
 }
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	t.Run("Memory", func(t *testing.T) {
 		t.Parallel()
-		globallimittest.Run(t, func(t *testing.T, now func() time.Time) globallimit.Store {
-			return globallimit.NewMemory(now)
-		})
+		globallimittest.Run(t, globallimittest.Backend{New: func(t *testing.T, opts ...globallimit.Option) globallimit.Store {
+			return globallimit.NewMemory(opts...)
+		}})
 	})
 	t.Run("Redis", func(t *testing.T) {
 		t.Parallel()
-		globallimittest.Run(t, redisStores(testenv.Redis(t).Client(), "redis"))
+		globallimittest.Run(t, redisBackend(testenv.Redis(t).Client(), "redis"))
 	})
 	t.Run("RedisCluster", func(t *testing.T) {
 		t.Parallel()
 		cluster := testenv.RedisCluster(t)
-		globallimittest.Run(t, redisStores(cluster.Client(), "cluster"))
+		globallimittest.Run(t, redisBackend(cluster.Client(), "cluster"))
 	})
 }
 

@@ -6,17 +6,17 @@ import (
 	"time"
 
 	"github.com/notifier/notifier/globallimit"
-	"github.com/notifier/notifier/globallimit/globallimittest"
+	"github.com/notifier/notifier/testenv"
 )
 
 // A bucket of 3 refilling at 2 per second: a burst of 3, then one every
 // 500 ms. The fake sleeper advances the fake clock.
 func ExampleBucket() {
 	ctx := context.Background()
-	clock := globallimittest.NewClock(time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC))
+	clock := testenv.NewClock(time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC))
 	sleep := func(_ context.Context, d time.Duration) error { clock.Advance(d); return nil }
-	b := globallimit.New(globallimit.NewMemory(clock.Now), globallimit.Config{Rate: 2, Burst: 3},
-		globallimit.WithClock(clock.Now), globallimit.WithSleeper(sleep))
+	b := globallimit.New(globallimit.NewMemory(globallimit.WithNow(clock.Now)), globallimit.Config{Rate: 2, Burst: 3},
+		globallimit.WithNow(clock.Now), globallimit.WithSleeper(sleep))
 	start := clock.Now()
 	for i := 0; i < 6; i++ {
 		if err := b.Wait(ctx); err != nil {
@@ -37,7 +37,7 @@ func ExampleBucket() {
 func ExampleMemoryStore_Take() {
 	ctx := context.Background()
 	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
-	s := globallimit.NewMemory(func() time.Time { return now })
+	s := globallimit.NewMemory(globallimit.WithNow(func() time.Time { return now }))
 	cfg := globallimit.Config{Rate: 100, Burst: 25}
 	for i := 0; i < 3; i++ {
 		granted, wait, _ := s.Take(ctx, cfg, 10)

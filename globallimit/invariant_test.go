@@ -40,12 +40,12 @@ func TestFleetKeepsTheLeasingBound(t *testing.T) {
 			opts = append(opts, globallimit.WithLeaseSize(lease))
 		}
 		ttl := time.Duration(rapid.Int64Range(1, 2000).Draw(rt, "leaseTTLMillis")) * time.Millisecond
-		opts = append(opts, globallimit.WithLeaseTTL(ttl), globallimit.WithClock(clock.Now),
+		opts = append(opts, globallimit.WithLeaseTTL(ttl), globallimit.WithNow(clock.Now),
 			globallimit.WithSleeper(func(_ context.Context, d time.Duration) error {
 				clock.Advance(d) // the fake clock's sleep: time passes, nothing blocks
 				return nil
 			}))
-		store := globallimit.NewMemory(clock.Now)
+		store := globallimit.NewMemory(globallimit.WithNow(clock.Now))
 		procs := make([]*globallimit.Bucket, rapid.IntRange(1, 4).Draw(rt, "processes"))
 		for i := range procs {
 			procs[i] = globallimit.New(store, cfg, opts...)

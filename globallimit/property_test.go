@@ -8,7 +8,6 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/notifier/notifier/globallimit"
-	"github.com/notifier/notifier/globallimit/globallimittest"
 	"github.com/notifier/notifier/testenv"
 )
 
@@ -20,9 +19,9 @@ func TestRedisMatchesMemory(t *testing.T) {
 	ctx := context.Background()
 	rdb := testenv.Redis(t).Client()
 	rapid.Check(t, func(rt *rapid.T) {
-		clock := globallimittest.NewClock(time.Now())
-		mem := globallimit.NewMemory(clock.Now)
-		red := globallimit.NewRedis(rdb, newPrefix("prop"), globallimit.WithStoreNow(clock.Now))
+		clock := testenv.NewClock(time.Now())
+		mem := globallimit.NewMemory(globallimit.WithNow(clock.Now))
+		red := globallimit.NewRedis(rdb, newPrefix("prop"), globallimit.WithNow(clock.Now))
 		genCfg := func(rt *rapid.T) globallimit.Config {
 			return globallimit.Config{
 				Rate:  rapid.Float64Range(0.2, 20000).Draw(rt, "rate"),

@@ -24,29 +24,16 @@ var (
 type RedisStore struct {
 	rdb redis.Scripter
 	key string
-	now func() time.Time // tests only: sent as the now argument instead of TIME
+	now func() time.Time // WithNow, tests only: sent as the now argument instead of TIME
 }
 
 var _ Store = (*RedisStore)(nil)
 
-// StoreOption configures a RedisStore.
-type StoreOption func(*RedisStore)
-
-// WithStoreNow sends now to the script instead of letting it read the
-// Redis TIME. For tests only (step-by-step comparison with MemoryStore):
-// with it, a fleet no longer shares one clock.
-func WithStoreNow(now func() time.Time) StoreOption {
-	return func(s *RedisStore) { s.now = now }
-}
-
 // NewRedis returns the bucket under the key {<prefix>g}, prefix being the
-// configured redis.key_prefix (e.g. "notifier:").
-func NewRedis(rdb redis.Scripter, prefix string, opts ...StoreOption) *RedisStore {
-	s := &RedisStore{rdb: rdb, key: Key(prefix)}
-	for _, o := range opts {
-		o(s)
-	}
-	return s
+// configured redis.key_prefix (e.g. "notifier:"). Of the options, it reads
+// WithNow.
+func NewRedis(rdb redis.Scripter, prefix string, opts ...Option) *RedisStore {
+	return &RedisStore{rdb: rdb, key: Key(prefix), now: buildOptions(opts).now}
 }
 
 // Key is the bucket's Redis key for prefix: {<prefix>g}.

@@ -72,8 +72,10 @@ type MemoryStore struct {
 
 var _ Store = (*MemoryStore)(nil)
 
-// NewMemory returns a full in-process bucket reading now (nil: time.Now).
-func NewMemory(now func() time.Time) *MemoryStore {
+// NewMemory returns a full in-process bucket. Of the options, it reads
+// WithNow (default time.Now).
+func NewMemory(opts ...Option) *MemoryStore {
+	now := buildOptions(opts).now
 	if now == nil {
 		now = time.Now
 	}

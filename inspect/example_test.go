@@ -56,7 +56,11 @@ func ExampleInspector_Provider() {
 	cfg := inspect.Config{Limits: dispatch.LimitsConfig{Prefix: prefix}, Providers: []providers.Config{p}}
 
 	// What the dispatcher did: ten slots reserved in the provider's queue.
-	q := dispatch.RedisLimits(rdb, cfg.Limits).Leaky
+	limits, err := dispatch.RedisLimits(rdb, cfg.Limits)
+	if err != nil {
+		panic(err)
+	}
+	q := limits.Leaky
 	c := dispatch.Contract(p)
 	warm := time.Duration(0)
 	c.ColdStart = &warm // a provider's first start

@@ -61,7 +61,10 @@ type recorder interface {
 // Job reports none). It builds the dispatcher's own Redis limit set
 // (dispatch.RedisLimits) for its reads, and starts nothing.
 func New(rdb redis.UniversalClient, dead *queue.DeadLetters, cfg Config) (*Inspector, error) {
-	l := dispatch.RedisLimits(rdb, cfg.Limits)
+	l, err := dispatch.RedisLimits(rdb, cfg.Limits)
+	if err != nil {
+		return nil, fmt.Errorf("new inspector: %w", err)
+	}
 	rec, ok := l.Ledger.(recorder)
 	if !ok {
 		return nil, fmt.Errorf("new inspector: the ledger %T cannot be read", l.Ledger)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/inspect"
+	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
@@ -139,7 +140,10 @@ func TestProviderReadsQueuePauseFleet(t *testing.T) {
 	p := providers.Config{Name: "sms-gateway", Channel: "sms", Rate: 20, MaxQueueDelay: 2 * time.Second, JitterBudget: 10 * time.Millisecond}
 	s := newSetup(t, inspect.Config{Providers: []providers.Config{p}})
 	rdb := s.srv.Client()
-	l := dispatch.RedisLimits(rdb, s.cfg.Limits)
+	l, err := dispatch.RedisLimits(rdb, s.cfg.Limits)
+	if err != nil {
+		t.Fatal(err)
+	}
 	c := dispatch.Contract(p)
 	zero := time.Duration(0)
 	c.ColdStart = &zero
@@ -155,7 +159,7 @@ func TestProviderReadsQueuePauseFleet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h := a.Contract.Headroom; h != c.Headroom || h == dispatch.DefaultHeadroom {
+	if h := a.Contract.Headroom; h != c.Headroom || h == leaky.DefaultHeadroom {
 		t.Fatalf("headroom %g, want the jitter budget's %g", h, c.Headroom)
 	}
 	if a.Contract.Burst != 40 || a.EffectiveRate != 20 || a.Pause != nil || a.Queue.Full {

@@ -57,7 +57,7 @@ func BenchmarkReserveShaped(b *testing.B) {
 		b.Run("Memory/"+v.name, func(b *testing.B) {
 			for _, g := range benchGoroutines {
 				b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
-					q := leaky.NewMemory(nil)
+					q := newMemory(b)
 					if _, err := q.Backoff(benchCtx, "sms", v.c, time.Millisecond); err != nil {
 						b.Fatal(err)
 					}
@@ -74,7 +74,7 @@ func BenchmarkReserveShaped(b *testing.B) {
 		b.Run("Redis/"+v.name, func(b *testing.B) {
 			for _, g := range benchGoroutines {
 				b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
-					q := leaky.NewRedis(rdb, newPrefix("bench-shaped"))
+					q := newRedis(b, rdb, newPrefix("bench-shaped"))
 					if _, err := q.Backoff(benchCtx, "sms", v.c, time.Millisecond); err != nil {
 						b.Fatal(err)
 					}
@@ -92,7 +92,7 @@ func BenchmarkReserve(b *testing.B) {
 	b.Run("Memory", func(b *testing.B) {
 		for _, g := range benchGoroutines {
 			b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
-				q := leaky.NewMemory(nil)
+				q := newMemory(b)
 				testenv.RunConcurrent(b, g, func(int64) error {
 					_, err := q.Reserve(benchCtx, "sms", benchContract, 1)
 					return err
@@ -111,7 +111,7 @@ func BenchmarkReserve(b *testing.B) {
 			rdb := testenv.Redis(b).Client()
 			for _, g := range benchGoroutines {
 				b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
-					q := leaky.NewRedis(rdb, newPrefix("bench"), v.opts...)
+					q := newRedis(b, rdb, newPrefix("bench"), v.opts...)
 					testenv.RunConcurrent(b, g, func(int64) error {
 						_, err := q.Reserve(benchCtx, "sms", benchContract, 1)
 						return err
@@ -163,7 +163,7 @@ func BenchmarkReserveGroup(b *testing.B) {
 	rdb := testenv.Redis(b).Client()
 	for _, size := range []int{1, 16} {
 		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
-			q := leaky.NewRedis(rdb, newPrefix("bench-group"))
+			q := newRedis(b, rdb, newPrefix("bench-group"))
 			if err := q.Load(benchCtx); err != nil {
 				b.Fatal(err)
 			}

@@ -23,9 +23,8 @@ func newPrefix(name string) string {
 func redisBackend(rdb redis.Scripter, name string, extra ...leaky.Option) leakytest.Backend {
 	return leakytest.Backend{
 		ColdStart: true,
-		New: func(t *testing.T, now func() time.Time, opts ...leaky.Option) leaky.Queue {
-			opts = append(append(opts, extra...), leaky.WithNow(now))
-			return leaky.NewRedis(rdb, newPrefix(name), opts...)
+		New: func(t *testing.T, opts ...leaky.Option) leaky.Queue {
+			return newRedis(t, rdb, newPrefix(name), append(opts, extra...)...)
 		},
 	}
 }
@@ -35,8 +34,8 @@ func TestConformance(t *testing.T) {
 	t.Run("Memory", func(t *testing.T) {
 		t.Parallel()
 		leakytest.Run(t, leakytest.Backend{
-			New: func(t *testing.T, now func() time.Time, opts ...leaky.Option) leaky.Queue {
-				return leaky.NewMemory(now, opts...)
+			New: func(t *testing.T, opts ...leaky.Option) leaky.Queue {
+				return newMemory(t, opts...)
 			},
 		})
 	})
@@ -57,4 +56,31 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-func newClock() *leakytest.Clock { return leakytest.NewClock(time.Now()) }
+func newClock() *testenv.Clock { return testenv.NewClock(time.Now()) }
+
+// fataler is what newMemory and newRedis need of a *testing.T, *testing.B
+// or *rapid.T.
+type fataler interface {
+	Helper()
+	Fatal(args ...any)
+}
+
+// newMemory is leaky.NewMemory, failing the test on an error.
+func newMemory(t fataler, opts ...leaky.Option) *leaky.Memory {
+	t.Helper()
+	q, err := leaky.NewMemory(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+// newRedis is leaky.NewRedis, failing the test on an error.
+func newRedis(t fataler, rdb redis.Scripter, prefix string, opts ...leaky.Option) *leaky.Redis {
+	t.Helper()
+	q, err := leaky.NewRedis(rdb, prefix, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}

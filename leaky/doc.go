@@ -37,8 +37,8 @@
 // Go timers wake about ±1 ms late under load, so workers that sleep exactly
 // to their slots would put 101 sends into some 1 s windows of a 100/s
 // contract. The queue therefore paces a little under the contract: by
-// default 1 % (WithHeadroom), i.e. a 100/s contract is paced at 99/s, one
-// send every 10.102 ms.
+// default 1.5 % (DefaultHeadroom, WithHeadroom), i.e. a 100/s contract is
+// paced at 98.5/s, one send every 10.153 ms.
 //
 // # Many reservations at once
 //

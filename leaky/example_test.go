@@ -15,7 +15,10 @@ import (
 func ExampleMemory() {
 	ctx := context.Background()
 	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
-	q := leaky.NewMemory(func() time.Time { return now }, leaky.WithHeadroom(0))
+	q, err := leaky.NewMemory(leaky.WithNow(func() time.Time { return now }), leaky.WithHeadroom(0))
+	if err != nil {
+		panic(err)
+	}
 	c := leaky.Contract{Rate: 10, MaxQueueDelay: 250 * time.Millisecond}
 	for i := 0; i < 4; i++ {
 		r, err := q.Reserve(ctx, "sms-gateway", c, 1)
@@ -43,7 +46,10 @@ func ExampleMemory() {
 func ExampleMemory_Pause() {
 	ctx := context.Background()
 	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
-	q := leaky.NewMemory(func() time.Time { return now }, leaky.WithHeadroom(0))
+	q, err := leaky.NewMemory(leaky.WithNow(func() time.Time { return now }), leaky.WithHeadroom(0))
+	if err != nil {
+		panic(err)
+	}
 	c := leaky.Contract{Rate: 10, MaxQueueDelay: 5 * time.Second}
 	held, _ := q.Reserve(ctx, "push", c, 1)
 	fmt.Println("held slot in", held.Delay)
@@ -68,13 +74,16 @@ func ExampleMemory_Pause() {
 func ExampleMemory_cost() {
 	ctx := context.Background()
 	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
-	q := leaky.NewMemory(func() time.Time { return now }) // default 1 % headroom
+	q, err := leaky.NewMemory(leaky.WithNow(func() time.Time { return now })) // default 1.5 % headroom
+	if err != nil {
+		panic(err)
+	}
 	c := leaky.Contract{Rate: 100, MaxQueueDelay: time.Second}
 	a, _ := q.Reserve(ctx, "sms-gateway", c, 3)
 	b, _ := q.Reserve(ctx, "sms-gateway", c, 1)
 	fmt.Println(a.Delay, b.Delay)
 	// Output:
-	// 0s 30.304ms
+	// 0s 30.457ms
 }
 
 // The slots of many jobs in one provider's queue, reserved by one script
@@ -83,7 +92,10 @@ func ExampleRedis_ReserveGroup() {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: "redis.example:6379"})
 	defer rdb.Close()
-	q := leaky.NewRedis(rdb, "notifier:")
+	q, err := leaky.NewRedis(rdb, "notifier:")
+	if err != nil {
+		panic(err)
+	}
 	if err := q.Load(ctx); err != nil { // pipelines have no EVAL fallback
 		fmt.Println(err)
 		return
@@ -109,7 +121,10 @@ func ExampleRedis_ReserveGroup() {
 func ExampleMemory_adaptiveQuota() {
 	ctx := context.Background()
 	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
-	q := leaky.NewMemory(func() time.Time { return now }, leaky.WithHeadroom(0))
+	q, err := leaky.NewMemory(leaky.WithNow(func() time.Time { return now }), leaky.WithHeadroom(0))
+	if err != nil {
+		panic(err)
+	}
 	c := leaky.Contract{
 		Rate:          10,
 		MaxQueueDelay: time.Second,

@@ -55,7 +55,7 @@ func TestMemoryKeepsItsPromises(t *testing.T) {
 		clock := testenv.NewClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
 		headroom := rapid.SampledFrom([]float64{0, 0.01, 0.015, 0.1}).Draw(rt, "headroom")
 		maxCost := rapid.IntRange(1, 4).Draw(rt, "maxCost")
-		q := leaky.NewMemory(clock.Now, leaky.WithHeadroom(headroom), leaky.WithMaxCost(maxCost))
+		q := newMemory(rt, leaky.WithNow(clock.Now), leaky.WithHeadroom(headroom), leaky.WithMaxCost(maxCost))
 		rate := rapid.IntRange(1, 500).Draw(rt, "rate") // whole units: a 1 s window holds whole units
 		c := leaky.Contract{
 			Rate:          float64(rate),

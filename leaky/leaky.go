@@ -2,6 +2,7 @@ package leaky
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -163,7 +164,13 @@ type Queue interface {
 
 // Default option values.
 const (
-	DefaultHeadroom = 0.01           // pace 1 % under the contract
+	// DefaultHeadroom paces 1.5 % under each contract: a 100/s contract
+	// sends one unit every 10.153 ms, which leaves 15.2 ms (JitterFor) for
+	// the jitter of a send's arrival (5 ms of it for a late worker, the
+	// dispatcher's LateTolerance). 1 % left too little on a busy 2-core
+	// machine, where the HTTP path alone jitters by up to 9 ms. It is the
+	// dispatcher's default too (dispatch.LimitsConfig).
+	DefaultHeadroom = 0.015
 	DefaultMaxCost  = 1              // the cold start leaves room for one unit
 	DefaultIdleTTL  = 24 * time.Hour // state outlives its drained queue by this
 )
@@ -179,39 +186,44 @@ type options struct {
 	noGuard  bool
 }
 
-func buildOptions(opts []Option) options {
+// buildOptions applies opts to the defaults and returns every problem of
+// the result, joined.
+func buildOptions(opts []Option) (options, error) {
 	o := options{headroom: DefaultHeadroom, maxCost: DefaultMaxCost, idleTTL: DefaultIdleTTL}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if !(o.headroom >= 0 && o.headroom < 0.5) {
-		panic(fmt.Sprintf("leaky: headroom must be in [0, 0.5), got %v", o.headroom))
+	var errs []error
+	if !(o.headroom >= 0 && o.headroom < 0.5) { // NaN too
+		errs = append(errs, fmt.Errorf("headroom must be in [0, 0.5), got %v", o.headroom))
 	}
 	if o.maxCost < 1 {
-		panic(fmt.Sprintf("leaky: max cost must be at least 1, got %d", o.maxCost))
+		errs = append(errs, fmt.Errorf("max cost must be at least 1, got %d", o.maxCost))
 	}
 	if o.idleTTL < 0 {
-		panic(fmt.Sprintf("leaky: idle TTL must not be negative, got %s", o.idleTTL))
+		errs = append(errs, fmt.Errorf("idle TTL must not be negative, got %s", o.idleTTL))
 	}
-	return o
+	return o, errors.Join(errs...)
 }
 
 // WithHeadroom paces the fraction h under the contract: the interval per
-// unit is 1/(rate·(1−h)). Default 0.01 (1 %), which absorbs the ~±1 ms
-// jitter of Go timers at contracts up to several hundred per second. It
-// panics unless 0 <= h < 0.5.
+// unit is 1/(rate·(1−h)). Default DefaultHeadroom (1.5 %), which absorbs
+// the jitter of Go timers and of the send path (see DefaultHeadroom).
+// NewMemory and NewRedis return an error unless 0 <= h < 0.5.
 func WithHeadroom(h float64) Option { return func(o *options) { o.headroom = h } }
 
 // WithMaxCost is the largest cost a single reservation takes (SMS segments
 // per message). A cold start leaves room for one such reservation after the
-// last slot a lost state may have handed out. Default 1. It panics when n < 1.
+// last slot a lost state may have handed out. Default 1. NewMemory and
+// NewRedis return an error when n < 1.
 func WithMaxCost(n int) Option { return func(o *options) { o.maxCost = n } }
 
 // WithIdleTTL is how long the Redis state outlives its drained queue (plus
 // max_queue_delay) before it expires. A provider whose state expired starts
 // cold (see the package doc), so keep it longer than the usual gap between
 // a provider's sends. Default 24 h; 0 expires the state as soon as it no
-// longer matters for pacing. Memory ignores it.
+// longer matters for pacing. NewMemory and NewRedis return an error when
+// d < 0; Memory otherwise ignores it.
 func WithIdleTTL(d time.Duration) Option { return func(o *options) { o.idleTTL = d } }
 
 // WithoutFailoverGuard drops the Redis backend's failover guard (the run_id
@@ -221,10 +233,11 @@ func WithIdleTTL(d time.Duration) Option { return func(o *options) { o.idleTTL =
 // still starts cold. Memory ignores it.
 func WithoutFailoverGuard() Option { return func(o *options) { o.noGuard = true } }
 
-// WithNow replaces the backend's clock. Memory reads it instead of its now
-// argument; Redis sends it to its scripts as the optional now argument
-// instead of reading the Redis TIME. For tests only (step-by-step
-// comparison of the backends): with it, a fleet no longer shares one clock.
+// WithNow sets the backend's clock; nil keeps its own. Memory reads it
+// (default time.Now). Redis sends it to its scripts as their optional now
+// argument instead of reading the Redis TIME: for tests only (a fake clock,
+// step-by-step comparison of the backends), since with it a fleet no longer
+// shares one clock.
 func WithNow(now func() time.Time) Option { return func(o *options) { o.now = now } }
 
 // plan is a validated request in integer microseconds, computed once in Go

@@ -31,16 +31,18 @@ type memState struct {
 
 var _ Queue = (*Memory)(nil)
 
-// NewMemory returns an in-process queue reading now (nil: time.Now).
-func NewMemory(now func() time.Time, opts ...Option) *Memory {
-	o := buildOptions(opts)
-	if o.now != nil {
-		now = o.now
+// NewMemory returns an in-process queue; its clock is WithNow's, else
+// time.Now. It returns an error when an option is out of its range.
+func NewMemory(opts ...Option) (*Memory, error) {
+	o, err := buildOptions(opts)
+	if err != nil {
+		return nil, fmt.Errorf("new leaky queue in memory: %w", err)
 	}
+	now := o.now
 	if now == nil {
 		now = time.Now
 	}
-	return &Memory{o: o, now: now, q: make(map[string]*memState)}
+	return &Memory{o: o, now: now, q: make(map[string]*memState)}, nil
 }
 
 func (m *Memory) state(provider string) *memState {

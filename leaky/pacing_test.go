@@ -108,7 +108,7 @@ func TestPacingAcrossProcesses(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	for p := 0; p < procs; p++ {
-		q := leaky.NewRedis(srv.Client(), prefix)
+		q := newRedis(t, srv.Client(), prefix)
 		for w := 0; w < workers; w++ {
 			wg.Add(1)
 			go func() {
@@ -164,7 +164,7 @@ func TestPacingAcrossProcesses(t *testing.T) {
 	}
 
 	// halfway: the provider answers 429 with Retry-After 300 ms
-	q := leaky.NewRedis(admin, prefix)
+	q := newRedis(t, admin, prefix)
 	if !sleepCtx(ctx, run/2) {
 		t.Fatal("run ended before the pause")
 	}
@@ -235,7 +235,7 @@ func TestStateLossNeverExceedsContract(t *testing.T) {
 		wg           sync.WaitGroup
 	)
 	for p := 0; p < procs; p++ {
-		q := leaky.NewRedis(srv.Client(), prefix)
+		q := newRedis(t, srv.Client(), prefix)
 		for w := 0; w < workers; w++ {
 			wg.Add(1)
 			go func() {
@@ -298,7 +298,7 @@ func TestStateFromAnotherServerStartsCold(t *testing.T) {
 	rdb := testenv.Redis(t).Client()
 	clock := newClock()
 	prefix := newPrefix("foreign")
-	q := leaky.NewRedis(rdb, prefix, leaky.WithHeadroom(0), leaky.WithNow(clock.Now))
+	q := newRedis(t, rdb, prefix, leaky.WithHeadroom(0), leaky.WithNow(clock.Now))
 	c := leaky.Contract{Rate: 10, MaxQueueDelay: 300 * time.Millisecond}
 	key := "{" + prefix + "p:sms}:tat"
 
@@ -355,7 +355,7 @@ func TestWithoutFailoverGuardTrustsAnyState(t *testing.T) {
 	rdb := testenv.Redis(t).Client()
 	clock := newClock()
 	prefix := newPrefix("noguard")
-	q := leaky.NewRedis(rdb, prefix, leaky.WithHeadroom(0), leaky.WithNow(clock.Now), leaky.WithoutFailoverGuard())
+	q := newRedis(t, rdb, prefix, leaky.WithHeadroom(0), leaky.WithNow(clock.Now), leaky.WithoutFailoverGuard())
 	c := leaky.Contract{Rate: 10, MaxQueueDelay: 300 * time.Millisecond}
 	r, err := q.Reserve(ctx, "sms", c, 1)
 	if err != nil {
@@ -385,7 +385,7 @@ func TestRestartFromDiskStartsCold(t *testing.T) {
 	rdb := srv.Client()
 	clock := newClock()
 	prefix := newPrefix("aof")
-	q := leaky.NewRedis(rdb, prefix, leaky.WithHeadroom(0), leaky.WithNow(clock.Now))
+	q := newRedis(t, rdb, prefix, leaky.WithHeadroom(0), leaky.WithNow(clock.Now))
 	c := leaky.Contract{Rate: 10, MaxQueueDelay: 300 * time.Millisecond}
 	warm(t, q, c, clock)
 	reserveOK(t, q, c, 0)

@@ -10,7 +10,6 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/notifier/notifier/leaky"
-	"github.com/notifier/notifier/leaky/leakytest"
 	"github.com/notifier/notifier/testenv"
 )
 
@@ -39,14 +38,14 @@ func TestRedisMatchesMemory(t *testing.T) {
 		}
 	}()
 	rapid.Check(t, func(rt *rapid.T) {
-		clock := leakytest.NewClock(time.Now())
+		clock := testenv.NewClock(time.Now())
 		opts := []leaky.Option{
 			leaky.WithHeadroom(rapid.SampledFrom([]float64{0, 0.01, 0.05}).Draw(rt, "headroom")),
 			leaky.WithMaxCost(rapid.IntRange(1, 3).Draw(rt, "maxCost")),
 			leaky.WithNow(clock.Now),
 		}
-		mem := leaky.NewMemory(nil, opts...)
-		red := leaky.NewRedis(rdb, newPrefix("prop"), opts...)
+		mem := newMemory(rt, opts...)
+		red := newRedis(rt, rdb, newPrefix("prop"), opts...)
 		c := leaky.Contract{
 			Rate:          rapid.Float64Range(0.5, 5000).Draw(rt, "rate"),
 			MaxQueueDelay: time.Duration(rapid.Int64Range(0, 3_000_000).Draw(rt, "mqdMicros")) * time.Microsecond,
@@ -270,10 +269,10 @@ func TestRedisMatchesMemoryAtTheLimits(t *testing.T) {
 		})
 	}
 	rapid.Check(t, func(rt *rapid.T) {
-		clock := leakytest.NewClock(time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(rapid.Int64Range(0, 1e15).Draw(rt, "offset"))))
+		clock := testenv.NewClock(time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(rapid.Int64Range(0, 1e15).Draw(rt, "offset"))))
 		opts := []leaky.Option{leaky.WithHeadroom(rapid.SampledFrom([]float64{0, 0.01, 0.3, 0.4999}).Draw(rt, "headroom")), leaky.WithNow(clock.Now)}
-		mem := leaky.NewMemory(nil, opts...)
-		red := leaky.NewRedis(rdb, newPrefix("limits"), opts...)
+		mem := newMemory(rt, opts...)
+		red := newRedis(rt, rdb, newPrefix("limits"), opts...)
 		rate := logRange(leaky.MinRate, leaky.MaxAdaptiveRate).Draw(rt, "rate")
 		c := leaky.Contract{
 			Rate:          rate,

@@ -48,7 +48,7 @@ func quotaWorkers(t *testing.T, n int, newClient func() pipeClient, prefix strin
 	errs := make(chan error, n)
 	for w := 0; w < n; w++ {
 		rdb := newClient()
-		q := leaky.NewRedis(rdb, prefix, opts...)
+		q := newRedis(t, rdb, prefix, opts...)
 		if err := q.Load(context.Background()); err != nil {
 			t.Fatal(err)
 		}

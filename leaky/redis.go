@@ -60,9 +60,14 @@ type Redis struct {
 var _ Queue = (*Redis)(nil)
 
 // NewRedis returns a queue whose keys start with prefix (the configured
-// redis.key_prefix, e.g. "notifier:").
-func NewRedis(rdb redis.Scripter, prefix string, opts ...Option) *Redis {
-	return &Redis{rdb: rdb, prefix: prefix, o: buildOptions(opts)}
+// redis.key_prefix, e.g. "notifier:"). It returns an error when an option
+// is out of its range.
+func NewRedis(rdb redis.Scripter, prefix string, opts ...Option) (*Redis, error) {
+	o, err := buildOptions(opts)
+	if err != nil {
+		return nil, fmt.Errorf("new leaky queue on redis: %w", err)
+	}
+	return &Redis{rdb: rdb, prefix: prefix, o: o}, nil
 }
 
 // tag is the hash tag every key of a provider shares.

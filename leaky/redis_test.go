@@ -19,7 +19,7 @@ func TestRedisDown(t *testing.T) {
 	ctx := context.Background()
 	srv := testenv.Redis(t)
 	rdb := srv.Client()
-	q := leaky.NewRedis(rdb, newPrefix("down"))
+	q := newRedis(t, rdb, newPrefix("down"))
 	c := leaky.Contract{Rate: 100, MaxQueueDelay: 100 * time.Millisecond}
 
 	var held leaky.Reservation
@@ -96,7 +96,7 @@ type pipeClient interface {
 func testPipelined(t *testing.T, rdb pipeClient) {
 	ctx := context.Background()
 	clock := newClock()
-	q := leaky.NewRedis(rdb, newPrefix("pipe"), leaky.WithHeadroom(0), leaky.WithNow(clock.Now))
+	q := newRedis(t, rdb, newPrefix("pipe"), leaky.WithHeadroom(0), leaky.WithNow(clock.Now))
 	c := leaky.Contract{Rate: 10, MaxQueueDelay: time.Second}
 	providers := []string{"sms", "push", "email", "voice"}
 	if err := q.Load(ctx); err != nil {
@@ -166,7 +166,7 @@ func TestColdStartOverride(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	rdb := testenv.Redis(t).Client()
-	q := leaky.NewRedis(rdb, newPrefix("coldstart"))
+	q := newRedis(t, rdb, newPrefix("coldstart"))
 	c := leaky.Contract{Rate: 100, MaxQueueDelay: 2 * time.Second}
 	zero, one, day := time.Duration(0), time.Second, 24*time.Hour
 	for _, tc := range []struct {

@@ -38,7 +38,7 @@ func TestMemoryKeepsItsQuotas(t *testing.T) {
 		headroom := rapid.SampledFrom([]float64{0, 0.01, 0.1}).Draw(rt, "headroom")
 		// WithMaxCost(4): Resume restarts the queue one interval at the
 		// largest cost past max_queue_delay
-		q := leaky.NewMemory(clock.Now, leaky.WithHeadroom(headroom), leaky.WithMaxCost(4))
+		q := newMemory(rt, leaky.WithNow(clock.Now), leaky.WithHeadroom(headroom), leaky.WithMaxCost(4))
 		rate := rapid.Float64Range(1, 500).Draw(rt, "rate")
 		c := leaky.Contract{
 			Rate:          rate,

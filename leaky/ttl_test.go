@@ -20,7 +20,7 @@ func TestShapedStateOutlivesItsWindows(t *testing.T) {
 	rdb := testenv.Redis(t).Client()
 	prefix := newPrefix("ttl")
 	key := func(provider string) string { return "{" + prefix + "p:" + provider + "}:tat" }
-	q := leaky.NewRedis(rdb, prefix, leaky.WithIdleTTL(0))
+	q := newRedis(t, rdb, prefix, leaky.WithIdleTTL(0))
 	zero := time.Duration(0)
 	pttl := func(provider string) time.Duration {
 		t.Helper()

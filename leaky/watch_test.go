@@ -17,13 +17,13 @@ func TestPauseWatcherHearsTheFleet(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	srv := testenv.Redis(t)
-	setter := leaky.NewRedis(srv.Client(), "w:")
+	setter := newRedis(t, srv.Client(), "w:")
 	if err := setter.Pause(ctx, "early", 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 
 	rdb := srv.Client()
-	q := leaky.NewRedis(rdb, "w:")
+	q := newRedis(t, rdb, "w:")
 	w := leaky.NewPauseWatcher(nil)
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx, rdb, q, []string{"early", "sms"}) }()
@@ -76,7 +76,7 @@ func TestPauseWatcherHearsAResume(t *testing.T) {
 	defer cancel()
 	srv := testenv.Redis(t)
 	rdb := srv.Client()
-	q := leaky.NewRedis(rdb, "r:")
+	q := newRedis(t, rdb, "r:")
 	w := leaky.NewPauseWatcher(nil)
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx, rdb, q, []string{"sms"}) }()

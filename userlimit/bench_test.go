@@ -75,7 +75,7 @@ func BenchmarkAllow(b *testing.B) {
 				})
 			})
 			b.Run(fmt.Sprintf("memory/%s/g=%d", alg, g), func(b *testing.B) {
-				lim := userlimit.NewMemory(nil)
+				lim := userlimit.NewMemory()
 				testenv.RunConcurrent(b, g, func(i int64) error {
 					_, err := lim.Allow(ctx, benchKey(i), "job-"+strconv.FormatInt(i, 10), rule)
 					return err

@@ -106,7 +106,7 @@ func TestMemoryExactUnderConcurrency(t *testing.T) {
 	for _, alg := range userlimittest.Algorithms {
 		t.Run(string(alg), func(t *testing.T) {
 			t.Parallel()
-			mem := userlimit.NewMemory(nil)
+			mem := userlimit.NewMemory()
 			rule := userlimit.Rule{Limit: hammerLimit, Window: 24 * time.Hour, Algorithm: alg}
 			t0 := time.Now().UnixMicro()
 			got := hammer(t, []userlimit.Limiter{mem, mem, mem}, rule)

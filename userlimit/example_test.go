@@ -14,7 +14,7 @@ import (
 func ExampleMemory() {
 	ctx := context.Background()
 	now := time.Date(2030, 1, 1, 9, 0, 0, 0, time.UTC)
-	lim := userlimit.NewMemory(func() time.Time { return now })
+	lim := userlimit.NewMemory(userlimit.WithNow(func() time.Time { return now }))
 	rule := userlimit.Rule{Limit: 2, Window: time.Hour} // sliding_log, drop
 	key := userlimit.Key{Channel: "push", User: "alice"}
 
@@ -38,7 +38,7 @@ func ExampleMemory() {
 func ExampleMemory_AllowAt() {
 	ctx := context.Background()
 	now := time.Date(2030, 1, 1, 9, 0, 0, 0, time.UTC)
-	lim := userlimit.NewMemory(func() time.Time { return now })
+	lim := userlimit.NewMemory(userlimit.WithNow(func() time.Time { return now }))
 	rule := userlimit.Rule{Limit: 2, Window: 3 * time.Second} // sliding_log
 	key := userlimit.Key{Channel: "sms", User: "carol"}
 
@@ -62,7 +62,7 @@ func ExampleMemory_AllowAt() {
 func ExampleMemory_tokenBucket() {
 	ctx := context.Background()
 	now := time.Date(2030, 1, 1, 9, 0, 0, 0, time.UTC)
-	lim := userlimit.NewMemory(func() time.Time { return now })
+	lim := userlimit.NewMemory(userlimit.WithNow(func() time.Time { return now }))
 	// A burst of 3, then one more every 20 minutes.
 	rule := userlimit.Rule{Limit: 3, Window: time.Hour, Algorithm: userlimit.TokenBucket}
 	key := userlimit.Key{Channel: "sms", User: "bob"}
@@ -148,7 +148,7 @@ func ExampleRedis_Group() {
 func ExampleMemory_Peek() {
 	ctx := context.Background()
 	now := time.Date(2030, 1, 1, 9, 0, 0, 0, time.UTC)
-	lim := userlimit.NewMemory(func() time.Time { return now })
+	lim := userlimit.NewMemory(userlimit.WithNow(func() time.Time { return now }))
 	rule := userlimit.Rule{Limit: 2, Window: time.Hour}
 	key := userlimit.Key{Channel: "sms", User: "u42"}
 

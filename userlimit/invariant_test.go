@@ -9,6 +9,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/notifier/notifier/testenv"
 	"github.com/notifier/notifier/userlimit"
 	"github.com/notifier/notifier/userlimit/userlimittest"
 )
@@ -42,8 +43,8 @@ func checkSendsKeepTheBound(ctx context.Context, rt *rapid.T, alg userlimit.Algo
 		w := window.Microseconds()
 		limit := rapid.IntRange(1, 5).Draw(rt, "limit")
 		rule := userlimit.Rule{Limit: limit, Window: window, Algorithm: alg}
-		clock := userlimittest.NewClock(userlimittest.Start.Add(time.Duration(rapid.Int64Range(0, w).Draw(rt, "offset")) * time.Microsecond))
-		mem := userlimit.NewMemory(clock.Now)
+		clock := testenv.NewClock(userlimittest.Start.Add(time.Duration(rapid.Int64Range(0, w).Draw(rt, "offset")) * time.Microsecond))
+		mem := userlimit.NewMemory(userlimit.WithNow(clock.Now))
 		key := userlimit.Key{Channel: "sms", User: "u"}
 
 		// stands: each job's admission (the instant it would be sent at);

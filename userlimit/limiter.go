@@ -57,6 +57,28 @@ var (
 	_ Limiter = (*Redis)(nil)
 )
 
+// Option configures a Memory or Redis limiter.
+type Option func(*options)
+
+type options struct {
+	now func() time.Time // nil: the backend's own clock
+}
+
+func buildOptions(opts []Option) options {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+// WithNow sets the limiter's clock; nil keeps its own. Memory reads it
+// (default time.Now; only its Unix microseconds matter). Redis sends it to
+// its scripts as their optional now argument instead of reading the
+// server's TIME: for tests only (a fake clock, step-by-step comparison of
+// the backends), since with it the processes no longer share one clock.
+func WithNow(now func() time.Time) Option { return func(o *options) { o.now = now } }
+
 // ErrNotLoaded is wrapped by a Decision's error when Redis did not have the
 // script cached (NOSCRIPT), which inside a pipeline has no EVAL fallback:
 // call Redis.Load and decide again. A restart, a failover or SCRIPT FLUSH

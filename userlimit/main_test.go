@@ -29,33 +29,32 @@ func newPrefix(name string) string {
 	return fmt.Sprintf("test:%s:%d:", name, prefixes.Add(1))
 }
 
-// redisFactory returns limiters on rdb, each with a fresh prefix and driven
-// by the suite's fake clock through the scripts' optional now argument.
-func redisFactory(rdb redis.Scripter) userlimittest.NewLimiter {
-	return func(t *testing.T, clock *userlimittest.Clock) userlimit.Limiter {
-		r := userlimit.NewRedis(rdb, newPrefix(t.Name()))
-		r.SetNowForTest(clock.Now)
-		return r
-	}
+// redisBackend returns limiters on rdb, each with a fresh prefix (and
+// driven by the suite's fake clock through the scripts' optional now
+// argument).
+func redisBackend(rdb redis.Scripter) userlimittest.Backend {
+	return userlimittest.Backend{New: func(t *testing.T, opts ...userlimit.Option) userlimit.Limiter {
+		return userlimit.NewRedis(rdb, newPrefix(t.Name()), opts...)
+	}}
 }
 
 func TestConformanceMemory(t *testing.T) {
 	t.Parallel()
-	userlimittest.Run(t, func(t *testing.T, clock *userlimittest.Clock) userlimit.Limiter {
-		return userlimit.NewMemory(clock.Now)
-	})
+	userlimittest.Run(t, userlimittest.Backend{New: func(t *testing.T, opts ...userlimit.Option) userlimit.Limiter {
+		return userlimit.NewMemory(opts...)
+	}})
 }
 
 func TestConformanceRedis(t *testing.T) {
 	t.Parallel()
 	srv := testenv.Redis(t)
-	userlimittest.Run(t, redisFactory(srv.Client()))
+	userlimittest.Run(t, redisBackend(srv.Client()))
 }
 
 func TestConformanceRedisCluster(t *testing.T) {
 	t.Parallel()
 	cluster := testenv.RedisCluster(t)
-	userlimittest.Run(t, redisFactory(cluster.Client()))
+	userlimittest.Run(t, redisBackend(cluster.Client()))
 }
 
 // TestRedisReadsServerTime checks the production path, where the scripts

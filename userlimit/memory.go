@@ -86,9 +86,10 @@ type logEntry struct {
 	id string
 }
 
-// NewMemory returns an empty in-memory limiter reading time from now
-// (time.Now when nil). Only the Unix microseconds of now matter.
-func NewMemory(now func() time.Time) *Memory {
+// NewMemory returns an empty in-memory limiter; its clock is WithNow's,
+// else time.Now.
+func NewMemory(opts ...Option) *Memory {
+	now := buildOptions(opts).now
 	if now == nil {
 		now = time.Now
 	}

@@ -15,7 +15,7 @@ func TestMemoryStateBoundedPerKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	mem := NewMemory(func() time.Time { return now })
+	mem := NewMemory(WithNow(func() time.Time { return now }))
 	key := Key{Channel: "push", User: "busy"}
 	for _, alg := range algorithms {
 		rule := Rule{Limit: 10, Window: time.Second, Algorithm: alg}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/notifier/notifier/testenv"
 	"github.com/notifier/notifier/userlimit"
 	"github.com/notifier/notifier/userlimit/userlimittest"
 )
@@ -19,8 +20,8 @@ func TestMemoryDropsIdleKeys(t *testing.T) {
 	for _, alg := range userlimittest.Algorithms {
 		t.Run(string(alg), func(t *testing.T) {
 			t.Parallel()
-			clock := userlimittest.NewClock(userlimittest.Start)
-			mem := userlimit.NewMemory(clock.Now)
+			clock := testenv.NewClock(userlimittest.Start)
+			mem := userlimit.NewMemory(userlimit.WithNow(clock.Now))
 			rule := userlimit.Rule{Limit: 5, Window: time.Second, Algorithm: alg}
 			const perRound, rounds = 1000, 30
 			peak := 0
@@ -49,7 +50,7 @@ func TestMemoryContextDone(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := userlimit.NewMemory(nil).Allow(ctx, userlimit.Key{Channel: "push", User: "a"}, "job", userlimit.Rule{Limit: 1, Window: time.Second})
+	_, err := userlimit.NewMemory().Allow(ctx, userlimit.Key{Channel: "push", User: "a"}, "job", userlimit.Rule{Limit: 1, Window: time.Second})
 	if err == nil {
 		t.Fatal("no error on a canceled context")
 	}

@@ -31,11 +31,10 @@ func TestPropertyPeekAgreesWithAllow(t *testing.T) {
 		alg := rapid.SampledFrom(userlimittest.Algorithms).Draw(rt, "algorithm")
 		window := rapid.SampledFrom(windows).Draw(rt, "window")
 		w := window.Microseconds()
-		clock := userlimittest.NewClock(userlimittest.Start.Add(time.Duration(rapid.Int64Range(0, 3*w).Draw(rt, "start offset µs")) * time.Microsecond))
+		clock := testenv.NewClock(userlimittest.Start.Add(time.Duration(rapid.Int64Range(0, 3*w).Draw(rt, "start offset µs")) * time.Microsecond))
 		prefix := newPrefix("peek")
-		mem := userlimit.NewMemory(clock.Now)
-		red := userlimit.NewRedis(rdb, prefix)
-		red.SetNowForTest(clock.Now)
+		mem := userlimit.NewMemory(userlimit.WithNow(clock.Now))
+		red := userlimit.NewRedis(rdb, prefix, userlimit.WithNow(clock.Now))
 		rule := userlimit.Rule{Limit: rapid.IntRange(1, 5).Draw(rt, "limit"), Window: window, Algorithm: alg}
 		key := userlimit.Key{Channel: "sms", User: "u42"}
 		advance := rapid.OneOf(
@@ -106,7 +105,7 @@ func TestPeekInvalidRule(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	key := userlimit.Key{Channel: "sms", User: "u"}
-	for _, l := range []userlimit.Peeker{userlimit.NewMemory(nil), userlimit.NewRedis(testenv.Redis(t).Client(), newPrefix("peekbad"))} {
+	for _, l := range []userlimit.Peeker{userlimit.NewMemory(), userlimit.NewRedis(testenv.Redis(t).Client(), newPrefix("peekbad"))} {
 		if _, err := l.Peek(ctx, key, userlimit.Rule{Limit: 0, Window: time.Second}); err == nil {
 			t.Errorf("%T: peek with limit 0: no error", l)
 		}

@@ -33,10 +33,9 @@ func TestPropertyMemoryMatchesRedis(t *testing.T) {
 		window := rapid.SampledFrom(windows).Draw(rt, "window")
 		w := window.Microseconds()
 		offset := rapid.Int64Range(0, 3*w).Draw(rt, "start offset µs")
-		clock := userlimittest.NewClock(userlimittest.Start.Add(time.Duration(offset) * time.Microsecond))
-		mem := userlimit.NewMemory(clock.Now)
-		red := userlimit.NewRedis(rdb, newPrefix("property"))
-		red.SetNowForTest(clock.Now)
+		clock := testenv.NewClock(userlimittest.Start.Add(time.Duration(offset) * time.Microsecond))
+		mem := userlimit.NewMemory(userlimit.WithNow(clock.Now))
+		red := userlimit.NewRedis(rdb, newPrefix("property"), userlimit.WithNow(clock.Now))
 		advance := rapid.OneOf(
 			rapid.Just(int64(0)),
 			rapid.Int64Range(1, max(w/10, 1)),
@@ -88,10 +87,9 @@ func TestPropertyGroupMatchesMemory(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		alg := rapid.SampledFrom(userlimittest.Algorithms).Draw(rt, "algorithm")
 		window := rapid.SampledFrom([]time.Duration{time.Millisecond, time.Second, time.Hour}).Draw(rt, "window")
-		clock := userlimittest.NewClock(userlimittest.Start)
-		mem := userlimit.NewMemory(clock.Now)
-		red := userlimit.NewRedis(rdb, newPrefix("group"))
-		red.SetNowForTest(clock.Now)
+		clock := testenv.NewClock(userlimittest.Start)
+		mem := userlimit.NewMemory(userlimit.WithNow(clock.Now))
+		red := userlimit.NewRedis(rdb, newPrefix("group"), userlimit.WithNow(clock.Now))
 		for i := range rapid.IntRange(1, 20).Draw(rt, "groups") {
 			clock.Advance(time.Duration(rapid.Int64Range(0, window.Microseconds()).Draw(rt, "advance µs")) * time.Microsecond)
 			type req struct {

@@ -73,13 +73,13 @@ func script(a Algorithm) *redis.Script {
 type Redis struct {
 	rdb    redis.Scripter
 	prefix string
-	now    func() time.Time // tests only: passed to the scripts as ARGV[4]
+	now    func() time.Time // WithNow, tests only: passed to the scripts as ARGV[4]
 }
 
 // NewRedis returns a limiter on rdb (a *redis.Client, *redis.ClusterClient
 // or *redis.Ring) whose keys start with prefix, e.g. "notifier:".
-func NewRedis(rdb redis.Scripter, prefix string) *Redis {
-	return &Redis{rdb: rdb, prefix: prefix}
+func NewRedis(rdb redis.Scripter, prefix string, opts ...Option) *Redis {
+	return &Redis{rdb: rdb, prefix: prefix, now: buildOptions(opts).now}
 }
 
 // Allow decides one job for now, in one round trip. See Limiter.

@@ -16,7 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/notifier/notifier/dispatch"
+	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/testenv"
 )
 
@@ -58,12 +58,12 @@ type world struct {
 
 // jitterBudget is how late an arrival may be relative to its send slot in
 // the pacing checks: h/(1−h) s at the dispatcher's default headroom h
-// (dispatch.DefaultHeadroom; the configuration sets no other), ≈ 15.2 ms
+// (leaky.DefaultHeadroom; the configuration sets no other), ≈ 15.2 ms
 // at 1.5 %: contract+1 slots span 1/(1−h) s, so arrivals late by less
 // than h/(1−h) s still never put contract+1 in one 1 s window.
 var jitterBudget = func(h float64) time.Duration {
 	return time.Duration(h / (1 - h) * float64(time.Second))
-}(dispatch.DefaultHeadroom)
+}(leaky.DefaultHeadroom)
 
 // arrivalsPaced fails t when more than contract of the fake's arrivals
 // (every send attempt it saw, 429s included) lie in a window of 1 s −

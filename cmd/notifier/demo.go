@@ -177,6 +177,10 @@ func runDemo(ctx context.Context, f *demoFlags, e *env) error {
 	promReg := newPromRegistry()
 	metrics := dispatch.NewMetrics(promReg)
 	global := demoGlobal
+	limits, err := dispatch.MemoryLimits(dispatch.LimitsConfig{DedupTTL: time.Hour, Global: &global}, 1)
+	if err != nil {
+		return err
+	}
 	d, err := dispatch.New(dispatch.Options{
 		Workers:       64,
 		Retry:         dispatch.RetryConfig{MaxAttempts: 5, BaseDelay: 200 * time.Millisecond, MaxDelay: 2 * time.Second},
@@ -186,7 +190,7 @@ func runDemo(ctx context.Context, f *demoFlags, e *env) error {
 		Source:        cons,
 		DeadLetters:   pub,
 		Providers:     reg,
-		Limits:        dispatch.MemoryLimits(dispatch.LimitsConfig{DedupTTL: time.Hour, Global: &global}, 1),
+		Limits:        limits,
 		Metrics:       metrics,
 		Logger:        slog.New(slog.DiscardHandler),
 	})

@@ -218,7 +218,10 @@ func runDev(ctx context.Context, f *devFlags, e *env) error {
 	}
 	defer nc.Close()
 	instance := instanceID()
-	limits := dispatch.MemoryLimits(cfg.Limits(), 1)
+	limits, err := dispatch.MemoryLimits(cfg.Limits(), 1)
+	if err != nil {
+		return err
+	}
 	tick := make(chan struct{})
 	defer close(tick)
 	go out.flushEverySecond(tick)

@@ -55,7 +55,10 @@ says it is back sooner.`,
 		}
 		defer rdb.Close()
 		lc := cfg.Limits()
-		q := leaky.NewRedis(rdb, cfg.Redis.KeyPrefix, leaky.WithMaxCost(max(1, lc.MaxCost)), leaky.WithHeadroom(dispatch.DefaultHeadroom))
+		q, err := leaky.NewRedis(rdb, cfg.Redis.KeyPrefix, leaky.WithMaxCost(max(1, lc.MaxCost)))
+		if err != nil {
+			return err
+		}
 		reasons := dispatch.RedisPauseReasons(rdb, cfg.Redis.KeyPrefix)
 		why, err := reasons.Reason(ctx, name)
 		if err != nil {

@@ -18,7 +18,10 @@ import (
 func TestResumeLiftsAPause(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, 100, "")
-	q := leaky.NewRedis(w.redis.Client(), "notifier:")
+	q, err := leaky.NewRedis(w.redis.Client(), "notifier:")
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
 	if err := q.Pause(ctx, "sms-gw", 30*time.Minute); err != nil {
 		t.Fatal(err)

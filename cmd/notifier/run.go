@@ -93,14 +93,18 @@ func runDispatcher(ctx context.Context, path string, cfg config.Config, log *slo
 	}
 	instance := instanceID()
 	lcfg := cfg.Limits()
+	limits, err := dispatch.RedisLimits(rdb, lcfg)
+	if err != nil {
+		return err
+	}
 
 	var d *dispatch.Dispatcher
 	fleet := dispatch.NewFleet(rdb, cfg.Redis.KeyPrefix, instance, func() dispatch.InstanceInfo {
 		return instanceInfo(d, cfg.Workers)
 	}, log)
-	var fallback func() *dispatch.Limits
+	var fallback func() (*dispatch.Limits, error)
 	if cfg.Redis.OnFailure == config.OnFailureLocal {
-		fallback = func() *dispatch.Limits {
+		fallback = func() (*dispatch.Limits, error) {
 			lc := lcfg
 			lc.Global = rl.current().Global // as last reloaded
 			return dispatch.MemoryLimits(lc, fleet.Live())
@@ -108,7 +112,7 @@ func runDispatcher(ctx context.Context, path string, cfg config.Config, log *slo
 	}
 	return dispatchJobs(ctx, dispatchSetup{
 		cfg: cfg, log: log, nc: nc, js: js, cons: cons, reg: reg, instance: instance,
-		limits:   dispatch.RedisLimits(rdb, lcfg),
+		limits:   limits,
 		horizons: horizons,
 		fallback: fallback,
 		peers:    fleet.Live,
@@ -163,10 +167,10 @@ type dispatchSetup struct {
 	reg      dispatch.Registry
 	instance string
 	limits   *dispatch.Limits
-	horizons dispatch.Horizons       // the slot horizons outside Redis; nil: none (every stateless queue starts cold)
-	fallback func() *dispatch.Limits // redis.on_failure: local; nil: hold
-	peers    func() int              // live processes of the fleet; nil: this one alone
-	denials  *dispatch.Denials       // per-user cap denials for `notifier top`; nil: not counted
+	horizons dispatch.Horizons                // the slot horizons outside Redis; nil: none (every stateless queue starts cold)
+	fallback func() (*dispatch.Limits, error) // redis.on_failure: local; nil: hold
+	peers    func() int                       // live processes of the fleet; nil: this one alone
+	denials  *dispatch.Denials                // per-user cap denials for `notifier top`; nil: not counted
 	// status is what the metrics port's /status page shows.
 	status func(ctx context.Context, d *dispatch.Dispatcher) (inspect.FleetStatus, error)
 	// explain serves the metrics port's /explain; nil: not served.

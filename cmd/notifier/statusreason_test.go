@@ -24,7 +24,11 @@ func TestStatusNamesACredentialsPause(t *testing.T) {
 	if err := dispatch.RedisPauseReasons(rdb, "notifier:").SetCredentials(ctx, "sms-gw", 5*time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := leaky.NewRedis(rdb, "notifier:").Pause(ctx, "sms-gw", 5*time.Minute); err != nil {
+	q, err := leaky.NewRedis(rdb, "notifier:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Pause(ctx, "sms-gw", 5*time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := config.Load(w.config, func(string) string { return "" })
@@ -61,7 +65,10 @@ func TestStatusShowsAdaptiveRateAndQuotas(t *testing.T) {
 	cfg.Providers[0] = cfg.Providers[0].WithDefaults()
 	ctx := context.Background()
 	rdb := w.redis.Client()
-	q := leaky.NewRedis(rdb, "notifier:")
+	q, err := leaky.NewRedis(rdb, "notifier:")
+	if err != nil {
+		t.Fatal(err)
+	}
 	c := dispatch.Contract(cfg.Providers[0])
 	var now time.Duration
 	c.ColdStart = &now // a first start: the queue begins at now, not full

@@ -2,9 +2,9 @@
 // passes: step tables on a fake clock, rounding, configuration changes,
 // validation and concurrent takes. Run it from a backend's tests:
 //
-//	globallimittest.Run(t, func(t *testing.T, now func() time.Time) globallimit.Store {
-//		return globallimit.NewMemory(now)
-//	})
+//	globallimittest.Run(t, globallimittest.Backend{New: func(t *testing.T, opts ...globallimit.Option) globallimit.Store {
+//		return globallimit.NewMemory(opts...)
+//	}})
 package globallimittest
 
 import (
@@ -19,15 +19,20 @@ import (
 	"github.com/notifier/notifier/testenv"
 )
 
-// NewStore returns a new, full bucket, isolated from every other one it
-// returned (its own key prefix), whose clock is now.
-type NewStore func(t *testing.T, now func() time.Time) globallimit.Store
+// Backend is a Store implementation under test.
+type Backend struct {
+	// New returns a new, full bucket with opts applied, isolated from every
+	// other one it returned (its own key prefix). The suite's fake clock is
+	// among opts (globallimit.WithNow).
+	New func(t *testing.T, opts ...globallimit.Option) globallimit.Store
+}
 
-// Clock is a fake clock, safe for concurrent use (testenv.Clock).
-type Clock = testenv.Clock
-
-// NewClock returns a clock stopped at t.
-func NewClock(t time.Time) *Clock { return testenv.NewClock(t) }
+// start returns a new store of b and the fake clock it reads, stopped at
+// the current time.
+func (b Backend) start(t *testing.T) (globallimit.Store, *testenv.Clock) {
+	clock := testenv.NewClock(time.Now())
+	return b.New(t, globallimit.WithNow(clock.Now)), clock
+}
 
 // Step is one Take of a step table: advance the clock, optionally switch
 // the configuration, take up to N tokens, expect Granted and Wait.
@@ -112,15 +117,14 @@ var Tables = []Table{
 	},
 }
 
-// Run runs the conformance suite against newStore.
-func Run(t *testing.T, newStore NewStore) {
+// Run runs the conformance suite against b.
+func Run(t *testing.T, b Backend) {
 	t.Run("Tables", func(t *testing.T) {
 		t.Parallel()
 		for _, tb := range Tables {
 			t.Run(tb.Name, func(t *testing.T) {
 				t.Parallel()
-				clock := NewClock(time.Now())
-				s := newStore(t, clock.Now)
+				s, clock := b.start(t)
 				for i, st := range tb.Steps {
 					clock.Advance(st.Advance)
 					cfg := tb.Config
@@ -141,7 +145,7 @@ func Run(t *testing.T, newStore NewStore) {
 	})
 	t.Run("Invalid", func(t *testing.T) {
 		t.Parallel()
-		s := newStore(t, time.Now)
+		s, _ := b.start(t)
 		cases := []struct {
 			cfg  globallimit.Config
 			n    int
@@ -162,8 +166,7 @@ func Run(t *testing.T, newStore NewStore) {
 		t.Parallel()
 		// the clock stands still: exactly the burst is granted, however
 		// the takes interleave
-		clock := NewClock(time.Now())
-		s := newStore(t, clock.Now)
+		s, _ := b.start(t)
 		cfg := globallimit.Config{Rate: 1, Burst: 100}
 		var granted atomic.Int64
 		var wg sync.WaitGroup

@@ -2,9 +2,17 @@
 // tables of reservations on a fake clock, cancel, pause, depth, cold start,
 // validation and concurrent reservations. Run it from a backend's tests:
 //
-//	leakytest.Run(t, leakytest.Backend{New: func(t *testing.T, now func() time.Time, opts ...leaky.Option) leaky.Queue {
-//		return leaky.NewMemory(now, opts...)
+//	leakytest.Run(t, leakytest.Backend{New: func(t *testing.T, opts ...leaky.Option) leaky.Queue {
+//		q, err := leaky.NewMemory(opts...)
+//		if err != nil {
+//			t.Fatal(err)
+//		}
+//		return q
 //	}})
+//
+// The suites of leaky, userlimit and globallimit take their backends alike:
+// a Backend whose New builds one from the options the suite passes, the
+// suite's fake clock (testenv.Clock) among them as WithNow.
 package leakytest
 
 import (
@@ -22,19 +30,14 @@ import (
 
 // Backend is a Queue implementation under test.
 type Backend struct {
-	// New returns a new queue, isolated from every other one it returned
-	// (its own key prefix), whose clock is now, with opts applied.
-	New func(t *testing.T, now func() time.Time, opts ...leaky.Option) leaky.Queue
+	// New returns a new queue with opts applied, isolated from every other
+	// one it returned (its own key prefix). The suite's fake clock is among
+	// opts (leaky.WithNow).
+	New func(t *testing.T, opts ...leaky.Option) leaky.Queue
 	// ColdStart: a provider with no state starts as if its queue were full
 	// (Redis), rather than at now (Memory).
 	ColdStart bool
 }
-
-// Clock is a fake clock, safe for concurrent use (testenv.Clock).
-type Clock = testenv.Clock
-
-// NewClock returns a clock stopped at t.
-func NewClock(t time.Time) *Clock { return testenv.NewClock(t) }
 
 // Step is one reservation of a step table: advance the clock, reserve cost
 // units, and expect ok with delay, or full with retryAfter.
@@ -107,13 +110,13 @@ var Tables = []Table{
 		},
 	},
 	{
-		Name:     "default headroom paces 1 % under the contract",
+		Name:     "default headroom paces 1.5 % under the contract",
 		Contract: leaky.Contract{Rate: 100, MaxQueueDelay: time.Second},
 		Steps: []Step{
 			{Cost: 1, OK: true, Delay: 0},
-			{Cost: 1, OK: true, Delay: us(10102)}, // ⌈1e6/99⌉
-			{Cost: 2, OK: true, Delay: us(20204)}, // then + ⌈2e6/99⌉ = 20203
-			{Cost: 1, OK: true, Delay: us(40407)},
+			{Cost: 1, OK: true, Delay: us(10153)}, // ⌈1e6/98.5⌉
+			{Cost: 2, OK: true, Delay: us(20306)}, // then + ⌈2e6/98.5⌉ = 20305
+			{Cost: 1, OK: true, Delay: us(40611)},
 		},
 	},
 	{
@@ -133,14 +136,15 @@ var Tables = []Table{
 type harness struct {
 	t     *testing.T
 	q     leaky.Queue
-	clock *Clock
+	clock *testenv.Clock
 	ctx   context.Context
 }
 
 func setup(t *testing.T, b Backend, opts ...leaky.Option) *harness {
 	t.Helper()
-	clock := NewClock(time.Now())
-	return &harness{t: t, q: b.New(t, clock.Now, opts...), clock: clock, ctx: context.Background()}
+	clock := testenv.NewClock(time.Now())
+	opts = append([]leaky.Option{leaky.WithNow(clock.Now)}, opts...)
+	return &harness{t: t, q: b.New(t, opts...), clock: clock, ctx: context.Background()}
 }
 
 // warm makes provider's state exist and drain, so that a cold-starting
@@ -463,13 +467,13 @@ func testDepth(t *testing.T, b Backend) {
 		t.Fatalf("depth after a cost-4 reservation: %v, want 5.5", got)
 	}
 
-	hd := setup(t, b) // default headroom: 100/s paces at 99/s, ⌈1e6/99⌉ = 10102 µs
+	hd := setup(t, b) // default headroom: 100/s paces at 98.5/s, ⌈1e6/98.5⌉ = 10153 µs
 	c2 := leaky.Contract{Rate: 100, MaxQueueDelay: time.Second}
 	hd.warm("sms", c2)
 	for i := 0; i < 3; i++ {
 		hd.reserve("sms", c2, 1)
 	}
-	if got, want := hd.depth("sms", c2), 30306*99/1e6; math.Abs(got-want) > 1e-9 {
+	if got, want := hd.depth("sms", c2), 30459*98.5/1e6; math.Abs(got-want) > 1e-9 {
 		t.Fatalf("depth with headroom: %v, want %v", got, want)
 	}
 }
@@ -756,7 +760,7 @@ func testAdaptiveSpacing(t *testing.T, b Backend) {
 	h.expect("cost 2 at 5/s", h.reserve("sms", c, 2), true, 900*ms, 0)
 	h.expect("then", h.reserve("sms", c, 1), true, 1300*ms, 0)
 
-	// 2/s with the default 1 % headroom: ⌈1e12 / ⌊2e6 × 0.99⌋⌉ = 505051 µs
+	// 2/s with the default 1.5 % headroom: ⌈1e12 / ⌊2e6 × 0.985⌋⌉ = 507615 µs
 	hd := setup(t, b)
 	hd.warm("sms", c)
 	hd.clock.Advance(time.Second)
@@ -768,7 +772,7 @@ func testAdaptiveSpacing(t *testing.T, b Backend) {
 	hd.effective("sms", c, 2)
 	hd.clock.Advance(100 * ms)
 	hd.expect("2/s with headroom", hd.reserve("sms", c, 1), true, 0, 0)
-	hd.expect("then", hd.reserve("sms", c, 1), true, us(505051), 0)
+	hd.expect("then", hd.reserve("sms", c, 1), true, us(507615), 0)
 }
 
 // testQuota: exactly Limit units a window; the next at the next window's

@@ -3,9 +3,9 @@
 // (standalone and Cluster) driven by the same fake clock.
 //
 //	func TestConformance(t *testing.T) {
-//		userlimittest.Run(t, func(t *testing.T, clock *userlimittest.Clock) userlimit.Limiter {
-//			return userlimit.NewMemory(clock.Now)
-//		})
+//		userlimittest.Run(t, userlimittest.Backend{New: func(t *testing.T, opts ...userlimit.Option) userlimit.Limiter {
+//			return userlimit.NewMemory(opts...)
+//		}})
 //	}
 package userlimittest
 
@@ -15,30 +15,41 @@ import (
 	"testing"
 	"time"
 
+	"github.com/notifier/notifier/testenv"
 	"github.com/notifier/notifier/userlimit"
 )
 
-// NewLimiter returns an empty limiter that reads time from clock. Each call
-// must return a limiter sharing no state with earlier ones (for Redis, a new
-// key prefix). It is called from parallel subtests.
-type NewLimiter func(t *testing.T, clock *Clock) userlimit.Limiter
+// Backend is a Limiter implementation under test.
+type Backend struct {
+	// New returns an empty limiter with opts applied, sharing no state with
+	// the ones it returned before (for Redis, a new key prefix). The
+	// suite's fake clock is among opts (userlimit.WithNow). It is called
+	// from parallel subtests.
+	New func(t *testing.T, opts ...userlimit.Option) userlimit.Limiter
+}
+
+// start returns a new limiter of b and the fake clock it reads, reading at.
+func (b Backend) start(t *testing.T, at time.Time) (userlimit.Limiter, *testenv.Clock) {
+	clock := testenv.NewClock(at)
+	return b.New(t, userlimit.WithNow(clock.Now)), clock
+}
 
 // Algorithms are the algorithms the suite covers, in a fixed order.
 var Algorithms = []userlimit.Algorithm{
 	userlimit.SlidingLog, userlimit.SlidingWindow, userlimit.FixedWindow, userlimit.TokenBucket,
 }
 
-// Run runs the whole suite against limiters from newLimiter.
-func Run(t *testing.T, newLimiter NewLimiter) {
+// Run runs the whole suite against limiters of b.
+func Run(t *testing.T, b Backend) {
 	t.Helper()
-	t.Run("Steps", func(t *testing.T) { t.Parallel(); testSteps(t, newLimiter) })
-	t.Run("Idempotent", func(t *testing.T) { t.Parallel(); testIdempotent(t, newLimiter) })
-	t.Run("MovedBurstKeepsItsAdmissions", func(t *testing.T) { t.Parallel(); testMovedBurstKeepsItsAdmissions(t, newLimiter) })
-	t.Run("RetryAfterIsExact", func(t *testing.T) { t.Parallel(); testRetryAfterIsExact(t, newLimiter) })
-	t.Run("DeniedCountsNothing", func(t *testing.T) { t.Parallel(); testDeniedCountsNothing(t, newLimiter) })
-	t.Run("KeysAreIndependent", func(t *testing.T) { t.Parallel(); testKeysAreIndependent(t, newLimiter) })
-	t.Run("Defaults", func(t *testing.T) { t.Parallel(); testDefaults(t, newLimiter) })
-	t.Run("InvalidArguments", func(t *testing.T) { t.Parallel(); testInvalidArguments(t, newLimiter) })
+	t.Run("Steps", func(t *testing.T) { t.Parallel(); testSteps(t, b) })
+	t.Run("Idempotent", func(t *testing.T) { t.Parallel(); testIdempotent(t, b) })
+	t.Run("MovedBurstKeepsItsAdmissions", func(t *testing.T) { t.Parallel(); testMovedBurstKeepsItsAdmissions(t, b) })
+	t.Run("RetryAfterIsExact", func(t *testing.T) { t.Parallel(); testRetryAfterIsExact(t, b) })
+	t.Run("DeniedCountsNothing", func(t *testing.T) { t.Parallel(); testDeniedCountsNothing(t, b) })
+	t.Run("KeysAreIndependent", func(t *testing.T) { t.Parallel(); testKeysAreIndependent(t, b) })
+	t.Run("Defaults", func(t *testing.T) { t.Parallel(); testDefaults(t, b) })
+	t.Run("InvalidArguments", func(t *testing.T) { t.Parallel(); testInvalidArguments(t, b) })
 }
 
 // step is one decision of a step table, after moving the clock by advance.
@@ -149,13 +160,12 @@ func stepTables() []table {
 	}
 }
 
-func testSteps(t *testing.T, newLimiter NewLimiter) {
+func testSteps(t *testing.T, b Backend) {
 	for _, tc := range stepTables() {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			clock := NewClock(Start)
-			lim := newLimiter(t, clock)
+			lim, clock := b.start(t, Start)
 			for i, st := range tc.steps {
 				clock.Advance(st.advance)
 				rule := tc.rule
@@ -192,12 +202,11 @@ func mustAllow(t *testing.T, lim userlimit.Limiter, key userlimit.Key, job strin
 	return res
 }
 
-func testIdempotent(t *testing.T, newLimiter NewLimiter) {
+func testIdempotent(t *testing.T, b Backend) {
 	for _, alg := range Algorithms {
 		t.Run(string(alg), func(t *testing.T) {
 			t.Parallel()
-			clock := NewClock(Start)
-			lim := newLimiter(t, clock)
+			lim, clock := b.start(t, Start)
 			rule := userlimit.Rule{Limit: 3, Window: time.Hour, Algorithm: alg}
 			for i := range 5 {
 				res := mustAllow(t, lim, pushAlice, "same", rule)
@@ -231,13 +240,12 @@ func testIdempotent(t *testing.T, newLimiter NewLimiter) {
 // token when another was admitted after it: two of three jobs of a burst
 // were then denied at their slots.) Past the limit, a new job is still
 // denied.
-func testMovedBurstKeepsItsAdmissions(t *testing.T, newLimiter NewLimiter) {
+func testMovedBurstKeepsItsAdmissions(t *testing.T, b Backend) {
 	for _, alg := range Algorithms {
 		for _, reverse := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/reverse=%v", alg, reverse), func(t *testing.T) {
 				t.Parallel()
-				clock := NewClock(Start)
-				lim := newLimiter(t, clock)
+				lim, clock := b.start(t, Start)
 				rule := userlimit.Rule{Limit: 3, Window: time.Hour, Algorithm: alg}
 				jobs := []string{"a", "b", "c"}
 				for _, job := range jobs {
@@ -270,7 +278,7 @@ func testMovedBurstKeepsItsAdmissions(t *testing.T, newLimiter NewLimiter) {
 	}
 }
 
-func testRetryAfterIsExact(t *testing.T, newLimiter NewLimiter) {
+func testRetryAfterIsExact(t *testing.T, b Backend) {
 	rules := []struct {
 		limit  int
 		window time.Duration
@@ -285,8 +293,7 @@ func testRetryAfterIsExact(t *testing.T, newLimiter NewLimiter) {
 			t.Run(fmt.Sprintf("%s/%d_per_%s", alg, r.limit, r.window), func(t *testing.T) {
 				t.Parallel()
 				// Start off the window boundaries.
-				clock := NewClock(Start.Add(r.window / 3))
-				lim := newLimiter(t, clock)
+				lim, clock := b.start(t, Start.Add(r.window/3))
 				rule := userlimit.Rule{Limit: r.limit, Window: r.window, Algorithm: alg}
 				job := 0
 				next := func() string { job++; return fmt.Sprintf("job-%d", job) }
@@ -317,12 +324,11 @@ func testRetryAfterIsExact(t *testing.T, newLimiter NewLimiter) {
 	}
 }
 
-func testDeniedCountsNothing(t *testing.T, newLimiter NewLimiter) {
+func testDeniedCountsNothing(t *testing.T, b Backend) {
 	for _, alg := range Algorithms {
 		t.Run(string(alg), func(t *testing.T) {
 			t.Parallel()
-			clock := NewClock(Start)
-			lim := newLimiter(t, clock)
+			lim, clock := b.start(t, Start)
 			rule := userlimit.Rule{Limit: 2, Window: time.Minute, Algorithm: alg}
 			mustAllow(t, lim, pushAlice, "a", rule)
 			mustAllow(t, lim, pushAlice, "b", rule)
@@ -348,7 +354,7 @@ func testDeniedCountsNothing(t *testing.T, newLimiter NewLimiter) {
 	}
 }
 
-func testKeysAreIndependent(t *testing.T, newLimiter NewLimiter) {
+func testKeysAreIndependent(t *testing.T, b Backend) {
 	keys := []userlimit.Key{
 		{Channel: "push", User: "alice"},
 		{Channel: "sms", User: "alice"},
@@ -365,7 +371,7 @@ func testKeysAreIndependent(t *testing.T, newLimiter NewLimiter) {
 	for _, alg := range Algorithms {
 		t.Run(string(alg), func(t *testing.T) {
 			t.Parallel()
-			lim := newLimiter(t, NewClock(Start))
+			lim, _ := b.start(t, Start)
 			rule := userlimit.Rule{Limit: 1, Window: time.Hour, Algorithm: alg}
 			for i, k := range keys {
 				if res := mustAllow(t, lim, k, fmt.Sprintf("first-%d", i), rule); !res.Allowed {
@@ -381,11 +387,10 @@ func testKeysAreIndependent(t *testing.T, newLimiter NewLimiter) {
 	}
 }
 
-func testDefaults(t *testing.T, newLimiter NewLimiter) {
+func testDefaults(t *testing.T, b Backend) {
 	t.Run("empty algorithm is sliding_log", func(t *testing.T) {
 		t.Parallel()
-		clock := NewClock(Start)
-		lim := newLimiter(t, clock)
+		lim, clock := b.start(t, Start)
 		rule := userlimit.Rule{Limit: 2, Window: 10 * time.Second}
 		mustAllow(t, lim, pushAlice, "a", rule)
 		clock.Advance(3 * time.Second)
@@ -402,9 +407,9 @@ func testDefaults(t *testing.T, newLimiter NewLimiter) {
 	})
 }
 
-func testInvalidArguments(t *testing.T, newLimiter NewLimiter) {
+func testInvalidArguments(t *testing.T, b Backend) {
 	ctx := context.Background()
-	lim := newLimiter(t, NewClock(Start))
+	lim, _ := b.start(t, Start)
 	bad := []userlimit.Rule{
 		{},
 		{Limit: 0, Window: time.Hour},
