@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -87,49 +86,17 @@ func TestPublishOneAndHighLane(t *testing.T) {
 	}
 }
 
-// TestDemoRuns runs a small demo end to end: every job accounted for, the
-// late tenant's codes sent, no provider contract broken.
-func TestDemoRuns(t *testing.T) {
+// TestDemoCommand runs `notifier demo` small: the banner, the report, every
+// job accounted for (demo's TestDemoRuns checks the run itself).
+func TestDemoCommand(t *testing.T) {
 	t.Parallel()
 	stdout, stderr, code := runCLI(t, nil, "", "demo", "--jobs", "300", "--users", "50")
 	if code != 0 {
 		t.Fatalf("demo: exit %d\n%s\n%s", code, stdout, stderr)
 	}
-	if !strings.Contains(stdout, "300 jobs, each with exactly one outcome (300 accounted for)") {
-		t.Fatalf("demo report:\n%s", stdout)
-	}
-	// The late tenant's codes are all sent, each publish-to-provider wait
-	// reported (10 codes: the fewest, for 300 jobs).
-	codes := 0
-	for _, line := range strings.Split(stdout, "\n") {
-		if f := strings.Fields(line); len(f) >= 4 && f[0] == demoCodesTenant {
-			fmt.Sscanf(f[1], "%d", &codes)
-			if !strings.Contains(line, "(10 sms)") {
-				t.Errorf("the codes' waits: %q", line)
-			}
-		}
-	}
-	if codes != demoCodeCount(300) || codes != 10 {
-		t.Errorf("%s sent %d codes, want 10\n%s", demoCodesTenant, codes, stdout)
-	}
-	for _, lane := range demoLanes {
-		var contract, most, n429 int
-		for _, line := range strings.Split(stdout, "\n") {
-			f := strings.Fields(line)
-			if len(f) >= 6 && f[0] == lane.name {
-				fmt.Sscanf(f[1], "%d/s", &contract)
-				fmt.Sscanf(f[3], "%d", &most)
-				fmt.Sscanf(f[4], "%d", &n429)
-			}
-		}
-		// The sandbox enforces the exact contract, so its "most in 1 s"
-		// counts accepted sends and cannot exceed it; its 429s are the
-		// signal. One late arrival on this loaded 2-core machine (the
-		// demo runs beside the package's other tests) can draw a 429
-		// without the contract being broken by the dispatcher's slots;
-		// a storm cannot hide under this bound (as the pacing tests).
-		if contract == 0 || most > contract || n429 > 1 {
-			t.Errorf("%s: contract %d, most in 1 s %d, 429s %d (at most 1 allowed)\n%s", lane.name, contract, most, n429, stdout)
+	for _, want := range []string{"notifier demo — 300 jobs for 50 users", "published ", "300 jobs, each with exactly one outcome (300 accounted for)"} {
+		if !strings.Contains(stdout, want) {
+			t.Fatalf("demo output lacks %q:\n%s", want, stdout)
 		}
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/notifier/notifier/config"
+	"github.com/notifier/notifier/demo"
 	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/inspect"
 	"github.com/notifier/notifier/internal/text"
@@ -266,7 +267,7 @@ func devBanner(cfg config.Config, dir, metricsAddr string, sandboxed bool) strin
 	channel, to := "sms", "+447700900123"
 	if len(cfg.Providers) > 0 {
 		channel = cfg.Providers[0].Channel
-		to = syntheticRecipient(channel, 42)
+		to = demo.SyntheticRecipient(channel, 42)
 	}
 	job := fmt.Sprintf(`{"id":"hello-1","user_id":"u42","channel":"%s","to":"%s","body":"Hello from notifier dev"}`, channel, to)
 	fmt.Fprintf(&b, "\npublish a job (each needs its own id: a repeated one is dropped as a duplicate):\n")

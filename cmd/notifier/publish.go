@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/notifier/notifier/config"
+	"github.com/notifier/notifier/demo"
 	"github.com/notifier/notifier/queue"
 )
 
@@ -440,22 +441,9 @@ func loadJob(run string, i int, channel string, users int, provider string) *que
 		Provider:  provider,
 		CreatedAt: time.Now().UTC(),
 	}
-	j.To = syntheticRecipient(channel, u)
+	j.To = demo.SyntheticRecipient(channel, u)
 	if channel != "sms" {
 		j.Title = "load test"
 	}
 	return j
-}
-
-// syntheticRecipient is a made-up recipient of user u, well formed for
-// channel (generated loads, the demo, the bench): a +1555 number, a
-// device-token-shaped string, an example.com address.
-func syntheticRecipient(channel string, u int) string {
-	switch channel {
-	case "sms":
-		return fmt.Sprintf("+1555%07d", u)
-	case "push":
-		return fmt.Sprintf("loadtoken%055d", u)
-	}
-	return fmt.Sprintf("user%d@example.com", u)
 }

@@ -138,3 +138,9 @@ func writeTable(w io.Writer, width int, indent string, cols []tableCol, rows []t
 		}
 	}
 }
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}

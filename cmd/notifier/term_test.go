@@ -4,15 +4,12 @@ import (
 	"bytes"
 	"fmt"
 	"os/exec"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/inspect"
 	"github.com/notifier/notifier/internal/text"
-	"github.com/notifier/notifier/localenv"
 	"github.com/notifier/notifier/testenv"
 )
 
@@ -133,45 +130,6 @@ func lineStarting(s, prefix string) string {
 		}
 	}
 	return ""
-}
-
-// TestDemoProgressFitsTheWidth: the demo's progress line (150 columns in
-// full) is never wider than asked, and says the most it can.
-func TestDemoProgressFitsTheWidth(t *testing.T) {
-	t.Parallel()
-	sb, err := localenv.StartSandbox(localenv.SandboxOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sb.Close()
-	for _, l := range demoLanes {
-		sb.Lane(l.path, int(l.rate), 0)
-	}
-	reg := newPromRegistry()
-	m := dispatch.NewMetrics(reg)
-	m.Jobs.WithLabelValues("sms", "sms-sandbox", dispatch.OutcomeSent).Add(123456)
-	m.Jobs.WithLabelValues("push", "push-sandbox", dispatch.OutcomeSuppressed).Add(7890)
-	m.Jobs.WithLabelValues("email", "email-sandbox", dispatch.OutcomeDead).Add(17)
-	m.InFlight.Set(64)
-	for _, l := range demoLanes {
-		m.QueueDepth.WithLabelValues(l.name).Set(1234)
-	}
-	elapsed := 123*time.Second + 400*time.Millisecond
-	for _, width := range []int{20, 40, 60, 79, 80, 100, 120, 200} {
-		line := progressLine(width, elapsed, reg, sb)
-		if text.Columns(line) > width || strings.Contains(line, "\n") {
-			t.Errorf("width %d: %d columns: %q", width, text.Columns(line), line)
-		}
-		if width >= 60 && !strings.Contains(line, "sent 123456") {
-			t.Errorf("width %d: %q lacks the jobs sent", width, line)
-		}
-		if width >= 79 && !regexp.MustCompile(`sms +0/s`).MatchString(line) {
-			t.Errorf("width %d: %q lacks the providers' rates", width, line)
-		}
-	}
-	if full := progressLine(200, elapsed, reg, sb); !strings.Contains(full, "sms   0/s (of 100) q 1234") {
-		t.Errorf("200 columns: %q, want the full form", full)
-	}
 }
 
 // TestPublishBarFitsTheWidth: publish's bar on a terminal (here drawn into
