@@ -313,16 +313,6 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
-// writeConfig writes yaml to a file of the test's and returns its path.
-func writeConfig(t *testing.T, yaml string) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "config.yaml")
-	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
 // TestTenantWeights: tenants.weights is read with each tenant named as the
 // file spells it (viper lower-cases keys; tenant names are case-sensitive),
 // every bad name and weight is reported with its key, its value and what is

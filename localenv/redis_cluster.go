@@ -291,7 +291,7 @@ func StartRedisSentinel() (_ *RedisSentinel, err error) {
 		return fmt.Errorf("sentinel knows no live replica yet: %v", replicas)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("Redis Sentinel: %w", err)
+		return nil, fmt.Errorf("redis sentinel: %w", err)
 	}
 	return s, nil
 }
