@@ -20,9 +20,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/globallimit"
 	"github.com/notifier/notifier/inspect"
+	"github.com/notifier/notifier/internal/roundtrip"
 	"github.com/notifier/notifier/internal/stats"
 	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/localenv"
@@ -178,7 +178,7 @@ type benchWorld struct {
 	nc     *nats.Conn
 	js     jetstream.JetStream
 	rdb    redis.UniversalClient // the dispatchers' client, round trips counted
-	trips  *dispatch.RoundTripCounter
+	trips  *roundtrip.Counter
 	prefix string // Redis key prefix of this run
 	run    string // job id prefix of this run
 	prog   *progress
@@ -224,7 +224,7 @@ func Run(ctx context.Context, f Config) (*Result, error) {
 
 	id := strconv.FormatUint(rand.Uint64()&0xffffffff, 36)
 	w := &benchWorld{
-		f: &f, nats: natsSrv, redis: rds, sb: sb, trips: &dispatch.RoundTripCounter{}, prog: prog,
+		f: &f, nats: natsSrv, redis: rds, sb: sb, trips: &roundtrip.Counter{}, prog: prog,
 		prefix: "notifier-bench-" + id + ":", run: "bench-" + id,
 		qcfg: queue.Config{URL: natsSrv.url, AckWait: 30 * time.Second, Replicas: natsSrv.replicas}.WithDefaults(),
 	}

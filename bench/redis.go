@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notifier/notifier/config"
-	"github.com/notifier/notifier/dispatch"
+	"github.com/notifier/notifier/internal/roundtrip"
 	"github.com/notifier/notifier/localenv"
 )
 
@@ -97,7 +97,7 @@ func newStatsClient(addrs []string) redis.UniversalClient {
 // where a pipeline split across nodes counts once per node it goes to.
 // It is the client notifier run makes (NewRedisClient: same pool and
 // timeouts), so the bench measures what runs in production.
-func (r *benchRedis) newClient(workers int, trips *dispatch.RoundTripCounter) (redis.UniversalClient, error) {
+func (r *benchRedis) newClient(workers int, trips *roundtrip.Counter) (redis.UniversalClient, error) {
 	rdb, err := config.NewRedisClient(config.Redis{Addrs: r.addrs}.WithDefaults(), workers)
 	if err != nil {
 		return nil, err

@@ -18,6 +18,7 @@ import (
 	"github.com/notifier/notifier/globallimit"
 	"github.com/notifier/notifier/inspect"
 	"github.com/notifier/notifier/internal/stats"
+	"github.com/notifier/notifier/internal/steptrace"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/userlimit"
@@ -416,7 +417,7 @@ func (w *benchWorld) dispatchPass(ctx context.Context, tag, name string, kind pa
 	// Only the every-layer pass is traced (the latency section is its): the
 	// wide-open pass measures the dispatcher as it runs in production.
 	tr := newTracer()
-	var trace func(string, time.Duration)
+	var trace steptrace.Func
 	if layers {
 		trace = tr.record
 	}
@@ -433,7 +434,6 @@ func (w *benchWorld) dispatchPass(ctx context.Context, tag, name string, kind pa
 			Limits:      limits,
 			Metrics:     m,
 			Logger:      slog.New(slog.DiscardHandler),
-			Trace:       trace,
 		})
 		if err != nil {
 			return PassResult{}, err
@@ -455,7 +455,7 @@ func (w *benchWorld) dispatchPass(ctx context.Context, tag, name string, kind pa
 		dctx, stop := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		start := time.Now()
-		go func() { done <- d.Run(dctx) }()
+		go func() { done <- d.Run(steptrace.With(dctx, trace)) }()
 		werr := waitForJobs(ctx, jobs, ended)
 		took := time.Since(start)
 		tr.on.Store(false)

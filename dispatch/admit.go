@@ -54,7 +54,7 @@ func (d *Dispatcher) admitPipelined(ctx context.Context, jb *job, l *Limits, rul
 	for attempt := 0; ; attempt++ {
 		adm := admission{limits: l}
 		var (
-			cc *ClaimCmd
+			cc *claimCmd
 			dc *userlimit.Decision
 			rc *leaky.ReserveCmd
 		)

@@ -46,7 +46,7 @@ type pipeBatch struct {
 	pipe     redis.Pipeliner
 	cluster  bool // group claims per cluster slot
 	requests int
-	claims   map[uint16]*ClaimGroup // by cluster slot (all 0 on a single server)
+	claims   map[uint16]*claimGroup // by cluster slot (all 0 on a single server)
 	caps     map[capKey]*userlimit.Group
 	reserves map[reserveKey]*leaky.ReserveGroup
 	done     chan struct{} // closed once the pipeline's replies are in
@@ -147,17 +147,17 @@ func (b *pipeBatcher) do(ctx context.Context, fn func(bt *pipeBatch)) {
 }
 
 // claim adds a ledger claim to the batch's claim group of its slot.
-func (bt *pipeBatch) claim(l *RedisLedger, id, owner string, lease time.Duration) *ClaimCmd {
+func (bt *pipeBatch) claim(l *RedisLedger, id, owner string, lease time.Duration) *claimCmd {
 	var slot uint16
 	if bt.cluster {
 		slot = clusterSlot(LedgerKey(l.prefix, id))
 	}
 	if bt.claims == nil {
-		bt.claims = map[uint16]*ClaimGroup{}
+		bt.claims = map[uint16]*claimGroup{}
 	}
 	g := bt.claims[slot]
 	if g == nil {
-		g = l.ClaimGroup()
+		g = l.claimGroup()
 		bt.claims[slot] = g
 	}
 	return g.Add(id, owner, lease)

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"pgregory.net/rapid"
 
+	"github.com/notifier/notifier/internal/roundtrip"
 	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/testenv"
 	"github.com/notifier/notifier/userlimit"
@@ -30,7 +31,7 @@ func TestClaimGroupMatchesMemory(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		run++
 		clock := newFakeClock()
-		mem := NewMemoryLedger(24*time.Hour, WithLedgerNow(clock.Now))
+		mem := newMemoryLedger(24*time.Hour, WithLedgerNow(clock.Now))
 		red := NewRedisLedger(rdb, fmt.Sprintf("cg%d:", run), 24*time.Hour, WithLedgerNow(clock.Now))
 		ids := rapid.SampledFrom([]string{"j0", "j1", "j2", "j3"})
 		owners := rapid.SampledFrom([]string{"a", "b", "c"})
@@ -40,13 +41,13 @@ func TestClaimGroupMatchesMemory(t *testing.T) {
 			},
 			"claims": func(rt *rapid.T) {
 				n := rapid.IntRange(1, 8).Draw(rt, "claims")
-				g := red.ClaimGroup()
+				g := red.claimGroup()
 				type req struct {
 					id, owner string
 					lease     time.Duration
 				}
 				reqs := make([]req, n)
-				cmds := make([]*ClaimCmd, n)
+				cmds := make([]*claimCmd, n)
 				for i := range reqs {
 					reqs[i] = req{ids.Draw(rt, "id"), owners.Draw(rt, "owner"), time.Duration(rapid.IntRange(1, 20).Draw(rt, "leaseS")) * time.Second}
 					cmds[i] = g.Add(reqs[i].id, reqs[i].owner, reqs[i].lease)
@@ -126,7 +127,7 @@ func TestPipeBatcherMergesRequests(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			trips := &RoundTripCounter{}
+			trips := &roundtrip.Counter{}
 			rdb.AddHook(trips)
 			prefix := "batch-" + name + ":"
 			ledger := NewRedisLedger(rdb, prefix, time.Hour)
@@ -165,7 +166,7 @@ func TestPipeBatcherMergesRequests(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					for r := range rounds {
-						var cc *ClaimCmd
+						var cc *claimCmd
 						var dc *userlimit.Decision
 						var rc *leaky.ReserveCmd
 						id := fmt.Sprintf("w%d-r%d", w, r)
@@ -240,7 +241,7 @@ func TestPipeBatcherMergesRequests(t *testing.T) {
 				t.Errorf("a job over the cap: %+v, %v; want denied", got, err)
 			}
 			// A second claim of every job through the batch finds it held.
-			var cc *ClaimCmd
+			var cc *claimCmd
 			b.do(ctx, func(bt *pipeBatch) { cc = bt.claim(ledger, "w0-r0", "someone-else", time.Minute) })
 			if got, err := cc.Result(); err != nil || got.Status != Busy {
 				t.Errorf("claim of a held job: %+v, %v; want Busy", got, err)

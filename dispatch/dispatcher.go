@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/notifier/notifier/globallimit"
+	"github.com/notifier/notifier/internal/steptrace"
 	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
@@ -198,12 +199,6 @@ type Options struct {
 	// state in Redis starts cold.
 	Horizons Horizons
 	Logger   *slog.Logger
-	// Trace, when set, is told how long each step of a job took: "ledger"
-	// (claim), "user" (per-user cap), "global" (fleet bucket, including any
-	// wait), "leaky" (the reservation call, not the wait for the slot),
-	// "provider" (the send) and "ledger_sent". For benchmarks; it must be
-	// fast and safe for concurrent use.
-	Trace func(step string, took time.Duration)
 	// Now is the dispatcher's clock (default time.Now), read for every
 	// decision on time (a job's expiry, its send slot, holds, heartbeats,
 	// lease renewals) and every measure (traces, latency metrics). Waits
@@ -277,6 +272,7 @@ type Dispatcher struct {
 	// (deferred to the backend's recovery when it was away at start).
 	credsResumed atomic.Bool
 	tracer       trace.Tracer
+	stepTrace    steptrace.Func // from Run's context (the bench); nil: none
 	monitor      context.CancelFunc
 	live         atomic.Pointer[liveConfig] // what a reload may change; each job reads it once
 	// notBefore (Unix ns) holds every new slot reservation after a switch
@@ -450,6 +446,7 @@ func (d *Dispatcher) InFlight() int { return int(d.inFlight.Load()) }
 // fetching, waiting jobs released to JetStream, sends at a provider allowed
 // to finish within StopTimeout. It returns nil after a clean stop.
 func (d *Dispatcher) Run(ctx context.Context) error {
+	d.stepTrace = steptrace.From(ctx)
 	// Sends get their own context: a stop does not cut a request to a
 	// provider halfway; only StopTimeout after the stop does.
 	sendCtx, cancelSends := context.WithCancel(context.WithoutCancel(ctx))

@@ -58,7 +58,7 @@ type Instance struct {
 // ReadFleet lists the live instances (heard from within liveness), newest
 // heartbeat first.
 func ReadFleet(ctx context.Context, rdb redis.UniversalClient, prefix string) ([]Instance, error) {
-	insts, infos := FleetKeys(prefix)
+	insts, infos := fleetKeys(prefix)
 	now, err := rdb.Time(ctx).Result()
 	if err != nil {
 		return nil, fmt.Errorf("read fleet: %w", err)
@@ -84,9 +84,9 @@ func ReadFleet(ctx context.Context, rdb redis.UniversalClient, prefix string) ([
 // fleetLiveness: an instance silent this long is gone.
 const fleetLiveness = 10 * time.Second
 
-// FleetKeys are the Redis keys of the fleet: the instances sorted set and
+// fleetKeys are the Redis keys of the fleet: the instances sorted set and
 // their info hash, under one hash tag.
-func FleetKeys(prefix string) (instances, info string) {
+func fleetKeys(prefix string) (instances, info string) {
 	tag := "{" + prefix + "fleet}"
 	return tag + ":instances", tag + ":info"
 }
@@ -116,7 +116,7 @@ func (f *Fleet) call(ctx context.Context, op string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("encode instance info: %w", err)
 	}
-	insts, infos := FleetKeys(f.prefix)
+	insts, infos := fleetKeys(f.prefix)
 	n, err := fleetHeartbeatScript.Run(ctx, f.rdb, []string{insts, infos}, f.id, string(info), f.liveness.Milliseconds(), op).Int()
 	if err != nil {
 		return 0, fmt.Errorf("heartbeat instance %s: %w", f.id, err)

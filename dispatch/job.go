@@ -233,10 +233,10 @@ func (d *Dispatcher) expired(j *queue.Job) bool {
 	return !j.ExpiresAt.IsZero() && !d.now().Before(j.ExpiresAt)
 }
 
-// trace reports a step's duration to Options.Trace.
+// trace reports a step's duration to the steptrace hook of Run's context.
 func (d *Dispatcher) trace(step string, start time.Time) {
-	if d.o.Trace != nil {
-		d.o.Trace(step, d.since(start))
+	if d.stepTrace != nil {
+		d.stepTrace(step, d.since(start))
 	}
 }
 

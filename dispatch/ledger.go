@@ -125,19 +125,19 @@ func (l *RedisLedger) Load(ctx context.Context) error {
 
 // Claim implements Ledger.
 func (l *RedisLedger) Claim(ctx context.Context, id, owner string, lease time.Duration) (Claim, error) {
-	g := l.ClaimGroup()
+	g := l.claimGroup()
 	c := g.Add(id, owner, lease)
 	g.cmd = ledgerClaimScript.Run(ctx, l.rdb, g.keys, g.args...)
 	return c.Result()
 }
 
-// ClaimGroup is the claims of several jobs made by one script run: the
+// claimGroup is the claims of several jobs made by one script run: the
 // same answers, in the order of Add, as that many Claim calls at one
 // instant, for one EVALSHA and one read of the clock. On Redis Cluster the
 // jobs of one group must hash to one slot (LedgerSlot). Add and Queue are
 // not safe for concurrent use; the ClaimCmds' Results are, once the
 // pipeline has run.
-type ClaimGroup struct {
+type claimGroup struct {
 	l    *RedisLedger
 	ids  []string
 	keys []string
@@ -149,45 +149,45 @@ type ClaimGroup struct {
 	err     error
 }
 
-// ClaimGroup starts a group of claims.
-func (l *RedisLedger) ClaimGroup() *ClaimGroup {
+// claimGroup starts a group of claims.
+func (l *RedisLedger) claimGroup() *claimGroup {
 	now := ""
 	if l.now != nil {
 		now = strconv.FormatInt(l.now().UnixMicro(), 10)
 	}
-	return &ClaimGroup{l: l, args: []any{l.ttl.Milliseconds(), now}}
+	return &claimGroup{l: l, args: []any{l.ttl.Milliseconds(), now}}
 }
 
 // Add adds the claim of job id by owner for lease and returns its handle.
-func (g *ClaimGroup) Add(id, owner string, lease time.Duration) *ClaimCmd {
+func (g *claimGroup) Add(id, owner string, lease time.Duration) *claimCmd {
 	g.ids = append(g.ids, id)
 	g.keys = append(g.keys, LedgerKey(g.l.prefix, id))
 	g.args = append(g.args, owner, lease.Milliseconds())
-	return &ClaimCmd{g: g, i: len(g.ids) - 1}
+	return &claimCmd{g: g, i: len(g.ids) - 1}
 }
 
 // Len is the number of claims added.
-func (g *ClaimGroup) Len() int { return len(g.ids) }
+func (g *claimGroup) Len() int { return len(g.ids) }
 
 // Queue queues the group's script on pipe (EVALSHA only: call Load first,
 // and again when a Result says ErrNotLoaded). An empty group queues
 // nothing.
-func (g *ClaimGroup) Queue(ctx context.Context, pipe redis.Pipeliner) {
+func (g *claimGroup) Queue(ctx context.Context, pipe redis.Pipeliner) {
 	if len(g.ids) > 0 {
 		g.cmd = ledgerClaimScript.EvalSha(ctx, pipe, g.keys, g.args...)
 	}
 }
 
-// ClaimCmd is a claim queued on a pipeline in a ClaimGroup; its Result is
+// claimCmd is a claim queued on a pipeline in a claimGroup; its Result is
 // ready after the pipeline's Exec.
-type ClaimCmd struct {
-	g *ClaimGroup
+type claimCmd struct {
+	g *claimGroup
 	i int
 }
 
 // Result decodes the claim; a script missing from the server's cache wraps
 // ErrNotLoaded.
-func (c *ClaimCmd) Result() (Claim, error) {
+func (c *claimCmd) Result() (Claim, error) {
 	g := c.g
 	g.once.Do(g.decode)
 	if g.err != nil {
@@ -197,7 +197,7 @@ func (c *ClaimCmd) Result() (Claim, error) {
 }
 
 // decode reads the group's reply once.
-func (g *ClaimGroup) decode() {
+func (g *claimGroup) decode() {
 	if g.cmd == nil {
 		g.err = errors.New("claim not queued")
 		return
@@ -242,41 +242,41 @@ func (l *RedisLedger) settle(ctx context.Context, script *redis.Script, op, id s
 // Sent implements Ledger.
 func (l *RedisLedger) Sent(ctx context.Context, id, owner string) error {
 	pipe := l.rdb.Pipeline()
-	sc := l.SentCmd(ctx, pipe, id)
+	sc := l.sentCmd(ctx, pipe, id)
 	_, _ = pipe.Exec(ctx)
 	return sc.Err()
 }
 
-// SentCmd is a Sent queued on a pipeline; its Err is ready after the
+// sentCmd is a Sent queued on a pipeline; its Err is ready after the
 // pipeline's Exec.
-type SentCmd struct {
+type sentCmd struct {
 	id         string
 	set, renew redis.Cmder
 }
 
-// SentCmd queues a Sent on pipe. It needs no script: "sent" is not a
+// sentCmd queues a Sent on pipe. It needs no script: "sent" is not a
 // decision but a fact, so it is two plain commands, s = 1 (which every
 // later claim reads first, so the lease fields left beside it mean nothing
 // any more) and the record's TTL renewed for dedup_ttl. A claim running
 // between the two sees the job sent.
-func (l *RedisLedger) SentCmd(ctx context.Context, pipe redis.Pipeliner, id string) *SentCmd {
-	return l.SentFromCmd(ctx, pipe, id, 0, "")
+func (l *RedisLedger) sentCmd(ctx context.Context, pipe redis.Pipeliner, id string) *sentCmd {
+	return l.sentFromCmd(ctx, pipe, id, 0, "")
 }
 
-// SentFromCmd is SentCmd that also records which message was sent: its
+// sentFromCmd is sentCmd that also records which message was sent: its
 // stream sequence (q) and a digest of its bytes (h), so that a later
 // message with the same id can be told apart (SentFrom). 0 and "" record
 // nothing beside s.
-func (l *RedisLedger) SentFromCmd(ctx context.Context, pipe redis.Pipeliner, id string, seq uint64, digest string) *SentCmd {
+func (l *RedisLedger) sentFromCmd(ctx context.Context, pipe redis.Pipeliner, id string, seq uint64, digest string) *sentCmd {
 	key := LedgerKey(l.prefix, id)
 	fields := []any{"s", "1"}
 	if seq > 0 {
 		fields = append(fields, "q", seq, "h", digest)
 	}
-	return &SentCmd{id: id, set: pipe.HSet(ctx, key, fields...), renew: pipe.PExpire(ctx, key, l.ttl)}
+	return &sentCmd{id: id, set: pipe.HSet(ctx, key, fields...), renew: pipe.PExpire(ctx, key, l.ttl)}
 }
 
-// SentFrom reads which message of job id was sent (SentFromCmd): its
+// SentFrom reads which message of job id was sent (sentFromCmd): its
 // stream sequence and digest; ok is false when the record holds none.
 func (l *RedisLedger) SentFrom(ctx context.Context, id string) (seq uint64, digest string, ok bool, err error) {
 	vals, err := l.rdb.HMGet(ctx, LedgerKey(l.prefix, id), "q", "h").Result()
@@ -296,7 +296,7 @@ func (l *RedisLedger) SentFrom(ctx context.Context, id string) (seq uint64, dige
 }
 
 // Err is the pipelined Sent's error.
-func (c *SentCmd) Err() error {
+func (c *sentCmd) Err() error {
 	err := c.set.Err()
 	if err == nil {
 		err = c.renew.Err()
@@ -476,9 +476,9 @@ type ledgerRec struct {
 
 var _ Ledger = (*MemoryLedger)(nil)
 
-// NewMemoryLedger returns an in-process ledger that drops each job's record
+// newMemoryLedger returns an in-process ledger that drops each job's record
 // ttl after its last change; its clock is WithLedgerNow's, else time.Now.
-func NewMemoryLedger(ttl time.Duration, opts ...LedgerOption) *MemoryLedger {
+func newMemoryLedger(ttl time.Duration, opts ...LedgerOption) *MemoryLedger {
 	now := buildLedgerOptions(opts).now
 	if now == nil {
 		now = time.Now

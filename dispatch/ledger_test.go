@@ -25,7 +25,7 @@ func ledgerBackends(t *testing.T) map[string]func(ttl time.Duration, opts ...Led
 	var n atomic.Int64
 	prefix := func() string { return fmt.Sprintf("t%d:", n.Add(1)) }
 	return map[string]func(time.Duration, ...LedgerOption) Ledger{
-		"memory": func(ttl time.Duration, opts ...LedgerOption) Ledger { return NewMemoryLedger(ttl, opts...) },
+		"memory": func(ttl time.Duration, opts ...LedgerOption) Ledger { return newMemoryLedger(ttl, opts...) },
 		"redis": func(ttl time.Duration, opts ...LedgerOption) Ledger {
 			return NewRedisLedger(redisSrv.Client(), prefix(), ttl, opts...)
 		},

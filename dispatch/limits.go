@@ -201,7 +201,7 @@ type redisSet struct {
 // have refused, once each (a count lost with a failed pipeline is not
 // written again: `top --shadow` may miss one, never count one twice).
 func (r *redisSet) sent(ctx context.Context, jobs []*job, denials *Denials) error {
-	cmds := make([]*SentCmd, len(jobs))
+	cmds := make([]*sentCmd, len(jobs))
 	r.batch.do(ctx, func(bt *pipeBatch) {
 		for i, jb := range jobs {
 			var seq uint64
@@ -209,7 +209,7 @@ func (r *redisSet) sent(ctx context.Context, jobs []*job, denials *Denials) erro
 			if jb.dl != nil {
 				seq, sum = jb.dl.StreamSeq, digest(jb.dl.Data)
 			}
-			cmds[i] = r.ledger.SentFromCmd(ctx, bt.pipe, jb.j.ID, seq, sum)
+			cmds[i] = r.ledger.sentFromCmd(ctx, bt.pipe, jb.j.ID, seq, sum)
 			if jb.shadowDenied && denials != nil {
 				denials.recordShadowCmd(ctx, bt.pipe, jb.j.Channel, jb.j.UserID)
 				jb.shadowDenied = false
@@ -253,7 +253,7 @@ func MemoryLimits(c LimitsConfig, divisor int) (*Limits, error) {
 	divisor = max(1, divisor)
 	l := &Limits{
 		Name:        "local",
-		Ledger:      NewMemoryLedger(c.DedupTTL),
+		Ledger:      newMemoryLedger(c.DedupTTL),
 		Users:       userlimit.NewMemory(),
 		Leaky:       q,
 		Reasons:     MemoryPauseReasons(nil),

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/notifier/notifier/globallimit"
+	"github.com/notifier/notifier/internal/roundtrip"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
@@ -69,7 +70,7 @@ type pipelineWorld struct {
 	reg       *noopRegistry
 	limits    *Limits
 	users     map[string]userlimit.Rule
-	trips     *RoundTripCounter // nil for Memory limits
+	trips     *roundtrip.Counter // nil for Memory limits
 	published int
 }
 
@@ -111,7 +112,7 @@ func newPipelineWorld(b *testing.B, backend string, allLayers bool) *pipelineWor
 	switch backend {
 	case "redis":
 		rdb := testenv.Redis(b).Client()
-		w.trips = &RoundTripCounter{}
+		w.trips = &roundtrip.Counter{}
 		rdb.AddHook(w.trips)
 		w.limits = redisLimits(b, rdb, lc)
 	case "memory":

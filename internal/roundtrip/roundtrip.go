@@ -1,4 +1,7 @@
-package dispatch
+// Package roundtrip counts a go-redis client's round trips, for the
+// benchmarks and the tests that hold the dispatcher to its promise of two
+// round trips per sent job. It is instrumentation, not the product's API.
+package roundtrip
 
 import (
 	"context"
@@ -7,20 +10,20 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// RoundTripCounter is a go-redis hook (redis.Client.AddHook) that counts a
+// Counter is a go-redis hook (redis.Client.AddHook) that counts a
 // client's round trips to its servers: one per command, one per pipeline
 // however many commands it carries. It is how the benchmarks check the
 // promise of two round trips per sent job. Safe for concurrent use.
-type RoundTripCounter struct{ n atomic.Int64 }
+type Counter struct{ n atomic.Int64 }
 
 // Count is the round trips so far.
-func (h *RoundTripCounter) Count() int64 { return h.n.Load() }
+func (h *Counter) Count() int64 { return h.n.Load() }
 
 // DialHook implements redis.Hook.
-func (h *RoundTripCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *Counter) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 // ProcessHook implements redis.Hook.
-func (h *RoundTripCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (h *Counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		h.n.Add(1)
 		return next(ctx, cmd)
@@ -28,7 +31,7 @@ func (h *RoundTripCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook
 }
 
 // ProcessPipelineHook implements redis.Hook.
-func (h *RoundTripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (h *Counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		h.n.Add(1)
 		return next(ctx, cmds)
