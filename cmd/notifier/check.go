@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -15,22 +14,8 @@ import (
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/userlimit"
+	"github.com/notifier/notifier/worker"
 )
-
-// buildRegistry builds the providers of a loaded configuration. What it
-// refuses (a secret's variable unset, a key file unreadable) is a problem
-// of the configuration: a *config.Error, exit 2.
-func buildRegistry(path string, cfgs []providers.Config, opts providers.Options) (*providers.Registry, error) {
-	reg, err := providers.NewRegistry(cfgs, opts)
-	if err != nil {
-		problems := config.Problems(errors.Unwrap(err))
-		if len(problems) == 0 {
-			problems = []error{err}
-		}
-		return nil, &config.Error{File: path, Problems: problems}
-	}
-	return reg, nil
-}
 
 func checkCmd(e *env) *cobra.Command {
 	c := &cobra.Command{
@@ -48,7 +33,7 @@ func checkCmd(e *env) *cobra.Command {
 		// the environment and the files they name. Only NATS and Redis
 		// (their addresses, credentials and TLS handshakes) are left to
 		// run, which needs the network for them.
-		reg, err := buildRegistry(*path, cfg.Providers, providers.Options{Version: version, Getenv: e.getenv, Stdout: io.Discard})
+		reg, err := worker.BuildRegistry(*path, cfg.Providers, providers.Options{Version: version, Getenv: e.getenv, Stdout: io.Discard})
 		if err != nil {
 			return err
 		}

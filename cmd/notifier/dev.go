@@ -28,6 +28,7 @@ import (
 	"github.com/notifier/notifier/localenv"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
+	"github.com/notifier/notifier/worker"
 )
 
 // devFlags are the flags of `notifier dev`.
@@ -205,7 +206,7 @@ func runDev(ctx context.Context, f *devFlags, e *env) error {
 		}
 	}
 	popts := providers.Options{Version: version, Logger: log, Stdout: e.stdout, Getenv: e.getenv}
-	reg, err := buildRegistry(path, cfg.Providers, popts)
+	reg, err := worker.BuildRegistry(path, cfg.Providers, popts)
 	if err != nil {
 		return err
 	}
@@ -213,12 +214,12 @@ func runDev(ctx context.Context, f *devFlags, e *env) error {
 	log.Info("starting", "version", version, "workers", cfg.Workers, "nats", cfg.NATS.URL, "data_dir", dir, "limits", "memory",
 		"sandbox", f.sandbox, "providers", len(cfg.Providers))
 
-	nc, js, cons, err := connectDispatcher(ctx, cfg, "notifier dev", log)
+	nc, js, cons, err := worker.Connect(ctx, cfg, "notifier dev", log)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	instance := instanceID()
+	instance := worker.InstanceID()
 	limits, err := dispatch.MemoryLimits(cfg.Limits(), 1)
 	if err != nil {
 		return err
@@ -226,13 +227,13 @@ func runDev(ctx context.Context, f *devFlags, e *env) error {
 	tick := make(chan struct{})
 	defer close(tick)
 	go out.flushEverySecond(tick)
-	err = dispatchJobs(ctx, dispatchSetup{
-		cfg: cfg, log: log, nc: nc, js: js, cons: cons, reg: reg, instance: instance,
-		limits: limits,
-		status: func(ctx context.Context, d *dispatch.Dispatcher) (inspect.FleetStatus, error) {
-			return inspect.StatusOf(ctx, []dispatch.Instance{{ID: instance, Info: instanceInfo(d, cfg.Workers)}}, limits.Leaky, limits.Reasons, cfg.Providers)
+	err = worker.Dispatch(ctx, worker.Setup{
+		Config: cfg, Log: log, NC: nc, JS: js, Consumer: cons, Providers: reg, Instance: instance, Version: version,
+		Limits: limits,
+		Status: func(ctx context.Context, d *dispatch.Dispatcher) (inspect.FleetStatus, error) {
+			return inspect.StatusOf(ctx, []dispatch.Instance{{ID: instance, Info: worker.InstanceInfo(d, cfg.Workers, version)}}, limits.Leaky, limits.Reasons, cfg.Providers)
 		},
-		started: func(metricsAddr string) {
+		Started: func(metricsAddr string) {
 			out.banner(devBanner(cfg, dir, metricsAddr, f.sandbox))
 		},
 	})

@@ -1,23 +1,20 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"net/http"
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
 	"github.com/notifier/notifier/config"
 	"github.com/notifier/notifier/inspect"
 	"github.com/notifier/notifier/internal/text"
 	"github.com/notifier/notifier/queue"
+	"github.com/notifier/notifier/worker"
 )
 
 func explainCmd(e *env) *cobra.Command {
@@ -49,8 +46,8 @@ stream) and changes nothing. Ask one question:
 	job := c.Flags().String("job", "", "a job id")
 	asJSON := c.Flags().Bool("json", false, "print as JSON")
 	c.RunE = func(cmd *cobra.Command, _ []string) error {
-		q := explainQuery{user: *user, channel: *channel, category: *category, provider: *provider, job: *job}
-		if err := q.check(); err != nil {
+		q := inspect.Query{User: *user, Channel: *channel, Category: *category, Provider: *provider, Job: *job}
+		if err := q.Check(); err != nil {
 			return &usageError{err: err}
 		}
 		cfg, err := config.Load(*path, e.getenv)
@@ -64,7 +61,7 @@ stream) and changes nothing. Ask one question:
 		}
 		defer rdb.Close()
 		var dead *queue.DeadLetters
-		if q.job != "" {
+		if q.Job != "" {
 			nc, r, err := openDeadLetters(ctx, cfg, "notifier explain")
 			if err != nil {
 				return err
@@ -72,11 +69,11 @@ stream) and changes nothing. Ask one question:
 			defer nc.Close()
 			dead = r
 		}
-		in, err := newInspector(rdb, dead, cfg)
+		in, err := worker.NewInspector(rdb, dead, cfg)
 		if err != nil {
 			return err
 		}
-		answer, err := q.ask(ctx, in)
+		answer, err := q.Ask(ctx, in)
 		if errors.Is(err, inspect.ErrInvalid) || errors.Is(err, inspect.ErrUnknownProvider) {
 			return &usageError{err: err}
 		}
@@ -92,52 +89,6 @@ stream) and changes nothing. Ask one question:
 		return nil
 	}
 	return c
-}
-
-// newInspector reads the fleet as cfg configures it, through the limit set
-// `notifier run` builds (limitsConfig).
-func newInspector(rdb redis.UniversalClient, dead *queue.DeadLetters, cfg config.Config) (*inspect.Inspector, error) {
-	caps := cfg.Caps()
-	return inspect.New(rdb, dead, inspect.Config{Limits: cfg.Limits(), UserLimits: caps.Channels,
-		CategoryLimits: caps.Categories, Categories: caps.Defaults, Providers: cfg.Providers})
-}
-
-// explainQuery is one question of `notifier explain` or /explain.
-type explainQuery struct {
-	user, channel, category, provider, job string
-}
-
-// check refuses anything but exactly one question.
-func (q explainQuery) check() error {
-	n := 0
-	for _, s := range []string{q.user + q.channel, q.provider, q.job} {
-		if s != "" {
-			n++
-		}
-	}
-	switch {
-	case n != 1:
-		return errors.New("ask one question: --user with --channel, --provider, or --job")
-	case q.user != "" && q.channel == "", q.user == "" && q.channel != "":
-		return errors.New("--user and --channel go together")
-	case q.category != "" && q.user == "":
-		return errors.New("--category goes with --user and --channel")
-	case q.category != "" && !queue.ValidCategory(queue.Category(q.category)):
-		return fmt.Errorf("--category %q: use transactional or marketing", q.category)
-	}
-	return nil
-}
-
-// ask puts the question to in: the answer is an inspect.UserAnswer,
-// ProviderAnswer or JobAnswer.
-func (q explainQuery) ask(ctx context.Context, in *inspect.Inspector) (any, error) {
-	switch {
-	case q.provider != "":
-		return in.Provider(ctx, q.provider)
-	case q.job != "":
-		return in.Job(ctx, q.job)
-	}
-	return in.UserIn(ctx, q.channel, queue.Category(q.category), q.user)
 }
 
 // writeExplain prints an answer for a reader.
@@ -267,68 +218,4 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-// explainHandler serves /explain on the metrics port: ?user=U&channel=C,
-// ?provider=P or ?job=ID, answered as `notifier explain --json` answers.
-// A bad question is 400 and an unknown provider 404, with {"error": ...};
-// a failure to read the state is 503. inspector gives the Inspector of the
-// configuration in force.
-func explainHandler(inspector func() (*inspect.Inspector, error), log *slog.Logger) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		v := r.URL.Query()
-		for k, vs := range v {
-			if len(vs) != 1 || !isExplainParam(k) {
-				writeExplainError(w, http.StatusBadRequest, fmt.Sprintf("unknown or repeated parameter %q: ask ?user=U&channel=C[&category=K], ?provider=P or ?job=ID", text.Printable(text.Fit(k, 64))))
-				return
-			}
-		}
-		q := explainQuery{user: v.Get("user"), channel: v.Get("channel"), category: v.Get("category"), provider: v.Get("provider"), job: v.Get("job")}
-		if err := q.check(); err != nil {
-			writeExplainError(w, http.StatusBadRequest, strings.NewReplacer("--", "").Replace(err.Error()))
-			return
-		}
-		in, err := inspector()
-		if err != nil {
-			log.Warn("explain", "err", err)
-			writeExplainError(w, http.StatusServiceUnavailable, err.Error())
-			return
-		}
-		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
-		defer cancel()
-		answer, err := q.ask(ctx, in)
-		switch {
-		case errors.Is(err, inspect.ErrInvalid):
-			writeExplainError(w, http.StatusBadRequest, err.Error())
-			return
-		case errors.Is(err, inspect.ErrUnknownProvider):
-			writeExplainError(w, http.StatusNotFound, err.Error())
-			return
-		case err != nil:
-			log.Warn("explain", "err", err)
-			writeExplainError(w, http.StatusServiceUnavailable, err.Error())
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(answer)
-	})
-}
-
-func isExplainParam(k string) bool {
-	switch k {
-	case "user", "channel", "category", "provider", "job":
-		return true
-	}
-	return false
-}
-
-// writeExplainError answers {"error": msg} with status.
-func writeExplainError(w http.ResponseWriter, status int, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]string{"error": text.Printable(msg)})
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/notifier/notifier/config"
 	"github.com/notifier/notifier/gateway"
 	"github.com/notifier/notifier/queue"
+	"github.com/notifier/notifier/worker"
 )
 
 // gatewayShutdownGrace is how long a stopping gateway lets the requests in
@@ -99,7 +100,7 @@ gateway.keys[].sha256: the configuration never holds a key in clear.
 // until ctx ends, then shuts down gracefully. listening is told the bound
 // address.
 func runGateway(ctx context.Context, cfg config.Config, log *slog.Logger, listening func(addr string)) error {
-	routeRedisLogs(log)
+	worker.RouteRedisLogs(log)
 	gcfg := cfg.Gateway.WithDefaults()
 	nc, js, err := config.ConnectJetStream(ctx, cfg, "notifier gateway", true,
 		// A publish while disconnected fails at once (503) instead of
@@ -121,12 +122,12 @@ func runGateway(ctx context.Context, cfg config.Config, log *slog.Logger, listen
 		return err
 	}
 	defer rdb.Close()
-	if err := checkRedis(ctx, rdb, cfg.Redis, log); err != nil {
+	if err := worker.CheckRedis(ctx, rdb, cfg.Redis, log); err != nil {
 		return err
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	tp, stopTracing, err := startTracing(ctx, cfg.Tracing, log)
+	tp, stopTracing, err := worker.StartTracing(ctx, cfg.Tracing, version, log)
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/notifier/notifier/inspect"
 	"github.com/notifier/notifier/internal/text"
 	"github.com/notifier/notifier/statuspage"
+	"github.com/notifier/notifier/worker"
 )
 
 func statusCmd(e *env) *cobra.Command {
@@ -78,7 +79,7 @@ every second:
 
 // readStatus gathers the fleet's state as cfg configures it.
 func readStatus(ctx context.Context, rdb redis.UniversalClient, cfg config.Config) (inspect.FleetStatus, error) {
-	in, err := newInspector(rdb, nil, cfg)
+	in, err := worker.NewInspector(rdb, nil, cfg)
 	if err != nil {
 		return inspect.FleetStatus{At: time.Now().UTC()}, err
 	}

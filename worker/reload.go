@@ -1,4 +1,4 @@
-package main
+package worker
 
 import (
 	"context"
@@ -138,7 +138,7 @@ func (r *reloader) reload(d *dispatch.Dispatcher, why string, grace time.Duratio
 		r.log.Error("configuration reload refused; keeping the one in force", "trigger", why, "err", err)
 		return
 	}
-	if err := d.Reload(reloadOf(cfg, reg)); err != nil {
+	if err := d.Reload(ReloadOf(cfg, reg)); err != nil {
 		_ = reg.Close()
 		r.log.Error("configuration reload refused; keeping the one in force", "trigger", why, "err", err)
 		return
@@ -157,9 +157,9 @@ func (r *reloader) reload(d *dispatch.Dispatcher, why string, grace time.Duratio
 		"tenant_weights", len(cfg.Tenants.Weights))
 }
 
-// reloadOf is the part of cfg a reload hands to the dispatcher, with reg
+// ReloadOf is the part of cfg a reload hands to the dispatcher, with reg
 // the providers built from it.
-func reloadOf(cfg config.Config, reg *providers.Registry) dispatch.Reload {
+func ReloadOf(cfg config.Config, reg *providers.Registry) dispatch.Reload {
 	caps := cfg.Caps()
 	return dispatch.Reload{UserLimits: caps.Channels, CategoryLimits: caps.Categories, Categories: caps.Defaults,
 		Providers: reg, Global: cfg.Global, TenantWeights: cfg.Tenants.Weights}

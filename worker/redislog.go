@@ -1,4 +1,4 @@
-package main
+package worker
 
 import (
 	"context"
@@ -26,9 +26,9 @@ type redisLogger struct {
 	held map[string]int       // by format: lines left out since
 }
 
-// routeRedisLogs makes log the destination of go-redis's log lines (a
+// RouteRedisLogs makes log the destination of go-redis's log lines (a
 // process-wide setting of go-redis).
-func routeRedisLogs(log *slog.Logger) {
+func RouteRedisLogs(log *slog.Logger) {
 	redis.SetLogger(&redisLogger{log: log, interval: 10 * time.Second, now: time.Now})
 }
 

@@ -1,4 +1,4 @@
-package main
+package worker
 
 import (
 	"context"
@@ -16,11 +16,11 @@ import (
 	"github.com/notifier/notifier/config"
 )
 
-// startTracing sets up the OTLP/HTTP exporter when tracing is on. It
+// StartTracing sets up the OTLP/HTTP exporter when tracing is on. It
 // returns nil (tracing off) or the provider to give the dispatcher or the
 // gateway, and a stop to defer: it sends the last spans, for at most 5 s
 // after ctx's end, and logs what it could not send.
-func startTracing(ctx context.Context, c config.Tracing, log *slog.Logger) (trace.TracerProvider, func(), error) {
+func StartTracing(ctx context.Context, c config.Tracing, version string, log *slog.Logger) (trace.TracerProvider, func(), error) {
 	if c.OTLPEndpoint == "" {
 		return nil, func() {}, nil
 	}

@@ -1,0 +1,72 @@
+package worker
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/notifier/notifier/config"
+	"github.com/notifier/notifier/inspect"
+	"github.com/notifier/notifier/providers"
+	"github.com/notifier/notifier/queue"
+)
+
+// Options are what Run needs beyond the configuration.
+type Options struct {
+	// Path is the configuration file: reloaded on SIGHUP and when it
+	// changes, named in problems.
+	Path    string
+	Version string              // the notifier's, in logs, heartbeats and User-Agent
+	Logger  *slog.Logger        // nil: discard
+	Stdout  io.Writer           // the log provider kind's output; nil: os.Stdout
+	Getenv  func(string) string // nil: os.Getenv
+}
+
+func (o Options) logger() *slog.Logger {
+	if o.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return o.Logger
+}
+
+func (o Options) getenv() func(string) string {
+	if o.Getenv == nil {
+		return os.Getenv
+	}
+	return o.Getenv
+}
+
+// providerOptions are the providers' options for o with log.
+func (o Options) providerOptions(log *slog.Logger) providers.Options {
+	out := o.Stdout
+	if out == nil {
+		out = os.Stdout
+	}
+	return providers.Options{Version: o.Version, Logger: log, Stdout: out, Getenv: o.getenv()}
+}
+
+// NewInspector reads the fleet as cfg configures it, through the limit set
+// `notifier run` builds (cfg.Limits).
+func NewInspector(rdb redis.UniversalClient, dead *queue.DeadLetters, cfg config.Config) (*inspect.Inspector, error) {
+	caps := cfg.Caps()
+	return inspect.New(rdb, dead, inspect.Config{Limits: cfg.Limits(), UserLimits: caps.Channels,
+		CategoryLimits: caps.Categories, Categories: caps.Defaults, Providers: cfg.Providers})
+}
+
+// BuildRegistry builds the providers of a loaded configuration. What it
+// refuses (a secret's variable unset, a key file unreadable) is a problem
+// of the configuration: a *config.Error, exit 2.
+func BuildRegistry(path string, cfgs []providers.Config, opts providers.Options) (*providers.Registry, error) {
+	reg, err := providers.NewRegistry(cfgs, opts)
+	if err != nil {
+		problems := config.Problems(errors.Unwrap(err))
+		if len(problems) == 0 {
+			problems = []error{err}
+		}
+		return nil, &config.Error{File: path, Problems: problems}
+	}
+	return reg, nil
+}
