@@ -72,6 +72,7 @@ FUZZTIME ?= 60s
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./queue/
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./config/
+	$(GO) test -run '^$$' -fuzz '^FuzzOneLine$$' -fuzztime $(FUZZTIME) ./internal/text/
 
 # Deliberate bugs (scripts/mutations.txt), one at a time in a scratch copy:
 # each must make a test fail. `make mutate MUTATIONS_RUN=never-record-sent`
