@@ -18,9 +18,9 @@ var layer = map[string]int{
 	"internal/roundtrip": 0, "localenv": 0,
 	"queue": 1, "providers": 1, "userlimit": 1, "globallimit": 1, "leaky": 1, "gateway": 1,
 	"dispatch": 2,
-	"config": 3, "inspect": 3,
+	"config":   3, "inspect": 3,
 	"statuspage": 4,
-	"worker": 5, "bench": 5, "demo": 5,
+	"worker":     5, "bench": 5, "demo": 5,
 	"cmd/notifier": 6,
 	// test support: above what they test, never imported by production code
 	"testenv": 7, "testenv/browser": 7, "leaky/leakytest": 7, "userlimit/userlimittest": 7,
