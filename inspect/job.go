@@ -79,26 +79,12 @@ type DeadLetter struct {
 	ExpiresAt string `json:"expires_at,omitempty"`
 }
 
-// validJobID applies SPEC §2's rule for a job id: 1 to 128 of
-// [A-Za-z0-9._:-].
-func validJobID(id string) bool {
-	if id == "" || len(id) > 128 {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
 
 // Job answers for job id: its ledger record and its dead letters. Finding
 // the dead letters reads the whole dead-letter stream (as `notifier dead
 // show <id>` does).
 func (in *Inspector) Job(ctx context.Context, id string) (JobAnswer, error) {
-	if !validJobID(id) {
+	if !queue.ValidID(id) {
 		return JobAnswer{}, fmt.Errorf("explain job: a job id is 1 to 128 of A-Z a-z 0-9 . _ : -: %w", ErrInvalid)
 	}
 	now, err := in.redisNow(ctx)

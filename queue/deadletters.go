@@ -276,7 +276,7 @@ func jobID(data []byte) string {
 	var j struct {
 		ID string `json:"id"`
 	}
-	if json.Unmarshal(data, &j) != nil || len(j.ID) > MaxIDLen || !idPattern.MatchString(j.ID) {
+	if json.Unmarshal(data, &j) != nil || !ValidID(j.ID) {
 		return ""
 	}
 	return j.ID

@@ -65,7 +65,7 @@ func invalid(field, format string, args ...any) *InvalidError {
 }
 
 var (
-	idPattern    = regexp.MustCompile(`^[A-Za-z0-9._:-]+$`)
+	idPattern    = regexp.MustCompile(`^[A-Za-z0-9._:-]+$`) // ValidID's
 	e164Pattern  = regexp.MustCompile(`^\+[1-9][0-9]{6,14}$`)
 	devicePatten = regexp.MustCompile(`^[A-Za-z0-9._:=+/~\[\]-]+$`)
 )
@@ -305,4 +305,10 @@ func echo(s string) string {
 		s = s[:maxEchoLength] + "…"
 	}
 	return fmt.Sprintf("%q", s)
+}
+
+// ValidID applies SPEC §2's rule for a job id: 1 to MaxIDLen characters of
+// [A-Za-z0-9._:-]. It is the one place the rule is written.
+func ValidID(id string) bool {
+	return id != "" && len(id) <= MaxIDLen && idPattern.MatchString(id)
 }
