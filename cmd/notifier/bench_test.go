@@ -137,10 +137,14 @@ func TestBenchJSON(t *testing.T) {
 	checkPass(t, tp.WideOpen, 500, roundRatios(tp, false))
 	checkPass(t, tp.AllLayers, 500, roundRatios(tp, true))
 	// The promise: at most two Redis round trips per sent job (each one
-	// shared with other workers' requests, so fewer).
+	// shared with other workers' requests, so fewer), and one more for
+	// each new slot a worker took because it woke more than 5 ms late (on
+	// this loaded 2-core machine, under -race, a pass can count hundreds).
 	for _, p := range []bench.PassResult{tp.WideOpen, tp.AllLayers} {
-		if p.Redis.RoundTripsPerJob > 2 {
-			t.Errorf("%s: %v Redis round trips per job, want at most 2", p.Name, p.Redis.RoundTripsPerJob)
+		late := float64(p.Deferrals["late"]) / float64(p.Jobs)
+		if p.Redis.RoundTripsPerJob > 2+late {
+			t.Errorf("%s: %v Redis round trips per job, want at most 2 + %.3f for the late wakes' new slots (deferrals %v)",
+				p.Name, p.Redis.RoundTripsPerJob, late, p.Deferrals)
 		}
 	}
 	if tp.WideOpenLimits == "" || tp.AllLayersLimits == "" {
