@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -185,7 +184,7 @@ providers:
 // benchChild is one `notifier run` of the pacing run.
 type benchChild struct {
 	cmd  *exec.Cmd
-	out  *lockedBuffer
+	out  *localenv.Buffer
 	done chan struct{}
 	err  error
 	once sync.Once
@@ -194,7 +193,7 @@ type benchChild struct {
 // startBenchChild starts `exe run --config cfg` with this environment less
 // any NOTIFIER_* override (the generated file is the whole configuration).
 func startBenchChild(exe, cfg string) (*benchChild, error) {
-	c := &benchChild{out: &lockedBuffer{}, done: make(chan struct{})}
+	c := &benchChild{out: &localenv.Buffer{}, done: make(chan struct{})}
 	c.cmd = exec.Command(exe, "run", "--config", cfg, "--log-level", "warn", "--log-format", "text")
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, config.EnvPrefix+"_") {
@@ -243,22 +242,4 @@ func (c *benchChild) tail() string {
 		s = "…" + s[len(s)-2000:]
 	}
 	return s
-}
-
-// lockedBuffer is a bytes.Buffer safe for concurrent writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/notifier/notifier/config"
 	"github.com/notifier/notifier/internal/roundtrip"
+	"github.com/notifier/notifier/internal/text"
 	"github.com/notifier/notifier/localenv"
 )
 
@@ -38,7 +39,7 @@ const noRedisHint = "the bench needs a Redis: install redis-server so that it ca
 // as a cluster with --cluster), else fails naming both options.
 func startBenchRedis(ctx context.Context, addr string, cluster bool) (*benchRedis, error) {
 	if addr != "" {
-		r := &benchRedis{addrs: splitList(addr)}
+		r := &benchRedis{addrs: text.SplitList(addr)}
 		r.client = newStatsClient(r.addrs)
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
@@ -265,15 +266,4 @@ func (r *benchRedis) close() {
 	if r.close1 != nil {
 		r.close1()
 	}
-}
-
-// splitList splits a comma-separated list, dropping empty entries.
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/notifier/notifier/localenv"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
@@ -30,7 +31,7 @@ type clusterWorld struct {
 	qcfg  queue.Config
 	pcfgs []providers.Config
 	js    jetstream.JetStream
-	logs  *syncBuffer
+	logs  *localenv.Buffer
 	slots slotLog // the slot of every send of the world's dispatchers
 }
 
@@ -47,7 +48,7 @@ func setupClusterOn(t *testing.T, contract int, rc *testenv.RedisClusterServer) 
 		nats:  testenv.NATSCluster(t, 3),
 		redis: rc,
 		fake:  testenv.FakeProvider(t, testenv.WithContract(contract)),
-		logs:  &syncBuffer{},
+		logs:  &localenv.Buffer{},
 	}
 	w.qcfg = queue.Config{URL: w.nats.URLs(), AckWait: 4 * time.Second, Replicas: 3}.WithDefaults()
 	w.pcfgs = []providers.Config{providers.Config{

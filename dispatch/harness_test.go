@@ -1,12 +1,10 @@
 package dispatch
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notifier/notifier/leaky"
+	"github.com/notifier/notifier/localenv"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
@@ -32,26 +31,9 @@ type bundle struct {
 	prefix string
 	pub    *queue.Publisher
 	js     jetstream.JetStream
-	logs   *syncBuffer
+	logs   *localenv.Buffer
 	getenv func(string) string
 	slots  slotLog // the slot of every send of the test's dispatchers
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 type setupOpts struct {
@@ -75,7 +57,7 @@ func setup(t *testing.T, so setupOpts) *bundle {
 	if so.ackWait == 0 {
 		so.ackWait = 5 * time.Second
 	}
-	b := &bundle{t: t, nats: testenv.NATS(t), redis: testenv.Redis(t), logs: &syncBuffer{}, prefix: "t:", getenv: so.getenv}
+	b := &bundle{t: t, nats: testenv.NATS(t), redis: testenv.Redis(t), logs: &localenv.Buffer{}, prefix: "t:", getenv: so.getenv}
 	var fopts []testenv.FakeOption
 	if so.contract > 0 {
 		fopts = append(fopts, testenv.WithContract(so.contract))

@@ -1,7 +1,6 @@
 package gateway_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -23,6 +22,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/notifier/notifier/gateway"
+	"github.com/notifier/notifier/localenv"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
 )
@@ -63,7 +63,7 @@ type bundle struct {
 	reg    *prometheus.Registry
 	gw     *gateway.Gateway
 	srv    *httptest.Server
-	logs   *syncBuffer
+	logs   *localenv.Buffer
 	seen   *statusLog
 	tracer trace.TracerProvider // newGateway's (nil: tracing off)
 }
@@ -84,23 +84,6 @@ func (s *statusLog) record(op string, status int, h http.Header) {
 	s.seen[op][status] = h.Clone()
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func keys(rate float64, burst int) []gateway.Key {
 	return []gateway.Key{
 		{Name: "acme-app", Tenant: "acme", SHA256: gateway.HashKey(acmeKey), Rate: rate, Burst: burst},
@@ -112,7 +95,7 @@ func keys(rate float64, burst int) []gateway.Key {
 // by cfg (its keys: keys(100, 100) when none).
 func setup(t *testing.T, cfg gateway.Config) *bundle {
 	t.Helper()
-	b := &bundle{nats: testenv.NATS(t), redis: testenv.Redis(t), prefix: "gwtest:", logs: &syncBuffer{},
+	b := &bundle{nats: testenv.NATS(t), redis: testenv.Redis(t), prefix: "gwtest:", logs: &localenv.Buffer{},
 		seen: &statusLog{seen: map[string]map[int]http.Header{}}}
 	b.rdb = b.redis.Client()
 	js, err := jetstream.New(b.nats.Conn())

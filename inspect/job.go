@@ -79,7 +79,6 @@ type DeadLetter struct {
 	ExpiresAt string `json:"expires_at,omitempty"`
 }
 
-
 // Job answers for job id: its ledger record and its dead letters. Finding
 // the dead letters reads the whole dead-letter stream (as `notifier dead
 // show <id>` does).

@@ -11,6 +11,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/notifier/notifier/internal/text"
 )
 
 // Defaults of SPEC §4.
@@ -88,7 +90,7 @@ func (c Config) Validate() error {
 	if strings.TrimSpace(c.URL) == "" {
 		add("url: required")
 	}
-	for i, u := range splitURLs(c.URL) {
+	for i, u := range text.SplitList(c.URL) {
 		if err := checkURL(u); err != nil {
 			add("url: server %d (%s): %v", i+1, redactURL(u), err)
 		}
@@ -154,17 +156,6 @@ func (c Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// splitURLs splits the comma-separated server list, dropping empty entries.
-func splitURLs(s string) []string {
-	var out []string
-	for _, u := range strings.Split(s, ",") {
-		if u = strings.TrimSpace(u); u != "" {
-			out = append(out, u)
-		}
-	}
-	return out
 }
 
 // checkURL accepts what nats.go dials: nats://, tls://, ws:// or wss://
@@ -298,7 +289,7 @@ func redactURL(raw string) string {
 
 // redactURLs redacts every server of a comma-separated list.
 func redactURLs(s string) string {
-	urls := splitURLs(s)
+	urls := text.SplitList(s)
 	for i, u := range urls {
 		urls[i] = redactURL(u)
 	}

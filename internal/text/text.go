@@ -65,3 +65,15 @@ func FirstFitting(width int, candidates ...string) string {
 	}
 	return Fit(candidates[len(candidates)-1], width)
 }
+
+// SplitList splits a comma-separated list (of server URLs, addresses),
+// trimming each entry and dropping empty ones.
+func SplitList(s string) []string {
+	var out []string
+	for _, e := range strings.Split(s, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
+}

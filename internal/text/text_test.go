@@ -53,3 +53,13 @@ func TestFitAndFirstFitting(t *testing.T) {
 		t.Errorf("FirstFitting with none fitting = %q", got)
 	}
 }
+
+func TestSplitList(t *testing.T) {
+	got := SplitList(" a:1, ,b:2,,c ")
+	if len(got) != 3 || got[0] != "a:1" || got[1] != "b:2" || got[2] != "c" {
+		t.Errorf("SplitList = %q", got)
+	}
+	if SplitList("") != nil {
+		t.Error("SplitList of nothing is not nil")
+	}
+}
