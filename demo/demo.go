@@ -483,3 +483,22 @@ func SyntheticRecipient(channel string, u int) string {
 	}
 	return fmt.Sprintf("user%d@example.com", u)
 }
+
+// LoadJob is job i of a generated load (`notifier publish --count`): ids unique to the run, users
+// cycling over users, a recipient of the right shape for the channel.
+func LoadJob(run string, i int, channel string, users int, provider string) *queue.Job {
+	u := i % users
+	j := &queue.Job{
+		ID:        fmt.Sprintf("load-%s-%d", run, i),
+		UserID:    fmt.Sprintf("user-%d", u),
+		Channel:   channel,
+		Body:      fmt.Sprintf("load test message %d", i),
+		Provider:  provider,
+		CreatedAt: time.Now().UTC(),
+	}
+	j.To = SyntheticRecipient(channel, u)
+	if channel != "sms" {
+		j.Title = "load test"
+	}
+	return j
+}

@@ -1,10 +1,7 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -218,7 +215,7 @@ func publish(ctx context.Context, cfg config.Config, f *publishFlags, mode publi
 		// not share ids (JetStream would drop the second as duplicates).
 		run := time.Now().UTC().Format("20060102T150405") + "-" + nats.NewInbox()[len(nats.NewInbox())-6:]
 		for i := 0; i < f.count; i++ {
-			j := loadJob(run, i, f.channel, f.users, f.provider)
+			j := demo.LoadJob(run, i, f.channel, f.users, f.provider)
 			j.Tenant, j.Category = f.tenant, queue.Category(f.category)
 			if err := batch.Publish(ctx, j, f.high); err != nil {
 				return err
@@ -238,7 +235,8 @@ func publish(ctx context.Context, cfg config.Config, f *publishFlags, mode publi
 				newBar(-1, "publishing")
 			}
 		}
-		s.Skipped, err = publishNDJSON(ctx, in, batch, f.high, f.tenant, e.stderr, add)
+		s.Skipped, err = batch.PublishNDJSON(ctx, in, queue.NDJSON{High: f.high, Tenant: f.tenant, Published: add,
+			Skipped: func(line int, why string) { fmt.Fprintf(e.stderr, "line %d: %s; line skipped\n", line, why) }})
 		if err != nil {
 			return err
 		}
@@ -338,112 +336,4 @@ func (s publishSummary) print(w io.Writer) error {
 	}
 	_, err := fmt.Fprintln(w, line)
 	return err
-}
-
-// publishNDJSON publishes one job per line of in, each as it is written, on
-// its tenant's subject: the line's own "tenant", else tenant ("" the
-// default tenant; a line without one takes the subject's when decoded). An
-// invalid line (not JSON, not a valid job, longer than a job may be) is
-// reported on errw with its number and what is wrong with it, and skipped;
-// the lines after it are still published.
-func publishNDJSON(ctx context.Context, in io.Reader, batch *queue.Batch, high bool, tenant string, errw io.Writer, progress func()) (skipped int, err error) {
-	r := bufio.NewReaderSize(in, 64<<10)
-	limit := queue.MaxJobBytes + 1024 // a job, with room for surrounding space
-	for line := 1; ; line++ {
-		raw, size, rerr := readLine(r, limit)
-		if rerr != nil && rerr != io.EOF {
-			return skipped, fmt.Errorf("read jobs: line %d: %w", line, rerr)
-		}
-		if rerr == io.EOF && size == 0 {
-			return skipped, nil
-		}
-		skip := func(format string, args ...any) {
-			fmt.Fprintf(errw, "line %d: %s; line skipped\n", line, fmt.Sprintf(format, args...))
-			skipped++
-		}
-		raw = bytes.TrimSpace(raw)
-		switch {
-		case size > limit:
-			skip("%d bytes, longer than a job may be (%d bytes)", size, queue.MaxJobBytes)
-		case len(raw) == 0 || raw[0] == '#':
-		case !json.Valid(raw):
-			skip("not JSON (one job object per line)")
-		default:
-			var probe struct {
-				Channel  string `json:"channel"`
-				Tenant   any    `json:"tenant"`
-				Category any    `json:"category"`
-			}
-			_ = json.Unmarshal(raw, &probe)
-			if !queue.IsChannel(probe.Channel) {
-				skip("channel: must be one of sms, push, email")
-				break
-			}
-			// A line's own tenant, when it is one, names the subject; one
-			// that is not (a number, bad characters) is left to Decode to
-			// name, on the subject the line would otherwise take.
-			lineTenant := tenant
-			if t, ok := probe.Tenant.(string); ok && queue.ValidTenant(t) {
-				lineTenant = t
-			}
-			// A line's category, when it is one, names its lane.
-			var lineCategory queue.Category
-			if c, ok := probe.Category.(string); ok && queue.ValidCategory(queue.Category(c)) {
-				lineCategory = queue.Category(c)
-			}
-			subject := queue.KeyFor(probe.Channel, lineTenant, high, lineCategory).Subject()
-			j, derr := queue.Decode(subject, raw)
-			if derr != nil {
-				skip("%v", derr)
-				break
-			}
-			if err := batch.PublishRaw(ctx, subject, raw, j.ID); err != nil {
-				return skipped, err
-			}
-			progress()
-		}
-		if rerr == io.EOF {
-			return skipped, nil
-		}
-	}
-}
-
-// readLine reads one line (without its newline) of any length, keeping at
-// most limit+1 bytes of it: size is the whole line's length, so a line
-// over limit is known as such without holding it in memory.
-func readLine(r *bufio.Reader, limit int) (line []byte, size int, err error) {
-	for {
-		chunk, err := r.ReadSlice('\n')
-		size += len(chunk)
-		if len(line) <= limit {
-			line = append(line, chunk[:min(len(chunk), limit+1-len(line))]...)
-		}
-		switch {
-		case err == bufio.ErrBufferFull:
-			continue
-		case err != nil:
-			return line, size, err
-		}
-		line = bytes.TrimSuffix(line, []byte("\n"))
-		return line, size - 1, nil
-	}
-}
-
-// loadJob is job i of a generated load: ids unique to the run, users
-// cycling over users, a recipient of the right shape for the channel.
-func loadJob(run string, i int, channel string, users int, provider string) *queue.Job {
-	u := i % users
-	j := &queue.Job{
-		ID:        fmt.Sprintf("load-%s-%d", run, i),
-		UserID:    fmt.Sprintf("user-%d", u),
-		Channel:   channel,
-		Body:      fmt.Sprintf("load test message %d", i),
-		Provider:  provider,
-		CreatedAt: time.Now().UTC(),
-	}
-	j.To = demo.SyntheticRecipient(channel, u)
-	if channel != "sms" {
-		j.Title = "load test"
-	}
-	return j
 }

@@ -1,0 +1,116 @@
+package queue
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+)
+
+// NDJSON are the choices of PublishNDJSON.
+type NDJSON struct {
+	High   bool   // the priority lane
+	Tenant string // the tenant of a line without one ("": the default tenant)
+	// Skipped, when set, is told of each invalid line: its number (from
+	// 1) and what is wrong with it.
+	Skipped func(line int, why string)
+	// Published, when set, is told of each job handed to the batch.
+	Published func()
+}
+
+// PublishNDJSON publishes one job per line of in (`notifier publish
+// --file`), each as it is read, on its tenant's and category's subject:
+// the line's own "tenant", else o.Tenant (a line without one takes the
+// subject's when decoded). An invalid line (not JSON, not a valid job,
+// longer than a job may be) is skipped and told to o.Skipped; the lines
+// after it are still published. Blank lines and lines starting with # are
+// ignored. It returns how many lines were skipped; wait for the batch to
+// know what was stored.
+func (b *Batch) PublishNDJSON(ctx context.Context, in io.Reader, o NDJSON) (skipped int, err error) {
+	r := bufio.NewReaderSize(in, 64<<10)
+	limit := MaxJobBytes + 1024 // a job, with room for surrounding space
+	for line := 1; ; line++ {
+		raw, size, rerr := readLine(r, limit)
+		if rerr != nil && rerr != io.EOF {
+			return skipped, fmt.Errorf("read jobs: line %d: %w", line, rerr)
+		}
+		if rerr == io.EOF && size == 0 {
+			return skipped, nil
+		}
+		skip := func(format string, args ...any) {
+			if o.Skipped != nil {
+				o.Skipped(line, fmt.Sprintf(format, args...))
+			}
+			skipped++
+		}
+		raw = bytes.TrimSpace(raw)
+		switch {
+		case size > limit:
+			skip("%d bytes, longer than a job may be (%d bytes)", size, MaxJobBytes)
+		case len(raw) == 0 || raw[0] == '#':
+		case !json.Valid(raw):
+			skip("not JSON (one job object per line)")
+		default:
+			var probe struct {
+				Channel  string `json:"channel"`
+				Tenant   any    `json:"tenant"`
+				Category any    `json:"category"`
+			}
+			_ = json.Unmarshal(raw, &probe)
+			if !IsChannel(probe.Channel) {
+				skip("channel: must be one of sms, push, email")
+				break
+			}
+			// A line's own tenant, when it is one, names the subject; one
+			// that is not (a number, bad characters) is left to Decode to
+			// name, on the subject the line would otherwise take.
+			lineTenant := o.Tenant
+			if t, ok := probe.Tenant.(string); ok && ValidTenant(t) {
+				lineTenant = t
+			}
+			// A line's category, when it is one, names its lane.
+			var lineCategory Category
+			if c, ok := probe.Category.(string); ok && ValidCategory(Category(c)) {
+				lineCategory = Category(c)
+			}
+			subject := KeyFor(probe.Channel, lineTenant, o.High, lineCategory).Subject()
+			j, derr := Decode(subject, raw)
+			if derr != nil {
+				skip("%v", derr)
+				break
+			}
+			if err := b.PublishRaw(ctx, subject, raw, j.ID); err != nil {
+				return skipped, err
+			}
+			if o.Published != nil {
+				o.Published()
+			}
+		}
+		if rerr == io.EOF {
+			return skipped, nil
+		}
+	}
+}
+
+// readLine reads one line (without its newline) of any length, keeping at
+// most limit+1 bytes of it: size is the whole line's length, so a line
+// over limit is known as such without holding it in memory.
+func readLine(r *bufio.Reader, limit int) (line []byte, size int, err error) {
+	for {
+		chunk, err := r.ReadSlice('\n')
+		size += len(chunk)
+		if len(line) <= limit {
+			line = append(line, chunk[:min(len(chunk), limit+1-len(line))]...)
+		}
+		switch {
+		case err == bufio.ErrBufferFull:
+			continue
+		case err != nil:
+			return line, size, err
+		}
+		line = bytes.TrimSuffix(line, []byte("\n"))
+		return line, size - 1, nil
+	}
+}
