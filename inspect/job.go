@@ -62,16 +62,10 @@ type Ledger struct {
 }
 
 // DeadLetter is one dead letter of the job, without its recipient, body,
-// title or data.
+// title or data: its row (as `notifier dead list --json` shows it) and the
+// job's fields that name no recipient and no content.
 type DeadLetter struct {
-	Seq        uint64    `json:"seq"`
-	Stored     time.Time `json:"stored"`
-	Kind       string    `json:"kind"` // dead or suppressed
-	Channel    string    `json:"channel"`
-	Reason     string    `json:"reason"`
-	Detail     string    `json:"detail"`
-	JobSubject string    `json:"job_subject"`
-	// The job's fields that name no recipient and no content.
+	DeadRow
 	UserID    string `json:"user_id,omitempty"`
 	Provider  string `json:"provider,omitempty"`
 	Tenant    string `json:"tenant,omitempty"`
@@ -133,8 +127,7 @@ func stateOf(a JobAnswer) string {
 
 // deadLetterOf is d without what names the recipient or the content.
 func deadLetterOf(d *queue.DeadLetter) DeadLetter {
-	out := DeadLetter{Seq: d.Seq, Stored: d.Stored.UTC(), Kind: string(d.Kind), Channel: d.Channel, Reason: d.Reason,
-		Detail: d.Detail, JobSubject: d.JobSubject}
+	out := DeadLetter{DeadRow: RowOf(d)}
 	var j struct {
 		UserID    any `json:"user_id"`
 		Provider  any `json:"provider"`

@@ -22,7 +22,6 @@ import (
 	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/inspect"
 	"github.com/notifier/notifier/internal/text"
-	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
 )
 
@@ -186,28 +185,10 @@ recipient, body, title or data: use 'notifier dead show' for one job.`,
 	return c
 }
 
-// deadRow is a dead letter as `dead list --json` prints it: never the
-// job's recipient, body, title or data.
-type deadRow struct {
-	Seq        uint64    `json:"seq"`
-	Stored     time.Time `json:"stored"`
-	Kind       string    `json:"kind"`
-	Channel    string    `json:"channel"`
-	Reason     string    `json:"reason"`
-	JobID      string    `json:"job_id"`
-	Detail     string    `json:"detail"`
-	JobSubject string    `json:"job_subject"`
-}
-
-func rowOf(d *queue.DeadLetter) deadRow {
-	return deadRow{Seq: d.Seq, Stored: d.Stored.UTC(), Kind: string(d.Kind), Channel: text.Printable(d.Channel),
-		Reason: text.Printable(d.Reason), JobID: d.JobID, Detail: text.Printable(d.Detail), JobSubject: text.Printable(d.JobSubject)}
-}
-
 func writeDeadJSON(w io.Writer, letters []*queue.DeadLetter) error {
-	rows := make([]deadRow, 0, len(letters))
+	rows := make([]inspect.DeadRow, 0, len(letters))
 	for _, d := range letters {
-		rows = append(rows, rowOf(d))
+		rows = append(rows, inspect.RowOf(d))
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
@@ -271,14 +252,14 @@ a job id.`,
 			return err
 		}
 		defer nc.Close()
-		letters, err := findDead(ctx, r, args[0], byID)
+		letters, err := inspect.FindDead(ctx, r, args[0], byID)
 		if err != nil {
 			return hintStream(err)
 		}
 		if asJSON {
-			views := make([]deadView, 0, len(letters))
+			views := make([]inspect.DeadView, 0, len(letters))
 			for _, d := range letters {
-				views = append(views, viewOf(d, reveal))
+				views = append(views, inspect.ViewOf(d, reveal))
 			}
 			enc := json.NewEncoder(e.stdout)
 			enc.SetIndent("", "  ")
@@ -288,135 +269,14 @@ a job id.`,
 			if i > 0 {
 				fmt.Fprintln(e.stdout)
 			}
-			writeDeadShow(e.stdout, viewOf(d, reveal), cfg.NATS.DeadStream, reveal)
+			writeDeadShow(e.stdout, inspect.ViewOf(d, reveal), cfg.NATS.DeadStream, reveal)
 		}
 		return nil
 	}
 	return c
 }
 
-// findDead finds the dead letter at sequence arg, or those of job id arg.
-func findDead(ctx context.Context, r *queue.DeadLetters, arg string, byID bool) ([]*queue.DeadLetter, error) {
-	if seq, err := strconv.ParseUint(arg, 10, 64); err == nil && !byID {
-		d, err := r.Get(ctx, seq)
-		if err == nil {
-			return []*queue.DeadLetter{d}, nil
-		}
-		if !errors.Is(err, jetstream.ErrMsgNotFound) {
-			return nil, err
-		}
-	}
-	letters, _, err := r.List(ctx, queue.DeadFilter{JobID: arg})
-	if err != nil {
-		return nil, err
-	}
-	if len(letters) == 0 {
-		return nil, fmt.Errorf("no dead letter with sequence or job id %q", text.Printable(arg))
-	}
-	return letters, nil
-}
-
-// deadView is one dead letter as `dead show` prints it.
-type deadView struct {
-	deadRow
-	Subject string            `json:"subject"`
-	Replay  string            `json:"replays_to"`
-	Headers map[string]string `json:"headers"`
-	Job     map[string]any    `json:"job,omitempty"` // recipient masked; hidden values as "(hidden, N bytes)"
-	// Order of Job's keys for the text form.
-	order []string
-	// Raw is the job's bytes when they are not a JSON object: set only
-	// with --reveal (nothing in them could be masked).
-	Raw     string `json:"raw,omitempty"`
-	NotJSON int    `json:"not_json_bytes,omitempty"`
-}
-
-// jobFields is the order of a job's fields (SPEC §2).
-var jobFields = []string{"id", "user_id", "channel", "to", "body", "title", "data", "provider", "expires_at", "created_at"}
-
-func viewOf(d *queue.DeadLetter, reveal bool) deadView {
-	v := deadView{deadRow: rowOf(d), Subject: d.Subject, Replay: d.ReplaySubject(), Headers: map[string]string{}}
-	for k, vs := range d.Header {
-		v.Headers[text.Printable(k)] = text.Printable(strings.Join(vs, ", "))
-	}
-	var fields map[string]any
-	if json.Unmarshal(d.Data, &fields) != nil || fields == nil {
-		v.NotJSON = len(d.Data)
-		if reveal {
-			v.Raw = text.Printable(string(d.Data))
-		}
-		return v
-	}
-	channel, _ := fields["channel"].(string)
-	if !queue.IsChannel(channel) {
-		channel = d.Channel
-	}
-	hidden := func(x any) string {
-		b, _ := json.Marshal(x)
-		if s, ok := x.(string); ok {
-			return fmt.Sprintf("(hidden, %d bytes)", len(s))
-		}
-		return fmt.Sprintf("(hidden, %d bytes of JSON)", len(b))
-	}
-	v.Job = map[string]any{}
-	for _, k := range jobFields {
-		x, ok := fields[k]
-		if !ok {
-			continue
-		}
-		switch k {
-		case "to":
-			if s, ok := x.(string); ok {
-				x = providers.Mask(channel, s)
-			} else {
-				x = hidden(x)
-			}
-		case "body", "title":
-			if !reveal {
-				x = hidden(x)
-			}
-		case "data":
-			if m, ok := x.(map[string]any); ok && !reveal {
-				masked := map[string]any{}
-				for dk, dv := range m {
-					masked[dk] = hidden(dv)
-				}
-				x = masked
-			} else if !reveal {
-				x = hidden(x)
-			}
-		}
-		v.Job[k] = x
-		v.order = append(v.order, k)
-	}
-	var others []string
-	for k := range fields {
-		if !isJobField(k) {
-			others = append(others, k)
-		}
-	}
-	sort.Strings(others)
-	for _, k := range others {
-		x := fields[k]
-		if !reveal {
-			x = hidden(x)
-		}
-		v.Job[k] = x
-		v.order = append(v.order, k)
-	}
-	return v
-}
-
-func isJobField(k string) bool {
-	for _, f := range jobFields {
-		if f == k {
-			return true
-		}
-	}
-	return false
-}
-
-func writeDeadShow(w io.Writer, v deadView, stream string, reveal bool) {
+func writeDeadShow(w io.Writer, v inspect.DeadView, stream string, reveal bool) {
 	id := v.JobID
 	if id == "" {
 		id = "- (none valid)"
@@ -448,7 +308,7 @@ func writeDeadShow(w io.Writer, v deadView, stream string, reveal bool) {
 	default:
 		fmt.Fprintln(w, "job (recipient masked; body, title, data values and unknown fields hidden: --reveal shows them)")
 	}
-	for _, k := range v.order {
+	for _, k := range v.Keys() {
 		x := v.Job[k]
 		var s string
 		switch x := x.(type) {
