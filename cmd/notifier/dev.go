@@ -6,14 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
-	"net"
 	"net/http"
-	"net/url"
-	"os"
-	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -22,12 +16,7 @@ import (
 
 	"github.com/notifier/notifier/config"
 	"github.com/notifier/notifier/demo"
-	"github.com/notifier/notifier/dispatch"
-	"github.com/notifier/notifier/inspect"
 	"github.com/notifier/notifier/internal/text"
-	"github.com/notifier/notifier/localenv"
-	"github.com/notifier/notifier/providers"
-	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/worker"
 )
 
@@ -88,161 +77,17 @@ server 2.10.4 or newer and Redis.`,
 		if !f.sandbox && f.config == "" {
 			return &usageError{err: errors.New("--sandbox=false needs --config: without a configuration the only providers are the sandbox's")}
 		}
-		if _, _, err := splitListen(f.natsListen); err != nil {
+		if _, _, err := worker.SplitListen(f.natsListen); err != nil {
 			return &usageError{err: fmt.Errorf("--nats-listen: %w", err)}
 		}
 		if f.metricsListen != "" && f.metricsListen != "off" {
-			if _, _, err := splitListen(f.metricsListen); err != nil {
+			if _, _, err := worker.SplitListen(f.metricsListen); err != nil {
 				return &usageError{err: fmt.Errorf("--metrics-listen: %w", err)}
 			}
 		}
 		return runDev(cmd.Context(), f, e)
 	}
 	return c
-}
-
-// splitListen splits a host:port listen address.
-func splitListen(addr string) (host string, port int, err error) {
-	host, p, err := net.SplitHostPort(addr)
-	if err != nil {
-		return "", 0, fmt.Errorf("%q is not host:port", addr)
-	}
-	port, err = strconv.Atoi(p)
-	if err != nil || port < 0 || port > 65535 {
-		return "", 0, fmt.Errorf("%q: the port must be a number from 0 to 65535", addr)
-	}
-	return host, port, nil
-}
-
-// devLanes are dev's sandbox providers without a configuration: the demo's
-// contracts, no failures.
-var devLanes = []providers.Config{
-	{Name: "sms-sandbox", Channel: "sms", Rate: 100},
-	{Name: "push-sandbox", Channel: "push", Rate: 250},
-	{Name: "email-sandbox", Channel: "email", Rate: 50},
-}
-
-func runDev(ctx context.Context, f *devFlags, e *env) error {
-	log, err := f.log.logger(e.stderr)
-	if err != nil {
-		return err
-	}
-	cfg := config.Config{}.WithDefaults()
-	path := "(notifier dev, no --config)"
-	if f.config != "" {
-		path = f.config
-		if cfg, err = config.Load(f.config, e.getenv); err != nil {
-			return err
-		}
-	} else {
-		for _, p := range devLanes {
-			p.Default = true
-			cfg.Providers = append(cfg.Providers, p)
-		}
-	}
-	if f.metricsListen != "" {
-		cfg.Metrics.Listen = f.metricsListen
-	}
-
-	// Both ports before anything starts: a taken one is the likeliest
-	// problem (a NATS server already on 4222), and nats-server would only
-	// log it.
-	host, port, _ := splitListen(f.natsListen)
-	if port != 0 {
-		if err := localenv.CheckFree("the NATS port", f.natsListen, "--nats-listen"); err != nil {
-			return err
-		}
-	}
-	if l := cfg.Metrics.Listen; l != "off" {
-		if _, mport, err := splitListen(l); err == nil && mport != 0 {
-			if err := localenv.CheckFree("the metrics port", l, "--metrics-listen"); err != nil {
-				return err
-			}
-		}
-	}
-	dir, err := filepath.Abs(f.dataDir)
-	if err != nil {
-		return fmt.Errorf("--data-dir: %w", err)
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("--data-dir: %w", err)
-	}
-	unlock, err := lockDir(dir)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-
-	srv, err := localenv.StartNATS(localenv.WithNATSName("notifier-dev"), localenv.WithNATSListen(host, port),
-		localenv.WithNATSStore(dir), localenv.WithNATSLog(log))
-	if err != nil {
-		return err
-	}
-	defer srv.Close()
-	// The file's stream names and ack_wait; its address, credentials and
-	// TLS are those of another server.
-	cfg.NATS = queue.Config{URL: srv.URL(), Stream: cfg.NATS.Stream, DeadStream: cfg.NATS.DeadStream, AckWait: cfg.NATS.AckWait}.WithDefaults()
-
-	out := &devPrinter{w: e.stdout, names: map[string]string{}}
-	if isTerminal(e.stdout) {
-		out.width = func() int { return termWidth(e.stdout, e.getenv) }
-	}
-	var sb *localenv.Sandbox
-	if f.sandbox {
-		sb, err = localenv.StartSandbox(localenv.SandboxOptions{Retain: 10 * time.Minute, Answered: out.answered})
-		if err != nil {
-			return err
-		}
-		defer sb.Close()
-		for i, p := range cfg.Providers {
-			lane := "/" + url.PathEscape(p.Name)
-			out.names[lane] = p.Name
-			cfg.Providers[i] = providers.Config{
-				Name: p.Name, Channel: p.Channel, Default: p.Default, Kind: "webhook",
-				URL:  sb.Lane(lane, max(1, int(math.Ceil(p.Rate))), 0),
-				Rate: p.Rate, Unit: p.Unit, MaxQueueDelay: p.MaxQueueDelay, Timeout: p.Timeout,
-				JitterBudget: p.JitterBudget, MaxPause: p.MaxPause,
-			}.WithDefaults()
-		}
-	}
-	popts := providers.Options{Version: version, Logger: log, Stdout: e.stdout, Getenv: e.getenv}
-	reg, err := worker.BuildRegistry(path, cfg.Providers, popts)
-	if err != nil {
-		return err
-	}
-	defer reg.Close()
-	log.Info("starting", "version", version, "workers", cfg.Workers, "nats", cfg.NATS.URL, "data_dir", dir, "limits", "memory",
-		"sandbox", f.sandbox, "providers", len(cfg.Providers))
-
-	nc, js, cons, err := worker.Connect(ctx, cfg, "notifier dev", log)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	instance := worker.InstanceID()
-	limits, err := dispatch.MemoryLimits(cfg.Limits(), 1)
-	if err != nil {
-		return err
-	}
-	tick := make(chan struct{})
-	defer close(tick)
-	go out.flushEverySecond(tick)
-	err = worker.Dispatch(ctx, worker.Setup{
-		Config: cfg, Log: log, NC: nc, JS: js, Consumer: cons, Providers: reg, Instance: instance, Version: version,
-		Limits: limits,
-		Status: func(ctx context.Context, d *dispatch.Dispatcher) (inspect.FleetStatus, error) {
-			return inspect.StatusOf(ctx, []dispatch.Instance{{ID: instance, Info: worker.InstanceInfo(d, cfg.Workers, version)}}, limits.Leaky, limits.Reasons, cfg.Providers)
-		},
-		Started: func(metricsAddr string) {
-			out.banner(devBanner(cfg, dir, metricsAddr, f.sandbox))
-		},
-	})
-	out.flush()
-	if err != nil {
-		return err
-	}
-	out.banner(fmt.Sprintf("notifier dev stopped; the server's state is kept in %s\n", dir))
-	return nil
 }
 
 // devBanner is what dev prints once it dispatches: where things are, and
@@ -393,4 +238,47 @@ func (p *devPrinter) banner(s string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	fmt.Fprint(p.w, s)
+}
+
+// runDev runs worker.Dev with the printer of what the sandbox answers and
+// the banners.
+func runDev(ctx context.Context, f *devFlags, e *env) error {
+	log, err := f.log.logger(e.stderr)
+	if err != nil {
+		return err
+	}
+	cfg, path := config.Config{}.WithDefaults(), ""
+	if f.config != "" {
+		path = f.config
+		if cfg, err = config.Load(f.config, e.getenv); err != nil {
+			return err
+		}
+	}
+	if f.metricsListen != "" {
+		cfg.Metrics.Listen = f.metricsListen
+	}
+	out := &devPrinter{w: e.stdout, names: map[string]string{}}
+	if isTerminal(e.stdout) {
+		out.width = func() int { return termWidth(e.stdout, e.getenv) }
+	}
+	tick := make(chan struct{})
+	defer close(tick)
+	go out.flushEverySecond(tick)
+	dir, err := worker.Dev(ctx, cfg, worker.DevOptions{
+		Options:    worker.Options{Path: path, Version: version, Logger: log, Stdout: e.stdout, Getenv: e.getenv},
+		DataDir:    f.dataDir,
+		NATSListen: f.natsListen,
+		Sandbox:    f.sandbox,
+		Answered:   out.answered,
+		Lane:       func(path, provider string) { out.names[path] = provider },
+		Started: func(cfg config.Config, dir, metricsAddr string) {
+			out.banner(devBanner(cfg, dir, metricsAddr, f.sandbox))
+		},
+	})
+	out.flush()
+	if err != nil {
+		return err
+	}
+	out.banner(fmt.Sprintf("notifier dev stopped; the server's state is kept in %s\n", dir))
+	return nil
 }

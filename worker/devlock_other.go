@@ -1,6 +1,6 @@
 //go:build !unix
 
-package main
+package worker
 
 // lockDir does nothing where flock is missing: do not run two notifier dev
 // on one --data-dir.
