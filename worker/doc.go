@@ -6,6 +6,7 @@
 // delivery callbacks) and its reloader (SIGHUP and changes of the file),
 // until its context ends.
 //
-// Dispatch is the part `notifier dev` shares: a dispatcher on limits the
-// caller built, with the same metrics port.
+// Dev is `notifier dev` (a JetStream server on a kept directory, sandbox
+// providers, limits in memory) through the same Dispatch, and Gateway the
+// server of `notifier gateway`.
 package worker

@@ -11,9 +11,6 @@ import (
 // version is set at build time: -ldflags "-X main.version=v1.2.3".
 var version = "dev"
 
-// Version is the notifier's version, as providers see it in User-Agent.
-func Version() string { return version }
-
 func versionCmd(e *env) *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
