@@ -246,7 +246,7 @@ func (r *redisSet) load(ctx context.Context) error {
 // the fleet bucket. It returns an error when c is out of range (its
 // Headroom).
 func MemoryLimits(c LimitsConfig, divisor int) (*Limits, error) {
-	q, err := leaky.NewMemory(leaky.WithHeadroom(c.headroom()))
+	q, err := leaky.NewMemory(leaky.WithMaxCost(max(1, c.MaxCost)), leaky.WithHeadroom(c.headroom()))
 	if err != nil {
 		return nil, fmt.Errorf("local limits: %w", err)
 	}
