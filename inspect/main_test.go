@@ -10,6 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/notifier/notifier/localenv"
+	"github.com/notifier/notifier/testenv"
 )
 
 // exampleRedis is a private redis-server for the Example functions, which
@@ -27,7 +28,7 @@ func TestMain(m *testing.M) {
 	_ = exampleRedis.Close()
 	srv.Close()
 	if code == 0 {
-		if err := goleak.Find(goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).reaper")); err != nil {
+		if err := goleak.Find(testenv.RedisReaper); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}

@@ -8,19 +8,13 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/notifier/notifier/testenv"
 	"github.com/notifier/notifier/userlimit"
 	"github.com/notifier/notifier/userlimit/userlimittest"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// go-redis keeps a process-wide pool reaper for idle connections.
-		goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).reaper"),
-	)
-}
+func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m) }
 
 var prefixes atomic.Int64
 

@@ -11,18 +11,12 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/notifier/notifier/internal/luapre"
 	"github.com/notifier/notifier/testenv"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// go-redis keeps a process-wide pool reaper for idle connections.
-		goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).reaper"),
-	)
-}
+func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m) }
 
 // eval runs the preambles followed by body on the server (which refuses a
 // script that sets a global) and returns its reply.
