@@ -1,10 +1,12 @@
 package worker
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -69,4 +71,14 @@ func BuildRegistry(path string, cfgs []providers.Config, opts providers.Options)
 		return nil, &config.Error{File: path, Problems: problems}
 	}
 	return reg, nil
+}
+
+// ReadStatus is the fleet's state as cfg configures it (`notifier status`,
+// the /status page of `notifier run`).
+func ReadStatus(ctx context.Context, rdb redis.UniversalClient, cfg config.Config) (inspect.FleetStatus, error) {
+	in, err := NewInspector(rdb, nil, cfg)
+	if err != nil {
+		return inspect.FleetStatus{At: time.Now().UTC()}, err
+	}
+	return in.Status(ctx)
 }

@@ -92,11 +92,7 @@ func Run(ctx context.Context, cfg config.Config, o Options) error {
 		Peers:    fleet.Live,
 		Denials:  dispatch.NewDenials(rdb, cfg.Redis.KeyPrefix),
 		Status: func(ctx context.Context, _ *dispatch.Dispatcher) (inspect.FleetStatus, error) {
-			in, err := NewInspector(rdb, nil, rl.current())
-			if err != nil {
-				return inspect.FleetStatus{At: time.Now().UTC()}, err
-			}
-			return in.Status(ctx)
+			return ReadStatus(ctx, rdb, rl.current())
 		},
 		Explain: inspect.Handler(func() (*inspect.Inspector, error) {
 			return NewInspector(rdb, queue.NewDeadLetters(js, cfg.NATS), rl.current())

@@ -48,7 +48,7 @@ func checkCmd(e *env) *cobra.Command {
 // describeConfig prints what the configuration will do, without a secret.
 func describeConfig(w io.Writer, cfg config.Config) {
 	fmt.Fprintf(w, "  nats:      %s (streams %s, %s; ack_wait %s; auth: %s)\n",
-		queue.RedactURLs(cfg.NATS.URL), cfg.NATS.Stream, cfg.NATS.DeadStream, fmtDur(cfg.NATS.AckWait), natsAuthKind(cfg))
+		queue.RedactURLs(cfg.NATS.URL), cfg.NATS.Stream, cfg.NATS.DeadStream, inspect.FormatDuration(cfg.NATS.AckWait), natsAuthKind(cfg))
 	mode := "standalone"
 	switch {
 	case cfg.Redis.MasterName != "":
@@ -70,7 +70,7 @@ func describeConfig(w io.Writer, cfg config.Config) {
 	fmt.Fprintf(w, "  redis:     %s (%s, tls %v, auth %s, prefix %q, on_failure %s)\n",
 		strings.Join(addrs, ","), mode, cfg.Redis.TLS.Enabled, auth, cfg.Redis.KeyPrefix, cfg.Redis.OnFailure)
 	fmt.Fprintf(w, "  workers:   %d per process; dedup_ttl %s; retry %d attempts, %s..%s\n",
-		cfg.Workers, fmtDur(cfg.DedupTTL), cfg.Retry.MaxAttempts, fmtDur(cfg.Retry.BaseDelay), fmtDur(cfg.Retry.MaxDelay))
+		cfg.Workers, inspect.FormatDuration(cfg.DedupTTL), cfg.Retry.MaxAttempts, inspect.FormatDuration(cfg.Retry.BaseDelay), inspect.FormatDuration(cfg.Retry.MaxDelay))
 	if t := cfg.Tracing; t.OTLPEndpoint != "" {
 		fmt.Fprintf(w, "  tracing:   OTLP/HTTP to %s (service %s, sample ratio %g)\n", config.RedactURL(t.OTLPEndpoint), t.ServiceName, *t.SampleRatio)
 	} else {
@@ -88,10 +88,10 @@ func describeConfig(w io.Writer, cfg config.Config) {
 		cc := cfg.UserLimits[ch]
 		line := func(name string, r userlimit.Rule) {
 			if r.Mode == userlimit.Shadow {
-				fmt.Fprintf(w, "  cap %-5s  %d per %s per user (%s, shadow: counted, not enforced)\n", name, r.Limit, fmtDur(r.Window), r.Algorithm)
+				fmt.Fprintf(w, "  cap %-5s  %d per %s per user (%s, shadow: counted, not enforced)\n", name, r.Limit, inspect.FormatDuration(r.Window), r.Algorithm)
 				return
 			}
-			fmt.Fprintf(w, "  cap %-5s  %d per %s per user (%s, on_exceed %s)\n", name, r.Limit, fmtDur(r.Window), r.Algorithm, r.OnExceed)
+			fmt.Fprintf(w, "  cap %-5s  %d per %s per user (%s, on_exceed %s)\n", name, r.Limit, inspect.FormatDuration(r.Window), r.Algorithm, r.OnExceed)
 		}
 		if cc.Own() {
 			line(ch, cc.Rule)
@@ -118,7 +118,7 @@ func describeConfig(w io.Writer, cfg config.Config) {
 			legacy = ", legacy X-RateLimit headers"
 		}
 		fmt.Fprintf(w, "  gateway:   %s, %d API keys, at most %d failed authentications per IP per %s%s\n",
-			g.Listen, len(g.Keys), g.AuthFailures.Limit, fmtDur(g.AuthFailures.Window), legacy)
+			g.Listen, len(g.Keys), g.AuthFailures.Limit, inspect.FormatDuration(g.AuthFailures.Window), legacy)
 		for _, k := range g.Keys {
 			tenant := k.Tenant
 			if tenant == "" {
@@ -136,7 +136,7 @@ func describeConfig(w io.Writer, cfg config.Config) {
 			def += fmt.Sprintf(", %g%% kept for transactional jobs", 100*r)
 		}
 		fmt.Fprintf(w, "  provider   %s: %s %s%s, contract %g %s/s, max_queue_delay %s\n",
-			p.Name, p.Channel, p.Kind, def, p.Rate, p.Unit, fmtDur(p.MaxQueueDelay))
+			p.Name, p.Channel, p.Kind, def, p.Rate, p.Unit, inspect.FormatDuration(p.MaxQueueDelay))
 	}
 }
 
@@ -151,6 +151,3 @@ func natsAuthKind(cfg config.Config) string {
 	}
 	return "none"
 }
-
-// fmtDur prints a duration the way it is written in YAML: 24h, 10m, 1m30s.
-var fmtDur = inspect.FormatDuration

@@ -113,7 +113,7 @@ func writeUser(w io.Writer, a inspect.UserAnswer) {
 		if r.Mode == "shadow" {
 			mode = "shadow mode: counted, not enforced"
 		}
-		fmt.Fprintf(w, "  cap          %d per %s (%s, %s)\n", r.Limit, fmtDur(time.Duration(r.WindowSeconds*float64(time.Second))), r.Algorithm, mode)
+		fmt.Fprintf(w, "  cap          %d per %s (%s, %s)\n", r.Limit, inspect.FormatDuration(time.Duration(r.WindowSeconds*float64(time.Second))), r.Algorithm, mode)
 		fmt.Fprintf(w, "  window       %d used, %d left\n", a.Used, a.Remaining)
 		verdict := "allowed"
 		switch {
@@ -139,10 +139,10 @@ func writeProvider(w io.Writer, a inspect.ProviderAnswer) {
 	c := a.Contract
 	fmt.Fprintf(w, "provider %s (%s) — %s\n", a.Provider, a.Channel, a.At.Format("2006-01-02 15:04:05.000 UTC"))
 	fmt.Fprintf(w, "  contract     %g %s/s, max_queue_delay %s (burst %g), headroom %.2f%%\n", c.Rate, c.Unit,
-		fmtDur(time.Duration(c.MaxQueueDelaySeconds*float64(time.Second))), c.Burst, 100*c.Headroom)
+		inspect.FormatDuration(time.Duration(c.MaxQueueDelaySeconds*float64(time.Second))), c.Burst, 100*c.Headroom)
 	if ad := c.Adaptive; ad != nil {
 		fmt.Fprintf(w, "  adaptive     paced at %.1f/s now (min %g/s, ×%g per throttle, +%g/s per s after %s quiet)\n",
-			a.EffectiveRate, ad.MinRate, ad.Decrease, ad.IncreasePerS, fmtDur(time.Duration(ad.QuietSeconds*float64(time.Second))))
+			a.EffectiveRate, ad.MinRate, ad.Decrease, ad.IncreasePerS, inspect.FormatDuration(time.Duration(ad.QuietSeconds*float64(time.Second))))
 	}
 	full := ""
 	if a.Queue.Full {
@@ -198,7 +198,7 @@ func writeJob(w io.Writer, a inspect.JobAnswer) {
 		if l.Outcome != "" {
 			parts = append(parts, fmt.Sprintf("ended %s (%s)", l.Outcome, l.Reason))
 		}
-		fmt.Fprintf(w, "  ledger       %s; kept %s more\n", strings.Join(parts, ", "), fmtDur(time.Duration(l.KeptForSeconds)*time.Second))
+		fmt.Fprintf(w, "  ledger       %s; kept %s more\n", strings.Join(parts, ", "), inspect.FormatDuration(time.Duration(l.KeptForSeconds)*time.Second))
 	}
 	if len(a.DeadLetters) == 0 {
 		fmt.Fprintln(w, "  dead letter  none")

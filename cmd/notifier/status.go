@@ -1,13 +1,11 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
 	"github.com/notifier/notifier/config"
@@ -51,7 +49,7 @@ every second:
 		defer rdb.Close()
 		tty := isTerminal(e.stdout)
 		for {
-			st, err := readStatus(ctx, rdb, cfg)
+			st, err := worker.ReadStatus(ctx, rdb, cfg)
 			if err != nil {
 				return err
 			}
@@ -75,15 +73,6 @@ every second:
 		}
 	}
 	return c
-}
-
-// readStatus gathers the fleet's state as cfg configures it.
-func readStatus(ctx context.Context, rdb redis.UniversalClient, cfg config.Config) (inspect.FleetStatus, error) {
-	in, err := worker.NewInspector(rdb, nil, cfg)
-	if err != nil {
-		return inspect.FleetStatus{At: time.Now().UTC()}, err
-	}
-	return in.Status(ctx)
 }
 
 // tenantLine is how status prints one tenant under its provider.

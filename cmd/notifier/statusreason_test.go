@@ -11,6 +11,7 @@ import (
 	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/statuspage"
+	"github.com/notifier/notifier/worker"
 )
 
 // TestStatusNamesACredentialsPause: a provider paused because it refused
@@ -35,7 +36,7 @@ func TestStatusNamesACredentialsPause(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := readStatus(ctx, rdb, cfg)
+	st, err := worker.ReadStatus(ctx, rdb, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +81,7 @@ func TestStatusShowsAdaptiveRateAndQuotas(t *testing.T) {
 	if lowered, err := q.Backoff(ctx, "sms-gw", c, time.Millisecond); err != nil || !lowered {
 		t.Fatalf("backoff: lowered %v, %v", lowered, err)
 	}
-	st, err := readStatus(ctx, rdb, cfg)
+	st, err := worker.ReadStatus(ctx, rdb, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

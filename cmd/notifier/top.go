@@ -11,6 +11,7 @@ import (
 	"github.com/notifier/notifier/config"
 	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/gateway"
+	"github.com/notifier/notifier/inspect"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/userlimit"
 )
@@ -55,7 +56,7 @@ adds its counts to Redis every 5 s.`,
 			return &usageError{err: fmt.Errorf("--channel must be sms, push or email, got %q", *channel)}
 		}
 		if *window < time.Hour || *window > dispatch.TopRetention || *limit < 1 {
-			return &usageError{err: fmt.Errorf("--window must be from 1h to %s and --limit at least 1", fmtDur(dispatch.TopRetention))}
+			return &usageError{err: fmt.Errorf("--window must be from 1h to %s and --limit at least 1", inspect.FormatDuration(dispatch.TopRetention))}
 		}
 		cfg, err := config.Load(*path, e.getenv)
 		if err != nil {
@@ -94,11 +95,11 @@ adds its counts to Redis every 5 s.`,
 		}
 		switch {
 		case capped && *shadow && rule.Mode != userlimit.Shadow:
-			fmt.Fprintf(e.stdout, "%s (the cap is enforced now: %d per %s), last %s\n", what, rule.Limit, fmtDur(rule.Window), fmtDur(*window))
+			fmt.Fprintf(e.stdout, "%s (the cap is enforced now: %d per %s), last %s\n", what, rule.Limit, inspect.FormatDuration(rule.Window), inspect.FormatDuration(*window))
 		case capped:
-			fmt.Fprintf(e.stdout, "%s (%d per %s), last %s\n", what, rule.Limit, fmtDur(rule.Window), fmtDur(*window))
+			fmt.Fprintf(e.stdout, "%s (%d per %s), last %s\n", what, rule.Limit, inspect.FormatDuration(rule.Window), inspect.FormatDuration(*window))
 		default:
-			fmt.Fprintf(e.stdout, "%s (no cap configured now), last %s\n", what, fmtDur(*window))
+			fmt.Fprintf(e.stdout, "%s (no cap configured now), last %s\n", what, inspect.FormatDuration(*window))
 		}
 		if len(rows) == 0 {
 			fmt.Fprintln(e.stdout, "  nobody")
@@ -115,7 +116,7 @@ adds its counts to Redis every 5 s.`,
 // rejected requests over window, from the counts gateways keep in Redis.
 func topGateway(ctx context.Context, e *env, path string, window time.Duration, limit int, asJSON bool) error {
 	if window < time.Hour || window > gateway.RejectionRetention || limit < 1 {
-		return &usageError{err: fmt.Errorf("--window must be from 1h to %s and --limit at least 1", fmtDur(gateway.RejectionRetention))}
+		return &usageError{err: fmt.Errorf("--window must be from 1h to %s and --limit at least 1", inspect.FormatDuration(gateway.RejectionRetention))}
 	}
 	cfg, err := config.Load(path, e.getenv)
 	if err != nil {
@@ -141,7 +142,7 @@ func topGateway(ctx context.Context, e *env, path string, window time.Duration, 
 		}
 		return json.NewEncoder(e.stdout).Encode(out)
 	}
-	fmt.Fprintf(e.stdout, "gateway API keys by requests rejected (429 over the key's limit; unauthenticated: 401 and 429 over auth_failures), last %s\n", fmtDur(window))
+	fmt.Fprintf(e.stdout, "gateway API keys by requests rejected (429 over the key's limit; unauthenticated: 401 and 429 over auth_failures), last %s\n", inspect.FormatDuration(window))
 	if len(rows) == 0 {
 		fmt.Fprintln(e.stdout, "  none")
 	}
