@@ -99,8 +99,16 @@ func (w *PauseWatcher) Run(ctx context.Context, sub Subscriber, q *Redis, provid
 // resync reads every provider's pause (at a (re)subscription).
 func (w *PauseWatcher) resync(ctx context.Context, q *Redis, providers []string) {
 	for _, p := range providers {
-		if d, err := q.PausedFor(ctx, p); err == nil {
+		d, err := q.PausedFor(ctx, p)
+		switch {
+		case err != nil:
+		case d > 0:
 			w.Note(p, d)
+		default:
+			// Lifted while the subscription was down (a resume whose
+			// announcement was missed): Redis holds no pause, so neither
+			// does this process.
+			w.Clear(p)
 		}
 	}
 }

@@ -94,3 +94,31 @@ func TestPauseWatcherHearsAResume(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestPauseWatcherResyncClearsALiftedPause: a pause this process knows of
+// but Redis no longer holds (lifted while the subscription was down, its
+// announcement missed) is cleared when the watcher (re)subscribes and
+// reads Redis; one Redis does hold is kept.
+func TestPauseWatcherResyncClearsALiftedPause(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv := testenv.Redis(t)
+	rdb := srv.Client()
+	q := newRedis(t, rdb, "rs:")
+	if err := q.Pause(ctx, "push", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	w := leaky.NewPauseWatcher(nil)
+	w.Note("sms", time.Hour) // heard before; lifted since, unheard
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx, rdb, q, []string{"sms", "push"}) }()
+	testenv.WaitFor(t, 5*time.Second, "the lifted pause cleared on subscribing", func() bool { return w.PausedFor("sms") == 0 })
+	if got := w.PausedFor("push"); got < 50*time.Second {
+		t.Errorf("push's pause in Redis: the watcher has %s, want about 1m", got)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
