@@ -155,7 +155,9 @@ func TestProviderReadsQueuePauseFleet(t *testing.T) {
 		}
 		last = r.Slot
 	}
+	asked := time.Now()
 	a, err := s.in.Provider(s.ctx, "sms-gateway")
+	took := time.Since(asked)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,14 +172,15 @@ func TestProviderReadsQueuePauseFleet(t *testing.T) {
 	}
 	// The next slot a reservation gets is the one explain named: never
 	// before it (to the µs rounding), later by at most the gap between the
-	// queue's read and the clock's that follows it (a round trip; 1.2 ms
-	// was seen on a loaded machine, so 5 ms is allowed).
+	// queue's read and the clock's that follows it: a round trip, within
+	// the whole call (1.2 ms was seen on a loaded machine, 11 ms once in a
+	// full run under -race; the bound is the call's own duration).
 	r, err := l.Leaky.Reserve(s.ctx, p.Name, c, 1)
 	if err != nil || !r.OK || r.Slot <= last {
 		t.Fatalf("reserve: %+v, %v", r, err)
 	}
-	if d := a.NextFreeSlot.At.Sub(time.UnixMicro(r.Slot)); d < -time.Millisecond || d > 5*time.Millisecond {
-		t.Fatalf("explain's next free slot %s, the reservation's %s", a.NextFreeSlot.At, time.UnixMicro(r.Slot).UTC())
+	if d := a.NextFreeSlot.At.Sub(time.UnixMicro(r.Slot)); d < -time.Millisecond || d > max(5*time.Millisecond, took+time.Millisecond) {
+		t.Fatalf("explain's next free slot %s, the reservation's %s (explain took %s)", a.NextFreeSlot.At, time.UnixMicro(r.Slot).UTC(), took)
 	}
 
 	// A pause for the credentials, and two instances' heartbeats.
