@@ -211,7 +211,7 @@ const (
 	maxQuotaPer             = 31 * 24 * time.Hour
 	maxIncreasePerS         = 9000       // leaky.MaxIncreasePerS
 	maxAdaptiveRate         = 10_000_000 // leaky.MaxAdaptiveRate
-	maxSegmentsCost         = 10         // the largest cost the queues leave room for (cmd/notifier's segmentsMaxCost)
+	maxSegmentsCost         = 10         // the largest cost the queues leave room for (cli's segmentsMaxCost)
 )
 
 // WithDefaults returns c with every zero-valued key that has a default

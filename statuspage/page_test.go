@@ -387,7 +387,7 @@ func TestStatusPageRun(t *testing.T) {
 	// Run starts no goroutine of its own (other tests' pages run in
 	// parallel, so look for goroutines Run or sample created).
 	buf := make([]byte, 1<<20)
-	if stacks := string(buf[:runtime.Stack(buf, true)]); strings.Contains(stacks, "created by github.com/notifier/notifier/cmd/notifier.(*Page)") {
+	if stacks := string(buf[:runtime.Stack(buf, true)]); strings.Contains(stacks, "created by github.com/notifier/notifier/statuspage.(*Page)") {
 		t.Fatalf("the status page started a goroutine:\n%s", stacks)
 	}
 }

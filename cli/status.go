@@ -1,0 +1,148 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/notifier/notifier/config"
+	"github.com/notifier/notifier/inspect"
+	"github.com/notifier/notifier/internal/text"
+	"github.com/notifier/notifier/statuspage"
+	"github.com/notifier/notifier/worker"
+)
+
+func statusCmd(e *env) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "status",
+		Short: "Show the fleet live: each provider's contract, sent rate, queue and pause; outcomes; instances",
+		Long: `Status reads the fleet's state from Redis (not one process's memory) and shows, refreshing
+every second:
+
+  per provider  the contract, the rate the fleet sent over the last 10 s, the leaky queue's
+                depth and delay, a pause in force (a 429's, or for refused credentials) and
+                until when, the circuit breakers;
+                under it, a line per tenant with jobs in the stream for its channel or sent
+                in the last 10 s: the jobs waiting and its share of the provider's sends;
+  per channel   sent, suppressed and dead over the last minute;
+  instances     every live notifier run (from its heartbeat), its version and jobs in flight.
+
+--once prints one view and exits; --json prints it as JSON.`,
+		Args: cobra.NoArgs,
+	}
+	path := configFlag(c)
+	once := c.Flags().Bool("once", false, "print once and exit")
+	asJSON := c.Flags().Bool("json", false, "print as JSON (implies --once)")
+	c.RunE = func(cmd *cobra.Command, _ []string) error {
+		cfg, err := config.Load(*path, e.getenv)
+		if err != nil {
+			return err
+		}
+		ctx := cmd.Context()
+		rdb, err := config.ConnectRedis(ctx, cfg.Redis, 4)
+		if err != nil {
+			return err
+		}
+		defer rdb.Close()
+		tty := isTerminal(e.stdout)
+		for {
+			st, err := worker.ReadStatus(ctx, rdb, cfg)
+			if err != nil {
+				return err
+			}
+			switch {
+			case *asJSON:
+				enc := json.NewEncoder(e.stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(st)
+			case tty && !*once:
+				fmt.Fprint(e.stdout, "\033[H\033[2J")
+			}
+			printStatus(e.stdout, st, !*once, termWidth(e.stdout, e.getenv))
+			if *once {
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(time.Second):
+			}
+		}
+	}
+	return c
+}
+
+// tenantLine is how status prints one tenant under its provider.
+func tenantLine(t inspect.TenantStatus) string {
+	waiting, share, sent := statuspage.TenantCells(t)
+	return fmt.Sprintf("tenant %-20s %7s jobs waiting, %4s of sends (%s)", t.Tenant, waiting, share, sent)
+}
+
+// print shows st as `notifier status` does, no line wider than width:
+// a narrow terminal loses the columns it can do without first (an
+// instance's version and uptime, the queue's delay and depth); a pause or
+// a breaker that is not closed, when its column does not fit, gets a line
+// under its provider.
+func printStatus(w io.Writer, st inspect.FleetStatus, live bool, width int) {
+	tab := statuspage.NewTable(st)
+	head := "notifier status — " + tab.At
+	if live {
+		fmt.Fprintln(w, text.FirstFitting(width, head+"  (every second; Ctrl-C to quit)", head))
+	} else {
+		fmt.Fprintln(w, text.Fit(head, width))
+	}
+	fmt.Fprintln(w)
+
+	pauseDrop := 5 // none in force: the column says nothing
+	var rows []tableRow
+	for i, p := range tab.Providers {
+		if p.Pause != "-" {
+			pauseDrop = 1
+		}
+		r := tableRow{cells: []string{p.Name, p.Contract, p.Sent, p.Queued, p.Delay, p.Pause, p.Breakers}}
+		for _, t := range st.Providers[i].Tenants {
+			waiting, share, sent := statuspage.TenantCells(t)
+			r.under = append(r.under, text.FirstFitting(width, "  "+tenantLine(t),
+				fmt.Sprintf("  tenant %s: %s waiting, %s of sends (%s)", t.Tenant, waiting, share, sent),
+				fmt.Sprintf("  tenant %s: %s waiting, %s of sends", t.Tenant, waiting, share)))
+		}
+		for _, sr := range statuspage.ShapingRows(st.Providers[i]) {
+			r.under = append(r.under, text.Fit("  "+sr.Limit+": "+sr.Now, width))
+		}
+		rows = append(rows, r)
+	}
+	writeTable(w, width, "", []tableCol{
+		{head: "provider"}, {head: "contract", right: true}, {head: "sent (10s)", right: true},
+		{head: "queued", right: true, drop: 2}, {head: "delay", right: true, drop: 3},
+		{head: "pause", drop: pauseDrop, spill: true, none: "-"}, {head: "breakers", drop: 4, spill: true, none: "closed"},
+	}, rows)
+
+	rows = rows[:0]
+	for _, c := range tab.Channels {
+		rows = append(rows, tableRow{cells: []string{c.Channel, fmt.Sprint(c.Sent), fmt.Sprint(c.Suppressed), fmt.Sprint(c.Dead)}})
+	}
+	fmt.Fprintln(w)
+	writeTable(w, width, "", []tableCol{
+		{head: "last minute"}, {head: "sent", right: true}, {head: "suppressed", right: true}, {head: "dead", right: true},
+	}, rows)
+
+	fmt.Fprintf(w, "\n%d live instance", len(st.Instances))
+	if len(st.Instances) != 1 {
+		fmt.Fprint(w, "s")
+	}
+	fmt.Fprintln(w)
+	if len(tab.Instances) == 0 {
+		return
+	}
+	rows = rows[:0]
+	for _, in := range tab.Instances {
+		rows = append(rows, tableRow{cells: []string{in.ID, in.Version, in.InFlight, in.Limits, in.Up, in.Seen}})
+	}
+	writeTable(w, width, "  ", []tableCol{
+		{head: "instance"}, {head: "version", drop: 3}, {head: "in flight", right: true},
+		{head: "limits", drop: 1}, {head: "up", drop: 4}, {head: "seen", right: true, drop: 2},
+	}, rows)
+}
