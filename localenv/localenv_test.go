@@ -3,10 +3,13 @@ package localenv_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -107,6 +110,49 @@ func TestSandboxEnforcesItsContract(t *testing.T) {
 	}
 	if codes[2] != http.StatusServiceUnavailable || codes[5] != http.StatusServiceUnavailable || codes[0] != http.StatusOK {
 		t.Errorf("every 3rd fails: %v", codes)
+	}
+}
+
+// TestSandboxChecksTheProtocol: the sandbox refuses what breaks the
+// webhook protocol the way the tests' fake provider does (ReadWebhook):
+// 405, 415, 413 and 400 with a JSON reason, and none of them is counted as
+// an arrival or delivered.
+func TestSandboxChecksTheProtocol(t *testing.T) {
+	sb, err := localenv.StartSandbox(localenv.SandboxOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	url := sb.Lane("/push", 100, 0)
+	for _, c := range []struct {
+		name, method, ctype, body string
+		want                      int
+	}{
+		{"a GET", http.MethodGet, "application/json", "", http.StatusMethodNotAllowed},
+		{"text/plain", http.MethodPost, "text/plain", `{"id":"a"}`, http.StatusUnsupportedMediaType},
+		{"over 1 MiB", http.MethodPost, "application/json", `{"id":"` + strings.Repeat("x", localenv.MaxProviderBody) + `"}`, http.StatusRequestEntityTooLarge},
+		{"an array", http.MethodPost, "application/json", `[1]`, http.StatusBadRequest},
+		{"not JSON", http.MethodPost, "application/json; charset=utf-8", `{`, http.StatusBadRequest},
+		{"a job", http.MethodPost, "application/json; charset=utf-8", `{"id":"j1"}`, http.StatusOK},
+	} {
+		req, _ := http.NewRequest(c.method, url, strings.NewReader(c.body))
+		req.Header.Set("Content-Type", c.ctype)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.want {
+			t.Errorf("%s: %d, want %d", c.name, resp.StatusCode, c.want)
+		}
+		var why struct{ Reason string }
+		if c.want != http.StatusOK && (json.Unmarshal(body, &why) != nil || why.Reason == "") {
+			t.Errorf("%s: body %q, want a JSON reason", c.name, body)
+		}
+	}
+	if st := sb.Stats("/push"); st.Accepted != 1 || sb.MostArrivals("/push", time.Minute) != 1 {
+		t.Errorf("only the job counts: %+v, arrivals %d", st, sb.MostArrivals("/push", time.Minute))
 	}
 }
 

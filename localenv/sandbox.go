@@ -1,13 +1,11 @@
 package localenv
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 )
@@ -90,12 +88,14 @@ func (s *Sandbox) Close() { _ = s.srv.Close() }
 // ServeHTTP answers one request as its lane's provider would.
 func (s *Sandbox) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
-	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-	if err != nil || r.Method != http.MethodPost || !strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") || !json.Valid(body) {
-		http.Error(w, "bad request", http.StatusBadRequest)
+	wr, status, why := ReadWebhook(r)
+	if status != 0 {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_, _ = io.WriteString(w, ReasonBody(why))
 		return
 	}
-	key := r.Header.Get("Idempotency-Key")
+	key, body := r.Header.Get("Idempotency-Key"), wr.Body
 	s.mu.Lock()
 	l := s.lanes[r.URL.Path]
 	if l == nil {
@@ -104,7 +104,7 @@ func (s *Sandbox) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	l.requests++
-	status := http.StatusOK
+	status = http.StatusOK
 	switch {
 	case key != "" && l.seen[key]:
 		l.dups++

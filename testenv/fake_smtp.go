@@ -19,6 +19,7 @@ import (
 
 	"github.com/emersion/go-sasl"
 	"github.com/emersion/go-smtp"
+	"github.com/notifier/notifier/localenv"
 )
 
 // SMTPMessage is one mail the SMTP fake accepted.
@@ -92,7 +93,7 @@ func FakeSMTP(t testing.TB, opts ...FakeOption) *SMTPFake {
 	f.srv = smtp.NewServer(smtp.BackendFunc(f.newSession))
 	f.srv.Domain = "fake-smtp.test"
 	f.srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
-	f.srv.MaxMessageBytes = fakeMaxBody
+	f.srv.MaxMessageBytes = localenv.MaxProviderBody
 	f.srv.MaxRecipients = 50
 	f.srv.EnableSMTPUTF8 = true
 	f.srv.ReadTimeout, f.srv.WriteTimeout = time.Minute, time.Minute

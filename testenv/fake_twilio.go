@@ -332,7 +332,7 @@ func (f *httpFake) Count(status int) int {
 }
 
 func (f *httpFake) serve(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(io.LimitReader(r.Body, fakeMaxBody+1))
+	body, _ := io.ReadAll(io.LimitReader(r.Body, localenv.MaxProviderBody+1))
 	f.mu.Lock()
 	now := f.now()
 	rec := ServiceRequest{At: now, Method: r.Method, Path: r.URL.Path, Proto: r.Proto, Header: r.Header.Clone(), Body: body}

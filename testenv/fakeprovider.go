@@ -1,20 +1,16 @@
 package testenv
 
 import (
-	"encoding/json"
 	"io"
-	"mime"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
-)
 
-// fakeMaxBody is the largest request body the fake provider reads; SPEC §2
-// jobs are at most 64 KiB.
-const fakeMaxBody = 1 << 20
+	"github.com/notifier/notifier/localenv"
+)
 
 // FakeOption configures a fake provider.
 type FakeOption func(*Fake)
@@ -134,20 +130,15 @@ type answer struct {
 }
 
 func (f *Fake) serve(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(io.LimitReader(r.Body, fakeMaxBody+1))
+	wr, status, why := localenv.ReadWebhook(r)
 
 	f.mu.Lock()
 	now := f.now()
-	rec := FakeRequest{At: now, Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body,
-		ID: r.Header.Get("Idempotency-Key")}
-	var job struct {
-		ID string `json:"id"`
+	rec := FakeRequest{At: now, Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: wr.Body, ID: wr.ID}
+	a := answer{status: status, body: localenv.ReasonBody(why)}
+	if status == 0 {
+		a = f.decide(now)
 	}
-	jsonErr := json.Unmarshal(body, &job)
-	if rec.ID == "" {
-		rec.ID = job.ID
-	}
-	a := f.decide(now, r, len(body), jsonErr)
 	var budget http.Header
 	if f.budget > 0 && a.status != 0 && !a.hold {
 		budget = f.spendBudget(now, &a)
@@ -201,33 +192,18 @@ func (f *Fake) spendBudget(now time.Time, a *answer) http.Header {
 	}
 }
 
-// decide picks the answer to a request arriving at now. f.mu is held.
-func (f *Fake) decide(now time.Time, r *http.Request, size int, jsonErr error) answer {
+// decide picks the answer to a request that passed the protocol checks,
+// arriving at now. f.mu is held.
+func (f *Fake) decide(now time.Time) answer {
 	var a answer
-	reason := func(status int, text string) answer {
-		a.status = status
-		a.body = `{"reason":` + strconv.Quote(text) + "}\n"
-		return a
-	}
-	mediaType, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	switch {
-	case r.Method != http.MethodPost:
-		return reason(http.StatusMethodNotAllowed, "method "+r.Method+" not allowed, use POST")
-	case mediaType != "application/json":
-		return reason(http.StatusUnsupportedMediaType, "content type must be application/json")
-	case size > fakeMaxBody:
-		return reason(http.StatusRequestEntityTooLarge, "body over 1 MiB")
-	case jsonErr != nil:
-		return reason(http.StatusBadRequest, "body is not a JSON object")
-	}
 	v := f.faultState.decide(now)
 	switch {
 	case v.hold:
 		a.hold = true
 		return a
 	case v.status != 0:
-		a.retryAfter = v.retryAfter
-		return reason(v.status, v.why)
+		a.status, a.retryAfter, a.body = v.status, v.retryAfter, localenv.ReasonBody(v.why)
+		return a
 	}
 	a.latency, a.withhold = v.latency, v.withhold
 	a.status = http.StatusOK
