@@ -31,9 +31,18 @@ type GatewayResult struct {
 	Concurrency int        `json:"concurrency"`
 	Accepted    GatewayRun `json:"accepted"`
 	Limited     GatewayRun `json:"limited"`
+	// Floor is the same requests answered by a handler that does nothing
+	// but write a fixed 429 (no key, no bucket, no metric), on the same
+	// HTTP server: what net/http alone costs per request on this machine,
+	// the least any answer can cost.
+	Floor GatewayRun `json:"http_floor"`
 	// CPURatio is the accepted path's CPU per request over the limited
 	// path's: how many times cheaper a 429 is.
 	CPURatio float64 `json:"cpu_ratio"`
+	// FloorRatio is the accepted path's CPU per request over the floor's:
+	// the most CPURatio could be with a 429 that cost nothing beyond the
+	// HTTP server's own work.
+	FloorRatio float64 `json:"cpu_ratio_at_http_floor"`
 }
 
 // GatewayRun is one pass's figures. CPU is this process's (the
@@ -104,7 +113,38 @@ func (w *benchWorld) gatewayPass(ctx context.Context) (*GatewayResult, error) {
 	if res.Limited.CPUMicrosPerReq > 0 {
 		res.CPURatio = res.Accepted.CPUMicrosPerReq / res.Limited.CPUMicrosPerReq
 	}
+	if res.Floor, err = w.httpFloorPass(ctx, exe, n, conc); err != nil {
+		return nil, err
+	}
+	if res.Floor.CPUMicrosPerReq > 0 {
+		res.FloorRatio = res.Accepted.CPUMicrosPerReq / res.Floor.CPUMicrosPerReq
+	}
 	return res, nil
+}
+
+// httpFloorPass times n requests against a server like the gateway's whose
+// handler only writes a fixed 429: the HTTP server's own cost.
+func (w *benchWorld) httpFloorPass(ctx context.Context, exe string, n, conc int) (GatewayRun, error) {
+	body := []byte(`{"type":"quota-exceeded","title":"Quota exceeded","status":429}` + "\n")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return GatewayRun{}, fmt.Errorf("listen for the bench's floor server: %w", err)
+	}
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {
+		rw.Header()["Content-Type"] = []string{"application/problem+json"}
+		rw.Header()["Retry-After"] = []string{"1"}
+		rw.WriteHeader(http.StatusTooManyRequests)
+		_, _ = rw.Write(body)
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	url := "http://" + ln.Addr().String() + "/v1/notifications"
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conc, MaxConnsPerHost: conc}, Timeout: 30 * time.Second}
+	defer client.CloseIdleConnections()
+	if _, _, err := w.gatewayLoad(ctx, client, url, benchLimitedKey, warmupJobs(n), conc, http.StatusTooManyRequests, "HTTP floor warm-up"); err != nil {
+		return GatewayRun{}, err
+	}
+	return w.gatewayRun(ctx, exe, url, benchLimitedKey, n, conc, http.StatusTooManyRequests, "HTTP floor (a handler that only answers 429)")
 }
 
 // gatewayRun is one timed pass: the requests come from a child process
@@ -260,7 +300,7 @@ func printGatewayBench(w io.Writer, g *GatewayResult) {
 	for _, r := range []struct {
 		name string
 		run  GatewayRun
-	}{{"202 accepted", g.Accepted}, {"429 over the limit", g.Limited}} {
+	}{{"202 accepted", g.Accepted}, {"429 over the limit", g.Limited}, {"HTTP floor (429)", g.Floor}} {
 		fmt.Fprintf(w, "  %-20s %8.0f %7.2fms %7.2fms %15.1f %17.1f + %-6.1f %13.1f\n", r.name, r.run.RequestsPerSecond, r.run.P50Ms, r.run.P99Ms,
 			r.run.CPUMicrosPerReq, r.run.ProcessCPUMicros, r.run.RedisCPUMicros, r.run.ClientCPUMicros)
 	}
@@ -269,8 +309,10 @@ func printGatewayBench(w io.Writer, g *GatewayResult) {
 		verdict = "< 5×: NOT held"
 	}
 	fmt.Fprintf(w, "\n  a 429 costs 1/%.1f of a 202 in CPU per request (%s)\n", g.CPURatio, verdict)
+	fmt.Fprintf(w, "  a handler that does nothing but answer 429 costs 1/%.1f of a 202: the most any 429 on net/http could save here\n", g.FloorRatio)
 	fmt.Fprintln(w, "  202: the key, the bucket (one EVALSHA), decode and validation, the JetStream publish and its ack.")
 	fmt.Fprintln(w, "  429: the key and the bucket as this instance last heard of it (Redis only when that does not refuse).")
+	fmt.Fprintln(w, "  HTTP floor: the same requests to a net/http server whose handler only writes a fixed 429.")
 	fmt.Fprintln(w, "  CPU per request is the serving side: this process (the gateway and the embedded NATS server, which")
 	fmt.Fprintln(w, "  stores the 202s' jobs; getrusage) plus redis-server (INFO cpu). The HTTP clients run in a child")
 	fmt.Fprintln(w, "  process, their CPU shown apart; p50/p99 are the clients' request latencies")

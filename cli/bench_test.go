@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"os/exec"
 	"strconv"
@@ -264,6 +265,49 @@ func TestBenchPacing(t *testing.T) {
 	}
 	t.Logf("pacing: %.1f/s sustained (%.1f %%), most in 1 s %d, 429s %d, gaps p1/p50/p99 %.1f/%.1f/%.1f ms",
 		p.SustainedPerSecond, 100*p.SustainedFraction, p.MostInOneSecond, p.Answered429, p.GapP1Ms, p.GapP50Ms, p.GapP99Ms)
+}
+
+// TestBenchGateway runs `bench --gateway` from the binary (its HTTP
+// clients are a child process): every request of each pass gets the
+// status its path promises (the bench fails otherwise), and the report's
+// figures are the ones its ratios are made of. How cheap a 429 is, is
+// measured (README), not asserted: this machine is shared and noisy.
+func TestBenchGateway(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, notifierBinary(t), "bench", "--gateway", "--jobs", "400", "--workers", "8", "--json")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("bench --gateway: %v\n%s", err, stderr.String())
+	}
+	r := decodeBench(t, string(out))
+	g := r.Gateway
+	if r.Mode != "gateway" || g == nil || r.Throughput != nil || r.Pacing != nil {
+		t.Fatalf("mode %q, gateway %+v", r.Mode, g)
+	}
+	if g.Command != "notifier bench --gateway --jobs 400 --workers 8" || g.Requests != 400 || g.Concurrency != 8 {
+		t.Errorf("gateway: %q, %d requests at %d", g.Command, g.Requests, g.Concurrency)
+	}
+	for _, p := range []struct {
+		name string
+		run  bench.GatewayRun
+		want int
+	}{{"202", g.Accepted, 202}, {"429", g.Limited, 429}, {"floor", g.Floor, 429}} {
+		run := p.run
+		if run.Status != p.want || run.Seconds <= 0 || run.RequestsPerSecond <= 0 || !(0 < run.P50Ms && run.P50Ms <= run.P99Ms) {
+			t.Errorf("%s pass: %+v", p.name, run)
+		}
+		if run.CPUMicrosPerReq <= 0 || math.Abs(run.CPUMicrosPerReq-(run.ProcessCPUMicros+run.RedisCPUMicros)) > 1e-9 {
+			t.Errorf("%s pass: CPU %v is not process %v + redis %v", p.name, run.CPUMicrosPerReq, run.ProcessCPUMicros, run.RedisCPUMicros)
+		}
+	}
+	if g.CPURatio != g.Accepted.CPUMicrosPerReq/g.Limited.CPUMicrosPerReq || g.FloorRatio != g.Accepted.CPUMicrosPerReq/g.Floor.CPUMicrosPerReq {
+		t.Errorf("ratios %v and %v are not the 202's CPU over the 429's and the floor's", g.CPURatio, g.FloorRatio)
+	}
+	t.Logf("202 %.1f µs, 429 %.1f µs, floor %.1f µs per request: 1/%.1f, floor 1/%.1f",
+		g.Accepted.CPUMicrosPerReq, g.Limited.CPUMicrosPerReq, g.Floor.CPUMicrosPerReq, g.CPURatio, g.FloorRatio)
 }
 
 // TestBenchUsageAndSetUpErrors: bad flags exit 2; no Redis anywhere fails
