@@ -21,6 +21,7 @@ import (
 	"github.com/notifier/notifier/internal/stats"
 	"github.com/notifier/notifier/localenv"
 	"github.com/notifier/notifier/queue"
+	"github.com/valyala/fasthttp"
 )
 
 // GatewayResult is `notifier bench --gateway`: the 202 path and the
@@ -32,17 +33,21 @@ type GatewayResult struct {
 	Accepted    GatewayRun `json:"accepted"`
 	Limited     GatewayRun `json:"limited"`
 	// Floor is the same requests answered by a handler that does nothing
-	// but write a fixed 429 (no key, no bucket, no metric), on the same
-	// HTTP server: what net/http alone costs per request on this machine,
-	// the least any answer can cost.
+	// but write a fixed 429 (no key, no bucket, no metric) on a server
+	// configured as the gateway's (Gateway.Server): what the HTTP server
+	// alone costs per request on this machine, the least any answer costs.
 	Floor GatewayRun `json:"http_floor"`
+	// NetHTTPFloor is the same with Go's net/http server, which the
+	// gateway does not use: its floor is what a 429 would cost on it.
+	NetHTTPFloor GatewayRun `json:"net_http_floor"`
 	// CPURatio is the accepted path's CPU per request over the limited
 	// path's: how many times cheaper a 429 is.
 	CPURatio float64 `json:"cpu_ratio"`
-	// FloorRatio is the accepted path's CPU per request over the floor's:
-	// the most CPURatio could be with a 429 that cost nothing beyond the
-	// HTTP server's own work.
-	FloorRatio float64 `json:"cpu_ratio_at_http_floor"`
+	// FloorRatio and NetHTTPFloorRatio are the accepted path's CPU per
+	// request over each floor's: the most CPURatio could be with a 429
+	// that cost nothing beyond that server's own work.
+	FloorRatio        float64 `json:"cpu_ratio_at_http_floor"`
+	NetHTTPFloorRatio float64 `json:"cpu_ratio_at_net_http_floor"`
 }
 
 // GatewayRun is one pass's figures. CPU is this process's (the
@@ -85,9 +90,9 @@ func (w *benchWorld) gatewayPass(ctx context.Context) (*GatewayResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen for the bench gateway: %w", err)
 	}
-	srv := &http.Server{Handler: gw, ReadHeaderTimeout: 5 * time.Second}
+	srv := gw.Server(nil)
 	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
+	defer func() { _ = srv.Shutdown() }()
 	url := "http://" + ln.Addr().String() + "/v1/notifications"
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conc, MaxConnsPerHost: conc}, Timeout: 30 * time.Second}
 	defer client.CloseIdleConnections()
@@ -113,38 +118,49 @@ func (w *benchWorld) gatewayPass(ctx context.Context) (*GatewayResult, error) {
 	if res.Limited.CPUMicrosPerReq > 0 {
 		res.CPURatio = res.Accepted.CPUMicrosPerReq / res.Limited.CPUMicrosPerReq
 	}
-	if res.Floor, err = w.httpFloorPass(ctx, exe, n, conc); err != nil {
-		return nil, err
-	}
-	if res.Floor.CPUMicrosPerReq > 0 {
-		res.FloorRatio = res.Accepted.CPUMicrosPerReq / res.Floor.CPUMicrosPerReq
-	}
-	return res, nil
-}
-
-// httpFloorPass times n requests against a server like the gateway's whose
-// handler only writes a fixed 429: the HTTP server's own cost.
-func (w *benchWorld) httpFloorPass(ctx context.Context, exe string, n, conc int) (GatewayRun, error) {
 	body := []byte(`{"type":"quota-exceeded","title":"Quota exceeded","status":429}` + "\n")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return GatewayRun{}, fmt.Errorf("listen for the bench's floor server: %w", err)
+	fast := gw.Server(nil)
+	fast.Handler = func(c *fasthttp.RequestCtx) {
+		c.SetContentType("application/problem+json")
+		c.Response.Header.Set("Retry-After", "1")
+		c.SetStatusCode(http.StatusTooManyRequests)
+		c.SetBody(body)
 	}
-	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {
+	std := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {
 		rw.Header()["Content-Type"] = []string{"application/problem+json"}
 		rw.Header()["Retry-After"] = []string{"1"}
 		rw.WriteHeader(http.StatusTooManyRequests)
 		_, _ = rw.Write(body)
 	})}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
+	if res.Floor, err = w.httpFloorPass(ctx, exe, n, conc, fast.Serve, fast.Shutdown, "HTTP floor: the gateway's server, a handler that only answers 429"); err != nil {
+		return nil, err
+	}
+	if res.NetHTTPFloor, err = w.httpFloorPass(ctx, exe, n, conc, std.Serve, std.Close, "HTTP floor: net/http, a handler that only answers 429"); err != nil {
+		return nil, err
+	}
+	if res.Floor.CPUMicrosPerReq > 0 && res.NetHTTPFloor.CPUMicrosPerReq > 0 {
+		res.FloorRatio = res.Accepted.CPUMicrosPerReq / res.Floor.CPUMicrosPerReq
+		res.NetHTTPFloorRatio = res.Accepted.CPUMicrosPerReq / res.NetHTTPFloor.CPUMicrosPerReq
+	}
+	return res, nil
+}
+
+// httpFloorPass times n requests against a server (serve, stopped by stop)
+// whose handler only writes a fixed 429: that server's own cost.
+func (w *benchWorld) httpFloorPass(ctx context.Context, exe string, n, conc int, serve func(net.Listener) error, stop func() error, phase string) (GatewayRun, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return GatewayRun{}, fmt.Errorf("listen for the bench's floor server: %w", err)
+	}
+	go func() { _ = serve(ln) }()
+	defer func() { _ = stop() }()
 	url := "http://" + ln.Addr().String() + "/v1/notifications"
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conc, MaxConnsPerHost: conc}, Timeout: 30 * time.Second}
 	defer client.CloseIdleConnections()
-	if _, _, err := w.gatewayLoad(ctx, client, url, benchLimitedKey, warmupJobs(n), conc, http.StatusTooManyRequests, "HTTP floor warm-up"); err != nil {
+	if _, _, err := w.gatewayLoad(ctx, client, url, benchLimitedKey, warmupJobs(n), conc, http.StatusTooManyRequests, phase+" (warm-up)"); err != nil {
 		return GatewayRun{}, err
 	}
-	return w.gatewayRun(ctx, exe, url, benchLimitedKey, n, conc, http.StatusTooManyRequests, "HTTP floor (a handler that only answers 429)")
+	return w.gatewayRun(ctx, exe, url, benchLimitedKey, n, conc, http.StatusTooManyRequests, phase)
 }
 
 // gatewayRun is one timed pass: the requests come from a child process
@@ -300,7 +316,7 @@ func printGatewayBench(w io.Writer, g *GatewayResult) {
 	for _, r := range []struct {
 		name string
 		run  GatewayRun
-	}{{"202 accepted", g.Accepted}, {"429 over the limit", g.Limited}, {"HTTP floor (429)", g.Floor}} {
+	}{{"202 accepted", g.Accepted}, {"429 over the limit", g.Limited}, {"floor: server", g.Floor}, {"floor: net/http", g.NetHTTPFloor}} {
 		fmt.Fprintf(w, "  %-20s %8.0f %7.2fms %7.2fms %15.1f %17.1f + %-6.1f %13.1f\n", r.name, r.run.RequestsPerSecond, r.run.P50Ms, r.run.P99Ms,
 			r.run.CPUMicrosPerReq, r.run.ProcessCPUMicros, r.run.RedisCPUMicros, r.run.ClientCPUMicros)
 	}
@@ -309,10 +325,10 @@ func printGatewayBench(w io.Writer, g *GatewayResult) {
 		verdict = "< 5×: NOT held"
 	}
 	fmt.Fprintf(w, "\n  a 429 costs 1/%.1f of a 202 in CPU per request (%s)\n", g.CPURatio, verdict)
-	fmt.Fprintf(w, "  a handler that does nothing but answer 429 costs 1/%.1f of a 202: the most any 429 on net/http could save here\n", g.FloorRatio)
+	fmt.Fprintf(w, "  a handler that only answers 429 costs 1/%.1f of a 202 on the gateway's server (fasthttp), 1/%.1f on net/http\n", g.FloorRatio, g.NetHTTPFloorRatio)
 	fmt.Fprintln(w, "  202: the key, the bucket (one EVALSHA), decode and validation, the JetStream publish and its ack.")
 	fmt.Fprintln(w, "  429: the key and the bucket as this instance last heard of it (Redis only when that does not refuse).")
-	fmt.Fprintln(w, "  HTTP floor: the same requests to a net/http server whose handler only writes a fixed 429.")
+	fmt.Fprintln(w, "  floor: the same requests to a handler that only writes a fixed 429, on the gateway's server and on net/http.")
 	fmt.Fprintln(w, "  CPU per request is the serving side: this process (the gateway and the embedded NATS server, which")
 	fmt.Fprintln(w, "  stores the 202s' jobs; getrusage) plus redis-server (INFO cpu). The HTTP clients run in a child")
 	fmt.Fprintln(w, "  process, their CPU shown apart; p50/p99 are the clients' request latencies")

@@ -294,7 +294,7 @@ func TestBenchGateway(t *testing.T) {
 		name string
 		run  bench.GatewayRun
 		want int
-	}{{"202", g.Accepted, 202}, {"429", g.Limited, 429}, {"floor", g.Floor, 429}} {
+	}{{"202", g.Accepted, 202}, {"429", g.Limited, 429}, {"floor", g.Floor, 429}, {"net/http floor", g.NetHTTPFloor, 429}} {
 		run := p.run
 		if run.Status != p.want || run.Seconds <= 0 || run.RequestsPerSecond <= 0 || !(0 < run.P50Ms && run.P50Ms <= run.P99Ms) {
 			t.Errorf("%s pass: %+v", p.name, run)
@@ -303,7 +303,8 @@ func TestBenchGateway(t *testing.T) {
 			t.Errorf("%s pass: CPU %v is not process %v + redis %v", p.name, run.CPUMicrosPerReq, run.ProcessCPUMicros, run.RedisCPUMicros)
 		}
 	}
-	if g.CPURatio != g.Accepted.CPUMicrosPerReq/g.Limited.CPUMicrosPerReq || g.FloorRatio != g.Accepted.CPUMicrosPerReq/g.Floor.CPUMicrosPerReq {
+	if g.CPURatio != g.Accepted.CPUMicrosPerReq/g.Limited.CPUMicrosPerReq || g.FloorRatio != g.Accepted.CPUMicrosPerReq/g.Floor.CPUMicrosPerReq ||
+		g.NetHTTPFloorRatio != g.Accepted.CPUMicrosPerReq/g.NetHTTPFloor.CPUMicrosPerReq {
 		t.Errorf("ratios %v and %v are not the 202's CPU over the 429's and the floor's", g.CPURatio, g.FloorRatio)
 	}
 	t.Logf("202 %.1f µs, 429 %.1f µs, floor %.1f µs per request: 1/%.1f, floor 1/%.1f",

@@ -2,9 +2,9 @@ package gateway_test
 
 import (
 	"net/http"
-	"net/http/httptest"
-	"strings"
 	"testing"
+
+	"github.com/valyala/fasthttp"
 
 	"github.com/notifier/notifier/gateway"
 )
@@ -13,18 +13,22 @@ import (
 // the key, the bound of the bucket, the answer.
 func BenchmarkLimitedPath(b *testing.B) {
 	bb := setupB(b, gateway.Config{Keys: keys(1e-6, 1)})
-	body := smsJob("")
+	body := []byte(smsJob(""))
+	var c fasthttp.RequestCtx
 	do := func() int {
-		req := httptest.NewRequest(http.MethodPost, "/v1/notifications", strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", "Bearer "+acmeKey)
-		rec := httptest.NewRecorder()
-		bb.ServeHTTP(rec, req)
-		return rec.Code
+		c.Request.Reset()
+		c.Response.Reset()
+		c.Request.Header.SetMethod(http.MethodPost)
+		c.Request.SetRequestURI("/v1/notifications")
+		c.Request.Header.SetContentType("application/json")
+		c.Request.Header.Set("Authorization", "Bearer "+acmeKey)
+		c.Request.SetBody(body)
+		bb.Handle(&c)
+		return c.Response.StatusCode()
 	}
 	do()
-	if c := do(); c != http.StatusTooManyRequests {
-		b.Fatalf("answer %d", c)
+	if code := do(); code != http.StatusTooManyRequests {
+		b.Fatalf("answer %d", code)
 	}
 	b.ReportAllocs()
 	for b.Loop() {

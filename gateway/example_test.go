@@ -7,8 +7,8 @@ import (
 )
 
 // The configuration holds only the SHA-256 of each key (what `notifier
-// gateway hash-key` prints); New checks it and gateway.New(cfg, deps) serves
-// it as an http.Handler.
+// gateway hash-key` prints); New checks it, and the Gateway that
+// gateway.New(cfg, deps) returns serves it (Gateway.Server).
 func ExampleConfig() {
 	cfg := gateway.Config{Keys: []gateway.Key{{
 		Name: "billing", Tenant: "acme", SHA256: gateway.HashKey("s3cret-api-key"), Rate: 50, Burst: 100,

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -24,6 +25,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttpadaptor"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -97,9 +100,9 @@ type apiKey struct {
 	lastLimitLog atomic.Int64 // ns since Gateway.base of the last "api key limited" line; 0 none
 	limitedSince atomic.Int64 // 429s since that line
 
-	limited     encoded  // the 429 body of one job over the limit
-	policy      []string // RateLimit-Policy
-	legacyLimit []string // X-RateLimit-Limit
+	limited     encoded // the 429 body of one job over the limit
+	policy      string  // RateLimit-Policy
+	legacyLimit string  // X-RateLimit-Limit
 }
 
 func keyNames(keys []Key) []string {
@@ -110,9 +113,10 @@ func keyNames(keys []Key) []string {
 	return out
 }
 
-// Gateway is the HTTP intake (see the package doc). It is an http.Handler,
-// safe for concurrent use; Run flushes its rejection counts to Redis. The
-// zero value is not usable: call New.
+// Gateway is the HTTP intake (see the package doc). Handle serves its
+// requests (Server is a fasthttp server for it), safe for concurrent use;
+// Run flushes its rejection counts to Redis. The zero value is not usable:
+// call New.
 type Gateway struct {
 	cfg      Config
 	keys     []apiKey
@@ -123,8 +127,8 @@ type Gateway struct {
 	ready    func(context.Context) error
 	log      *slog.Logger
 	now      func() time.Time
-	mux      *http.ServeMux
-	tracer   trace.Tracer // nil: tracing off
+	metrics  fasthttp.RequestHandler // GET /metrics; nil: not served
+	tracer   trace.Tracer            // nil: tracing off
 	requests *prometheus.CounterVec
 	counters map[string]map[int]prometheus.Counter // the counters of counted, by key label and code (read only)
 	rejected *rejections
@@ -195,33 +199,96 @@ func New(cfg Config, d Deps) (*Gateway, error) {
 		k := &g.keys[i]
 		k.limited = mustJSON(problemOf(http.StatusTooManyRequests, TypeQuotaExceeded, "Quota exceeded",
 			fmt.Sprintf("this key allows %g jobs per second, %d at once; retry after the Retry-After seconds", k.Rate, k.Burst)))
-		k.policy = []string{fmt.Sprintf("%q;q=%d;w=%d", "key", k.Burst, max(1, int64(math.Ceil(float64(k.Burst)/k.Rate))))}
-		k.legacyLimit = []string{strconv.Itoa(k.Burst)}
+		k.policy = fmt.Sprintf("%q;q=%d;w=%d", "key", k.Burst, max(1, int64(math.Ceil(float64(k.Burst)/k.Rate))))
+		k.legacyLimit = strconv.Itoa(k.Burst)
 	}
 	if d.Registerer != nil {
 		if err := d.Registerer.Register(g.requests); err != nil {
 			return nil, fmt.Errorf("register gateway metrics: %w", err)
 		}
 	}
-	g.mux = http.NewServeMux()
-	g.mux.HandleFunc("POST /v1/notifications", g.notifications)
-	g.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = io.WriteString(w, "ok\n")
-	})
-	g.mux.HandleFunc("GET /readyz", g.readyz)
-	g.mux.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(OpenAPI)
-	})
 	if d.Gatherer != nil {
-		g.mux.Handle("GET /metrics", promhttp.HandlerFor(d.Gatherer, promhttp.HandlerOpts{}))
+		g.metrics = fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(d.Gatherer, promhttp.HandlerOpts{}))
 	}
 	return g, nil
 }
 
-// ServeHTTP implements http.Handler.
-func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.mux.ServeHTTP(w, r) }
+// Handle answers one request: the routes of the package doc, 404 for any
+// other path and 405 (with Allow) for another method.
+func (g *Gateway) Handle(c *fasthttp.RequestCtx) {
+	var allow string
+	switch string(c.Path()) {
+	case "/v1/notifications":
+		if allow = fasthttp.MethodPost; c.IsPost() {
+			g.notifications(c)
+			return
+		}
+	case "/healthz":
+		if allow = "GET, HEAD"; c.IsGet() || c.IsHead() {
+			c.SetContentType("text/plain; charset=utf-8")
+			c.SetBodyString("ok\n")
+			return
+		}
+	case "/readyz":
+		if allow = "GET, HEAD"; c.IsGet() || c.IsHead() {
+			g.readyz(c)
+			return
+		}
+	case "/openapi.json":
+		if allow = "GET, HEAD"; c.IsGet() || c.IsHead() {
+			c.SetContentType(jsonContentType)
+			c.SetBody(OpenAPI)
+			return
+		}
+	case "/metrics":
+		if g.metrics == nil {
+			break
+		}
+		if allow = "GET, HEAD"; c.IsGet() || c.IsHead() {
+			g.metrics(c)
+			return
+		}
+	}
+	c.SetContentType("text/plain; charset=utf-8")
+	if allow == "" {
+		c.SetStatusCode(http.StatusNotFound)
+		c.SetBodyString("404 page not found\n")
+		return
+	}
+	c.Response.Header.Set("Allow", allow)
+	c.SetStatusCode(http.StatusMethodNotAllowed)
+	c.SetBodyString("method not allowed\n")
+}
+
+// Server is a fasthttp server for the gateway: requests of at most
+// MaxRequestBytes, read as a stream so that an oversized one gets the
+// gateway's own 413; headers of at most 16 KiB; the timeouts of a public
+// endpoint. logf, when set, gets the server's own errors (a malformed
+// request, a timeout).
+func (g *Gateway) Server(logf func(format string, args ...any)) *fasthttp.Server {
+	s := &fasthttp.Server{
+		Handler:                      g.Handle,
+		NoDefaultServerHeader:        true,
+		NoDefaultContentType:         true,
+		StreamRequestBody:            true,
+		DisablePreParseMultipartForm: true,
+		MaxRequestBodySize:           MaxRequestBytes,
+		ReadBufferSize:               16 << 10,
+		ReadTimeout:                  30 * time.Second,
+		WriteTimeout:                 g.cfg.PublishTimeout + 30*time.Second,
+		IdleTimeout:                  2 * time.Minute,
+		CloseOnShutdown:              true,
+	}
+	if logf != nil {
+		s.Logger = printfLogger(logf)
+	}
+	return s
+}
+
+// printfLogger is a fasthttp.Logger that calls a printf-like function.
+type printfLogger func(format string, args ...any)
+
+func (l printfLogger) Printf(format string, args ...any) { l(format, args...) }
 
 // Run adds the rejections counted here to Redis every few seconds (for
 // `notifier top --gateway`) until ctx ends, then once more. It returns nil
@@ -257,29 +324,29 @@ func (g *Gateway) gatherRejections() {
 	}
 }
 
-func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+func (g *Gateway) readyz(c *fasthttp.RequestCtx) {
+	c.SetContentType("text/plain; charset=utf-8")
 	if g.ready != nil {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		if err := g.ready(ctx); err != nil {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = io.WriteString(w, "not ready: "+err.Error()+"\n")
+			c.SetStatusCode(http.StatusServiceUnavailable)
+			c.SetBodyString("not ready: " + err.Error() + "\n")
 			return
 		}
 	}
-	_, _ = io.WriteString(w, "ready\n")
+	c.SetBodyString("ready\n")
 }
 
 // authenticate finds the key of the request's bearer token, comparing its
 // SHA-256 with every configured key's in constant time (no early exit, so
 // the time does not say which key, or how much of one, matched).
-func (g *Gateway) authenticate(r *http.Request) (*apiKey, bool) {
-	auth := r.Header.Get("Authorization")
-	if len(auth) <= len(authorizationBearer) || !strings.EqualFold(auth[:len(authorizationBearer)], authorizationBearer) {
+func (g *Gateway) authenticate(c *fasthttp.RequestCtx) (*apiKey, bool) {
+	auth := c.Request.Header.Peek("Authorization")
+	if len(auth) <= len(authorizationBearer) || !bytes.EqualFold(auth[:len(authorizationBearer)], []byte(authorizationBearer)) {
 		return nil, false
 	}
-	sum := sha256.Sum256([]byte(strings.TrimSpace(auth[len(authorizationBearer):])))
+	sum := sha256.Sum256(bytes.TrimSpace(auth[len(authorizationBearer):]))
 	found := -1
 	for i := range g.keys {
 		if subtle.ConstantTimeCompare(sum[:], g.keys[i].hash) == 1 {
@@ -293,20 +360,16 @@ func (g *Gateway) authenticate(r *http.Request) (*apiKey, bool) {
 }
 
 // clientIP is the address failed authentications are counted against.
-func (g *Gateway) clientIP(r *http.Request) string {
+func (g *Gateway) clientIP(c *fasthttp.RequestCtx) string {
 	if h := g.cfg.ClientIPHeader; h != "" {
-		if v := r.Header.Values(h); len(v) > 0 {
-			parts := strings.Split(v[len(v)-1], ",")
+		if v := c.Request.Header.PeekAll(h); len(v) > 0 {
+			parts := strings.Split(string(v[len(v)-1]), ",")
 			if ip := net.ParseIP(strings.TrimSpace(parts[len(parts)-1])); ip != nil {
 				return ip.String()
 			}
 		}
 	}
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
-	}
-	if ip := net.ParseIP(host); ip != nil {
+	if ip := c.RemoteIP(); ip != nil && !ip.IsUnspecified() {
 		return ip.String()
 	}
 	return "unknown"
@@ -315,11 +378,11 @@ func (g *Gateway) clientIP(r *http.Request) string {
 // blockedFor is how long the request's client IP stays over the
 // failed-authentication limit as this instance last heard it (0: not
 // blocked).
-func (g *Gateway) blockedFor(r *http.Request) time.Duration {
+func (g *Gateway) blockedFor(c *fasthttp.RequestCtx) time.Duration {
 	if g.nblocked.Load() == 0 {
 		return 0
 	}
-	ip := g.clientIP(r)
+	ip := g.clientIP(c)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	until, ok := g.blocked[ip]
@@ -399,35 +462,27 @@ func problemOf(status int, typ, title, detail string) *problem {
 }
 
 // write sends a and counts it under label.
-func (g *Gateway) write(w http.ResponseWriter, label string, a answer) {
-	h := w.Header()
+func (g *Gateway) write(c *fasthttp.RequestCtx, label string, a answer) {
+	h := &c.Response.Header
 	if a.retryAfter > 0 {
-		h["Retry-After"] = []string{strconv.FormatInt(ceilSeconds(a.retryAfter), 10)}
+		var buf [20]byte
+		h.SetBytesV("Retry-After", strconv.AppendInt(buf[:0], ceilSeconds(a.retryAfter), 10))
 	}
-	var b []byte
 	switch body := a.body.(type) {
 	case encoded: // pre-encoded problem+json
-		h["Content-Type"] = problemContentTypeValue
-		b = body
+		h.SetContentType(problemContentType)
+		c.SetBody(body)
 	case *problem:
-		h["Content-Type"] = problemContentTypeValue
-		b = mustJSON(body)
+		h.SetContentType(problemContentType)
+		c.SetBody(mustJSON(body))
 	default:
-		h["Content-Type"] = jsonContentTypeValue
-		b = mustJSON(body)
+		h.SetContentType(jsonContentType)
+		c.SetBody(mustJSON(body))
 	}
-	h["Cache-Control"] = noStoreValue
-	w.WriteHeader(a.status)
-	_, _ = w.Write(b)
+	h.Set("Cache-Control", "no-store")
+	c.SetStatusCode(a.status)
 	g.count(label, a.status)
 }
-
-// Header values shared by every answer (never modified).
-var (
-	problemContentTypeValue = []string{problemContentType}
-	jsonContentTypeValue    = []string{jsonContentType}
-	noStoreValue            = []string{"no-store"}
-)
 
 // encoded is an answer body already encoded (with its final newline).
 type encoded []byte
@@ -462,23 +517,23 @@ func ceilSeconds(d time.Duration) int64 {
 // policy "key" of quota q = burst over the window w = burst/rate seconds
 // (the time an empty bucket takes to fill, rounded up), and r, the whole
 // tokens left, with t, the seconds until the bucket is full again.
-func (g *Gateway) setKeyHeaders(h http.Header, k *apiKey, t Take) {
+func (g *Gateway) setKeyHeaders(h *fasthttp.ResponseHeader, k *apiKey, t Take) {
 	reset := int64(math.Ceil(t.Reset.Seconds()))
-	h["Ratelimit-Policy"] = k.policy
-	b := make([]byte, 0, 48)
-	b = append(b, `"key";r=`...)
+	h.Set("RateLimit-Policy", k.policy)
+	var buf [48]byte
+	b := append(buf[:0], `"key";r=`...)
 	b = strconv.AppendInt(b, int64(t.Remaining), 10)
 	b = append(b, ";t="...)
 	b = strconv.AppendInt(b, reset, 10)
-	h["Ratelimit"] = []string{string(b)}
+	h.SetBytesV("RateLimit", b)
 	if g.cfg.LegacyHeaders {
-		h["X-Ratelimit-Limit"] = k.legacyLimit
-		h["X-Ratelimit-Remaining"] = []string{strconv.Itoa(t.Remaining)}
-		h["X-Ratelimit-Reset"] = []string{strconv.FormatInt(reset, 10)}
+		h.Set("X-RateLimit-Limit", k.legacyLimit)
+		h.SetBytesV("X-RateLimit-Remaining", strconv.AppendInt(buf[:0], int64(t.Remaining), 10))
+		h.SetBytesV("X-RateLimit-Reset", strconv.AppendInt(buf[:0], reset, 10))
 	}
 }
 
-func (g *Gateway) setRateHeaders(h http.Header, policy string, quota int, window int64, remaining int, reset int64) {
+func (g *Gateway) setRateHeaders(h *fasthttp.ResponseHeader, policy string, quota int, window int64, remaining int, reset int64) {
 	h.Set("RateLimit-Policy", fmt.Sprintf("%q;q=%d;w=%d", policy, quota, window))
 	h.Set("RateLimit", fmt.Sprintf("%q;r=%d;t=%d", policy, remaining, reset))
 	if g.cfg.LegacyHeaders {
@@ -490,7 +545,7 @@ func (g *Gateway) setRateHeaders(h http.Header, policy string, quota int, window
 
 // peekHeaders sets the key's rate-limit fields for an answer that took no
 // token (a 415, a 413, a 400 before the bucket): one read of the bucket.
-func (g *Gateway) peekHeaders(ctx context.Context, h http.Header, k *apiKey) {
+func (g *Gateway) peekHeaders(ctx context.Context, h *fasthttp.ResponseHeader, k *apiKey) {
 	t, err := g.buckets.Take(ctx, k.Key, 0)
 	if err != nil {
 		return // Redis unreachable: the answer goes without them
@@ -500,27 +555,27 @@ func (g *Gateway) peekHeaders(ctx context.Context, h http.Header, k *apiKey) {
 
 // authFailed answers a request without a valid key: 401, or 429 once its
 // client IP is over gateway.auth_failures. Nothing of the body is read.
-func (g *Gateway) authFailed(w http.ResponseWriter, r *http.Request, ip string) {
+func (g *Gateway) authFailed(c *fasthttp.RequestCtx, ip string) {
 	lim := g.cfg.AuthFailures
-	n, left, err := failAuth(r.Context(), g.rdb, g.prefix, ip, lim.Window)
+	n, left, err := failAuth(context.Background(), g.rdb, g.prefix, ip, lim.Window)
 	if err != nil {
 		g.throttledWarn(" redis", "failed authentication not counted: answered 503", "err", err)
-		g.write(w, unauthenticatedLabel, answer{status: http.StatusServiceUnavailable, retryAfter: time.Second,
+		g.write(c, unauthenticatedLabel, answer{status: http.StatusServiceUnavailable, retryAfter: time.Second,
 			body: problemOf(http.StatusServiceUnavailable, TypeUnavailable, "Service unavailable", "the limit store cannot be reached; retry later")})
 		return
 	}
-	h := w.Header()
+	h := &c.Response.Header
 	g.setRateHeaders(h, "auth", lim.Limit, ceilSeconds(lim.Window), max(0, lim.Limit-n), ceilSeconds(left))
 	g.rejected.add(unauthenticatedLabel)
 	if n > lim.Limit {
 		g.block(ip, left)
-		g.write(w, unauthenticatedLabel, answer{status: http.StatusTooManyRequests, retryAfter: left,
+		g.write(c, unauthenticatedLabel, answer{status: http.StatusTooManyRequests, retryAfter: left,
 			body: problemOf(http.StatusTooManyRequests, TypeAuthFailures, "Too many failed authentications",
 				fmt.Sprintf("more than %d failed authentications from this address in %s", lim.Limit, lim.Window))})
 		return
 	}
 	h.Set("WWW-Authenticate", `Bearer realm="notifier"`)
-	g.write(w, unauthenticatedLabel, answer{status: http.StatusUnauthorized,
+	g.write(c, unauthenticatedLabel, answer{status: http.StatusUnauthorized,
 		body: problemOf(http.StatusUnauthorized, TypeUnauthorized, "Unauthorized", "send Authorization: Bearer <API key>")})
 }
 
@@ -537,51 +592,52 @@ func isJSON(ct string) bool {
 // cheap: the key (a hash, no Redis), the client IP's block (memory), the
 // content type and size, the jobs counted by a scan, the bucket (one Redis
 // round trip); only then is anything decoded or published.
-func (g *Gateway) notifications(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
-	k, ok := g.authenticate(r)
+func (g *Gateway) notifications(c *fasthttp.RequestCtx) {
+	ctx := context.Background() // not the request's: a shutdown lets requests in flight finish
+	k, ok := g.authenticate(c)
 	if !ok {
-		g.authFailed(w, r, g.clientIP(r))
+		g.authFailed(c, g.clientIP(c))
 		return
 	}
-	if left := g.blockedFor(r); left > 0 {
+	if left := g.blockedFor(c); left > 0 {
 		g.rejected.add(unauthenticatedLabel)
-		g.write(w, k.Name, answer{status: http.StatusTooManyRequests, retryAfter: left,
+		g.write(c, k.Name, answer{status: http.StatusTooManyRequests, retryAfter: left,
 			body: problemOf(http.StatusTooManyRequests, TypeAuthFailures, "Too many failed authentications",
 				"this address is over the limit of failed authentications; retry after the window")})
 		return
 	}
-	h := w.Header()
-	if !isJSON(r.Header.Get("Content-Type")) {
+	h := &c.Response.Header
+	if !isJSON(string(c.Request.Header.ContentType())) {
 		g.peekHeaders(ctx, h, k)
-		g.write(w, k.Name, answer{status: http.StatusUnsupportedMediaType,
+		g.write(c, k.Name, answer{status: http.StatusUnsupportedMediaType,
 			body: problemOf(http.StatusUnsupportedMediaType, TypeUnsupported, "Unsupported media type", "send Content-Type: application/json")})
 		return
 	}
 	tooLarge := func(detail string) {
 		g.peekHeaders(ctx, h, k)
-		g.write(w, k.Name, answer{status: http.StatusRequestEntityTooLarge,
+		g.write(c, k.Name, answer{status: http.StatusRequestEntityTooLarge,
 			body: problemOf(http.StatusRequestEntityTooLarge, TypeTooLarge, "Request too large", detail)})
 	}
 	// A key whose bucket, as this instance last heard of it, cannot give
 	// even one token is refused before the body is read: whatever the
 	// request holds, it needs at least that one.
 	if t, refused := k.localRefusal(time.Since(g.base), 1); refused {
-		g.refuseOverLimit(w, k, t, 1)
+		g.refuseOverLimit(c, k, t, 1)
 		return
 	}
-	if r.ContentLength > MaxRequestBytes {
-		tooLarge(fmt.Sprintf("the body is %d bytes, more than %d", r.ContentLength, MaxRequestBytes))
+	if cl := c.Request.Header.ContentLength(); cl > MaxRequestBytes {
+		c.SetConnectionClose() // the rest of the body is not read
+		tooLarge(fmt.Sprintf("the body is %d bytes, more than %d", cl, MaxRequestBytes))
 		return
 	}
-	body, err := readBody(w, r)
+	body, err := readBody(c)
 	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
+		if errors.Is(err, errBodyTooLarge) {
+			c.SetConnectionClose()
 			tooLarge(fmt.Sprintf("the body is more than %d bytes", MaxRequestBytes))
 			return
 		}
-		g.write(w, k.Name, answer{status: http.StatusBadRequest,
+		g.write(c, k.Name, answer{status: http.StatusBadRequest,
 			body: problemOf(http.StatusBadRequest, TypeInvalidJob, "Unreadable body", "the body could not be read")})
 		return
 	}
@@ -589,7 +645,7 @@ func (g *Gateway) notifications(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case err != nil:
 		g.peekHeaders(ctx, h, k)
-		g.write(w, k.Name, answer{status: http.StatusBadRequest, body: invalidProblem(&queue.InvalidError{Rule: err.Error()})})
+		g.write(c, k.Name, answer{status: http.StatusBadRequest, body: invalidProblem(&queue.InvalidError{Rule: err.Error()})})
 		return
 	case !array && len(body) > queue.MaxJobBytes:
 		tooLarge(fmt.Sprintf("the job is %d bytes, more than %d", len(body), queue.MaxJobBytes))
@@ -599,51 +655,48 @@ func (g *Gateway) notifications(w http.ResponseWriter, r *http.Request) {
 		return
 	case n == 0:
 		g.peekHeaders(ctx, h, k)
-		g.write(w, k.Name, answer{status: http.StatusBadRequest, body: invalidProblem(&queue.InvalidError{Rule: "an empty array: send at least one job"})})
+		g.write(c, k.Name, answer{status: http.StatusBadRequest, body: invalidProblem(&queue.InvalidError{Rule: "an empty array: send at least one job"})})
 		return
 	case n > k.Burst:
 		g.peekHeaders(ctx, h, k)
-		g.write(w, k.Name, answer{status: http.StatusRequestEntityTooLarge,
+		g.write(c, k.Name, answer{status: http.StatusRequestEntityTooLarge,
 			body: problemOf(http.StatusRequestEntityTooLarge, TypeBatchOverBurst, "Batch larger than the key's burst",
 				fmt.Sprintf("%d jobs in one request, more than this key's burst of %d: they could never be accepted at once; send at most %d per request", n, k.Burst, k.Burst))})
 		return
 	}
-	idem := r.Header.Get("Idempotency-Key")
-	if _, set := r.Header["Idempotency-Key"]; set {
+	var idem string
+	if v := c.Request.Header.PeekAll("Idempotency-Key"); len(v) > 0 {
+		idem = string(v[0])
 		if rule := checkIdempotencyKey(idem, array); rule != "" {
 			g.peekHeaders(ctx, h, k)
-			g.write(w, k.Name, answer{status: http.StatusBadRequest, body: invalidProblem(&queue.InvalidError{Field: "Idempotency-Key", Rule: rule})})
+			g.write(c, k.Name, answer{status: http.StatusBadRequest, body: invalidProblem(&queue.InvalidError{Field: "Idempotency-Key", Rule: rule})})
 			return
 		}
 	}
 	high := false
-	priority := ""
-	if r.URL.RawQuery != "" {
-		priority = r.URL.Query().Get("priority")
-	}
-	switch priority {
+	switch priority := string(c.QueryArgs().Peek("priority")); priority {
 	case "", "normal":
 	case "high":
 		high = true
 	default:
 		g.peekHeaders(ctx, h, k)
-		g.write(w, k.Name, answer{status: http.StatusBadRequest, body: invalidProblem(&queue.InvalidError{Field: "priority", Rule: "must be high or normal"})})
+		g.write(c, k.Name, answer{status: http.StatusBadRequest, body: invalidProblem(&queue.InvalidError{Field: "priority", Rule: "must be high or normal"})})
 		return
 	}
 
 	t, err := g.take(ctx, k, n)
 	if err != nil {
 		g.throttledWarn(" redis", "key's bucket not reachable: answered 503", "key", k.Name, "err", err)
-		g.write(w, k.Name, answer{status: http.StatusServiceUnavailable, retryAfter: time.Second,
+		g.write(c, k.Name, answer{status: http.StatusServiceUnavailable, retryAfter: time.Second,
 			body: problemOf(http.StatusServiceUnavailable, TypeUnavailable, "Service unavailable", "the limit store cannot be reached; retry later")})
 		return
 	}
 	if !t.Allowed {
-		g.refuseOverLimit(w, k, t, n)
+		g.refuseOverLimit(c, k, t, n)
 		return
 	}
 	g.setKeyHeaders(h, k, t)
-	g.accept(w, r, k, body, array, idem, high)
+	g.accept(c, k, body, array, idem, high)
 }
 
 // take takes n tokens of k's bucket: refused at once, without Redis, when
@@ -697,8 +750,8 @@ func (k *apiKey) localRefusal(now time.Duration, n int) (Take, bool) {
 
 // refuseOverLimit answers 429 quota-exceeded to a request of n jobs the
 // key's bucket refused (t).
-func (g *Gateway) refuseOverLimit(w http.ResponseWriter, k *apiKey, t Take, n int) {
-	g.setKeyHeaders(w.Header(), k, t)
+func (g *Gateway) refuseOverLimit(c *fasthttp.RequestCtx, k *apiKey, t Take, n int) {
+	g.setKeyHeaders(&c.Response.Header, k, t)
 	k.limitedLine(g, t.Wait)
 	k.rejected.Add(1)
 	var body any = k.limited
@@ -706,7 +759,7 @@ func (g *Gateway) refuseOverLimit(w http.ResponseWriter, k *apiKey, t Take, n in
 		body = problemOf(http.StatusTooManyRequests, TypeQuotaExceeded, "Quota exceeded",
 			fmt.Sprintf("%d jobs asked for, %d left: this key allows %g jobs per second, %d at once; a batch is taken whole or not at all", n, t.Remaining, k.Rate, k.Burst))
 	}
-	g.write(w, k.Name, answer{status: http.StatusTooManyRequests, retryAfter: t.Wait, body: body})
+	g.write(c, k.Name, answer{status: http.StatusTooManyRequests, retryAfter: t.Wait, body: body})
 }
 
 // invalidProblem is the 400 of an invalid job, naming the field and rule.
@@ -718,12 +771,12 @@ func invalidProblem(ie *queue.InvalidError) *problem {
 
 // accept decodes and publishes the jobs of a request that passed the
 // bucket, and answers 202 once JetStream holds them.
-func (g *Gateway) accept(w http.ResponseWriter, r *http.Request, k *apiKey, body []byte, array bool, idem string, high bool) {
+func (g *Gateway) accept(c *fasthttp.RequestCtx, k *apiKey, body []byte, array bool, idem string, high bool) {
 	items := [][]byte{body}
 	if array {
 		raws, err := splitJobs(body)
 		if err != nil {
-			g.write(w, k.Name, answer{status: http.StatusBadRequest, body: invalidProblem(&queue.InvalidError{Rule: err.Error()})})
+			g.write(c, k.Name, answer{status: http.StatusBadRequest, body: invalidProblem(&queue.InvalidError{Rule: err.Error()})})
 			return
 		}
 		items = items[:0]
@@ -734,14 +787,14 @@ func (g *Gateway) accept(w http.ResponseWriter, r *http.Request, k *apiKey, body
 	header := nats.Header{}
 	if g.tracer != nil {
 		// A recorded span under the caller's trace; the jobs carry it.
-		ctx := propagation.TraceContext{}.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+		ctx := propagation.TraceContext{}.Extract(context.Background(), requestCarrier{&c.Request.Header})
 		_, span := g.tracer.Start(ctx, "notifier.gateway.accept", trace.WithSpanKind(trace.SpanKindServer),
 			trace.WithAttributes(attribute.String("notifier.gateway.key", k.Name), attribute.Int("notifier.gateway.jobs", len(items))))
 		defer span.End()
 		propagation.TraceContext{}.Inject(trace.ContextWithSpan(ctx, span), propagation.HeaderCarrier(header))
-	} else if tp := r.Header.Get("Traceparent"); validTraceparent(tp) {
+	} else if tp := string(c.Request.Header.Peek("Traceparent")); validTraceparent(tp) {
 		header.Set(HeaderTraceparent, tp)
-		if ts := r.Header.Get("Tracestate"); ts != "" && len(ts) <= maxTracestate {
+		if ts := string(c.Request.Header.Peek("Tracestate")); ts != "" && len(ts) <= maxTracestate {
 			header.Set(HeaderTracestate, ts)
 		}
 	} else {
@@ -800,11 +853,11 @@ func (g *Gateway) accept(w http.ResponseWriter, r *http.Request, k *apiKey, body
 		at = append(at, i)
 	}
 	if len(msgs) == 0 {
-		g.refuseAll(w, k, array, results)
+		g.refuseAll(c, k, array, results)
 		return
 	}
 
-	ctx, cancel := context.WithTimeout(r.Context(), g.cfg.PublishTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.PublishTimeout)
 	defer cancel()
 	pubs := g.pub.PublishMsgs(ctx, msgs)
 	failed := 0
@@ -824,14 +877,14 @@ func (g *Gateway) accept(w http.ResponseWriter, r *http.Request, k *apiKey, body
 		if array {
 			p.Results = results
 		}
-		g.write(w, k.Name, answer{status: http.StatusServiceUnavailable, retryAfter: time.Second, body: p})
+		g.write(c, k.Name, answer{status: http.StatusServiceUnavailable, retryAfter: time.Second, body: p})
 		return
 	}
 	if !array {
-		g.write(w, k.Name, answer{status: http.StatusAccepted, body: accepted{ID: results[0].ID, Duplicate: results[0].Duplicate}})
+		g.write(c, k.Name, answer{status: http.StatusAccepted, body: accepted{ID: results[0].ID, Duplicate: results[0].Duplicate}})
 		return
 	}
-	g.write(w, k.Name, answer{status: http.StatusAccepted, body: results})
+	g.write(c, k.Name, answer{status: http.StatusAccepted, body: results})
 }
 
 // accepted is the 202 of one job.
@@ -841,20 +894,20 @@ type accepted struct {
 }
 
 // refuseAll answers a request none of whose jobs can be published.
-func (g *Gateway) refuseAll(w http.ResponseWriter, k *apiKey, array bool, results []itemResult) {
+func (g *Gateway) refuseAll(c *fasthttp.RequestCtx, k *apiKey, array bool, results []itemResult) {
 	if !array {
 		res := results[0]
 		if res.Status == "too_large" {
-			g.write(w, k.Name, answer{status: http.StatusRequestEntityTooLarge,
+			g.write(c, k.Name, answer{status: http.StatusRequestEntityTooLarge,
 				body: problemOf(http.StatusRequestEntityTooLarge, TypeTooLarge, "Request too large", res.Rule)})
 			return
 		}
-		g.write(w, k.Name, answer{status: http.StatusBadRequest, body: invalidProblem(&queue.InvalidError{Field: res.Field, Rule: res.Rule})})
+		g.write(c, k.Name, answer{status: http.StatusBadRequest, body: invalidProblem(&queue.InvalidError{Field: res.Field, Rule: res.Rule})})
 		return
 	}
 	p := problemOf(http.StatusBadRequest, TypeInvalidJob, "Invalid jobs", "no job of the array is valid; each item says why")
 	p.Items = results
-	g.write(w, k.Name, answer{status: http.StatusBadRequest, body: p})
+	g.write(c, k.Name, answer{status: http.StatusBadRequest, body: p})
 }
 
 // limitedLine logs that k is being limited: at most one line per key per
@@ -898,16 +951,41 @@ func (g *Gateway) throttle(what string, every time.Duration) (int, bool) {
 	return n, true
 }
 
-// readBody reads the request body, at most MaxRequestBytes, in one buffer
-// of its Content-Length when given.
-func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	rd := http.MaxBytesReader(w, r.Body, MaxRequestBytes)
-	if r.ContentLength > 0 && r.ContentLength <= MaxRequestBytes {
-		buf := make([]byte, r.ContentLength)
+// errBodyTooLarge is a body over MaxRequestBytes.
+var errBodyTooLarge = fmt.Errorf("the body is more than %d bytes", MaxRequestBytes)
+
+// readBody reads the request body, at most MaxRequestBytes (else
+// errBodyTooLarge), in one buffer of its Content-Length when given. The
+// server streams request bodies (Server), so one over the limit is read
+// only up to it.
+func readBody(c *fasthttp.RequestCtx) ([]byte, error) {
+	rd := c.RequestBodyStream()
+	if rd == nil {
+		return append([]byte(nil), c.Request.Body()...), nil
+	}
+	if cl := c.Request.Header.ContentLength(); cl > 0 && cl <= MaxRequestBytes {
+		buf := make([]byte, cl)
 		if _, err := io.ReadFull(rd, buf); err != nil {
 			return nil, err
 		}
 		return buf, nil
 	}
-	return io.ReadAll(rd)
+	b, err := io.ReadAll(io.LimitReader(rd, MaxRequestBytes+1))
+	if err == nil && len(b) > MaxRequestBytes {
+		return nil, errBodyTooLarge
+	}
+	return b, err
+}
+
+// requestCarrier reads a W3C trace context from a request's headers.
+type requestCarrier struct{ h *fasthttp.RequestHeader }
+
+func (rc requestCarrier) Get(key string) string { return string(rc.h.Peek(key)) }
+func (rc requestCarrier) Set(string, string)    {} // never written
+func (rc requestCarrier) Keys() []string {
+	var keys []string
+	for k := range rc.h.All() {
+		keys = append(keys, string(k))
+	}
+	return keys
 }

@@ -2,10 +2,10 @@ package gateway_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"regexp"
 	"slices"
 	"strconv"
@@ -326,7 +326,7 @@ func TestTheLimitHoldsAcrossTwoInstances(t *testing.T) {
 	const rate, burst = 20.0, 10
 	b := setup(t, gateway.Config{Keys: keys(rate, burst)})
 	gw2, _ := b.newGateway(t)
-	srv2 := newServer(t, b.recording(gw2))
+	srv2 := serve(t, gw2, b.recording).URL
 	var accepted, limited atomic.Int64
 	start := time.Now()
 	deadline := start.Add(1500 * time.Millisecond)
@@ -362,13 +362,6 @@ func TestTheLimitHoldsAcrossTwoInstances(t *testing.T) {
 	if n := int64(len(b.stored(t))); n != accepted.Load() {
 		t.Fatalf("%d jobs stored, %d accepted", n, accepted.Load())
 	}
-}
-
-func newServer(t *testing.T, h http.Handler) string {
-	t.Helper()
-	srv := httptestServer(h)
-	t.Cleanup(srv.Close)
-	return srv.URL
 }
 
 func TestNATSDownGives503AndNo202IsLost(t *testing.T) {
@@ -485,8 +478,7 @@ func TestTracingRecordsTheAcceptAndPassesItOn(t *testing.T) {
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	b.tracer = tp
 	gw, _ := b.newGateway(t)
-	b.srv = httptest.NewServer(b.recording(gw))
-	t.Cleanup(b.srv.Close)
+	b.srv = serve(t, gw, b.recording)
 	const traceID, parent = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 	if r := b.post(t, acmeKey, smsJob(""), "traceparent", "00-"+traceID+"-"+parent+"-01"); r.status != http.StatusAccepted {
 		t.Fatalf("post: %d", r.status)
@@ -592,5 +584,68 @@ func TestCategoryPicksTheLane(t *testing.T) {
 	slices.Sort(subjects)
 	if want := []string{"notify.jobs.sms.t.acme.marketing", "notify.jobs.sms.t.acme.transactional"}; !slices.Equal(subjects, want) {
 		t.Fatalf("stored on %v, want %v", subjects, want)
+	}
+}
+
+// TestServerBodiesAndRoutes: what the gateway's own server (Server) does
+// with what net/http used to handle: a body over MaxRequestBytes, declared
+// or chunked, is the gateway's 413 problem and the connection is closed; a
+// small chunked body is read whole; an empty Idempotency-Key is a 400;
+// headers over 16 KiB are a 431; another path is 404 and another method
+// 405 with Allow.
+func TestServerBodiesAndRoutes(t *testing.T) {
+	t.Parallel()
+	b := setup(t, gateway.Config{})
+	plain := serve(t, b.gw, nil).URL // not recorded: these answers are not the API's
+	huge := `{"user_id":"u1","channel":"sms","to":"+14155550123","body":"` + strings.Repeat("a", gateway.MaxRequestBytes) + `"}`
+	for _, chunked := range []bool{false, true} {
+		req, err := http.NewRequest(http.MethodPost, plain+"/v1/notifications", io.NopCloser(strings.NewReader(huge)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !chunked {
+			req.ContentLength = int64(len(huge))
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+acmeKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("chunked %v: %v", chunked, err)
+		}
+		var p problem
+		err = json.NewDecoder(resp.Body).Decode(&p)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusRequestEntityTooLarge || p.Type != gateway.TypeTooLarge || !resp.Close {
+			t.Errorf("chunked %v: %d %+v (%v), closed %v; want 413 %s and the connection closed", chunked, resp.StatusCode, p, err, resp.Close, gateway.TypeTooLarge)
+		}
+	}
+	req, err := http.NewRequest(http.MethodPost, plain+"/v1/notifications", io.NopCloser(strings.NewReader(smsJob(""))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+acmeKey)
+	resp, err := http.DefaultClient.Do(req) // no ContentLength: chunked
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Errorf("a small chunked body: %d, want 202", resp.StatusCode)
+	}
+	if r := post(t, plain, acmeKey, smsJob(""), "Idempotency-Key", ""); r.status != http.StatusBadRequest {
+		t.Errorf("an empty Idempotency-Key: %d %s, want 400", r.status, r.body)
+	}
+	if r := post(t, plain, acmeKey, smsJob(""), "X-Padding", strings.Repeat("p", 20<<10)); r.status != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("20 KiB of headers: %d, want 431", r.status)
+	}
+	if r := get(t, plain+"/v2/nothing"); r.status != http.StatusNotFound {
+		t.Errorf("another path: %d, want 404", r.status)
+	}
+	if r := get(t, plain+"/v1/notifications"); r.status != http.StatusMethodNotAllowed || r.header.Get("Allow") != http.MethodPost {
+		t.Errorf("GET /v1/notifications: %d Allow %q, want 405 and POST", r.status, r.header.Get("Allow"))
+	}
+	if n := len(b.stored(t)); n != 1 {
+		t.Errorf("%d jobs stored, want the chunked one", n)
 	}
 }

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"github.com/valyala/fasthttp"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/goleak"
 
@@ -38,7 +39,7 @@ func TestMain(m *testing.M) {
 		}
 	}
 	if code == 0 {
-		if err := goleak.Find(); err != nil {
+		if err := goleak.Find(testenv.FastHTTP...); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
 			code = 1
 		}
@@ -62,7 +63,7 @@ type bundle struct {
 	prefix string
 	reg    *prometheus.Registry
 	gw     *gateway.Gateway
-	srv    *httptest.Server
+	srv    *server
 	logs   *localenv.Buffer
 	seen   *statusLog
 	tracer trace.TracerProvider // newGateway's (nil: tracing off)
@@ -112,8 +113,7 @@ func setup(t *testing.T, cfg gateway.Config) *bundle {
 	}
 	b.cfg = cfg
 	b.gw, b.reg = b.newGateway(t)
-	b.srv = httptest.NewServer(b.recording(b.gw))
-	t.Cleanup(b.srv.Close)
+	b.srv = serve(t, b.gw, b.recording)
 	return b
 }
 
@@ -165,28 +165,54 @@ func (b *bundle) newGateway(t *testing.T) (*gateway.Gateway, *prometheus.Registr
 	return gw, reg
 }
 
-func (b *bundle) recording(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
-		h.ServeHTTP(rec, r)
-		b.seen.record(r.Method+" "+r.URL.Path, rec.status, w.Header())
-		allSeen.record(r.Method+" "+r.URL.Path, rec.status, w.Header())
+// recording records each answer of h in b.seen and allSeen.
+func (b *bundle) recording(h fasthttp.RequestHandler) fasthttp.RequestHandler {
+	return func(c *fasthttp.RequestCtx) {
+		h(c)
+		hdr := http.Header{}
+		for k, v := range c.Response.Header.All() {
+			hdr.Add(string(k), string(v))
+		}
+		op := string(c.Method()) + " " + string(c.Path())
+		b.seen.record(op, c.Response.StatusCode(), hdr)
+		allSeen.record(op, c.Response.StatusCode(), hdr)
+	}
+}
+
+// server is a gateway served on a loopback port, the way `notifier
+// gateway` serves it (Gateway.Server).
+type server struct {
+	URL string // http://127.0.0.1:<port>
+}
+
+// serve serves gw (its handler wrapped by wrap, when set) until the test
+// ends.
+func serve(t *testing.T, gw *gateway.Gateway, wrap func(fasthttp.RequestHandler) fasthttp.RequestHandler) *server {
+	t.Helper()
+	srv := gw.Server(t.Logf)
+	if wrap != nil {
+		srv.Handler = wrap(srv.Handler)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		if err := srv.Shutdown(); err != nil {
+			t.Errorf("gateway server shutdown: %v", err)
+		}
+		if err := <-done; err != nil {
+			t.Errorf("gateway server: %v", err)
+		}
 	})
+	return &server{URL: "http://" + ln.Addr().String()}
 }
 
 // allSeen gathers every answer of every test's gateway, for the OpenAPI
 // test, which runs last.
 var allSeen = &statusLog{seen: map[string]map[int]http.Header{}}
-
-type statusRecorder struct {
-	http.ResponseWriter
-	status int
-}
-
-func (r *statusRecorder) WriteHeader(code int) {
-	r.status = code
-	r.ResponseWriter.WriteHeader(code)
-}
 
 func ctx(t *testing.T) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -277,8 +303,6 @@ func (b *bundle) stored(t *testing.T) []*jetstream.RawStreamMsg {
 	}
 	return out
 }
-
-func httptestServer(h http.Handler) *httptest.Server { return httptest.NewServer(h) }
 
 func contextWithCancel(t *testing.T) (context.Context, context.CancelFunc) {
 	c, cancel := context.WithCancel(context.Background())

@@ -8,9 +8,19 @@ import (
 
 // VerifyNoLeaks runs m and then fails the binary if a goroutine is left
 // (goleak), apart from go-redis's process-wide idle-pool reaper, which
-// outlives every client, and extra. Call it from TestMain.
+// outlives every client, fasthttp's own (FastHTTP) and extra. Call it from
+// TestMain.
 func VerifyNoLeaks(m *testing.M, extra ...goleak.Option) {
-	goleak.VerifyTestMain(m, append([]goleak.Option{RedisReaper}, extra...)...)
+	goleak.VerifyTestMain(m, append(append([]goleak.Option{RedisReaper}, FastHTTP...), extra...)...)
+}
+
+// FastHTTP are fasthttp's goroutines that outlive a server: the
+// process-wide updater of the Date header, started with the first server,
+// and a stopped server's worker-pool cleaner, which sleeps out its
+// MaxIdleWorkerDuration (10 s) before it sees the stop and returns.
+var FastHTTP = []goleak.Option{
+	goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
+	goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
 }
 
 // RedisReaper is go-redis's idle-pool reaper, which outlives every client.

@@ -2,11 +2,9 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"strings"
 	"time"
 
@@ -84,15 +82,8 @@ func Gateway(ctx context.Context, cfg config.Config, version string, log *slog.L
 	if err != nil {
 		return fmt.Errorf("listen for the gateway on %s (gateway.listen): %w", gcfg.Listen, err)
 	}
-	srv := &http.Server{
-		Handler:           gw,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      gcfg.PublishTimeout + 30*time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	srvLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+	srv := gw.Server(srvLog.Printf)
 	log.Info("gateway starting", "version", version, "listen", ln.Addr().String(), "keys", len(gcfg.Keys),
 		"nats", queue.RedactURLs(cfg.NATS.URL), "redis", strings.Join(cfg.Redis.Addrs, ","))
 	if listening != nil {
@@ -101,7 +92,7 @@ func Gateway(ctx context.Context, cfg config.Config, version string, log *slog.L
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return gw.Run(gctx) })
 	g.Go(func() error {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(ln); err != nil {
 			return fmt.Errorf("gateway server: %w", err)
 		}
 		return nil
@@ -111,8 +102,7 @@ func Gateway(ctx context.Context, cfg config.Config, version string, log *slog.L
 		log.Info("gateway stopping: finishing the requests in flight")
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(gctx), gatewayShutdownGrace)
 		defer cancel()
-		if err := srv.Shutdown(sctx); err != nil {
-			_ = srv.Close()
+		if err := srv.ShutdownWithContext(sctx); err != nil {
 			return fmt.Errorf("gateway shutdown: %w", err)
 		}
 		return nil
