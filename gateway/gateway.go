@@ -626,14 +626,14 @@ func (g *Gateway) notifications(c *fasthttp.RequestCtx) {
 		return
 	}
 	if cl := c.Request.Header.ContentLength(); cl > MaxRequestBytes {
-		c.SetConnectionClose() // the rest of the body is not read
+		drainAndClose(c)
 		tooLarge(fmt.Sprintf("the body is %d bytes, more than %d", cl, MaxRequestBytes))
 		return
 	}
 	body, err := readBody(c)
 	if err != nil {
 		if errors.Is(err, errBodyTooLarge) {
-			c.SetConnectionClose()
+			drainAndClose(c)
 			tooLarge(fmt.Sprintf("the body is more than %d bytes", MaxRequestBytes))
 			return
 		}
@@ -949,6 +949,21 @@ func (g *Gateway) throttle(what string, every time.Duration) (int, bool) {
 	n := l.dropped + 1
 	l.last, l.dropped = now, 0
 	return n, true
+}
+
+// drainBytes is how much of a refused body drainAndClose reads.
+const drainBytes = 2 * MaxRequestBytes
+
+// drainAndClose reads and drops the rest of a body the gateway refuses
+// without reading (over MaxRequestBytes), up to drainBytes, and closes the
+// connection after the answer. Closed with data unread, a socket resets
+// the connection, and the reset can reach the client before the answer it
+// should read; a body declared larger still is not read at all.
+func drainAndClose(c *fasthttp.RequestCtx) {
+	c.SetConnectionClose()
+	if rd := c.RequestBodyStream(); rd != nil && c.Request.Header.ContentLength() <= MaxRequestBytes+drainBytes {
+		_, _ = io.CopyN(io.Discard, rd, drainBytes)
+	}
 }
 
 // errBodyTooLarge is a body over MaxRequestBytes.

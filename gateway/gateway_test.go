@@ -590,7 +590,8 @@ func TestCategoryPicksTheLane(t *testing.T) {
 // TestServerBodiesAndRoutes: what the gateway's own server (Server) does
 // with what net/http used to handle: a body over MaxRequestBytes, declared
 // or chunked, is the gateway's 413 problem and the connection is closed; a
-// small chunked body is read whole; an empty Idempotency-Key is a 400;
+// small chunked body is read whole, and so is one sent after "Expect:
+// 100-continue"; an empty Idempotency-Key is a 400;
 // headers over 16 KiB are a 431; another path is 404 and another method
 // 405 with Allow.
 func TestServerBodiesAndRoutes(t *testing.T) {
@@ -633,6 +634,24 @@ func TestServerBodiesAndRoutes(t *testing.T) {
 	if resp.StatusCode != http.StatusAccepted {
 		t.Errorf("a small chunked body: %d, want 202", resp.StatusCode)
 	}
+	// curl sends a body over 1 KiB after "Expect: 100-continue".
+	batch := "[" + strings.Repeat(smsJob("")+",", 9) + smsJob("") + "]"
+	req, err = http.NewRequest(http.MethodPost, plain+"/v1/notifications", strings.NewReader(batch))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+acmeKey)
+	req.Header.Set("Expect", "100-continue")
+	expecting := &http.Client{Transport: &http.Transport{ExpectContinueTimeout: 5 * time.Second}}
+	defer expecting.CloseIdleConnections()
+	if resp, err = expecting.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Errorf("a batch of %d bytes after Expect: 100-continue: %d, want 202", len(batch), resp.StatusCode)
+	}
 	if r := post(t, plain, acmeKey, smsJob(""), "Idempotency-Key", ""); r.status != http.StatusBadRequest {
 		t.Errorf("an empty Idempotency-Key: %d %s, want 400", r.status, r.body)
 	}
@@ -645,7 +664,7 @@ func TestServerBodiesAndRoutes(t *testing.T) {
 	if r := get(t, plain+"/v1/notifications"); r.status != http.StatusMethodNotAllowed || r.header.Get("Allow") != http.MethodPost {
 		t.Errorf("GET /v1/notifications: %d Allow %q, want 405 and POST", r.status, r.header.Get("Allow"))
 	}
-	if n := len(b.stored(t)); n != 1 {
-		t.Errorf("%d jobs stored, want the chunked one", n)
+	if n := len(b.stored(t)); n != 11 {
+		t.Errorf("%d jobs stored, want the chunked one and the batch of 10", n)
 	}
 }
