@@ -254,11 +254,16 @@ func TestRedisSentinelFailover(t *testing.T) {
 }
 
 // setReplicated sets key to "v" on master and waits until a replica has
-// it (WAIT, on the connection that wrote it).
+// it (WAIT, on the connection that wrote it). The client's read timeout is
+// longer than the WAIT's: a replica still making its first sync on a
+// loaded machine takes seconds to answer.
 func setReplicated(t *testing.T, master *testenv.RedisServer, key string) {
 	t.Helper()
-	c := master.Client()
-	wait := redis.NewIntCmd(context.Background(), "wait", 1, 5000)
+	o := master.Options()
+	o.ReadTimeout = 20 * time.Second
+	c := redis.NewClient(o)
+	defer c.Close()
+	wait := redis.NewIntCmd(context.Background(), "wait", 1, 15000)
 	if _, err := c.Pipelined(context.Background(), func(p redis.Pipeliner) error {
 		p.Set(context.Background(), key, "v", time.Minute)
 		return p.Process(context.Background(), wait)
