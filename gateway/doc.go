@@ -47,7 +47,10 @@
 // what Redis would grant — except after Redis lost its state, when a key
 // may be refused until its bucket would have refilled); otherwise the body
 // is read, its jobs counted by a scan of its brackets, and the bucket asked
-// in one Redis round trip.
+// in one Redis round trip. A body left unread is dropped by the server up
+// to 256 KiB; a larger or chunked one is read and dropped after the answer
+// is decided and the connection closed (finishUnread), so that the close
+// cannot reset the connection before the client reads the answer.
 //
 // # Server
 //

@@ -554,10 +554,11 @@ func (g *Gateway) peekHeaders(ctx context.Context, h *fasthttp.ResponseHeader, k
 }
 
 // authFailed answers a request without a valid key: 401, or 429 once its
-// client IP is over gateway.auth_failures. Nothing of the body is read.
-func (g *Gateway) authFailed(c *fasthttp.RequestCtx, ip string) {
+// client IP is over gateway.auth_failures. The body is not read (see
+// finishUnread).
+func (g *Gateway) authFailed(ctx context.Context, c *fasthttp.RequestCtx, ip string) {
 	lim := g.cfg.AuthFailures
-	n, left, err := failAuth(context.Background(), g.rdb, g.prefix, ip, lim.Window)
+	n, left, err := failAuth(ctx, g.rdb, g.prefix, ip, lim.Window)
 	if err != nil {
 		g.throttledWarn(" redis", "failed authentication not counted: answered 503", "err", err)
 		g.write(c, unauthenticatedLabel, answer{status: http.StatusServiceUnavailable, retryAfter: time.Second,
@@ -594,9 +595,15 @@ func isJSON(ct string) bool {
 // round trip); only then is anything decoded or published.
 func (g *Gateway) notifications(c *fasthttp.RequestCtx) {
 	ctx := context.Background() // not the request's: a shutdown lets requests in flight finish
+	bodyRead := false
+	defer func() {
+		if !bodyRead {
+			finishUnread(c)
+		}
+	}()
 	k, ok := g.authenticate(c)
 	if !ok {
-		g.authFailed(c, g.clientIP(c))
+		g.authFailed(ctx, c, g.clientIP(c))
 		return
 	}
 	if left := g.blockedFor(c); left > 0 {
@@ -626,14 +633,13 @@ func (g *Gateway) notifications(c *fasthttp.RequestCtx) {
 		return
 	}
 	if cl := c.Request.Header.ContentLength(); cl > MaxRequestBytes {
-		drainAndClose(c)
 		tooLarge(fmt.Sprintf("the body is %d bytes, more than %d", cl, MaxRequestBytes))
 		return
 	}
 	body, err := readBody(c)
+	bodyRead = err == nil
 	if err != nil {
 		if errors.Is(err, errBodyTooLarge) {
-			drainAndClose(c)
 			tooLarge(fmt.Sprintf("the body is more than %d bytes", MaxRequestBytes))
 			return
 		}
@@ -696,7 +702,7 @@ func (g *Gateway) notifications(c *fasthttp.RequestCtx) {
 		return
 	}
 	g.setKeyHeaders(h, k, t)
-	g.accept(c, k, body, array, idem, high)
+	g.accept(ctx, c, k, body, array, idem, high)
 }
 
 // take takes n tokens of k's bucket: refused at once, without Redis, when
@@ -771,7 +777,7 @@ func invalidProblem(ie *queue.InvalidError) *problem {
 
 // accept decodes and publishes the jobs of a request that passed the
 // bucket, and answers 202 once JetStream holds them.
-func (g *Gateway) accept(c *fasthttp.RequestCtx, k *apiKey, body []byte, array bool, idem string, high bool) {
+func (g *Gateway) accept(ctx context.Context, c *fasthttp.RequestCtx, k *apiKey, body []byte, array bool, idem string, high bool) {
 	items := [][]byte{body}
 	if array {
 		raws, err := splitJobs(body)
@@ -787,11 +793,11 @@ func (g *Gateway) accept(c *fasthttp.RequestCtx, k *apiKey, body []byte, array b
 	header := nats.Header{}
 	if g.tracer != nil {
 		// A recorded span under the caller's trace; the jobs carry it.
-		ctx := propagation.TraceContext{}.Extract(context.Background(), requestCarrier{&c.Request.Header})
-		_, span := g.tracer.Start(ctx, "notifier.gateway.accept", trace.WithSpanKind(trace.SpanKindServer),
+		tctx := propagation.TraceContext{}.Extract(ctx, requestCarrier{&c.Request.Header})
+		_, span := g.tracer.Start(tctx, "notifier.gateway.accept", trace.WithSpanKind(trace.SpanKindServer),
 			trace.WithAttributes(attribute.String("notifier.gateway.key", k.Name), attribute.Int("notifier.gateway.jobs", len(items))))
 		defer span.End()
-		propagation.TraceContext{}.Inject(trace.ContextWithSpan(ctx, span), propagation.HeaderCarrier(header))
+		propagation.TraceContext{}.Inject(trace.ContextWithSpan(tctx, span), propagation.HeaderCarrier(header))
 	} else if tp := string(c.Request.Header.Peek("Traceparent")); validTraceparent(tp) {
 		header.Set(HeaderTraceparent, tp)
 		if ts := string(c.Request.Header.Peek("Tracestate")); ts != "" && len(ts) <= maxTracestate {
@@ -857,9 +863,9 @@ func (g *Gateway) accept(c *fasthttp.RequestCtx, k *apiKey, body []byte, array b
 		return
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.PublishTimeout)
+	pctx, cancel := context.WithTimeout(ctx, g.cfg.PublishTimeout)
 	defer cancel()
-	pubs := g.pub.PublishMsgs(ctx, msgs)
+	pubs := g.pub.PublishMsgs(pctx, msgs)
 	failed := 0
 	for m, res := range pubs {
 		i := at[m]
@@ -951,17 +957,28 @@ func (g *Gateway) throttle(what string, every time.Duration) (int, bool) {
 	return n, true
 }
 
-// drainBytes is how much of a refused body drainAndClose reads.
-const drainBytes = 2 * MaxRequestBytes
+// How much of a body left unread the server drops itself to keep the
+// connection (fasthttp's own limit), and how much more finishUnread does.
+const (
+	serverDrains = 256 << 10
+	drainBytes   = 2 * MaxRequestBytes
+)
 
-// drainAndClose reads and drops the rest of a body the gateway refuses
-// without reading (over MaxRequestBytes), up to drainBytes, and closes the
-// connection after the answer. Closed with data unread, a socket resets
-// the connection, and the reset can reach the client before the answer it
-// should read; a body declared larger still is not read at all.
-func drainAndClose(c *fasthttp.RequestCtx) {
+// finishUnread is called once an answer was given without reading the
+// whole body (a 401, a 429 from the bound, a 413, a 415). Up to
+// serverDrains the server drops the rest and keeps the connection. Past
+// that, or of unknown length, the connection is closed after the answer,
+// and the rest is read and dropped first (up to drainBytes): closed with
+// data unread, a socket resets the connection, and the reset can reach
+// the client before the answer it should read. A body declared larger
+// still is not read at all.
+func finishUnread(c *fasthttp.RequestCtx) {
+	cl := c.Request.Header.ContentLength()
+	if cl >= 0 && cl <= serverDrains {
+		return
+	}
 	c.SetConnectionClose()
-	if rd := c.RequestBodyStream(); rd != nil && c.Request.Header.ContentLength() <= MaxRequestBytes+drainBytes {
+	if rd := c.RequestBodyStream(); rd != nil && cl <= drainBytes {
 		_, _ = io.CopyN(io.Discard, rd, drainBytes)
 	}
 }

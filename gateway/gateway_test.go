@@ -668,3 +668,44 @@ func TestServerBodiesAndRoutes(t *testing.T) {
 		t.Errorf("%d jobs stored, want the chunked one and the batch of 10", n)
 	}
 }
+
+// TestRefusalsOfLargeBodiesReachTheClient: an answer given without reading
+// a large body (a 429 from the bound of a key over its limit, a 401) still
+// reaches the client, declared or chunked: the gateway drops what the
+// client sends before closing, so the close cannot reset the connection
+// under the answer. Several rounds, since a reset is a race.
+func TestRefusalsOfLargeBodiesReachTheClient(t *testing.T) {
+	t.Parallel()
+	b := setup(t, gateway.Config{Keys: keys(0.01, 1)})
+	plain := serve(t, b.gw, nil).URL // not recorded: the 401s of this test are not the API's
+	b.post(t, acmeKey, smsJob(""))   // the one token
+	if r := b.post(t, acmeKey, smsJob("")); r.status != http.StatusTooManyRequests {
+		t.Fatalf("second job: %d, want 429", r.status)
+	}
+	big := "[" + strings.Repeat(smsJob("")+",", 6000) + smsJob("") + "]" // about 600 KiB
+	for round := range 5 {
+		for _, c := range []struct {
+			key     string
+			chunked bool
+			want    int
+		}{{acmeKey, false, 429}, {acmeKey, true, 429}, {"wrong-key", false, 401}} {
+			req, err := http.NewRequest(http.MethodPost, plain+"/v1/notifications", io.NopCloser(strings.NewReader(big)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !c.chunked {
+				req.ContentLength = int64(len(big))
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+c.key)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatalf("round %d, %d expected, chunked %v: %v", round, c.want, c.chunked, err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != c.want {
+				t.Fatalf("round %d, chunked %v: %d, want %d", round, c.chunked, resp.StatusCode, c.want)
+			}
+		}
+	}
+}
