@@ -94,7 +94,7 @@ func (w *benchWorld) gatewayPass(ctx context.Context) (*GatewayResult, error) {
 	go func() { _ = srv.Serve(ln) }()
 	defer func() { _ = srv.Shutdown() }()
 	url := "http://" + ln.Addr().String() + "/v1/notifications"
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conc, MaxConnsPerHost: conc}, Timeout: 30 * time.Second}
+	client := loadClient(conc)
 	defer client.CloseIdleConnections()
 
 	res := &GatewayResult{Command: w.f.gatewayCommand(), Requests: n, Concurrency: conc}
@@ -155,12 +155,18 @@ func (w *benchWorld) httpFloorPass(ctx context.Context, exe string, n, conc int,
 	go func() { _ = serve(ln) }()
 	defer func() { _ = stop() }()
 	url := "http://" + ln.Addr().String() + "/v1/notifications"
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conc, MaxConnsPerHost: conc}, Timeout: 30 * time.Second}
+	client := loadClient(conc)
 	defer client.CloseIdleConnections()
 	if _, _, err := w.gatewayLoad(ctx, client, url, benchLimitedKey, warmupJobs(n), conc, http.StatusTooManyRequests, phase+" (warm-up)"); err != nil {
 		return GatewayRun{}, err
 	}
 	return w.gatewayRun(ctx, exe, url, benchLimitedKey, n, conc, http.StatusTooManyRequests, phase)
+}
+
+// loadClient is the HTTP client of conc concurrent requests, each on its
+// own kept-alive connection.
+func loadClient(conc int) *http.Client {
+	return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conc, MaxConnsPerHost: conc}, Timeout: 30 * time.Second}
 }
 
 // gatewayRun is one timed pass: the requests come from a child process
@@ -205,7 +211,7 @@ func (w *benchWorld) gatewayRun(ctx context.Context, exe, url, key string, n, co
 // CPU is the gateway's alone: n single-job requests with key to url from
 // conc clients, each answered want, ids <run>-gw-….
 func GatewayClient(ctx context.Context, url, key, run string, n, conc, want int) (GatewayClientResult, error) {
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conc, MaxConnsPerHost: conc}, Timeout: 30 * time.Second}
+	client := loadClient(conc)
 	defer client.CloseIdleConnections()
 	var done atomic.Int64
 	start := time.Now()

@@ -88,10 +88,10 @@ func (s *Sandbox) Close() { _ = s.srv.Close() }
 // ServeHTTP answers one request as its lane's provider would.
 func (s *Sandbox) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
-	wr, status, why := ReadWebhook(r)
-	if status != 0 {
+	wr, refused, why := ReadWebhook(r)
+	if refused != 0 {
 		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(status)
+		w.WriteHeader(refused)
 		_, _ = io.WriteString(w, ReasonBody(why))
 		return
 	}
@@ -104,7 +104,7 @@ func (s *Sandbox) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	l.requests++
-	status = http.StatusOK
+	status := http.StatusOK
 	switch {
 	case key != "" && l.seen[key]:
 		l.dups++
