@@ -1,5 +1,6 @@
 # notifier — build, test and lint.
 #
+#   make install the notifier command into $(go env GOPATH)/bin, stamped with its version
 #   make demo    the zero-set-up tour (embedded NATS, in-memory limits, sandbox provider)
 #   make dev     a local JetStream server and dispatcher to publish to (notifier dev)
 #   make test    everything CI runs: formatting, vet, staticcheck, and the race-enabled tests
@@ -7,25 +8,37 @@
 #                headless Chromium (the /status page; `make chromium` installs it where missing)
 
 GO          ?= go
-VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS     := -X main.version=$(VERSION)
+# A tag's name when HEAD has one (git describe); otherwise none, and the
+# module version and revision the go command stamps (-buildvcs=true, which
+# an environment's GOFLAGS=-buildvcs=false would turn off) stand in for it:
+# `notifier version` prints both.
+VERSION     ?= $(shell git describe --tags --dirty 2>/dev/null)
+LDFLAGS     := $(if $(VERSION),-X github.com/notifier/notifier/cli.version=$(VERSION))
+BUILDFLAGS  := -buildvcs=true -trimpath -ldflags "$(LDFLAGS)"
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 PKGS        := ./...
 
-.PHONY: all build demo dev test lint fmt-check vet staticcheck race chromium fuzz bench mutate clean
+.PHONY: all build install demo dev test lint fmt-check vet staticcheck race chromium fuzz bench mutate clean
 
 all: build
 
 build:
-	$(GO) build -ldflags "$(LDFLAGS)" -o bin/notifier ./cmd/notifier
+	$(GO) build $(BUILDFLAGS) -o bin/notifier ./cmd/notifier
+
+# Into $(go env GOBIN), else $(go env GOPATH)/bin: put that on PATH.
+install:
+	$(GO) install $(BUILDFLAGS) ./cmd/notifier
+	@bin=$$($(GO) env GOBIN); bin=$${bin:-$$($(GO) env GOPATH)/bin}; \
+	echo "installed $$bin/notifier: $$($$bin/notifier version | head -1)"; \
+	case ":$$PATH:" in *":$$bin:"*) ;; *) echo "  $$bin is not on PATH: export PATH=\"$$bin:\$$PATH\"";; esac
 
 demo:
-	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/notifier demo
+	$(GO) run $(BUILDFLAGS) ./cmd/notifier demo
 
 # A local JetStream server (state in ./.notifier-dev) and a dispatcher on
 # in-memory limits and sandbox providers: publish to it and watch.
 dev:
-	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/notifier dev
+	$(GO) run $(BUILDFLAGS) ./cmd/notifier dev
 
 test: chromium lint race
 

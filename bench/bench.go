@@ -49,6 +49,14 @@ type Config struct {
 	Cluster             bool // a 3-node JetStream cluster (R3) and a 3-master Redis Cluster
 	Gateway             bool // measure the HTTP gateway's 202 and 429 paths instead
 	Shadow              bool // throughput: add a pass with shadow limits that deny
+	// Tenants, when set, makes the run the tenants run: a pass with every
+	// layer on per number of tenants the jobs are spread over, each beside
+	// the first (the cost per job as the tenant count grows).
+	Tenants []int
+	// TenantSubjects publishes the tenants run's jobs on each tenant's own
+	// subject, as raw NATS publishers do (the router moves them), rather
+	// than through a Publisher straight to their fair lanes.
+	TenantSubjects bool
 	// Executable is the notifier binary the pacing run starts as `notifier
 	// run` and the gateway run as its load generator (`notifier bench
 	// gateway-client`); required by those runs.
@@ -75,6 +83,12 @@ func (f *Config) command(pacing bool) string {
 	}
 	if pacing {
 		args = append(args, "--contract", strconv.Itoa(f.Contract), "--processes", strconv.Itoa(f.Processes))
+		if len(f.Tenants) == 1 {
+			args = append(args, "--tenants", strconv.Itoa(f.Tenants[0]))
+			if f.TenantSubjects {
+				args = append(args, "--tenant-subjects")
+			}
+		}
 	}
 	args = append(args, "--jobs", strconv.Itoa(f.Jobs))
 	if !pacing {
@@ -106,6 +120,7 @@ type Result struct {
 	Latency    *LatencyResult    `json:"latency,omitempty"`
 	Pacing     *PacingResult     `json:"pacing,omitempty"`
 	Gateway    *GatewayResult    `json:"gateway,omitempty"`
+	Tenants    *TenantsResult    `json:"tenants,omitempty"`
 }
 
 // ThroughputResult is the throughput section: the floor and the two
@@ -182,6 +197,9 @@ type benchWorld struct {
 	prefix string // Redis key prefix of this run
 	run    string // job id prefix of this run
 	prog   *progress
+	// tenants spreads a pass's jobs over this many tenants (0: the
+	// default tenant's).
+	tenants int
 }
 
 // Run runs the bench f describes: the throughput passes (the default),
@@ -252,7 +270,21 @@ func Run(ctx context.Context, f Config) (*Result, error) {
 	defer w.rdb.Close()
 	defer rds.cleanup(context.WithoutCancel(ctx), w.prefix)
 
-	if f.Gateway {
+	if len(f.Tenants) > 0 && f.Contract == 0 {
+		res.Mode = "tenants"
+		res.Sink = "an in-process sink provider (accepts every job at once, no network): the figures are the dispatcher's own cost"
+		res.Warmup = warmupJobs(f.Jobs)
+		res.Rounds = f.Rounds
+		w.sink = providers.Config{
+			Name: sinkProvider, Channel: "sms", Default: true, Kind: "webhook", URL: sb.Lane("/sink", math.MaxInt32, 0),
+			Rate: sinkRate, MaxQueueDelay: 100 * time.Millisecond, Timeout: 5 * time.Second,
+		}.WithDefaults()
+		t, err := w.tenantsRun(ctx)
+		if err != nil {
+			return nil, err
+		}
+		res.Tenants = t
+	} else if f.Gateway {
 		res.Mode = "gateway"
 		res.Sink = "none: the gateway publishes to the job stream, no dispatcher runs"
 		g, err := w.gatewayPass(ctx)
@@ -262,6 +294,9 @@ func Run(ctx context.Context, f Config) (*Result, error) {
 		res.Gateway = g
 	} else if f.Contract > 0 {
 		res.Sink = fmt.Sprintf("the sandbox provider in this process (webhook over loopback HTTP), enforcing a contract of %d per any 1 s window (429 beyond it)", f.Contract)
+		if len(f.Tenants) == 1 {
+			w.tenants = f.Tenants[0]
+		}
 		r, err := w.pacingPass(ctx, exe, f.Jobs)
 		if err != nil {
 			return nil, err
@@ -421,9 +456,16 @@ func Print(w io.Writer, r *Result) {
 	if g := r.Gateway; g != nil {
 		printGatewayBench(w, g)
 	}
+	if t := r.Tenants; t != nil {
+		printTenants(w, r, t)
+	}
 	if p := r.Pacing; p != nil {
-		fmt.Fprintf(w, "\npacing: %d jobs through %d notifier run processes (%d workers each) on a %d/s contract\n  reproduce: %s\n\n",
-			p.Jobs, p.Processes, p.WorkersPerProcess, p.Contract, p.Command)
+		of := ""
+		if p.Tenants > 0 {
+			of = fmt.Sprintf(" of %d tenants", p.Tenants)
+		}
+		fmt.Fprintf(w, "\npacing: %d jobs%s through %d notifier run processes (%d workers each) on a %d/s contract\n  reproduce: %s\n\n",
+			p.Jobs, of, p.Processes, p.WorkersPerProcess, p.Contract, p.Command)
 		fmt.Fprintf(w, "  sent                %d of %d (%d lost, %d sent twice)\n", p.Sent, p.Jobs, p.Lost, p.SentTwice)
 		fmt.Fprintf(w, "  achieved rate       %.1f/s sustained, first to last send over %.1fs (%.1f %% of the contract)\n", p.SustainedPerSecond, p.Seconds, 100*p.SustainedFraction)
 		fmt.Fprintf(w, "  most in any 1 s     %d (contract %d)\n", p.MostInOneSecond, p.Contract)

@@ -78,7 +78,7 @@ func (w *benchWorld) gatewayPass(ctx context.Context) (*GatewayResult, error) {
 	exe := w.f.Executable
 	gw, err := gateway.New(gateway.Config{Keys: []gateway.Key{
 		{Name: "bench-open", SHA256: gateway.HashKey(benchOpenKey), Rate: 1e6, Burst: 1e6},
-		{Name: "bench-limited", SHA256: gateway.HashKey(benchLimitedKey), Rate: 1e-6, Burst: 1},
+		{Name: "bench-limited", SHA256: gateway.HashKey(benchLimitedKey), Rate: gateway.MinRate, Burst: 1},
 	}}, gateway.Deps{
 		Redis: w.rdb, KeyPrefix: w.prefix, Publisher: queue.NewPublisher(w.js),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -90,8 +90,8 @@ func (w *benchWorld) gatewayPass(ctx context.Context) (*GatewayResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen for the bench gateway: %w", err)
 	}
-	srv := gw.Server(nil)
-	go func() { _ = srv.Serve(ln) }()
+	srv := gw.Server()
+	go func() { _ = gw.Serve(srv, ln) }()
 	defer func() { _ = srv.Shutdown() }()
 	url := "http://" + ln.Addr().String() + "/v1/notifications"
 	client := loadClient(conc)
@@ -119,7 +119,7 @@ func (w *benchWorld) gatewayPass(ctx context.Context) (*GatewayResult, error) {
 		res.CPURatio = res.Accepted.CPUMicrosPerReq / res.Limited.CPUMicrosPerReq
 	}
 	body := []byte(`{"type":"quota-exceeded","title":"Quota exceeded","status":429}` + "\n")
-	fast := gw.Server(nil)
+	fast := gw.Server()
 	fast.Handler = func(c *fasthttp.RequestCtx) {
 		c.SetContentType("application/problem+json")
 		c.Response.Header.Set("Retry-After", "1")

@@ -27,6 +27,7 @@ type PacingResult struct {
 	Processes          int     `json:"processes"`
 	WorkersPerProcess  int     `json:"workers_per_process"`
 	Jobs               int     `json:"jobs"`
+	Tenants            int     `json:"tenants,omitempty"` // the jobs' tenants (0: the default tenant's)
 	Sent               int     `json:"sent"`
 	Lost               int     `json:"lost"`
 	SentTwice          int     `json:"sent_twice"`
@@ -125,7 +126,7 @@ func (w *benchWorld) pacingPass(ctx context.Context, exe string, n int) (*Pacing
 	arrivals := w.sb.Arrivals(pacingLane)
 	budget := leaky.JitterFor(leaky.DefaultHeadroom)
 	r := &PacingResult{
-		Contract: w.f.Contract, Processes: w.f.Processes, WorkersPerProcess: w.f.Workers, Jobs: n,
+		Contract: w.f.Contract, Processes: w.f.Processes, WorkersPerProcess: w.f.Workers, Jobs: n, Tenants: w.tenants,
 		Sent: st.Accepted, Lost: max(0, n-st.Accepted), SentTwice: st.Duplicates,
 		MostInOneSecond: st.MostInOneSecond, Answered429: st.Answered429,
 		JitterBudgetMs: ms(budget), MostInBudgetWindow: w.sb.MostArrivals(pacingLane, time.Second-budget),

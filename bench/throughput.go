@@ -149,6 +149,25 @@ func (w *benchWorld) publishJobs(ctx context.Context, tag string, n int, subject
 			Body:      fmt.Sprintf("bench message %d", i),
 			CreatedAt: now,
 		}
+		if w.tenants > 0 {
+			tenant := fmt.Sprintf("tenant-%d", i%w.tenants)
+			if w.f.TenantSubjects { // raw, no tenant field: the subject says it
+				data, err := j.Marshal()
+				if err != nil {
+					return err
+				}
+				if err := batch.PublishRaw(ctx, queue.KeyFor("sms", tenant, false, "").Subject(), data, queue.MsgID(tenant, j.ID)); err != nil {
+					return err
+				}
+			} else {
+				j.Tenant = tenant
+				if err := batch.Publish(ctx, j, false); err != nil {
+					return err
+				}
+			}
+			done.Add(1)
+			continue
+		}
 		data, err := j.Marshal()
 		if err != nil {
 			return err
@@ -157,7 +176,7 @@ func (w *benchWorld) publishJobs(ctx context.Context, tag string, n int, subject
 		if subj == "" {
 			subj = queue.JobSubject("sms", false)
 		}
-		if err := batch.PublishRaw(ctx, subj, data, j.ID); err != nil {
+		if err := batch.PublishRaw(ctx, subj, data, j.MsgID()); err != nil {
 			return err
 		}
 		done.Add(1)
@@ -429,6 +448,7 @@ func (w *benchWorld) dispatchPass(ctx context.Context, tag, name string, kind pa
 			UserLimits:  users,
 			FetchWait:   200 * time.Millisecond,
 			Source:      cons,
+			Router:      cons.Router(queue.NewPublisher(w.js, queue.WithLanes(cons.Lanes()))),
 			DeadLetters: queue.NewPublisher(w.js),
 			Providers:   reg,
 			Limits:      limits,

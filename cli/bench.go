@@ -68,6 +68,8 @@ object with every figure instead of the report. It exits 1 when a pacing run bro
 	fl.BoolVar(&f.json, "json", false, "print one JSON object with every figure instead of the report")
 	fl.BoolVar(&f.Gateway, "gateway", false, "measure the HTTP gateway's 202 and 429 paths (--jobs requests each, --workers clients)")
 	fl.BoolVar(&f.Shadow, "shadow", false, "throughput: add a pass with every layer on and shadow limits that deny")
+	fl.IntSliceVar(&f.Tenants, "tenants", nil, "tenants run: an every-layer pass per number of tenants the jobs are spread over (e.g. 1,1000,10000,100000), each beside the first")
+	fl.BoolVar(&f.TenantSubjects, "tenant-subjects", false, "tenants run: publish on each tenant's own subject (the raw NATS way, moved by the router) instead of straight to the fair lanes")
 	c.RunE = func(cmd *cobra.Command, _ []string) error {
 		if err := f.check(cmd); err != nil {
 			return &usageError{err: err}
@@ -99,6 +101,17 @@ func (f *benchFlags) check(cmd *cobra.Command) error {
 		return fmt.Errorf("--gateway takes --jobs, --workers, --nats-url, --redis-addr and --json only")
 	case f.Shadow && f.Contract > 0:
 		return fmt.Errorf("--shadow is for the throughput passes, not the pacing run")
+	case len(f.Tenants) > 0 && (f.Gateway || f.Shadow):
+		return fmt.Errorf("--tenants is a run of its own (or, one number with --contract, the pacing run's jobs' tenants): it takes --jobs, --users, --workers, --rounds, --tenant-subjects, --cluster, --nats-url, --redis-addr and --json")
+	case len(f.Tenants) > 1 && f.Contract > 0:
+		return fmt.Errorf("--tenants with --contract takes one number: the tenants the pacing run's jobs are spread over")
+	case f.TenantSubjects && len(f.Tenants) == 0:
+		return fmt.Errorf("--tenant-subjects is for the tenants run: give --tenants too")
+	}
+	for _, n := range f.Tenants {
+		if n < 1 || n > 10_000_000 {
+			return fmt.Errorf("--tenants takes numbers of tenants from 1 to 10000000, got %d", n)
+		}
 	}
 	if f.Contract > 0 && !cmd.Flags().Changed("jobs") {
 		f.Jobs = max(300, 30*f.Contract)

@@ -324,6 +324,9 @@ func TestBenchUsageAndSetUpErrors(t *testing.T) {
 		{"bench", "--workers", "0"},
 		{"bench", "--shadow", "--contract", "50"},
 		{"bench", "--shadow", "--gateway"},
+		{"bench", "--tenants", "0"},
+		{"bench", "--tenants", "10", "--gateway"},
+		{"bench", "--tenant-subjects"},
 	} {
 		if _, stderr, code := runCLI(t, nil, "", args...); code != 2 {
 			t.Errorf("%v: exit %d, want 2\n%s", args, code, stderr)
@@ -416,5 +419,42 @@ func TestBenchShadow(t *testing.T) {
 	}
 	if !strings.Contains(tp.AllLayersShadowLimits, "shadow mode at 5 per 1h") || !strings.HasSuffix(tp.Command, "--rounds 1 --shadow --workers 16") {
 		t.Errorf("shadow described as %q, reproduced by %q", tp.AllLayersShadowLimits, tp.Command)
+	}
+}
+
+// TestBenchTenants runs `bench --tenants` in-process, publishing both
+// ways: a pass per number of tenants, each sending every job, its ratio to
+// the first pass of its round, and the job stream's consumers within the
+// bound however many tenants (the count the per-tenant queues of earlier
+// versions grew with).
+func TestBenchTenants(t *testing.T) {
+	t.Parallel()
+	for _, raw := range []bool{false, true} {
+		args := []string{"bench", "--tenants", "1,300,3000", "--jobs", "3000", "--users", "50", "--workers", "16", "--rounds", "1", "--json"}
+		if raw {
+			args = append(args, "--tenant-subjects")
+		}
+		stdout, stderr, code := runCLI(t, nil, "", args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d\n%s\n%s", args, code, stdout, stderr)
+		}
+		r := decodeBench(t, stdout)
+		tr := r.Tenants
+		if r.Mode != "tenants" || tr == nil || len(tr.Passes) != 3 || r.Throughput != nil {
+			t.Fatalf("%v: %+v", args, r)
+		}
+		if !strings.Contains(tr.Command, "--tenants 1,300,3000") || raw != strings.Contains(tr.Command, "--tenant-subjects") {
+			t.Errorf("reproduce: %q", tr.Command)
+		}
+		for i, p := range tr.Passes {
+			if p.Tenants != []int{1, 300, 3000}[i] || p.Jobs != 3000 || p.JobsPerSecond <= 0 || p.Redis == nil || len(p.RoundRatios) != 1 ||
+				p.RatioToFirst != p.RoundRatios[0] || (i == 0 && p.RatioToFirst != 1) {
+				t.Errorf("pass %d: %+v", i, p)
+			}
+		}
+		if tr.Consumers < 13 || tr.Consumers > tr.Bound || tr.Bound != 193 {
+			t.Errorf("consumers %d, bound %d: want 13 (made at start) to 193", tr.Consumers, tr.Bound)
+		}
+		t.Logf("publish %s: ratios %.2f %.2f %.2f, %d consumers", tr.Publish, tr.Passes[0].RatioToFirst, tr.Passes[1].RatioToFirst, tr.Passes[2].RatioToFirst, tr.Consumers)
 	}
 }

@@ -127,3 +127,42 @@ func TestTenantWeightsReachTheDispatcher(t *testing.T) {
 		t.Errorf("check's description:\n%s", b.String())
 	}
 }
+
+// TestCheckRefusesAbsurdRates: the values issue 26 found passing `check`
+// (a fleet rate of 1e-15, whose script overflowed and left keys expiring
+// in ~9e18 ms; a fleet rate and burst of 1e12; a provider's rate of
+// 1e12) are refused by check, run and gateway alike, exit 2, every
+// problem listed at once with its key, its value and the range; the
+// environment's values too.
+func TestCheckRefusesAbsurdRates(t *testing.T) {
+	t.Parallel()
+	y := strings.Replace(minimal, "rate: 100", "rate: 1e12", 1) + "global:\n  rate: 1e-15\n  burst: 1e12\n" + gatewayBlock
+	path := writeConfig(t, y)
+	want := []string{
+		"3 problems",
+		"global.rate: must be a number of tokens per second from 1/86400 (one a day) to 1000000, got 1e-15",
+		"global.burst: must be a whole number from 1 to 1000000, got 1000000000000",
+		"providers[0] (sms-gateway).rate: must be a number of units per second from 1/86400 (one a day) to 1000000 (one a µs: the queue's interval is whole µs), got 1e+12",
+	}
+	var first string
+	for _, cmd := range []string{"check", "run", "gateway"} {
+		stdout, stderr, code := runCLI(t, nil, "", cmd, "--config", path)
+		if code != 2 {
+			t.Errorf("%s: exit %d, want 2\n%s%s", cmd, code, stdout, stderr)
+		}
+		for _, w := range want {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("%s: stderr lacks %q:\n%s", cmd, w, stderr)
+			}
+		}
+		if first == "" {
+			first = stderr
+		} else if stderr != first {
+			t.Errorf("%s refuses the file otherwise than check:\n%s\ncheck:\n%s", cmd, stderr, first)
+		}
+	}
+	_, stderr, code := runCLI(t, map[string]string{"NOTIFIER_GLOBAL_RATE": "1e12", "NOTIFIER_GLOBAL_BURST": "10"}, "", "check", "--config", writeConfig(t, minimal))
+	if code != 2 || !strings.Contains(stderr, "global.rate: must be a number of tokens per second from 1/86400 (one a day) to 1000000, got 1e+12") {
+		t.Errorf("check with NOTIFIER_GLOBAL_RATE=1e12: exit %d\n%s", code, stderr)
+	}
+}

@@ -46,7 +46,7 @@ one-line detail (Notifier-Detail).
                                                      send them again through NOTIFY
 
 Filters: --kind dead|suppressed|all, --reason R, --channel C, --since 2h|7d|RFC3339,
---id JOB-ID, --limit N.`,
+--id JOB-ID, --user USER-ID, --tenant T, --limit N.`,
 	}
 	c.AddCommand(deadListCmd(e), deadShowCmd(e), deadReplayCmd(e))
 	return c
@@ -54,8 +54,8 @@ Filters: --kind dead|suppressed|all, --reason R, --channel C, --since 2h|7d|RFC3
 
 // deadFilterFlags are the selection flags shared by list and replay.
 type deadFilterFlags struct {
-	kind, reason, channel, since, id string
-	limit                            int
+	kind, reason, channel, since, id, user, tenant string
+	limit                                          int
 }
 
 func (f *deadFilterFlags) add(c *cobra.Command, kind string, limit int, limitHelp string) {
@@ -65,13 +65,18 @@ func (f *deadFilterFlags) add(c *cobra.Command, kind string, limit int, limitHel
 	fl.StringVar(&f.channel, "channel", "", "only this channel (sms, push, email)")
 	fl.StringVar(&f.since, "since", "", "only those stored since: a duration back from now (90m, 2h, 7d) or an RFC 3339 time")
 	fl.StringVar(&f.id, "id", "", "only this job id")
+	fl.StringVar(&f.user, "user", "", "only this user's jobs (user_id)")
+	fl.StringVar(&f.tenant, "tenant", "", "only this tenant's jobs")
 	fl.IntVar(&f.limit, "limit", limit, limitHelp)
 }
 
 // filter turns the flags into a queue.DeadFilter; a bad flag is a
 // *usageError.
 func (f *deadFilterFlags) filter(now time.Time) (queue.DeadFilter, error) {
-	df := queue.DeadFilter{Reason: f.reason, Channel: f.channel, JobID: f.id, Limit: f.limit}
+	df := queue.DeadFilter{Reason: f.reason, Channel: f.channel, JobID: f.id, UserID: f.user, Tenant: f.tenant, Limit: f.limit}
+	if f.tenant != "" && !queue.ValidTenant(f.tenant) {
+		return df, &usageError{err: fmt.Errorf("--tenant: a tenant is 1 to %d of A-Z a-z 0-9 . _ -", queue.MaxTenantLen)}
+	}
 	switch f.kind {
 	case "dead":
 		df.Kind = queue.Dead
@@ -158,7 +163,7 @@ recipient, body, title or data: use 'notifier dead show' for one job.`,
 		if err != nil {
 			return err
 		}
-		cfg, err := config.Load(*path, e.getenv)
+		cfg, err := loadConfig(cmd, *path, e)
 		if err != nil {
 			return err
 		}
@@ -242,7 +247,7 @@ a job id.`,
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	c.Flags().BoolVar(&byID, "id", false, "read the argument as a job id, even if it is all digits")
 	c.RunE = func(cmd *cobra.Command, args []string) error {
-		cfg, err := config.Load(*path, e.getenv)
+		cfg, err := loadConfig(cmd, *path, e)
 		if err != nil {
 			return err
 		}
@@ -377,7 +382,7 @@ prints what would be replayed and changes nothing.`,
 		if err != nil {
 			return err
 		}
-		cfg, err := config.Load(*path, e.getenv)
+		cfg, err := loadConfig(cmd, *path, e)
 		if err != nil {
 			return err
 		}

@@ -173,7 +173,7 @@ func (b *deadBench) fixture(t *testing.T) {
 	t.Helper()
 	b.store(t, queue.Dead, "notify.jobs.sms", deadJob("sms", "d1", ""), "rejected", "provider sms-gw answered 400: bad number")
 	b.store(t, queue.Dead, "notify.jobs.sms.high", deadJob("sms", "d2", ""), "max_attempts", "8 transient provider failures; last: 503")
-	b.store(t, queue.Dead, "notify.jobs.push", deadJob("push", "d3", ""), "rejected", "provider push answered 410 Unregistered")
+	b.store(t, queue.Dead, "notify.jobs.push", strings.Replace(deadJob("push", "d3", `,"tenant":"acme"`), `"user_id":"u1"`, `"user_id":"u2"`, 1), "rejected", "provider push answered 410 Unregistered")
 	b.store(t, queue.Suppressed, "notify.jobs.sms", deadJob("sms", "d4", `,"expires_at":"2020-01-01T00:00:00Z"`), "expired", "expires_at 2020-01-01T00:00:00Z passed before sending")
 	b.store(t, queue.Suppressed, "notify.jobs.email", deadJob("email", "d5", `,"title":"hello","data":{"k":"v"},"campaign":"c9"`), "user_limit", "over the cap of 20 per 24h")
 	b.store(t, queue.Dead, "notify.jobs.sms", `{"id":"d6","to":"`+deadTo+`",`, "invalid", "not valid JSON (unexpected end of input)")
@@ -204,6 +204,11 @@ func TestDeadListFilters(t *testing.T) {
 		{[]string{"--channel", "sms"}, "d1,d2,d4,-"},
 		{[]string{"--channel", "sms", "--kind", "dead", "--reason", "max_attempts"}, "d2"},
 		{[]string{"--id", "d5"}, "d5"},
+		{[]string{"--user", "u1"}, "d1,d2,d4,d5"},
+		{[]string{"--user", "u2"}, "d3"},
+		{[]string{"--user", "u2", "--kind", "suppressed"}, ""},
+		{[]string{"--tenant", "acme"}, "d3"},
+		{[]string{"--tenant", "acme", "--user", "u1"}, ""},
 		{[]string{"--since", "1h"}, "d1,d2,d3,d4,d5,-"},
 		{[]string{"--since", "7d"}, "d1,d2,d3,d4,d5,-"},
 		{[]string{"--since", time.Now().Add(time.Hour).UTC().Format(time.RFC3339)}, ""},
@@ -234,7 +239,7 @@ func TestDeadListFilters(t *testing.T) {
 		t.Fatalf("list --json: %v\n%s", err, out)
 	}
 	if len(rows) != 2 || rows[0]["job_id"] != "d4" || rows[0]["reason"] != "expired" || rows[0]["kind"] != "suppressed" ||
-		rows[0]["channel"] != "sms" || rows[1]["job_subject"] != "notify.jobs.email" || rows[0]["seq"] != float64(all[3].Seq) {
+		rows[0]["channel"] != "sms" || rows[1]["job_subject"] != "notify.jobs.email" || rows[0]["seq"] != float64(all[3].Seq) || rows[0]["user_id"] != "u1" {
 		t.Errorf("list --json: %v", rows)
 	}
 	for _, r := range rows {
@@ -253,7 +258,7 @@ func TestDeadListFilters(t *testing.T) {
 
 	for _, bad := range [][]string{
 		{"--kind", "lost"}, {"--since", "yesterday"}, {"--since", "-2h"}, {"--since", "0d"},
-		{"--channel", ">"}, {"--channel", "sms.*"}, {"--limit", "-1"}, {"extra-arg"},
+		{"--channel", ">"}, {"--channel", "sms.*"}, {"--limit", "-1"}, {"extra-arg"}, {"--tenant", "no such tenant!"},
 	} {
 		_, errOut, code := b.dead(t, "", append([]string{"list"}, bad...)...)
 		if code != 2 {

@@ -116,9 +116,15 @@ func devBanner(cfg config.Config, dir, metricsAddr string, sandboxed bool) strin
 		to = demo.SyntheticRecipient(channel, 42)
 	}
 	job := fmt.Sprintf(`{"id":"hello-1","user_id":"u42","channel":"%s","to":"%s","body":"Hello from notifier dev"}`, channel, to)
+	fmt.Fprintf(&b, "\npoint the other commands (publish, gateway, dead, explain --job, status) at this server:\n")
+	fmt.Fprintf(&b, "  export %s=%s\n", natsURLVar, u)
 	fmt.Fprintf(&b, "\npublish a job (each needs its own id: a repeated one is dropped as a duplicate):\n")
 	fmt.Fprintf(&b, "  notifier publish --nats %s --channel %s --user u42 --to %s --body \"Hello from notifier dev\"\n", u, channel, to)
 	fmt.Fprintf(&b, "  nats pub -s %s notify.jobs.%s -H Nats-Msg-Id:hello-1 '%s'\n", u, channel, job)
+	if metricsAddr != "off" {
+		fmt.Fprintf(&b, "\nits limits live in this process, not in Redis: status, explain --user and top read Redis;\n")
+		fmt.Fprintf(&b, "this one's state is at http://%s/status\n", metricsAddr)
+	}
 	fmt.Fprintf(&b, "\nCtrl-C stops it.\n\n")
 	return b.String()
 }

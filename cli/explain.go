@@ -8,12 +8,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/notifier/notifier/config"
+	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/inspect"
 	"github.com/notifier/notifier/internal/text"
-	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/worker"
 )
 
@@ -32,8 +33,13 @@ stream) and changes nothing. Ask one question:
   --provider P          P's contract and effective rate, its queue's depth and delay,
                         the next free send slot, a pause and why, each instance's
                         circuit breaker, and the tenants with jobs waiting
-  --job ID              the job's ledger record (lease, sent, attempts, how it ended
-                        unsent) and its dead letters, never its recipient or text
+  --job ID              the job's state and why: sent, under way, waiting for its send
+                        slot, put off (by the per-user cap, a paused provider, a spent
+                        quota...) and until when, retrying, waiting in the stream not
+                        taken yet, or dead; its ledger record and dead letters, never
+                        its recipient or text; --tenant T for a tenant's job (ids are
+                        unique within a tenant). A job the ledger does not place is
+                        looked for in the job stream: --scan messages at most
 
 --json prints the answer as JSON, as the metrics port's /explain serves it.`,
 		Args: cobra.NoArgs,
@@ -44,13 +50,24 @@ stream) and changes nothing. Ask one question:
 	category := c.Flags().String("category", "", "transactional or marketing (with --user; default: the channel's category)")
 	provider := c.Flags().String("provider", "", "a provider name from the configuration")
 	job := c.Flags().String("job", "", "a job id")
+	tenant := c.Flags().String("tenant", "", "with --job: the job's tenant (a job id is unique within its tenant; default: the default tenant)")
+	scan := c.Flags().Int("scan", inspect.DefaultScan, "with --job: read at most this many messages of the job stream looking for the job (0: all)")
 	asJSON := c.Flags().Bool("json", false, "print as JSON")
 	c.RunE = func(cmd *cobra.Command, _ []string) error {
-		q := inspect.Query{User: *user, Channel: *channel, Category: *category, Provider: *provider, Job: *job}
+		q := inspect.Query{User: *user, Channel: *channel, Category: *category, Provider: *provider, Job: *job, Tenant: *tenant, Scan: *scan}
+		if *scan == 0 {
+			q.Scan = -1 // the whole stream
+		}
 		if err := q.Check(); err != nil {
 			return &usageError{err: err}
 		}
-		cfg, err := config.Load(*path, e.getenv)
+		if *scan < 0 {
+			return &usageError{err: fmt.Errorf("--scan %d: a number of messages, 0 for all", *scan)}
+		}
+		if c.Flags().Changed("scan") && *job == "" {
+			return &usageError{err: errors.New("--scan goes with --job")}
+		}
+		cfg, err := loadConfig(cmd, *path, e)
 		if err != nil {
 			return err
 		}
@@ -60,16 +77,16 @@ stream) and changes nothing. Ask one question:
 			return err
 		}
 		defer rdb.Close()
-		var dead *queue.DeadLetters
+		var js jetstream.JetStream
 		if q.Job != "" {
-			nc, r, err := openDeadLetters(ctx, cfg, "notifier explain")
+			nc, j, err := config.ConnectJetStream(ctx, cfg, "notifier explain", false)
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
-			dead = r
+			js = j
 		}
-		in, err := worker.NewInspector(rdb, dead, cfg)
+		in, err := worker.NewInspector(rdb, js, cfg)
 		if err != nil {
 			return err
 		}
@@ -86,6 +103,7 @@ stream) and changes nothing. Ask one question:
 			return enc.Encode(answer)
 		}
 		writeExplain(e.stdout, answer)
+		hintIfNoInstance(ctx, e.stdout, rdb, cfg)
 		return nil
 	}
 	return c
@@ -122,11 +140,16 @@ func writeUser(w io.Writer, a inspect.UserAnswer) {
 			verdict = "sent, counted as a shadow denial (the cap would refuse it)"
 		case r.OnExceed == "defer":
 			verdict = "denied: it would wait (deferred)"
+		case r.OnExceed == "digest":
+			verdict = "denied: it would be held for the user's next digest"
 		default:
 			verdict = "denied: it would be suppressed (user_limit)"
 		}
 		fmt.Fprintf(w, "  a job now    %s\n", verdict)
 		fmt.Fprintf(w, "  next allowed %s\n", a.NextAllowed)
+		if a.DigestDue != nil {
+			fmt.Fprintf(w, "  digest       %d held, digest due %s\n", a.Held, *a.DigestDue)
+		}
 	}
 	shadow := ""
 	if a.Rule != nil && a.Rule.Mode == "shadow" {
@@ -173,7 +196,14 @@ func writeProvider(w io.Writer, a inspect.ProviderAnswer) {
 }
 
 func writeJob(w io.Writer, a inspect.JobAnswer) {
-	fmt.Fprintf(w, "job %s — %s: %s\n", a.Job, a.At.Format("2006-01-02 15:04:05.000 UTC"), a.State)
+	name := a.Job
+	if a.Tenant != "" {
+		name += " of tenant " + a.Tenant
+	}
+	fmt.Fprintf(w, "job %s — %s: %s\n", name, a.At.Format("2006-01-02 15:04:05.000 UTC"), a.State)
+	if a.Why != "" {
+		fmt.Fprintf(w, "  why          %s\n", whyLine(a))
+	}
 	l := a.Ledger
 	switch {
 	case !l.Found:
@@ -200,6 +230,20 @@ func writeJob(w io.Writer, a inspect.JobAnswer) {
 		}
 		fmt.Fprintf(w, "  ledger       %s; kept %s more\n", strings.Join(parts, ", "), inspect.FormatDuration(time.Duration(l.KeptForSeconds)*time.Second))
 	}
+	if s := a.Stream; s != nil {
+		switch {
+		case s.Job != nil:
+			fmt.Fprintf(w, "  stream       waiting since %s (%s) on %s, stream sequence %d\n", s.Job.Stored.UTC().Format("2006-01-02 15:04:05.000"),
+				inspect.FormatDuration(a.At.Sub(s.Job.Stored).Truncate(time.Second)), s.Job.Subject, s.Job.Seq)
+		case s.Complete:
+			fmt.Fprintf(w, "  stream       not in the job stream (all %d messages read)\n", s.Scanned)
+		default:
+			fmt.Fprintf(w, "  stream       not in the first %d of %d messages of the job stream (--scan 0 reads them all)\n", s.Scanned, s.InStream)
+		}
+	}
+	if p := a.Provider; p != nil {
+		fmt.Fprintf(w, "  provider     %s\n", senderLine(p))
+	}
 	if len(a.DeadLetters) == 0 {
 		fmt.Fprintln(w, "  dead letter  none")
 	}
@@ -211,6 +255,75 @@ func writeJob(w io.Writer, a inspect.JobAnswer) {
 				orDash(text.Printable(d.UserID)), orDash(text.Printable(d.Provider)), orDash(text.Printable(d.Tenant)), d.Seq)
 		}
 	}
+}
+
+// senderLine sums up the state of the provider a waiting job waits for.
+func senderLine(p *inspect.ProviderAnswer) string {
+	parts := []string{p.Provider}
+	if ps := p.Pause; ps != nil {
+		parts = append(parts, fmt.Sprintf("paused until %s (%s)", ps.Until.Format("15:04:05.000"), ps.Reason))
+	}
+	q := fmt.Sprintf("queue %.1fs deep", p.Queue.DelaySeconds)
+	if p.Queue.Full {
+		q += ", full"
+	}
+	parts = append(parts, q)
+	if !p.NextFreeSlot.Now {
+		parts = append(parts, "next free slot in "+inspect.FormatDuration(time.Duration(p.NextFreeSlot.InSeconds*float64(time.Second)).Round(time.Millisecond)))
+	}
+	for _, qu := range p.Quotas {
+		if qu.Left == 0 {
+			parts = append(parts, fmt.Sprintf("quota of %d per %s spent, resets in %.0fs", qu.Limit, qu.Per, qu.ResetsInSeconds))
+		}
+	}
+	open := 0
+	for _, b := range p.Breakers {
+		if b.State == "open" {
+			open++
+		}
+	}
+	if open > 0 {
+		parts = append(parts, fmt.Sprintf("circuit open on %d of %d instances", open, len(p.Breakers)))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// whyPhrases say what each of the dispatcher's deferral words means.
+var whyPhrases = map[string]string{
+	dispatch.DeferUserLimit:          "put off by the per-user cap (on_exceed: defer)",
+	dispatch.DeferDigest:             "held for the user's next digest (on_exceed: digest)",
+	dispatch.DeferDigestUnpublished:  "its digest is due but could not be published yet",
+	dispatch.DeferCircuitOpen:        "put off: the provider's circuit breaker is open",
+	dispatch.DeferRecipientThrottled: "put off: the provider throttles this recipient",
+	dispatch.DeferQuota:              "put off: the provider's quota is spent until its next window",
+	dispatch.DeferProviderPaused:     "put off: the provider is paused (notifier explain --provider says why)",
+	dispatch.WaitSlot:                "waiting in the provider's queue for its send slot",
+}
+
+// whyLine says why a waiting job waits.
+func whyLine(a inspect.JobAnswer) string {
+	l := a.Ledger
+	switch a.Why {
+	case inspect.WhyRetry:
+		return fmt.Sprintf("retrying after %d transient provider failures (the last: %s)", l.Attempts, orDash(l.LastError))
+	case inspect.WhyStream:
+		return "in the job stream, not taken yet: the backlog waits for the global bucket, its channel's budget and its tenant's share"
+	}
+	s, ok := whyPhrases[a.Why]
+	if !ok {
+		s = "put off (" + text.Printable(a.Why) + ")"
+	}
+	if l.DueAt != nil {
+		if in := l.DueAt.Sub(a.At); in > 0 {
+			s += fmt.Sprintf(" until %s (in %s)", l.DueAt.Format("15:04:05.000"), inspect.FormatDuration(in.Round(time.Second)))
+		} else {
+			s += fmt.Sprintf(" until %s: due, it waits for a worker to take it again", l.DueAt.Format("15:04:05.000"))
+		}
+	}
+	if l.Deferrals > 1 {
+		s += fmt.Sprintf("; put off %d times", l.Deferrals)
+	}
+	return s
 }
 
 func orDash(s string) string {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/inspect"
 	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/queue"
@@ -358,5 +359,95 @@ func setMetricsPort(t *testing.T, w *world, port int) {
 	cfg = bytes.Replace(cfg, []byte("listen: 127.0.0.1:0"), []byte(fmt.Sprintf("listen: 127.0.0.1:%d", port)), 1)
 	if err := os.WriteFile(w.config, cfg, 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestExplainJobWaiting: explain --job finds a job that has not ended
+// (issue 29: it said "unknown … no record" for a job the per-user cap put
+// off): one in the stream not taken yet (no dispatcher runs), and one the
+// cap deferred (on_exceed: defer), with why and until when; the deferral is
+// logged at debug with the job id; --scan bounds the stream read, and an
+// id never published is unknown after the whole stream was read.
+func TestExplainJobWaiting(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, 50, `user_limits:
+  sms: { limit: 1, window: 1h, on_exceed: defer }
+`)
+	publishLines(t, w, false, explainJob("w-1", "a"), explainJob("w-2", "b"))
+
+	var j inspect.JobAnswer
+	explainJSON(t, w, &j, "--job", "w-2")
+	if j.State != inspect.StateWaiting || j.Why != inspect.WhyStream || j.Stream == nil || j.Stream.Job == nil || j.Ledger.Found {
+		t.Fatalf("w-2 before any dispatcher: %+v, want waiting in the stream", j)
+	}
+	if j.Stream.Job.Seq != 2 || !strings.HasPrefix(j.Stream.Job.Subject, "notify.jobs.sms") || j.Stream.InStream != 2 {
+		t.Fatalf("w-2 in the stream: %+v, want sequence 2 of 2 on notify.jobs.sms", *j.Stream)
+	}
+	out, _, code := explainCLI(t, w, "--job", "w-2")
+	if code != 0 || !strings.Contains(out, "waiting\n") || !strings.Contains(out, "in the job stream, not taken yet") || !strings.Contains(out, "stream sequence 2") ||
+		!strings.Contains(out, "provider     sms-gw; queue ") {
+		t.Fatalf("explain --job w-2: exit %d\n%s", code, out)
+	}
+	j = inspect.JobAnswer{}
+	explainJSON(t, w, &j, "--job", "w-2", "--scan", "1")
+	if j.State != inspect.StateUnknown || j.Stream == nil || j.Stream.Scanned != 1 || j.Stream.Complete {
+		t.Fatalf("w-2 with --scan 1: %+v, want unknown after 1 of 2 messages", j.Stream)
+	}
+	out, _, _ = explainCLI(t, w, "--job", "w-2", "--scan", "1")
+	if !strings.Contains(out, "not in the first 1 of 2 messages of the job stream (--scan 0 reads them all)") {
+		t.Fatalf("explain --job w-2 --scan 1:\n%s", out)
+	}
+	j = inspect.JobAnswer{}
+	explainJSON(t, w, &j, "--job", "never-published")
+	if j.State != inspect.StateUnknown || j.Stream == nil || !j.Stream.Complete || j.Stream.Scanned != 2 {
+		t.Fatalf("an id never published: %+v, want unknown after the whole stream", j.Stream)
+	}
+	if _, errOut, code := explainCLI(t, w, "--user", "a", "--channel", "sms", "--scan", "5"); code != 2 || !strings.Contains(errOut, "--scan goes with --job") {
+		t.Fatalf("--scan without --job: exit %d, %s", code, errOut)
+	}
+
+	p := w.run()
+	publishLines(t, w, false, explainJob("d-1", "u7"), explainJob("d-2", "u7"))
+	// One of the two is sent, the other put off by the cap.
+	sent, put := "d-1", "d-2"
+	testenv.WaitFor(t, 30*time.Second, "one of u7's jobs sent", func() bool {
+		if !acceptedAt(w.fake, "d-2").IsZero() {
+			sent, put = "d-2", "d-1"
+		}
+		return !acceptedAt(w.fake, sent).IsZero()
+	})
+	testenv.WaitFor(t, 30*time.Second, put+" put off by the cap", func() bool {
+		j = inspect.JobAnswer{}
+		explainJSON(t, w, &j, "--job", put)
+		return j.Why == dispatch.DeferUserLimit
+	})
+	first := acceptedAt(w.fake, sent)
+	if j.State != inspect.StateWaiting || j.Ledger.DueAt == nil || j.Ledger.Deferrals != 1 || j.Ledger.LeaseOwner != "" || j.Provider != nil {
+		t.Fatalf("%s: %+v, want waiting, put off once, no lease, no provider named", put, j)
+	}
+	// Due when the cap lets the next job through: the first send + the
+	// window, plus the deferral's jitter (at most a tenth of the wait).
+	if due := *j.Ledger.DueAt; due.Before(first.Add(time.Hour-time.Second)) || due.After(first.Add(time.Hour+7*time.Minute)) {
+		t.Fatalf("%s due at %s, want about an hour after %s's send at %s", put, due, sent, first)
+	}
+	if j.Stream == nil || j.Stream.Job == nil {
+		t.Fatalf("%s is not found in the stream: %+v", put, j.Stream)
+	}
+	out, _, _ = explainCLI(t, w, "--job", put)
+	if !strings.Contains(out, ": waiting\n") || !strings.Contains(out, "why          put off by the per-user cap (on_exceed: defer) until ") {
+		t.Fatalf("explain --job %s:\n%s", put, out)
+	}
+	t.Logf("explain --job %s:\n%s", put, out)
+	logged := false
+	for _, line := range strings.Split(p.logs(), "\n") {
+		if strings.Contains(line, `"msg":"job deferred"`) && strings.Contains(line, `"job":"`+put+`"`) && strings.Contains(line, `"why":"user_limit"`) {
+			logged = true
+		}
+	}
+	if !logged {
+		t.Fatalf("no debug line records %s's deferral with its id:\n%s", put, p.logs())
+	}
+	if !acceptedAt(w.fake, put).IsZero() {
+		t.Fatalf("%s was sent inside the cap's window", put)
 	}
 }

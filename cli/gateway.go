@@ -26,9 +26,11 @@ them to the NOTIFY stream, answering 202 only once JetStream acknowledged them:
   GET  /healthz, /readyz, /metrics, /openapi.json
 
 Each key of gateway.keys has a token bucket (rate, burst) shared by every gateway
-instance through Redis; failed authentications are limited per client IP
-(gateway.auth_failures). It keeps no state of its own: run as many as you like behind
-a load balancer. On SIGINT or SIGTERM it stops accepting connections, lets the
+instance through Redis, beside its tenant's (gateway.tenants) and the whole intake's
+(gateway.capacity); failed authentications are limited per client IP
+(gateway.auth_failures). Connections, requests in flight and a slow JetStream are
+shed at once (gateway.shed). It keeps no state of its own: run as many as you like
+behind a load balancer. On SIGINT or SIGTERM it stops accepting connections, lets the
 requests in flight finish, and exits 0.`,
 		Args: cobra.NoArgs,
 	}

@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -43,6 +45,46 @@ func TestGatewayConfigBlock(t *testing.T) {
 	if g == nil || g.Listen != "127.0.0.1:0" || len(g.Keys) != 1 || g.Keys[0].Rate != 50 || g.Keys[0].Tenant != "acme" ||
 		g.AuthFailures.Limit != 5 || g.AuthFailures.Window != time.Minute || g.PublishTimeout != 5*time.Second || !g.LegacyHeaders {
 		t.Fatalf("gateway block read as %+v", g)
+	}
+	// The edge's keys: capacity, tenant buckets (named as written: tenant
+	// names are case-sensitive), the priority permission, shedding, and
+	// their ranges.
+	edge := minimal + `
+gateway:
+  listen: 127.0.0.1:0
+  capacity: {rate: 5000, burst: 10000}
+  tenants:
+    Acme: {rate: 100, burst: 200}
+  idempotency_ttl: 48h
+  read_timeout: 10s
+  shed: {max_conns: 2000, max_conns_per_ip: 50, max_in_flight: 100, max_in_flight_per_ip: 10, max_publish_latency: 500ms, max_stream_depth: 100000}
+  keys:
+    - {name: acme-app, tenant: Acme, sha256: ` + gateway.HashKey("acme-key-1") + `, rate: 50, burst: 20, priority: true}
+`
+	cfg, err = config.Parse([]byte(edge), envOf(map[string]string{"NOTIFIER_GATEWAY_SHED_MAX_CONNS": "3000", "NOTIFIER_GATEWAY_TENANTS_ACME_RATE": "1"}))
+	if err != nil {
+		t.Fatalf("the edge's keys refused: %v", err)
+	}
+	g = cfg.Gateway
+	if g.Capacity != (gateway.Limit{Rate: 5000, Burst: 10000}) || len(g.Tenants) != 1 || g.Tenants["Acme"] != (gateway.Limit{Rate: 100, Burst: 200}) ||
+		!g.Keys[0].Priority || g.IdempotencyTTL != 48*time.Hour || g.ReadTimeout != 10*time.Second || g.IdleTimeout != 2*time.Minute ||
+		g.Shed != (gateway.Shed{MaxConns: 3000, MaxConnsPerIP: 50, MaxInFlight: 100, MaxInFlightPerIP: 10, MaxPublishLatency: 500 * time.Millisecond, MaxStreamDepth: 100000}) {
+		t.Fatalf("the edge's keys read as %+v", g)
+	}
+	_, err = config.Parse([]byte(minimal+`
+gateway:
+  capacity: {rate: 1e-15, burst: 1}
+  shed: {max_conns: 0}
+  idempotency_ttl: 0s
+  keys:
+    - {name: x, sha256: `+gateway.HashKey("x")+`, rate: 1e12, burst: 1}
+`), noEnv)
+	for _, want := range []string{"gateway.capacity.rate: must be a number of jobs per second from 0.001 to 1000000, got 1e-15",
+		"gateway.keys[0].rate: must be a number of jobs per second from 0.001 to 1000000, got 1e+12",
+		"gateway.shed.max_conns: 0 is not allowed", "gateway.idempotency_ttl: 0s is not allowed"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("no problem %q in:\n%v", want, err)
+		}
 	}
 	// Left out: no gateway, and run does not need one.
 	if cfg, err := config.Parse([]byte(minimal), noEnv); err != nil || cfg.Gateway != nil {
@@ -169,6 +211,25 @@ func TestGatewayEndToEnd(t *testing.T) {
 			t.Fatalf("a wrong key: %d", resp.StatusCode)
 		}
 	}
+	// Malformed requests carrying the key, a number and a message: the
+	// server's own errors must not quote them in the log.
+	job := `{"user_id":"u1","channel":"sms","to":"+14155550123","body":"your code is 123456"}`
+	head := "POST /v1/notifications HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer acme-key-1\r\nContent-Type: application/json\r\n"
+	for _, raw := range []string{
+		head + "Content-Length: -1\r\n\r\n" + job,
+		head + "X-Note: a\x00b\r\nContent-Length: " + strconv.Itoa(len(job)) + "\r\n\r\n" + job,
+		head + "Transfer-Encoding: gzip\r\n\r\n" + job,
+		head + "Transfer-Encoding: chunked\r\n\r\nzz\r\n" + job + "\r\n0\r\n\r\n",
+	} {
+		c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		_, _ = io.WriteString(c, raw)
+		_, _ = io.ReadAll(c)
+		c.Close()
+	}
 	if err := gw.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +241,7 @@ func TestGatewayEndToEnd(t *testing.T) {
 	if gw.err != nil {
 		t.Fatalf("gateway exit: %v\n%s", gw.err, gw.logs())
 	}
-	if strings.Contains(gw.logs(), "acme-key-1") || strings.Contains(gw.logs(), "+14155550123") {
+	if strings.Contains(gw.logs(), "acme-key-1") || strings.Contains(gw.logs(), "+14155550123") || strings.Contains(gw.logs(), "123456") {
 		t.Errorf("the gateway logged a key or a number:\n%s", gw.logs())
 	}
 	// The stopped gateway flushed its rejection counts: top --gateway shows them.

@@ -11,11 +11,15 @@ import (
 )
 
 // TestContractHeldWhileAWorkerStalls: two `notifier run` processes on a
-// 100/s contract with jitter_budget: 50ms, one of them stopped (SIGSTOP)
+// 100/s contract with jitter_budget: 80ms, one of them stopped (SIGSTOP)
 // for 30–50 ms every second of the run: the CPU starvation or GC pause
 // that put 202 sends into a second of a 200/s contract. Sends due while it
 // is stopped leave late or take new slots; none may push a 1 s window of
-// arrivals at the provider over the contract.
+// arrivals at the provider over the contract. The promise holds while
+// arrivals lag their slots by less than the budget: a stop can land after
+// a send's last check of its slot, so the budget covers the longest stop
+// (50 ms) and the scheduling delays of a loaded machine on top of it (30
+// ms; with a 50 ms budget a run beside other work saw 101 in a window).
 func TestContractHeldWhileAWorkerStalls(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, 100, "")
@@ -23,7 +27,7 @@ func TestContractHeldWhileAWorkerStalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg = []byte(strings.Replace(string(cfg), "    timeout: 2s\n", "    timeout: 2s\n    jitter_budget: 50ms\n", 1))
+	cfg = []byte(strings.Replace(string(cfg), "    timeout: 2s\n", "    timeout: 2s\n    jitter_budget: 80ms\n", 1))
 	if err := os.WriteFile(w.config, cfg, 0o600); err != nil {
 		t.Fatal(err)
 	}

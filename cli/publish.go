@@ -61,7 +61,7 @@ reported as duplicates, and how many failed.`,
 	}
 	path := configFlag(c)
 	fl := c.Flags()
-	fl.StringVar(&f.nats, "nats", "", "NATS server URL, in place of the configuration's nats.url; without --config no file is read (`notifier dev` prints its URL)")
+	fl.StringVar(&f.nats, "nats", "", "NATS server URL, in place of the configuration's nats.url; without --config no file is read (notifier dev prints its URL)")
 	fl.StringVar(&f.id, "id", "", "job id (default: generated)")
 	fl.StringVar(&f.channel, "channel", "", "sms, push or email")
 	fl.StringVar(&f.user, "user", "", "recipient user id")
@@ -157,7 +157,7 @@ func publish(ctx context.Context, cfg config.Config, f *publishFlags, mode publi
 		return err
 	}
 	defer nc.Close()
-	pub := queue.NewPublisher(js)
+	pub := queue.NewPublisher(js, queue.WithFairLanes(cfg.Tenants.Lanes))
 
 	if mode == publishOne {
 		j := &queue.Job{ID: f.id, UserID: f.user, Channel: f.channel, To: f.to, Body: f.body, Title: f.title, Provider: f.provider,

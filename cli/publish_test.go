@@ -98,7 +98,10 @@ func (w *world) streamJobs() []streamJob {
 		if err != nil {
 			w.t.Fatalf("the job on %s does not decode: %v", m.Subject, err)
 		}
-		tenant := j.Tenant // what the job says, else its subject's (as the dispatcher reads it)
+		tenant := j.Tenant // what the job says, else its header's, else its subject's (as the dispatcher reads it)
+		if tenant == "" {
+			tenant = m.Header.Get(queue.HeaderTenant)
+		}
 		if tenant == "" {
 			tenant = queue.TenantOf(m.Subject)
 		}
@@ -141,25 +144,41 @@ func TestPublishTenant(t *testing.T) {
 	}
 	pub(strings.Join([]string{line("nd-default", ""), line("nd-own-2", "zed")}, "\n"), "--file", "-", "--high")
 
-	want := map[string][2]string{ // id → subject, tenant
-		"one":        {"notify.jobs.sms.t.acme", "acme"},
-		"one-high":   {"notify.jobs.sms.t.Bank~eu.high", "Bank.eu"},
-		"nd-flag":    {"notify.jobs.sms.t.acme", "acme"},
-		"nd-own":     {"notify.jobs.sms.t.zed", "zed"},
-		"nd-empty":   {"notify.jobs.sms.t.acme", "acme"},
+	// A tenant's job goes to one of its two fair lanes (queue.LanePair),
+	// on its lane kind; the default tenant's to its own subject.
+	want := map[string][2]string{ // id → lane (its subject without the fair lane's number), tenant
+		"one":        {"notify.jobs.sms.f.#", "acme"},
+		"one-high":   {"notify.jobs.sms.f.#.high", "Bank.eu"},
+		"nd-flag":    {"notify.jobs.sms.f.#", "acme"},
+		"nd-own":     {"notify.jobs.sms.f.#", "zed"},
+		"nd-empty":   {"notify.jobs.sms.f.#", "acme"},
 		"nd-default": {"notify.jobs.sms.high", ""},
-		"nd-own-2":   {"notify.jobs.sms.t.zed.high", "zed"},
+		"nd-own-2":   {"notify.jobs.sms.f.#.high", "zed"},
+	}
+	onPair := func(j streamJob) (lane string, ok bool) {
+		k, fair := queue.ParseJobSubject(j.subject)
+		if !fair || !k.Fair {
+			return j.subject, true
+		}
+		a, b := queue.LanePair(k.Channel, j.tenant, queue.DefaultFairLanes)
+		ok = k.Index == a || k.Index == b
+		k.Index = 0
+		return strings.Replace(k.Subject(), ".f.0", ".f.#", 1), ok
 	}
 	loads := 0
 	for _, j := range w.streamJobs() {
+		lane, onItsPair := onPair(j)
+		if !onItsPair {
+			t.Errorf("job %s of tenant %q on %s: not one of its pair's lanes", j.id, j.tenant, j.subject)
+		}
 		if strings.HasPrefix(j.id, "load-") {
 			loads++
-			if j.subject != "notify.jobs.push.t.acme" || j.tenant != "acme" {
+			if lane != "notify.jobs.push.f.#" || j.tenant != "acme" {
 				t.Errorf("generated job %s on %s, tenant %q", j.id, j.subject, j.tenant)
 			}
 			continue
 		}
-		if got := [2]string{j.subject, j.tenant}; got != want[j.id] {
+		if got := [2]string{lane, j.tenant}; got != want[j.id] {
 			t.Errorf("job %s: on %s, tenant %q; want %v", j.id, j.subject, j.tenant, want[j.id])
 		}
 		delete(want, j.id)

@@ -1,16 +1,21 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"sort"
+	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/notifier/notifier/config"
 	"github.com/notifier/notifier/inspect"
 	"github.com/notifier/notifier/internal/text"
+	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/statuspage"
 	"github.com/notifier/notifier/worker"
 )
@@ -30,14 +35,16 @@ every second:
   per channel   sent, suppressed and dead over the last minute;
   instances     every live notifier run (from its heartbeat), its version and jobs in flight.
 
---once prints one view and exits; --json prints it as JSON.`,
+--once prints one view and exits; --json prints it as JSON. --nats URL also reads the
+job stream on that server and prints the jobs waiting in it by channel. A notifier dev
+keeps its limits in its own memory, not in Redis: its status is its /status page.`,
 		Args: cobra.NoArgs,
 	}
 	path := configFlag(c)
 	once := c.Flags().Bool("once", false, "print once and exit")
 	asJSON := c.Flags().Bool("json", false, "print as JSON (implies --once)")
 	c.RunE = func(cmd *cobra.Command, _ []string) error {
-		cfg, err := config.Load(*path, e.getenv)
+		cfg, err := loadConfig(cmd, *path, e)
 		if err != nil {
 			return err
 		}
@@ -47,6 +54,19 @@ every second:
 			return err
 		}
 		defer rdb.Close()
+		// With --nats, the stream's side too: the jobs waiting in it,
+		// which a fleet without heartbeats in Redis (a notifier dev) has.
+		var stream jetstream.Stream
+		if cmd.Flags().Changed("nats") {
+			nc, js, err := config.ConnectJetStream(ctx, cfg, "notifier status", false)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			if stream, err = js.Stream(ctx, cfg.NATS.Stream); err != nil {
+				return hintStream(fmt.Errorf("stream %s: %w", cfg.NATS.Stream, err))
+			}
+		}
 		tty := isTerminal(e.stdout)
 		for {
 			st, err := worker.ReadStatus(ctx, rdb, cfg)
@@ -62,6 +82,14 @@ every second:
 				fmt.Fprint(e.stdout, "\033[H\033[2J")
 			}
 			printStatus(e.stdout, st, !*once, termWidth(e.stdout, e.getenv))
+			if stream != nil {
+				if err := printWaiting(ctx, e.stdout, stream, cfg); err != nil {
+					return err
+				}
+			}
+			if len(st.Instances) == 0 {
+				noInstanceHint(e.stdout, cfg)
+			}
 			if *once {
 				return nil
 			}
@@ -145,4 +173,33 @@ func printStatus(w io.Writer, st inspect.FleetStatus, live bool, width int) {
 		{head: "instance"}, {head: "version", drop: 3}, {head: "in flight", right: true},
 		{head: "limits", drop: 1}, {head: "up", drop: 4}, {head: "seen", right: true, drop: 2},
 	}, rows)
+}
+
+// printWaiting prints the jobs waiting in the job stream, by channel, as
+// the stream counts them by subject.
+func printWaiting(ctx context.Context, w io.Writer, stream jetstream.Stream, cfg config.Config) error {
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter("notify.jobs.>"))
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", cfg.NATS.Stream, err)
+	}
+	by := map[string]uint64{}
+	var total uint64
+	for subject, n := range info.State.Subjects {
+		by[queue.ChannelOf(subject)] += n
+		total += n
+	}
+	channels := make([]string, 0, len(by))
+	for c := range by {
+		channels = append(channels, c)
+	}
+	sort.Strings(channels)
+	parts := make([]string, len(channels))
+	for i, c := range channels {
+		parts[i] = fmt.Sprintf("%s %d", c, by[c])
+	}
+	if len(parts) == 0 {
+		parts = []string{"none"}
+	}
+	_, err = fmt.Fprintf(w, "\njobs waiting in %s on %s: %d (%s)\n", cfg.NATS.Stream, queue.RedactURLs(cfg.NATS.URL), total, strings.Join(parts, ", "))
+	return err
 }

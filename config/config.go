@@ -20,8 +20,10 @@ import (
 	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/gateway"
 	"github.com/notifier/notifier/globallimit"
+	"github.com/notifier/notifier/internal/text"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
+	"github.com/notifier/notifier/suppress"
 	"github.com/notifier/notifier/userlimit"
 )
 
@@ -41,8 +43,11 @@ type Config struct {
 	// channel's normal lane is (left out: transactional).
 	Categories map[string]queue.Category `mapstructure:"categories"`
 	Tenants    Tenants                   `mapstructure:"tenants"`
-	Providers  []providers.Config        `mapstructure:"providers"`
-	Tracing    Tracing                   `mapstructure:"tracing"`
+	// Suppression is YAML suppression: the list of recipients providers
+	// refused as gone (left out: kept for DefaultSuppressionTTL).
+	Suppression Suppression        `mapstructure:"suppression"`
+	Providers   []providers.Config `mapstructure:"providers"`
+	Tracing     Tracing            `mapstructure:"tracing"`
 	// Gateway is read by `notifier gateway` only (nil: left out); `check`
 	// and every command validate it when present.
 	Gateway *gateway.Config `mapstructure:"gateway"`
@@ -109,6 +114,30 @@ type Tenants struct {
 	// several have jobs waiting; a tenant left out (and the default
 	// tenant) weighs 1. File only: no environment variable sets it.
 	Weights map[string]float64 `mapstructure:"weights"`
+	// Lanes is the number of fair lanes per channel and lane kind that the
+	// tenants' jobs share (queue.DefaultFairLanes; 1 to
+	// queue.MaxFairLanes). Every process, gateway and publisher of a fleet
+	// should use the same number.
+	Lanes int `mapstructure:"lanes"`
+}
+
+// Suppression is YAML suppression:.
+type Suppression struct {
+	// TTL is how long a recipient a provider refused as gone stays on the
+	// fleet's suppression list, its jobs suppressed unsent; 0 keeps no
+	// list; left out: DefaultSuppressionTTL.
+	TTL *time.Duration `mapstructure:"ttl"`
+}
+
+// DefaultSuppressionTTL is suppression.ttl's default: 30 days.
+const DefaultSuppressionTTL = 720 * time.Hour
+
+// SuppressTTL is suppression.ttl as the dispatcher takes it (0: no list).
+func (c Config) SuppressTTL() time.Duration {
+	if c.Suppression.TTL == nil {
+		return DefaultSuppressionTTL
+	}
+	return *c.Suppression.TTL
 }
 
 // maxTenantWeight is the largest weight tenants.weights allows: a weight
@@ -131,6 +160,9 @@ func (c Config) WithDefaults() Config {
 	c.Redis = c.Redis.WithDefaults()
 	if c.Workers == 0 {
 		c.Workers = 32
+	}
+	if c.Tenants.Lanes == 0 {
+		c.Tenants.Lanes = queue.DefaultFairLanes
 	}
 	if c.Metrics.Listen == "" {
 		c.Metrics.Listen = "127.0.0.1:9464"
@@ -173,17 +205,18 @@ func (c Config) Validate() error {
 	add("nats.", c.NATS.Validate())
 	add("redis.", c.Redis.Validate())
 	if c.Workers < 1 || c.Workers > 4096 {
-		errs = append(errs, fmt.Errorf("workers: must be a whole number from 1 to 4096, got %d", c.Workers))
+		errs = append(errs, fmt.Errorf("workers: %s, got %d", zeroRefused["workers"].rng, c.Workers))
 	}
 	if c.Metrics.Listen != "off" {
 		if _, port, err := net.SplitHostPort(c.Metrics.Listen); err != nil || !validPort(port) {
 			errs = append(errs, fmt.Errorf("metrics.listen: must be host:port (port 0 picks a free one) or \"off\", got %q", c.Metrics.Listen))
 		}
 	}
-	if c.DedupTTL < time.Minute {
-		errs = append(errs, fmt.Errorf("dedup_ttl: must be at least 1m (longer than a job can take to be redelivered), got %s", c.DedupTTL))
+	if c.DedupTTL < minDedupTTL || c.DedupTTL > maxDedupTTL {
+		errs = append(errs, fmt.Errorf("dedup_ttl: %s, got %s", zeroRefused["dedup_ttl"].rng, text.Duration(c.DedupTTL)))
 	}
 	add("retry.", c.Retry.Validate())
+	errs = append(errs, retryRanges(c.Retry, c.DedupTTL, errs)...)
 	add("tracing.", c.Tracing.Validate())
 	if c.Global != nil {
 		add("global.", c.Global.Validate())
@@ -225,6 +258,13 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s: must be a number greater than 0 and at most %d (a tenant left out weighs 1), got %v",
 				tenantPath(t), maxTenantWeight, w))
 		}
+	}
+	if t := c.Suppression.TTL; t != nil && (*t < 0 || *t > suppress.MaxTTL || *t > 0 && *t < time.Minute) {
+		errs = append(errs, fmt.Errorf("suppression.ttl: must be 0 (no list) or from 1m to %s (366 days), got %s", text.Duration(suppress.MaxTTL), text.Duration(*t)))
+	}
+	if c.Tenants.Lanes < 1 || c.Tenants.Lanes > queue.MaxFairLanes {
+		errs = append(errs, fmt.Errorf("tenants.lanes: must be a whole number from 1 to %d, got %d (each lane is 12 consumers on the job stream: %d lanes, %d consumers)",
+			queue.MaxFairLanes, c.Tenants.Lanes, c.Tenants.Lanes, queue.Consumers(c.Tenants.Lanes)))
 	}
 	if len(c.Providers) == 0 {
 		errs = append(errs, errors.New("providers: required: at least one provider"))
@@ -400,12 +440,14 @@ func decodeConfig(v *viper.Viper, yaml []byte, file string, getenv func(string) 
 	// it, misspelt keys included; so each refused value is taken out and
 	// the rest decoded again, until nothing new is found.
 	settings := v.AllSettings()
-	// Viper lower-cases every key; tenant names are not: the weights are
-	// taken as the file spells them.
-	if t, ok := settings["tenants"].(map[string]any); ok {
-		if _, ok := t["weights"]; ok {
-			if w, ok := tenantWeightsAsWritten(yaml); ok {
-				t["weights"] = w
+	// Viper lower-cases every key; tenant names are not: the weights and
+	// the gateway's tenant buckets are taken as the file spells them.
+	for _, path := range tenantMappings {
+		if t, ok := settings[path[0]].(map[string]any); ok {
+			if _, ok := t[path[1]]; ok {
+				if w, ok := mappingAsWritten(yaml, path[0], path[1]); ok {
+					t[path[1]] = w
+				}
 			}
 		}
 	}
@@ -449,12 +491,17 @@ func decodeConfig(v *viper.Viper, yaml []byte, file string, getenv func(string) 
 	return cfg, nil
 }
 
-// tenantWeightsAsWritten reads tenants.weights from the YAML itself, each
-// tenant named as written (viper lower-cases keys, and tenant names are
-// case-sensitive: "Acme" and "acme" are two tenants). ok is false when the
-// file has no such mapping or spells it in a way only viper reads (a key
-// that is an alias, a merge or not a scalar): viper's reading stands then.
-func tenantWeightsAsWritten(src []byte) (map[string]any, bool) {
+// tenantMappings are the mappings keyed by tenant names: tenants.weights
+// and gateway.tenants.
+var tenantMappings = [][2]string{{"tenants", "weights"}, {"gateway", "tenants"}}
+
+// mappingAsWritten reads the mapping section.key (tenants.weights,
+// gateway.tenants) from the YAML itself, each tenant named as written
+// (viper lower-cases keys, and tenant names are case-sensitive: "Acme" and
+// "acme" are two tenants). ok is false when the file has no such mapping
+// or spells it in a way only viper reads (a key that is an alias, a merge
+// or not a scalar): viper's reading stands then.
+func mappingAsWritten(src []byte, section, key string) (map[string]any, bool) {
 	var doc yamlv3.Node
 	if err := yamlv3.Unmarshal(src, &doc); err != nil || doc.Kind != yamlv3.DocumentNode || len(doc.Content) == 0 {
 		return nil, false
@@ -470,11 +517,11 @@ func tenantWeightsAsWritten(src []byte) (map[string]any, bool) {
 		}
 		return nil
 	}
-	tenants := find(doc.Content[0], "tenants")
+	tenants := find(doc.Content[0], section)
 	if tenants == nil {
 		return nil, false
 	}
-	weights := find(tenants, "weights")
+	weights := find(tenants, key)
 	if weights == nil || weights.Kind != yamlv3.MappingNode {
 		return nil, false
 	}
@@ -538,6 +585,8 @@ func envKeys() []string {
 			switch {
 			case ft.Kind() == reflect.Struct && ft != reflect.TypeOf(time.Time{}):
 				walk(prefix+tag+".", ft)
+			case prefix+tag == "gateway.tenants":
+				// keyed by tenant names, file only (as tenants.weights)
 			case ft.Kind() == reflect.Map && ft.Elem().Kind() == reflect.Struct:
 				for _, ch := range queue.Channels {
 					walk(prefix+tag+"."+ch+".", ft.Elem())
@@ -648,49 +697,109 @@ func kindWord(k reflect.Kind) string {
 
 var rootTypeName = reflect.TypeOf(Config{}).String()
 
-// decodeProblems rewrites mapstructure's errors as "key: problem" lines,
-// with a suggestion for a misspelt key.
+// zeroRule is what an explicit zero of a key with a default is told: the
+// key's range, in the words its own problem uses for any other value out
+// of it (Validate's, here or in the section's package), and the default.
+type zeroRule struct{ rng, def string }
+
 // zeroRefused are the keys whose default replaces a zero value: a zero
 // written in the file (or the environment) would silently become the
 // default, so it is refused with what the key allows.
-var zeroRefused = map[string]string{
-	"workers":            "must be at least 1 (leave the key out for the default, 32)",
-	"dedup_ttl":          "must be greater than 0 (leave the key out for the default, 24h)",
-	"nats.ack_wait":      "must be greater than 0 (leave the key out for the default, 30s)",
-	"retry.max_attempts": "must be at least 1 (leave the key out for the default, 8)",
-	"retry.base_delay":   "must be greater than 0 (leave the key out for the default, 1s)",
-	"retry.max_delay":    "must be greater than 0 (leave the key out for the default, 5m)",
+var zeroRefused = map[string]zeroRule{
+	"workers":            {"must be a whole number from 1 to 4096", "32"},
+	"dedup_ttl":          {"must be from " + text.Duration(minDedupTTL) + " to " + text.Duration(maxDedupTTL) + " (366 days)", "24h"},
+	"nats.ack_wait":      {"must be from 1s to 1h", "30s"},
+	"retry.max_attempts": {"must be a whole number from 1 to 1000", "8"},
+	"retry.base_delay":   {"must be from 1ms to " + text.Duration(maxBaseDelay), "1s"},
+	"retry.max_delay":    {"must be from base_delay to " + text.Duration(maxMaxDelay) + " and at most half of dedup_ttl", "5m"},
+	"tenants.lanes":      {"must be a whole number from 1 to " + strconv.Itoa(queue.MaxFairLanes), strconv.Itoa(queue.DefaultFairLanes)},
 
-	"gateway.auth_failures.limit":  "must be at least 1 (leave the key out for the default, 10)",
-	"gateway.auth_failures.window": "must be greater than 0 (leave the key out for the default, 1m)",
-	"gateway.publish_timeout":      "must be greater than 0 (leave the key out for the default, 5s)",
+	"gateway.auth_failures.limit":       {"must be a whole number from 1 to 1000000", "10"},
+	"gateway.auth_failures.window":      {"must be from 1s to 24h", "1m"},
+	"gateway.publish_timeout":           {"must be from 100ms to 1m", "5s"},
+	"gateway.read_timeout":              {"must be from 1s to 5m", "30s"},
+	"gateway.idle_timeout":              {"must be from 1s to 1h", "2m"},
+	"gateway.idempotency_ttl":           {"must be from 2m to 720h", "24h"},
+	"gateway.shed.max_conns":            {"must be a whole number from 1 to 1000000", "10000"},
+	"gateway.shed.max_conns_per_ip":     {"must be a whole number from 1 to 1000000", "1000"},
+	"gateway.shed.max_in_flight":        {"must be a whole number from 1 to 100000", "1024"},
+	"gateway.shed.max_in_flight_per_ip": {"must be a whole number from 1 to 100000", "256"},
+	"gateway.shed.max_publish_latency":  {"must be from 10ms to publish_timeout", "1s"},
 }
 
 // zeroRefusedProvider is zeroRefused for the keys of a providers entry.
-var zeroRefusedProvider = map[string]string{
-	"max_queue_delay": "must be greater than 0 (leave the key out for the default, 5s)",
-	"timeout":         "must be greater than 0 (leave the key out for the default, 5s)",
-	"max_pause":       "must be greater than 0 (leave the key out for the default, 5m)",
+var zeroRefusedProvider = map[string]zeroRule{
+	"max_queue_delay": {providers.RangeText(providers.MinQueueDelay, providers.MaxQueueDelayLimit), "5s"},
+	"timeout":         {providers.RangeText(providers.MinTimeout, providers.MaxTimeout), "5s"},
+	"probe_interval":  {providers.RangeText(providers.MinProbeInterval, providers.MaxProbeInterval), "30s"},
+	"max_pause":       {providers.RangeText(providers.MinPause, providers.MaxRetryAfter), "5m"},
+	"jitter_budget":   {providers.RangeText(providers.MinJitterBudget, providers.MaxJitterBudget), "15ms"},
+	// adaptive's keys default from the rate (min_rate rate/10,
+	// increase_per_s rate/20)
+	"adaptive.min_rate":       {"must be from 1/86400 (one a day) to rate", "rate/10"},
+	"adaptive.decrease":       {"must be greater than 0 and less than 1", "0.7"},
+	"adaptive.increase_per_s": {"must be greater than 0 and at most 9000", "rate/20"},
+	"adaptive.quiet":          {providers.RangeText(time.Millisecond, providers.MaxQuiet), "2s"},
 }
 
 // explicitZeros reports the keys of zeroRefused given as zero in settings
 // (viper's merged file and environment).
 func explicitZeros(settings map[string]any) []error {
 	var out []error
-	for path, why := range zeroRefused {
+	zero := func(path string, v any, r zeroRule) error {
+		return fmt.Errorf("%s: %v is not allowed: %s; leave the key out for the default, %s", path, v, r.rng, r.def)
+	}
+	for path, r := range zeroRefused {
 		if v, ok := lookupKeyPath(settings, path); ok && isZeroValue(v) {
-			out = append(out, fmt.Errorf("%s: %v is not allowed: %s", path, v, why))
+			out = append(out, zero(path, v, r))
 		}
 	}
 	list, _ := settings["providers"].([]any)
 	for i, e := range list {
 		m, _ := e.(map[string]any)
 		name, _ := m["name"].(string)
-		for key, why := range zeroRefusedProvider {
-			if v, ok := m[key]; ok && isZeroValue(v) {
-				out = append(out, fmt.Errorf("%s.%s: %v is not allowed: %s", providerPath(i, name), key, v, why))
+		for key, r := range zeroRefusedProvider {
+			if v, ok := lookupKeyPath(m, key); ok && isZeroValue(v) {
+				out = append(out, zero(providerPath(i, name)+"."+key, v, r))
 			}
 		}
+	}
+	return out
+}
+
+// Ranges of the keys of the file's own (SPEC §4 says why).
+const (
+	minDedupTTL  = time.Minute
+	maxDedupTTL  = 366 * 24 * time.Hour
+	maxBaseDelay = time.Hour
+	maxMaxDelay  = 24 * time.Hour
+)
+
+// retryRanges are the bounds of retry: dispatch.RetryConfig.Validate does
+// not check (its upper ones, and max_delay against dedup_ttl), for the
+// keys it found nothing wrong with (errs, its problems): the ledger keeps
+// a job's failures dedup_ttl after the last, so a backoff longer than
+// half of it could forget them, and a job would be retried forever.
+func retryRanges(r dispatch.RetryConfig, dedup time.Duration, errs []error) []error {
+	flagged := func(key string) bool {
+		for _, e := range errs {
+			if strings.HasPrefix(e.Error(), "retry."+key+": ") {
+				return true
+			}
+		}
+		return false
+	}
+	var out []error
+	if !flagged("base_delay") && r.BaseDelay > maxBaseDelay {
+		out = append(out, fmt.Errorf("retry.base_delay: %s, got %s", zeroRefused["retry.base_delay"].rng, text.Duration(r.BaseDelay)))
+	}
+	dedupOK := dedup >= minDedupTTL && dedup <= maxDedupTTL
+	if !flagged("max_delay") && (r.MaxDelay > maxMaxDelay || dedupOK && r.MaxDelay > dedup/2) {
+		half := ""
+		if dedupOK {
+			half = " (" + text.Duration(dedup/2) + ": the ledger keeps a job's failures for dedup_ttl after the last)"
+		}
+		out = append(out, fmt.Errorf("retry.max_delay: %s%s, got %s", zeroRefused["retry.max_delay"].rng, half, text.Duration(r.MaxDelay)))
 	}
 	return out
 }
@@ -818,6 +927,8 @@ func deleteTenantWeight(settings map[string]any, path string) bool {
 	return true
 }
 
+// decodeProblems rewrites mapstructure's errors as "key: problem" lines,
+// with a suggestion for a misspelt key.
 func decodeProblems(err error) []error {
 	var out []error
 	for _, e := range Problems(err) {

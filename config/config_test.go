@@ -204,7 +204,7 @@ func TestConfigExplicitZeroIsRefused(t *testing.T) {
 		strings.Replace(minimal, "rate: 100", "rate: 100\n    max_queue_delay: 0s\n    timeout: 0s", 1)
 	_, err := Parse([]byte(y), noEnv)
 	for _, w := range []string{
-		"workers: 0 is not allowed: must be at least 1",
+		"workers: 0 is not allowed: must be a whole number from 1 to 4096; leave the key out for the default, 32",
 		"nats.ack_wait: 0s is not allowed",
 		"retry.max_attempts: 0 is not allowed",
 		"providers[0] (sms-gateway).max_queue_delay: 0s is not allowed",
@@ -288,7 +288,8 @@ func TestEnvKeysCoverTheSchema(t *testing.T) {
 
 // FuzzParseConfig feeds arbitrary YAML (and a seed corpus in
 // testdata/fuzz/FuzzParse): the loader must never panic, and a
-// configuration it accepts must validate again.
+// configuration it accepts must validate again and be within SPEC §4's
+// ranges (inRanges).
 func FuzzParse(f *testing.F) {
 	f.Add([]byte(minimal))
 	if b, err := os.ReadFile(filepath.Join("..", "config.yaml")); err == nil {
@@ -298,6 +299,10 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("user_limits: {push: {limit: 99999999999999999999, window: -1h}}"))
 	f.Add([]byte("workers: [1,2]\nnats: 7\nretry: {base_delay: 1h, max_delay: 1ns}"))
 	f.Add([]byte("user_limits: {sms: {marketing: {limit: 1, window: 1h}, transactional: 3}}\ncategories: {email: marketing, sms: [x]}"))
+	// issue 26: absurd rates, bursts and durations were accepted
+	f.Add([]byte(issue26))
+	f.Add([]byte(minimal + "global: {rate: 1e12, burst: 1e12, shadow_rate: 5e-324}\ndedup_ttl: 2562047h\nnats: {ack_wait: 2562047h}\n" +
+		"retry: {base_delay: 1ns, max_delay: 2562047h}\nuser_limits: {push: {limit: 1000000000, window: 8784h, algorithm: sliding_window}}\n"))
 	f.Fuzz(func(t *testing.T, y []byte) {
 		cfg, err := Parse(y, noEnv)
 		if err != nil {
@@ -309,6 +314,9 @@ func FuzzParse(f *testing.F) {
 		}
 		if err := cfg.Validate(); err != nil {
 			t.Fatalf("accepted config does not validate again: %v", err)
+		}
+		if err := inRanges(cfg); err != nil {
+			t.Fatalf("accepted config is out of SPEC §4's ranges: %v", err)
 		}
 	})
 }
@@ -383,5 +391,34 @@ func TestTenantWeights(t *testing.T) {
 	cfg, err = Parse([]byte(minimal+"tenants:\n  weights: {acme: 3}\n"), envOf(map[string]string{"NOTIFIER_TENANTS_WEIGHTS": "x", "NOTIFIER_TENANTS_WEIGHTS_ACME": "5"}))
 	if err != nil || !maps.Equal(cfg.Tenants.Weights, map[string]float64{"acme": 3}) {
 		t.Fatalf("with NOTIFIER_TENANTS_WEIGHTS*: %v %v, want the file's", cfg.Tenants.Weights, err)
+	}
+}
+
+// TestSuppressionTTL: left out, the suppression list is kept 30 days; 0
+// keeps none (not the default: an explicit zero says off here); a value
+// out of range is refused with the range.
+func TestSuppressionTTL(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		yaml string
+		want time.Duration
+		err  string
+	}{
+		{"", 720 * time.Hour, ""},
+		{"suppression: {ttl: 0s}\n", 0, ""},
+		{"suppression: {ttl: 48h}\n", 48 * time.Hour, ""},
+		{"suppression: {ttl: 30s}\n", 0, "suppression.ttl: must be 0 (no list) or from 1m to 8784h"},
+		{"suppression: {ttl: 9000h}\n", 0, "suppression.ttl: must be 0 (no list) or from 1m to 8784h"},
+		{"suppression: {ttl: -1h}\n", 0, "suppression.ttl"},
+	} {
+		cfg, err := Parse([]byte(minimal+tc.yaml), func(string) string { return "" })
+		switch {
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("%q: %v, want %q", tc.yaml, err, tc.err)
+		case tc.err == "" && err != nil:
+			t.Errorf("%q: %v", tc.yaml, err)
+		case tc.err == "" && cfg.SuppressTTL() != tc.want:
+			t.Errorf("%q: ttl %s, want %s", tc.yaml, cfg.SuppressTTL(), tc.want)
+		}
 	}
 }

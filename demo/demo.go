@@ -202,6 +202,7 @@ func Run(ctx context.Context, f Config) (*Result, error) {
 		FetchWait:     200 * time.Millisecond,
 		TenantWeights: demoWeights,
 		Source:        cons,
+		Router:        cons.Router(queue.NewPublisher(js, queue.WithLanes(cons.Lanes()))),
 		DeadLetters:   pub,
 		Providers:     reg,
 		Limits:        limits,
@@ -442,7 +443,7 @@ func demoBurst(f Config) []demoMsg {
 			j.ExpiresAt = now.Add(5 * time.Minute)
 		}
 		data, _ := j.Marshal()
-		out = append(out, demoMsg{id: j.ID, subject: queue.JobSubjectFor(channel, j.Tenant, high), data: data, channel: channel, kind: kind})
+		out = append(out, demoMsg{id: j.MsgID(), subject: queue.JobSubjectFor(channel, j.Tenant, high), data: data, channel: channel, kind: kind})
 	}
 	rnd.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
 	return out

@@ -1,5 +1,5 @@
 // Package deploy holds what operators install beside the notifier binary,
-// with no Go API of its own:
+// with no Go API of its own: the observability files
 //
 //   - grafana/notifier.json, a Grafana dashboard (schema 39, a Prometheus
 //     data source variable and a multi-value provider variable): queue
@@ -14,7 +14,28 @@
 //     the dashboard's queries: `promtool test rules
 //     deploy/prometheus/alerts_test.yaml`.
 //
-// The package's tests keep both honest: every PromQL expression is parsed
+// and the artefacts that run it (docs/deploying.md says how to use each):
+//
+//   - ../Dockerfile, the container image: a static binary on distroless,
+//     non-root, HEALTHCHECK on /healthz through `notifier healthcheck`;
+//   - compose/compose.yaml, the whole system on one machine: NATS 2.10 with
+//     JetStream, Redis, two `notifier run`, the gateway, the sandbox
+//     providers and Prometheus (compose/config.yaml, compose/prometheus.yml);
+//   - systemd/notifier.service and notifier-gateway.service, hardened units;
+//   - kubernetes/*.yaml, the run and gateway Deployments with their probes,
+//     PodDisruptionBudgets, the gateway's Service and the ConfigMap.
+//
+// artefacts_test.go checks each as far as a machine without a Docker
+// engine or a cluster can: the Dockerfile parsed and its build stage's
+// command run (the binary must be static, the HEALTHCHECK's command must
+// pass against /healthz); the compose file decoded strictly into a typed
+// model (services, images, healthchecks, every mounted file and every
+// NOTIFIER_ variable taking effect); the systemd units' keys (and
+// systemd-analyze verify where installed); the manifests decoded strictly
+// into the Kubernetes API types (k8s.io/api), with grace periods longer
+// than a stop of the configuration they mount can take.
+//
+// The package's tests keep the dashboard and the alerts honest: every PromQL expression is parsed
 // with Prometheus's own parser, every metric it selects must be one that
 // dispatch.NewMetrics registers (so renaming a metric fails them), every
 // label matched or grouped by must exist on the metric, enumerated label

@@ -70,6 +70,9 @@ func exportedMetrics(t *testing.T) map[string]exportedSeries {
 	m.Deliveries.WithLabelValues("twilio", "undelivered").Inc()
 	m.Failovers.WithLabelValues("twilio", "twilio-b", dispatch.FailoverCircuitOpen).Inc()
 	m.EffectiveRate.WithLabelValues("twilio").Set(70)
+	m.Suppressions.WithLabelValues("sms").Inc()
+	m.Digests.WithLabelValues("sms").Inc()
+	m.Probes.WithLabelValues("twilio", "sent").Inc()
 	gm := gateway.NewMetrics(reg)
 	gm.Requests.WithLabelValues("acme-app", "202").Inc()
 
@@ -127,7 +130,7 @@ func knownValues() map[string]set {
 		// waits.go, send.go and backend.go (README, Health and metrics);
 		// the pause reasons are dispatch's Pause* constants.
 		// The gateway's answers (gateway.New counts these codes).
-		"code": newSet("200", "202", "400", "401", "413", "415", "429", "503"),
+		"code": newSet("200", "202", "400", "401", "403", "408", "409", "413", "415", "429", "503"),
 		"reason": newSet("defer", "empty", "switch", "full", "late", "rate_limited", "retry",
 			"paused", "circuit_open", "busy", "unavailable", "recipient_throttled", "budget_spent", "quota",
 			dispatch.PauseRateLimited, dispatch.PauseCredentials,

@@ -135,6 +135,12 @@ var queryCases = []queryCase{
 			`notifier_replays_total{instance="a",channel="sms"}`:                                          `0+30x20`,
 			`notifier_job_created_at_ignored_total{instance="a",channel="sms"}`:                           `0+6x20`,
 			`notifier_job_created_at_ignored_total{instance="b",channel="sms"}`:                           `0+6x20`,
+			`notifier_routed_total{instance="a"}`:                                                         `0+30x20`,
+			`notifier_routed_total{instance="b"}`:                                                         `0+6x20`,
+			`notifier_suppressions_total{instance="a",channel="sms"}`:                                     `0+6x20`,
+			`notifier_digests_total{instance="a",channel="email"}`:                                        `0+12x20`,
+			`notifier_provider_probes_total{instance="a",provider="twilio",result="refused"}`:             `0+3x20`,
+			`notifier_provider_probes_total{instance="b",provider="twilio",result="refused"}`:             `0+3x20`,
 		},
 		at: "10m",
 		checks: []queryCheck{
@@ -151,6 +157,10 @@ var queryCases = []queryCase{
 			{"Job latency p99, publish to provider acceptance", "A", map[string]float64{`{channel="sms",provider="twilio"}`: 1.99}},
 			{"Dead letters replayed", "A", map[string]float64{`{channel="sms"}`: 0.5}},
 			{"Jobs with a created_at after their send", "A", map[string]float64{`{channel="sms"}`: 0.2}},
+			{"Jobs routed to their tenant's fair lane", "A", map[string]float64{`{}`: 0.6}},
+			{"Recipients put on the suppression list", "A", map[string]float64{`{channel="sms"}`: 0.1}},
+			{"Digest jobs published", "A", map[string]float64{`{channel="email"}`: 0.2}},
+			{"Probes of providers paused for the sender", "A", map[string]float64{`{provider="twilio",result="refused"}`: 0.1}},
 		},
 	},
 	{

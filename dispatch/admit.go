@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/userlimit"
 )
@@ -16,11 +18,12 @@ import (
 // claim, the per-user cap's decision, and the send slot when it was
 // reserved speculatively.
 type admission struct {
-	claim  Claim
-	cap    userlimit.Result   // when the channel has a cap
-	slot   *leaky.Reservation // nil: not reserved yet (no speculation)
-	slotAt time.Time          // when the slot is, on this process's clock (fixed when the reply came)
-	limits *Limits            // the set the decisions were made on
+	claim      Claim
+	suppressed bool               // the recipient is on the suppression list
+	cap        userlimit.Result   // when the channel has a cap
+	slot       *leaky.Reservation // nil: not reserved yet (no speculation)
+	slotAt     time.Time          // when the slot is, on this process's clock (fixed when the reply came)
+	limits     *Limits            // the set the decisions were made on
 }
 
 // admit asks the ledger, the per-user cap and (when it pays) the provider's
@@ -50,19 +53,22 @@ func (d *Dispatcher) admit(ctx context.Context, jb *job, rule userlimit.Rule, ca
 // missing from the server's cache (after a restart or failover) loads the
 // scripts and tries once more.
 func (d *Dispatcher) admitPipelined(ctx context.Context, jb *job, l *Limits, rule userlimit.Rule, capped, reserve bool) (admission, error) {
-	j := jb.j
 	for attempt := 0; ; attempt++ {
 		adm := admission{limits: l}
 		var (
 			cc *claimCmd
+			sc *redis.IntCmd
 			dc *userlimit.Decision
 			rc *leaky.ReserveCmd
 		)
 		lease, contract := d.lease(jb), d.reserveContract(l, jb.pcfg)
 		l.redis.batch.do(ctx, func(bt *pipeBatch) {
-			cc = bt.claim(l.redis.ledger, j.ID, jb.owner, lease)
+			cc = bt.claim(l.redis.ledger, jb.key, jb.owner, lease)
+			if jb.toHash != "" {
+				sc = l.redis.suppress.HasCmd(ctx, bt.pipe, jb.j.Channel, jb.toHash)
+			}
 			if capped {
-				dc = bt.allow(l.redis.users, jb.capKey, j.ID, rule, time.Time{})
+				dc = bt.allow(l.redis.users, jb.capKey, jb.key, rule, time.Time{})
 			}
 			if reserve {
 				rc = bt.reserve(l.redis.leaky, jb.provider, contract, jb.cost)
@@ -73,6 +79,13 @@ func (d *Dispatcher) admitPipelined(ctx context.Context, jb *job, l *Limits, rul
 		var err error
 		if adm.claim, err = cc.Result(); err != nil {
 			errs = append(errs, err)
+		}
+		if sc != nil {
+			if n, err := sc.Result(); err != nil {
+				errs = append(errs, err)
+			} else {
+				adm.suppressed = n == 1
+			}
 		}
 		if dc != nil {
 			if adm.cap, err = dc.Result(); err != nil {
@@ -109,17 +122,21 @@ func notLoaded(err error) bool {
 // admitInOrder is admit on backends that cannot pipeline (in memory: no
 // round trips to save).
 func (d *Dispatcher) admitInOrder(ctx context.Context, jb *job, l *Limits, rule userlimit.Rule, capped, reserve bool) (admission, error) {
-	j := jb.j
 	adm := admission{limits: l}
 	var err error
-	if adm.claim, err = l.Ledger.Claim(ctx, j.ID, jb.owner, d.lease(jb)); err != nil {
+	if adm.claim, err = l.Ledger.Claim(ctx, jb.key, jb.owner, d.lease(jb)); err != nil {
 		return admission{}, err
 	}
 	if adm.claim.Status != Claimed {
 		return adm, nil
 	}
+	if jb.toHash != "" && l.Suppress != nil {
+		if adm.suppressed, err = l.Suppress.Has(ctx, jb.j.Channel, jb.toHash); err != nil || adm.suppressed {
+			return adm, err
+		}
+	}
 	if capped {
-		if adm.cap, err = l.Users.Allow(ctx, jb.capKey, j.ID, rule); err != nil {
+		if adm.cap, err = l.Users.Allow(ctx, jb.capKey, jb.key, rule); err != nil {
 			return admission{}, err
 		}
 		if !adm.cap.Allowed {
@@ -160,16 +177,16 @@ func (d *Dispatcher) capAtSlot(ctx context.Context, jb *job, l *Limits, r leaky.
 	key, at := jb.capKey, time.UnixMicro(r.Slot)
 	if l.redis != nil {
 		var dc *userlimit.Decision
-		l.redis.batch.do(ctx, func(bt *pipeBatch) { dc = bt.allow(l.redis.users, key, jb.j.ID, jb.rule, at) })
+		l.redis.batch.do(ctx, func(bt *pipeBatch) { dc = bt.allow(l.redis.users, key, jb.key, jb.rule, at) })
 		res, err = dc.Result()
 		if err != nil && notLoaded(err) {
 			if lerr := l.redis.load(ctx); lerr != nil {
 				return res, lerr
 			}
-			res, err = l.Users.AllowAt(ctx, key, jb.j.ID, jb.rule, at)
+			res, err = l.Users.AllowAt(ctx, key, jb.key, jb.rule, at)
 		}
 	} else {
-		res, err = l.Users.AllowAt(ctx, key, jb.j.ID, jb.rule, at)
+		res, err = l.Users.AllowAt(ctx, key, jb.key, jb.rule, at)
 	}
 	if err != nil {
 		return res, err
@@ -206,9 +223,12 @@ func (d *Dispatcher) shadowDenied(jb *job) {
 func (d *Dispatcher) capDenied(ctx context.Context, jb *job, res userlimit.Result, l *Limits) end {
 	d.m.LimitDecisions.WithLabelValues(LayerUser, "deny").Inc()
 	d.recordDenial(ctx, jb, l)
+	if digesting(jb) {
+		return d.digestHold(ctx, jb, res)
+	}
 	if jb.rule.OnExceed == userlimit.Defer {
 		d.m.Deferrals.WithLabelValues(LayerUser, "defer").Inc()
-		return d.deferJob(ctx, jb, res.RetryAfter+d.jitter(res.RetryAfter/10+10*time.Millisecond), "per-user cap")
+		return d.deferJob(ctx, jb, res.RetryAfter+d.jitter(res.RetryAfter/10+10*time.Millisecond), DeferUserLimit)
 	}
 	return suppressed(ReasonUserLimit,
 		fmt.Sprintf("over the %s cap of %d per %s", jb.j.Channel, jb.rule.Limit, jb.rule.Window))

@@ -2,11 +2,15 @@ package dispatch
 
 import (
 	"context"
+	"errors"
+	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/notifier/notifier/localenv"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/testenv"
 )
@@ -327,4 +331,106 @@ func TestStartLiftsACredentialsPause(t *testing.T) {
 	if d, err := q.PausedFor(ctx, "push-gw"); err != nil || d < 50*time.Minute {
 		t.Errorf("push-gw's 429 pause: %v left (%v), want it kept", d, err)
 	}
+}
+
+// TestRefusedSenderIsProbedAndResumed is the issue's scenario: a webhook
+// whose token the provider refuses (401) for 10 s, then accepts again,
+// with max_pause at its default 5 minutes and no reload. Two dispatchers.
+// The provider is paused fleet-wide at the first refusal; once per
+// probe_interval one job goes through as the fleet's probe; the first
+// probe after the recovery resumes the provider everywhere. No job is
+// dead-lettered, only a few requests were answered 401, and every job is
+// sent once within probe_interval (and its jitter) of the recovery.
+func TestRefusedSenderIsProbedAndResumed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{getenv: envOf(map[string]string{"HOOK_TOKEN": "s3cret"})})
+	const probe = 3 * time.Second
+	for i := range b.pcfgs {
+		b.pcfgs[i].ProbeInterval = probe
+		b.pcfgs[i].CredentialsEnv = "HOOK_TOKEN"
+	}
+	p1 := b.start(nil)
+	p2 := b.start(nil)
+	b.fake.FailFor(10*time.Second, http.StatusUnauthorized)
+	ids := b.publishN("key", "sms", 200, 200)
+	recovered := time.Now().Add(10 * time.Second)
+	if localenv.WaitFor(60*time.Second, func() error {
+		if len(b.fake.AcceptedIDs()) < len(ids) {
+			return errors.New("not every job sent")
+		}
+		return nil
+	}) != nil {
+		t.Fatalf("waited 60s for every job sent: %d of %d sent, %d answered 401, %d dead letters; the log on probes and on the jobs not sent:\n%s",
+			len(b.fake.AcceptedIDs()), len(ids), b.fake.Count(http.StatusUnauthorized), len(b.deadLetters()), b.logOfUnsent(ids, "probe", "resum"))
+	}
+	after := time.Since(recovered)
+	b.acceptedOnce(ids)
+	if dl := b.deadLetters(); len(dl) != 0 {
+		t.Fatalf("%d dead letters, want none: a refused key pauses", len(dl))
+	}
+	refused := b.fake.Count(http.StatusUnauthorized)
+	probes := 0.0
+	for _, p := range []*proc{p1, p2} {
+		probes += p.count(p.d.m.Probes.WithLabelValues("sms-gw", "sent")) + p.count(p.d.m.Probes.WithLabelValues("sms-gw", "refused"))
+	}
+	t.Logf("401 answers: %d; probes: %v; every job sent %s after the recovery", refused, probes, after.Round(time.Millisecond))
+	if refused > 2*16+int(10*time.Second/probe)+2 {
+		t.Errorf("%d requests answered 401: more than the jobs under way at the first refusal and one probe per interval", refused)
+	}
+	if after > probe+probe/2+5*time.Second {
+		t.Errorf("every job sent %s after the recovery, want within probe_interval (%s) and its jitter, plus the sends", after.Round(time.Millisecond), probe)
+	}
+	if probes < 1 {
+		t.Errorf("no probe counted")
+	}
+}
+
+// TestAPauseNotHeardOfHoldsNoWorker: a provider paused for an hour by
+// another process, which this one's pause watcher has not heard of (its
+// watcher is never fed here), refuses the job's reservation for the
+// pause's length. The job goes back to JetStream (a provider_paused
+// deferral) instead of holding its worker for the hour, so once the pause
+// is lifted it is sent within the hand-back's wait. Before, a worker slept
+// through the pause and a probe's resume (TestRefusedSenderIsProbedAndResumed
+// on a loaded machine).
+func TestAPauseNotHeardOfHoldsNoWorker(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	ctx := context.Background()
+	q := leakyRedis(t, b.redis.Client(), b.prefix)
+	p := b.start(func(o *Options) { o.Limits.Watch = nil })
+	if err := q.Pause(ctx, "sms-gw", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	b.publish(newJob("unheard", "sms", "u1"))
+	testenv.WaitFor(t, 10*time.Second, "the job handed back as paused", func() bool {
+		return p.count(p.d.m.Deferrals.WithLabelValues(LayerProvider, "paused")) >= 1 && p.d.inFlight.Load() == 0
+	})
+	if _, err := q.Resume(ctx, "sms-gw", Contract(b.pcfgs[0])); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, handBackMax+5*time.Second, "the job sent after the resume", func() bool { return len(b.fake.AcceptedIDs()) == 1 })
+	b.acceptedOnce([]string{"unheard"})
+}
+
+// logOfUnsent is the log's lines about the jobs of ids the fake has not
+// accepted, and those holding any of words: what a test that waited in
+// vain prints for its reader.
+func (b *bundle) logOfUnsent(ids []string, words ...string) string {
+	sent := map[string]bool{}
+	for _, id := range b.fake.AcceptedIDs() {
+		sent[id] = true
+	}
+	for _, id := range ids {
+		if !sent[id] {
+			words = append(words, `"job":"`+id+`"`)
+		}
+	}
+	var lines []string
+	for _, l := range strings.Split(b.logs.String(), "\n") {
+		if slices.ContainsFunc(words, func(w string) bool { return strings.Contains(l, w) }) {
+			lines = append(lines, l)
+		}
+	}
+	return strings.Join(lines, "\n")
 }

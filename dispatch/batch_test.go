@@ -247,7 +247,7 @@ func TestPipeBatcherMergesRequests(t *testing.T) {
 				t.Errorf("claim of a held job: %+v, %v; want Busy", got, err)
 			}
 			// The sent records go the same way.
-			jobs := []*job{{j: newJob("w0-r0", "sms", "u"), owner: "owner-w0-r0"}}
+			jobs := []*job{{j: newJob("w0-r0", "sms", "u"), key: "w0-r0", owner: "owner-w0-r0"}}
 			if err := rs.sent(ctx, jobs, nil); err != nil {
 				t.Fatal(err)
 			}

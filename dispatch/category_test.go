@@ -199,11 +199,15 @@ func TestCategoryCaps(t *testing.T) {
 // Then one-time codes come at 50/s for 3 s: each reaches the provider
 // within max_queue_delay (3 s) of its publish, within 1 s at p95; the
 // contract is used in full meanwhile, marketing taking at most 70 % of it.
+// "The whole contract" and "in full" are measured against a reference in
+// the same run: 300 transactional SMS alone, first, on the same
+// dispatchers (referenceRate).
 func TestReserveUnderMarketingBacklog(t *testing.T) {
 	w := newIsolation(t, 100, 250)
 	w.pcfgs[0].Reserve = map[string]float64{"transactional": 0.3}
 	w.procs(2, 16)
 	w.warm()
+	_, ref := w.referenceRate(w.fake, "ref", "sms", 300)
 	batch := w.pub.NewBatch(256, 10*time.Second)
 	for i := range 1500 {
 		j := newJob(fmt.Sprintf("mkt-%d", i), "sms", fmt.Sprintf("mkt-u%d", i))
@@ -238,10 +242,10 @@ func TestReserveUnderMarketingBacklog(t *testing.T) {
 	}
 	rate := float64(mkt+otp-1) / last.Sub(first).Seconds()
 	share := float64(mkt) / float64(mkt+otp)
-	t.Logf("marketing alone at %.1f/s; with codes at 50/s: codes p95 %s, max %s from publish; provider at %.1f/s, marketing %.0f %% (%d of %d sends)",
-		alone, p95.Round(time.Millisecond), waits[len(waits)-1].Round(time.Millisecond), rate, 100*share, mkt, mkt+otp)
-	if alone < rateFloor()*100 {
-		t.Errorf("marketing alone ran at %.1f/s, want at least %.0f %% of 100/s (it takes everything when no transactional job waits)", alone, 100*rateFloor())
+	t.Logf("reference (transactional alone) %.1f/s; marketing alone at %.1f/s (%.2f of it); with codes at 50/s: codes p95 %s, max %s from publish; provider at %.1f/s (%.2f of the reference), marketing %.0f %% (%d of %d sends)",
+		ref, alone, alone/ref, p95.Round(time.Millisecond), waits[len(waits)-1].Round(time.Millisecond), rate, rate/ref, 100*share, mkt, mkt+otp)
+	if alone < 0.9*ref {
+		t.Errorf("marketing alone ran at %.1f/s, want at least 90 %% of the %.1f/s transactional jobs reach alone (it takes everything when no transactional job waits)", alone, ref)
 	}
 	if worst := waits[len(waits)-1]; worst > 3*time.Second {
 		t.Errorf("a code waited %s, want at most max_queue_delay (3 s)", worst.Round(time.Millisecond))
@@ -249,8 +253,11 @@ func TestReserveUnderMarketingBacklog(t *testing.T) {
 	if p95 > time.Second {
 		t.Errorf("codes' p95 %s, want at most 1 s", p95.Round(time.Millisecond))
 	}
-	if rate < rateFloor()*100 {
-		t.Errorf("the provider ran at %.1f/s while codes waited, want at least %.0f %% of 100/s (the contract in full)", rate, 100*rateFloor())
+	if rate < 0.9*ref {
+		t.Errorf("the provider ran at %.1f/s while codes waited, want at least 90 %% of the %.1f/s transactional jobs reach alone (the contract in full)", rate, ref)
+	}
+	if ref < 50 {
+		t.Errorf("the reference ran at %.1f/s of a 100/s contract: the dispatchers are broken, not the machine slow", ref)
 	}
 	if share > 0.7+0.05 {
 		t.Errorf("marketing had %.0f %% of the sends while codes waited, want at most 70 %% (+5 points)", 100*share)

@@ -129,6 +129,7 @@ func (w *clusterWorld) start(node, workers int) *proc {
 		StopTimeout: 3 * time.Second,
 		Instance:    fmt.Sprintf("node%d", node),
 		Source:      cons,
+		Router:      cons.Router(queue.NewPublisher(js, queue.WithLanes(cons.Lanes()))),
 		DeadLetters: queue.NewPublisher(js),
 		Providers:   reg,
 		Limits:      lim,
@@ -242,6 +243,77 @@ func TestClusterKillNATSNode(t *testing.T) {
 	t.Logf("%d jobs sent once each through a node failure; %v redeliveries of sent jobs acknowledged as duplicates; "+
 		"most arrivals in a 1 s − %s window %d; the queue ran at %.1f slots/s; %v slots retaken after a late wake",
 		jobs, dup, jitterBudget.Round(100*time.Microsecond), most, sustainedRate(w.fake, late), late)
+}
+
+// TestClusterTenantsThroughALeaderLoss: 10,000 tenants, one job each, on
+// the R3 cluster — half published through a Publisher (straight to their
+// fair lanes), half on their own subjects (moved by the routers) — and
+// three dispatchers, one per node. The node leading the job stream is
+// shut down a third of the way through. Every job is sent exactly once,
+// none is dead-lettered, and the job stream keeps at most the configured
+// bound of consumers (each a Raft group of its own here): 10,000 tenants
+// cost the cluster no more Raft groups than one.
+func TestClusterTenantsThroughALeaderLoss(t *testing.T) {
+	const jobs = 10_000
+	w := setupCluster(t, 0)
+	w.pcfgs[0].Rate = 5000
+	ctx := context.Background()
+	batch := queue.NewPublisher(w.js).NewBatch(512, 30*time.Second)
+	ids := make([]string, jobs)
+	for i := range jobs {
+		j := newJob(fmt.Sprintf("t-%d", i), "sms", "u")
+		ids[i] = j.ID
+		tenant := fmt.Sprintf("tenant-%d", i)
+		if i%2 == 0 {
+			j.Tenant = tenant
+			if err := batch.Publish(ctx, j, false); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		data, err := j.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := batch.PublishRaw(ctx, queue.KeyFor("sms", tenant, false, "").Subject(), data, queue.MsgID(tenant, j.ID)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if res, err := batch.Wait(ctx); err != nil || res.Stored != jobs {
+		t.Fatalf("published %+v, %v", res, err)
+	}
+	for node := range 3 {
+		w.start(node, 32)
+	}
+	testenv.WaitFor(t, 120*time.Second, "a third of the jobs sent", func() bool { return len(w.fake.AcceptedIDs()) >= jobs/3 })
+	leader := w.streamLeader()
+	w.nats.Node(leader).Stop()
+	t.Logf("stopped node n%d (the job stream's leader) after %d sends", leader, len(w.fake.AcceptedIDs()))
+	testenv.WaitFor(t, 180*time.Second, "every job sent", func() bool { return len(w.fake.AcceptedIDs()) >= jobs })
+	testenv.WaitFor(t, 30*time.Second, "job stream empty", func() bool { return w.remaining() == 0 })
+	(&bundle{t: t, fake: w.fake}).acceptedOnce(ids)
+	if d := w.fake.Duplicates(); len(d) > 0 {
+		t.Errorf("the provider accepted %d jobs twice, e.g. %v", len(d), head(d))
+	}
+	ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	s, err := w.js.Stream(ictx, w.qcfg.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ictx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bound := queue.Consumers(queue.DefaultFairLanes); info.State.Consumers > bound {
+		t.Errorf("the job stream holds %d consumers, more than the bound %d", info.State.Consumers, bound)
+	}
+	if ds, err := w.js.Stream(ictx, w.qcfg.DeadStream); err != nil {
+		t.Errorf("dead stream: %v", err)
+	} else if di, err := ds.Info(ictx); err != nil || di.State.Msgs != 0 {
+		t.Errorf("dead stream: %v, %d jobs; want none", err, di.State.Msgs)
+	}
+	t.Logf("%d tenants on R3 through a leader loss: every job sent once, %d consumers on the job stream", jobs, info.State.Consumers)
 }
 
 // explain429s says, for each request the fake refused over its contract,

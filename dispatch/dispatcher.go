@@ -12,11 +12,13 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/notifier/notifier/digest"
 	"github.com/notifier/notifier/globallimit"
 	"github.com/notifier/notifier/internal/steptrace"
 	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
+	"github.com/notifier/notifier/suppress"
 	"github.com/notifier/notifier/userlimit"
 )
 
@@ -28,6 +30,15 @@ type Source interface {
 	Queues(ctx context.Context) ([]queue.Queue, error)
 	FetchFrom(ctx context.Context, wants []queue.Want) ([]*queue.Delivery, error)
 	Poll(ctx context.Context, subjects []string, max int, wait time.Duration) ([]*queue.Delivery, error)
+}
+
+// Router moves jobs to their tenants' fair lanes: queue.Router. Run moves
+// those published on tenants' own subjects until ctx ends; Move those of
+// dls from the default tenant's queues that name a tenant in their JSON,
+// returning the others.
+type Router interface {
+	Run(ctx context.Context, moved func(n int), report func(error)) error
+	Move(ctx context.Context, dls []*queue.Delivery, all map[string]bool) (rest []*queue.Delivery, moved int, err error)
 }
 
 // DeadLetterer records a job that is not sent: queue.Publisher.
@@ -55,6 +66,10 @@ type Limits struct {
 	Users  userlimit.Limiter
 	Global Waiter // nil: no fleet bucket
 	Leaky  leaky.Queue
+	// Suppress is the list of dead recipients (nil: none kept).
+	Suppress suppress.Store
+	// Digests holds the jobs of caps with on_exceed: digest.
+	Digests digest.Store
 	// RateDivisor divides every provider contract (local mode: the live
 	// instances last seen, so the fleet stays within each contract). 0 or 1:
 	// the contract as configured.
@@ -170,14 +185,25 @@ type Options struct {
 	// TenantWeights are the tenants' shares of a provider's contract while
 	// several have jobs waiting (a tenant left out weighs 1).
 	TenantWeights map[string]float64
+	// SuppressTTL is how long a recipient a provider refused as gone stays
+	// on the suppression list (Limits.Suppress), its jobs suppressed
+	// unsent (suppression.ttl); 0 keeps no list.
+	SuppressTTL time.Duration
 	// Peers, when set, is how many processes of the fleet are live: each
 	// holds its share of a channel's in-flight budget (default 1).
 	Peers func() int
 
-	Source      Source
+	Source Source
+	// Router, when set, runs beside the fetch loop: every process of a
+	// fleet should run one, or the jobs published on tenants' own subjects
+	// wait unrouted.
+	Router      Router
 	DeadLetters DeadLetterer
-	Providers   Registry
-	Limits      *Limits // the primary backends (Redis in production)
+	// Jobs publishes the jobs the dispatcher makes (digests); required for
+	// a cap with on_exceed: digest.
+	Jobs      JobPublisher
+	Providers Registry
+	Limits    *Limits // the primary backends (Redis in production)
 	// Fallback builds in-memory limits for redis.on_failure: local; nil
 	// means hold (take no jobs until the primary backend answers again), as
 	// does a Fallback that returns an error.
@@ -280,6 +306,7 @@ type Dispatcher struct {
 	// dry: the shared queue and a local one must never overlap.
 	notBefore atomic.Int64
 	denials   denialRates // per channel, for speculative reservations
+	probes    probes      // probes of providers paused for their credentials
 	clock     clockSync   // the limit backend's clock on ours, for send slots
 	activity  rolling     // recent outcomes and sends, for the fleet heartbeat
 	ready     atomic.Bool
@@ -473,6 +500,13 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			h.run(bgCtx, func() []providers.Config { return d.live.Load().providers.All() })
 		}()
 	}
+	if r := d.o.Router; r != nil {
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			_ = r.Run(bgCtx, func(n int) { d.m.Routed.Add(float64(n)) }, func(err error) { d.log.Warn("route tenants' jobs to their fair lanes", "err", err) })
+		}()
+	}
 	if w := d.o.Limits.Watch; w != nil {
 		var names []string
 		for _, p := range d.live.Load().providers.All() {
@@ -610,6 +644,9 @@ func (d *Dispatcher) gaugeLoop(ctx context.Context) {
 					reason = l.pauseReason(ctx, p.Name)
 				}
 				d.setPaused(p.Name, reason)
+				if reason == PauseCredentials && l.Reasons != nil {
+					d.maybeProbe(ctx, l, p.Name, probeInterval(p))
+				}
 			}
 		}
 	}

@@ -10,12 +10,14 @@ import (
 	"github.com/notifier/notifier/testenv"
 )
 
-// TestDuplicateIDWithOtherContentIsLogged: a second job given an id that
-// was already sent, with other content (published without its Nats-Msg-Id,
-// so JetStream does not drop it), is not sent, counted as a duplicate, and
-// logged at info with both stream sequences and never its content; a
-// redelivery of the same message is not logged at info.
-func TestDuplicateIDWithOtherContentIsLogged(t *testing.T) {
+// TestDuplicateIDWithOtherContentIsDeadLettered: a second job given an id
+// that was already sent, with other content (published without its
+// Nats-Msg-Id, so JetStream does not drop it), is not sent and not dropped
+// in silence: it is dead-lettered as duplicate_id, its detail naming the
+// stream sequence of the message sent and never its content; a redelivery
+// of the same message is a duplicate, acknowledged unsent. Ids are unique
+// within a tenant: two tenants' jobs with the same id are both sent.
+func TestDuplicateIDWithOtherContentIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{})
 	p := b.start(nil)
@@ -38,25 +40,30 @@ func TestDuplicateIDWithOtherContentIsLogged(t *testing.T) {
 	if _, err := b.pub.PublishRaw(context.Background(), queue.JobSubject("sms", false), same, ""); err != nil {
 		t.Fatal(err)
 	}
-	testenv.WaitFor(t, 20*time.Second, "two duplicates", func() bool {
-		return p.count(p.d.m.Jobs.WithLabelValues("sms", "sms-gw", OutcomeDuplicate)) == 2
+	testenv.WaitFor(t, 20*time.Second, "a duplicate and a dead letter", func() bool {
+		return p.count(p.d.m.Jobs.WithLabelValues("sms", "sms-gw", OutcomeDuplicate)) == 1 &&
+			p.count(p.d.m.Jobs.WithLabelValues("sms", "sms-gw", OutcomeDead)) == 1
 	})
 	if n := len(b.fake.Requests()); n != 1 {
 		t.Fatalf("%d requests at the provider, want 1", n)
 	}
-	var infos []string
-	for _, l := range strings.Split(b.logs.String(), "\n") {
-		if strings.Contains(l, "already sent") && strings.Contains(l, `"level":"INFO"`) {
-			infos = append(infos, l)
-		}
-	}
-	if len(infos) != 1 {
-		t.Fatalf("%d info lines about the id already sent, want 1 (the different content only):\n%s", len(infos), strings.Join(infos, "\n"))
-	}
-	if l := infos[0]; !strings.Contains(l, `"sent_seq":1`) || !strings.Contains(l, `"seq":2`) || !strings.Contains(l, `"job":"same-id"`) {
-		t.Errorf("the line names neither both sequences nor the job: %s", l)
+	dead := b.deadLetters()
+	if len(dead) != 1 || dead[0].Reason != ReasonDuplicateID || !strings.Contains(dead[0].Detail, "stream sequence 1") ||
+		!strings.Contains(dead[0].Detail, "same-id") || strings.Contains(dead[0].Detail, "secret") {
+		t.Fatalf("dead letters %+v, want one duplicate_id naming the id and the sequence sent, never the content", dead)
 	}
 	if strings.Contains(b.logs.String(), "secret") {
 		t.Errorf("the job's content reached the log")
+	}
+
+	// Two tenants, one id: two jobs, both sent.
+	for _, tenant := range []string{"acme", "bank"} {
+		j := newJob("order-42", "sms", "u-"+tenant)
+		j.Tenant = tenant
+		b.publish(j)
+	}
+	testenv.WaitFor(t, 20*time.Second, "both tenants' order-42 sent", func() bool { return len(b.fake.AcceptedIDs()) == 3 })
+	if n := len(b.deadLetters()); n != 1 {
+		t.Errorf("%d dead letters after two tenants' order-42, want still 1", n)
 	}
 }

@@ -25,6 +25,10 @@ const (
 	// undelivered or failed). The dead letter records the report; the
 	// job's content is not kept after a send.
 	ReasonUndelivered = "undelivered"
+	// ReasonDuplicateID: a job whose id (within its tenant) was already
+	// sent with other content: two different messages were given one id.
+	// The second is not sent, and not dropped in silence.
+	ReasonDuplicateID = "duplicate_id"
 )
 
 // endKind is how a job leaves the pipeline, which decides what becomes of
@@ -165,13 +169,10 @@ func (d *Dispatcher) ackResult(ctx context.Context, jb *job, outcome string) err
 	return nil
 }
 
-// release gives up the job's ledger lease without counting anything.
-func (d *Dispatcher) release(ctx context.Context, jb *job) { d.releaseAt(ctx, jb, end{}) }
-
 // releaseAt gives up the job's ledger lease at its end e without counting
-// anything; a dead or suppressed end is noted in the record in the same
-// script run (its reason, never its detail, which may quote a provider),
-// for `notifier explain`. A job that holds no lease has nothing to release
+// anything; a dead or suppressed end (its reason, never its detail, which
+// may quote a provider) or a deferral (why, and for how long) is noted in
+// the record in the same script run, for `notifier explain`. A job that holds no lease has nothing to release
 // and nothing is noted: no round trip is added for it.
 func (d *Dispatcher) releaseAt(ctx context.Context, jb *job, e end) {
 	if !jb.claimed {
@@ -187,11 +188,13 @@ func (d *Dispatcher) releaseAt(ctx context.Context, jb *job, e end) {
 	var err error
 	switch e.kind {
 	case endDead:
-		err = l.Ledger.Ended(rctx, jb.j.ID, jb.owner, EndDead, e.reason)
+		err = l.Ledger.Ended(rctx, jb.key, jb.owner, EndDead, e.reason)
 	case endSuppressed:
-		err = l.Ledger.Ended(rctx, jb.j.ID, jb.owner, EndSuppressed, e.reason)
+		err = l.Ledger.Ended(rctx, jb.key, jb.owner, EndSuppressed, e.reason)
+	case endDefer:
+		err = l.Ledger.Deferred(rctx, jb.key, jb.owner, e.reason, e.delay)
 	default:
-		err = l.Ledger.Release(rctx, jb.j.ID, jb.owner)
+		err = l.Ledger.Release(rctx, jb.key, jb.owner)
 	}
 	if err != nil {
 		jb.debug("release ledger lease", "err", err)
@@ -205,7 +208,7 @@ func (d *Dispatcher) releaseOnStop(ctx context.Context, jb *job, cause error) {
 	if jb.claimed {
 		if l := d.currentLimits(); l != nil {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-			_ = l.Ledger.Release(rctx, jb.j.ID, jb.owner)
+			_ = l.Ledger.Release(rctx, jb.key, jb.owner)
 			cancel()
 		}
 	}

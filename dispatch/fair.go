@@ -1,13 +1,11 @@
 package dispatch
 
-import "math"
-
 // fairQueue shares picks between tenants in proportion to their weights:
-// weighted fair queueing with start and finish tags, one pick at a time.
-// A tenant that starts waiting gets the start tag max(V, its last finish),
-// where V, the virtual time, is the start tag of the pick made last; each
-// pick goes to the waiting tenant with the smallest finish tag, start +
-// 1/weight, and its next start is that finish. So:
+// weighted fair queueing with virtual finish tags, one pick at a time.
+// Picking tenant t (weight w) gives it the start tag s = max(V, finish[t])
+// and the finish tag s + 1/w, and V, the virtual time, becomes s. The
+// scheduler picks, among the tenants that have a job it can take, the one
+// whose pick would finish first (tag). So:
 //
 //   - tenants that all wait get picks in proportion to their weights (3 and
 //     1: three picks in four to the first);
@@ -20,55 +18,121 @@ import "math"
 //   - none starves: a waiting tenant of weight w is picked at least once in
 //     every ⌈W/w⌉+n picks, W the sum of the n waiting tenants' weights.
 //
+// Its state is a finish tag per tenant picked lately, whatever the queue a
+// pick took a job from: a tenant's jobs on several lanes (its two fair
+// lanes, its priority lane) share one share. The tags of tenants long
+// behind V are dropped (they would restart at V anyway), so its size is
+// bounded by the tenants picked lately, not by all that ever were.
+//
 // It is not safe for concurrent use; the fetch loop owns it.
 type fairQueue struct {
-	start   map[string]float64 // start tag of each waiting tenant's next pick
-	finish  map[string]float64 // finish tag of each tenant's last pick
-	waiting map[string]bool    // who waited at the last pick
-	v       float64
+	finish map[string]float64 // each tenant's last finish tag
+	// start is the start tag of a waiting tenant's next pick, fixed while
+	// it waits (it is a candidate at every pick); seen is the pick at
+	// which it was last a candidate.
+	start     map[string]float64
+	seen      map[string]uint64
+	picks     uint64
+	v         float64
+	pruneNext int // prune when this many tags are kept
 }
+
+// maxFairTags bounds the tags kept: past it, the tags within one pick of V
+// are dropped too (a credit of less than one pick each).
+const maxFairTags = 1 << 16
 
 func newFairQueue() *fairQueue {
-	return &fairQueue{start: map[string]float64{}, finish: map[string]float64{}, waiting: map[string]bool{}}
+	return &fairQueue{finish: map[string]float64{}, start: map[string]float64{}, seen: map[string]uint64{}, pruneNext: 1024}
 }
 
-// pick returns the tenant to serve next among waiting (in a fixed order:
-// ties go to the first), charging it one pick; "" when none waits (or when
-// the default tenant, "", is picked: the caller knows which waited). weight
-// gives each tenant's weight (> 0).
-func (q *fairQueue) pick(waiting []string, weight func(string) float64) string {
-	now := make(map[string]bool, len(waiting))
-	for _, t := range waiting {
-		now[t] = true
-		if !q.waiting[t] {
-			q.start[t] = max(q.v, q.finish[t])
-		}
+// tag is the finish tag a pick of tenant t, of weight w (> 0), would get
+// now; asking marks t a candidate of this pick. A tenant that was not a
+// candidate at the previous pick starts waiting now: at max(V, its last
+// finish).
+func (q *fairQueue) tag(t string, w float64) float64 {
+	s, ok := q.start[t]
+	if !ok || q.seen[t] < q.picks {
+		s = max(q.v, q.finish[t])
+		q.start[t] = s
 	}
-	for t := range q.waiting {
-		if !now[t] {
-			delete(q.start, t)
-		}
+	q.seen[t] = q.picks + 1
+	return s + 1/w
+}
+
+// peek is tag without marking t a candidate.
+func (q *fairQueue) peek(t string, w float64) float64 {
+	if s, ok := q.start[t]; ok && q.seen[t] >= q.picks {
+		return s + 1/w
 	}
-	q.waiting = now
-	best, bestF, found := "", math.Inf(1), false
-	for _, t := range waiting {
-		if f := q.start[t] + 1/weight(t); f < bestF {
-			best, bestF, found = t, f, true
-		}
+	return max(q.v, q.finish[t]) + 1/w
+}
+
+// charge picks t for n jobs (n ≥ 1) at once: its finish tag is its
+// start + n/w, which is its next start while it waits; V is the start of
+// the last of the n.
+func (q *fairQueue) charge(t string, w float64, n int) {
+	s := q.tag(t, w) - 1/w
+	q.finish[t] = s + float64(n)/w
+	q.start[t] = q.finish[t]
+	q.v = s + float64(n-1)/w
+	q.picks++
+	if len(q.finish) >= q.pruneNext {
+		q.prune()
+		q.pruneNext = max(1024, 2*len(q.finish))
 	}
-	if !found {
-		return ""
+}
+
+// chargeEach picks n jobs charged to t each as if to a tenant of its own
+// picked now (a guess standing for tenants not seen yet): V does not move
+// past their start. Their charges move to their real tenants as they come
+// (transfer).
+func (q *fairQueue) chargeEach(t string, w float64, n int) {
+	s := q.tag(t, w) - 1/w
+	q.finish[t] = s + float64(n)/w
+	q.start[t] = q.finish[t]
+	q.v = s
+	q.picks++
+}
+
+// transfer moves one pick charged to from (weight wf), a guess, to to
+// (weight wt), the tenant whose job it took: from gets its tags back, to
+// is charged as if it had been picked (V does not move).
+func (q *fairQueue) transfer(from string, wf float64, to string, wt float64) {
+	if from == to {
+		return
 	}
-	q.v = q.start[best]
-	q.finish[best], q.start[best] = bestF, bestF
-	// Forget the finish tags of idle tenants behind V: they restart at V
-	// anyway.
-	if len(q.finish) > 2*len(waiting)+64 {
+	q.refund(from, wf)
+	s := max(q.v, q.finish[to])
+	if st, ok := q.start[to]; ok && q.seen[to] >= q.picks {
+		s = st // waiting: its start is fixed
+	}
+	q.finish[to] = s + 1/wt
+	q.start[to] = q.finish[to]
+}
+
+// refund gives back one pick charged to t (a guess whose job did not come).
+func (q *fairQueue) refund(t string, w float64) {
+	if f, ok := q.finish[t]; ok {
+		q.finish[t] = f - 1/w
+		q.start[t] = q.finish[t]
+	}
+}
+
+// prune drops the tags that no longer matter: those of tenants not
+// waiting whose finish is at or behind V (they restart at V), and when
+// too many remain those within one pick of it.
+func (q *fairQueue) prune() {
+	drop := func(ahead float64) {
 		for t, f := range q.finish {
-			if !now[t] && f <= q.v {
+			if f <= q.v+ahead && q.seen[t] < q.picks {
 				delete(q.finish, t)
+				delete(q.start, t)
+				delete(q.seen, t)
 			}
 		}
 	}
-	return best
+	drop(0)
+	if len(q.finish) > maxFairTags {
+		drop(1)
+	}
 }

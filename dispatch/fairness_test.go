@@ -89,6 +89,7 @@ func TestFairnessLateTenantNotBehindBlast(t *testing.T) {
 	w := newIsolation(t, 100, 250)
 	w.procs(2, 64)
 	w.warm()
+	_, ref := w.referenceRate(w.fake, "ref", "sms", 300)
 	w.publishTenant("bulk", "sms", 1500)
 	time.Sleep(3 * time.Second)
 	since := time.Now()
@@ -106,20 +107,20 @@ func TestFairnessLateTenantNotBehindBlast(t *testing.T) {
 	if p95 > time.Second {
 		t.Errorf("late tenant's p95 %s behind 2 × 64 workers, want at most 1 s (the budget's 250 ms horizon, and room)", p95.Round(time.Millisecond))
 	}
-	if busy < rateFloor()*100 {
-		t.Errorf("the provider ran at %.1f/s while both tenants had jobs, want at least %.0f %% of 100/s", busy, 100*rateFloor())
-	}
+	atLeastOf(t, "the provider while both tenants had jobs", busy, ref, 100)
 	arrivalsPaced(t, "sms-gw", w.fake, 100)
 }
 
 // TestFairnessWeights: two tenants with weights 3 and 1, both with deep
 // backlogs, published in the order 1 then 3, share the contract 75/25
-// (within 10 points) while both wait.
+// (within 10 points) while both wait, and use it (90 % of the rate the
+// default tenant's jobs reach alone first, in the same run).
 func TestFairnessWeights(t *testing.T) {
 	w := newIsolation(t, 100, 250)
 	weights := map[string]float64{"gold": 3, "bronze": 1}
 	w.procs2(2, 16, weights)
 	w.warm()
+	_, ref := w.referenceRate(w.fake, "ref", "sms", 300)
 	w.publishTenant("bronze", "sms", 600)
 	w.publishTenant("gold", "sms", 600)
 	since := time.Now().Add(time.Second) // past the jobs the first plans took before gold's came
@@ -142,9 +143,7 @@ func TestFairnessWeights(t *testing.T) {
 	if share < 0.65 || share > 0.85 {
 		t.Errorf("gold (weight 3) had %.1f %% of the sends, want 75 ± 10 %%", 100*share)
 	}
-	if rate := float64(total) / until.Sub(since).Seconds(); rate < rateFloor()*100 {
-		t.Errorf("the provider ran at %.1f/s, want at least %.0f %% of 100/s", rate, 100*rateFloor())
-	}
+	atLeastOf(t, "the provider while both tenants waited", float64(total)/until.Sub(since).Seconds(), ref, 100)
 }
 
 // procs2 is procs with tenant weights.

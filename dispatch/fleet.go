@@ -10,12 +10,14 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/notifier/notifier/internal/luapre"
 )
 
 var (
 	//go:embed fleet_heartbeat.lua
 	fleetHeartbeatLua    string
-	fleetHeartbeatScript = redis.NewScript(fleetHeartbeatLua)
+	fleetHeartbeatScript = redis.NewScript(luapre.Num + fleetHeartbeatLua)
 )
 
 // Fleet announces this process in Redis every Interval and counts the

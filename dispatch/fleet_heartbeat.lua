@@ -13,7 +13,7 @@
 -- Reply: the number of live instances (integer)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local live_ms = tonumber(ARGV[3])
+local live_ms = whole('live', ARGV[3], 1, MAX_TTL_MS)
 if ARGV[4] == 'leave' then
   redis.call('ZREM', KEYS[1], ARGV[1])
   redis.call('HDEL', KEYS[2], ARGV[1])
@@ -28,6 +28,6 @@ end
 if #gone > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. (now - live_ms))
 end
-redis.call('PEXPIRE', KEYS[1], live_ms * 3)
-redis.call('PEXPIRE', KEYS[2], live_ms * 3)
+redis.call('PEXPIRE', KEYS[1], ttl_ms(live_ms * 3))
+redis.call('PEXPIRE', KEYS[2], ttl_ms(live_ms * 3))
 return redis.call('ZCARD', KEYS[1])

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -126,6 +127,8 @@ func (b *bundle) start(mutate func(*Options)) *proc {
 		FetchWait:   200 * time.Millisecond,
 		StopTimeout: 3 * time.Second,
 		Source:      cons,
+		Router:      cons.Router(queue.NewPublisher(js, queue.WithLanes(cons.Lanes()))),
+		Jobs:        queue.NewPublisher(js, queue.WithLanes(cons.Lanes())),
 		DeadLetters: queue.NewPublisher(js),
 		Providers:   reg,
 		Limits:      lim,
@@ -159,7 +162,9 @@ func (p *proc) stop(t *testing.T) {
 			close(p.done) // a second stop finds it closed
 		}
 	case <-time.After(30 * time.Second):
-		t.Errorf("dispatcher did not stop within 30s")
+		buf := make([]byte, 4<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		t.Errorf("dispatcher did not stop within 30s; the goroutines:\n%s", buf)
 	}
 }
 

@@ -2,7 +2,9 @@ package dispatch
 
 import (
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -66,17 +68,49 @@ func rateOf(f *testenv.Fake, from, to time.Time) (float64, int) {
 	return float64(len(at)-1) / at[len(at)-1].Sub(at[0]).Seconds(), len(at)
 }
 
-// rateFloor is the share of a contract the achieved-rate checks demand:
-// 95 % is the promise, measured in the README; the tests leave room for a
-// busy machine (90 %), and for the race detector's slowdown (75 %) on the
-// two cores the whole test shares. Each still fails the behaviour before
-// scheduling between queues (push at 37-103/s of 250, 0 beside a paused
-// SMS gateway).
-func rateFloor() float64 {
-	if raceEnabled {
-		return 0.75
+// referenceRate publishes n jobs of channel (ids prefix-0..n-1, each to
+// its own user) and returns their ids and the rate f accepted them at, from the first
+// arrival to the last: what the dispatchers already running reach on this
+// machine now, on a path without the behaviour under test. A throughput
+// floor is a share of it, measured in the same run, so a loaded machine
+// (which slows the reference and the measure alike) does not fail the
+// floor, while a behaviour that costs throughput does (issue 29: fixed
+// floors failed at 60.8/s of 75 on a machine shared with other work).
+func (b *bundle) referenceRate(f *testenv.Fake, prefix, channel string, n int) (ids []string, rate float64) {
+	b.t.Helper()
+	ids = b.publishN(prefix, channel, n, n)
+	var at []time.Time
+	testenv.WaitFor(b.t, 60*time.Second, "the reference's jobs sent", func() bool {
+		at = at[:0]
+		for _, r := range f.Accepted() {
+			if strings.HasPrefix(r.ID, prefix+"-") {
+				at = append(at, r.At)
+			}
+		}
+		return len(at) >= n
+	})
+	slices.SortFunc(at, time.Time.Compare)
+	return ids, float64(len(at)-1) / at[len(at)-1].Sub(at[0]).Seconds()
+}
+
+// atLeastOf fails t unless got is at least 90 % of ref, the rate the same
+// dispatchers reached on a reference earlier in the same run
+// (referenceRate); what names the measure. A reference under half the
+// contract fails too: the dispatchers are broken, not the machine slow.
+func atLeastOf(t *testing.T, what string, got, ref, contract float64) {
+	t.Helper()
+	atLeastShareOf(t, what, got, ref, contract, 0.9)
+}
+
+// atLeastShareOf is atLeastOf with another share of the reference.
+func atLeastShareOf(t *testing.T, what string, got, ref, contract, share float64) {
+	t.Helper()
+	if got < share*ref {
+		t.Errorf("%s: %.1f/s, want at least %.0f %% of the %.1f/s the reference reached in this run (contract %g/s)", what, got, 100*share, ref, contract)
 	}
-	return 0.9
+	if ref < contract/2 {
+		t.Errorf("the reference ran at %.1f/s of a %g/s contract: the dispatchers are broken, not the machine slow", ref, contract)
+	}
 }
 
 // span is the first and last arrival of f's accepted requests since since.
@@ -100,16 +134,20 @@ func span(f *testenv.Fake, since time.Time) (first, last time.Time) {
 // gateway at 100/s and a push provider at 250/s: 3,000 SMS jobs (30 s of
 // backlog), then 1,500 push jobs 2 s later. Push runs at its contract while
 // SMS keeps its own, and neither is exceeded. Before the queues were
-// scheduled, push reached 37-103/s here.
+// scheduled, push reached 37-103/s here. "At its contract" is measured
+// against references in the same run: 500 push jobs alone, then 200 SMS
+// alone, first (referenceRate).
 func TestIsolationPushNotBehindSMSBacklog(t *testing.T) {
 	w := newIsolation(t, 100, 250)
 	w.procs(2, 16)
 	w.warm()
+	refPush, pushRef := w.referenceRate(w.push, "refp", "push", 500)
+	_, smsRef := w.referenceRate(w.fake, "refs", "sms", 200)
 	w.publishN("sms", "sms", 3000, 3000)
 	time.Sleep(2 * time.Second)
 	since := time.Now()
 	pushIDs := w.publishN("push", "push", 1500, 1500)
-	testenv.WaitFor(t, 60*time.Second, "every push job sent", func() bool { return len(w.push.Accepted()) >= len(pushIDs)+1 })
+	testenv.WaitFor(t, 60*time.Second, "every push job sent", func() bool { return len(w.push.Accepted()) >= len(pushIDs)+len(refPush)+1 })
 	first, last := span(w.push, since)
 	overall, _ := rateOf(w.push, first, last)
 	// Sustained: after the first second, in which push takes its share of
@@ -117,14 +155,16 @@ func TestIsolationPushNotBehindSMSBacklog(t *testing.T) {
 	// the channel furthest below its budget).
 	push, _ := rateOf(w.push, first.Add(time.Second), last)
 	sms, n := rateOf(w.fake, first.Add(time.Second), last)
-	t.Logf("push sustained %.1f/s of 250 (%.1f/s over all its %d jobs in %s); sms meanwhile %.1f/s of 100 (%d jobs); 429s: push %d, sms %d",
-		push, overall, len(pushIDs), last.Sub(first).Round(time.Millisecond), sms, n, w.push.Count(429), w.fake.Count(429))
-	if push < rateFloor()*250 {
-		t.Errorf("push reached %.1f/s behind the SMS backlog, want at least %.0f %% of 250/s", push, 100*rateFloor())
-	}
-	if sms < rateFloor()*100 {
-		t.Errorf("sms kept %.1f/s while push ran, want at least %.0f %% of 100/s", sms, 100*rateFloor())
-	}
+	t.Logf("push sustained %.1f/s of 250, %.2f of its %.1f/s alone (%.1f/s over all its %d jobs in %s); sms meanwhile %.1f/s of 100, %.2f of its %.1f/s alone (%d jobs); 429s: push %d, sms %d",
+		push, push/pushRef, pushRef, overall, len(pushIDs), last.Sub(first).Round(time.Millisecond), sms, sms/smsRef, smsRef, n, w.push.Count(429), w.fake.Count(429))
+	// Floors of 75 % of each provider's rate alone: the two together need
+	// more CPU than either reference did, and on a loaded 2-core machine
+	// under -race the machine, not the scheduler, runs out (CI saw sms
+	// at 0.80 of its reference while push held 0.99; beside a CPU burner
+	// both ran at 0.82). Behind the backlog before the queues were
+	// scheduled, push reached 0.15-0.41 of its contract.
+	atLeastShareOf(t, "push behind the SMS backlog", push, pushRef, 250, 0.75)
+	atLeastShareOf(t, "sms while push ran", sms, smsRef, 100, 0.75)
 	arrivalsPaced(t, "sms-gw", w.fake, 100)
 	arrivalsPaced(t, "push-gw", w.push, 250)
 	w.acceptedOnceOn(w.push, pushIDs)
@@ -135,7 +175,8 @@ func TestIsolationPushNotBehindSMSBacklog(t *testing.T) {
 // breaker open holds no worker that another provider's jobs need". The
 // SMS gateway answers 429 with Retry-After: 99999, or 500 to everything;
 // its jobs wait (in JetStream, or handed back with a delay), and push jobs,
-// normal and priority, go at push's contract. No SMS job is lost.
+// normal and priority, go at push's contract (at least 90 % of the rate
+// 400 push jobs alone reach first, in the same run). No SMS job is lost.
 func TestIsolationSickProvider(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -151,6 +192,7 @@ func TestIsolationSickProvider(t *testing.T) {
 			w := newIsolation(t, 100, 250)
 			ps := w.procs(2, 8)
 			w.warm()
+			refIDs, ref := w.referenceRate(w.push, "refp", "push", 400)
 			tc.sick(w.fake)
 			w.publishN("sms", "sms", 300, 300)
 			testenv.WaitFor(t, 20*time.Second, "the SMS gateway refusing", func() bool { return tc.seen(w) })
@@ -165,13 +207,11 @@ func TestIsolationSickProvider(t *testing.T) {
 				}
 				ids = append(ids, id)
 			}
-			testenv.WaitFor(t, 30*time.Second, "every push job sent", func() bool { return len(w.push.Accepted()) >= len(ids)+1 })
+			testenv.WaitFor(t, 30*time.Second, "every push job sent", func() bool { return len(w.push.Accepted()) >= len(ids)+len(refIDs)+1 })
 			first, last := span(w.push, since)
 			rate, _ := rateOf(w.push, first, last)
-			t.Logf("%s SMS gateway: %d push jobs at %.1f/s of 250 in %s", tc.name, len(ids), rate, last.Sub(first).Round(time.Millisecond))
-			if rate < rateFloor()*250 {
-				t.Errorf("push reached %.1f/s beside a %s SMS gateway, want at least %.0f %% of 250/s", rate, tc.name, 100*rateFloor())
-			}
+			t.Logf("%s SMS gateway: %d push jobs at %.1f/s of 250 in %s, %.2f of the %.1f/s push alone reached", tc.name, len(ids), rate, last.Sub(first).Round(time.Millisecond), rate/ref, ref)
+			atLeastOf(t, "push beside a "+tc.name+" SMS gateway", rate, ref, 250)
 			w.acceptedOnceOn(w.push, ids)
 			for _, p := range ps {
 				p.stop(t)

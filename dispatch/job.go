@@ -14,6 +14,7 @@ import (
 	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
+	"github.com/notifier/notifier/suppress"
 	"github.com/notifier/notifier/userlimit"
 )
 
@@ -22,6 +23,8 @@ type job struct {
 	dl       *queue.Delivery
 	j        *queue.Job
 	owner    string // ledger lease owner token of this delivery
+	key      string // the job's ledger key: its id within its tenant (queue.MsgID)
+	toHash   string // suppress.Hash of its recipient, when a suppression list is kept
 	channel  string // metric label: a valid channel or "invalid"
 	provider string // metric label: a configured provider or "unknown"
 	prov     providers.Provider
@@ -35,6 +38,7 @@ type job struct {
 	slot     int64        // the reserved send slot on the limit backend's clock, µs (leaky.Reservation.Slot)
 	live     *liveConfig
 	claimed  bool // holds a ledger lease
+	probe    bool // its next send is the probe of a provider paused for its credentials
 	claimAt  time.Time
 	category queue.Category // transactional or marketing (Caps.categoryOf)
 	rule     userlimit.Rule // the job's per-user cap (its category's or its channel's), when capped
@@ -101,11 +105,12 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) end {
 	if queue.ChannelOf(dl.Subject) != "" && queue.IsChannel(queue.ChannelOf(dl.Subject)) {
 		jb.channel = queue.ChannelOf(dl.Subject)
 	}
-	j, err := queue.Decode(dl.Subject, dl.Data)
+	j, err := queue.DecodeDelivery(dl)
 	if err != nil {
 		return dead(ReasonInvalid, err.Error())
 	}
 	jb.j = j
+	jb.key = queue.MsgID(dl.Tenant, j.ID)
 	jb.channel = j.Channel
 	jb.live = d.live.Load()
 	if jb.category, err = jb.live.caps.categoryOf(j, dl.Lane); err != nil {
@@ -139,6 +144,9 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) end {
 	}
 	jb.cost = jb.pcfg.Cost(jb.msg)
 	jb.owner = ownerToken(d.o.Instance, d.seq.Add(1))
+	if d.o.SuppressTTL > 0 {
+		jb.toHash = suppress.Hash(j.Channel, j.To)
+	}
 
 	if d.expired(j) {
 		return suppressed(ReasonExpired, "expires_at "+j.ExpiresAt.UTC().Format(time.RFC3339)+" passed before sending")
@@ -155,6 +163,15 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) end {
 	// the per-user cap, and, speculatively, the slot in the provider's
 	// queue.
 	jb.rule, jb.capped, jb.capKey = jb.live.caps.CapFor(j.Channel, jb.category, j.UserID)
+	if digesting(jb) {
+		e, ended, err := d.digestCheck(ctx, jb)
+		if err != nil {
+			return stopped(err)
+		}
+		if ended {
+			return e
+		}
+	}
 	var adm admission
 	for {
 		var err error
@@ -169,7 +186,9 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) end {
 		}
 		d.cancelSlot(ctx, jb, adm)
 		if c.Status == AlreadySent {
-			d.noteDuplicate(ctx, jb, adm.limits)
+			if seq, differs := d.noteDuplicate(ctx, jb, adm.limits); differs {
+				return dead(ReasonDuplicateID, fmt.Sprintf("job id %s was already sent (stream sequence %d) with other content: a job id is unique within its tenant; this message is not sent", jb.j.ID, seq))
+			}
 			return end{kind: endDuplicate}
 		}
 		d.m.Deferrals.WithLabelValues(LayerLedger, "busy").Inc()
@@ -177,12 +196,24 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) end {
 			return stopped(err)
 		}
 	}
+	if adm.suppressed {
+		d.cancelSlot(ctx, jb, adm)
+		return d.suppressedRecipient(ctx, jb, adm.limits)
+	}
 	if adm.claim.Attempts >= d.o.Retry.MaxAttempts {
 		d.cancelSlot(ctx, jb, adm)
 		return dead(ReasonMaxAttempts, fmt.Sprintf("%d transient provider failures", adm.claim.Attempts))
 	}
 	if jb.capped {
 		switch {
+		case adm.cap.Allowed && digesting(jb):
+			d.noteCap(j.Channel, true)
+			jb.capAt = adm.cap.At.UnixMicro()
+			d.m.LimitDecisions.WithLabelValues(LayerUser, "allow").Inc()
+			if e, ended := d.digestTake(ctx, jb); ended {
+				d.cancelSlot(ctx, jb, adm)
+				return e
+			}
 		case adm.cap.Allowed:
 			d.noteCap(j.Channel, true)
 			jb.capAt = adm.cap.At.UnixMicro()
@@ -210,7 +241,7 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) end {
 			// Back to JetStream until the breaker lets a probe through:
 			// a failing provider holds no worker (its channel gets no
 			// budget meanwhile, so no more of its jobs are taken).
-			return end{kind: endDefer, delay: breakerOpen + d.jitter(breakerOpen/5), reason: "circuit open"}
+			return end{kind: endDefer, delay: breakerOpen + d.jitter(breakerOpen/5), reason: DeferCircuitOpen}
 		}
 		if e := d.waitSlot(ctx, jb, first); e.ended() {
 			return e
@@ -255,31 +286,32 @@ func timePtr(t time.Time) *time.Time {
 	return &t
 }
 
-// digest identifies a message's bytes in the ledger's sent record (never
+// contentSum identifies a message's bytes in the ledger's sent record (never
 // the content itself).
-func digest(data []byte) string {
+func contentSum(data []byte) string {
 	h := fnv.New64a()
 	h.Write(data)
 	return strconv.FormatUint(h.Sum64(), 16)
 }
 
-// noteDuplicate logs a job whose id was already sent: at info when its
-// bytes differ from the message that was sent (two jobs given one id: the
-// second is not sent), at debug for a redelivery of the same message. Both
-// name the stream sequences, never the content. On limits without Redis
-// there is no sent record to compare with.
-func (d *Dispatcher) noteDuplicate(ctx context.Context, jb *job, l *Limits) {
+// noteDuplicate tells a job whose id was already sent: a redelivery of
+// the message that was sent (logged at debug), or another message given
+// the same id (differs, with the stream sequence of the one sent: it is
+// dead-lettered as duplicate_id). Neither names the content. On limits
+// without Redis there is no sent record to compare with: a redelivery.
+func (d *Dispatcher) noteDuplicate(ctx context.Context, jb *job, l *Limits) (sentSeq uint64, differs bool) {
 	if l == nil || l.redis == nil {
 		jb.debug("job already sent: not sent again")
-		return
+		return 0, false
 	}
-	seq, sum, ok, err := l.redis.ledger.SentFrom(ctx, jb.j.ID)
+	seq, sum, ok, err := l.redis.ledger.SentFrom(ctx, jb.key)
 	switch {
 	case err != nil || !ok:
 		jb.debug("job already sent: not sent again")
-	case sum != digest(jb.dl.Data):
-		jb.log().Info("job id already sent with different content; this message is not sent", "sent_seq", seq)
+	case sum != contentSum(jb.dl.Data) && seq != jb.dl.StreamSeq:
+		return seq, true
 	default:
 		jb.debug("job already sent: not sent again", "sent_seq", seq)
 	}
+	return seq, false
 }

@@ -61,7 +61,29 @@ type Ledger interface {
 	// words, never a provider's text (which may hold a recipient). A sent
 	// job's record is left as it is.
 	Ended(ctx context.Context, id, owner, kind, reason string) error
+	// Deferred is Release that also notes why the job was put off (one of
+	// the Defer* words) and for how long, and counts the deferral, for
+	// `notifier explain`. A sent job's record is left as it is.
+	Deferred(ctx context.Context, id, owner, why string, delay time.Duration) error
+	// Waiting notes a wait the job makes while it holds its lease (WaitSlot:
+	// its send slot is far), releasing nothing. A sent job's record is left
+	// as it is.
+	Waiting(ctx context.Context, id, owner, why string, delay time.Duration) error
 }
+
+// Why a job was put off: the ledger's note of a deferral (Ledger.Deferred,
+// Ledger.Waiting), the deferral's debug log line, and `notifier explain
+// --job`'s answer.
+const (
+	DeferUserLimit          = "user_limit"          // the per-user cap, on_exceed: defer
+	DeferDigest             = "digest"              // held for the user's next digest
+	DeferDigestUnpublished  = "digest_unpublished"  // its digest is due but could not be published yet
+	DeferCircuitOpen        = "circuit_open"        // the provider's circuit breaker is open
+	DeferRecipientThrottled = "recipient_throttled" // the provider throttles this recipient
+	DeferQuota              = "quota"               // the provider's quota is spent until its next window
+	DeferProviderPaused     = "provider_paused"     // the provider is paused (a 429, a refused sender, notifier pause)
+	WaitSlot                = "slot"                // waiting in the provider's leaky queue for its send slot
+)
 
 // The kinds of Ledger.Ended.
 const (
@@ -72,7 +94,7 @@ const (
 var (
 	//go:embed ledger_claim.lua
 	ledgerClaimLua    string
-	ledgerClaimScript = redis.NewScript(luapre.Now + ledgerClaimLua)
+	ledgerClaimScript = redis.NewScript(luapre.Now + luapre.Num + ledgerClaimLua)
 
 	// The record's other decisions, one script each: a transient failure
 	// counted (Failed), the lease given up with or without an end noted
@@ -80,11 +102,11 @@ var (
 	// (ResetForReplay).
 	//go:embed ledger_failed.lua
 	ledgerFailedLua    string
-	ledgerFailedScript = redis.NewScript(ledgerFailedLua)
+	ledgerFailedScript = redis.NewScript(luapre.Num + ledgerFailedLua)
 
 	//go:embed ledger_release.lua
 	ledgerReleaseLua    string
-	ledgerReleaseScript = redis.NewScript(ledgerReleaseLua)
+	ledgerReleaseScript = redis.NewScript(luapre.Now + luapre.Num + ledgerReleaseLua)
 
 	//go:embed ledger_reset.lua
 	ledgerResetLua    string
@@ -151,11 +173,7 @@ type claimGroup struct {
 
 // claimGroup starts a group of claims.
 func (l *RedisLedger) claimGroup() *claimGroup {
-	now := ""
-	if l.now != nil {
-		now = strconv.FormatInt(l.now().UnixMicro(), 10)
-	}
-	return &claimGroup{l: l, args: []any{l.ttl.Milliseconds(), now}}
+	return &claimGroup{l: l, args: []any{l.ttl.Milliseconds(), l.nowArg()}}
 }
 
 // Add adds the claim of job id by owner for lease and returns its handle.
@@ -328,6 +346,28 @@ func (l *RedisLedger) Ended(ctx context.Context, id, owner, kind, reason string)
 	return err
 }
 
+// Deferred implements Ledger: the release's script notes the deferral in
+// the same run, so it costs no round trip more.
+func (l *RedisLedger) Deferred(ctx context.Context, id, owner, why string, delay time.Duration) error {
+	_, err := l.settle(ctx, ledgerReleaseScript, "deferral", id, owner, l.ttl.Milliseconds(), "deferred", why, max(delay, 0).Milliseconds(), l.nowArg())
+	return err
+}
+
+// Waiting implements Ledger.
+func (l *RedisLedger) Waiting(ctx context.Context, id, owner, why string, delay time.Duration) error {
+	_, err := l.settle(ctx, ledgerReleaseScript, "wait", id, owner, l.ttl.Milliseconds(), "waiting", why, max(delay, 0).Milliseconds(), l.nowArg())
+	return err
+}
+
+// nowArg is the scripts' now argument: empty (the Redis clock) but in tests
+// (WithLedgerNow).
+func (l *RedisLedger) nowArg() string {
+	if l.now == nil {
+		return ""
+	}
+	return strconv.FormatInt(l.now().UnixMicro(), 10)
+}
+
 // checkEnd refuses a kind Ended does not know.
 func checkEnd(kind string) error {
 	switch kind {
@@ -362,6 +402,12 @@ type Record struct {
 	// LastError is the class of the last transient provider failure
 	// ("5xx", "error": providers.StatusClass), empty when none was counted.
 	LastError string
+	// Why is why the job was last put off (a Defer* word, or WaitSlot),
+	// Until when it is due again (on the Redis clock), and Deferrals how
+	// many times it was handed back or held; empty and zero when never.
+	Why       string
+	Until     time.Time
+	Deferrals int
 	// TTL is how long the record is still kept.
 	TTL time.Duration
 }
@@ -388,7 +434,7 @@ func parseRecord(id string, h map[string]string, ttl time.Duration, now time.Tim
 	if len(h) == 0 {
 		return Record{}, nil
 	}
-	r := Record{Found: true, Sent: h["s"] == "1", Outcome: h["x"], Reason: h["r"], LastError: h["e"], TTL: max(ttl, 0)}
+	r := Record{Found: true, Sent: h["s"] == "1", Outcome: h["x"], Reason: h["r"], LastError: h["e"], Why: h["w"], TTL: max(ttl, 0)}
 	var err error
 	num := func(f string) int64 {
 		v, ok := h[f]
@@ -403,6 +449,10 @@ func parseRecord(id string, h map[string]string, ttl time.Duration, now time.Tim
 	}
 	r.Attempts = int(num("a"))
 	r.Seq = uint64(max(num("q"), 0))
+	r.Deferrals = int(num("n"))
+	if u := num("u"); u > 0 {
+		r.Until = time.UnixMicro(u)
+	}
 	if end := num("l"); !r.Sent && h["o"] != "" && end > now.UnixMicro() {
 		r.Owner, r.LeaseUntil = h["o"], time.UnixMicro(end)
 	}
@@ -469,6 +519,9 @@ type ledgerRec struct {
 	outcome   string // Ended: dead or suppressed
 	reason    string
 	lastError string // Failed: the class of the last failure
+	why       string // Deferred, Waiting: why it was put off
+	until     time.Time
+	deferrals int
 	owner     string
 	leaseEnd  time.Time
 	expiresAt time.Time
@@ -582,6 +635,36 @@ func (l *MemoryLedger) Ended(_ context.Context, id, owner, kind, reason string) 
 	return nil
 }
 
+// Deferred implements Ledger.
+func (l *MemoryLedger) Deferred(_ context.Context, id, owner, why string, delay time.Duration) error {
+	l.note(id, owner, why, delay, true)
+	return nil
+}
+
+// Waiting implements Ledger.
+func (l *MemoryLedger) Waiting(_ context.Context, id, owner, why string, delay time.Duration) error {
+	l.note(id, owner, why, delay, false)
+	return nil
+}
+
+// note records a deferral (release) or a wait, as ledger_release.lua does.
+func (l *MemoryLedger) note(id, owner, why string, delay time.Duration, release bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	r := l.get(id, now, true)
+	if release && r.owner == owner {
+		r.owner = ""
+	}
+	if !r.sent {
+		r.why, r.until = why, now.Add(max(delay, 0))
+		if release {
+			r.deferrals++
+		}
+	}
+	r.expiresAt = now.Add(l.ttl)
+}
+
 // Record reads job id's record (see RedisLedger.Record; Seq is not kept
 // here).
 func (l *MemoryLedger) Record(_ context.Context, id string) (Record, error) {
@@ -592,7 +675,8 @@ func (l *MemoryLedger) Record(_ context.Context, id string) (Record, error) {
 	if r == nil {
 		return Record{}, nil
 	}
-	rec := Record{Found: true, Sent: r.sent, Attempts: r.attempts, Outcome: r.outcome, Reason: r.reason, LastError: r.lastError, TTL: r.expiresAt.Sub(now)}
+	rec := Record{Found: true, Sent: r.sent, Attempts: r.attempts, Outcome: r.outcome, Reason: r.reason, LastError: r.lastError,
+		Why: r.why, Until: r.until, Deferrals: r.deferrals, TTL: r.expiresAt.Sub(now)}
 	if r.owner != "" && r.leaseEnd.After(now) {
 		rec.Owner, rec.LeaseUntil = r.owner, r.leaseEnd
 	}

@@ -16,8 +16,14 @@
 --   status 1 = already sent: the caller must not send
 --   status 2 = another owner holds an unexpired lease; busy_ms until it ends
 --
--- Prepended (ledger.go): internal/luapre's now.lua (now_us).
+-- Prepended (ledger.go): internal/luapre's now.lua (now_us) and num.lua
+-- (whole, ttl_ms): every argument is checked before anything is written.
 local now = now_us(ARGV[2])
+local keep = ttl_ms(whole('dedup_ttl', ARGV[1], 1, MAX_TTL_MS))
+local leases = {}
+for i = 1, #KEYS do
+  leases[i] = whole('lease', ARGV[2 + 2 * i], 1, MAX_TTL_MS)
+end
 local out = {}
 for i, key in ipairs(KEYS) do
   local me = ARGV[1 + 2 * i]
@@ -31,8 +37,8 @@ for i, key in ipairs(KEYS) do
   elseif owner and owner ~= me and lease_end > now then
     out[n + 1], out[n + 2], out[n + 3] = 2, attempts, math.ceil((lease_end - now) / 1000)
   else
-    redis.call('HSET', key, 'o', me, 'l', now + tonumber(ARGV[2 + 2 * i]) * 1000)
-    redis.call('PEXPIRE', key, ARGV[1])
+    redis.call('HSET', key, 'o', me, 'l', now + leases[i] * 1000)
+    redis.call('PEXPIRE', key, keep)
     out[n + 1], out[n + 2], out[n + 3] = 0, attempts, 0
   end
 end

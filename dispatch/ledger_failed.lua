@@ -13,6 +13,9 @@
 -- the caller holds it; the record then lives dedup_ttl more.
 --
 -- Reply: attempts after this failure (integer)
+--
+-- Prepended (ledger.go): internal/luapre's num.lua (whole, ttl_ms).
+local keep = ttl_ms(whole('dedup_ttl', ARGV[2], 1, MAX_TTL_MS))
 local key = KEYS[1]
 redis.call('HINCRBY', key, 'a', 1)
 if ARGV[3] and ARGV[3] ~= '' then
@@ -21,5 +24,5 @@ end
 if redis.call('HGET', key, 'o') == ARGV[1] then
   redis.call('HDEL', key, 'o', 'l')
 end
-redis.call('PEXPIRE', key, ARGV[2])
+redis.call('PEXPIRE', key, keep)
 return tonumber(redis.call('HGET', key, 'a')) or 0

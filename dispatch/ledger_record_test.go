@@ -87,3 +87,79 @@ func TestLedgerRecordAndEnded(t *testing.T) {
 		})
 	}
 }
+
+// TestLedgerNotesDeferrals: on every backend a deferral gives up the lease
+// and notes why and until when, counting each one, so that `notifier
+// explain --job` finds a job the per-user cap put off (issue 29: it said
+// "no record"); a wait for a far send slot is noted while the lease is
+// kept; a sent job's record takes no note.
+func TestLedgerNotesDeferrals(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for name, newLedger := range ledgerBackends(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			clock := newFakeClock()
+			l := newLedger(time.Hour, WithLedgerNow(clock.Now)).(recorder)
+			read := func(id, step string) Record {
+				t.Helper()
+				r, err := l.Record(ctx, id)
+				if err != nil {
+					t.Fatalf("%s: record: %v", step, err)
+				}
+				return r
+			}
+			if _, err := l.Claim(ctx, "job-1", "w1/1", 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Deferred(ctx, "job-1", "w1/1", DeferUserLimit, 90*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			r := read("job-1", "deferred")
+			if !r.Found || r.Owner != "" || r.Why != DeferUserLimit || !r.Until.Equal(clock.Now().Add(90*time.Second)) || r.Deferrals != 1 || r.Sent || r.Outcome != "" {
+				t.Fatalf("deferred: %+v, want no lease, why user_limit until +90s, 1 deferral", r)
+			}
+			if r.TTL <= 0 || r.TTL > time.Hour {
+				t.Fatalf("deferred: ttl %s, want (0, 1h]", r.TTL)
+			}
+			// The lease is free: the next delivery claims at once.
+			clock.Advance(90 * time.Second)
+			if c, err := l.Claim(ctx, "job-1", "w2/1", 10*time.Second); err != nil || c.Status != Claimed {
+				t.Fatalf("claim after the deferral: %+v, %v", c, err)
+			}
+			if err := l.Waiting(ctx, "job-1", "w2/1", WaitSlot, 5*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			r = read("job-1", "waiting")
+			if r.Owner != "w2/1" || r.Why != WaitSlot || !r.Until.Equal(clock.Now().Add(5*time.Second)) || r.Deferrals != 1 {
+				t.Fatalf("waiting for a slot: %+v, want the lease kept, why slot until +5s, still 1 deferral", r)
+			}
+			if err := l.Deferred(ctx, "job-1", "w2/1", DeferProviderPaused, 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			if r := read("job-1", "deferred again"); r.Owner != "" || r.Why != DeferProviderPaused || r.Deferrals != 2 {
+				t.Fatalf("deferred again: %+v, want provider_paused, 2 deferrals", r)
+			}
+			// Another owner's deferral leaves a live lease alone.
+			if _, err := l.Claim(ctx, "job-1", "w3/1", 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Deferred(ctx, "job-1", "w9/9", DeferQuota, time.Second); err != nil {
+				t.Fatal(err)
+			}
+			if r := read("job-1", "a stranger's deferral"); r.Owner != "w3/1" {
+				t.Fatalf("a stranger's deferral: %+v, want w3/1's lease kept", r)
+			}
+			// A sent job takes no note.
+			if err := l.Sent(ctx, "job-2", "w1/3"); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Deferred(ctx, "job-2", "w1/3", DeferUserLimit, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			if r := read("job-2", "sent, then deferred"); !r.Sent || r.Why != "" || r.Deferrals != 0 {
+				t.Fatalf("sent, then deferred: %+v, want sent and no note", r)
+			}
+		})
+	}
+}

@@ -1,30 +1,58 @@
 -- release: give up the caller's lease of a job without counting anything
 -- (a deferral, a shutdown) and, for an end, note how the job left the
--- pipeline unsent. (A sent job needs no script: RedisLedger.SentCmd sets
--- s = 1.)
+-- pipeline unsent; for a deferral, note why the job was put off and until
+-- when. (A sent job needs no script: RedisLedger.SentCmd sets s = 1.)
 --
 -- KEYS[1]  the job's ledger hash, {<prefix>j:<id>}
 -- ARGV[1]  owner token of the caller
 -- ARGV[2]  record TTL (dedup_ttl), integer milliseconds
--- ARGV[3]  an end only (absent for a plain release): "dead" | "suppressed"
--- ARGV[4]  an end only: the reason, a word of the dispatcher's own list
---          (Notifier-Reason: user_limit, rejected...), never a provider's
---          text
+-- ARGV[3]  absent for a plain release; else what to note:
+--            "dead" | "suppressed"  an end (the lease is given up)
+--            "deferred"             a deferral (the lease is given up)
+--            "waiting"              a wait the job makes holding its lease
+--                                   (its send slot is far): nothing released
+-- ARGV[4]  the reason, a word of the dispatcher's own list (Notifier-Reason:
+--          user_limit, rejected...; a deferral's: user_limit,
+--          provider_paused, slot...), never a provider's text
+-- ARGV[5]  a deferral or a wait: how long, integer milliseconds
+-- ARGV[6]  a deferral or a wait: now, integer microseconds (tests only;
+--          '' reads TIME)
 --
 -- Fields beside claim's (ledger_claim.lua): x = the outcome of a job that
--- was not sent (dead | suppressed), r = its reason.
+-- was not sent (dead | suppressed), r = its reason; w = why the job was
+-- last put off, u = until when (µs of the Redis clock), n = how many times
+-- it was put off.
 --
--- The lease (o, l) is cleared when the caller holds it; an end also sets x
--- and r unless the job was sent (a sent job's record is kept as it is). The
--- record then lives dedup_ttl more.
+-- The lease (o, l) is cleared when the caller holds it (but for a wait);
+-- an end also sets x and r, a deferral or a wait w and u (a deferral counts
+-- in n), unless the job was sent (a sent job's record is kept as it is).
+-- The record then lives dedup_ttl more.
 --
 -- Reply: attempts so far (integer)
+--
+-- Prepended (ledger.go): internal/luapre's now.lua (now_us) and num.lua
+-- (whole, ttl_ms): every argument is checked before anything is written.
+local keep = ttl_ms(whole('dedup_ttl', ARGV[2], 1, MAX_TTL_MS))
 local key = KEYS[1]
-if redis.call('HGET', key, 'o') == ARGV[1] then
+local note = ARGV[3]
+local until_us
+if note == 'deferred' or note == 'waiting' then
+  until_us = now_us(ARGV[6]) + whole('delay', ARGV[5], 0, MAX_TTL_MS) * 1000
+elseif note ~= nil and note ~= 'dead' and note ~= 'suppressed' then
+  return redis.error_reply('ERR release: unknown note ' .. tostring(note))
+end
+if note ~= 'waiting' and redis.call('HGET', key, 'o') == ARGV[1] then
   redis.call('HDEL', key, 'o', 'l')
 end
-if ARGV[3] ~= nil and redis.call('HGET', key, 's') ~= '1' then
-  redis.call('HSET', key, 'x', ARGV[3], 'r', ARGV[4])
+if note ~= nil and redis.call('HGET', key, 's') ~= '1' then
+  if until_us == nil then
+    redis.call('HSET', key, 'x', note, 'r', ARGV[4])
+  else
+    redis.call('HSET', key, 'w', ARGV[4], 'u', until_us)
+    if note == 'deferred' then
+      redis.call('HINCRBY', key, 'n', 1)
+    end
+  end
 end
-redis.call('PEXPIRE', key, ARGV[2])
+redis.call('PEXPIRE', key, keep)
 return tonumber(redis.call('HGET', key, 'a')) or 0

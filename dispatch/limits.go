@@ -8,8 +8,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/notifier/notifier/digest"
 	"github.com/notifier/notifier/globallimit"
 	"github.com/notifier/notifier/leaky"
+	"github.com/notifier/notifier/suppress"
 	"github.com/notifier/notifier/userlimit"
 )
 
@@ -56,21 +58,24 @@ func RedisLimits(rdb redis.UniversalClient, c LimitsConfig) (*Limits, error) {
 		return nil, fmt.Errorf("redis limits: %w", err)
 	}
 	rs := &redisSet{
-		ledger: NewRedisLedger(rdb, c.Prefix, c.DedupTTL),
-		users:  userlimit.NewRedis(rdb, c.Prefix),
-		leaky:  q,
-		batch:  newPipeBatcher(rdb),
+		ledger:   NewRedisLedger(rdb, c.Prefix, c.DedupTTL),
+		users:    userlimit.NewRedis(rdb, c.Prefix),
+		leaky:    q,
+		suppress: suppress.NewRedis(rdb, c.Prefix),
+		batch:    newPipeBatcher(rdb),
 	}
 	pauses := leaky.NewPauseWatcher(nil)
 	l := &Limits{
-		Name:    "redis",
-		Ledger:  rs.ledger,
-		Users:   rs.users,
-		Leaky:   rs.leaky,
-		Pauses:  pauses,
-		Reasons: RedisPauseReasons(rdb, c.Prefix),
-		Ping:    func(ctx context.Context) error { return RedisHealth(ctx, rdb) },
-		redis:   rs,
+		Name:     "redis",
+		Ledger:   rs.ledger,
+		Users:    rs.users,
+		Leaky:    rs.leaky,
+		Suppress: rs.suppress,
+		Digests:  digest.NewRedis(rdb, c.Prefix),
+		Pauses:   pauses,
+		Reasons:  RedisPauseReasons(rdb, c.Prefix),
+		Ping:     func(ctx context.Context) error { return RedisHealth(ctx, rdb) },
+		redis:    rs,
 	}
 	l.Watch = func(ctx context.Context, providers []string) error {
 		return pauses.Run(ctx, rdb, rs.leaky, providers)
@@ -190,10 +195,11 @@ func (l *Limits) setShadow(cfg *globallimit.Config) {
 
 // redisSet is the Redis backends of a limit set, typed, for pipelining.
 type redisSet struct {
-	ledger *RedisLedger
-	users  *userlimit.Redis
-	leaky  *leaky.Redis
-	batch  *pipeBatcher // the admissions and sent records of all workers, pipelined together
+	ledger   *RedisLedger
+	users    *userlimit.Redis
+	leaky    *leaky.Redis
+	suppress *suppress.Redis
+	batch    *pipeBatcher // the admissions and sent records of all workers, pipelined together
 }
 
 // sent records sent jobs in the ledger, in the workers' shared pipeline,
@@ -207,9 +213,9 @@ func (r *redisSet) sent(ctx context.Context, jobs []*job, denials *Denials) erro
 			var seq uint64
 			var sum string
 			if jb.dl != nil {
-				seq, sum = jb.dl.StreamSeq, digest(jb.dl.Data)
+				seq, sum = jb.dl.StreamSeq, contentSum(jb.dl.Data)
 			}
-			cmds[i] = r.ledger.sentFromCmd(ctx, bt.pipe, jb.j.ID, seq, sum)
+			cmds[i] = r.ledger.sentFromCmd(ctx, bt.pipe, jb.key, seq, sum)
 			if jb.shadowDenied && denials != nil {
 				denials.recordShadowCmd(ctx, bt.pipe, jb.j.Channel, jb.j.UserID)
 				jb.shadowDenied = false
@@ -256,6 +262,8 @@ func MemoryLimits(c LimitsConfig, divisor int) (*Limits, error) {
 		Ledger:      newMemoryLedger(c.DedupTTL),
 		Users:       userlimit.NewMemory(),
 		Leaky:       q,
+		Suppress:    suppress.NewMemory(nil),
+		Digests:     digest.NewMemory(nil),
 		Reasons:     MemoryPauseReasons(nil),
 		RateDivisor: divisor,
 	}

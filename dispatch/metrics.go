@@ -23,6 +23,10 @@ type Metrics struct {
 	MaxQueueDelay    *prometheus.GaugeVec     // provider: the configured max_queue_delay, seconds
 	Ready            prometheus.Gauge         // 1 while the process takes jobs (its /readyz)
 	Replays          *prometheus.CounterVec   // channel: replayed dead letters taken by this process
+	Routed           prometheus.Counter       // jobs this process's router moved to fair lanes
+	Suppressions     *prometheus.CounterVec   // channel: recipients this process put on the suppression list
+	Digests          *prometheus.CounterVec   // channel: digest jobs this process published
+	Probes           *prometheus.CounterVec   // provider, result: probes of providers paused for their credentials
 	// Tenants: the tenant label is a tenant named in tenants.weights,
 	// "default" for jobs without one, or "other": never unbounded.
 	TenantSent   *prometheus.CounterVec // provider, tenant: jobs sent
@@ -114,11 +118,23 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Replays: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "notifier_replays_total", Help: "Replayed dead letters (notifier dead replay) taken by this process.",
 		}, []string{"channel"}),
+		Suppressions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "notifier_suppressions_total", Help: "Recipients this process put on the suppression list, a provider having refused them as gone (unregistered, unsubscribed, no such number or mailbox).",
+		}, []string{"channel"}),
+		Probes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "notifier_provider_probes_total", Help: "Probes of a provider paused for refusing the sender (one job let through per probe_interval, fleet-wide), by result: sent (accepted: the provider resumed fleet-wide), refused (the sender still refused), failed (another failure).",
+		}, []string{"provider", "result"}),
+		Digests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "notifier_digests_total", Help: "Digest jobs published (user_limits with on_exceed: digest): each stands for the user's jobs its cap held, which end suppressed (reason digested).",
+		}, []string{"channel"}),
+		Routed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "notifier_routed_total", Help: "Jobs published on a tenant's own subject (notify.jobs.<channel>.t.<tenant>) that this process moved to the tenant's fair lane.",
+		}),
 		TenantSent: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "notifier_tenant_sent_total", Help: "Jobs sent, by provider and tenant (a tenant named in tenants.weights, default, or other).",
 		}, []string{"provider", "tenant"}),
 		TenantQueued: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "notifier_tenant_queued", Help: "Jobs in the job stream (waiting, under way or retrying), by channel and tenant (a tenant named in tenants.weights, default, or other).",
+			Name: "notifier_tenant_queued", Help: "Jobs in the job stream (waiting, under way or retrying), by channel and tenant: default (the default tenant's subjects) or other (the fair lanes, shared by every other tenant, named or not).",
 		}, []string{"channel", "tenant"}),
 		CreatedAtIgnored: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "notifier_job_created_at_ignored_total", Help: "Sent jobs whose created_at lay after the send (a publisher's clock ahead): their latency is measured from the publish.",
@@ -138,7 +154,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.Failovers, m.EffectiveRate, m.Ambiguous, m.Deliveries, m.CreatedAtIgnored, m.Jobs, m.Deferrals, m.QueueLatency, m.JobLatency, m.QueueDepth,
 		m.LimitDecisions, m.ProviderRequests, m.ProviderSeconds, m.ProviderPaused, m.InFlight,
-		m.Contract, m.MaxQueueDelay, m.Ready, m.Replays, m.TenantSent, m.TenantQueued)
+		m.Contract, m.MaxQueueDelay, m.Ready, m.Replays, m.Routed, m.Suppressions, m.Digests, m.Probes, m.TenantSent, m.TenantQueued)
 	return m
 }
 

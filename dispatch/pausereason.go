@@ -39,6 +39,10 @@ type PauseReasons interface {
 	Reason(ctx context.Context, provider string) (string, error)
 	// Clear forgets the reason (the pause was lifted).
 	Clear(ctx context.Context, provider string) error
+	// TryProbe takes the fleet's one probe of provider for interval: true
+	// for the one caller that gets it (SPEC §6: a provider paused for its
+	// credentials is probed once per probe_interval, fleet-wide).
+	TryProbe(ctx context.Context, provider string, interval time.Duration) (bool, error)
 }
 
 // RedisPauseReasons keeps the reasons in Redis, beside each provider's
@@ -78,6 +82,14 @@ func (r redisReasons) Reason(ctx context.Context, provider string) (string, erro
 	return PauseRateLimited, nil
 }
 
+func (r redisReasons) TryProbe(ctx context.Context, provider string, interval time.Duration) (bool, error) {
+	ok, err := r.rdb.SetNX(ctx, "{"+r.prefix+"p:"+provider+"}:probe", "1", interval).Result()
+	if err != nil {
+		return false, fmt.Errorf("take the probe of %s: %w", provider, err)
+	}
+	return ok, nil
+}
+
 func (r redisReasons) Clear(ctx context.Context, provider string) error {
 	if err := r.rdb.Del(ctx, pauseReasonKey(r.prefix, provider)).Err(); err != nil {
 		return fmt.Errorf("clear pause reason of %s: %w", provider, err)
@@ -95,9 +107,24 @@ func MemoryPauseReasons(now func() time.Time) PauseReasons {
 }
 
 type memoryReasons struct {
-	now   func() time.Time
-	mu    sync.Mutex
-	until map[string]time.Time
+	now    func() time.Time
+	mu     sync.Mutex
+	until  map[string]time.Time
+	probes map[string]time.Time // provider → the probe taken until
+}
+
+func (m *memoryReasons) TryProbe(_ context.Context, provider string, interval time.Duration) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.probes == nil {
+		m.probes = map[string]time.Time{}
+	}
+	if now := m.now(); now.Before(m.probes[provider]) {
+		return false, nil
+	} else {
+		m.probes[provider] = now.Add(interval)
+	}
+	return true, nil
 }
 
 func (m *memoryReasons) SetCredentials(_ context.Context, provider string, d time.Duration) error {

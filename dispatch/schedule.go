@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -94,7 +95,7 @@ func (l *latencies) get(provider string) time.Duration {
 func (d *Dispatcher) budget(ch string, live *liveConfig, l *Limits, peers int) int {
 	var rate float64
 	var lat time.Duration
-	configured := false
+	configured, probe := false, false
 	for _, p := range live.providers.All() {
 		if p.Channel != ch {
 			continue
@@ -104,6 +105,7 @@ func (d *Dispatcher) budget(ch string, live *liveConfig, l *Limits, peers int) i
 			continue
 		}
 		if l != nil && l.Pauses != nil && l.Pauses.PausedFor(p.Name) > 0 {
+			probe = probe || d.probes.isArmed(p.Name, d.now())
 			continue
 		}
 		rate += p.Rate
@@ -111,6 +113,9 @@ func (d *Dispatcher) budget(ch string, live *liveConfig, l *Limits, peers int) i
 	}
 	if !configured {
 		return strayBudget
+	}
+	if rate == 0 && probe {
+		return 1 // the probe's job
 	}
 	if rate == 0 {
 		return 0
@@ -125,31 +130,71 @@ func (d *Dispatcher) budget(ch string, live *liveConfig, l *Limits, peers int) i
 
 // scheduler is the fetch loop's state. Its maps are kept from one plan to
 // the next (cleared, not made again): a plan runs for every few jobs.
+//
+// Tenants share a channel by weight (fairQueue, one per channel over every
+// lane kind: a tenant's priority jobs count in its share). A queue is a
+// lane of the default tenant or a fair lane shared by the tenants hashed
+// onto it, so the scheduler knows a queue's next tenant only once its job
+// comes: it guesses it (head), charges the guess when it picks the queue,
+// and moves the charge to the tenant whose job came (settle).
 type scheduler struct {
 	queues  []queue.Queue
 	readAt  time.Time
 	short   map[string]bool          // subjects that delivered less than asked since the last read
-	fair    map[laneID]*fairQueue    // per channel and lane
+	fair    map[string]*fairQueue    // per channel
+	heads   map[string]laneHead      // per subject: what its last deliveries said of its next tenant
+	charged map[string][]string      // per subject: the tenants this plan charged for its jobs, in order
 	storedT map[string]uint64        // per channel: transactional jobs stored (the priority lane's too)
 	mcap    map[string]int           // per channel: marketing jobs it may still take in this plan (-1: no cap)
 	weights func(string) float64     // a tenant's weight
 	budgets map[string]int           // per channel, for this plan
 	free    map[string]int           // per channel: budget left
 	order   []string                 // channels in the order seen
-	byKey   map[laneID][]queue.Queue // channel and lane → its tenants' queues
+	byCh    map[string][]queue.Queue // channel → its queues with jobs not yet asked for
 	want    map[string]int           // this plan's jobs per subject
 	wants   []queue.Want             // this plan
 	done    map[string]bool          // channels with nothing more to take in this plan
 	got     map[string]int           // deliveries per subject of the last pull
+	// sweep are the default tenant's queues whose last deliveries mixed in
+	// jobs naming a tenant: the router empties them to the fair lanes, at
+	// sweepBatch a plan beside the workers' jobs.
+	sweep map[string]bool
+	// freshOf is each queue's freshTenant guess.
+	freshOf map[string]string
 }
 
-// laneID is one lane of one channel.
-type laneID struct {
-	ch   string
-	kind laneKind
+// sweepBatch is how many jobs a plan pulls from a queue being swept, on
+// top of what its budget lets the workers take.
+const sweepBatch = 128
+
+// laneHead is what a queue's last deliveries say of its next tenant: the
+// tenants of its latest headMemory deliveries, the latest first. A queue
+// never delivered from is of a tenant not seen yet.
+type laneHead struct {
+	recent [headMemory]string
+	n      int
 }
 
-// laneKind is a lane as the scheduler takes it: in this order.
+// headMemory is how many of a queue's latest deliveries its guess weighs.
+const headMemory = 8
+
+// saw notes a delivery of tenant t.
+func (h *laneHead) saw(t string) {
+	copy(h.recent[1:], h.recent[:headMemory-1])
+	h.recent[0] = t
+	h.n = min(h.n+1, headMemory)
+}
+
+// distinct reports whether the i-th latest delivery's tenant is not that
+// of a later one (each tenant is counted at its latest delivery).
+func (h *laneHead) distinct(i int) bool { return !slices.Contains(h.recent[:i], h.recent[i]) }
+
+// freshTenant stands for a queue's unknown next tenant: one who starts at
+// V, with weight 1. It is no tenant name (they hold no NUL).
+func freshTenant(subject string) string { return "\x00" + subject }
+
+// laneKind is a lane as the scheduler takes it: the priority lane and the
+// transactional lanes before the marketing ones, whatever the tenant.
 type laneKind int
 
 const (
@@ -157,8 +202,6 @@ const (
 	kindTransactional
 	kindMarketing
 )
-
-var laneKinds = []laneKind{kindHigh, kindTransactional, kindMarketing}
 
 // kindOf is the kind of queue k's lane under caps: the priority lane, or
 // its jobs' category (a category's lane's, or the channel's for the
@@ -174,14 +217,16 @@ func kindOf(caps Caps, k queue.Key) laneKind {
 }
 
 func newScheduler(weights func(string) float64) *scheduler {
-	return &scheduler{short: map[string]bool{}, fair: map[laneID]*fairQueue{}, weights: weights,
+	return &scheduler{short: map[string]bool{}, fair: map[string]*fairQueue{}, weights: weights,
+		heads: map[string]laneHead{}, charged: map[string][]string{},
 		storedT: map[string]uint64{}, mcap: map[string]int{},
-		budgets: map[string]int{}, free: map[string]int{}, byKey: map[laneID][]queue.Queue{},
-		want: map[string]int{}, done: map[string]bool{}, got: map[string]int{}}
+		budgets: map[string]int{}, free: map[string]int{}, byCh: map[string][]queue.Queue{},
+		want: map[string]int{}, done: map[string]bool{}, got: map[string]int{}, sweep: map[string]bool{}, freshOf: map[string]string{}}
 }
 
 // plan chooses up to free jobs to pull: per channel up to what its budget
-// leaves, the priority lane first, then the tenants by weight. It returns
+// leaves, the tenants by weight (the priority lane first within a
+// tenant's share), transactional lanes before marketing ones. It returns
 // nothing when every channel with jobs waiting is at its budget.
 func (d *Dispatcher) plan(s *scheduler, free int) []queue.Want {
 	live := d.live.Load()
@@ -193,9 +238,10 @@ func (d *Dispatcher) plan(s *scheduler, free int) []queue.Want {
 	clear(s.done)
 	clear(s.storedT)
 	clear(s.mcap)
+	clear(s.charged)
 	s.order, s.wants = s.order[:0], s.wants[:0]
-	for k, qs := range s.byKey {
-		s.byKey[k] = qs[:0]
+	for ch, qs := range s.byCh {
+		s.byCh[ch] = qs[:0]
 	}
 	for _, q := range s.queues {
 		ch := q.Key.Channel
@@ -204,36 +250,25 @@ func (d *Dispatcher) plan(s *scheduler, free int) []queue.Want {
 			s.free[ch] = max(0, s.budgets[ch]-d.busy.get(ch))
 			s.order = append(s.order, ch)
 		}
-		kind := kindOf(live.caps, q.Key)
-		if kind != kindMarketing {
+		if kindOf(live.caps, q.Key) != kindMarketing {
 			s.storedT[ch] += q.Stored
 		}
-		if s.short[q.Subject] {
-			continue
+		if !s.short[q.Subject] {
+			s.byCh[ch] = append(s.byCh[ch], q)
 		}
-		k := laneID{ch, kind}
-		s.byKey[k] = append(s.byKey[k], q)
 	}
 	for _, ch := range s.order {
 		s.mcap[ch] = d.marketingRoom(live, ch, s.budgets[ch], s.storedT[ch], peers)
-	}
-	want := s.want
-	add := func(subject string) {
-		if want[subject] == 0 {
-			s.wants = append(s.wants, queue.Want{Subject: subject})
-		}
-		want[subject]++
 	}
 	// Free workers short of the budgets are shared between the channels
 	// one at a time, each to the channel furthest below its budget (the
 	// largest share of its budget left): with too few workers for every
 	// budget, each channel holds about the same fraction of its own. A
 	// channel whose queues hold no more is skipped.
-	done := s.done
 	for free > 0 {
 		best, bestLeft := "", -1.0
 		for _, ch := range s.order {
-			if done[ch] || s.free[ch] == 0 {
+			if s.done[ch] || s.free[ch] == 0 {
 				continue
 			}
 			if left := float64(s.free[ch]) / float64(s.budgets[ch]); left > bestLeft {
@@ -243,69 +278,216 @@ func (d *Dispatcher) plan(s *scheduler, free int) []queue.Want {
 		if best == "" {
 			break
 		}
-		q, ok := s.next(best, want)
+		subject, n, ok := s.next(best, live.caps, min(pickChunk, s.free[best], free))
 		if !ok {
-			done[best] = true
+			s.done[best] = true
 			continue
 		}
-		add(q)
-		s.free[best]--
-		free--
+		if s.want[subject] == 0 {
+			s.wants = append(s.wants, queue.Want{Subject: subject})
+		}
+		s.want[subject] += n
+		s.free[best] -= n
+		free -= n
+	}
+	// The queues being swept: what the router moves takes no worker.
+	for _, q := range s.queues {
+		if !s.sweep[q.Subject] || uint64(s.want[q.Subject]) >= q.Stored {
+			continue
+		}
+		if s.want[q.Subject] == 0 {
+			s.wants = append(s.wants, queue.Want{Subject: q.Subject})
+		}
+		s.want[q.Subject] += int(min(uint64(sweepBatch), q.Stored-uint64(s.want[q.Subject])))
 	}
 	for i := range s.wants {
-		s.wants[i].N = want[s.wants[i].Subject]
+		s.wants[i].N = s.want[s.wants[i].Subject]
 	}
 	return s.wants
 }
 
-// next picks the queue of channel ch to take one more job from: the
-// priority lanes first, then the transactional lanes, then the marketing
-// ones while the channel's marketing room lasts (mcap), tenants by weight
-// in each. A queue is not asked for more than it holds.
-func (s *scheduler) next(ch string, want map[string]int) (string, bool) {
-	for _, kind := range laneKinds {
-		k := laneID{ch, kind}
-		qs := s.byKey[k]
-		switch {
-		case len(qs) == 0:
-			continue
-		case kind == kindMarketing && s.mcap[ch] == 0:
-			continue
-		case len(qs) == 1: // one tenant: nothing to share (the usual case)
-			delete(s.fair, k) // when others come, all start even: no credit for this time
-			if uint64(want[qs[0].Subject]) < qs[0].Stored {
-				return s.took(k, qs[0].Subject), true
-			}
-			continue
-		}
-		var waiting []string
-		subj := map[string]string{}
-		for _, q := range qs {
-			if uint64(want[q.Subject]) < q.Stored {
-				waiting = append(waiting, q.Key.Tenant)
-				subj[q.Key.Tenant] = q.Subject
-			}
-		}
-		if len(waiting) == 0 {
-			continue
-		}
-		fq := s.fair[k]
-		if fq == nil {
-			fq = newFairQueue()
-			s.fair[k] = fq
-		}
-		return s.took(k, subj[fq.pick(waiting, s.weights)]), true
+// pickChunk is the most jobs a pick takes from one queue: a pull request
+// per queue and plan costs more than the jobs in it (the server's work for
+// each request, an inbox), so a pick takes as many jobs from its queue as
+// it can before another queue's tenant would be due (up to pickChunk):
+// the order of the weighted fair queueing is kept, and a tenant alone (or
+// far behind its share) is served a chunk per request.
+const pickChunk = 8
+
+// next picks the queue of channel ch to take up to most more jobs from:
+// among its queues with jobs not yet asked for, the one whose (guessed)
+// next tenant would finish first under weighted fair queueing, ties to the
+// priority lane, then to the order of the queues; the marketing lanes only
+// when no other lane has a job and the channel's marketing room lasts
+// (mcap). It takes as many as the queue holds beyond what is asked of it,
+// up to most, charging the guess for each, and returns how many.
+func (s *scheduler) next(ch string, caps Caps, most int) (string, int, bool) {
+	fq := s.fair[ch]
+	if fq == nil {
+		fq = newFairQueue()
+		s.fair[ch] = fq
 	}
-	return "", false
+	for _, marketing := range []bool{false, true} {
+		if marketing && s.mcap[ch] == 0 {
+			break
+		}
+		best, bestTenant, bestTag, bestKind := -1, "", 0.0, kindMarketing
+		next := math.Inf(1) // the smallest tag of another tenant: when the pick's tenant stops being due
+		for i, q := range s.byCh[ch] {
+			if uint64(s.want[q.Subject]) >= q.Stored {
+				continue
+			}
+			kind := kindOf(caps, q.Key)
+			if (kind == kindMarketing) != marketing {
+				continue
+			}
+			t := s.guess(fq, q)
+			tag := fq.tag(t, s.weight(t))
+			switch {
+			case best < 0 || tag < bestTag || tag == bestTag && kind < bestKind:
+				if best >= 0 && t != bestTenant {
+					next = min(next, bestTag)
+				}
+				best, bestTenant, bestTag, bestKind = i, t, tag, kind
+			case t != bestTenant:
+				next = min(next, tag)
+			}
+		}
+		if best < 0 {
+			continue
+		}
+		q := s.byCh[ch][best]
+		w := s.weight(bestTenant)
+		// Jobs while the tenant stays due: its k-th takes the tag
+		// bestTag + (k−1)/w, at most the next tenant's. A tenant not seen
+		// yet stands for as many tenants as jobs, each due at once.
+		fresh := isFresh(bestTenant)
+		due := most
+		if !math.IsInf(next, 1) && !fresh {
+			due = min(most, 1+int((next-bestTag)*w+1e-9))
+		}
+		n := int(min(uint64(due), q.Stored-uint64(s.want[q.Subject])))
+		if marketing && s.mcap[ch] > 0 {
+			n = min(n, s.mcap[ch])
+			s.mcap[ch] -= n
+		}
+		if fresh {
+			fq.chargeEach(bestTenant, w, n)
+		} else {
+			fq.charge(bestTenant, w, n)
+		}
+		for range n {
+			s.charged[q.Subject] = append(s.charged[q.Subject], bestTenant)
+		}
+		return q.Subject, n, true
+	}
+	return "", 0, false
 }
 
-// took counts a job of lane k picked from subject against the channel's
-// marketing room, and returns subject.
-func (s *scheduler) took(k laneID, subject string) string {
-	if k.kind == kindMarketing && s.mcap[k.ch] > 0 {
-		s.mcap[k.ch]--
+// guess is queue q's next tenant as far as known: a tenant's own queue's;
+// a queue never delivered from is the default tenant's (its own queues) or
+// a tenant's not seen yet (a fair lane); a queue whose latest deliveries
+// were of many tenants (half of them distinct or more: a lane of small
+// tenants) is a tenant not seen yet, each job another; else, of its latest
+// tenants, the one whose pick would finish last (a queue shared by a heavy
+// tenant and a light one is taken as the heavy one's until both are due,
+// so that the weights can steer the other queues).
+func (s *scheduler) guess(fq *fairQueue, q queue.Queue) string {
+	if q.Key.Tenant != "" {
+		return q.Key.Tenant
 	}
-	return subject
+	h := s.heads[q.Subject]
+	if h.n == 0 && !q.Key.Fair {
+		return ""
+	}
+	distinct := 0
+	for i := range h.n {
+		if h.distinct(i) {
+			distinct++
+		}
+	}
+	if h.n == 0 || 2*distinct >= headMemory {
+		return s.fresh(q.Subject)
+	}
+	best, bestTag := "", math.Inf(-1)
+	for i, t := range h.recent[:h.n] {
+		if !h.distinct(i) {
+			continue
+		}
+		if tag := fq.peek(t, s.weight(t)); tag > bestTag {
+			best, bestTag = t, tag
+		}
+	}
+	return best
+}
+
+// fresh is the freshTenant guess of a queue's subject, made once.
+func (s *scheduler) fresh(subject string) string {
+	f, ok := s.freshOf[subject]
+	if !ok {
+		f = freshTenant(subject)
+		s.freshOf[subject] = f
+	}
+	return f
+}
+
+// weight is a tenant's weight; a fresh guess weighs 1.
+func (s *scheduler) weight(t string) float64 {
+	if isFresh(t) {
+		return 1
+	}
+	return s.weights(t)
+}
+
+// isFresh reports whether t is a freshTenant guess.
+func isFresh(t string) bool { return len(t) > 0 && t[0] == 0 }
+
+// settle moves each pick's charge from its guess to the tenant whose job
+// came, and learns the queues' heads from what they delivered.
+func (s *scheduler) settle(dls []*queue.Delivery) {
+	for _, dl := range dls {
+		guesses := s.charged[dl.Subject]
+		if len(guesses) == 0 {
+			continue // a long-poll's delivery: charged below
+		}
+		guess := guesses[0]
+		s.charged[dl.Subject] = guesses[1:]
+		if fq := s.fair[dl.Channel]; fq != nil {
+			fq.transfer(guess, s.weight(guess), dl.Tenant, s.weight(dl.Tenant))
+		}
+		s.learn(dl)
+	}
+	// Guesses charged for jobs that did not come are given back.
+	for subject, guesses := range s.charged {
+		k, _ := queue.ParseJobSubject(subject)
+		if fq := s.fair[k.Channel]; fq != nil {
+			for _, g := range guesses {
+				fq.refund(g, s.weight(g))
+			}
+		}
+	}
+	clear(s.charged)
+}
+
+// polled charges the tenants of deliveries a long-poll brought (no plan
+// picked them) and learns their queues' heads.
+func (s *scheduler) polled(dls []*queue.Delivery) {
+	for _, dl := range dls {
+		fq := s.fair[dl.Channel]
+		if fq == nil {
+			fq = newFairQueue()
+			s.fair[dl.Channel] = fq
+		}
+		fq.charge(dl.Tenant, s.weight(dl.Tenant), 1)
+		s.learn(dl)
+	}
+}
+
+// learn notes dl's tenant as the latest of its queue's.
+func (s *scheduler) learn(dl *queue.Delivery) {
+	h := s.heads[dl.Subject]
+	h.saw(dl.Tenant)
+	s.heads[dl.Subject] = h
 }
 
 // marketingRoom is how many more marketing jobs this process may take for
@@ -364,7 +546,11 @@ func (d *Dispatcher) queuedByTenant() map[string]map[string]uint64 {
 			m = map[string]uint64{}
 			out[q.Key.Channel] = m
 		}
-		m[d.tenantLabel(q.Key.Tenant)] += q.Stored
+		label := d.tenantLabel(q.Key.Tenant)
+		if q.Key.Fair {
+			label = "other" // a fair lane is shared: the named tenants' jobs there are counted with the others'
+		}
+		m[label] += q.Stored
 	}
 	return out
 }
@@ -434,6 +620,43 @@ func (d *Dispatcher) pollable(s *scheduler) []string {
 		consider(q.Key.Channel, q.Subject)
 	}
 	return out
+}
+
+// moveNamed hands the router the deliveries of the default tenant's
+// queues whose job names a tenant in its JSON (a publisher that put the
+// tenant in the job and published on the plain subject): on its tenant's
+// fair lane it is served in that tenant's share, not in the default
+// tenant's order. A queue that delivered such a job is swept (see
+// scheduler.sweep) until it delivers none. It returns the deliveries to
+// hand to workers. Without a router every delivery is handed on; such a
+// job is still that tenant's (counted, labelled).
+func (d *Dispatcher) moveNamed(ctx context.Context, s *scheduler, dls []*queue.Delivery) []*queue.Delivery {
+	if d.o.Router == nil {
+		return dls
+	}
+	named := map[string]bool{}
+	seen := map[string]bool{}
+	for _, dl := range dls {
+		if !dl.Fair && queue.TenantOf(dl.Subject) == "" {
+			seen[dl.Subject] = true
+			named[dl.Subject] = named[dl.Subject] || dl.Tenant != ""
+		}
+	}
+	for subject := range seen {
+		s.sweep[subject] = named[subject]
+		if !named[subject] {
+			delete(s.sweep, subject)
+		}
+	}
+	if len(s.sweep) == 0 {
+		return dls
+	}
+	rest, moved, err := d.o.Router.Move(ctx, dls, s.sweep)
+	d.m.Routed.Add(float64(moved))
+	if err != nil && ctx.Err() == nil {
+		d.log.Warn("move jobs naming their tenant to its fair lane", "err", err)
+	}
+	return rest
 }
 
 // fetchLoop pulls jobs for free workers and hands them out, until ctx
@@ -512,6 +735,8 @@ func (d *Dispatcher) fetchLoop(ctx context.Context, jobs chan<- *queue.Delivery,
 			for _, dl := range dls {
 				got[dl.Subject]++
 			}
+			dls = d.moveNamed(ctx, s, dls)
+			s.settle(dls)
 			for _, w := range wants {
 				if got[w.Subject] < w.N {
 					s.short[w.Subject] = true
@@ -551,6 +776,8 @@ func (d *Dispatcher) fetchLoop(ctx context.Context, jobs chan<- *queue.Delivery,
 			continue
 		}
 		dls, err := d.o.Source.Poll(ctx, subjects, free, min(wait, d.o.FetchWait))
+		dls = d.moveNamed(ctx, s, dls)
+		s.polled(dls)
 		hand(dls)
 		if len(dls) > 0 {
 			s.readAt = time.Time{} // something came: look at the queues again

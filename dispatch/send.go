@@ -92,6 +92,18 @@ func (d *Dispatcher) budgetSpent(ctx context.Context, jb *job, b providers.Budge
 // and returns the job's end, or no end when the provider is paused and the
 // job must take a new slot.
 func (d *Dispatcher) answer(ctx context.Context, jb *job, serr error, rl *providers.RateLimitedError) end {
+	if jb.probe {
+		jb.probe = false
+		switch {
+		case serr == nil:
+			d.probeSucceeded(ctx, jb)
+		case errors.Is(serr, providers.ErrSender):
+			d.m.Probes.WithLabelValues(jb.provider, "refused").Inc()
+			jb.log().Warn("probe: the provider still refuses the sender; it stays paused", "detail", detailOf(serr))
+		default:
+			d.m.Probes.WithLabelValues(jb.provider, "failed").Inc()
+		}
+	}
 	switch {
 	case serr == nil:
 		d.observeLatency(jb)
@@ -103,18 +115,24 @@ func (d *Dispatcher) answer(ctx context.Context, jb *job, serr error, rl *provid
 		// wait grows with its deliveries, as a retry's does, and is at
 		// least what the provider asked; no attempt is used.
 		wait := rl.RetryAfter
-		if !rl.Explicit {
+		if !rl.Explicit && wait <= 0 {
 			wait = providers.DefaultRetryAfter
 		}
 		wait = min(max(wait, d.o.Retry.Backoff(int(jb.dl.NumDelivered), d.o.Rand)), maxPause(jb.pcfg))
 		d.m.Deferrals.WithLabelValues(LayerProvider, "recipient_throttled").Inc()
 		jb.log().Info("provider throttled this recipient; deferring the job alone", "for", wait.String(), "detail", rl.Detail)
-		return end{kind: endDefer, delay: wait + d.jitter(wait/10), reason: "recipient throttled"}
+		return end{kind: endDefer, delay: wait + d.jitter(wait/10), reason: DeferRecipientThrottled}
 
 	case rl != nil:
 		pause := rl.RetryAfter
 		if !rl.Explicit {
-			pause = providers.DefaultRetryAfter + d.jitter(providers.DefaultRetryAfter)
+			// No Retry-After: the provider's client backs off, doubling over
+			// a run of such answers (providers.RateLimitedError), and the
+			// fleet's instances spread their returns over as much again.
+			if pause <= 0 {
+				pause = providers.DefaultRetryAfter
+			}
+			pause += d.jitter(pause)
 		}
 		var asked time.Duration
 		if max := maxPause(jb.pcfg); pause > max {
@@ -147,6 +165,12 @@ func (d *Dispatcher) answer(ctx context.Context, jb *job, serr error, rl *provid
 	case errors.Is(serr, providers.ErrSender):
 		return d.senderRefused(ctx, jb, serr)
 
+	case errors.Is(serr, providers.ErrRecipientGone):
+		// The provider says the recipient is gone for good: this job is
+		// dead, and the next ones to it are not sent (the suppression list).
+		jb.log().Info("provider refused the recipient as gone", "detail", detailOf(serr))
+		return dead(ReasonRejected, d.listGone(ctx, jb, detailOf(serr)))
+
 	case errors.Is(serr, providers.ErrPermanent):
 		jb.log().Info("provider refused job", "detail", detailOf(serr))
 		return dead(ReasonRejected, detailOf(serr))
@@ -165,7 +189,7 @@ func (d *Dispatcher) answer(ctx context.Context, jb *job, serr error, rl *provid
 		}
 		var attempts int
 		if err := d.withBackend(ctx, jb, func(l *Limits) (err error) {
-			attempts, err = l.Ledger.Failed(ctx, jb.j.ID, jb.owner, providers.StatusClass(serr))
+			attempts, err = l.Ledger.Failed(ctx, jb.key, jb.owner, providers.StatusClass(serr))
 			return err
 		}); err != nil {
 			return stopped(err)
@@ -178,8 +202,15 @@ func (d *Dispatcher) answer(ctx context.Context, jb *job, serr error, rl *provid
 		}
 		backoff := d.o.Retry.Backoff(attempts, d.o.Rand)
 		if pe != nil && pe.RetryAfter > backoff {
-			// The provider said when to come back (a 503's Retry-After).
-			backoff = min(pe.RetryAfter, maxPause(jb.pcfg))
+			// The provider said when to come back: a 503's Retry-After, or
+			// its own guidance (APNs: 15 minutes after a 5xx). The job waits
+			// in JetStream, at most an hour, and no longer than it is worth
+			// sending (past its expires_at it is suppressed when it comes
+			// back).
+			backoff = min(pe.RetryAfter, maxRetryAfter)
+			if !jb.j.ExpiresAt.IsZero() {
+				backoff = max(d.o.Retry.Backoff(attempts, d.o.Rand), min(backoff, d.until(jb.j.ExpiresAt)))
+			}
 		}
 		d.m.Deferrals.WithLabelValues(LayerProvider, "retry").Inc()
 		jb.log().Info("provider failed; retrying later", "attempts", attempts, "backoff", backoff.String(), "detail", detailOf(serr))
@@ -215,6 +246,10 @@ func (d *Dispatcher) senderRefused(ctx context.Context, jb *job, serr error) end
 }
 
 // maxPause is the longest pause a provider's answer may set (max_pause).
+// maxRetryAfter caps the wait a provider asks of one job after a transient
+// failure.
+const maxRetryAfter = time.Hour
+
 func maxPause(c providers.Config) time.Duration {
 	if c.MaxPause > 0 {
 		return c.MaxPause

@@ -70,7 +70,7 @@ func (d *Dispatcher) recordSent(ctx context.Context, jobs []*job, q <-chan *job)
 			err = l.redis.sent(ctx, jobs, d.o.Denials)
 		} else {
 			for _, jb := range jobs {
-				err = errors.Join(err, l.Ledger.Sent(ctx, jb.j.ID, jb.owner))
+				err = errors.Join(err, l.Ledger.Sent(ctx, jb.key, jb.owner))
 			}
 		}
 		for range jobs {

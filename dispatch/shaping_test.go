@@ -234,17 +234,26 @@ func (l *slotLog) of(provider string) []sentSlot {
 // configured at 100/s whose real limit is 60/s (the fake answers 429 with
 // Retry-After above it), adaptive as given, and returns the 429s among the
 // requests after the first 10 s, the requests then, and the accepted rate
-// then.
-func adaptiveRun(t *testing.T, jobs int, adaptive *providers.AdaptiveConfig) (n429, reqs int, rate float64) {
+// then; and the reference measured first on the same dispatchers: 300 push
+// jobs to the same fake through push-gw configured at the real 60/s, not
+// adaptive (referenceRate).
+func adaptiveRun(t *testing.T, jobs int, adaptive *providers.AdaptiveConfig) (n429, reqs int, rate, ref float64) {
 	b := setup(t, setupOpts{rate: 100, contract: 60})
 	b.pcfgs[0].Adaptive = adaptive
 	b.pcfgs[0] = b.pcfgs[0].WithDefaults()
+	b.pcfgs[1].Rate = 60
+	b.start(nil)
+	b.start(nil)
+	refIDs, ref := b.referenceRate(b.fake, "ref", "push", 300)
 	ids := b.publishN("adaptive", "sms", jobs, jobs)
-	b.start(nil)
-	b.start(nil)
-	testenv.WaitFor(t, 120*time.Second, "every job sent", func() bool { return len(b.fake.AcceptedIDs()) >= len(ids) })
-	b.acceptedOnce(ids)
-	all := b.fake.Requests()
+	testenv.WaitFor(t, 120*time.Second, "every job sent", func() bool { return len(b.fake.AcceptedIDs()) >= len(ids)+len(refIDs) })
+	b.acceptedOnce(append(refIDs, ids...))
+	var all []testenv.FakeRequest
+	for _, r := range b.fake.Requests() {
+		if strings.HasPrefix(r.ID, "adaptive-") {
+			all = append(all, r)
+		}
+	}
 	sort.Slice(all, func(i, j int) bool { return all[i].At.Before(all[j].At) })
 	from := all[0].At.Add(10 * time.Second)
 	var first, last time.Time
@@ -274,34 +283,77 @@ func adaptiveRun(t *testing.T, jobs int, adaptive *providers.AdaptiveConfig) (n4
 		}
 	}
 	t.Logf("accepted per second from the first request: %v", perSecond)
-	return n429, reqs, rate
+	return n429, reqs, rate, ref
 }
 
 // TestAdaptiveContractFindsTheRealLimit: a provider configured at 100/s
 // whose real limit is 60/s (429 with Retry-After: 1 over it), two
-// dispatchers, adaptive { decrease: 0.9, increase_per_s: 0.2, quiet: 5s }.
-// After the first 10 s the 429s are at most 2 % of the requests and the
-// fleet sustains at least 90 % of the real 60/s (less the race detector's
-// room). NOTIFIER_ADAPTIVE_JOBS=3000 NOTIFIER_ADAPTIVE_COMPARE=1 runs the
-// README's figures, with adaptive off beside it.
+// dispatchers, adaptive with every default but min_rate 10 (issue 27's
+// set-up: AIMD with those defaults paced it at 42.6/s). After the first
+// 10 s the 429s are at most 1 % of the requests and the fleet sustains at
+// least 90 % of what the same dispatchers reach first, in the same run,
+// configured at the real 60/s without adaptive (the reference).
+// The promise, 95 %, is measured over a longer run:
+// NOTIFIER_ADAPTIVE_JOBS=3000 NOTIFIER_ADAPTIVE_COMPARE=1 runs the
+// README's figures (58.0/s), with adaptive off beside it.
 func TestAdaptiveContractFindsTheRealLimit(t *testing.T) {
-	jobs := 1500
+	jobs := 2000
 	if v, err := strconv.Atoi(os.Getenv("NOTIFIER_ADAPTIVE_JOBS")); err == nil && v > 0 {
 		jobs = v // the README's figures: 3000
 	}
-	on429, onReqs, onRate := adaptiveRun(t, jobs, &providers.AdaptiveConfig{Decrease: 0.9, IncreasePerS: 0.2, Quiet: 5 * time.Second})
-	t.Logf("%d jobs, after the first 10 s: adaptive on: %d 429s in %d requests (%.1f %%), %.1f/s of the real 60/s",
-		jobs, on429, onReqs, 100*float64(on429)/float64(onReqs), onRate)
+	on429, onReqs, onRate, ref := adaptiveRun(t, jobs, &providers.AdaptiveConfig{MinRate: 10})
+	t.Logf("%d jobs, after the first 10 s: adaptive on: %d 429s in %d requests (%.1f %%), %.1f/s of the real 60/s (%.2f of the %.1f/s configured at 60/s reached first)",
+		jobs, on429, onReqs, 100*float64(on429)/float64(onReqs), onRate, onRate/ref, ref)
 	if os.Getenv("NOTIFIER_ADAPTIVE_COMPARE") != "" {
-		off429, offReqs, offRate := adaptiveRun(t, jobs, nil)
+		off429, offReqs, offRate, _ := adaptiveRun(t, jobs, nil)
 		t.Logf("adaptive off: %d 429s in %d requests (%.1f %%), %.1f/s", off429, offReqs, 100*float64(off429)/float64(offReqs), offRate)
 	}
-	if float64(on429) > 0.02*float64(onReqs) {
-		t.Errorf("adaptive: %d 429s in %d requests after the first 10 s, want at most 2 %%", on429, onReqs)
+	if float64(on429) > 0.01*float64(onReqs) {
+		t.Errorf("adaptive: %d 429s in %d requests after the first 10 s, want at most 1 %%", on429, onReqs)
 	}
-	// 90 % is the promise, measured in the README (3,000 jobs, no race
-	// detector); the test leaves room for the race detector (rateFloor).
-	if onRate < rateFloor()*60 {
-		t.Errorf("adaptive: sustained %.1f/s, want at least %.0f %% of the real 60/s", onRate, 100*rateFloor())
+	// 95 % is the promise, measured in the README (3,000 jobs, no race
+	// detector: the first seconds after 10 s still weigh here); the test
+	// leaves room for them, against a reference that a loaded machine and
+	// the race detector slow alike.
+	atLeastOf(t, "adaptive, sustained", onRate, ref, 60)
+}
+
+// TestExpiredBeforeAGrantedSlotIsSuppressedAtOnce: the slot the queue
+// grants may lie inside max_queue_delay and still after the job's
+// expires_at: the job is then suppressed (expired) at once, never sent
+// late. (An audit that made the deadline check use the time of the call
+// instead of the slot saw a job expiring in 400 ms sent 582 ms after its
+// expires_at, and no test fail.)
+func TestExpiredBeforeAGrantedSlotIsSuppressedAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{rate: 10, maxQueueDelay: 5 * time.Second})
+	// Another fleet's 20 sends at 10/s: the queue ends 2 s ahead, well
+	// within max_queue_delay: the next reservation is granted, 2 s on.
+	q := leakyRedis(t, b.redis.Client(), b.prefix)
+	var now time.Duration
+	for range 20 {
+		if _, err := q.Reserve(t.Context(), "sms-gw", leaky.Contract{Rate: 10, MaxQueueDelay: time.Minute, ColdStart: &now}, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := b.start(nil)
+	testenv.WaitFor(t, 10*time.Second, "the dispatcher ready", func() bool { return p.d.Ready() == nil })
+	j := newJob("stale-in-400ms", "sms", "u1")
+	j.ExpiresAt = time.Now().Add(400 * time.Millisecond)
+	start := time.Now()
+	b.publish(j)
+	testenv.WaitFor(t, 5*time.Second, "the job suppressed", func() bool { return len(b.deadLetters()) == 1 })
+	took := time.Since(start)
+	dl := b.deadLetters()[0]
+	t.Logf("suppressed %s after its publish: %s", took.Round(time.Millisecond), dl.Detail)
+	if dl.Reason != ReasonExpired || !strings.Contains(dl.Detail, "earliest send slot") {
+		t.Errorf("dead letter %s: %s, want expired before its granted slot", dl.Reason, dl.Detail)
+	}
+	if took >= 400*time.Millisecond {
+		t.Errorf("suppressed %s after its publish, want at once, before its expires_at (400 ms)", took.Round(time.Millisecond))
+	}
+	time.Sleep(2500 * time.Millisecond) // past the slot it was granted
+	if n := len(b.fake.Requests()); n != 0 {
+		t.Errorf("%d requests at the provider, want none (the job expired before its slot)", n)
 	}
 }

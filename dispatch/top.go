@@ -8,12 +8,14 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/notifier/notifier/internal/luapre"
 )
 
 var (
 	//go:embed top.lua
 	topLua    string
-	topScript = redis.NewScript(topLua)
+	topScript = redis.NewScript(luapre.Num + topLua)
 )
 
 // Denials are counted per channel and UTC hour, kept TopRetention, at most

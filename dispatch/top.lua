@@ -15,5 +15,5 @@ local keep = tonumber(ARGV[3])
 if redis.call('ZCARD', KEYS[1]) > keep then
   redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -math.floor(keep / 2) - 1)
 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ttl_ms(whole('retention', ARGV[2], 1, MAX_TTL_MS)))
 return tonumber(n)

@@ -75,6 +75,15 @@ func (d *Dispatcher) askShadowGlobal(ctx context.Context, jb *job, sb *globallim
 func (d *Dispatcher) waitSlot(ctx context.Context, jb *job, first admission) end {
 	queued := d.now()
 	for {
+		// The fleet's probe of a provider paused for its credentials goes
+		// now, past the pause and the queue: one request.
+		if d.probes.take(jb.provider, d.now()) {
+			if first.slot != nil {
+				d.giveBack(ctx, jb, first.limits, *first.slot)
+			}
+			jb.probe, jb.slotAt, jb.slot = true, d.now(), 0
+			return end{}
+		}
 		// A provider paused for long (as this process knows, without a
 		// round trip when the pause watcher runs): back to JetStream now,
 		// rather than hold a slot (and the worker) until the pause ends.
@@ -128,7 +137,7 @@ func (d *Dispatcher) waitSlot(ctx context.Context, jb *job, first admission) end
 			}
 			d.m.Deferrals.WithLabelValues(LayerLeaky, "quota").Inc()
 			wait := min(r.RetryAfter, maxQuotaWait)
-			return end{kind: endDefer, delay: wait + d.jitter(min(wait/10, 5*time.Second)), reason: "quota spent"}
+			return end{kind: endDefer, delay: wait + d.jitter(min(wait/10, 5*time.Second)), reason: DeferQuota}
 		}
 		if !r.OK {
 			d.m.LimitDecisions.WithLabelValues(LayerLeaky, "deny").Inc()
@@ -136,6 +145,19 @@ func (d *Dispatcher) waitSlot(ctx context.Context, jb *job, first admission) end
 			// The queue holds max_queue_delay of work: waking a little
 			// late costs no throughput, and spreads the workers' retries.
 			wait := max(r.RetryAfter, jb.pcfg.MaxQueueDelay/20)
+			if wait > holdPause {
+				// So long a wait is most likely a pause this process has
+				// not heard of yet (its pause watcher learns of one a
+				// message after the backend): asked of the backend, a
+				// long pause hands the job back, as at the loop's top,
+				// rather than hold the worker through it (a probe may
+				// lift it long before; two jobs once slept through the
+				// resume, TestRefusedSenderIsProbedAndResumed).
+				if paused, err := l.Leaky.PausedFor(ctx, jb.provider); err == nil && paused > holdPause {
+					d.m.Deferrals.WithLabelValues(LayerProvider, "paused").Inc()
+					return pausedEnd(d, paused)
+				}
+			}
 			if err := d.hold(ctx, jb, wait+d.jitter(wait)); err != nil {
 				return stopped(err)
 			}
@@ -156,6 +178,7 @@ func (d *Dispatcher) waitSlot(ctx context.Context, jb *job, first admission) end
 			d.giveBack(ctx, jb, l, r)
 			return d.capDenied(ctx, jb, capRes, l)
 		}
+		d.noteSlotWait(ctx, jb, l)
 		// Wake a little before the slot for the round trips below, so that
 		// they do not make the send late.
 		if err := d.hold(ctx, jb, d.until(jb.slotAt)-preSlot); err != nil {
@@ -195,6 +218,25 @@ func (d *Dispatcher) waitSlot(ctx context.Context, jb *job, first admission) end
 	}
 }
 
+// noteSlotWait notes in the ledger a job's wait for a send slot more than
+// slotNote away (for `notifier explain --job`): one round trip, paid only
+// by a job that has long to wait anyway.
+func (d *Dispatcher) noteSlotWait(ctx context.Context, jb *job, l *Limits) {
+	wait := d.until(jb.slotAt)
+	if wait <= slotNote || l == nil || !jb.claimed {
+		return
+	}
+	jb.debug("job waits for its send slot", "for", wait.String())
+	nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	if err := l.Ledger.Waiting(nctx, jb.key, jb.owner, WaitSlot, wait); err != nil {
+		jb.debug("note the wait for a send slot", "err", err)
+	}
+}
+
+// slotNote is the shortest wait for a send slot noted in the ledger.
+const slotNote = time.Second
+
 // maxQuotaWait is the longest a job whose provider's quota is spent waits
 // in JetStream before it is looked at again (a reload may raise the quota,
 // or add a fallback).
@@ -228,7 +270,7 @@ func (d *Dispatcher) longPause(ctx context.Context, jb *job) (end, bool) {
 // pause) then holds its jobs back no longer than that.
 func pausedEnd(d *Dispatcher, paused time.Duration) end {
 	wait := min(paused, handBackMax)
-	return end{kind: endDefer, delay: wait + d.jitter(min(wait/10, time.Second)), reason: "provider paused"}
+	return end{kind: endDefer, delay: wait + d.jitter(min(wait/10, time.Second)), reason: DeferProviderPaused}
 }
 
 // handBackMax is the longest a job handed back for a pause waits in
@@ -282,7 +324,7 @@ func (d *Dispatcher) renewClaim(ctx context.Context, jb *job) end {
 	}
 	var c Claim
 	if err := d.withBackend(ctx, jb, func(l *Limits) (err error) {
-		c, err = l.Ledger.Claim(ctx, jb.j.ID, jb.owner, d.lease(jb))
+		c, err = l.Ledger.Claim(ctx, jb.key, jb.owner, d.lease(jb))
 		return err
 	}); err != nil {
 		return stopped(err)
@@ -304,16 +346,19 @@ func (d *Dispatcher) renewClaim(ctx context.Context, jb *job) end {
 
 // deferJob puts a job off for wait without using an attempt: held in the
 // worker when short (then endAgain: the ledger and the cap are asked anew),
-// handed back to JetStream when long (endDefer). why says what put it off.
+// handed back to JetStream when long (endDefer). why (a Defer* word) says
+// what put it off; the ledger notes it as it gives up the lease.
 func (d *Dispatcher) deferJob(ctx context.Context, jb *job, wait time.Duration, why string) end {
-	d.release(ctx, jb)
+	e := end{kind: endDefer, delay: wait, reason: why}
+	d.releaseAt(ctx, jb, e)
 	if wait <= d.o.MaxHold {
+		jb.debug("job held", "why", why, "for", wait.String())
 		if err := d.hold(ctx, jb, wait); err != nil {
 			return stopped(err)
 		}
 		return end{kind: endAgain}
 	}
-	return end{kind: endDefer, delay: wait, reason: why}
+	return e
 }
 
 // hold keeps a job in its worker for dur, heart-beating it with InProgress

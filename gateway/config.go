@@ -8,6 +8,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -17,23 +18,65 @@ import (
 
 // Defaults of the YAML keys under gateway:.
 const (
-	DefaultListen          = "127.0.0.1:8080"
-	DefaultAuthFailLimit   = 10
-	DefaultAuthFailWindow  = time.Minute
-	DefaultPublishTimeout  = 5 * time.Second
-	maxPublishTimeout      = time.Minute
-	maxAuthFailuresWindow  = 24 * time.Hour
-	maxBurst               = 1_000_000
-	maxRate                = 1_000_000
-	maxKeys                = 10_000
-	unauthenticatedLabel   = "unauthenticated"
-	keyNameAllowedInWords  = "1 to 64 characters of A-Z a-z 0-9 . _ -"
-	sha256HexLen           = 2 * sha256.Size
-	authorizationBearer    = "Bearer "
-	defaultClientIPHeader  = ""
-	problemContentType     = "application/problem+json"
-	jsonContentType        = "application/json"
-	maxIdempotencyKeyBatch = 123 // a batch's ids are <key>-<index>, index < 1000: 123 + 4 = 127 ≤ 128
+	DefaultListen            = "127.0.0.1:8080"
+	DefaultAuthFailLimit     = 10
+	DefaultAuthFailWindow    = time.Minute
+	DefaultPublishTimeout    = 5 * time.Second
+	DefaultReadTimeout       = 30 * time.Second
+	DefaultIdleTimeout       = 2 * time.Minute
+	DefaultIdempotencyTTL    = 24 * time.Hour
+	DefaultMaxConns          = 10_000
+	DefaultMaxConnsPerIP     = 1_000
+	DefaultMaxInFlight       = 1_024
+	DefaultMaxInFlightPerIP  = 256
+	DefaultMaxPublishLatency = time.Second
+	unauthenticatedLabel     = "unauthenticated"
+	keyNameAllowedInWords    = "1 to 64 characters of A-Z a-z 0-9 . _ -"
+	sha256HexLen             = 2 * sha256.Size
+	authorizationBearer      = "Bearer "
+	defaultClientIPHeader    = ""
+	problemContentType       = "application/problem+json"
+	jsonContentType          = "application/json"
+	maxIdempotencyKeyBatch   = 123 // a batch's ids are <key>-<index>, index < 1000: 123 + 4 = 127 ≤ 128
+)
+
+// The ranges of the gateway's keys (SPEC §9), and what each bound protects.
+const (
+	// MinRate and MaxRate bound a bucket's rate (jobs per second). At
+	// most 10^6 a token costs at least 1 µs, the unit of take.lua's
+	// clock, so every rate is exact; at least 0.001 (one job in 1000 s).
+	MinRate = 0.001
+	MaxRate = 1_000_000
+	// MaxBurst bounds a bucket's size.
+	MaxBurst = 1_000_000
+	// MaxWindow bounds burst/rate, the time an empty bucket takes to fill:
+	// a bucket's state (its theoretical arrival time, µs) is at most this
+	// far ahead of now, so it stays an exact integer in Lua's doubles
+	// (now + 7 days ≈ 1.8e15 µs, far below 2^53 ≈ 9.0e15) and its key's
+	// expiry stays a week at most. take.lua clamps every state it reads
+	// or writes to it, so no configuration, old or corrupt, can leave a
+	// key with a longer expiry.
+	MaxWindow = 7 * 24 * time.Hour
+
+	maxPublishTimeout     = time.Minute
+	maxAuthFailuresWindow = 24 * time.Hour
+	maxAuthFailuresLimit  = 1_000_000
+	maxKeys               = 10_000
+	maxTenants            = 10_000
+	minReadTimeout        = time.Second
+	maxReadTimeout        = 5 * time.Minute
+	minIdleTimeout        = time.Second
+	maxIdleTimeout        = time.Hour
+	// The idempotency records outlive the stream's duplicate window (2
+	// minutes: a shorter record would let a reused id with another body
+	// be dropped by JetStream as a duplicate, answered 202) and last at
+	// most 30 days (the memory they hold in Redis).
+	minIdempotencyTTL   = 2 * time.Minute
+	maxIdempotencyTTL   = 30 * 24 * time.Hour
+	maxConnsBound       = 1_000_000
+	maxInFlightBound    = 100_000
+	minPublishLatency   = 10 * time.Millisecond
+	maxStreamDepthBound = 1_000_000_000_000
 )
 
 // Key is one API key of gateway.keys. The key itself is never configured:
@@ -44,6 +87,41 @@ type Key struct {
 	SHA256 string  `mapstructure:"sha256"` // hex SHA-256 of the key
 	Rate   float64 `mapstructure:"rate"`   // jobs per second (token refill)
 	Burst  int     `mapstructure:"burst"`  // bucket size: the most jobs at once
+	// Priority allows ?priority=high (the priority lane); without it such
+	// a request is answered 403.
+	Priority bool `mapstructure:"priority"`
+}
+
+// Limit is a token bucket's rate and size: gateway.capacity, an entry of
+// gateway.tenants.
+type Limit struct {
+	Rate  float64 `mapstructure:"rate"`  // jobs per second
+	Burst int     `mapstructure:"burst"` // the most jobs at once
+}
+
+// Shed is gateway.shed: the bounds past which requests are refused at
+// once (503 overloaded) rather than queued behind a slow platform.
+type Shed struct {
+	// MaxConns bounds the open connections; at the bound the connection
+	// idle the longest is closed for a new one, and without an idle one
+	// the new one is answered 503. Lowered at start to what the process
+	// may open (RLIMIT_NOFILE less FDReserve).
+	MaxConns int `mapstructure:"max_conns"`
+	// MaxConnsPerIP bounds the open connections of one peer address
+	// (the load balancer's, behind one): the same, answered 429.
+	MaxConnsPerIP int `mapstructure:"max_conns_per_ip"`
+	// MaxInFlight bounds the requests being handled at once, and
+	// MaxInFlightPerIP those of one client IP (client_ip_header's when
+	// set).
+	MaxInFlight      int `mapstructure:"max_in_flight"`
+	MaxInFlightPerIP int `mapstructure:"max_in_flight_per_ip"`
+	// MaxPublishLatency: while JetStream's acknowledgements take longer
+	// (a moving average of the acks, or the oldest publish still waiting),
+	// requests are refused and /readyz is not ready.
+	MaxPublishLatency time.Duration `mapstructure:"max_publish_latency"`
+	// MaxStreamDepth: while the job stream holds more jobs, requests are
+	// refused. 0: no bound.
+	MaxStreamDepth int64 `mapstructure:"max_stream_depth"`
 }
 
 // AuthFailures is gateway.auth_failures: at most Limit failed
@@ -71,23 +149,49 @@ type Config struct {
 	// uses the connection's peer address. Set it only behind a proxy
 	// that overwrites or appends it: a client can write any header.
 	ClientIPHeader string `mapstructure:"client_ip_header"`
+	// Capacity is the whole intake's bucket, shared by every key and every
+	// instance (zero: none): past it every request is refused, 503
+	// over-capacity.
+	Capacity Limit `mapstructure:"capacity"`
+	// Tenants are buckets each shared by a tenant's keys (named tenants
+	// only), beside each key's own.
+	Tenants map[string]Limit `mapstructure:"tenants"`
+	// Shed bounds connections, requests in flight, and the platform's
+	// slowness.
+	Shed Shed `mapstructure:"shed"`
+	// ReadTimeout bounds the arrival of a whole request (408 past it);
+	// IdleTimeout closes a connection idle that long.
+	ReadTimeout time.Duration `mapstructure:"read_timeout"`
+	IdleTimeout time.Duration `mapstructure:"idle_timeout"`
+	// IdempotencyTTL is how long the gateway remembers a job id chosen by
+	// the client (Idempotency-Key or the body's id) with its content, per
+	// tenant: within it the same id with another content is answered 409.
+	IdempotencyTTL time.Duration `mapstructure:"idempotency_ttl"`
 }
 
 // WithDefaults fills the keys left out.
 func (c Config) WithDefaults() Config {
-	if c.Listen == "" {
-		c.Listen = DefaultListen
-	}
-	if c.AuthFailures.Limit == 0 {
-		c.AuthFailures.Limit = DefaultAuthFailLimit
-	}
-	if c.AuthFailures.Window == 0 {
-		c.AuthFailures.Window = DefaultAuthFailWindow
-	}
-	if c.PublishTimeout == 0 {
-		c.PublishTimeout = DefaultPublishTimeout
-	}
+	orDefault(&c.Listen, DefaultListen)
+	orDefault(&c.AuthFailures.Limit, DefaultAuthFailLimit)
+	orDefault(&c.AuthFailures.Window, DefaultAuthFailWindow)
+	orDefault(&c.PublishTimeout, DefaultPublishTimeout)
+	orDefault(&c.ReadTimeout, DefaultReadTimeout)
+	orDefault(&c.IdleTimeout, DefaultIdleTimeout)
+	orDefault(&c.IdempotencyTTL, DefaultIdempotencyTTL)
+	orDefault(&c.Shed.MaxConns, DefaultMaxConns)
+	orDefault(&c.Shed.MaxConnsPerIP, DefaultMaxConnsPerIP)
+	orDefault(&c.Shed.MaxInFlight, DefaultMaxInFlight)
+	orDefault(&c.Shed.MaxInFlightPerIP, DefaultMaxInFlightPerIP)
+	orDefault(&c.Shed.MaxPublishLatency, min(DefaultMaxPublishLatency, c.PublishTimeout))
 	return c
+}
+
+// orDefault sets *v to def when it is the zero value.
+func orDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
 }
 
 // Validate returns every problem of c joined with errors.Join, each
@@ -135,22 +239,47 @@ func (c Config) Validate() error {
 			}
 			hashes[h] = i
 		}
-		switch {
-		case math.IsNaN(k.Rate) || math.IsInf(k.Rate, 0) || k.Rate <= 0 || k.Rate > maxRate:
-			errs = append(errs, fmt.Errorf("%s.rate: must be a number of jobs per second greater than 0 and at most %d, got %v", p, maxRate, k.Rate))
+		errs = append(errs, Limit{Rate: k.Rate, Burst: k.Burst}.validate(p)...)
+	}
+	if c.Capacity != (Limit{}) {
+		errs = append(errs, c.Capacity.validate("capacity")...)
+	}
+	if len(c.Tenants) > maxTenants {
+		errs = append(errs, fmt.Errorf("tenants: at most %d tenants, got %d", maxTenants, len(c.Tenants)))
+	}
+	keyTenants := map[string]bool{}
+	for _, k := range c.Keys {
+		keyTenants[k.Tenant] = true
+	}
+	for _, t := range sortedTenants(c.Tenants) {
+		p := tenantPath(t)
+		if !queue.ValidTenant(t) {
+			errs = append(errs, fmt.Errorf("%s: %q is not a tenant name: 1 to 64 characters of A-Z a-z 0-9 . _ - (the default tenant has no bucket of its own)", p, t))
+			continue
 		}
-		if k.Burst < 1 || k.Burst > maxBurst {
-			errs = append(errs, fmt.Errorf("%s.burst: must be a whole number from 1 to %d, got %d", p, maxBurst, k.Burst))
+		if !keyTenants[t] {
+			errs = append(errs, fmt.Errorf("%s: no key of gateway.keys has tenant %q: a bucket no request can reach (a misspelt name?)", p, t))
 		}
+		errs = append(errs, c.Tenants[t].validate(p)...)
 	}
-	if c.AuthFailures.Limit < 1 {
-		errs = append(errs, fmt.Errorf("auth_failures.limit: must be at least 1, got %d", c.AuthFailures.Limit))
+	errs = append(errs, intRange("auth_failures.limit", c.AuthFailures.Limit, 1, maxAuthFailuresLimit)...)
+	errs = append(errs, durRange("auth_failures.window", c.AuthFailures.Window, time.Second, maxAuthFailuresWindow)...)
+	errs = append(errs, durRange("publish_timeout", c.PublishTimeout, 100*time.Millisecond, maxPublishTimeout)...)
+	errs = append(errs, durRange("read_timeout", c.ReadTimeout, minReadTimeout, maxReadTimeout)...)
+	errs = append(errs, durRange("idle_timeout", c.IdleTimeout, minIdleTimeout, maxIdleTimeout)...)
+	errs = append(errs, durRange("idempotency_ttl", c.IdempotencyTTL, minIdempotencyTTL, maxIdempotencyTTL)...)
+	s := c.Shed
+	errs = append(errs, intRange("shed.max_conns", s.MaxConns, 1, maxConnsBound)...)
+	errs = append(errs, intRange("shed.max_conns_per_ip", s.MaxConnsPerIP, 1, maxConnsBound)...)
+	errs = append(errs, intRange("shed.max_in_flight", s.MaxInFlight, 1, maxInFlightBound)...)
+	errs = append(errs, intRange("shed.max_in_flight_per_ip", s.MaxInFlightPerIP, 1, maxInFlightBound)...)
+	if s.MaxPublishLatency < minPublishLatency || s.MaxPublishLatency > c.PublishTimeout {
+		// The oldest publish waits publish_timeout at most: a threshold
+		// past it would only ever see the timeouts.
+		errs = append(errs, fmt.Errorf("shed.max_publish_latency: must be from %s to publish_timeout (%s), got %s", fmtDur(minPublishLatency), c.PublishTimeout, s.MaxPublishLatency))
 	}
-	if c.AuthFailures.Window < time.Second || c.AuthFailures.Window > maxAuthFailuresWindow {
-		errs = append(errs, fmt.Errorf("auth_failures.window: must be from 1s to 24h, got %s", c.AuthFailures.Window))
-	}
-	if c.PublishTimeout < 100*time.Millisecond || c.PublishTimeout > maxPublishTimeout {
-		errs = append(errs, fmt.Errorf("publish_timeout: must be from 100ms to 1m, got %s", c.PublishTimeout))
+	if s.MaxStreamDepth < 0 || s.MaxStreamDepth > maxStreamDepthBound {
+		errs = append(errs, fmt.Errorf("shed.max_stream_depth: must be a whole number of jobs from 0 (no bound) to %d, got %d", int64(maxStreamDepthBound), s.MaxStreamDepth))
 	}
 	if c.ClientIPHeader != "" && http.CanonicalHeaderKey(c.ClientIPHeader) != http.CanonicalHeaderKey(strings.TrimSpace(c.ClientIPHeader)) || strings.ContainsAny(c.ClientIPHeader, " :\t") {
 		errs = append(errs, fmt.Errorf("client_ip_header: must be a header name such as X-Forwarded-For, got %q", c.ClientIPHeader))
@@ -165,6 +294,74 @@ func HashKey(key string) string {
 }
 
 func keyPath(i int, _ string) string { return fmt.Sprintf("keys[%d]", i) }
+
+// tenantPath is the key path of a tenant's bucket: tenants.<name>, the
+// name quoted when it is not a tenant name.
+func tenantPath(name string) string {
+	if queue.ValidTenant(name) {
+		return "tenants." + name
+	}
+	return "tenants." + strconv.Quote(name)
+}
+
+func sortedTenants(m map[string]Limit) []string {
+	out := make([]string, 0, len(m))
+	for t := range m {
+		out = append(out, t)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// validate checks a bucket's rate and burst (the ranges of MinRate,
+// MaxRate, MaxBurst and MaxWindow), naming them under path.
+func (l Limit) validate(path string) []error {
+	var errs []error
+	rateOK := !math.IsNaN(l.Rate) && l.Rate >= MinRate && l.Rate <= MaxRate
+	if !rateOK {
+		errs = append(errs, fmt.Errorf("%s.rate: must be a number of jobs per second from %g to %d, got %v", path, MinRate, MaxRate, l.Rate))
+	}
+	burstOK := l.Burst >= 1 && l.Burst <= MaxBurst
+	if !burstOK {
+		errs = append(errs, fmt.Errorf("%s.burst: must be a whole number from 1 to %d, got %d", path, MaxBurst, l.Burst))
+	}
+	if rateOK && burstOK && l.window() > MaxWindow {
+		errs = append(errs, fmt.Errorf("%s.burst: %d at rate %g takes %s to refill (burst/rate): at most %s (7 days) is allowed; lower the burst or raise the rate",
+			path, l.Burst, l.Rate, fmtDur(l.window().Round(time.Second)), fmtDur(MaxWindow)))
+	}
+	return errs
+}
+
+// window is burst/rate, the time an empty bucket takes to fill.
+func (l Limit) window() time.Duration {
+	return time.Duration(float64(l.Burst) / l.Rate * float64(time.Second))
+}
+
+func intRange(path string, v, lo, hi int) []error {
+	if v < lo || v > hi {
+		return []error{fmt.Errorf("%s: must be a whole number from %d to %d, got %d", path, lo, hi, v)}
+	}
+	return nil
+}
+
+func durRange(path string, v, lo, hi time.Duration) []error {
+	if v < lo || v > hi {
+		return []error{fmt.Errorf("%s: must be from %s to %s, got %s", path, fmtDur(lo), fmtDur(hi), v)}
+	}
+	return nil
+}
+
+// fmtDur writes a bound as a YAML duration without trailing zero units
+// (24h, not 24h0m0s).
+func fmtDur(d time.Duration) string {
+	s := d.String()
+	for _, z := range []string{"m0s", "h0m"} {
+		if strings.HasSuffix(s, z) {
+			s = strings.TrimSuffix(s, z[1:])
+		}
+	}
+	return s
+}
 
 // validName is the rule of a key's name: a tenant name's (1–64 of A-Z a-z
 // 0-9 . _ -), safe as a metric label and in a Redis key.

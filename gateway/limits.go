@@ -22,16 +22,28 @@ var (
 
 	//go:embed authfail.lua
 	authFailLua    string
-	authFailScript = redis.NewScript(authFailLua)
+	authFailScript = redis.NewScript(luapre.Num + authFailLua)
 
 	//go:embed rejections.lua
 	rejectionsLua    string
-	rejectionsScript = redis.NewScript(rejectionsLua)
+	rejectionsScript = redis.NewScript(luapre.Num + rejectionsLua)
 )
 
-// BucketKey is the Redis key of an API key's token bucket:
-// {<prefix>gw:<name>} (one hash tag: a Redis Cluster slot per key).
-func BucketKey(prefix, name string) string { return "{" + prefix + "gw:" + name + "}" }
+// The kinds of the gateway's buckets, which are also the policy names of
+// their RateLimit fields.
+const (
+	KindKey      = "key"
+	KindTenant   = "tenant"
+	KindCapacity = "capacity"
+)
+
+// BucketKey is the Redis key of one of the gateway's token buckets:
+// {<prefix>gw}:<kind>:<name> (kind key: an API key's, by its name; tenant:
+// a tenant's; capacity: the whole intake's, name ""). Every bucket shares
+// one hash tag, so that take.lua takes from a key's, its tenant's and the
+// capacity bucket in one atomic call on Redis Cluster too; with a capacity
+// bucket every request goes to that node anyway.
+func BucketKey(prefix, kind, name string) string { return "{" + prefix + "gw}:" + kind + ":" + name }
 
 // AuthFailKey is the Redis key counting a client IP's failed
 // authentications: {<prefix>gwauth:<ip>}.
@@ -44,58 +56,68 @@ func rejectionsKey(prefix string, t time.Time) string {
 	return "{" + prefix + "gwtop}:" + t.UTC().Format("2006010215")
 }
 
-// Take is the answer of a token bucket.
+// Bucket is one token bucket: its Redis key (BucketKey) and its limit.
+type Bucket struct {
+	Key string
+	Limit
+}
+
+// Take is one bucket's state after a take.
 type Take struct {
-	Allowed   bool
 	Remaining int           // whole tokens left
-	Wait      time.Duration // refused: until the tokens asked for are there
+	Wait      time.Duration // until the bucket holds the tokens asked for (0: it does)
 	Reset     time.Duration // until the bucket is full again
 }
 
-// Buckets are the API keys' token buckets in Redis, shared by every gateway
-// instance, on the Redis clock. Safe for concurrent use.
+// Buckets are the gateway's token buckets in Redis, shared by every
+// gateway instance, on the Redis clock. Safe for concurrent use.
 type Buckets struct {
-	rdb    redis.Scripter
-	prefix string
-	now    func() time.Time // tests only: sent as the script's now
+	rdb redis.Scripter
+	now func() time.Time // tests only: sent as the script's now
 }
 
-// NewBuckets returns the buckets under redis.key_prefix prefix.
-func NewBuckets(rdb redis.Scripter, prefix string) *Buckets {
-	return &Buckets{rdb: rdb, prefix: prefix}
-}
+// NewBuckets returns the buckets of rdb.
+func NewBuckets(rdb redis.Scripter) *Buckets { return &Buckets{rdb: rdb} }
 
-// Take takes n tokens (0 ≤ n ≤ k.Burst) from k's bucket, all or nothing, in
-// one round trip; n = 0 only reads it.
-func (b *Buckets) Take(ctx context.Context, k Key, n int) (Take, error) {
-	if n < 0 || n > k.Burst {
-		return Take{}, fmt.Errorf("take %d tokens of key %s: n must be from 0 to the burst %d", n, k.Name, k.Burst)
-	}
+// Take takes n tokens (0 ≤ n ≤ every burst) from every bucket of bs, all
+// or nothing, in one round trip; n = 0 only reads them. It reports whether
+// they were taken, and each bucket's state after the call (ts[i] is
+// bs[i]'s): when refused, the longest Wait is when a retry can succeed.
+func (b *Buckets) Take(ctx context.Context, n int, bs ...Bucket) (allowed bool, ts []Take, err error) {
+	keys := make([]string, len(bs))
 	now := ""
 	if b.now != nil {
 		now = strconv.FormatInt(b.now().UnixMicro(), 10)
 	}
-	rate := strconv.FormatFloat(k.Rate, 'g', -1, 64)
-	v, err := takeScript.Run(ctx, b.rdb, []string{BucketKey(b.prefix, k.Name)}, rate, k.Burst, n, now).Result()
+	args := make([]any, 0, 3+2*len(bs))
+	args = append(args, n, now, MaxWindow.Microseconds())
+	for i, bk := range bs {
+		if n < 0 || n > bk.Burst {
+			return false, nil, fmt.Errorf("take %d tokens of %s: n must be from 0 to the burst %d", n, bk.Key, bk.Burst)
+		}
+		keys[i] = bk.Key
+		args = append(args, strconv.FormatFloat(bk.Rate, 'g', -1, 64), bk.Burst)
+	}
+	v, err := takeScript.Run(ctx, b.rdb, keys, args...).Result()
 	if err != nil {
-		return Take{}, fmt.Errorf("take %d tokens of key %s: %w", n, k.Name, err)
+		return false, nil, fmt.Errorf("take %d tokens of %d buckets: %w", n, len(bs), err)
 	}
 	a, ok := v.([]any)
-	if !ok || len(a) != 4 {
-		return Take{}, fmt.Errorf("take tokens of key %s: unexpected script reply %v", k.Name, v)
+	if !ok || len(a) != 1+3*len(bs) {
+		return false, nil, fmt.Errorf("take tokens: unexpected script reply %v", v)
 	}
-	var x [4]int64
-	for i := range x {
+	x := make([]int64, len(a))
+	for i := range a {
 		if x[i], ok = a[i].(int64); !ok || x[i] < 0 {
-			return Take{}, fmt.Errorf("take tokens of key %s: unexpected script reply %v", k.Name, v)
+			return false, nil, fmt.Errorf("take tokens: unexpected script reply %v", v)
 		}
 	}
-	return Take{
-		Allowed:   x[0] == 1,
-		Remaining: int(x[1]),
-		Wait:      time.Duration(x[2]) * time.Microsecond,
-		Reset:     time.Duration(x[3]) * time.Microsecond,
-	}, nil
+	ts = make([]Take, len(bs))
+	for i := range ts {
+		r := x[1+3*i:]
+		ts[i] = Take{Remaining: int(r[0]), Wait: time.Duration(r[1]) * time.Microsecond, Reset: time.Duration(r[2]) * time.Microsecond}
+	}
+	return x[0] == 1, ts, nil
 }
 
 // failAuth counts one failed authentication of ip and returns the failures

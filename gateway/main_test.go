@@ -31,6 +31,9 @@ import (
 // TestMain checks goroutine leaks and, after every test, that each answer
 // any test's gateway gave is documented in openapi.json.
 func TestMain(m *testing.M) {
+	if role := os.Getenv(childRoleEnv); role != "" {
+		os.Exit(runChild(role)) // a gateway or a connection holder of TestIdleConnectionsCannotStopTheGateway
+	}
 	code := m.Run()
 	if code == 0 {
 		if bad := undocumentedAnswers(allSeen); len(bad) > 0 {
@@ -55,18 +58,20 @@ const (
 
 // bundle is one test's private NATS and Redis and a gateway on them.
 type bundle struct {
-	nats   *testenv.NATSServer
-	redis  *testenv.RedisServer
-	rdb    *redis.Client
-	js     jetstream.JetStream
-	cfg    gateway.Config
-	prefix string
-	reg    *prometheus.Registry
-	gw     *gateway.Gateway
-	srv    *server
-	logs   *localenv.Buffer
-	seen   *statusLog
-	tracer trace.TracerProvider // newGateway's (nil: tracing off)
+	nats    *testenv.NATSServer
+	redis   *testenv.RedisServer
+	rdb     *redis.Client
+	js      jetstream.JetStream
+	cfg     gateway.Config
+	deps    func(*gateway.Deps) // newGateway's changes to the Deps, when set
+	natsURL string              // newGateway's NATS (a proxy), when not the server's
+	prefix  string
+	reg     *prometheus.Registry
+	gw      *gateway.Gateway
+	srv     *server
+	logs    *localenv.Buffer
+	seen    *statusLog
+	tracer  trace.TracerProvider // newGateway's (nil: tracing off)
 }
 
 // statusLog records every (method path, status) a test's servers answered,
@@ -87,7 +92,7 @@ func (s *statusLog) record(op string, status int, h http.Header) {
 
 func keys(rate float64, burst int) []gateway.Key {
 	return []gateway.Key{
-		{Name: "acme-app", Tenant: "acme", SHA256: gateway.HashKey(acmeKey), Rate: rate, Burst: burst},
+		{Name: "acme-app", Tenant: "acme", SHA256: gateway.HashKey(acmeKey), Rate: rate, Burst: burst, Priority: true},
 		{Name: "default-app", SHA256: gateway.HashKey(otherKey), Rate: rate, Burst: burst},
 	}
 }
@@ -96,8 +101,14 @@ func keys(rate float64, burst int) []gateway.Key {
 // by cfg (its keys: keys(100, 100) when none).
 func setup(t *testing.T, cfg gateway.Config) *bundle {
 	t.Helper()
-	b := &bundle{nats: testenv.NATS(t), redis: testenv.Redis(t), prefix: "gwtest:", logs: &localenv.Buffer{},
-		seen: &statusLog{seen: map[string]map[int]http.Header{}}}
+	return setupWith(t, &bundle{nats: testenv.NATS(t), redis: testenv.Redis(t)}, cfg)
+}
+
+// setupWith is setup on b's servers (and b.natsURL, b.deps when set).
+func setupWith(t *testing.T, b *bundle, cfg gateway.Config) *bundle {
+	t.Helper()
+	b.prefix, b.logs = "gwtest:", &localenv.Buffer{}
+	b.seen = &statusLog{seen: map[string]map[int]http.Header{}}
 	b.rdb = b.redis.Client()
 	js, err := jetstream.New(b.nats.Conn())
 	if err != nil {
@@ -141,13 +152,20 @@ func setupB(tb *testing.B, cfg gateway.Config) *gateway.Gateway {
 func (b *bundle) newGateway(t *testing.T) (*gateway.Gateway, *prometheus.Registry) {
 	t.Helper()
 	nc := b.nats.Conn(nats.ReconnectBufSize(-1))
+	if b.natsURL != "" {
+		var err error
+		if nc, err = nats.Connect(b.natsURL, append(b.nats.ConnOptions(), nats.ReconnectBufSize(-1))...); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rdb := b.redis.Client()
 	reg := prometheus.NewRegistry()
-	gw, err := gateway.New(b.cfg, gateway.Deps{
+	deps := gateway.Deps{
 		Redis: rdb, KeyPrefix: b.prefix, Publisher: queue.NewPublisher(js),
 		Ready: func(ctx context.Context) error {
 			if !nc.IsConnected() {
@@ -155,10 +173,21 @@ func (b *bundle) newGateway(t *testing.T) (*gateway.Gateway, *prometheus.Registr
 			}
 			return rdb.Ping(ctx).Err()
 		},
+		StreamDepth: func(ctx context.Context) (int64, error) {
+			s, err := js.Stream(ctx, "NOTIFY")
+			if err != nil {
+				return 0, err
+			}
+			return int64(s.CachedInfo().State.Msgs), nil
+		},
 		Registerer: reg, Gatherer: reg,
 		Tracer: b.tracer,
 		Logger: slog.New(slog.NewJSONHandler(b.logs, nil)),
-	})
+	}
+	if b.deps != nil {
+		b.deps(&deps)
+	}
+	gw, err := gateway.New(b.cfg, deps)
 	if err != nil {
 		t.Fatalf("gateway.New: %v", err)
 	}
@@ -189,7 +218,7 @@ type server struct {
 // ends.
 func serve(t *testing.T, gw *gateway.Gateway, wrap func(fasthttp.RequestHandler) fasthttp.RequestHandler) *server {
 	t.Helper()
-	srv := gw.Server(t.Logf)
+	srv := gw.Server()
 	if wrap != nil {
 		srv.Handler = wrap(srv.Handler)
 	}
@@ -198,7 +227,7 @@ func serve(t *testing.T, gw *gateway.Gateway, wrap func(fasthttp.RequestHandler)
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
+	go func() { done <- gw.Serve(srv, ln) }()
 	t.Cleanup(func() {
 		if err := srv.Shutdown(); err != nil {
 			t.Errorf("gateway server shutdown: %v", err)
@@ -254,7 +283,13 @@ func (b *bundle) post(t *testing.T, key, body string, hdr ...string) response {
 
 func post(t *testing.T, base, key, body string, hdr ...string) response {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, base+"/v1/notifications", strings.NewReader(body))
+	return postURL(t, base+"/v1/notifications", key, body, hdr...)
+}
+
+// postURL is post to a URL of POST /v1/notifications (with a query).
+func postURL(t *testing.T, url, key, body string, hdr ...string) response {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,6 +339,23 @@ func (b *bundle) stored(t *testing.T) []*jetstream.RawStreamMsg {
 	return out
 }
 
+// queueOf is the queue a stored job is in, as the subject of its tenant's
+// own queue: a tenant's job is published on a fair lane (SPEC §2) naming
+// its tenant in the Notifier-Tenant header, mapped back here so that a test
+// can name the tenant's queue.
+func queueOf(t *testing.T, m *jetstream.RawStreamMsg) string {
+	t.Helper()
+	k, ok := queue.ParseJobSubject(m.Subject)
+	if !ok || !k.Fair {
+		return m.Subject
+	}
+	tenant := m.Header.Get(queue.HeaderTenant)
+	if tenant == "" {
+		t.Errorf("a job on fair lane %s names no tenant in %s", m.Subject, queue.HeaderTenant)
+	}
+	return queue.KeyFor(k.Channel, tenant, k.High, k.Category).Subject()
+}
+
 func contextWithCancel(t *testing.T) (context.Context, context.CancelFunc) {
 	c, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -319,4 +371,29 @@ func get(t *testing.T, url string) response {
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(resp.Body)
 	return response{status: resp.StatusCode, header: resp.Header, body: data}
+}
+
+// hammer runs workers goroutines, each calling do(w) again and again for
+// d (or until do returns false), and returns how long it took.
+func hammer(d time.Duration, workers int, do func(w int) bool) time.Duration {
+	start := time.Now()
+	deadline := start.Add(d)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for time.Now().Before(deadline) && do(w) {
+			}
+		})
+	}
+	wg.Wait()
+	return time.Since(start)
+}
+
+// checkAccepted fails the test unless accepted is within what a bucket of
+// rate and burst gives in elapsed: from burst to burst + rate·elapsed.
+func checkAccepted(t *testing.T, accepted int64, rate float64, burst int64, elapsed time.Duration) {
+	t.Helper()
+	if bound := burst + int64(rate*elapsed.Seconds()) + 1; accepted > bound || accepted < burst {
+		t.Fatalf("%d accepted in %s, want from %d to burst + rate·t = %d", accepted, elapsed, burst, bound)
+	}
 }

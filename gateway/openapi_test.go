@@ -60,16 +60,19 @@ func TestOpenAPIDocumentsTheHandlers(t *testing.T) {
 		}
 	}
 	// Every status of POST /v1/notifications.
-	b.post(t, acmeKey, smsJob(""))                                         // 202: one token left
-	b.post(t, acmeKey, smsJob(""), "Content-Type", "text/plain")           // 415
-	b.post(t, acmeKey, smsJob(`,"body":"`+strings.Repeat("x", 70000)+`"`)) // 413
-	b.post(t, acmeKey, `{"channel":"sms"}`)                                // 400: the last token
-	b.post(t, acmeKey, smsJob(""))                                         // 429
-	b.post(t, "bad", smsJob(""))                                           // 401
-	b.post(t, "bad", smsJob(""))                                           // 429 auth
-	b2 := setup(t, gateway.Config{PublishTimeout: 200 * time.Millisecond}) //
-	b2.nats.Stop()                                                         //
-	b2.post(t, acmeKey, smsJob(""))                                        // 503
+	b.post(t, acmeKey, smsJob(""))                                                // 202: one token left
+	b.post(t, acmeKey, smsJob(""), "Content-Type", "text/plain")                  // 415
+	b.post(t, acmeKey, smsJob(`,"body":"`+strings.Repeat("x", 70000)+`"`))        // 413
+	b.post(t, acmeKey, `{"channel":"sms"}`)                                       // 400: the last token
+	b.post(t, acmeKey, smsJob(""))                                                // 429
+	postURL(t, b.srv.URL+"/v1/notifications?priority=high", otherKey, smsJob("")) // 403
+	b.post(t, otherKey, smsJob(""), "Idempotency-Key", "k-1")                     // 202
+	b.post(t, otherKey, smsJob(`,"title":"x"`), "Idempotency-Key", "k-1")         // 409
+	b.post(t, "bad", smsJob(""))                                                  // 401
+	b.post(t, "bad", smsJob(""))                                                  // 429 auth
+	b2 := setup(t, gateway.Config{PublishTimeout: 200 * time.Millisecond})        //
+	b2.nats.Stop()                                                                //
+	b2.post(t, acmeKey, smsJob(""))                                               // 503
 	b2.seen.mu.Lock()
 	for op, st := range b2.seen.seen {
 		for code, h := range st {
@@ -78,7 +81,7 @@ func TestOpenAPIDocumentsTheHandlers(t *testing.T) {
 	}
 	b2.seen.mu.Unlock()
 
-	wantPost := []int{202, 400, 401, 413, 415, 429, 503}
+	wantPost := []int{202, 400, 401, 403, 409, 413, 415, 429, 503}
 	b.seen.mu.Lock()
 	defer b.seen.mu.Unlock()
 	for _, code := range wantPost {
@@ -107,7 +110,7 @@ func TestOpenAPIDocumentsTheHandlers(t *testing.T) {
 			if path != "/v1/notifications" {
 				continue
 			}
-			for _, name := range []string{"RateLimit-Policy", "RateLimit", "Retry-After", "WWW-Authenticate", "X-RateLimit-Limit"} {
+			for _, name := range []string{"RateLimit-Policy", "RateLimit", "Retry-After", "WWW-Authenticate", "X-RateLimit-Limit", "RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"} {
 				if h.Get(name) == "" {
 					continue
 				}
@@ -125,8 +128,9 @@ func TestOpenAPIDocumentsTheHandlers(t *testing.T) {
 		}
 	}
 	// Every problem type the package names is documented.
-	for _, typ := range []string{gateway.TypeQuotaExceeded, gateway.TypeAuthFailures, gateway.TypeUnauthorized, gateway.TypeInvalidJob,
-		gateway.TypeTooLarge, gateway.TypeBatchOverBurst, gateway.TypeUnsupported, gateway.TypeUnavailable} {
+	for _, typ := range []string{gateway.TypeQuotaExceeded, gateway.TypeOverCapacity, gateway.TypeOverloaded, gateway.TypeTooManyConnections,
+		gateway.TypeAuthFailures, gateway.TypeUnauthorized, gateway.TypePriorityNotAllowed, gateway.TypeInvalidJob, gateway.TypeIDReused,
+		gateway.TypeTooLarge, gateway.TypeBatchOverBurst, gateway.TypeUnsupported, gateway.TypeMalformed, gateway.TypeRequestTimeout, gateway.TypeUnavailable, gateway.TypeInternal} {
 		if !contains(problemTypes, typ) {
 			t.Errorf("problem type %q not documented", typ)
 		}

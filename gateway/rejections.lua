@@ -6,8 +6,15 @@
 --
 -- The members are configured key names, so the set stays as small as the
 -- configuration. Reply: the number of members counted.
+--
+-- Prepended (limits.go): internal/luapre's num.lua (whole, ttl_ms): every
+-- argument is checked before anything is written.
+local keep = ttl_ms(whole('retention', ARGV[1], 1, MAX_TTL_MS))
+for i = 2, #ARGV, 2 do
+  whole('count', ARGV[i + 1], 0, 9007199254740992)
+end
 for i = 2, #ARGV, 2 do
   redis.call('ZINCRBY', KEYS[1], ARGV[i + 1], ARGV[i])
 end
-redis.call('PEXPIRE', KEYS[1], ARGV[1])
+redis.call('PEXPIRE', KEYS[1], keep)
 return (#ARGV - 1) / 2

@@ -23,6 +23,17 @@
 // rounding, so Go (MemoryStore) and Lua (RedisStore) compute bit-identical
 // answers.
 //
+// # Ranges
+//
+// Rate is from 1/86400 (a token a day) to 10⁶ (a token a µs, the
+// resolution of tat), Burst from 1 to 10⁶, and em(Burst), the refill of an
+// empty bucket, at most MaxRefill (24 h): every value take.lua computes is
+// then an integer below 2^53 (k × 10⁶ ≤ 10¹², tat ≤ now + 8.64 × 10¹⁰), and
+// the key lives at most a day and a second. Config.Validate refuses
+// anything else, and so does take.lua, before it writes (an error naming
+// the argument); it reads a tat more than MaxRefill ahead, which no valid
+// Config writes, as no state.
+//
 // # Redis key
 //
 // One key, {<prefix>g} (the key is its own hash tag), a string holding tat.

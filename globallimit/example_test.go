@@ -53,6 +53,6 @@ func ExampleConfig_Validate() {
 	err := globallimit.Config{Rate: -5, Burst: 0}.Validate()
 	fmt.Println(err)
 	// Output:
-	// rate: must be greater than 0, got -5
-	// burst: must be at least 1, got 0
+	// rate: must be a number of tokens per second from 1/86400 (one a day) to 1000000, got -5
+	// burst: must be a whole number from 1 to 1000000, got 0
 }

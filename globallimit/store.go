@@ -31,8 +31,11 @@ type decision struct {
 // take is the bucket's maths (see the package doc), shared by MemoryStore
 // and mirrored line by line by take.lua. tat 0 means no state (full).
 func take(tat, now int64, cfg Config, n int) decision {
-	base := max(tat, now)
 	full := em(cfg.Burst, cfg.Rate)
+	if tat-now > MaxRefill.Microseconds() {
+		tat = 0 // written by no valid Config: no state, as a lost key
+	}
+	base := max(tat, now)
 	room := now + full - base
 	g := 0
 	if room > 0 {
@@ -55,8 +58,8 @@ func checkTake(cfg Config, n int) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	if n < 1 {
-		return fmt.Errorf("n must be at least 1, got %d", n)
+	if n < 1 || n > MaxBurst {
+		return fmt.Errorf("n must be from 1 to %d, got %d", MaxBurst, n)
 	}
 	return nil
 }

@@ -26,6 +26,8 @@ type DeadRow struct {
 	Channel    string    `json:"channel"`
 	Reason     string    `json:"reason"`
 	JobID      string    `json:"job_id"`
+	UserID     string    `json:"user_id,omitempty"`
+	Tenant     string    `json:"tenant,omitempty"`
 	Detail     string    `json:"detail"`
 	JobSubject string    `json:"job_subject"`
 }
@@ -33,7 +35,8 @@ type DeadRow struct {
 // RowOf is d as a DeadRow, its texts made printable.
 func RowOf(d *queue.DeadLetter) DeadRow {
 	return DeadRow{Seq: d.Seq, Stored: d.Stored.UTC(), Kind: string(d.Kind), Channel: text.Printable(d.Channel),
-		Reason: text.Printable(d.Reason), JobID: d.JobID, Detail: text.Printable(d.Detail), JobSubject: text.Printable(d.JobSubject)}
+		Reason: text.Printable(d.Reason), JobID: d.JobID, UserID: text.Printable(d.UserID), Tenant: text.Printable(d.Tenant),
+		Detail: text.Printable(d.Detail), JobSubject: text.Printable(d.JobSubject)}
 }
 
 // FindDead finds the dead letter at sequence arg (unless byID), or those

@@ -18,6 +18,11 @@ import (
 // channel (and a category), a provider, or a job.
 type Query struct {
 	User, Channel, Category, Provider, Job string
+	Tenant                                 string // with Job: the job's tenant ("" the default tenant's)
+	// Scan is, with Job, how many messages of the job stream to read at
+	// most looking for the job when the ledger does not place it: 0 reads
+	// DefaultScan, a negative number the whole stream.
+	Scan int
 }
 
 // Check refuses anything but exactly one question; its messages name
@@ -38,6 +43,10 @@ func (q Query) Check() error {
 		return errors.New("--category goes with --user and --channel")
 	case q.Category != "" && !queue.ValidCategory(queue.Category(q.Category)):
 		return fmt.Errorf("--category %q: use transactional or marketing", q.Category)
+	case q.Tenant != "" && q.Job == "":
+		return errors.New("--tenant goes with --job (a job id is unique within its tenant)")
+	case q.Tenant != "" && !queue.ValidTenant(q.Tenant):
+		return fmt.Errorf("--tenant %q: a tenant is 1 to %d of A-Z a-z 0-9 . _ -", text.Printable(text.Fit(q.Tenant, 64)), queue.MaxTenantLen)
 	}
 	return nil
 }
@@ -49,7 +58,7 @@ func (q Query) Ask(ctx context.Context, in *Inspector) (any, error) {
 	case q.Provider != "":
 		return in.Provider(ctx, q.Provider)
 	case q.Job != "":
-		return in.Job(ctx, q.Job)
+		return in.JobScan(ctx, q.Tenant, q.Job, q.Scan)
 	}
 	return in.UserIn(ctx, q.Channel, queue.Category(q.Category), q.User)
 }
@@ -68,7 +77,7 @@ func Handler(inspector func() (*Inspector, error), log *slog.Logger) http.Handle
 				return
 			}
 		}
-		q := Query{User: v.Get("user"), Channel: v.Get("channel"), Category: v.Get("category"), Provider: v.Get("provider"), Job: v.Get("job")}
+		q := Query{User: v.Get("user"), Channel: v.Get("channel"), Category: v.Get("category"), Provider: v.Get("provider"), Job: v.Get("job"), Tenant: v.Get("tenant")}
 		if err := q.Check(); err != nil {
 			writeExplainError(w, http.StatusBadRequest, strings.NewReplacer("--", "").Replace(err.Error()))
 			return
@@ -104,7 +113,7 @@ func Handler(inspector func() (*Inspector, error), log *slog.Logger) http.Handle
 
 func isExplainParam(k string) bool {
 	switch k {
-	case "user", "channel", "category", "provider", "job":
+	case "user", "channel", "category", "provider", "job", "tenant":
 		return true
 	}
 	return false

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/notifier/notifier/digest"
 	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/providers"
@@ -37,6 +38,11 @@ type Config struct {
 	Categories map[string]queue.Category
 	// Providers are the configured providers.
 	Providers []providers.Config
+	// FindWaiting looks through the job stream for a job (queue.FindWaiting
+	// on the fleet's stream), reading at most limit messages (0: all); nil
+	// when the stream cannot be read (then Job looks only at the ledger
+	// and the dead letters).
+	FindWaiting func(ctx context.Context, tenant, id string, limit int) (queue.WaitingScan, error)
 }
 
 // Inspector answers questions about the fleet's live state. It holds no
@@ -50,6 +56,7 @@ type Inspector struct {
 	users   userlimit.Peeker
 	queue   leaky.Queue
 	reasons dispatch.PauseReasons
+	digests digest.Store
 }
 
 // recorder reads a job's ledger record.
@@ -73,7 +80,7 @@ func New(rdb redis.UniversalClient, dead *queue.DeadLetters, cfg Config) (*Inspe
 	if !ok {
 		return nil, fmt.Errorf("new inspector: the user limiter %T cannot be peeked at", l.Users)
 	}
-	return &Inspector{rdb: rdb, dead: dead, cfg: cfg, ledger: rec, users: users, queue: l.Leaky, reasons: l.Reasons}, nil
+	return &Inspector{rdb: rdb, dead: dead, cfg: cfg, ledger: rec, users: users, queue: l.Leaky, reasons: l.Reasons, digests: l.Digests}, nil
 }
 
 // redisNow reads the Redis clock.

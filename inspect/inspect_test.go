@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/notifier/notifier/digest"
 	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/inspect"
 	"github.com/notifier/notifier/leaky"
@@ -264,6 +265,23 @@ func TestJobReadsTheLedger(t *testing.T) {
 			t.Errorf("job %q: %v, want ErrInvalid", id, err)
 		}
 	}
+	// A job id is unique within its tenant: acme's j-2 is not the default
+	// tenant's j-2 (sent above), and a bad tenant is ErrInvalid.
+	if a, err = s.in.JobOf(s.ctx, "acme", "j-2"); err != nil || a.State != inspect.StateUnknown || a.Tenant != "acme" {
+		t.Fatalf("acme's j-2: %+v, %v; want unknown", a, err)
+	}
+	if err := led.Sent(s.ctx, queue.MsgID("acme", "j-3"), ""); err != nil {
+		t.Fatal(err)
+	}
+	if a, err = s.in.JobOf(s.ctx, "acme", "j-3"); err != nil || a.State != inspect.StateSent {
+		t.Fatalf("acme's j-3: %+v, %v; want sent", a, err)
+	}
+	if a, err = s.in.Job(s.ctx, "j-3"); err != nil || a.State != inspect.StateUnknown {
+		t.Fatalf("the default tenant's j-3: %+v, %v; want unknown", a, err)
+	}
+	if _, err := s.in.JobOf(s.ctx, "a b", "j-3"); !errors.Is(err, inspect.ErrInvalid) {
+		t.Errorf("tenant %q: %v, want ErrInvalid", "a b", err)
+	}
 }
 
 // TestUserInCategory: a category with a cap of its own is answered with
@@ -297,5 +315,31 @@ func TestUserInCategory(t *testing.T) {
 	}
 	if _, err := s.in.UserIn(s.ctx, "sms", "promo", "u42"); !errors.Is(err, inspect.ErrInvalid) {
 		t.Fatalf("a bad category: %v, want ErrInvalid", err)
+	}
+}
+
+// TestUserWithHeldJobs: with on_exceed: digest, explain says how many of
+// the user's jobs are held for the next digest and when it is due (the
+// cap's next allowed instant); with none held, neither.
+func TestUserWithHeldJobs(t *testing.T) {
+	t.Parallel()
+	rule := userlimit.Rule{Limit: 1, Window: time.Hour, OnExceed: userlimit.Digest}
+	s := newSetup(t, inspect.Config{UserLimits: map[string]userlimit.Rule{"push": rule}})
+	if a, err := s.in.User(s.ctx, "push", "u7"); err != nil || a.Held != 0 || a.DigestDue != nil || a.Rule.OnExceed != "digest" {
+		t.Fatalf("nothing held: %+v, %v", a, err)
+	}
+	users := userlimit.NewRedis(s.srv.Client(), s.prefix)
+	if r, err := users.Allow(s.ctx, userlimit.Key{Channel: "push", User: "u7"}, "j-0", rule.WithDefaults()); err != nil || !r.Allowed {
+		t.Fatalf("the window's job: %+v, %v", r, err)
+	}
+	store := digest.NewRedis(s.srv.Client(), s.prefix)
+	for _, id := range []string{"j-1", "j-2", "j-3"} {
+		if _, _, err := store.Hold(s.ctx, digest.KeyOf("push", "", "u7"), id, time.Time{}, 2*time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, err := s.in.User(s.ctx, "push", "u7")
+	if err != nil || a.Held != 3 || a.DigestDue == nil || *a.DigestDue != a.NextAllowed || a.NextAllowed.Now {
+		t.Fatalf("3 held: %+v, %v; want held 3, the digest due when the next job is allowed", a, err)
 	}
 }

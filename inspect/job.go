@@ -6,24 +6,54 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/queue"
 )
 
 // JobAnswer is what Inspector.Job says of one job id.
 type JobAnswer struct {
-	Job string    `json:"job"`
-	At  time.Time `json:"at"` // when it was read, on the Redis clock
-	// State sums it up, the first that holds: sent, sending (a lease is
-	// held), dead or suppressed (its latest dead letter, else the ledger),
-	// waiting (known to the ledger, neither sent nor ended: deferred,
-	// retrying, or in a provider's queue), or unknown (no record: not taken
-	// yet, never published, or forgotten after dedup_ttl).
-	State  string `json:"state"`
+	Job string `json:"job"`
+	// Tenant is the job's tenant ("" the default tenant's): ids are
+	// unique within a tenant.
+	Tenant string    `json:"tenant,omitempty"`
+	At     time.Time `json:"at"` // when it was read, on the Redis clock
+	// State sums it up, the first that holds: sent; waiting for its send
+	// slot (a lease is held, the ledger notes a far slot); sending (a lease
+	// is held); waiting in the stream after its latest dead letter (a
+	// replay); dead or suppressed (its latest dead letter, else the
+	// ledger); waiting (known to the ledger, neither sent nor ended:
+	// deferred, retrying; or found in the job stream, not taken yet); or
+	// unknown (no record: never published, or forgotten after dedup_ttl,
+	// or beyond the part of the stream scanned).
+	State string `json:"state"`
+	// Why is, for a waiting job, what holds it: a dispatch.Defer* word
+	// (user_limit, provider_paused...) or "slot" as the ledger noted it,
+	// "retry" (transient provider failures counted), or "stream" (in the
+	// job stream, not taken yet); empty otherwise.
+	Why    string `json:"why,omitempty"`
 	Ledger Ledger `json:"ledger"`
+	// Stream is what a scan of the job stream found, when one was made:
+	// for a job not sent.
+	Stream *queue.WaitingScan `json:"stream,omitempty"`
 	// DeadLetters are the job's dead letters, oldest first (a job
 	// dead-lettered again after a replay has several).
 	DeadLetters []DeadLetter `json:"dead_letters"`
+	// Provider is, for a job waiting in the stream (but for the user's
+	// cap), the state of the provider that will send it (its own, else its
+	// channel's default): a pause, a full queue, a spent quota, open
+	// breakers hold it back.
+	Provider *ProviderAnswer `json:"provider,omitempty"`
 }
+
+// DefaultScan is how many messages of the job stream Job reads at most
+// looking for a job the ledger does not place.
+const DefaultScan = 100_000
+
+// Why a job waits beside the dispatcher's Defer* words.
+const (
+	WhyRetry  = "retry"  // transient provider failures counted: a retry is due
+	WhyStream = "stream" // in the job stream, not taken yet
+)
 
 // The states of JobAnswer.
 const (
@@ -56,6 +86,12 @@ type Ledger struct {
 	// ambiguous...): the class of what happened, never a provider's text.
 	Outcome string `json:"outcome,omitempty"`
 	Reason  string `json:"reason,omitempty"`
+	// DeferredFor is why the job was last put off (a dispatch.Defer* word,
+	// or "slot" for a far send slot), DueAt when it is due again, and
+	// Deferrals how many times it was put off.
+	DeferredFor string     `json:"deferred_for,omitempty"`
+	DueAt       *time.Time `json:"due_at,omitempty"`
+	Deferrals   int        `json:"deferrals,omitempty"`
 	// KeptForSeconds is how long the record is still kept (dedup_ttl after
 	// its last change).
 	KeptForSeconds float64 `json:"kept_for_seconds,omitempty"`
@@ -66,34 +102,53 @@ type Ledger struct {
 // job's fields that name no recipient and no content.
 type DeadLetter struct {
 	DeadRow
-	UserID    string `json:"user_id,omitempty"`
 	Provider  string `json:"provider,omitempty"`
-	Tenant    string `json:"tenant,omitempty"`
 	CreatedAt string `json:"created_at,omitempty"`
 	ExpiresAt string `json:"expires_at,omitempty"`
 }
 
-// Job answers for job id: its ledger record and its dead letters. Finding
+// Job answers for the default tenant's job id: JobOf(ctx, "", id).
+func (in *Inspector) Job(ctx context.Context, id string) (JobAnswer, error) {
+	return in.JobOf(ctx, "", id)
+}
+
+// JobOf answers for tenant's job id ("" the default tenant's): JobScan
+// reading at most DefaultScan messages of the job stream.
+func (in *Inspector) JobOf(ctx context.Context, tenant, id string) (JobAnswer, error) {
+	return in.JobScan(ctx, tenant, id, DefaultScan)
+}
+
+// JobScan answers for tenant's job id ("" the default tenant's): its
+// ledger record, its dead letters and, when the ledger does not place it
+// (neither sent nor under way), where it waits in the job stream, reading
+// at most scan messages of it (0: DefaultScan; negative: all). Finding
 // the dead letters reads the whole dead-letter stream (as `notifier dead
 // show <id>` does).
-func (in *Inspector) Job(ctx context.Context, id string) (JobAnswer, error) {
+func (in *Inspector) JobScan(ctx context.Context, tenant, id string, scan int) (JobAnswer, error) {
 	if !queue.ValidID(id) {
 		return JobAnswer{}, fmt.Errorf("explain job: a job id is 1 to 128 of A-Z a-z 0-9 . _ : -: %w", ErrInvalid)
+	}
+	if tenant != "" && !queue.ValidTenant(tenant) {
+		return JobAnswer{}, fmt.Errorf("explain job: a tenant is 1 to %d of A-Z a-z 0-9 . _ -: %w", queue.MaxTenantLen, ErrInvalid)
 	}
 	now, err := in.redisNow(ctx)
 	if err != nil {
 		return JobAnswer{}, fmt.Errorf("explain job %s: %w", id, err)
 	}
-	a := JobAnswer{Job: id, At: now, DeadLetters: []DeadLetter{}}
-	rec, err := in.ledger.Record(ctx, id)
+	a := JobAnswer{Job: id, Tenant: tenant, At: now, DeadLetters: []DeadLetter{}}
+	rec, err := in.ledger.Record(ctx, queue.MsgID(tenant, id))
 	if err != nil {
 		return a, fmt.Errorf("explain job: %w", err)
 	}
 	a.Ledger = Ledger{Found: rec.Found, Sent: rec.Sent, SentSeq: rec.Seq, Attempts: rec.Attempts, LastError: rec.LastError, LeaseOwner: rec.Owner,
-		Outcome: rec.Outcome, Reason: rec.Reason, KeptForSeconds: rec.TTL.Seconds()}
+		Outcome: rec.Outcome, Reason: rec.Reason, DeferredFor: rec.Why, Deferrals: rec.Deferrals, KeptForSeconds: rec.TTL.Seconds()}
 	if !rec.LeaseUntil.IsZero() {
 		u := rec.LeaseUntil.UTC()
 		a.Ledger.LeaseUntil = &u
+	}
+	if !rec.Until.IsZero() {
+		u := rec.Until.UTC()
+		a.Ledger.DueAt = &u
 	}
 	if in.dead != nil {
 		letters, _, err := in.dead.List(ctx, queue.DeadFilter{JobID: id})
@@ -101,43 +156,91 @@ func (in *Inspector) Job(ctx context.Context, id string) (JobAnswer, error) {
 			return a, fmt.Errorf("explain job %s: %w", id, err)
 		}
 		for _, d := range letters {
-			a.DeadLetters = append(a.DeadLetters, deadLetterOf(d))
+			if d.Tenant == tenant {
+				a.DeadLetters = append(a.DeadLetters, deadLetterOf(d))
+			}
 		}
 	}
-	a.State = stateOf(a)
+	if !a.Ledger.Sent && in.cfg.FindWaiting != nil {
+		limit := scan
+		switch {
+		case scan == 0:
+			limit = DefaultScan
+		case scan < 0:
+			limit = 0
+		}
+		s, err := in.cfg.FindWaiting(ctx, tenant, id, limit)
+		if err != nil {
+			return a, fmt.Errorf("explain job %s: %w", id, err)
+		}
+		a.Stream = &s
+	}
+	a.State, a.Why = stateOf(a)
+	if name := in.senderOf(a); name != "" {
+		p, err := in.Provider(ctx, name)
+		if err != nil {
+			return a, fmt.Errorf("explain job %s: %w", id, err)
+		}
+		a.Provider = &p
+	}
 	return a, nil
 }
 
-// stateOf sums a job's answer up (see JobAnswer.State).
-func stateOf(a JobAnswer) string {
-	switch {
-	case a.Ledger.Sent:
-		return StateSent
-	case a.Ledger.LeaseOwner != "": // under way now: a replay kept (--keep) its dead letter
-		return StateSending
-	case len(a.DeadLetters) > 0:
-		return a.DeadLetters[len(a.DeadLetters)-1].Kind
-	case a.Ledger.Outcome != "":
-		return a.Ledger.Outcome
-	case a.Ledger.Found:
-		return StateWaiting
+// senderOf is the provider that will send a job waiting in the stream:
+// its own, else its channel's default; "" when none is configured or the
+// job is not waiting there.
+func (in *Inspector) senderOf(a JobAnswer) string {
+	if a.State != StateWaiting || a.Stream == nil || a.Stream.Job == nil || a.Why == dispatch.DeferUserLimit || a.Why == dispatch.DeferDigest || a.Why == dispatch.DeferDigestUnpublished {
+		return "" // the user's cap holds it, not its provider
 	}
-	return StateUnknown
+	w := a.Stream.Job
+	for _, p := range in.cfg.Providers {
+		if w.Provider != "" && p.Name == w.Provider || w.Provider == "" && p.Default && p.Channel == w.Channel {
+			return p.Name
+		}
+	}
+	return ""
+}
+
+// stateOf sums a job's answer up (see JobAnswer.State and Why).
+func stateOf(a JobAnswer) (state, why string) {
+	l := a.Ledger
+	inStream := a.Stream != nil && a.Stream.Job != nil
+	replayed := inStream && len(a.DeadLetters) > 0 && a.Stream.Job.Stored.After(a.DeadLetters[len(a.DeadLetters)-1].Stored)
+	switch {
+	case l.Sent:
+		return StateSent, ""
+	case l.LeaseOwner != "" && l.DeferredFor == dispatch.WaitSlot && l.DueAt != nil && l.DueAt.After(a.At):
+		return StateWaiting, dispatch.WaitSlot
+	case l.LeaseOwner != "": // under way now: a replay kept (--keep) its dead letter
+		return StateSending, ""
+	case len(a.DeadLetters) > 0 && !replayed:
+		return a.DeadLetters[len(a.DeadLetters)-1].Kind, ""
+	case l.Outcome != "" && !replayed:
+		return l.Outcome, ""
+	case l.DeferredFor != "" && l.DeferredFor != dispatch.WaitSlot:
+		return StateWaiting, l.DeferredFor
+	case l.Attempts > 0:
+		return StateWaiting, WhyRetry
+	case inStream:
+		return StateWaiting, WhyStream
+	case l.Found:
+		return StateWaiting, ""
+	}
+	return StateUnknown, ""
 }
 
 // deadLetterOf is d without what names the recipient or the content.
 func deadLetterOf(d *queue.DeadLetter) DeadLetter {
 	out := DeadLetter{DeadRow: RowOf(d)}
 	var j struct {
-		UserID    any `json:"user_id"`
 		Provider  any `json:"provider"`
-		Tenant    any `json:"tenant"`
 		CreatedAt any `json:"created_at"`
 		ExpiresAt any `json:"expires_at"`
 	}
 	if json.Unmarshal(d.Data, &j) == nil {
 		str := func(v any) string { s, _ := v.(string); return s }
-		out.UserID, out.Provider, out.Tenant = str(j.UserID), str(j.Provider), str(j.Tenant)
+		out.Provider = str(j.Provider)
 		out.CreatedAt, out.ExpiresAt = str(j.CreatedAt), str(j.ExpiresAt)
 	}
 	return out

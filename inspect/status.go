@@ -3,10 +3,10 @@ package inspect
 import (
 	"context"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/notifier/notifier/dispatch"
+	"github.com/notifier/notifier/internal/text"
 	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
@@ -229,14 +229,5 @@ func tenantRows(m map[string]*TenantStatus) []TenantStatus {
 }
 
 // FormatDuration prints a duration the way it is written in YAML: 24h,
-// 10m, 1m30s.
-func FormatDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
-}
+// 10m, 1m30s (text.Duration).
+func FormatDuration(d time.Duration) string { return text.Duration(d) }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/notifier/notifier/digest"
 	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/userlimit"
@@ -39,6 +40,11 @@ type UserAnswer struct {
 	// else is admitted meanwhile: now, or a later instant. With on_exceed
 	// drop a job before it is suppressed; with defer it waits until then.
 	NextAllowed When `json:"next_allowed"`
+	// Held is, with on_exceed digest, how many of the user's jobs the cap
+	// holds for the next digest, and DigestDue when it goes out (the next
+	// allowed instant; absent when none is held).
+	Held      int   `json:"held,omitempty"`
+	DigestDue *When `json:"digest_due,omitempty"`
 	// Denials are the cap's denials of the user counted for `notifier top`.
 	Denials Denials `json:"denials"`
 }
@@ -127,6 +133,15 @@ func (in *Inspector) UserIn(ctx context.Context, channel string, cat queue.Categ
 	}
 	a.Used = rule.Limit - a.Remaining
 	a.NextAllowed = whenAfter(a.At, res.RetryAfter)
+	if rule.OnExceed == userlimit.Digest && in.digests != nil {
+		if a.Held, err = in.digests.Held(ctx, digest.KeyOf(key.Channel, "", key.User)); err != nil {
+			return a, fmt.Errorf("explain user: %w", err)
+		}
+		if a.Held > 0 {
+			due := a.NextAllowed
+			a.DigestDue = &due
+		}
+	}
 	return a, nil
 }
 

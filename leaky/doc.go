@@ -48,19 +48,47 @@
 // instant, in order; the dispatcher reserves all the slots one of its
 // pipelines carries that way.
 //
-// # Adaptive rate (AIMD)
+// # Adaptive rate
 //
 // A contract with Adaptive paces at an effective rate, kept in Redis beside
-// the queue so that every process paces on it at once. Its state is the last
-// decrease: to r0 at t0. Without one the effective rate is Rate; else, at t,
+// the queue so that every process paces on it at once. Its state is the
+// last backoff: the rate r0 it set at t0 and its target tg, just under
+// where the provider's limit was met. Without one the effective rate is
+// Rate; else, at t, with d = t − t0 − Quiet and climb(x) = IncreasePerS ×
+// max(0, x),
 //
-//	eff(t) = min(Rate, max(MinRate, r0 + IncreasePerS × max(0, t − t0 − Quiet)))
+//	eff(t) = r0                                          while d ≤ 0 (quiet)
+//	eff(t) = min(tg, r0 + climb(d))                      the ramp back to the target, held there
+//	       + climb(d − H) × (1 + (d − H)/AdaptiveConvex)  from H = AdaptiveHold on: the probe
 //
-// (clamped on every read, so a Rate lowered by a reload caps it at once).
-// Backoff, on a 429 or a provider's explicit throttling, is Pause plus, when
-// no pause was in force at the call, r0 = max(MinRate, eff(now) × Decrease),
-// t0 = now: the workers that met the same 429 lower the rate once, since the
-// first one's pause is in force for the others. Resume leaves it as it is.
+// clamped to [MinRate, Rate] (on every read, so a Rate lowered by a reload
+// caps it at once). Backoff, on a 429 or a provider's explicit throttling,
+// is Pause plus, when no pause was in force at the call (the workers that
+// met the same 429 act once, since the first one's pause is in force for
+// the others), a new state at t0 = now. The throttled sends were paced at
+// e = eff(te), te = now − AdaptiveLag − the queue's depth (tat − now: the
+// slot sent at the 429 was reserved that long before; scaled by eff(now)/e
+// when e is lower, as the queue held as many slots then), not before the
+// last t0:
+//
+//   - during a probe (at te or now), the provider took the target for the
+//     whole hold and refused the climb above it: r0 = tg = max(tg, e ×
+//     AdaptiveKeep), held again from now;
+//   - during the ramp, the limit lies about e: r0 = tg = e × AdaptiveKeep;
+//   - otherwise (a rate held, or none yet), the limit fell somewhere below
+//     e: r0 = e × Decrease (or × AdaptiveEase, when gentler, if the state
+//     held a target a ramp or a probe had found: a drift) and tg = e ×
+//     AdaptiveKeep, which the ramp from below finds the limit on its way to.
+//
+// So the fleet returns to just under a limit it found quickly, holds it (its
+// sends paced AdaptiveKeep × (1 − headroom) of the rate the 429 came at: as
+// far under the provider's limit as the headroom keeps a contract under its
+// rate), and probes above it once per Quiet + AdaptiveHold, slowly past the
+// old limit and faster beyond, as TCP CUBIC grows toward and past its last
+// maximum; the leaky package's simulation tests (adaptive_sim_test.go) hold
+// the figures: 57/s of a real 60/s behind a 100/s contract, a raised limit
+// found within 30 s. A state written before targets (tg absent) climbs to
+// Rate as the additive increase did. Resume leaves the state as it is.
 // A reservation's interval comes from eff at its now, with the headroom:
 // at the full rate exactly a plain contract's, below it
 //
@@ -68,12 +96,15 @@
 //
 // with rates in quanta of 10⁻⁶ units/s: Rate and MinRate rounded to the
 // nearest quantum, IncreasePerS to the nearest quantum per second (at least
-// one), the climb floored to whole quanta, eff × Decrease and eff × (1 −
-// headroom) floored (each one IEEE-754 double multiplication, correctly
-// rounded in Go and Lua alike). All else is integer arithmetic below 2^53,
-// so Memory and the scripts agree exactly; that bounds an adaptive contract
-// to MaxAdaptiveRate, MaxIncreasePerS and costs up to MaxAdaptiveCost.
-// Shape reads the effective rate (for a gauge or a status page).
+// one), the climbs floored to whole quanta (the probe's factor applied to
+// the climb floored by AdaptiveConvex in ms), e × Decrease, e × AdaptiveKeep,
+// e × AdaptiveEase and eff × (1 − headroom) floored (each one IEEE-754
+// double multiplication), and the depth's scaling floored (a double
+// multiplication and division), each correctly rounded in Go and Lua
+// alike. All else is integer arithmetic below 2^53, so Memory and the
+// scripts agree exactly; that bounds an adaptive contract to
+// MaxAdaptiveRate, MaxIncreasePerS and costs up to MaxAdaptiveCost. Shape
+// reads the effective rate and the target (for a gauge or a status page).
 //
 // # Quotas
 //
@@ -99,7 +130,7 @@
 // single Redis Cluster slot:
 //
 //	{<prefix>p:<provider>}:tat    hash: tat (µs), seq (write counter), node (run_id of the writer);
-//	                              shaped contracts add r0, t0 (the last decrease: rate quanta, µs)
+//	                              shaped contracts add r0, t0, tg (the last backoff: rate quanta, µs, target quanta)
 //	                              and q<j>s, q<j>u (quota j's window start, µs, and its units)
 //	{<prefix>p:<provider>}:pause  string: the pause end (µs)
 //
@@ -108,7 +139,9 @@
 // before the quota windows it counts in end and the adaptive climb is back
 // at Rate; the pause key shortly after the pause ends. A plain contract
 // (no Adaptive, no Quotas) reads and writes exactly what it did before them,
-// in the same one script run.
+// in the same one script run. No expiry is past luapre.MaxTTL (735 days),
+// and every script checks its arguments before it writes: one out of what
+// Contract and the options allow is an error naming it, nothing written.
 //
 // # Cold start and loss of state
 //

@@ -116,8 +116,11 @@ func ExampleRedis_ReserveGroup() {
 
 // An adaptive 10/s contract with a quota of 3 a minute: the fourth unit
 // waits for the next minute, beyond the 1 s queue; the 429 three workers
-// meet at once halves the rate once; from 30 s after it the rate climbs
-// back by 0.05/s every second.
+// meet at once halves the rate once (the 10/s it held met the provider's
+// limit) and sets the target just under it, 9.8/s; from 30 s after it the
+// rate climbs back by 0.05/s every second towards the target, and from
+// leaky.AdaptiveHold after that (22 s) it probes above, ever faster: at a
+// minute, 5 + 1.5 of the climb + 1.2 of 8 s of probing.
 func ExampleMemory_adaptiveQuota() {
 	ctx := context.Background()
 	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
@@ -160,5 +163,5 @@ func ExampleMemory_adaptiveQuota() {
 	// 429, lowered: false
 	// 429, lowered: false
 	// 5/s, quota 3 of 3, resets in 1m0s
-	// a minute later: send in 0s, then 153.847ms (6.5/s)
+	// a minute later: send in 0s, then 129.871ms (7.7/s)
 }

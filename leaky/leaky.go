@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/notifier/notifier/internal/luapre"
 )
 
 // Contract is a provider's rate contract, built by the dispatcher from the
@@ -29,7 +31,8 @@ type Contract struct {
 	// (it starts a provider at now).
 	ColdStart *time.Duration
 	// Adaptive, when set, paces at an effective rate between MinRate and
-	// Rate that drops on Backoff and climbs back after quiet.
+	// Rate that drops on Backoff to just under where the provider
+	// throttled, holds there and probes above it (see Adaptive).
 	Adaptive *Adaptive
 	// Quotas are exact, fleet-wide counts per window beside Rate: at most
 	// Limit units are given slots in each window of length Per, windows
@@ -38,16 +41,27 @@ type Contract struct {
 	Quotas []Quota
 }
 
-// Adaptive makes a contract's rate adaptive (AIMD), fleet-wide: each
-// Backoff that starts a pause multiplies the effective rate by Decrease
-// (not below MinRate); from Quiet after the last decrease it climbs back
-// by IncreasePerS every second, up to Rate. The effective rate is kept to
-// a millionth of a unit per second (see the package doc).
+// Adaptive makes a contract's rate adaptive, fleet-wide, so that it holds
+// a provider's real limit when it is below Rate. Each Backoff that starts a
+// pause dates the rate the throttled sends were paced at, e, and remembers
+// a target just under it (e × AdaptiveKeep); met while the rate climbed,
+// the fleet resumes at the target at once, else (a rate held: the limit
+// fell) it drops to e × Decrease and climbs back by IncreasePerS a second,
+// from Quiet on, up to the target. It holds the target until Quiet +
+// AdaptiveHold after the backoff, then probes above it, climbing ever
+// faster, up to Rate; a limit that rose is found so, and one that did not
+// answers the probe with a 429, which returns the fleet to the target.
+// Never below MinRate. The effective rate is kept to a millionth of a unit
+// per second (see the package doc).
+//
+// AIMD, which this replaces, sawed between Decrease and 100 % of the limit:
+// 43 of a real 60/s behind a 100/s contract with Decrease 0.7, where this
+// holds 57.
 type Adaptive struct {
 	MinRate      float64       // floor of the effective rate, units/s; 0 < MinRate <= Rate
-	Decrease     float64       // multiplicative factor on each Backoff, in (0, 1)
-	IncreasePerS float64       // units/s added to the effective rate per second of quiet, > 0
-	Quiet        time.Duration // the climb starts this long after the last decrease, >= 0
+	Decrease     float64       // factor on a Backoff met at a rate held (the limit fell), in (0, 1)
+	IncreasePerS float64       // units/s the rate climbs per second, back to the target and in a probe's first second, > 0
+	Quiet        time.Duration // the climb starts this long after the last backoff, >= 0
 }
 
 // Quota is a count of units per window, beside a contract's rate.
@@ -61,6 +75,10 @@ type Shape struct {
 	// EffectiveRate is the rate the queue paces at now, units/s, before
 	// the headroom: Rate unless the contract is adaptive and backed off.
 	EffectiveRate float64
+	// Target is, for an adaptive contract that backed off, the rate it
+	// returns to and holds before probing above: just under where the
+	// provider's limit was met (units/s); 0 when it has not backed off.
+	Target float64
 	// Quotas are the contract's quotas, in its order.
 	Quotas []QuotaState
 }
@@ -149,12 +167,13 @@ type Queue interface {
 	// Depth is the number of units queued now: max(0, tat − now) / interval.
 	Depth(ctx context.Context, provider string, c Contract) (float64, error)
 	// Backoff is Pause (the provider answered 429 or an explicit throttle)
-	// that also, for a contract with Adaptive, lowers the effective rate to
-	// max(MinRate, effective × Decrease) — once per pause: only when no
-	// pause was in force at the call, so that the many workers that met the
-	// same 429 lower it once. It reports whether it lowered the rate (false
-	// when the rate already is at MinRate, though the quiet then restarts).
-	// d <= 0 does nothing, as for Pause.
+	// that also, for a contract with Adaptive, sets the effective rate from
+	// the rate the throttled sends were paced at (see Adaptive and the
+	// package doc) — once per pause: only when no pause was in force at the
+	// call, so that the many workers that met the same 429 set it once. It
+	// reports whether the rate is now lower than it was (false when it
+	// already is at MinRate, though the quiet then restarts). d <= 0 does
+	// nothing, as for Pause.
 	Backoff(ctx context.Context, provider string, c Contract, d time.Duration) (lowered bool, err error)
 	// Shape reads, without changing anything, the provider's effective rate
 	// (Rate when not adaptive) and, for each quota, the window's units used,
@@ -200,8 +219,11 @@ func buildOptions(opts []Option) (options, error) {
 	if o.maxCost < 1 {
 		errs = append(errs, fmt.Errorf("max cost must be at least 1, got %d", o.maxCost))
 	}
-	if o.idleTTL < 0 {
+	switch {
+	case o.idleTTL < 0:
 		errs = append(errs, fmt.Errorf("idle TTL must not be negative, got %s", o.idleTTL))
+	case o.idleTTL > luapre.MaxTTL:
+		errs = append(errs, fmt.Errorf("idle TTL must be at most %d days (luapre.MaxTTL: no script writes a longer expiry), got %s", int(luapre.MaxTTL.Hours()/24), o.idleTTL))
 	}
 	return o, errors.Join(errs...)
 }
@@ -223,7 +245,7 @@ func WithMaxCost(n int) Option { return func(o *options) { o.maxCost = n } }
 // cold (see the package doc), so keep it longer than the usual gap between
 // a provider's sends. Default 24 h; 0 expires the state as soon as it no
 // longer matters for pacing. NewMemory and NewRedis return an error when
-// d < 0; Memory otherwise ignores it.
+// d < 0 or d > luapre.MaxTTL (735 days); Memory otherwise ignores it.
 func WithIdleTTL(d time.Duration) Option { return func(o *options) { o.idleTTL = d } }
 
 // WithoutFailoverGuard drops the Redis backend's failover guard (the run_id

@@ -24,9 +24,10 @@ type memState struct {
 	tat   int64 // µs; 0: no state
 	seq   int64
 	pause int64 // pause end, µs; 0: none
-	// the adaptive rate's last decrease: to r0 quanta at t0 µs; r0 0: none
-	r0, t0 int64
-	quotas [MaxQuotas]quotaState
+	// the adaptive rate's last backoff: to r0 quanta at t0 µs, with the
+	// target tg quanta; r0 0: none (see shapePlan)
+	r0, t0, tg int64
+	quotas     [MaxQuotas]quotaState
 }
 
 var _ Queue = (*Memory)(nil)
@@ -85,7 +86,7 @@ func (m *Memory) reserveShaped(s *memState, sp *shapePlan, p plan, cost int, now
 		return Reservation{RetryAfter: micros(slot - now - p.mqd), Quota: hit}
 	}
 	sp.count(slot, cost, qs)
-	inc := sp.incAt(sp.eff(s.r0, s.t0, now), cost, p.inc)
+	inc := sp.incAt(sp.eff(s.r0, s.t0, s.tg, now), cost, p.inc)
 	s.seq++
 	s.tat = slot + inc
 	return Reservation{OK: true, Delay: micros(slot - now), Slot: slot, Quota: -1, seq: s.seq, shaped: &shapedRes{inc: inc, cost: cost}}
@@ -170,14 +171,14 @@ func (m *Memory) Backoff(_ context.Context, provider string, c Contract, d time.
 	defer m.mu.Unlock()
 	now := m.now().UnixMicro()
 	s := m.state(provider)
-	inForce := s.pause > now
+	inForce, tat := s.pause > now, s.tat
 	m.pauseLocked(s, now, us)
 	if sp == nil || !sp.adaptive || inForce {
 		return false, nil
 	}
-	eff := sp.eff(s.r0, s.t0, now)
-	s.r0, s.t0 = sp.lower(eff), now
-	return s.r0 < eff, nil
+	r0, tg, before := sp.backoff(s.r0, s.t0, s.tg, tat, now)
+	s.r0, s.t0, s.tg = r0, now, tg
+	return r0 < before, nil
 }
 
 // Shape implements Queue.
@@ -195,7 +196,7 @@ func (m *Memory) Shape(_ context.Context, provider string, c Contract) (Shape, e
 	if s == nil {
 		s = &memState{}
 	}
-	return sp.shapeOf(c, s.r0, s.t0, m.now().UnixMicro(), s.quotas[:len(sp.quotas)]), nil
+	return sp.shapeOf(c, s.r0, s.t0, s.tg, m.now().UnixMicro(), s.quotas[:len(sp.quotas)]), nil
 }
 
 // Resume implements Queue.

@@ -24,6 +24,7 @@ func TestOptionsOutOfRange(t *testing.T) {
 		{[]leaky.Option{leaky.WithHeadroom(math.NaN())}, []string{"headroom must be in [0, 0.5), got NaN"}},
 		{[]leaky.Option{leaky.WithMaxCost(0)}, []string{"max cost must be at least 1, got 0"}},
 		{[]leaky.Option{leaky.WithIdleTTL(-time.Second)}, []string{"idle TTL must not be negative, got -1s"}},
+		{[]leaky.Option{leaky.WithIdleTTL(800 * 24 * time.Hour)}, []string{"idle TTL must be at most 735 days (luapre.MaxTTL: no script writes a longer expiry), got 19200h0m0s"}},
 		{[]leaky.Option{leaky.WithHeadroom(1), leaky.WithMaxCost(-1)}, []string{"headroom must be in [0, 0.5), got 1", "max cost must be at least 1, got -1"}},
 	}
 	for _, tc := range cases {

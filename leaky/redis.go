@@ -36,7 +36,7 @@ var (
 	pauseScript = redis.NewScript(luapre.Now + luapre.Num + shapingLua + pauseLua)
 	//go:embed resume.lua
 	resumeLua    string
-	resumeScript = redis.NewScript(luapre.Now + resumeLua)
+	resumeScript = redis.NewScript(luapre.Now + luapre.Num + resumeLua)
 
 	//go:embed status.lua
 	statusLua    string
@@ -351,15 +351,15 @@ func (q *Redis) Shape(ctx context.Context, provider string, c Contract) (Shape, 
 	if err != nil {
 		return Shape{}, fmt.Errorf("read shape %s: %w", provider, err)
 	}
-	n, err := ints(v, 3+2*len(sp.quotas))
+	n, err := ints(v, 4+2*len(sp.quotas))
 	if err != nil {
 		return Shape{}, fmt.Errorf("read shape %s: %w", provider, err)
 	}
 	qs := make([]quotaState, len(sp.quotas))
 	for i := range qs {
-		qs[i] = quotaState{start: n[3+2*i], used: n[4+2*i]}
+		qs[i] = quotaState{start: n[4+2*i], used: n[5+2*i]}
 	}
-	return sp.shapeOf(c, n[1], n[2], n[0], qs), nil
+	return sp.shapeOf(c, n[1], n[2], n[3], n[0], qs), nil
 }
 
 // Resume implements Queue.

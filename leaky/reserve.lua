@@ -29,14 +29,20 @@
 -- cold start is remembered, or the next call would start cold again); each
 -- reservation made adds one to seq, as does remembering a cold start.
 --
--- Prepended (redis.go): internal/luapre's now.lua (now_us) and num.lua (idiv),
--- then shaping.lua (effective, climbed).
-local mqd = tonumber(ARGV[1])
-local cold = tonumber(ARGV[2])
-local idle = tonumber(ARGV[3])
+-- Every argument is checked against what Contract.validate and the
+-- options allow (an integer below 2^53 in every sum below) before anything
+-- is written; one out of range stops the script with an error naming it.
+-- Expiries go through ttl_ms: none past luapre.MaxTTL.
+--
+-- Prepended (redis.go): internal/luapre's now.lua (now_us) and num.lua
+-- (idiv, ttl_ms, whole, arg), then shaping.lua (adaptive, effective,
+-- climbed).
+local mqd = whole('mqd', ARGV[1], 0, EXACT / 4)
+local cold = whole('cold', ARGV[2], 0, EXACT / 2)
+local idle = whole('idle', ARGV[3], 0, MAX_TTL_MS)
 local now = now_us(ARGV[4])
 local guard = ARGV[5] == '1'
-local nshape = tonumber(ARGV[6])
+local nshape = whole('n', ARGV[6], 0, 17)
 local node = '-'
 if guard then
   node = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
@@ -54,6 +60,9 @@ local pause = tonumber(redis.call('GET', KEYS[2]))
 local out = {}
 local dirty = false
 if nshape == 0 then
+  for i = 7, #ARGV do
+    whole('inc', ARGV[i], 1, EXACT / 4)
+  end
   for i = 7, #ARGV do
     local slot = math.max(now, tat)
     if pause ~= nil and pause > slot then
@@ -80,7 +89,7 @@ if nshape == 0 then
   end
   if dirty then
     redis.call('HSET', KEYS[1], 'tat', tat, 'seq', seq, 'node', node)
-    redis.call('PEXPIRE', KEYS[1], math.ceil((tat - now + mqd) / 1000) + idle)
+    redis.call('PEXPIRE', KEYS[1], ttl_ms(math.ceil((tat - now + mqd) / 1000) + idle))
   end
   return out
 end
@@ -92,37 +101,45 @@ end
 -- ARGV[8]   min:  the adaptive min rate in quanta
 -- ARGV[9]   pace: 1 − headroom (a float)
 -- ARGV[10]  increase: quanta per second of climb
--- ARGV[11]  quiet: µs after a decrease before the climb
+-- ARGV[11]  quiet: µs after a backoff before the climb
 -- ARGV[12]  dcap: µs of climb that reach rate from min
--- ARGV[13]  nq:   the number of quotas, then per (µs) and limit of each
+-- ARGV[13]  hold: µs after quiet before the probe above the target
+-- ARGV[14]  convex: ms, the probe's convexity (shaping.lua's probe)
+-- ARGV[15]  nq:   the number of quotas, then per (µs) and limit of each
 --
--- State fields beside tat in KEYS[1]: r0, t0 (the last decrease: to r0
--- quanta at t0 µs) and, for quota j, q<j>s (the start of the window the
--- latest slots count in, µs) and q<j>u (its units).
+-- State fields beside tat in KEYS[1]: r0, t0, tg (the last backoff: to r0
+-- quanta at t0 µs, the target tg quanta; see shaping.lua) and, for quota
+-- j, q<j>s (the start of the window the latest slots count in, µs) and
+-- q<j>u (its units).
 
 -- effective and climbed come from shaping.lua, idiv from internal/luapre's
 -- num.lua, both prepended.
 
-local rate = tonumber(ARGV[7])
-local minr = tonumber(ARGV[8])
-local pace = tonumber(ARGV[9])
-local incq = tonumber(ARGV[10])
-local quiet = tonumber(ARGV[11])
-local dcap = tonumber(ARGV[12])
-local nq = tonumber(ARGV[13])
+local rate = whole('rate', ARGV[7], 0, 1e13)
+local minr, pace, incq, quiet, dcap, hold, convex = 0, 0, 0, 0, 0, 0, 1
+if rate > 0 then
+  minr = whole('min', ARGV[8], 1, rate)
+  pace = arg('pace', ARGV[9], 0.5, 1)
+  incq = whole('increase', ARGV[10], 1, 9e9)
+  quiet = whole('quiet', ARGV[11], 0, EXACT / 4)
+  dcap = whole('dcap', ARGV[12], 0, EXACT)
+  hold = whole('hold', ARGV[13], 0, EXACT / 4)
+  convex = whole('convex', ARGV[14], 1, EXACT / 4)
+end
+local nq = whole('nq', ARGV[15], 0, 4)
 local per, limit = {}, {}
-local fields = {'r0', 't0'}
+local fields = {'r0', 't0', 'tg'}
 for j = 1, nq do
-  per[j] = tonumber(ARGV[12 + 2 * j])
-  limit[j] = tonumber(ARGV[13 + 2 * j])
+  per[j] = whole('per', ARGV[14 + 2 * j], 1000000, 31622400000000)
+  limit[j] = whole('limit', ARGV[15 + 2 * j], 1, EXACT / 4)
   fields[#fields + 1] = 'q' .. j .. 's'
   fields[#fields + 1] = 'q' .. j .. 'u'
 end
 local sh = redis.call('HMGET', KEYS[1], unpack(fields))
 local qs, qu = {}, {}
 for j = 1, nq do
-  qs[j] = tonumber(sh[1 + 2 * j]) or 0
-  qu[j] = tonumber(sh[2 + 2 * j]) or 0
+  qs[j] = tonumber(sh[2 + 2 * j]) or 0
+  qu[j] = tonumber(sh[3 + 2 * j]) or 0
 end
 
 -- the state must live until every quota window it counts in has ended
@@ -130,13 +147,13 @@ end
 local keep = 0
 local pq = 0 -- the pace in quanta, 0 at the full rate
 if rate > 0 then
-  local r0, t0 = tonumber(sh[1]), tonumber(sh[2])
+  local r0, t0, tg = tonumber(sh[1]), tonumber(sh[2]), tonumber(sh[3])
   if r0 ~= nil and r0 > 0 and t0 ~= nil then
-    local eff = effective(rate, minr, incq, quiet, dcap, r0, t0, now)
+    local eff = effective(rate, minr, incq, quiet, dcap, hold, convex, r0, t0, tg, now)
     if eff < rate then
       pq = math.max(1, math.floor(eff * pace))
     end
-    keep = t0 + climbed(rate, r0, incq, quiet, dcap) - now
+    keep = t0 + climbed(rate, r0, incq, quiet, dcap, hold) - now
   end
 end
 
@@ -148,6 +165,10 @@ end
 
 local maxinc = 2251799813685248 -- 2^53 / 4
 local first = 7 + nshape
+for i = first, #ARGV, 2 do
+  whole('inc', ARGV[i], 1, EXACT / 4)
+  whole('cost', ARGV[i + 1], 1, EXACT / 4)
+end
 for i = first, #ARGV, 2 do
   local cost = tonumber(ARGV[i + 1])
   local slot = math.max(now, tat)
@@ -219,6 +240,6 @@ if dirty then
     keep = math.max(keep, qs[j] + per[j] - now)
   end
   redis.call('HSET', KEYS[1], unpack(set))
-  redis.call('PEXPIRE', KEYS[1], math.max(math.ceil((tat - now + mqd) / 1000) + idle, math.ceil(keep / 1000)))
+  redis.call('PEXPIRE', KEYS[1], ttl_ms(math.max(math.ceil((tat - now + mqd) / 1000) + idle, math.ceil(keep / 1000))))
 end
 return out

@@ -17,8 +17,9 @@
 -- The announcement "0 <provider>" clears the pause in every process's
 -- watcher.
 --
--- Prepended (redis.go): internal/luapre's now.lua (now_us).
-local horizon = tonumber(ARGV[1])
+-- Prepended (redis.go): internal/luapre's now.lua (now_us) and num.lua
+-- (whole: a horizon out of range stops the script before it writes).
+local horizon = whole('horizon', ARGV[1], 0, EXACT / 2)
 local now = now_us(ARGV[2])
 local pause = tonumber(redis.call('GET', KEYS[2]))
 local left = 0

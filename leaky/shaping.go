@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"time"
 )
 
 // A shaped contract (Adaptive or Quotas) in integers, computed once in Go;
@@ -14,9 +15,17 @@ import (
 // Every value stays an integer below 2^53, which a Lua number holds
 // exactly; a quotient of integers is floored exactly (Lua's idiv corrects
 // the float quotient, which can round up to the next integer). The only
-// two float operations, eff × (1 − headroom) and eff × Decrease, are one
-// IEEE-754 multiplication of two doubles each, correctly rounded in Go and
-// in Lua alike, then floored.
+// float operations, eff × (1 − headroom), limit × Decrease and limit ×
+// AdaptiveKeep, are one IEEE-754 multiplication of two doubles each,
+// correctly rounded in Go and in Lua alike, then floored.
+//
+// The adaptive rate (see Adaptive for the why): the state is the last
+// backoff, (r0, t0, tg): the rate it set, its time, and the target, just
+// under where the provider's limit was found. From t0 the rate holds r0 for
+// Quiet, then climbs by IncreasePerS a second up to tg (the ramp), holds
+// there, and from AdaptiveHold after Quiet climbs again by IncreasePerS a
+// second (the probe) up to Rate. A state written before targets existed
+// (tg 0) climbs to Rate without a hold, as AIMD did.
 type shapePlan struct {
 	adaptive bool
 	rateQ    int64   // Rate in quanta (adaptive only)
@@ -24,10 +33,51 @@ type shapePlan struct {
 	incQ     int64   // IncreasePerS in quanta per second, >= 1
 	quiet    int64   // µs
 	dcap     int64   // µs: a climb this long reaches rateQ from minQ (<= 2^53)
+	hold     int64   // µs: AdaptiveHold
+	lag      int64   // µs: AdaptiveLag
+	convex   int64   // ms: AdaptiveConvex
 	pace     float64 // 1 − headroom
 	dec      float64 // Decrease
+	keep     float64 // AdaptiveKeep
+	ease     float64 // AdaptiveEase
 	quotas   []quotaPlan
 }
+
+// Adaptive shaping's fixed parts, the same for every contract (see
+// Adaptive).
+const (
+	// AdaptiveKeep is the share of the rate at which the provider throttled
+	// that the fleet returns to and holds: just under it. The pacing's
+	// headroom comes on top (the send rate is Keep × (1 − headroom) of that
+	// rate), so the jitter of sends arriving at the provider stays under
+	// its limit as it does under a contract.
+	AdaptiveKeep = 0.98
+	// AdaptiveHold is how long after Quiet the fleet holds the target
+	// before it probes above it, climbing by IncreasePerS a second until
+	// the provider throttles again (then back to the target) or the
+	// contract's Rate is reached. A probe that meets the same limit costs
+	// the 429's pause (the Retry-After, a second or so): once per Quiet +
+	// AdaptiveHold at most, about 4 % of the time at a 1 s pause; a limit
+	// that rose is found by the first probe after it rose.
+	AdaptiveHold = 22 * time.Second
+	// AdaptiveLag is what Backoff adds to the queue's depth when it dates
+	// the sends that met the limit: the requests a provider counts in a
+	// trailing second were paced, on average, half a second before the
+	// 429 came, and the one at the head of the queue was reserved the
+	// queue's depth (tat − now) before it was sent.
+	AdaptiveLag = 500 * time.Millisecond
+	// AdaptiveEase is the decrease of a 429 met while holding a target a
+	// ramp or a probe found (the limit moved, likely not far: a drift),
+	// when it is gentler than Decrease; a second 429 before the ramp back
+	// finds the limit again decreases by Decrease.
+	AdaptiveEase = 0.9
+	// AdaptiveConvex is how fast the probe's climb steepens: after d of
+	// probing it climbs IncreasePerS × (1 + 2d/AdaptiveConvex) a second, so
+	// it crosses a limit just above the target about as slowly as a
+	// straight climb would (the 429 then dates the limit well), and reaches
+	// one 50 % higher in a third of the time.
+	AdaptiveConvex = 4 * time.Second
+)
 
 type quotaPlan struct {
 	per   int64 // µs, a whole number of seconds
@@ -73,25 +123,142 @@ func newShapePlan(c *Contract, headroom float64, cost int) (*shapePlan, error) {
 	}
 	sp.pace = h
 	sp.dec = a.Decrease
+	sp.keep = AdaptiveKeep
+	sp.ease = AdaptiveEase
+	sp.hold = AdaptiveHold.Microseconds()
+	sp.lag = AdaptiveLag.Microseconds()
+	sp.convex = AdaptiveConvex.Milliseconds()
 	return sp, nil
 }
 
-// eff is the effective rate in quanta at now, from the state (r0, t0) of
-// the last decrease (r0 == 0: none): min(rate, max(min, r0 + increase ×
-// max(0, now − t0 − quiet)/1e6)), the climb floored to whole quanta.
-func (sp *shapePlan) eff(r0, t0, now int64) int64 {
-	if r0 <= 0 {
-		return sp.rateQ
-	}
-	dt := min(max(now-t0-sp.quiet, 0), sp.dcap)
-	secs := dt / 1_000_000
-	climb := sp.incQ*secs + sp.incQ*(dt-secs*1_000_000)/1_000_000
-	return min(sp.rateQ, max(sp.minQ, r0+climb))
+// climb is the rise of the rate over d µs of climbing: increase × d/1e6,
+// floored to whole quanta, d at most dcap (which reaches rate from min).
+func (sp *shapePlan) climb(d int64) int64 {
+	d = min(max(d, 0), sp.dcap)
+	secs := d / 1_000_000
+	return sp.incQ*secs + sp.incQ*(d-secs*1_000_000)/1_000_000
 }
 
-// lower is the effective rate after a decrease from eff.
-func (sp *shapePlan) lower(eff int64) int64 {
-	return max(sp.minQ, int64(math.Floor(float64(eff)*sp.dec)))
+// Phases of the adaptive rate after a backoff.
+const (
+	held    = iota // quiet, the hold at the target, at min or at rate
+	ramping        // climbing back to the target
+	probing        // climbing above the target after the hold
+)
+
+// probe is the rise over d µs of probing: the climb, times 1 + d/AdaptiveConvex
+// (the climb's slope grows as the probe goes on: slow past the target,
+// where the limit was, fast beyond it, where a raised limit lies), d in
+// the factor at most maxProbeMs. climb(d)/convex is floored before it is
+// multiplied, so that every value stays below 2^53 (climb ≤ 1e13, /2000,
+// × 1e6).
+func (sp *shapePlan) probe(d int64) int64 {
+	c := sp.climb(d)
+	return c + c/sp.convex*min(max(d, 0)/1000, maxProbeMs)
+}
+
+// maxDepth bounds the queue depth Backoff dates the throttled sends by,
+// µs: a minute (a deeper queue's sends are dated a minute back; te is never
+// before the last backoff anyway), and the depth scaled by the rates (see
+// backoff) likewise.
+const maxDepth = 60_000_000
+
+// maxProbeMs bounds the convex factor's time, ms: past it the probe climbs
+// at a constant slope (by then it has reached any rate).
+const maxProbeMs = 1_000_000
+
+// at is the effective rate in quanta at now from the state of the last
+// backoff (r0 == 0: none, the contract's rate), and its phase there: r0
+// during quiet, then min(tg, r0 + climb) (the ramp) plus, from hold after
+// quiet, a second climb (the probe: a phase of its own once the ramp has
+// reached the target; before, it only speeds the ramp); never below min
+// nor above rate. tg == 0 (a state of before targets): min(rate, r0 +
+// climb), with no hold.
+func (sp *shapePlan) at(r0, t0, tg, now int64) (int64, int) {
+	if r0 <= 0 {
+		return sp.rateQ, held
+	}
+	d := now - t0 - sp.quiet
+	eff, phase := r0, held
+	if d > 0 {
+		target := sp.rateQ
+		if tg > 0 {
+			target = tg
+		}
+		if eff = r0 + sp.climb(d); eff < target {
+			phase = ramping
+		}
+		eff = min(eff, target)
+		if tg > 0 && d > sp.hold {
+			eff += sp.probe(d - sp.hold)
+			if phase != ramping { // a probe before the ramp reached the target only speeds the ramp
+				phase = probing
+			}
+		}
+	}
+	switch {
+	case eff >= sp.rateQ:
+		return sp.rateQ, held
+	case eff <= sp.minQ:
+		return sp.minQ, held
+	}
+	return eff, phase
+}
+
+// eff is the effective rate in quanta at now (see at).
+func (sp *shapePlan) eff(r0, t0, tg, now int64) int64 {
+	eff, _ := sp.at(r0, t0, tg, now)
+	return eff
+}
+
+// backoff is the state a Backoff at now writes over (r0, t0, tg), tat
+// being the queue's next free slot (0: none), and the effective rate before
+// it. The throttled sends were paced at e, the effective rate at te = now −
+// AdaptiveLag − the queue's depth (not before t0):
+//
+//   - in a probe (at te or now): the provider let the target through for
+//     the whole hold and stopped the climb above it, so its limit lies
+//     between: hold max(tg, e × keep) again from now;
+//   - in a ramp: the limit lies about e: hold e × keep from now;
+//   - else (a rate held, or none yet) the limit fell somewhere below e:
+//     drop to e × decrease and ramp back up to e × keep, which finds it
+//     from below.
+func (sp *shapePlan) backoff(r0, t0, tg, tat, now int64) (nr0, ntg, before int64) {
+	before, nowPhase := sp.at(r0, t0, tg, now)
+	depth := min(max(tat-now, 0), maxDepth)
+	te := now - sp.lag - depth
+	if r0 > 0 {
+		te = max(te, t0)
+	}
+	e, phase := sp.at(r0, t0, tg, te)
+	if e < before && depth > 0 {
+		// The queue holds as many slots as it did when those sends were
+		// reserved, spaced at e then, at before now: it was that much
+		// longer in time.
+		scaled := int64(maxDepth)
+		if f := math.Floor(float64(depth) * float64(before) / float64(e)); f < maxDepth {
+			scaled = int64(f)
+		}
+		te = now - sp.lag - scaled
+		if r0 > 0 {
+			te = max(te, t0)
+		}
+		e, phase = sp.at(r0, t0, tg, te)
+	}
+	keep := max(sp.minQ, int64(math.Floor(float64(e)*sp.keep)))
+	switch {
+	case phase == probing || nowPhase == probing:
+		keep = max(keep, tg)
+		return keep, keep, before
+	case phase == ramping || nowPhase == ramping:
+		return keep, keep, before
+	}
+	dec := sp.dec
+	if tg > 0 && r0 == tg {
+		dec = max(dec, sp.ease) // the limit found moved, likely not far
+	}
+	nr0 = max(sp.minQ, int64(math.Floor(float64(e)*dec)))
+	return nr0, max(nr0, keep), before
 }
 
 // incAt is the µs a reservation of cost units adds to tat at the effective
@@ -148,11 +315,14 @@ func (sp *shapePlan) count(slot int64, cost int, qs []quotaState) {
 }
 
 // shapeOf builds a Shape from the state read at now.
-func (sp *shapePlan) shapeOf(c Contract, r0, t0, now int64, qs []quotaState) Shape {
+func (sp *shapePlan) shapeOf(c Contract, r0, t0, tg, now int64, qs []quotaState) Shape {
 	s := Shape{EffectiveRate: c.Rate}
 	if sp.adaptive {
-		if eff := sp.eff(r0, t0, now); eff < sp.rateQ {
+		if eff := sp.eff(r0, t0, tg, now); eff < sp.rateQ {
 			s.EffectiveRate = float64(eff) / rateQuanta
+		}
+		if r0 > 0 && tg > 0 && tg < sp.rateQ {
+			s.Target = float64(tg) / rateQuanta
 		}
 	}
 	for i, q := range sp.quotas {
@@ -167,11 +337,11 @@ func (sp *shapePlan) shapeOf(c Contract, r0, t0, now int64, qs []quotaState) Sha
 }
 
 // args are the shape arguments of reserve.lua, after their count:
-// rate, min, pace, increase, quiet, dcap (rate 0: not adaptive), the
-// number of quotas, then per and limit of each.
+// rate, min, pace, increase, quiet, dcap, hold, convex (rate 0: not
+// adaptive), the number of quotas, then per and limit of each.
 func (sp *shapePlan) args(dst []any) []any {
-	dst = append(dst, 7+2*len(sp.quotas))
-	dst = append(dst, sp.rateQ, sp.minQ, strconv.FormatFloat(sp.pace, 'g', -1, 64), sp.incQ, sp.quiet, sp.dcap, len(sp.quotas))
+	dst = append(dst, 9+2*len(sp.quotas))
+	dst = append(dst, sp.rateQ, sp.minQ, strconv.FormatFloat(sp.pace, 'g', -1, 64), sp.incQ, sp.quiet, sp.dcap, sp.hold, sp.convex, len(sp.quotas))
 	for _, q := range sp.quotas {
 		dst = append(dst, q.per, q.limit)
 	}
@@ -179,7 +349,8 @@ func (sp *shapePlan) args(dst []any) []any {
 }
 
 // adaptiveArgs are the adaptive arguments of pause.lua: rate, min,
-// decrease, increase, quiet, dcap.
+// decrease, increase, quiet, dcap, hold, keep, lag, ease, convex.
 func (sp *shapePlan) adaptiveArgs(dst []any) []any {
-	return append(dst, sp.rateQ, sp.minQ, strconv.FormatFloat(sp.dec, 'g', -1, 64), sp.incQ, sp.quiet, sp.dcap)
+	return append(dst, sp.rateQ, sp.minQ, strconv.FormatFloat(sp.dec, 'g', -1, 64), sp.incQ, sp.quiet, sp.dcap,
+		sp.hold, strconv.FormatFloat(sp.keep, 'g', -1, 64), sp.lag, strconv.FormatFloat(sp.ease, 'g', -1, 64), sp.convex)
 }

@@ -220,3 +220,20 @@ func TestCheckFree(t *testing.T) {
 		t.Fatalf("CheckFree on a taken port: %v", err)
 	}
 }
+
+// TestIdempotencyKeyHeader: the key of an Idempotency-Key header sent as
+// the draft's structured-field String ("job-1", the webhook kind's form)
+// or bare (job-1, older senders) is the same.
+func TestIdempotencyKeyHeader(t *testing.T) {
+	for v, want := range map[string]string{
+		`"job-1"`: "job-1", "job-1": "job-1", `"say \"hi\" \\"`: `say "hi" \`, "": "", `"bad"quote"`: `"bad"quote"`,
+	} {
+		h := http.Header{}
+		if v != "" {
+			h.Set("Idempotency-Key", v)
+		}
+		if got := localenv.IdempotencyKey(h); got != want {
+			t.Errorf("IdempotencyKey(%s) = %q, want %q", v, got, want)
+		}
+	}
+}

@@ -95,7 +95,7 @@ func (s *Sandbox) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, ReasonBody(why))
 		return
 	}
-	key, body := r.Header.Get("Idempotency-Key"), wr.Body
+	key, body := IdempotencyKey(r.Header), wr.Body
 	s.mu.Lock()
 	l := s.lanes[r.URL.Path]
 	if l == nil {

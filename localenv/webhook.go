@@ -6,6 +6,7 @@ import (
 	"mime"
 	"net/http"
 	"strconv"
+	"strings"
 )
 
 // MaxProviderBody is the largest request body the sandbox and the tests'
@@ -15,8 +16,35 @@ const MaxProviderBody = 1 << 20
 // WebhookRequest is a request ReadWebhook read and checked.
 type WebhookRequest struct {
 	Body []byte
-	// ID is the Idempotency-Key header, or else the body's "id".
+	// ID is the Idempotency-Key header's key (IdempotencyKey), or else the
+	// body's "id".
 	ID string
+}
+
+// IdempotencyKey is the key an Idempotency-Key header carries: its
+// structured-field String unquoted and unescaped, as
+// draft-ietf-httpapi-idempotency-key-header defines the field (the
+// notifier's webhook kind sends "job-1"), or the value as it is when it is
+// not one (a sender that sends job-1 bare); "" without the header.
+func IdempotencyKey(h http.Header) string {
+	v := strings.TrimSpace(h.Get("Idempotency-Key"))
+	if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' {
+		return v
+	}
+	var b strings.Builder
+	for i := 1; i < len(v)-1; i++ {
+		c := v[i]
+		switch {
+		case c == '\\' && i+1 < len(v)-1 && (v[i+1] == '"' || v[i+1] == '\\'):
+			i++
+			b.WriteByte(v[i])
+		case c == '"' || c == '\\' || c < 0x20 || c > 0x7e:
+			return v // not a String
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
 }
 
 // ReadWebhook reads a request to a webhook provider (SPEC §7) and checks
@@ -27,7 +55,7 @@ type WebhookRequest struct {
 // reason, its one-line explanation; the body read is returned either way.
 func ReadWebhook(r *http.Request) (req WebhookRequest, status int, reason string) {
 	req.Body, _ = io.ReadAll(io.LimitReader(r.Body, MaxProviderBody+1))
-	req.ID = r.Header.Get("Idempotency-Key")
+	req.ID = IdempotencyKey(r.Header)
 	var job struct {
 		ID string `json:"id"`
 	}

@@ -20,16 +20,36 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 )
 
-// Provider-token lifetimes. APNs refuses a token older than an hour
-// (ExpiredProviderToken) and one replaced more often than every 20 minutes
-// (TooManyProviderTokenUpdates).
+// Provider-token lifetimes. Apple, "Establishing a token-based connection
+// to APNs": "Refresh your token no more than once every 20 minutes and no
+// less than once every 60 minutes. APNs rejects any request whose token
+// contains a timestamp that is more than one hour old" (403
+// ExpiredProviderToken), and answers a token recreated more often than
+// every 20 minutes with 429 TooManyProviderTokenUpdates.
 const (
-	// APNsTokenRefresh is the age at which the provider token is replaced.
+	// APNsTokenRefresh is the age at which the provider token is replaced
+	// before its next use.
 	APNsTokenRefresh = 50 * time.Minute
-	// APNsTokenMinAge is the youngest a token may be when it is replaced
-	// after APNs called it expired.
+	// APNsTokenMinAge is the youngest a token made in answer to an
+	// ExpiredProviderToken may be when APNs calls it expired too and it is
+	// replaced again: a younger one is kept (replacing it at each request
+	// would break the 20-minute rule, and cannot help a clock that is more
+	// than an hour off), and the send is a refused sender.
 	APNsTokenMinAge = 20 * time.Minute
 )
+
+// APNsRetry5xx is how long a notification APNs answered with a 5xx waits
+// before it is sent again (Error.RetryAfter): Apple, "Handling notification
+// responses from APNs": "After 15 minutes, you can retry JSON payloads that
+// receive response status codes that begin with 5XX. While retrying, you
+// may employ a back-off technique."
+const APNsRetry5xx = 15 * time.Minute
+
+// APNsMaxCollapseID is the longest apns-collapse-id, in bytes (Apple,
+// "Sending notification requests to APNs": "When sending the same
+// notification more than once, use the same value in this header to merge
+// the requests. The value of this key must not exceed 64 bytes.").
+const APNsMaxCollapseID = 64
 
 // APNs payload limits, in bytes of the JSON body.
 const (
@@ -38,14 +58,18 @@ const (
 )
 
 // apnsSenderReasons are the reasons by which APNs refuses the provider
-// (its key, team, certificate or topic), whatever the notification:
-// ErrSender.
+// (its key, team, certificate or topic: its configuration), whatever the
+// notification: ErrSender.
 var apnsSenderReasons = map[string]bool{
-	"InvalidProviderToken":      true, // the token's key, key id or team is not valid, or its signature does not verify
-	"MissingProviderToken":      true, // no provider token (nor certificate)
-	"BadCertificate":            true,
-	"BadCertificateEnvironment": true,
-	"TopicDisallowed":           true, // pushing to this topic is not allowed
+	"InvalidProviderToken":       true, // the token's key, key id or team is not valid, or its signature does not verify
+	"MissingProviderToken":       true, // no provider token (nor certificate)
+	"BadCertificate":             true,
+	"BadCertificateEnvironment":  true,
+	"UnrelatedKeyIdInToken":      true, // a key of another team, or another key than the connection's first
+	"BadEnvironmentKeyIdInToken": true, // a key for the other environment (a sandbox-only key on production)
+	"TopicDisallowed":            true, // pushing to this topic is not allowed
+	"BadTopic":                   true, // the configured apns-topic is not valid
+	"MissingTopic":               true, // no apns-topic where the credentials need one
 }
 
 // APNs is the apns provider (SPEC §7): each Send is one HTTP/2
@@ -76,18 +100,27 @@ var apnsSenderReasons = map[string]bool{
 // Answers (APNs's JSON {"reason": ...} is named in the detail): 200
 // accepted; 429 TooManyRequests (too many notifications to one device
 // token) a *RateLimitedError of ScopeRecipient, 429
-// TooManyProviderTokenUpdates one of ScopeProvider; 403
-// ExpiredProviderToken ErrTransient, the token being replaced for the next
-// Send (if it is at least APNsTokenMinAge old: a younger token APNs calls
-// expired points at a wrong clock, which a new token would not fix); 403
-// InvalidProviderToken, MissingProviderToken, BadCertificate,
-// BadCertificateEnvironment and 400 TopicDisallowed ErrSender (the key, the
-// team or the topic is refused: no notification can go); 5xx, timeouts and
+// TooManyProviderTokenUpdates one of ScopeProvider; 403 ExpiredProviderToken
+// makes a new token at once and sends the notification once more with it
+// (APNs refused it without acting on it), and if APNs calls that one
+// expired too (or the token it refused was itself made so less than
+// APNsTokenMinAge ago) the send is ErrSender, its detail saying the host's
+// clock is probably wrong; 403 InvalidProviderToken, MissingProviderToken,
+// BadCertificate, BadCertificateEnvironment, UnrelatedKeyIdInToken,
+// BadEnvironmentKeyIdInToken and 400 TopicDisallowed, BadTopic and
+// MissingTopic ErrSender (the key, the team or the topic is refused: the
+// configuration is wrong, no notification can go); 5xx, timeouts and
 // connection errors ErrTransient (Ambiguous once the request was written
-// whole); any other 4xx ErrPermanent: 410 Unregistered and ExpiredToken
-// (the detail gives APNs's timestamp, "token inactive since
-// 2026-11-30T12:00:00Z", so the token can be dropped), 400 BadDeviceToken,
+// whole), a 5xx with Error.RetryAfter APNsRetry5xx as Apple asks; 410
+// Unregistered and ExpiredToken ErrPermanent with RecipientGone (the
+// detail gives APNs's timestamp, "token inactive since
+// 2026-11-30T12:00:00Z"); any other 4xx ErrPermanent: 400 BadDeviceToken,
 // 413 PayloadTooLarge, 403 Forbidden.
+//
+// apns-collapse-id is the message id (APNsCollapseID), so a notification
+// sent twice (a retry after an ambiguous failure, a redelivery) replaces
+// the first on the device rather than showing twice; it does not stop the
+// second delivery.
 //
 // The url must be https: APNs speaks HTTP/2 over TLS only, and so does the
 // provider (one multiplexed connection, pinged when silent). An APNs is
@@ -212,7 +245,8 @@ func (a *APNs) Close() error {
 	return nil
 }
 
-// Send posts m as one notification to the device token m.To.
+// Send posts m as one notification to the device token m.To, and once
+// more with a new provider token if APNs called the token expired.
 func (a *APNs) Send(ctx context.Context, m *Message) error {
 	s := newScrubber(m)
 	if m == nil {
@@ -231,6 +265,33 @@ func (a *APNs) Send(ctx context.Context, m *Message) error {
 		return &Error{Provider: a.name, Class: ErrPermanent,
 			Detail: fmt.Sprintf("payload of %d bytes is over APNs's limit of %d (PayloadTooLarge), not sent", len(body), limit)}
 	}
+	endpoint := a.base + url.PathEscape(m.To)
+	var expired bool // APNs called the token expired
+	read := func(status int, b []byte) answer {
+		ans := readAPNsAnswer(status, b)
+		if expired = status == http.StatusForbidden && ans.reason == "ExpiredProviderToken"; expired {
+			ans.class, ans.note = ErrSender, a.signer.skew(token)
+		}
+		return ans
+	}
+	err = a.post(ctx, endpoint, a.header(m, token), body, s, read)
+	if !expired {
+		return err
+	}
+	next, ok, serr := a.signer.replaceExpired(token)
+	switch {
+	case serr != nil:
+		return &Error{Provider: a.name, Class: ErrPermanent, Detail: "sign provider token: " + causeDetail(serr, s), Err: serr}
+	case !ok:
+		return err
+	}
+	token = next
+	s.secrets = append(s.secrets, token)
+	return a.post(ctx, endpoint, a.header(m, token), body, s, read)
+}
+
+// header is the request header of m with the provider token.
+func (a *APNs) header(m *Message, token string) http.Header {
 	header := http.Header{}
 	header.Set("Content-Type", "application/json")
 	header.Set("Authorization", "bearer "+token)
@@ -238,15 +299,21 @@ func (a *APNs) Send(ctx context.Context, m *Message) error {
 	header.Set("apns-push-type", a.pushType)
 	header.Set("apns-priority", a.priority)
 	header.Set("apns-id", APNsID(m.ID))
+	header.Set("apns-collapse-id", APNsCollapseID(m.ID))
 	header.Set("apns-expiration", apnsExpiration(m.ExpiresAt))
-	return a.post(ctx, a.base+url.PathEscape(m.To), header, body, s, func(status int, b []byte) answer {
-		ans := readAPNsAnswer(status, b)
-		if status == http.StatusForbidden && ans.reason == "ExpiredProviderToken" {
-			a.signer.expired(token)
-			ans.class = ErrTransient
-		}
-		return ans
-	})
+	return header
+}
+
+// APNsCollapseID is the apns-collapse-id header of the message with id:
+// the id itself when it is at most APNsMaxCollapseID bytes (job ids are
+// ASCII), else its version-5 UUID (as APNsID makes it). APNs shows
+// notifications with one collapse id as one: a second delivery of the same
+// message replaces the first on the device instead of stacking beside it.
+func APNsCollapseID(id string) string {
+	if len(id) <= APNsMaxCollapseID {
+		return id
+	}
+	return jobUUID(id)
 }
 
 // maxPayload is the largest body APNs takes for the provider's push type.
@@ -298,14 +365,21 @@ func readAPNsAnswer(status int, body []byte) answer {
 		Timestamp int64  `json:"timestamp"`
 	}
 	if json.Unmarshal(body, &e) != nil || e.Reason == "" {
-		return answer{reason: responseReason(body)}
+		a := answer{reason: responseReason(body), gone: status == http.StatusGone}
+		if status >= 500 {
+			a.minRetry = APNsRetry5xx
+		}
+		return a
 	}
-	a := answer{reason: e.Reason}
+	a := answer{reason: e.Reason, gone: status == http.StatusGone}
 	switch {
 	case status == http.StatusTooManyRequests && e.Reason == "TooManyRequests":
 		a.scope = ScopeRecipient // too many notifications to this device token
 	case apnsSenderReasons[e.Reason] && status >= 400 && status <= 499:
 		a.class = ErrSender
+	}
+	if status >= 500 {
+		a.minRetry = APNsRetry5xx
 	}
 	if status == http.StatusGone && e.Timestamp > 0 {
 		a.note = "token inactive since " + time.UnixMilli(e.Timestamp).UTC().Format(time.RFC3339)
@@ -320,9 +394,10 @@ type apnsSigner struct {
 	teamID string
 	now    func() time.Time
 
-	mu     sync.Mutex
-	token  string
-	issued time.Time
+	mu       sync.Mutex
+	token    string
+	issued   time.Time
+	reactive bool // made in answer to an ExpiredProviderToken
 }
 
 // current returns the cached token, or a new one when there is none or it
@@ -330,28 +405,60 @@ type apnsSigner struct {
 func (s *apnsSigner) current() (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.now()
-	if s.token != "" && now.Sub(s.issued) < APNsTokenRefresh {
+	if s.token != "" && s.now().Sub(s.issued) < APNsTokenRefresh {
 		return s.token, nil
 	}
+	return s.mint(false)
+}
+
+// mint makes a new token and caches it. s.mu is held.
+func (s *apnsSigner) mint(reactive bool) (string, error) {
+	now := s.now()
 	t := jwt.NewWithClaims(jwt.SigningMethodES256, jwt.MapClaims{"iss": s.teamID, "iat": now.Unix()})
 	t.Header["kid"] = s.keyID
 	signed, err := t.SignedString(s.key)
 	if err != nil {
 		return "", err
 	}
-	s.token, s.issued = signed, now
+	s.token, s.issued, s.reactive = signed, now, reactive
 	return signed, nil
 }
 
-// expired drops token, which APNs called expired, if it is still the
-// cached one and at least APNsTokenMinAge old.
-func (s *apnsSigner) expired(token string) {
+// replaceExpired returns the token to send with once more after APNs called
+// token expired: the one another send already put in its place, or a new
+// one made now whatever the old one's age. It returns false, and no token,
+// when token is itself one made so less than APNsTokenMinAge ago: APNs
+// calls a token expired once its iat is an hour old by APNs's clock, so a
+// fresh one refused too means this host's clock is more than an hour
+// behind, which another token cannot fix (and making one at each request
+// would be refused as TooManyProviderTokenUpdates).
+func (s *apnsSigner) replaceExpired(token string) (string, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.token == token && s.now().Sub(s.issued) >= APNsTokenMinAge {
-		s.token = ""
+	switch {
+	case s.token != token && s.token != "":
+		return s.token, true, nil
+	case s.token == token && s.reactive && s.now().Sub(s.issued) < APNsTokenMinAge:
+		return "", false, nil
 	}
+	t, err := s.mint(true)
+	return t, err == nil, err
+}
+
+// skew is the note of an ExpiredProviderToken answered to token: its age
+// by this host's clock, and what a refusal of a young token means.
+func (s *apnsSigner) skew(token string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.token != token {
+		return "the provider token was refused as expired; a new one is made"
+	}
+	age := s.now().Sub(s.issued).Truncate(time.Second)
+	if s.reactive && age < APNsTokenMinAge {
+		return fmt.Sprintf("APNs refused as expired a provider token made %s ago, after refusing the one before it: "+
+			"APNs does so once a token is an hour old by its clock, so this host's clock is probably skewed; check its time sync", age)
+	}
+	return fmt.Sprintf("APNs refused as expired a provider token issued %s ago by this host's clock", age)
 }
 
 // uuidRE is the canonical 8-4-4-4-12 form APNs accepts for apns-id.
@@ -369,6 +476,13 @@ func APNsID(id string) string {
 	if uuidRE.MatchString(id) {
 		return strings.ToLower(id)
 	}
+	return jobUUID(id)
+}
+
+// jobUUID is the version-5 UUID of "urn:notifier:job:<id>" in the URL
+// namespace: a stable, ASCII stand-in for a job id where the id itself
+// does not fit.
+func jobUUID(id string) string {
 	h := sha1.New()
 	h.Write(apnsNamespace[:])
 	h.Write([]byte("urn:notifier:job:" + id))

@@ -82,11 +82,17 @@ func TestAPNsConformance(t *testing.T) {
 			return newAPNs(t, providers.Config{URL: url, Timeout: timeout, KeyFile: keyFile, TLSCAFile: certs.CAFile}, providers.Options{})
 		},
 		Message: iosMessage,
-		Refusal: providertest.Reply{Status: 410, Header: http.Header{"Content-Type": {"application/json"}},
-			Body: `{"reason":"Unregistered","timestamp":1700000000000}`},
-		RefusalReason: "HTTP 410 Gone: Unregistered",
+		Refusal: providertest.Reply{Status: 400, Header: http.Header{"Content-Type": {"application/json"}},
+			Body: `{"reason":"BadDeviceToken"}`},
+		RefusalReason: "HTTP 400 Bad Request: BadDeviceToken",
 		Secrets:       []string{keyText, strings.Split(keyText, "\n")[1]},
 		ServerTLS:     serverTLS(t, certs),
+		Gone: providertest.Reply{Status: 410, Header: http.Header{"Content-Type": {"application/json"}},
+			Body: `{"reason":"Unregistered","timestamp":1700000000000}`},
+		GoneStatuses: []int{410}, // "The device token is no longer active for the topic."
+		// Apple: "After 15 minutes, you can retry JSON payloads that
+		// receive response status codes that begin with 5XX."
+		MinRetry: providers.APNsRetry5xx,
 	})
 }
 
@@ -328,8 +334,9 @@ func TestAPNsPayloadLimit(t *testing.T) {
 	}
 }
 
-// TestAPNsProviderToken: the JWT is reused, replaced at 50 minutes, and
-// after an ExpiredProviderToken only if it is at least 20 minutes old.
+// TestAPNsProviderToken: the JWT is reused and replaced at 50 minutes
+// (Apple: "Refresh your token no more than once every 20 minutes and no
+// less than once every 60 minutes"), without a TooManyProviderTokenUpdates.
 func TestAPNsProviderToken(t *testing.T) {
 	t.Parallel()
 	fakeClock, provClock := newClock(), newClock()
@@ -355,28 +362,76 @@ func TestAPNsProviderToken(t *testing.T) {
 	if err := send(); err != nil || fake.ProviderTokens() != 2 {
 		t.Fatalf("at 50 min: %v, %d tokens, want a new token", err, fake.ProviderTokens())
 	}
+	if n := fake.Count(http.StatusTooManyRequests); n != 0 {
+		t.Errorf("APNs answered TooManyProviderTokenUpdates %d times", n)
+	}
+}
 
-	// APNs's clock runs ahead: it calls the 10-minute-old token expired.
-	// Too young to replace (APNs would answer TooManyProviderTokenUpdates):
-	// transient, same token.
-	provClock.Advance(10 * time.Minute)
-	fakeClock.Advance(61 * time.Minute)
-	err := send()
-	if !errors.Is(err, providers.ErrTransient) || !strings.Contains(err.Error(), "ExpiredProviderToken") {
-		t.Fatalf("expired token: %v, want transient ExpiredProviderToken", err)
+// TestAPNsExpiredProviderTokenIsReplacedAtOnce: APNs's clock runs 40
+// minutes ahead of the host's, so it calls a token the host made 25
+// minutes ago expired. Before, the send failed (transient, an attempt
+// burnt) and only the next one carried a new token; now the send makes a
+// new token at once and goes through with it, in the same Send.
+func TestAPNsExpiredProviderTokenIsReplacedAtOnce(t *testing.T) {
+	t.Parallel()
+	provClock := newClock()
+	fakeClock := testenv.NewClock(provClock.Now().Add(40 * time.Minute))
+	fake := testenv.FakeAPNs(t, testenv.WithClock(fakeClock.Now))
+	p := apnsAgainst(t, fake, providers.Config{}, provClock.Now)
+	ctx := context.Background()
+	if err := p.Send(ctx, iosMessage()); err != nil {
+		t.Fatal(err)
 	}
-	if err := send(); !errors.Is(err, providers.ErrTransient) || fake.ProviderTokens() != 2 {
-		t.Fatalf("a 10-minute-old token was replaced: %v, %d tokens", err, fake.ProviderTokens())
+	provClock.Advance(25 * time.Minute)
+	fakeClock.Advance(25 * time.Minute)
+	if err := p.Send(ctx, iosMessage()); err != nil {
+		t.Fatalf("a token APNs calls expired: %v, want it replaced and the notification sent", err)
 	}
-	// At 20 minutes it may be replaced: the next send after the refusal
-	// carries a new token.
-	provClock.Advance(10 * time.Minute)
-	if err := send(); !errors.Is(err, providers.ErrTransient) {
-		t.Fatalf("still expired: %v", err)
+	if got, want := fake.Count(http.StatusForbidden), 1; got != want {
+		t.Errorf("%d answers 403, want %d (the one ExpiredProviderToken)", got, want)
 	}
-	fakeClock.Advance(10 * time.Minute)
-	if err := send(); err != nil || fake.ProviderTokens() != 3 {
-		t.Fatalf("after the refresh: %v, %d tokens, want 3", err, fake.ProviderTokens())
+	if n := len(fake.Notifications()); n != 2 || fake.ProviderTokens() != 2 {
+		t.Errorf("%d notifications with %d tokens, want 2 and 2", n, fake.ProviderTokens())
+	}
+}
+
+// TestAPNsPersistentlyExpiredTokenIsTheSender: APNs's clock runs two hours
+// ahead: every token the host makes is expired to APNs, fresh ones too.
+// Before, each send was transient until the job died of max_attempts; now
+// the send that finds a fresh token refused is ErrSender (the dispatcher
+// pauses the provider and keeps the jobs) and says the clock is probably
+// skewed. The next send does not make a third token (that would break the
+// 20-minute rule and cannot help): one request, ErrSender again. Once the
+// clocks agree, the token made at the refusal goes through.
+func TestAPNsPersistentlyExpiredTokenIsTheSender(t *testing.T) {
+	t.Parallel()
+	provClock := newClock()
+	fakeClock := testenv.NewClock(provClock.Now().Add(2 * time.Hour))
+	fake := testenv.FakeAPNs(t, testenv.WithClock(fakeClock.Now))
+	p := apnsAgainst(t, fake, providers.Config{}, provClock.Now)
+	ctx := context.Background()
+
+	err := p.Send(ctx, iosMessage())
+	if !errors.Is(err, providers.ErrSender) || errors.Is(err, providers.ErrTransient) ||
+		!strings.Contains(err.Error(), "ExpiredProviderToken") || !strings.Contains(err.Error(), "clock") {
+		t.Fatalf("a fresh token refused as expired: %v, want ErrSender naming the clock", err)
+	}
+	if n, tokens := len(fake.Requests()), fake.ProviderTokens(); n != 2 || tokens != 0 {
+		t.Errorf("%d requests, %d tokens accepted: want 2 (the send and its one retry with a new token), 0", n, tokens)
+	}
+	provClock.Advance(time.Minute)
+	fakeClock.Advance(time.Minute)
+	if err := p.Send(ctx, iosMessage()); !errors.Is(err, providers.ErrSender) {
+		t.Fatalf("the next send: %v, want ErrSender", err)
+	}
+	if n := len(fake.Requests()); n != 3 {
+		t.Errorf("%d requests after the next send, want 3 (no retry with yet another token)", n)
+	}
+	// The host's clock is fixed: the token it made at the refusal is now
+	// an ordinary one, a minute old.
+	fakeClock.Advance(-2 * time.Hour)
+	if err := p.Send(ctx, iosMessage()); err != nil {
+		t.Fatalf("after the clocks agree: %v", err)
 	}
 	if n := fake.Count(http.StatusTooManyRequests); n != 0 {
 		t.Errorf("APNs answered TooManyProviderTokenUpdates %d times", n)
@@ -433,5 +488,82 @@ func TestNewAPNsErrors(t *testing.T) {
 		if s := fmt.Sprintf(format, p); strings.Contains(s, strings.Split(keyText, "\n")[1][:20]) {
 			t.Errorf("Sprintf(%q, apns) prints the key", format)
 		}
+	}
+}
+
+// TestAPNsConfigurationRefusalsAreTheSender: answers that refuse the key,
+// its environment or the topic whatever the notification (Apple, "Handling
+// notification responses from APNs"; "Establishing a token-based
+// connection to APNs" for the two key ids) are ErrSender: the dispatcher
+// pauses the provider and keeps the jobs, where before every push job was
+// dead-lettered (UnrelatedKeyIdInToken, BadEnvironmentKeyIdInToken,
+// BadTopic, MissingTopic were permanent).
+func TestAPNsConfigurationRefusalsAreTheSender(t *testing.T) {
+	t.Parallel()
+	fake := testenv.FakeAPNs(t)
+	p := apnsAgainst(t, fake, providers.Config{}, nil)
+	for _, c := range []struct {
+		status int
+		reason string
+	}{
+		{403, "UnrelatedKeyIdInToken"},      // a key of another team, or not the connection's first
+		{403, "BadEnvironmentKeyIdInToken"}, // a key for the other environment
+		{400, "BadTopic"},                   // the apns-topic is not valid
+		{400, "MissingTopic"},               // no apns-topic where the credentials need one
+	} {
+		fake.ReasonFor(c.status, c.reason)
+		fake.FailNext(1, c.status)
+		err := p.Send(context.Background(), iosMessage())
+		if !errors.Is(err, providers.ErrSender) || errors.Is(err, providers.ErrPermanent) || !strings.Contains(err.Error(), c.reason) {
+			t.Errorf("%d %s: %v, want ErrSender naming the reason", c.status, c.reason, err)
+		}
+	}
+}
+
+// TestAPNs5xxWaitsAsAppleAsks: Apple, "Handling notification responses
+// from APNs": "After 15 minutes, you can retry JSON payloads that receive
+// response status codes that begin with 5XX." A 500 or 503 is transient
+// with Error.RetryAfter 15 minutes (the dispatcher's retry waits at least
+// that long), where before it was retried by the dispatcher's backoff (1 s
+// for the first).
+func TestAPNs5xxWaitsAsAppleAsks(t *testing.T) {
+	t.Parallel()
+	fake := testenv.FakeAPNs(t)
+	p := apnsAgainst(t, fake, providers.Config{}, nil)
+	for _, status := range []int{500, 503} {
+		fake.FailNext(1, status)
+		err := p.Send(context.Background(), iosMessage())
+		var pe *providers.Error
+		if !errors.As(err, &pe) || !errors.Is(err, providers.ErrTransient) || pe.RetryAfter != 15*time.Minute {
+			t.Errorf("%d: %v, want transient with RetryAfter 15m", status, err)
+		}
+	}
+}
+
+// TestAPNsCollapseID: every notification carries apns-collapse-id, derived
+// from the job id (the id itself up to APNs's 64 bytes, else its stable
+// UUID), the same on every attempt: a push sent twice (a retry after an
+// ambiguous timeout) replaces the first on the device instead of stacking.
+func TestAPNsCollapseID(t *testing.T) {
+	t.Parallel()
+	fake := testenv.FakeAPNs(t)
+	p := apnsAgainst(t, fake, providers.Config{}, nil)
+	ctx := context.Background()
+	long := iosMessage()
+	long.ID = strings.Repeat("j", 128) // SPEC §2's longest id, twice APNs's limit
+	for _, m := range []*providers.Message{iosMessage(), iosMessage(), long} {
+		if err := p.Send(ctx, m); err != nil {
+			t.Fatalf("%s: %v", m.ID, err)
+		}
+	}
+	got := fake.Notifications()
+	if len(got) != 3 {
+		t.Fatalf("%d notifications, want 3", len(got))
+	}
+	if got[0].CollapseID != "job-42" || got[1].CollapseID != got[0].CollapseID {
+		t.Errorf("collapse ids %q and %q for one job, want job-42 twice", got[0].CollapseID, got[1].CollapseID)
+	}
+	if c := got[2].CollapseID; len(c) > providers.APNsMaxCollapseID || c == "" || c != providers.APNsCollapseID(long.ID) {
+		t.Errorf("a 128-byte id's collapse id %q: want a stable one of at most 64 bytes", c)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 	"unicode"
+
+	"github.com/notifier/notifier/internal/text"
 )
 
 // Channels and units accepted in a provider entry (the kinds are in kinds).
@@ -26,18 +28,42 @@ const (
 	// numbers, and below it a unit's interval overflows that range once
 	// multiplied by a long SMS's segments (it must equal leaky.MinRate).
 	MinRate = 1.0 / 86400
-	// MaxJitterBudget is the largest jitter_budget: 250 ms paces 20 %
-	// under the contract.
+	// MaxRate is a unit a microsecond: the queue keeps a unit's interval
+	// in whole µs, so above it the contract would be paced at 1e6/s, not
+	// as written.
+	MaxRate = 1_000_000
+	// MinJitterBudget and MaxJitterBudget bound jitter_budget: 250 ms
+	// paces 20 % under the contract.
+	MinJitterBudget = time.Millisecond
 	MaxJitterBudget = 250 * time.Millisecond
 	// MaxReserve is the largest share reserve.transactional keeps:
 	// marketing always gets a tenth of a contract nobody else wants.
 	MaxReserve = 0.9
-	// MaxQueueDelayLimit is the longest max_queue_delay.
+	// MinQueueDelay and MaxQueueDelayLimit bound max_queue_delay. The
+	// longest is a day: a slot lies at most that far ahead, which is also
+	// how far ahead a per-user cap is asked for it (userlimit.MaxAhead).
+	MinQueueDelay      = time.Millisecond
 	MaxQueueDelayLimit = 24 * time.Hour
+	// MinTimeout and MaxTimeout bound timeout: a send holds a worker and
+	// its job's lease (max_queue_delay + timeout + nats.ack_wait) for as
+	// long.
+	MinTimeout = time.Millisecond
+	MaxTimeout = 10 * time.Minute
+	// MinPause is the shortest max_pause: a Retry-After counts whole
+	// seconds. The longest is MaxRetryAfter (1h).
+	MinPause = time.Second
 	// DefaultMaxPause caps the pause one 429 can set: one odd Retry-After
 	// (a day, an hour) does not stop a channel for longer than this.
 	DefaultMaxPause = 5 * time.Minute
 	DefaultTimeout  = 5 * time.Second
+)
+
+// Probes of a provider paused because it refused the sender (ErrSender):
+// probe_interval's default and range.
+const (
+	DefaultProbeInterval = 30 * time.Second
+	MinProbeInterval     = time.Second
+	MaxProbeInterval     = time.Hour
 )
 
 // Config is one entry of the YAML `providers:` list (SPEC §4). The command
@@ -58,26 +84,27 @@ type Config struct {
 	// URL is the endpoint (webhook, required) or the API base URL (twilio,
 	// fcm, apns; defaults to the public service, tests point it at a fake).
 	URL string `mapstructure:"url"`
-	// Rate is the contract in units per second, fleet-wide; > 0.
+	// Rate is the contract in units per second, fleet-wide: from MinRate
+	// (1/86400) to MaxRate (1e6).
 	Rate float64 `mapstructure:"rate"`
 	// Unit is what Rate counts: messages (default) or segments (sms only:
 	// SMS contracts often price each 160/70-character segment).
 	Unit string `mapstructure:"unit"`
 	// MaxQueueDelay bounds the leaky queue as time (depth = rate × delay);
-	// default 5s.
+	// 1ms to 24h, default 5s.
 	MaxQueueDelay time.Duration `mapstructure:"max_queue_delay"`
 	// Timeout bounds one request, connection to last response byte read;
-	// default 5s.
+	// 1ms to 10m, default 5s.
 	Timeout time.Duration `mapstructure:"timeout"`
 	// JitterBudget is how late after its send slot a request may reach the
 	// provider (a stalled process, the HTTP path, the network) with the
 	// contract still held in every 1 s window at the provider: the queue
-	// paces b/(1+b) under the contract (b in seconds). 0: the default,
-	// 15 ms (1.5 % under the contract); at most 250 ms.
+	// paces b/(1+b) under the contract (b in seconds). 1ms to 250ms; 0
+	// (left out): 15 ms (1.5 % under the contract).
 	JitterBudget time.Duration `mapstructure:"jitter_budget"`
 	// MaxPause caps the fleet-wide pause a 429's Retry-After sets (the
 	// provider is asked again after it; another 429 pauses it again);
-	// default 5m, at most MaxRetryAfter (1h).
+	// 1s to MaxRetryAfter (1h), default 5m.
 	MaxPause time.Duration `mapstructure:"max_pause"`
 	// RetryOnTimeout is what becomes of a send whose outcome is unknown
 	// (Error.Ambiguous: a timeout or a lost connection after the request
@@ -87,6 +114,13 @@ type Config struct {
 	// "ambiguous", at the risk of none. Every kind takes it; read it with
 	// RetriesOnTimeout.
 	RetryOnTimeout *bool `mapstructure:"retry_on_timeout"`
+	// ProbeInterval is, while the provider is paused because it refused the
+	// sender (ErrSender: credentials, account, sender id, a configuration
+	// fault), how often the fleet lets one job through as a probe: one for
+	// the whole fleet, with jitter; its success resumes the provider
+	// fleet-wide, its ErrSender keeps the pause (the dispatcher's, SPEC §6).
+	// Default 30s, from 1s to 1h. Every kind takes it.
+	ProbeInterval time.Duration `mapstructure:"probe_interval"`
 	// Fallback names another provider of the same channel that takes a
 	// job this one cannot send in time: its breaker is open, a quota of its
 	// is spent, or its queue has no slot before the job's expires_at. The
@@ -101,9 +135,12 @@ type Config struct {
 	// transactional, from 0 to 0.9 (left out: 0, no reserve).
 	Reserve map[string]float64 `mapstructure:"reserve"`
 	// Adaptive, when set, lets the fleet pace below Rate after the
-	// provider throttles (AIMD): each 429 pause multiplies the effective
-	// rate by Decrease (once per pause, fleet-wide), never below MinRate;
-	// after Quiet it climbs by IncreasePerS a second, never above Rate.
+	// provider throttles, fleet-wide: a 429 returns it to just under the
+	// rate the provider throttled at (at once after a climb; after a drop
+	// by Decrease and a climb of IncreasePerS a second from Quiet on, after
+	// a rate held), where it holds and, once per Quiet +
+	// leaky.AdaptiveHold, probes above; never below MinRate nor above
+	// Rate (leaky.Adaptive).
 	Adaptive *AdaptiveConfig `mapstructure:"adaptive"`
 	// Quotas are counts per window beside Rate (a daily or per-minute
 	// quota), each exact and fleet-wide; windows are aligned to the Unix
@@ -115,6 +152,11 @@ type Config struct {
 	// the bearer token of a webhook (optional) or of fcm (this or
 	// CredentialsFile is required), the auth token of twilio (required).
 	CredentialsEnv string `mapstructure:"credentials_env"`
+	// SigningSecretEnv names the environment variable holding the secret a
+	// webhook is signed with, as Standard Webhooks does (webhook, optional):
+	// whsec_ and the base64 of 24 to 64 random bytes; during a rotation,
+	// several space-separated, each of which signs every webhook.
+	SigningSecretEnv string `mapstructure:"signing_secret_env"`
 	// CredentialsFile is the path of a Google service-account JSON key
 	// (fcm, instead of CredentialsEnv): the provider exchanges it for OAuth
 	// access tokens at the key's token_uri and caches each until shortly
@@ -174,19 +216,19 @@ type Config struct {
 // AdaptiveConfig is providers[].adaptive.
 type AdaptiveConfig struct {
 	MinRate      float64       `mapstructure:"min_rate"`       // floor of the effective rate (default Rate/10)
-	Decrease     float64       `mapstructure:"decrease"`       // factor per throttle, in (0, 1) (default 0.7)
-	IncreasePerS float64       `mapstructure:"increase_per_s"` // units/s regained per second of quiet (default Rate/20)
-	Quiet        time.Duration `mapstructure:"quiet"`          // no climb for this long after a decrease (default 2s)
+	Decrease     float64       `mapstructure:"decrease"`       // factor on a throttle met at a rate held, in (0, 1) (default 0.7)
+	IncreasePerS float64       `mapstructure:"increase_per_s"` // units/s regained per second of quiet, to 9000, a climb of at most 24h (default Rate/20)
+	Quiet        time.Duration `mapstructure:"quiet"`          // no climb for this long after a throttle, 1ms to 1h (default 2s)
 }
 
 // QuotaConfig is one entry of providers[].quotas.
 type QuotaConfig struct {
-	Limit int64         `mapstructure:"limit"` // units per window, >= 1
+	Limit int64         `mapstructure:"limit"` // units per window, 1 to 1e15
 	Per   time.Duration `mapstructure:"per"`   // the window: whole seconds, 1s to 31 days
 }
 
 // WithDefaults fills the keys left out for a contract of rate: min_rate
-// rate/10, decrease 0.7, increase_per_s rate/20, quiet 2s.
+// rate/10, decrease 0.7, increase_per_s rate/20 (at most 9000), quiet 2s.
 func (a AdaptiveConfig) WithDefaults(rate float64) AdaptiveConfig {
 	if a.MinRate == 0 {
 		a.MinRate = rate / 10
@@ -195,7 +237,7 @@ func (a AdaptiveConfig) WithDefaults(rate float64) AdaptiveConfig {
 		a.Decrease = DefaultAdaptiveDecrease
 	}
 	if a.IncreasePerS == 0 {
-		a.IncreasePerS = rate / 20
+		a.IncreasePerS = min(rate/20, maxIncreasePerS)
 	}
 	if a.Quiet == 0 {
 		a.Quiet = DefaultAdaptiveQuiet
@@ -209,9 +251,14 @@ const (
 	DefaultAdaptiveQuiet    = 2 * time.Second
 	maxQuotas               = 4
 	maxQuotaPer             = 31 * 24 * time.Hour
-	maxIncreasePerS         = 9000       // leaky.MaxIncreasePerS
-	maxAdaptiveRate         = 10_000_000 // leaky.MaxAdaptiveRate
-	maxSegmentsCost         = 10         // the largest cost the queues leave room for (cli's segmentsMaxCost)
+	maxQuotaLimit           = 1_000_000_000_000_000 // the units' sums stay exact in reserve.lua (leaky allows 2^51)
+	maxIncreasePerS         = 9000                  // leaky.MaxIncreasePerS
+	maxSegmentsCost         = 10                    // the largest cost the queues leave room for (cli's segmentsMaxCost)
+	// MaxClimb bounds an adaptive contract's climb from min_rate back to
+	// rate, (rate − min_rate) / increase_per_s: the state lives until the
+	// climb ends. MaxQuiet bounds quiet for the same reason.
+	MaxClimb = 24 * time.Hour
+	MaxQuiet = time.Hour
 )
 
 // WithDefaults returns c with every zero-valued key that has a default
@@ -229,6 +276,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaxPause == 0 {
 		c.MaxPause = DefaultMaxPause
+	}
+	if c.ProbeInterval == 0 {
+		c.ProbeInterval = DefaultProbeInterval
 	}
 	if a := c.Adaptive; a != nil {
 		d := a.WithDefaults(c.Rate)
@@ -284,11 +334,9 @@ func (c Config) Validate() error {
 	if kindOK && k.channel != "" && slices.Contains(channelNames, c.Channel) && c.Channel != k.channel {
 		p.add("channel", "kind %s sends %s only, got %q", c.Kind, k.channel, c.Channel)
 	}
-	switch {
-	case math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0) || c.Rate <= 0:
-		p.add("rate", "must be greater than 0, got %g", c.Rate)
-	case c.Rate < MinRate:
-		p.add("rate", "must be at least %g (one a day: slower contracts cannot be paced exactly), got %g", MinRate, c.Rate)
+	rateOK := c.Rate >= MinRate && c.Rate <= MaxRate // NaN: false
+	if !rateOK {
+		p.add("rate", "must be a number of units per second from 1/86400 (one a day) to %d (one a µs: the queue's interval is whole µs), got %g", MaxRate, c.Rate)
 	}
 	switch {
 	case !slices.Contains(unitNames, c.Unit):
@@ -296,20 +344,22 @@ func (c Config) Validate() error {
 	case c.Unit == "segments" && c.Channel != "sms":
 		p.add("unit", "segments is only for channel sms, got channel %q", c.Channel)
 	}
-	switch {
-	case c.MaxQueueDelay <= 0:
-		p.add("max_queue_delay", "must be greater than 0, got %s", c.MaxQueueDelay)
-	case c.MaxQueueDelay > MaxQueueDelayLimit:
-		p.add("max_queue_delay", "must be at most %s, got %s", MaxQueueDelayLimit, c.MaxQueueDelay)
+	if c.MaxQueueDelay < MinQueueDelay || c.MaxQueueDelay > MaxQueueDelayLimit {
+		p.add("max_queue_delay", "%s, got %s", RangeText(MinQueueDelay, MaxQueueDelayLimit), text.Duration(c.MaxQueueDelay))
 	}
-	if c.MaxPause < 0 || c.MaxPause > MaxRetryAfter {
-		p.add("max_pause", "must be between 0 (the default, %s) and %s, got %s", DefaultMaxPause, MaxRetryAfter, c.MaxPause)
+	if c.MaxPause < MinPause || c.MaxPause > MaxRetryAfter {
+		p.add("max_pause", "%s, got %s", RangeText(MinPause, MaxRetryAfter), text.Duration(c.MaxPause))
 	}
-	if c.JitterBudget < 0 || c.JitterBudget > MaxJitterBudget {
-		p.add("jitter_budget", "must be between 0 (the default, 15ms) and %s, got %s", MaxJitterBudget, c.JitterBudget)
+	// 0 is the key left out (15ms); written as 0 it is refused by the
+	// command line, with the same range.
+	if c.JitterBudget != 0 && (c.JitterBudget < MinJitterBudget || c.JitterBudget > MaxJitterBudget) {
+		p.add("jitter_budget", "%s, got %s", RangeText(MinJitterBudget, MaxJitterBudget), text.Duration(c.JitterBudget))
 	}
-	if c.Timeout <= 0 {
-		p.add("timeout", "must be greater than 0, got %s", c.Timeout)
+	if c.Timeout < MinTimeout || c.Timeout > MaxTimeout {
+		p.add("timeout", "%s, got %s", RangeText(MinTimeout, MaxTimeout), text.Duration(c.Timeout))
+	}
+	if c.ProbeInterval < MinProbeInterval || c.ProbeInterval > MaxProbeInterval {
+		p.add("probe_interval", "%s, got %s", RangeText(MinProbeInterval, MaxProbeInterval), text.Duration(c.ProbeInterval))
 	}
 	if c.Fallback != "" && c.Fallback == c.Name {
 		p.add("fallback", "must name another provider, got its own name %q", c.Fallback)
@@ -323,21 +373,22 @@ func (c Config) Validate() error {
 		}
 	}
 	if a := c.Adaptive; a != nil {
-		finite := func(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
-		if !finite(a.MinRate) || a.MinRate < MinRate || (c.Rate > 0 && a.MinRate > c.Rate) {
-			p.add("adaptive.min_rate", "must be from %g to rate (%g), got %g", MinRate, c.Rate, a.MinRate)
+		minOK := a.MinRate >= MinRate && (!rateOK || a.MinRate <= c.Rate) // NaN: false
+		if !minOK {
+			p.add("adaptive.min_rate", "must be from 1/86400 (one a day) to rate (%g), got %g", c.Rate, a.MinRate)
 		}
-		if !finite(a.Decrease) || a.Decrease <= 0 || a.Decrease >= 1 {
+		if !(a.Decrease > 0 && a.Decrease < 1) {
 			p.add("adaptive.decrease", "must be greater than 0 and less than 1, got %g", a.Decrease)
 		}
-		if !finite(a.IncreasePerS) || a.IncreasePerS <= 0 || a.IncreasePerS > maxIncreasePerS {
+		switch {
+		case !(a.IncreasePerS > 0 && a.IncreasePerS <= maxIncreasePerS):
 			p.add("adaptive.increase_per_s", "must be greater than 0 and at most %d, got %g", maxIncreasePerS, a.IncreasePerS)
+		case rateOK && minOK && (c.Rate-a.MinRate)/a.IncreasePerS > MaxClimb.Seconds():
+			p.add("adaptive.increase_per_s", "must be at least (rate − min_rate) / 86400 = %g, so the climb from min_rate back to rate takes at most %s (the state lives until it ends), got %g",
+				(c.Rate-a.MinRate)/MaxClimb.Seconds(), text.Duration(MaxClimb), a.IncreasePerS)
 		}
-		if c.Rate > maxAdaptiveRate {
-			p.add("adaptive", "an adaptive contract's rate must be at most %d, got %g", maxAdaptiveRate, c.Rate)
-		}
-		if a.Quiet < 0 {
-			p.add("adaptive.quiet", "must not be negative, got %s", a.Quiet)
+		if a.Quiet < time.Millisecond || a.Quiet > MaxQuiet {
+			p.add("adaptive.quiet", "%s, got %s", RangeText(time.Millisecond, MaxQuiet), text.Duration(a.Quiet))
 		}
 	}
 	if len(c.Quotas) > maxQuotas {
@@ -346,13 +397,13 @@ func (c Config) Validate() error {
 	for i, q := range c.Quotas {
 		key := fmt.Sprintf("quotas[%d]", i)
 		switch {
-		case q.Limit < 1:
-			p.add(key+".limit", "must be at least 1, got %d", q.Limit)
+		case q.Limit < 1 || q.Limit > maxQuotaLimit:
+			p.add(key+".limit", "must be a whole number from 1 to %d, got %d", int64(maxQuotaLimit), q.Limit)
 		case c.Unit == "segments" && q.Limit < maxSegmentsCost:
 			p.add(key+".limit", "must be at least %d with unit segments (a long SMS takes that many at once), got %d", maxSegmentsCost, q.Limit)
 		}
 		if q.Per < time.Second || q.Per > maxQuotaPer || q.Per%time.Second != 0 {
-			p.add(key+".per", "must be whole seconds from 1s to %s, got %s", maxQuotaPer, q.Per)
+			p.add(key+".per", "must be whole seconds from 1s to %s (31 days), got %s", text.Duration(maxQuotaPer), text.Duration(q.Per))
 		}
 	}
 	if c.CredentialsEnv != "" && !envRE.MatchString(c.CredentialsEnv) {
@@ -360,6 +411,9 @@ func (c Config) Validate() error {
 	}
 	if c.PasswordEnv != "" && !envRE.MatchString(c.PasswordEnv) {
 		p.add("password_env", "must be an environment variable name ([A-Za-z_][A-Za-z0-9_]*), got %q", c.PasswordEnv)
+	}
+	if c.SigningSecretEnv != "" && !envRE.MatchString(c.SigningSecretEnv) {
+		p.add("signing_secret_env", "must be an environment variable name ([A-Za-z_][A-Za-z0-9_]*), got %q", c.SigningSecretEnv)
 	}
 	if !kindOK {
 		return errors.Join(p.errs...)
@@ -369,6 +423,12 @@ func (c Config) Validate() error {
 		k.validate(c, p)
 	}
 	return errors.Join(p.errs...)
+}
+
+// RangeText is how a duration's range reads in a problem: "must be from
+// 1s to 1h". The command line's refusal of an explicit zero says the same.
+func RangeText(lo, hi time.Duration) string {
+	return "must be from " + text.Duration(lo) + " to " + text.Duration(hi)
 }
 
 // ValidateAll checks what no single entry can: that there is at least one

@@ -40,6 +40,9 @@ func TestWithDefaults(t *testing.T) {
 	}
 }
 
+// rateRange is the start of the problem of a rate out of its range.
+const rateRange = "rate: must be a number of units per second from 1/86400 (one a day) to 1000000 (one a µs: the queue's interval is whole µs), got "
+
 func TestValidate(t *testing.T) {
 	t.Parallel()
 	with := func(f func(*providers.Config)) providers.Config {
@@ -73,7 +76,7 @@ func TestValidate(t *testing.T) {
 			From: "Example <no-reply@example.com>", Username: "u", PasswordEnv: "SMTP_PASSWORD"}, nil},
 
 		{"max_pause over an hour", with(func(c *providers.Config) { c.MaxPause = 2 * time.Hour }),
-			[]string{"max_pause: must be between 0 (the default, 5m0s) and 1h0m0s, got 2h0m0s"}},
+			[]string{"max_pause: must be from 1s to 1h, got 2h"}},
 		{"missing name", with(func(c *providers.Config) { c.Name = "" }), []string{"name: required"}},
 		{"bad name", with(func(c *providers.Config) { c.Name = "sms gateway" }),
 			[]string{`name: must be 1-64 characters of A-Z a-z 0-9 . _ -, got "sms gateway"`}},
@@ -88,21 +91,29 @@ func TestValidate(t *testing.T) {
 		{"kind on the wrong channel", providers.Config{Name: "tw", Channel: "push", Kind: "twilio", Rate: 1,
 			AccountSID: "AC1", From: "+15005550006", CredentialsEnv: "T"},
 			[]string{`channel: kind twilio sends sms only, got "push"`}},
-		{"negative rate", with(func(c *providers.Config) { c.Rate = -5 }), []string{"rate: must be greater than 0, got -5"}},
-		{"zero rate", with(func(c *providers.Config) { c.Rate = 0 }), []string{"rate: must be greater than 0, got 0"}},
-		{"NaN rate", with(func(c *providers.Config) { c.Rate = math.NaN() }), []string{"rate: must be greater than 0, got NaN"}},
+		{"negative rate", with(func(c *providers.Config) { c.Rate = -5 }), []string{rateRange + "-5"}},
+		{"zero rate", with(func(c *providers.Config) { c.Rate = 0 }), []string{rateRange + "0"}},
+		{"NaN rate", with(func(c *providers.Config) { c.Rate = math.NaN() }), []string{rateRange + "NaN"}},
 		// 1e-15/s: its interval in µs overflows int64, and a run sent 50 of
 		// 50 jobs within a second.
-		{"rate too slow to pace", with(func(c *providers.Config) { c.Rate = 1e-15 }), []string{"rate: must be at least 1.1574074074074073e-05 (one a day: slower contracts cannot be paced exactly), got 1e-15"}},
-		{"queue delay too long", with(func(c *providers.Config) { c.MaxQueueDelay = 25 * time.Hour }), []string{"max_queue_delay: must be at most 24h0m0s, got 25h0m0s"}},
+		{"rate too slow to pace", with(func(c *providers.Config) { c.Rate = 1e-15 }), []string{rateRange + "1e-15"}},
+		// 1e12/s: paced at 1e6/s, a unit a µs, not as written (issue 26).
+		{"rate too fast to pace", with(func(c *providers.Config) { c.Rate = 1e12 }), []string{rateRange + "1e+12"}},
+		{"slowest rate", with(func(c *providers.Config) { c.Rate = providers.MinRate }), nil},
+		{"fastest rate", with(func(c *providers.Config) { c.Rate = providers.MaxRate }), nil},
+		{"queue delay too long", with(func(c *providers.Config) { c.MaxQueueDelay = 25 * time.Hour }), []string{"max_queue_delay: must be from 1ms to 24h, got 25h"}},
+		{"queue delay too short", with(func(c *providers.Config) { c.MaxQueueDelay = time.Microsecond }), []string{"max_queue_delay: must be from 1ms to 24h, got 1µs"}},
+		{"timeout too long", with(func(c *providers.Config) { c.Timeout = time.Hour }), []string{"timeout: must be from 1ms to 10m, got 1h"}},
+		{"jitter budget too short", with(func(c *providers.Config) { c.JitterBudget = time.Microsecond }), []string{"jitter_budget: must be from 1ms to 250ms, got 1µs"}},
+		{"max_pause under a second", with(func(c *providers.Config) { c.MaxPause = time.Millisecond }), []string{"max_pause: must be from 1s to 1h, got 1ms"}},
 		{"unknown unit", with(func(c *providers.Config) { c.Unit = "bytes" }),
 			[]string{`unit: "bytes" is not one of messages, segments`}},
 		{"segments on push", providers.Config{Name: "p", Channel: "push", Kind: "webhook", URL: "https://x", Rate: 1,
 			Unit: "segments"}, []string{`unit: segments is only for channel sms, got channel "push"`}},
 		{"negative max_queue_delay", with(func(c *providers.Config) { c.MaxQueueDelay = -time.Second }),
-			[]string{"max_queue_delay: must be greater than 0, got -1s"}},
+			[]string{"max_queue_delay: must be from 1ms to 24h, got -1s"}},
 		{"negative timeout", with(func(c *providers.Config) { c.Timeout = -time.Millisecond }),
-			[]string{"timeout: must be greater than 0, got -1ms"}},
+			[]string{"timeout: must be from 1ms to 10m, got -1ms"}},
 		{"missing url", with(func(c *providers.Config) { c.URL = "" }), []string{"url: required for kind webhook"}},
 		{"relative url", with(func(c *providers.Config) { c.URL = "/send" }),
 			[]string{`url: must be an absolute http(s) URL, got "/send"`}},
@@ -162,7 +173,7 @@ func TestValidate(t *testing.T) {
 			"password_env: required for kind smtp when username is set"}},
 		{"several mistakes at once", providers.Config{Name: "x", Channel: "sms", Kind: "webhook", Rate: -1,
 			URL: "nope", Timeout: -time.Second}, []string{
-			"rate: must be greater than 0, got -1", "timeout: must be greater than 0, got -1s",
+			rateRange + "-1", "timeout: must be from 1ms to 10m, got -1s",
 			`url: must be an absolute http(s) URL, got "nope"`}},
 	}
 	for _, c := range cases {
@@ -298,11 +309,49 @@ func TestShapingKeys(t *testing.T) {
 	for _, want := range []string{
 		`fallback: must name another provider, got its own name "sms"`,
 		"adaptive.min_rate: must be from", "adaptive.decrease: must be greater than 0 and less than 1, got 1.5",
-		"adaptive.increase_per_s: must be greater than 0 and at most 9000, got -1", "adaptive.quiet: must not be negative",
-		"quotas[0].limit: must be at least 1, got 0", "quotas[1].per: must be whole seconds",
+		"adaptive.increase_per_s: must be greater than 0 and at most 9000, got -1", "adaptive.quiet: must be from 1ms to 1h, got -1s",
+		"quotas[0].limit: must be a whole number from 1 to 1000000000000000, got 0", "quotas[1].per: must be whole seconds",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("Validate() lacks %q:\n%s", want, got)
+		}
+	}
+}
+
+// TestShapingRanges: the adaptive climb from min_rate back to rate takes at
+// most a day (the state lives until it ends; increase_per_s 1e-15 made it
+// 2^53 µs), quiet is at most an hour, a quota's limit at most 1e15, and
+// the default increase_per_s of a fast contract stays within its range.
+func TestShapingRanges(t *testing.T) {
+	t.Parallel()
+	base := providers.Config{Name: "sms", Channel: "sms", Default: true, Kind: "log", Rate: 100}
+	for _, c := range []struct {
+		name string
+		set  func(*providers.Config)
+		want string
+	}{
+		{"slow climb", func(c *providers.Config) {
+			c.Adaptive = &providers.AdaptiveConfig{MinRate: 10, IncreasePerS: 1e-15}
+		}, "adaptive.increase_per_s: must be at least (rate − min_rate) / 86400 = 0.0010416666666666667, so the climb from min_rate back to rate takes at most 24h (the state lives until it ends), got 1e-15"},
+		{"climb of a day", func(c *providers.Config) {
+			c.Adaptive = &providers.AdaptiveConfig{MinRate: 13.6, IncreasePerS: 0.001}
+		}, ""},
+		{"long quiet", func(c *providers.Config) {
+			c.Adaptive = &providers.AdaptiveConfig{Quiet: 2 * time.Hour}
+		}, "adaptive.quiet: must be from 1ms to 1h, got 2h"},
+		{"huge quota", func(c *providers.Config) {
+			c.Quotas = []providers.QuotaConfig{{Limit: 1e18, Per: time.Hour}}
+		}, "quotas[0].limit: must be a whole number from 1 to 1000000000000000, got 1000000000000000000"},
+		{"fast adaptive contract's defaults", func(c *providers.Config) {
+			c.Rate = providers.MaxRate
+			c.Adaptive = &providers.AdaptiveConfig{}
+		}, ""},
+	} {
+		cfg := base
+		c.set(&cfg)
+		got := strings.Join(messages(cfg.Validate()), "\n")
+		if got != c.want {
+			t.Errorf("%s: Validate() = %q, want %q", c.name, got, c.want)
 		}
 	}
 }

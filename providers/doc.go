@@ -1,7 +1,7 @@
 // Package providers sends notifications to the outside world: the Provider
-// interface, the error classes every provider returns (permanent, transient
-// and perhaps ambiguous, rate limited with a Retry-After and a scope, the
-// sender refused), the provider configuration with its defaults and
+// interface, the error classes every provider returns (permanent and
+// perhaps naming the recipient as gone, transient and perhaps ambiguous,
+// rate limited with a Retry-After and a scope, the sender refused), the provider configuration with its defaults and
 // validation, SMS segment counting for segment-priced contracts, a masking
 // helper for logs and error details, a Registry that builds every
 // configured provider, and the handler of Twilio's delivery status
@@ -21,16 +21,22 @@
 //	case errors.As(err, &rl) && rl.Scope == providers.ScopeRecipient:
 //		// 429 for this one recipient: defer this job alone by rl.RetryAfter
 //	case errors.As(err, &rl):
-//		// 429: pause the provider fleet-wide for rl.RetryAfter
+//		// 429: pause the provider fleet-wide for rl.RetryAfter (plus
+//		// jitter unless rl.Explicit: then it is the kind's backoff)
 //	case errors.Is(err, providers.ErrSender):
-//		// the provider refused the sender (credentials, account): pause
-//		// the provider fleet-wide and keep the job
+//		// the provider refused the sender (credentials, account, its
+//		// configuration): pause the provider fleet-wide, keep the job,
+//		// let one job through every cfg.ProbeInterval as a probe
+//	case errors.Is(err, providers.ErrRecipientGone):
+//		// a permanent refusal naming the recipient as dead: suppress the
+//		// recipient, then dead-letter with reason "rejected"
 //	case errors.Is(err, providers.ErrPermanent):
 //		// dead-letter with reason "rejected"
 //	case errors.As(err, &pe) && pe.Ambiguous && !cfg.RetriesOnTimeout():
 //		// the provider may have taken it: dead-letter with reason "ambiguous"
 //	default:
-//		// providers.ErrTransient: retry with backoff, counting an attempt
+//		// providers.ErrTransient: retry with backoff, counting an attempt,
+//		// and not before pe.RetryAfter when it is set
 //	}
 //
 // Error texts are one line and never carry the recipient's address, the
@@ -41,7 +47,7 @@
 // host is configurable, so tests point it at a fake (testenv):
 //
 //	kind     type     protocol                                      secret
-//	webhook  Webhook  POST <url>, the job as JSON                   credentials_env (optional bearer token)
+//	webhook  Webhook  POST <url>, the job as JSON                   credentials_env (optional bearer token), signing_secret_env (optional)
 //	twilio   Twilio   Twilio Programmable Messaging, form + basic   credentials_env (auth token)
 //	fcm      FCM      Firebase Cloud Messaging HTTP v1, bearer      credentials_env (token) or credentials_file (service account)
 //	apns     APNs     APNs over HTTP/2, ES256 provider JWT          key_file (.p8 key)

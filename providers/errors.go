@@ -30,6 +30,18 @@ var (
 	ErrSender = errors.New("provider refused the sender")
 )
 
+// ErrRecipientGone marks, among permanent refusals, those in which the
+// provider names the recipient itself as dead, whatever the message: an
+// APNs 410 (Unregistered, ExpiredToken), FCM's UNREGISTERED, Twilio's 21610
+// (the number replied STOP), 21211 and 21614 (not a valid, not a mobile
+// number), an SMTP 5.1.1 (no such mailbox), a webhook receiver's 410 Gone.
+// It is not a class of its own: an error that matches it with errors.Is is
+// an *Error with Class ErrPermanent and RecipientGone set, so it matches
+// ErrPermanent too. A caller that keeps a list of dead recipients (issue 28's
+// suppression list) adds the recipient on it and dead-letters the job as
+// any permanent refusal; one that does not can ignore it.
+var ErrRecipientGone = errors.New("the provider says the recipient is gone")
+
 // DefaultRetryAfter is the pause a RateLimitedError carries when the
 // provider's 429 had no usable Retry-After header. SPEC §6 asks for 1 s with
 // jitter; the jitter is the caller's, who knows the fleet.
@@ -56,16 +68,25 @@ type Error struct {
 	// final dot): the provider may have accepted it, so a retry may deliver
 	// the message twice.
 	Ambiguous bool
+	// RecipientGone reports, for a permanent refusal, that the provider
+	// named the recipient as dead (see ErrRecipientGone, which the error
+	// then matches): every later message to it would be refused too.
+	RecipientGone bool
 }
 
 func (e *Error) Error() string { return e.Provider + ": " + e.Detail }
 
-// Unwrap exposes the class and the cause to errors.Is and errors.As.
+// Unwrap exposes the class, ErrRecipientGone when RecipientGone is set, and
+// the cause to errors.Is and errors.As.
 func (e *Error) Unwrap() []error {
-	if e.Err == nil {
-		return []error{e.Class}
+	errs := []error{e.Class}
+	if e.RecipientGone {
+		errs = append(errs, ErrRecipientGone)
 	}
-	return []error{e.Class, e.Err}
+	if e.Err != nil {
+		errs = append(errs, e.Err)
+	}
+	return errs
 }
 
 // RateLimitedError is the error of a Send the provider answered with 429 (or

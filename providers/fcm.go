@@ -38,8 +38,9 @@ import (
 //
 // The answer's google.rpc error body is read: the FCM error code in
 // error.details[].errorCode, else error.status, decides the class.
-// UNREGISTERED, INVALID_ARGUMENT, SENDER_ID_MISMATCH (the token belongs to
-// another project) and NOT_FOUND are ErrPermanent. THIRD_PARTY_AUTH_ERROR
+// UNREGISTERED (with RecipientGone: the token is dead), INVALID_ARGUMENT,
+// SENDER_ID_MISMATCH (the token belongs to another project) and NOT_FOUND
+// are ErrPermanent. THIRD_PARTY_AUTH_ERROR
 // (FCM's APNs certificate or web push key is invalid or missing) and a
 // PERMISSION_DENIED without an FCM code (the credentials may not send for
 // the project) are ErrSender. UNAUTHENTICATED (401) is ErrSender with a
@@ -47,11 +48,13 @@ import (
 // token is then dropped so the next Send fetches a fresh one (a
 // THIRD_PARTY_AUTH_ERROR, also a 401, keeps it: the token is fine).
 // QUOTA_EXCEEDED is a *RateLimitedError pausing at least FCMQuotaPause
-// (FCM asks for a minute's backoff), of ScopeRecipient when its
-// google.rpc.QuotaFailure names a device's or a topic's message rate (the
-// target of this one message) and ScopeProvider otherwise (the project's
-// rate, or no detail); another RESOURCE_EXHAUSTED or 429 is a provider
-// rate limit honouring Retry-After. UNAVAILABLE (503, Retry-After kept in
+// (FCM asks for exponential backoff from a minute), of ScopeRecipient when
+// its google.rpc.QuotaFailure names a device's or a topic's message rate
+// (the target of this one message) and ScopeProvider otherwise (the
+// project's rate, or no detail), whose pause doubles over a run; another
+// RESOURCE_EXHAUSTED or 429 is a provider rate limit honouring
+// Retry-After, or without one pausing FCMOverloadPause, doubled over a run
+// (see throttle). UNAVAILABLE (503, Retry-After kept in
 // Error.RetryAfter), INTERNAL (500), 408, timeouts and connection errors
 // are ErrTransient (Ambiguous once the request was written whole: FCM's
 // send has no idempotency key). A failed token fetch is classed like a
@@ -79,9 +82,18 @@ const (
 	FCMMaxData = 4096
 	// FCMMaxTTL is the longest android.ttl FCM takes: 28 days.
 	FCMMaxTTL = 28 * 24 * time.Hour
-	// FCMQuotaPause is the least pause of a QUOTA_EXCEEDED: FCM asks for
-	// at least a minute's backoff.
+	// FCMQuotaPause is the least pause of a QUOTA_EXCEEDED, the first of a
+	// run that doubles: Firebase's ErrorCode reference asks to "use
+	// exponential backoff with a minimum initial delay of 1 minute".
 	FCMQuotaPause = time.Minute
+	// FCMOverloadPause is the pause of a 429 without an FCM code and
+	// without Retry-After (FCM overloaded: "429 responses may also be
+	// returned in overload situations", Firebase's "Throttling and
+	// quotas"), the first of a run that doubles: Firebase's ErrorCode
+	// reference asks for exponential back-off on overload ("if you waited
+	// one second before the first retry, wait at least two seconds before
+	// the next one, then 4 seconds and so on").
+	FCMOverloadPause = time.Second
 )
 
 // fcmKind is the fcm entry of kinds.
@@ -135,6 +147,7 @@ func newFCM(cfg Config, opts Options) (*FCM, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new fcm %s: %w", cfg.Name, err)
 	}
+	base.floor = FCMOverloadPause
 	f := &FCM{
 		httpBase: base,
 		endpoint: trimSlash(cfg.URL) + "/v1/projects/" + url.PathEscape(cfg.ProjectID) + "/messages:send",
@@ -365,6 +378,7 @@ func readFCMAnswer(status int, body []byte) (answer, string) {
 		a.minPause = FCMQuotaPause
 		a.scope = quotaScope(violations)
 	}
+	a.gone = code == "UNREGISTERED" && status >= 400 && status <= 499
 	return a, code
 }
 

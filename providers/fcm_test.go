@@ -49,12 +49,18 @@ func TestFCMConformance(t *testing.T) {
 		},
 		Message:  pushMessage,
 		Accepted: providertest.Reply{Status: 200, Body: `{"name":"projects/notifier-test/messages/0:1500415314455276%31bd1c9631bd1c96"}`},
-		Refusal: providertest.Reply{Status: 404, Header: http.Header{"Content-Type": {"application/json"}},
-			Body: `{"error":{"code":404,"message":"Requested entity was not found.","status":"NOT_FOUND",` +
-				`"details":[{"@type":"type.googleapis.com/google.firebase.fcm.v1.FcmError","errorCode":"UNREGISTERED"}]}}`},
-		RefusalReason:  "UNREGISTERED (NOT_FOUND): Requested entity was not found.",
+		Refusal: providertest.Reply{Status: 400, Header: http.Header{"Content-Type": {"application/json"}},
+			Body: `{"error":{"code":400,"message":"The registration token is not a valid FCM registration token","status":"INVALID_ARGUMENT",` +
+				`"details":[{"@type":"type.googleapis.com/google.firebase.fcm.v1.FcmError","errorCode":"INVALID_ARGUMENT"}]}}`},
+		RefusalReason:  "INVALID_ARGUMENT: The registration token is not a valid FCM registration token",
 		Secrets:        []string{fcmToken},
 		SenderStatuses: []int{http.StatusUnauthorized}, // the configured token refused
+		NoRetryOnTimeout: func(t *testing.T, url string, timeout time.Duration) providers.Provider {
+			return newFCM(t, providers.Config{URL: url, Timeout: timeout, RetryOnTimeout: new(false)}, fcmToken, providers.Options{})
+		},
+		Gone: providertest.Reply{Status: 404, Header: http.Header{"Content-Type": {"application/json"}},
+			Body: `{"error":{"code":404,"message":"Requested entity was not found.","status":"NOT_FOUND",` +
+				`"details":[{"@type":"type.googleapis.com/google.firebase.fcm.v1.FcmError","errorCode":"UNREGISTERED"}]}}`},
 	})
 }
 
@@ -495,4 +501,57 @@ func TestNewFCMErrors(t *testing.T) {
 	if _, err := providers.NewFCM(both, providers.Options{}); err == nil || !strings.Contains(err.Error(), "not both") {
 		t.Errorf("both credentials: %v", err)
 	}
+}
+
+// TestFCMOverloadBacksOffExponentially: FCM overloaded answers 429
+// RESOURCE_EXHAUSTED without an FCM code or Retry-After (the fake's
+// OverloadFor). Firebase asks for exponential backoff (ErrorCode:
+// "if you waited one second before the first retry, wait at least two
+// seconds before the next one, then 4 seconds and so on"), where the fcm
+// kind paused 1 s every time: a run of them pauses 1 s, 2 s, 4 s, each
+// counted once for the requests already on their way; a request accepted
+// after a pause ends the run. QUOTA_EXCEEDED without Retry-After starts at
+// a minute ("exponential backoff with a minimum initial delay of 1
+// minute") and doubles the same way.
+func TestFCMOverloadBacksOffExponentially(t *testing.T) {
+	t.Parallel()
+	clock := newClock()
+	fake := testenv.FakeFCM(t, testenv.WithClock(clock.Now))
+	p := newFCM(t, providers.Config{URL: fake.URL(), ProjectID: fake.ProjectID()}, fake.BearerToken(), providers.Options{Now: clock.Now})
+	ctx := context.Background()
+	pause := func(what string, want time.Duration, explicit bool) {
+		t.Helper()
+		err := p.Send(ctx, pushMessage())
+		var rl *providers.RateLimitedError
+		if !errors.As(err, &rl) || rl.Scope != providers.ScopeProvider || rl.RetryAfter != want || rl.Explicit != explicit {
+			t.Fatalf("%s: %v, want a provider rate limit of %s (explicit %v)", what, err, want, explicit)
+		}
+	}
+	fake.OverloadFor(time.Hour)
+	pause("first overload", time.Second, false)
+	pause("a request sent during that pause", time.Second, false)
+	clock.Advance(time.Second)
+	pause("second overload", 2*time.Second, false)
+	clock.Advance(2 * time.Second)
+	pause("third overload", 4*time.Second, false)
+	clock.Advance(4 * time.Second)
+	fake.OverloadFor(0)
+	if err := p.Send(ctx, pushMessage()); err != nil {
+		t.Fatalf("after the overload: %v", err)
+	}
+	fake.OverloadFor(time.Hour)
+	pause("an overload after a success", time.Second, false)
+	if n := fake.Count(http.StatusTooManyRequests); n != 5 {
+		t.Errorf("the fake answered %d 429s, want 5", n)
+	}
+
+	fake.OverloadFor(0)
+	clock.Advance(time.Second)
+	if err := p.Send(ctx, pushMessage()); err != nil {
+		t.Fatal(err)
+	}
+	fake.RateLimitFor(time.Hour, "") // QUOTA_EXCEEDED of the project, no Retry-After
+	pause("quota exceeded", time.Minute, true)
+	clock.Advance(time.Minute)
+	pause("quota exceeded again", 2*time.Minute, true)
 }

@@ -11,9 +11,10 @@ import (
 	"time"
 )
 
-// httpBase is what the HTTP kinds (twilio, fcm, apns) share: one pooled
-// transport, the per-request timeout and the mapping of answers onto the
-// error classes. It is safe for concurrent use.
+// httpBase is what the HTTP kinds (webhook, twilio, fcm, apns) share: one
+// pooled transport, the per-request timeout, the mapping of answers onto
+// the error classes and the backoff of rate limits that do not say how long
+// to wait. It is safe for concurrent use.
 type httpBase struct {
 	name      string
 	timeout   time.Duration
@@ -21,13 +22,23 @@ type httpBase struct {
 	client    *http.Client
 	transport *http.Transport // nil when Options.HTTPClient was given
 	now       func() time.Time
+	// strict is retry_on_timeout: false: no request is ever resent by the
+	// transport, and a failure without an answer after the request was
+	// written whole is ambiguous whatever it is (see post).
+	strict bool
+	// floor is the pause of the first rate limit of a run that says
+	// nothing of how long to wait; throttle doubles it over the run.
+	floor    time.Duration
+	throttle *throttle
 }
 
 // newHTTPBase builds the transport of cfg (trusting tls_ca_file when set).
 // With http2Only the transport speaks HTTP/2 over TLS and nothing else.
-// opts must have its defaults applied.
+// opts must have its defaults applied. The rate-limit floor is
+// DefaultRetryAfter; a kind that documents another sets its own.
 func newHTTPBase(cfg Config, opts Options, http2Only bool) (httpBase, error) {
-	b := httpBase{name: cfg.Name, timeout: cfg.Timeout, userAgent: "notifier/" + opts.Version, now: opts.Now}
+	b := httpBase{name: cfg.Name, timeout: cfg.Timeout, userAgent: "notifier/" + opts.Version, now: opts.Now,
+		strict: !cfg.RetriesOnTimeout(), floor: DefaultRetryAfter, throttle: new(throttle)}
 	if opts.HTTPClient != nil {
 		b.client = opts.HTTPClient
 		return b, nil
@@ -60,12 +71,24 @@ func (b *httpBase) closeIdle() {
 // post makes one POST of body to url with header, bounded by the timeout,
 // and maps the answer: nil for a 2xx, else the error of its class, read by
 // read (nil: the webhook rules) and scrubbed by s.
+//
+// Under retry_on_timeout: false (strict) the request has no GetBody, so
+// net/http's transport can never resend it on a new connection: it
+// otherwise does so, by itself and unseen, for a request it deems
+// replayable (a POST carrying Idempotency-Key: Request.isReplayable) whose
+// reused connection failed after the request was written, and for an
+// HTTP/2 stream the server refused. The failure then comes back here, and
+// is ambiguous when the request had been written whole.
 func (b *httpBase) post(ctx context.Context, url string, header http.Header, body []byte, s scrubber, read readAnswer) error {
+	start := b.now()
 	rctx, cancel := context.WithTimeout(ctx, b.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(rctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return &Error{Provider: b.name, Class: ErrPermanent, Detail: "build request: " + causeDetail(err, s), Err: err}
+	}
+	if b.strict {
+		req.GetBody = nil
 	}
 	req.Header = header
 	req.Header.Set("User-Agent", b.userAgent)
@@ -73,11 +96,11 @@ func (b *httpBase) post(ctx context.Context, url string, header http.Header, bod
 	resp, err := b.client.Do(req)
 	if err != nil {
 		e := transportError(ctx, b.name, b.timeout, err, s)
-		e.Ambiguous = ambiguous(wrote.Load(), err)
+		e.Ambiguous = ambiguous(wrote.Load(), err, b.strict)
 		return e
 	}
 	reportBudget(ctx, resp.Header, b.now)
-	return classifyResponse(b.name, resp, s, b.now, read)
+	return b.classify(resp, s, read, start, wrote.Load())
 }
 
 // traceWrite returns req with a client trace that reports whether the
@@ -102,12 +125,31 @@ func traceWrite(req *http.Request) (*http.Request, *atomic.Bool) {
 	return req.WithContext(httptrace.WithClientTrace(req.Context(), trace)), wrote
 }
 
+// Errors after which the server cannot have acted on a request, whatever
+// was written: an HTTP/2 stream the server refused (RFC 9113 §8.7,
+// REFUSED_STREAM) or that lay past the last stream its GOAWAY said it
+// would process. net/http resends them itself when it can (GetBody set).
+var unprocessed = []string{"REFUSED_STREAM", "http2: Transport received Server's graceful shutdown GOAWAY"}
+
 // ambiguous reports whether a round trip that failed with err after the
-// trace of traceWrite saw wrote is ambiguous. net/http's "server closed
-// idle connection" is not: the server closed the pooled connection before
-// the request reached it (its FIN crossed the request on the wire).
-func ambiguous(wrote bool, err error) bool {
-	return wrote && !strings.Contains(err.Error(), "http: server closed idle connection")
+// trace of traceWrite saw wrote is ambiguous. An HTTP/2 stream the server
+// says it did not process is not. Otherwise, unless strict, net/http's
+// "server closed idle connection" is not either: the server closed the
+// pooled connection before the request reached it (its FIN crossed the
+// request on the wire), which is by far its likeliest cause. Strict
+// (retry_on_timeout: false) takes no such bet: the same EOF also follows a
+// server that read the request, acted on it and died before answering.
+func ambiguous(wrote bool, err error, strict bool) bool {
+	if !wrote {
+		return false
+	}
+	msg := err.Error()
+	for _, u := range unprocessed {
+		if strings.Contains(msg, u) {
+			return false
+		}
+	}
+	return strict || !strings.Contains(msg, "http: server closed idle connection")
 }
 
 // answer is a kind's reading of an error response.
@@ -126,8 +168,16 @@ type answer struct {
 	scope Scope
 	// minPause, when set, is the least RetryAfter of a rate limit: the
 	// provider documents a minimum backoff longer than its header may say
-	// (FCM's QUOTA_EXCEEDED: a minute). The pause is then explicit.
+	// (FCM's QUOTA_EXCEEDED: a minute). The pause is then explicit, and for
+	// a provider-wide limit doubles over a run (throttle).
 	minPause time.Duration
+	// minRetry, when set, is the least RetryAfter of a transient failure:
+	// the provider documents how long to wait before retrying it (APNs's
+	// 5xx: 15 minutes).
+	minRetry time.Duration
+	// gone marks a permanent refusal that names the recipient as dead
+	// (Error.RecipientGone).
+	gone bool
 }
 
 // readAnswer reads a kind's error body; body is at most reasonLimit bytes
@@ -149,14 +199,19 @@ func classByStatus(status int) error {
 	return ErrTransient
 }
 
-// classifyResponse maps a response to nil (2xx) or the error of its class,
-// and always drains (bounded) and closes the body. A Retry-After header is
-// honoured on a rate limit (RetryAfter, default DefaultRetryAfter) and kept
-// as a hint on a transient error.
-func classifyResponse(provider string, resp *http.Response, s scrubber, now func() time.Time, read readAnswer) error {
+// classify maps a response to nil (2xx) or the error of its class, and
+// always drains (bounded) and closes the body. start is when the request
+// was made, wrote whether it was written whole. A Retry-After header is
+// honoured on a rate limit and kept as a hint on a transient error; a
+// provider-wide rate limit without one pauses for the throttle's backoff
+// from the kind's floor. A 502 or 504 to a request written whole is
+// ambiguous: a gateway answered, and may have passed the request on before
+// its upstream failed or timed out.
+func (b *httpBase) classify(resp *http.Response, s scrubber, read readAnswer, start time.Time, wrote bool) error {
 	status := resp.StatusCode
 	if status >= 200 && status <= 299 {
 		drainClose(resp.Body)
+		b.throttle.accepted(start)
 		return nil
 	}
 	body := readReason(resp.Body)
@@ -177,26 +232,44 @@ func classifyResponse(provider string, resp *http.Response, s scrubber, now func
 	if status >= 300 && status <= 399 {
 		detail += " (redirects are not followed)"
 	}
-	retryAfter, explicit := retryAfterOf(resp, now)
+	retryAfter, explicit := retryAfterOf(resp, b.now)
 	switch class {
 	case ErrRateLimited:
-		rl := &RateLimitedError{Provider: provider, Status: status, Detail: detail, RetryAfter: DefaultRetryAfter, Scope: a.scope}
+		rl := &RateLimitedError{Provider: b.name, Status: status, Detail: detail, RetryAfter: DefaultRetryAfter, Scope: a.scope}
 		if explicit {
 			rl.RetryAfter, rl.Explicit = retryAfter, true
 		}
-		if a.minPause > 0 && rl.RetryAfter < a.minPause {
-			rl.RetryAfter, rl.Explicit = a.minPause, true
+		switch {
+		case a.minPause > 0:
+			least := a.minPause
+			if a.scope == ScopeProvider {
+				least = b.throttle.pause(a.minPause, start, b.now())
+			}
+			if rl.RetryAfter < least {
+				rl.RetryAfter, rl.Explicit = least, true
+			}
+		case !explicit && a.scope == ScopeProvider:
+			rl.RetryAfter = b.throttle.pause(b.floor, start, b.now())
 		}
 		return rl
 	case ErrTransient, ErrSender:
-		e := &Error{Provider: provider, Class: class, Status: status, Detail: detail}
+		e := &Error{Provider: b.name, Class: class, Status: status, Detail: detail}
 		if explicit {
 			e.RetryAfter = retryAfter
-			e.Detail += ", retry after " + retryAfter.String()
+		}
+		if class == ErrTransient && a.minRetry > e.RetryAfter {
+			e.RetryAfter = a.minRetry
+		}
+		if e.RetryAfter > 0 {
+			e.Detail += ", retry after " + e.RetryAfter.String()
+		}
+		if class == ErrTransient && (status == http.StatusBadGateway || status == http.StatusGatewayTimeout) && wrote {
+			e.Ambiguous = true
+			e.Detail += " (a gateway may have passed the request on)"
 		}
 		return e
 	}
-	return &Error{Provider: provider, Class: ErrPermanent, Status: status, Detail: detail}
+	return &Error{Provider: b.name, Class: ErrPermanent, Status: status, Detail: detail, RecipientGone: a.gone}
 }
 
 // retryAfterOf reads the response's Retry-After header. An HTTP-date is

@@ -9,7 +9,7 @@ import (
 // commonKeys are the keys every kind takes: no kind may list one in its
 // keys (it would be refused on every other kind).
 var commonKeys = []string{"name", "channel", "default", "kind", "rate", "unit", "max_queue_delay", "timeout",
-	"jitter_budget", "max_pause", "retry_on_timeout", "fallback", "reserve", "adaptive", "quotas"}
+	"jitter_budget", "max_pause", "retry_on_timeout", "fallback", "reserve", "adaptive", "quotas", "probe_interval"}
 
 // TestKindsTable holds every entry of kinds to what Validate, WithDefaults
 // and NewRegistry rely on.

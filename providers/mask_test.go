@@ -51,7 +51,9 @@ func TestMaskNeverRevealsTheInput(t *testing.T) {
 		if out == to || strings.Contains(out, to) {
 			t.Fatalf("Mask(%q, %q) = %q reveals the input", ch, to, out)
 		}
-		if at := strings.LastIndexByte(to, '@'); ch == "email" && at >= 2 && strings.Contains(out, to[:at]) {
+		// The local part must not show before the @ (the domain is shown
+		// whole, and may well contain the same letters: "t0@t0").
+		if at := strings.LastIndexByte(to, '@'); ch == "email" && at >= 2 && strings.Contains(out[:max(0, strings.LastIndexByte(out, '@'))], to[:at]) {
 			t.Fatalf("Mask(%q, %q) = %q reveals the local part", ch, to, out)
 		}
 		if r := []rune(to); ch == "sms" && len(r) >= 8 && strings.Contains(out, string(r[len(r)-5:])) {

@@ -30,8 +30,10 @@ type Provider interface {
 	// it was accepted (a 2xx). Otherwise the error wraps exactly one of
 	// ErrPermanent, ErrTransient, ErrRateLimited (a *RateLimitedError) or
 	// ErrSender, and its text is one line without the recipient, body or
-	// secrets. Send never retries, and gives up after the configured timeout
-	// or when ctx ends (ErrTransient, wrapping the context's error, and
-	// Error.Ambiguous when the request had reached the provider whole).
+	// secrets. Send does not retry (one exception: apns sends once more with
+	// a new provider token when APNs refused the first as expired, without
+	// acting on it), and gives up after the configured timeout or when ctx
+	// ends (ErrTransient, wrapping the context's error, and Error.Ambiguous
+	// when the request had reached the provider whole).
 	Send(ctx context.Context, m *Message) error
 }

@@ -83,7 +83,7 @@ func TestNewRegistryRefuses(t *testing.T) {
 		want []string
 	}{
 		{"invalid entry, prefixed", []providers.Config{ok, {Name: "bad", Channel: "push", Default: true, Kind: "log", Rate: -1}},
-			[]string{"providers[1] (bad).rate: must be greater than 0, got -1"}},
+			[]string{"providers[1] (bad).rate: must be a number of units per second from 1/86400 (one a day) to 1000000 (one a µs: the queue's interval is whole µs), got -1"}},
 		{"cross-entry", []providers.Config{ok, ok}, []string{`providers[1] (sms).name: "sms" is already used by providers[0]`}},
 		{"empty", nil, []string{"providers: at least one provider is required"}},
 		{"secret not set", []providers.Config{{Name: "sms", Channel: "sms", Default: true, Kind: "webhook",

@@ -3,6 +3,7 @@ package providers
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -55,15 +56,19 @@ const (
 //
 // Answers: a 4xx reply at any step is ErrTransient, a 5xx reply
 // ErrPermanent, the reply (code, enhanced code, first line of text) in the
-// detail and the code in Error.Status; except that a 5xx reply refusing the
-// sender rather than the mail is ErrSender: any at the greeting, EHLO or
-// STARTTLS (554 no service for this client), at AUTH (535 bad credentials,
-// 534 mechanism too weak), and at MAIL FROM a 530 (authentication
-// required) or an enhanced code 5.7.x (not authorized), 5.1.7 or 5.1.8
-// (bad sender address). Timeouts, connection errors, malformed replies and
-// TLS failures are ErrTransient, and Ambiguous when they came after the
-// final dot of DATA was sent (the server may have taken the mail before
-// the reply was lost). A recipient that is not an email address is
+// detail and the code in Error.Status; a 5xx with the enhanced code 5.1.1
+// (no such mailbox) at RCPT or after DATA has RecipientGone. A 5xx reply
+// refusing the sender rather than the mail is ErrSender: any at the
+// greeting, EHLO or STARTTLS (554 no service for this client), at AUTH (535
+// bad credentials, 534 mechanism too weak), at MAIL FROM a 530
+// (authentication required) or an enhanced code 5.7.x (not authorized),
+// 5.1.7 or 5.1.8 (bad sender address), and at RCPT an enhanced code 5.7.1
+// (relaying refused: the server wants AUTH, or is the wrong one). So is a
+// server that does not offer STARTTLS or whose certificate does not verify:
+// the configuration, not the mail. Timeouts, connection errors, malformed
+// replies and other TLS failures are ErrTransient, and Ambiguous when they
+// came after the final dot of DATA was sent (the server may have taken the
+// mail before the reply was lost). A recipient that is not an email address is
 // ErrPermanent without connecting, and so is a non-ASCII address when the
 // server does not offer SMTPUTF8.
 //
@@ -369,7 +374,7 @@ func (p *SMTP) dial(ctx context.Context) (*smtpSession, error) {
 		return fail(err)
 	}
 	if _, ok := c.TLSConnectionState(); !ok {
-		return fail(errors.New("the session is not encrypted"))
+		return fail(errNotEncrypted)
 	}
 	if p.password != nil {
 		stage = "auth"
@@ -451,14 +456,18 @@ func (p *SMTP) fail(parent, rctx context.Context, err error, s scrubber) error {
 	}
 	var se *smtp.SMTPError
 	if errors.As(err, &se) {
-		class := ErrTransient
+		e := &Error{Provider: p.name, Class: ErrTransient, Status: se.Code, Detail: stage + ": " + smtpReply(se, s)}
 		switch {
 		case se.Code >= 500 && se.Code <= 599 && senderRefused(stage, se):
-			class = ErrSender
+			e.Class = ErrSender
+			if stage == "rcpt" {
+				e.Detail += " (the server refuses to relay for this sender: it needs AUTH, or another server)"
+			}
 		case se.Code >= 500 && se.Code <= 599:
-			class = ErrPermanent
+			e.Class = ErrPermanent
+			e.RecipientGone = recipientGone(stage, se)
 		}
-		return &Error{Provider: p.name, Class: class, Status: se.Code, Detail: stage + ": " + smtpReply(se, s)}
+		return e
 	}
 	cause := errors.Unwrap(err)
 	if cause == nil {
@@ -474,24 +483,65 @@ func (p *SMTP) fail(parent, rctx context.Context, err error, s scrubber) error {
 		e.Detail = "timeout after " + p.timeout.String() + " (" + stage + ")"
 	case errors.Is(err, syscall.ECONNREFUSED):
 		e.Detail = "connection refused"
+	case insecure(err) != "":
+		// The server's TLS is not what the configuration trusts: no mail
+		// can go until the server or tls_ca_file is fixed.
+		e.Class, e.Detail = ErrSender, stage+": "+insecure(err)+": "+causeDetail(cause, s)
 	default:
 		e.Detail = stage + ": " + causeDetail(cause, s)
 	}
 	return e
 }
 
+// insecure says why err is a session that cannot be secured as the
+// configuration requires, or "": the server does not offer STARTTLS, or
+// its certificate does not verify against the system roots or tls_ca_file
+// (unknown authority, wrong host name, expired). Each is the same for every
+// mail: a configuration fault of the sender, not a passing failure.
+func insecure(err error) string {
+	var cve *tls.CertificateVerificationError
+	var ua x509.UnknownAuthorityError
+	var he x509.HostnameError
+	var ci x509.CertificateInvalidError
+	switch {
+	case errors.As(err, &cve), errors.As(err, &ua), errors.As(err, &he), errors.As(err, &ci):
+		return "the server's TLS certificate is not trusted"
+	case strings.Contains(err.Error(), "server doesn't support STARTTLS"): // go-smtp's initStartTLS
+		return "the server does not offer STARTTLS (nothing is sent in clear)"
+	case errors.Is(err, errNotEncrypted):
+		return "the session is not encrypted"
+	}
+	return ""
+}
+
+// errNotEncrypted is a session whose STARTTLS left it in clear.
+var errNotEncrypted = errors.New("the session is not encrypted")
+
 // senderRefused reports whether a 5xx reply at stage refuses the sender
-// (its address, host or credentials) rather than the mail: every mail
-// would get it.
+// (its address, host, credentials or configuration) rather than the mail:
+// every mail would get it. At RCPT that is an enhanced code 5.7.1 (RFC
+// 3463: "Delivery not authorized, message refused"), which a submission
+// server answers when it will not relay for an unauthenticated client
+// ("554 5.7.1 Relay access denied").
 func senderRefused(stage string, se *smtp.SMTPError) bool {
+	c := se.EnhancedCode
 	switch stage {
 	case "hello", "auth":
 		return true
 	case "mail":
-		c := se.EnhancedCode
 		return se.Code == 530 || c[0] == 5 && (c[1] == 7 || c[1] == 1 && (c[2] == 7 || c[2] == 8))
+	case "rcpt":
+		return c == smtp.EnhancedCode{5, 7, 1}
 	}
 	return false
+}
+
+// recipientGone reports whether a 5xx reply at stage names the recipient
+// as dead: the enhanced code 5.1.1 (RFC 3463: "Bad destination mailbox
+// address: The mailbox specified in the address does not exist") at RCPT,
+// or after DATA from a server that checks recipients late.
+func recipientGone(stage string, se *smtp.SMTPError) bool {
+	return (stage == "rcpt" || stage == "data") && se.EnhancedCode == smtp.EnhancedCode{5, 1, 1}
 }
 
 // smtpReply describes a reply: "SMTP 550 5.1.1 mailbox unavailable", its

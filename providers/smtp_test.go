@@ -306,13 +306,16 @@ func TestSMTPRefusals(t *testing.T) {
 		t.Errorf("no AUTH: %v, want a sender 530", err)
 	}
 
-	// The server's certificate is not signed by a trusted CA.
+	// The server's certificate is not signed by a trusted CA: the same for
+	// every mail until the server or tls_ca_file is fixed, so the sender is
+	// refused (a pause), not each mail retried until it dies of
+	// max_attempts.
 	other := testenv.NewCerts(t)
 	untrusted := newSMTP(t, providers.Config{Host: fake.Host(), Port: fake.Port(), TLSCAFile: other.CAFile,
 		Username: fake.Username()}, fake.Password())
 	err = untrusted.Send(ctx, emailMessage())
-	if !errors.Is(err, providers.ErrTransient) || !strings.Contains(err.Error(), "certificate") {
-		t.Errorf("untrusted certificate: %v, want a transient certificate error", err)
+	if !errors.Is(err, providers.ErrSender) || errors.Is(err, providers.ErrTransient) || !strings.Contains(err.Error(), "certificate is not trusted") {
+		t.Errorf("untrusted certificate: %v, want ErrSender naming the certificate", err)
 	}
 
 	ok := smtpAgainst(t, fake, 5*time.Second)
@@ -365,5 +368,39 @@ func TestSMTPUTF8Addresses(t *testing.T) {
 	}
 	if got := fake.Messages(); len(got) != 1 || got[0].To[0] != m.To {
 		t.Fatalf("accepted %+v", got)
+	}
+}
+
+// TestSMTPConfigurationFaultsAreTheSender: a submission server that does
+// not offer STARTTLS, and one that refuses to relay at RCPT with 5.7.1 (RFC
+// 3463: "Delivery not authorized, message refused"; Postfix's "Relay
+// access denied" to a client that did not authenticate), refuse every mail
+// the same way until the configuration changes: ErrSender (a pause), where
+// before the first was transient until max_attempts and the second
+// dead-lettered every mail.
+func TestSMTPConfigurationFaultsAreTheSender(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	plain := testenv.FakeSMTP(t, testenv.WithoutSTARTTLS())
+	p := newSMTP(t, providers.Config{Host: plain.Host(), Port: plain.Port(), TLSCAFile: plain.CAFile()}, "")
+	err := p.Send(ctx, emailMessage())
+	if !errors.Is(err, providers.ErrSender) || errors.Is(err, providers.ErrTransient) || !strings.Contains(err.Error(), "STARTTLS") {
+		t.Errorf("no STARTTLS: %v, want ErrSender naming STARTTLS", err)
+	}
+	if n := len(plain.Messages()); n != 0 {
+		t.Errorf("%d mails accepted in clear", n)
+	}
+
+	relay := testenv.FakeSMTP(t)
+	relay.DenyRelay()
+	anon := newSMTP(t, providers.Config{Host: relay.Host(), Port: relay.Port(), TLSCAFile: relay.CAFile()}, "")
+	err = anon.Send(ctx, emailMessage())
+	if !errors.Is(err, providers.ErrSender) || errors.Is(err, providers.ErrPermanent) || !strings.Contains(err.Error(), "rcpt: SMTP 554 5.7.1") {
+		t.Errorf("relay denied: %v, want ErrSender at rcpt 554 5.7.1", err)
+	}
+	// The same server relays for a client that authenticates.
+	if err := smtpAgainst(t, relay, 0).Send(ctx, emailMessage()); err != nil {
+		t.Errorf("authenticated: %v", err)
 	}
 }

@@ -22,6 +22,9 @@ const (
 	TwilioInvalidNumber = 21211
 	// TwilioUnsubscribed (21610): the recipient replied STOP.
 	TwilioUnsubscribed = 21610
+	// TwilioNotMobile (21614): the To number is not a valid mobile number
+	// (a landline, or an invalid number).
+	TwilioNotMobile = 21614
 	// TwilioAuthenticationError (20003, with a 401): the account SID or the
 	// auth token was refused. ErrSender.
 	TwilioAuthenticationError = 20003
@@ -39,6 +42,14 @@ const (
 	// that).
 	TwilioMaxValidityPeriod = 36000 * time.Second
 )
+
+// twilioGoneCodes are the Twilio error codes that name the recipient as
+// dead: ErrPermanent with RecipientGone.
+var twilioGoneCodes = map[int]bool{
+	TwilioInvalidNumber: true, // 21211 Invalid 'To' Phone Number
+	TwilioUnsubscribed:  true, // 21610 Attempt to send to unsubscribed recipient (it replied STOP)
+	TwilioNotMobile:     true, // 21614 'To' number is not a valid mobile number
+}
 
 // twilioSenderCodes are the Twilio error codes that refuse the account or
 // the sender whatever the message: the twilio kind answers them with
@@ -78,8 +89,9 @@ var twilioSenderCodes = map[int]bool{
 // account not active, 21212 invalid From, 21601 and 21661 From not
 // SMS-capable, 21701 and 21705 Messaging Service), are ErrSender. Any other
 // 4xx is ErrPermanent, with Twilio's error code and message in the detail
-// ("Twilio error 21211: The 'To' number ••• is not a valid phone number."):
-// 21211 invalid number, 21610 unsubscribed recipient. Timeouts and
+// ("Twilio error 21211: The 'To' number ••• is not a valid phone number."),
+// and with RecipientGone for 21211 (invalid number), 21610 (the recipient
+// replied STOP) and 21614 (not a mobile number). Timeouts and
 // connection errors are ErrTransient, Ambiguous once the request was
 // written whole (Twilio's Messages API has no idempotency key: the message
 // may have been created).
@@ -293,6 +305,8 @@ func readTwilioAnswer(status int, body []byte) answer {
 				a.class = ErrRateLimited
 			case twilioSenderCodes[code] && status >= 400 && status <= 499:
 				a.class = ErrSender
+			case twilioGoneCodes[code] && status >= 400 && status <= 499:
+				a.gone = true
 			}
 		}
 	}

@@ -45,10 +45,15 @@ func TestTwilioConformance(t *testing.T) {
 		Message:  smsMessage,
 		Accepted: providertest.Reply{Status: 201, Body: `{"sid":"SM0123","status":"queued"}`},
 		Refusal: providertest.Reply{Status: 400, Header: http.Header{"Content-Type": {"application/json"}},
-			Body: `{"code":21610,"message":"Attempt to send to unsubscribed recipient","more_info":"https://www.twilio.com/docs/errors/21610","status":400}`},
-		RefusalReason:  "Twilio error 21610: Attempt to send to unsubscribed recipient",
+			Body: `{"code":21617,"message":"The concatenated message body exceeds the 1600 character limit","more_info":"https://www.twilio.com/docs/errors/21617","status":400}`},
+		RefusalReason:  "Twilio error 21617: The concatenated message body exceeds the 1600 character limit",
 		Secrets:        []string{twilioToken, basicAuthValue("AC0123456789abcdef0123456789abcdef", twilioToken)},
 		SenderStatuses: []int{http.StatusUnauthorized}, // Twilio's credentials refused
+		NoRetryOnTimeout: func(t *testing.T, url string, timeout time.Duration) providers.Provider {
+			return newTwilio(t, providers.Config{URL: url, Timeout: timeout, RetryOnTimeout: new(false)}, twilioToken)
+		},
+		Gone: providertest.Reply{Status: 400, Header: http.Header{"Content-Type": {"application/json"}},
+			Body: `{"code":21610,"message":"Attempt to send to unsubscribed recipient","more_info":"https://www.twilio.com/docs/errors/21610","status":400}`},
 	})
 }
 

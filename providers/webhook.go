@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -17,29 +19,35 @@ import (
 
 // Webhook is the webhook provider (SPEC §7): each Send is one
 // `POST <url>` whose body is the Message as JSON, with the headers
-// Content-Type: application/json, Idempotency-Key: <message id>,
+// Content-Type: application/json, Idempotency-Key: the message id as a
+// structured-field String (a quoted string, as
+// draft-ietf-httpapi-idempotency-key-header defines the field),
 // User-Agent: notifier/<version>, traceparent (and tracestate) when the
-// context carries a trace (the job's, see dispatch) and, when
-// credentials_env is set, Authorization: Bearer <token>.
+// context carries a trace (the job's, see dispatch), Authorization: Bearer
+// <token> when credentials_env is set, and, when signing_secret_env is set,
+// the Standard Webhooks signature headers webhook-id, webhook-timestamp and
+// webhook-signature (see WebhookID and docs/providers.md, "Signed
+// webhooks").
 //
-// A 2xx is accepted; 429 is a *RateLimitedError honouring Retry-After; 408,
-// 5xx, other unexpected statuses (redirects are not followed), timeouts and
-// connection errors are ErrTransient (a Retry-After on them is kept in
-// Error.RetryAfter); any other 4xx is ErrPermanent with the provider's reason
-// in the detail. A timeout or a lost connection after the request was
-// written whole is Error.Ambiguous: the receiver may have acted on it (its
-// Idempotency-Key lets it drop the retry, if it honours one). A Webhook is
-// safe for concurrent use; its connections are pooled and kept alive until
-// Close.
+// A 2xx is accepted; 429 is a *RateLimitedError honouring Retry-After (a
+// run of them without one backs off exponentially from DefaultRetryAfter);
+// 408, 5xx, other unexpected statuses (redirects are not followed),
+// timeouts and connection errors are ErrTransient (a Retry-After on them is
+// kept in Error.RetryAfter); a 401 is ErrSender, with a bearer token
+// configured or not: it is about the request's authentication, never about
+// one message; 410 Gone is ErrPermanent with RecipientGone (the receiver
+// says the recipient is no more); any other 4xx is ErrPermanent with the
+// provider's reason in the detail. A timeout or a lost connection after the
+// request was written whole, and a 502 or 504 (a gateway that may have
+// passed the request on), are Error.Ambiguous: the receiver may have acted
+// on it (its Idempotency-Key or webhook-id lets it drop the retry, if it
+// honours one). A Webhook is safe for concurrent use; its connections are
+// pooled and kept alive until Close.
 type Webhook struct {
-	name      string
-	url       string
-	timeout   time.Duration
-	userAgent string
-	auth      *credential // nil without credentials_env
-	client    *http.Client
-	transport *http.Transport // nil when Options.HTTPClient was given
-	now       func() time.Time
+	httpBase
+	url    string
+	auth   *credential    // nil without credentials_env
+	signer *webhookSigner // nil without signing_secret_env
 }
 
 var _ Provider = (*Webhook)(nil)
@@ -51,13 +59,14 @@ type credential struct{ value string }
 // webhookKind is the webhook entry of kinds: any channel.
 var webhookKind = kind{
 	name:     "webhook",
-	keys:     []string{"url", "credentials_env", "tls_ca_file"},
+	keys:     []string{"url", "credentials_env", "tls_ca_file", "signing_secret_env"},
 	validate: func(c Config, p *problems) { p.requiredURL(c.URL) },
 	build:    builder(newWebhook),
 }
 
 // NewWebhook builds a webhook provider from a kind webhook entry, reading the
-// bearer token (if credentials_env is set) through opts.Getenv.
+// bearer token (if credentials_env is set) and the signing secrets (if
+// signing_secret_env is set) through opts.Getenv.
 func NewWebhook(cfg Config, opts Options) (*Webhook, error) {
 	cfg, err := checkedEntry(cfg, "webhook", "webhook")
 	if err != nil {
@@ -70,14 +79,7 @@ func NewWebhook(cfg Config, opts Options) (*Webhook, error) {
 // defaults applied, valid): NewRegistry checks every entry first.
 func newWebhook(cfg Config, opts Options) (*Webhook, error) {
 	opts = opts.withDefaults()
-	w := &Webhook{
-		name:      cfg.Name,
-		url:       cfg.URL,
-		timeout:   cfg.Timeout,
-		userAgent: "notifier/" + opts.Version,
-		client:    opts.HTTPClient,
-		now:       opts.Now,
-	}
+	w := &Webhook{url: cfg.URL}
 	if cfg.CredentialsEnv != "" {
 		token, err := lookupSecret(opts, cfg.CredentialsEnv)
 		if err != nil {
@@ -85,14 +87,20 @@ func newWebhook(cfg Config, opts Options) (*Webhook, error) {
 		}
 		w.auth = &credential{"Bearer " + token}
 	}
-	if w.client == nil {
-		tlsConfig, err := clientTLS(cfg.TLSCAFile)
+	if cfg.SigningSecretEnv != "" {
+		v, err := lookupSecret(opts, cfg.SigningSecretEnv)
 		if err != nil {
-			return nil, fmt.Errorf("new webhook %s: %w", cfg.Name, err)
+			return nil, fmt.Errorf("new webhook %s: signing_secret_env: %w", cfg.Name, err)
 		}
-		w.transport = newTransport(tlsConfig)
-		w.client = newClient(w.transport)
+		if w.signer, err = newWebhookSigner(v); err != nil {
+			return nil, fmt.Errorf("new webhook %s: signing_secret_env %s: %w", cfg.Name, cfg.SigningSecretEnv, err)
+		}
 	}
+	base, err := newHTTPBase(cfg, opts, false)
+	if err != nil {
+		return nil, fmt.Errorf("new webhook %s: %w", cfg.Name, err)
+	}
+	w.httpBase = base
 	return w, nil
 }
 
@@ -105,9 +113,7 @@ func (w *Webhook) String() string { return "webhook " + w.name }
 // Close releases the provider's idle connections. Send still works after
 // Close, opening new connections.
 func (w *Webhook) Close() error {
-	if w.transport != nil {
-		w.transport.CloseIdleConnections()
-	}
+	w.closeIdle()
 	return nil
 }
 
@@ -124,51 +130,52 @@ func (w *Webhook) Send(ctx context.Context, m *Message) error {
 	if err := enc.Encode(m); err != nil {
 		return &Error{Provider: w.name, Class: ErrPermanent, Detail: "encode message: " + causeDetail(err, s), Err: err}
 	}
-
-	rctx, cancel := context.WithTimeout(ctx, w.timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(rctx, http.MethodPost, w.url, bytes.NewReader(body.Bytes()))
-	if err != nil {
-		return &Error{Provider: w.name, Class: ErrPermanent, Detail: "build request: " + causeDetail(err, s), Err: err}
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", m.ID)
-	req.Header.Set("User-Agent", w.userAgent)
+	header := http.Header{}
+	header.Set("Content-Type", "application/json")
+	header.Set("Idempotency-Key", IdempotencyKey(m.ID))
 	if w.auth != nil {
-		req.Header.Set("Authorization", w.auth.value)
+		header.Set("Authorization", w.auth.value)
+	}
+	if w.signer != nil {
+		id, ts := WebhookID(m.ID), strconv.FormatInt(w.now().Unix(), 10)
+		header.Set("webhook-id", id)
+		header.Set("webhook-timestamp", ts)
+		header.Set("webhook-signature", w.signer.sign(id, ts, body.Bytes()))
 	}
 	// The job's trace context (the dispatcher's send span, or the job's
 	// own traceparent when tracing is off), so the receiver can join the
 	// trace. Nothing is added for a context without one.
-	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
-
-	req, wrote := traceWrite(req)
-	resp, err := w.client.Do(req)
-	if err != nil {
-		e := transportError(ctx, w.name, w.timeout, err, s)
-		e.Ambiguous = ambiguous(wrote.Load(), err)
-		return e
-	}
-	reportBudget(ctx, resp.Header, w.now)
-	return classifyResponse(w.name, resp, s, w.now, w.readAnswer)
+	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(header))
+	return w.post(ctx, w.url, header, body.Bytes(), s, w.readAnswer)
 }
 
-// readAnswer reads a webhook's error answer by the webhook rules; with a
-// bearer token configured, a 401 says the token was refused: the sender,
-// not the job (ErrSender).
+// readAnswer reads a webhook's error answer by the webhook rules: a 401
+// refuses the request's authentication (the bearer token, or, without one,
+// whatever the receiver expected: a signature, an allow-listed address),
+// which is the sender's, not the job's (ErrSender); a 410 Gone says the
+// recipient is gone (ErrPermanent, RecipientGone).
 func (w *Webhook) readAnswer(status int, body []byte) answer {
 	a := answer{reason: responseReason(body)}
-	if status == http.StatusUnauthorized && w.auth != nil {
+	switch {
+	case status == http.StatusUnauthorized && w.auth != nil:
 		a.class, a.note = ErrSender, "the bearer token was refused"
+	case status == http.StatusUnauthorized:
+		a.class, a.note = ErrSender, "the receiver refused the request's authentication"
+	case status == http.StatusGone:
+		a.gone = true
 	}
 	return a
 }
 
 func (w *Webhook) scrubber(m *Message) scrubber {
-	if w.auth == nil {
-		return newScrubber(m)
+	var secrets []string
+	if w.auth != nil {
+		secrets = append(secrets, w.auth.value, w.auth.value[len("Bearer "):])
 	}
-	return newScrubber(m, w.auth.value, w.auth.value[len("Bearer "):])
+	if w.signer != nil {
+		secrets = append(secrets, w.signer.raw...)
+	}
+	return newScrubber(m, secrets...)
 }
 
 // transportError classifies a failed round trip: all are transient, told
@@ -194,4 +201,30 @@ func transportError(parent context.Context, provider string, timeout time.Durati
 		e.Detail = "request error: " + causeDetail(cause, s)
 	}
 	return e
+}
+
+// IdempotencyKey is the Idempotency-Key header of the message with id: a
+// structured-field String, as draft-ietf-httpapi-idempotency-key-header-07
+// §2.1 defines the field ("Idempotency-Key is an Item Structured Header
+// [RFC8941]. Its value MUST be a String (Section 3.3.3 of [RFC8941])"):
+// the id in double quotes, a backslash before any '"' or '\'. An id that a String
+// cannot hold (a character outside printable ASCII: job ids never have one,
+// SPEC §2) is sent as its version-5 UUID (see APNsID), quoted.
+func IdempotencyKey(id string) string {
+	for i := 0; i < len(id); i++ {
+		if id[i] < 0x20 || id[i] > 0x7e {
+			return `"` + jobUUID(id) + `"`
+		}
+	}
+	var b strings.Builder
+	b.Grow(len(id) + 2)
+	b.WriteByte('"')
+	for i := 0; i < len(id); i++ {
+		if id[i] == '"' || id[i] == '\\' {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(id[i])
+	}
+	b.WriteByte('"')
+	return b.String()
 }

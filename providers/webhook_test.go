@@ -25,18 +25,25 @@ func env(vars map[string]string) func(string) string {
 	return func(k string) string { return vars[k] }
 }
 
-func newWebhook(t *testing.T, url string, timeout time.Duration) *providers.Webhook {
+func newWebhook(t *testing.T, url string, timeout time.Duration, edits ...func(*providers.Config)) *providers.Webhook {
 	t.Helper()
-	w, err := providers.NewWebhook(providers.Config{
+	cfg := providers.Config{
 		Name: "sms-gateway", Channel: "sms", Kind: "webhook", URL: url, Rate: 100,
 		Timeout: timeout, CredentialsEnv: "HOOK_TOKEN",
-	}, providers.Options{Getenv: env(map[string]string{"HOOK_TOKEN": hookToken}), Version: "1.2.3"})
+	}
+	for _, edit := range edits {
+		edit(&cfg)
+	}
+	w, err := providers.NewWebhook(cfg, providers.Options{Getenv: env(map[string]string{"HOOK_TOKEN": hookToken}), Version: "1.2.3"})
 	if err != nil {
 		t.Fatalf("NewWebhook: %v", err)
 	}
 	t.Cleanup(func() { _ = w.Close() })
 	return w
 }
+
+// noRetryOnTimeout sets retry_on_timeout: false.
+func noRetryOnTimeout(c *providers.Config) { c.RetryOnTimeout = new(false) }
 
 func smsMessage() *providers.Message {
 	return &providers.Message{
@@ -56,7 +63,12 @@ func TestWebhookConformance(t *testing.T) {
 			Body: `{"error":{"code":"invalid_number","message":"number is not reachable"}}`},
 		RefusalReason:  "number is not reachable",
 		Secrets:        []string{hookToken},
-		SenderStatuses: []int{401}, // the bearer token refused
+		SenderStatuses: []int{401}, // the request's authentication refused
+		NoRetryOnTimeout: func(t *testing.T, url string, timeout time.Duration) providers.Provider {
+			return newWebhook(t, url, timeout, noRetryOnTimeout)
+		},
+		Gone:         providertest.Reply{Status: 410, Body: `{"reason":"no such recipient"}`},
+		GoneStatuses: []int{410},
 	})
 }
 
@@ -86,7 +98,7 @@ func TestWebhookWireProtocol(t *testing.T) {
 		r := reqs[i]
 		for header, want := range map[string]string{
 			"Content-Type":    "application/json",
-			"Idempotency-Key": m.ID,
+			"Idempotency-Key": `"` + m.ID + `"`, // a structured-field String
 			"User-Agent":      "notifier/1.2.3",
 			"Authorization":   "Bearer " + hookToken,
 		} {
@@ -285,11 +297,14 @@ func TestWebhookTLSCAFile(t *testing.T) {
 	}
 }
 
-// TestWebhookRefusedTokenIsTheSender: with a bearer token configured, a
-// 401 says the token was refused: ErrSender (the dispatcher pauses the
-// provider and keeps its jobs), not a refusal of the message. Without a
-// token a 401 stays permanent, as any other 4xx; a 403 always does (the
-// receiver may refuse that one message).
+// TestWebhookRefusedTokenIsTheSender: a 401 is about the request's
+// authentication, never about the job: with a bearer token configured it
+// says the token was refused, and without one that the receiver wants
+// something the configuration does not give (a token, a signature, an
+// allowed address). Either way ErrSender (the dispatcher pauses the
+// provider and keeps its jobs), not a refusal of the message: an outside
+// test saw 500 of 500 jobs dead-lettered by a 401 without credentials_env.
+// A 403 stays permanent (the receiver may refuse that one message).
 func TestWebhookRefusedTokenIsTheSender(t *testing.T) {
 	t.Parallel()
 	fake := testenv.FakeProvider(t)
@@ -309,8 +324,46 @@ func TestWebhookRefusedTokenIsTheSender(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer open.Close()
-	fake.FailNext(1, 401)
-	if err := open.Send(ctx, smsMessage()); !errors.Is(err, providers.ErrPermanent) {
-		t.Errorf("401 without a token: %v, want permanent", err)
+	for i := range 3 {
+		fake.FailNext(1, 401)
+		if err := open.Send(ctx, smsMessage()); !errors.Is(err, providers.ErrSender) || errors.Is(err, providers.ErrPermanent) {
+			t.Errorf("401 without a token, send %d: %v, want ErrSender", i, err)
+		}
+	}
+}
+
+// TestWebhookTransportResends: what retry_on_timeout: false closes and
+// what it leaves to the receiver. The receiver answers the first request
+// of each connection and, on the second, reads it whole and closes the
+// connection without an answer. With retry_on_timeout true (the default)
+// net/http itself sends the request again on a new connection, unseen by
+// the dispatcher, because it carries Idempotency-Key (Request.isReplayable):
+// the receiver gets it twice and must drop the copy by its key. With false
+// it gets it once, and the failure is ambiguous (the conformance suite's
+// NoReplayWithoutRetryOnTimeout holds every kind to that).
+func TestWebhookTransportResends(t *testing.T) {
+	t.Parallel()
+	for _, retry := range []bool{true, false} {
+		url, requests := providertest.DropSecondRequest(t, providertest.Reply{Status: 200})
+		w := newWebhook(t, url, 5*time.Second, func(c *providers.Config) { c.RetryOnTimeout = new(retry) })
+		for i := range 2 {
+			err := w.Send(context.Background(), smsMessage())
+			var pe *providers.Error
+			switch {
+			case i == 0 || retry:
+				if err != nil {
+					t.Errorf("retry_on_timeout %v, send %d: %v", retry, i, err)
+				}
+			case !errors.As(err, &pe) || !pe.Ambiguous:
+				t.Errorf("retry_on_timeout false, send %d: %v, want ambiguous", i, err)
+			}
+		}
+		want := int32(2)
+		if retry {
+			want = 3
+		}
+		if n := requests.Load(); n != want {
+			t.Errorf("retry_on_timeout %v: the receiver got %d requests for 2 sends, want %d", retry, n, want)
+		}
 	}
 }

@@ -35,6 +35,7 @@ type BatchResult struct {
 // concurrent use; it must be ended with Wait, which releases its goroutine.
 type Batch struct {
 	js         jetstream.JetStream
+	pub        *Publisher
 	ackTimeout time.Duration
 	slots      chan struct{}   // a token per publish awaiting its ack
 	acks       chan pendingAck // in publish order; capacity maxInFlight
@@ -63,6 +64,7 @@ func (p *Publisher) NewBatch(maxInFlight int, ackTimeout time.Duration) *Batch {
 	}
 	b := &Batch{
 		js:         p.js,
+		pub:        p,
 		ackTimeout: ackTimeout,
 		slots:      make(chan struct{}, maxInFlight),
 		acks:       make(chan pendingAck, maxInFlight),
@@ -79,16 +81,29 @@ func (p *Publisher) NewBatch(maxInFlight int, ackTimeout time.Duration) *Batch {
 // refusing the message, the batch already waited); such a message is not
 // counted in the result.
 func (b *Batch) Publish(ctx context.Context, j *Job, high bool) error {
-	subject, data, err := j.marshalFor(high)
+	k, data, err := j.marshalFor(high)
 	if err != nil {
 		return fmt.Errorf("publish job: %w", err)
 	}
-	return b.PublishRaw(ctx, subject, data, j.ID)
+	return b.PublishTo(ctx, k, data, j.MsgID())
+}
+
+// PublishTo publishes data as a job of queue k (placed as Publisher.Place
+// says: a tenant's on a fair lane, with its Notifier-Tenant header) with
+// Nats-Msg-Id msgID, without waiting for the acknowledgement.
+func (b *Batch) PublishTo(ctx context.Context, k Key, data []byte, msgID string) error {
+	subject, header := b.pub.Place(ctx, k)
+	return b.publish(ctx, &nats.Msg{Subject: subject, Data: data, Header: header}, msgID)
 }
 
 // PublishRaw publishes data on subject with Nats-Msg-Id msgID (none when
 // empty) without waiting for the acknowledgement; see Publish for the error.
 func (b *Batch) PublishRaw(ctx context.Context, subject string, data []byte, msgID string) error {
+	return b.publish(ctx, &nats.Msg{Subject: subject, Data: data}, msgID)
+}
+
+func (b *Batch) publish(ctx context.Context, m *nats.Msg, msgID string) error {
+	subject := m.Subject
 	select {
 	case b.slots <- struct{}{}:
 	case <-ctx.Done():
@@ -100,7 +115,7 @@ func (b *Batch) PublishRaw(ctx context.Context, subject string, data []byte, msg
 		<-b.slots
 		return fmt.Errorf("publish %s: batch already waited", subject)
 	}
-	f, err := b.js.PublishMsgAsync(&nats.Msg{Subject: subject, Data: data}, msgIDOpt(msgID)...)
+	f, err := b.js.PublishMsgAsync(m, msgIDOpt(msgID)...)
 	if err != nil {
 		<-b.slots
 		return fmt.Errorf("publish %s: %w", subject, err)

@@ -21,6 +21,9 @@ const (
 	DefaultStream     = "NOTIFY"
 	DefaultDeadStream = "NOTIFY_DEAD"
 	DefaultAckWait    = 30 * time.Second
+	// MaxAckWait bounds ack_wait: a job a stopped process held comes
+	// back after it, and a job's send lease (ledger) includes it.
+	MaxAckWait = time.Hour
 )
 
 // Config is the `nats:` section of the configuration file (SPEC §4). Token,
@@ -104,8 +107,8 @@ func (c Config) Validate() error {
 	if c.Stream != "" && c.Stream == c.DeadStream {
 		add("dead_stream: must differ from stream (both %q)", c.Stream)
 	}
-	if c.AckWait < time.Second {
-		add("ack_wait: must be at least 1s, got %s", c.AckWait)
+	if c.AckWait < time.Second || c.AckWait > MaxAckWait {
+		add("ack_wait: must be from 1s to 1h, got %s", text.Duration(c.AckWait))
 	}
 
 	methods := 0

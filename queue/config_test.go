@@ -66,8 +66,9 @@ func TestConfigValidate(t *testing.T) {
 		{"TLS files", func(c *queue.Config) {
 			c.TLS = queue.TLSConfig{CAFile: certs.CAFile, CertFile: certs.ClientCertFile, KeyFile: certs.ClientKeyFile}
 		}, nil},
-		{"ack_wait zero", func(c *queue.Config) { c.AckWait = 0 }, []string{"ack_wait: must be at least 1s, got 0s"}},
-		{"ack_wait below a second", func(c *queue.Config) { c.AckWait = 500 * time.Millisecond }, []string{"ack_wait: must be at least 1s, got 500ms"}},
+		{"ack_wait zero", func(c *queue.Config) { c.AckWait = 0 }, []string{"ack_wait: must be from 1s to 1h, got 0s"}},
+		{"ack_wait below a second", func(c *queue.Config) { c.AckWait = 500 * time.Millisecond }, []string{"ack_wait: must be from 1s to 1h, got 500ms"}},
+		{"ack_wait over an hour", func(c *queue.Config) { c.AckWait = 2 * time.Hour }, []string{"ack_wait: must be from 1s to 1h, got 2h"}},
 		{"empty URL", func(c *queue.Config) { c.URL = " " }, []string{"url: required"}},
 		{"bad scheme", func(c *queue.Config) { c.URL = "nats://ok:4222,http://x:4222" }, []string{`url: server 2 (http://x:4222): scheme "http" is not one of nats, tls, ws, wss`}},
 		{"no host", func(c *queue.Config) { c.URL = "nats://:4222" }, []string{"url: server 1 (nats://:4222): no host"}},
@@ -96,7 +97,7 @@ func TestConfigValidate(t *testing.T) {
 			`stream: "a b" must not contain . * > / \ or whitespace`,
 			`dead_stream: "a b" must not contain . * > / \ or whitespace`,
 			`dead_stream: must differ from stream (both "a b")`,
-			"ack_wait: must be at least 1s, got -1s",
+			"ack_wait: must be from 1s to 1h, got -1s",
 			"password: required with user (NOTIFIER_NATS_PASSWORD)",
 			"token: creds_file, token and user/password are exclusive: set only one",
 		}},
@@ -182,8 +183,8 @@ func TestConsumerConfigValidate(t *testing.T) {
 	if err := (queue.ConsumerConfig{}).WithDefaults().Validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
-	err := queue.ConsumerConfig{Name: "a.b", MaxAckPending: -1}.Validate()
-	want := "consumer name \"a.b\" must be non-empty without . * > / \\ or whitespace\nmax_ack_pending: must be at least 1, got -1"
+	err := queue.ConsumerConfig{Name: "a.b", MaxAckPending: -1, FairLanes: 65}.Validate()
+	want := "consumer name \"a.b\" must be non-empty without . * > / \\ or whitespace\nmax_ack_pending: must be at least 1, got -1\ntenants.lanes: must be 1 to 64, got 65"
 	if err == nil || err.Error() != want {
 		t.Fatalf("Validate: %v, want %q", err, want)
 	}

@@ -1,9 +1,13 @@
 package queue
 
 import (
+	"maps"
+	"strconv"
+
 	"context"
 	"errors"
 	"fmt"
+	"golang.org/x/sync/errgroup"
 	"hash/fnv"
 	"slices"
 	"strings"
@@ -37,7 +41,26 @@ type ConsumerConfig struct {
 	// fleet-wide; the server stops delivering past it. Set it above the
 	// fleet's total worker count. Default 1000.
 	MaxAckPending int
+	// FairLanes is the number of fair lanes per channel and lane kind
+	// (tenants.lanes, default DefaultFairLanes, at most MaxFairLanes): the
+	// consumers on the job stream are 3 channels × 4 lanes × (FairLanes +
+	// 1) + 1 (the router's), whatever the number of tenants. Every
+	// process and publisher of a fleet should use the same number; jobs
+	// on a lane past it are still taken.
+	FairLanes int
 }
+
+// Consumers is how many durable consumers NewConsumer keeps on the job
+// stream with fairLanes fair lanes: the default tenant's 4 lanes and the
+// fair lanes of every channel, and the router's.
+func Consumers(fairLanes int) int { return len(Channels)*len(laneSuffixes)*(fairLanes+1) + 1 }
+
+// laneSuffixes are a queue's lanes as its subject ends: the normal lane,
+// the priority lane and the categories' lanes.
+var laneSuffixes = []struct {
+	high bool
+	cat  Category
+}{{true, ""}, {false, ""}, {false, Transactional}, {false, Marketing}}
 
 // WithDefaults fills the zero fields.
 func (cc ConsumerConfig) WithDefaults() ConsumerConfig {
@@ -46,6 +69,9 @@ func (cc ConsumerConfig) WithDefaults() ConsumerConfig {
 	}
 	if cc.MaxAckPending == 0 {
 		cc.MaxAckPending = DefaultMaxAckPending
+	}
+	if cc.FairLanes == 0 {
+		cc.FairLanes = DefaultFairLanes
 	}
 	return cc
 }
@@ -60,16 +86,26 @@ func (cc ConsumerConfig) Validate() error {
 	if cc.MaxAckPending < 1 {
 		errs = append(errs, fmt.Errorf("max_ack_pending: must be at least 1, got %d", cc.MaxAckPending))
 	}
+	if cc.FairLanes < 1 || cc.FairLanes > MaxFairLanes {
+		errs = append(errs, fmt.Errorf("tenants.lanes: must be 1 to %d, got %d", MaxFairLanes, cc.FairLanes))
+	}
 	return errors.Join(errs...)
 }
 
-// Inactive thresholds of the queues created on demand: a named tenant's
-// consumer, a category lane's, and a stray subject's, is deleted by the server once no process
-// has pulled from it for this long (it is created again when jobs come).
+// The queues created on demand — a stray subject's, or a fair lane past
+// FairLanes (left by a fleet configured with more) — are deleted by the
+// server once no process has pulled from it for this long (and created
+// again when jobs come); at most maxOnDemand exist at once per process.
 const (
-	tenantInactive = time.Hour
-	strayInactive  = 10 * time.Minute
+	strayInactive = 10 * time.Minute
+	maxOnDemand   = 64
+	// setupParallel is how many consumers NewConsumer creates at once.
+	setupParallel = 16
 )
+
+// ErrTooManyQueues refuses a queue made on demand past maxOnDemand: its
+// jobs wait until one of the others is deleted (inactive 10 minutes).
+var ErrTooManyQueues = errors.New("too many stray queues")
 
 // laneConfig is the durable pull consumer of one queue:
 //
@@ -156,23 +192,34 @@ type Consumer struct {
 	cc     ConsumerConfig
 	prefix string // the JetStream API prefix
 
+	place *Lanes // the fair lanes' placement, fed by Queues (the router's and a Publisher's)
+	route *lane  // the tenants' own subjects, for the router
+
 	mu       sync.Mutex
 	lanes    map[string]*lane // by subject
-	defaults []*lane          // the default tenant's queues, every channel's priority lane first
+	defaults []*lane          // the queues made at start: the default tenant's and the fair lanes
+	onDemand int              // queues made since, alive as far as this process knows
 }
 
-// NewConsumer creates or updates the default tenant's durable queue
-// consumers of every channel on the job stream (which EnsureStreams must
-// have created) and returns a Consumer pulling from them and from the
-// queues Queues finds. All processes share the durables, so each job is out
-// with one worker at a time. Safe to call from many processes at once.
+// NewConsumer creates or updates the durable queue consumers on the job
+// stream (which EnsureStreams must have created): the default tenant's four
+// lanes of every channel and the router's over every tenant's own
+// subjects, and returns a Consumer pulling from them and from the fair
+// lanes, whose consumers it makes when their first job is seen (Consumers
+// says how many there are at most: creating them all at once costs a
+// second of file-store writes). All processes share the durables, so each
+// job is out with one worker at a time. Safe to call from many processes
+// at once. A stream or account whose consumer limit leaves no room for
+// them all fails the start, with an error that says how many are needed
+// and what to change.
 //
-// The two lane consumers of earlier versions (<Name>-high on
-// notify.jobs.*.high, <Name>-normal on notify.jobs.*) overlap the queues'
-// filters, which a work-queue stream refuses: they are deleted. Their jobs
-// stay in the stream and are taken from the new consumers. A process of an
-// earlier version still running then fails its pulls: stop the old fleet
-// before starting this one.
+// Consumers of earlier versions that overlap these (a work-queue stream
+// refuses overlapping filters) are deleted: the two lane consumers
+// (<Name>-high on notify.jobs.*.high, <Name>-normal on notify.jobs.*), and
+// one per tenant (<Name>-<channel>-<lane>-t-<tenant>). Their jobs stay in
+// the stream and are taken from the new consumers. A process of an earlier
+// version still running then fails its pulls: stop the old fleet before
+// starting this one.
 func NewConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, cc ConsumerConfig) (*Consumer, error) {
 	cfg = cfg.WithDefaults()
 	cc = cc.WithDefaults()
@@ -187,41 +234,163 @@ func NewConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, cc Con
 	if err != nil {
 		return nil, fmt.Errorf("job stream %s: %w", cfg.Stream, err)
 	}
-	c := &Consumer{nc: js.Conn(), js: js, stream: stream, cfg: cfg, cc: cc, prefix: apiPrefix(js), lanes: map[string]*lane{}}
-	for _, legacy := range []struct{ name, filter string }{{cc.Name + "-high", highFilter}, {cc.Name + "-normal", normalFilter}} {
-		old, err := js.Consumer(ctx, cfg.Stream, legacy.name)
-		if err != nil || old.CachedInfo().Config.FilterSubject != legacy.filter {
-			continue
-		}
-		if err := js.DeleteConsumer(ctx, cfg.Stream, legacy.name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-			return nil, fmt.Errorf("delete the earlier lane consumer %s: %w", legacy.name, err)
-		}
+	c := &Consumer{nc: js.Conn(), js: js, stream: stream, cfg: cfg, cc: cc, prefix: apiPrefix(js), lanes: map[string]*lane{},
+		place: NewLanes(cc.FairLanes, nil)}
+	have, err := c.deleteLegacy(ctx)
+	if err != nil {
+		return nil, err
 	}
-	for _, high := range []bool{true, false} {
+	if err := c.checkRoom(ctx, have); err != nil {
+		return nil, err
+	}
+	var keys []Key
+	for _, ls := range laneSuffixes {
 		for _, ch := range Channels {
-			l, err := c.laneFor(ctx, JobSubject(ch, high), true)
-			if err != nil {
-				return nil, err
-			}
-			c.defaults = append(c.defaults, l)
+			keys = append(keys, Key{Channel: ch, High: ls.high, Category: ls.cat})
 		}
 	}
+	made := make([]*lane, len(keys))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(setupParallel)
+	for i, k := range keys {
+		g.Go(func() (err error) {
+			made[i], err = c.newLane(gctx, k.Subject(), true)
+			return err
+		})
+	}
+	g.Go(func() (err error) {
+		lc := laneConfig(cc.Name+"-route", routeFilter, "notifier router: tenants' own subjects to fair lanes", cfg.AckWait, cc.MaxAckPending, 0)
+		cons, err := ensureConsumer(gctx, js, cfg.Stream, lc)
+		if err != nil {
+			return err
+		}
+		c.route = &lane{name: lc.Durable, subject: routeFilter, next: c.prefix + "CONSUMER.MSG.NEXT." + cfg.Stream + "." + lc.Durable, cons: cons}
+		return nil
+	})
+	if err := g.Wait(); err != nil {
+		return nil, c.roomError(err)
+	}
+	for _, l := range made {
+		c.lanes[l.subject] = l
+	}
+	c.defaults = made
 	return c, nil
 }
 
-// laneFor returns the queue consumer of subject, creating it the first time.
-//
-// At start (retry), a busy or forming cluster is waited for (retryStart);
-// later (a queue Queues finds), one try: the caller comes back.
-func (c *Consumer) laneFor(ctx context.Context, subject string, retry bool) (*lane, error) {
+// roomError says what to do when the server refused a consumer past its
+// limit; any other error is returned as it is.
+func (c *Consumer) roomError(err error) error {
+	if !isMaxConsumers(err) {
+		return err
+	}
+	return fmt.Errorf("%w: notifier keeps up to %d consumers on stream %s (tenants.lanes %d: 3 channels × 4 lanes × (%d + 1) + 1); "+
+		"raise the stream's or the account's consumer limit, or lower tenants.lanes", err, Consumers(c.cc.FairLanes), c.cfg.Stream, c.cc.FairLanes, c.cc.FairLanes)
+}
+
+// checkRoom refuses a start on a stream or account whose consumer limit
+// leaves no room for every consumer this configuration may make (the fair
+// lanes' are made when their first job comes: found now, not then); have
+// of them exist already.
+func (c *Consumer) checkRoom(ctx context.Context, have int) error {
+	need := Consumers(c.cc.FairLanes) - have
+	if need <= 0 {
+		return nil
+	}
+	info, err := apiCall(ctx, func(ctx context.Context) (*jetstream.StreamInfo, error) { return c.stream.Info(ctx) })
+	if err != nil {
+		return fmt.Errorf("job stream %s: %w", c.cfg.Stream, err)
+	}
+	if limit := info.Config.MaxConsumers; limit > 0 && limit-info.State.Consumers < need {
+		return c.roomError(fmt.Errorf("stream %s allows %d consumers and has %d, %d more are needed: %w",
+			c.cfg.Stream, limit, info.State.Consumers, need, jetstream.ErrMaximumConsumersLimit))
+	}
+	acct, err := apiCall(ctx, func(ctx context.Context) (*jetstream.AccountInfo, error) { return c.js.AccountInfo(ctx) })
+	if err != nil {
+		return nil // an account without JetStream info to give: the stream's limit was checked
+	}
+	if limit := acct.Limits.MaxConsumers; limit > 0 && limit-acct.Consumers < need {
+		return c.roomError(fmt.Errorf("the account allows %d consumers and has %d, %d more are needed: %w",
+			limit, acct.Consumers, need, jetstream.ErrMaximumConsumersLimit))
+	}
+	return nil
+}
+
+// isMaxConsumers reports whether err is the server's refusal of a consumer
+// past its limit (per stream, or per account: JSMaximumConsumersLimitErr,
+// err_code 10026).
+func isMaxConsumers(err error) bool {
+	var api *jetstream.APIError
+	return errors.Is(err, jetstream.ErrMaximumConsumersLimit) || errors.As(err, &api) && api.ErrorCode == jetstream.JSErrCodeMaximumConsumersLimit
+}
+
+// deleteLegacy deletes the consumers of earlier versions whose filters
+// overlap this version's (see NewConsumer), and returns how many of this
+// version's exist.
+func (c *Consumer) deleteLegacy(ctx context.Context) (have int, err error) {
+	names := c.stream.ConsumerNames(ctx)
+	var legacy []string
+	for name := range names.Name() {
+		rest, ok := strings.CutPrefix(name, c.cc.Name+"-")
+		switch {
+		case !ok:
+		case rest == "high" || rest == "normal" || strings.Contains(rest, "-t-"):
+			legacy = append(legacy, name)
+		case !strings.HasPrefix(rest, "stray-"):
+			have++
+		}
+	}
+	if err := names.Err(); err != nil && !errors.Is(err, jetstream.ErrEndOfData) {
+		return 0, fmt.Errorf("list the consumers of stream %s: %w", c.cfg.Stream, err)
+	}
+	for _, name := range legacy {
+		if err := c.js.DeleteConsumer(ctx, c.cfg.Stream, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return 0, fmt.Errorf("delete the earlier consumer %s: %w", name, err)
+		}
+	}
+	return have, nil
+}
+
+// Lanes is the Consumer's placement of tenants' jobs on fair lanes, its
+// view kept by Queues: for a Publisher in the same process (WithLanes).
+func (c *Consumer) Lanes() *Lanes { return c.place }
+
+// laneFor returns the queue consumer of subject: one made at start, or
+// one made now for a queue seen since (a stray subject, a fair lane past
+// FairLanes), one try (the caller comes back), at most maxOnDemand.
+func (c *Consumer) laneFor(ctx context.Context, subject string) (*lane, error) {
+	k, ok := ParseJobSubject(subject)
+	fair := ok && k.Fair && k.Index < c.cc.FairLanes && IsChannel(k.Channel)
 	c.mu.Lock()
 	l := c.lanes[subject]
+	full := !fair && c.onDemand >= maxOnDemand
 	c.mu.Unlock()
-	if l != nil {
+	switch {
+	case l != nil:
 		return l, nil
+	case full:
+		return nil, fmt.Errorf("queue %s: %w (%d at once): its jobs wait until one is deleted", subject, ErrTooManyQueues, maxOnDemand)
 	}
+	l, err := c.newLane(ctx, subject, false)
+	if err != nil {
+		return nil, c.roomError(err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if have := c.lanes[subject]; have != nil {
+		return have, nil
+	}
+	c.lanes[subject] = l
+	if !fair {
+		c.onDemand++
+	}
+	return l, nil
+}
+
+// newLane creates or updates the consumer of subject's queue. At start
+// (retry), a busy or forming cluster is waited for (retryStart).
+func (c *Consumer) newLane(ctx context.Context, subject string, retry bool) (*lane, error) {
 	key, ok := ParseJobSubject(subject)
-	stray := !ok || !IsChannel(key.Channel)
+	stray := !ok || !IsChannel(key.Channel) || key.Tenant != ""
 	var name, desc string
 	var inactive time.Duration
 	switch {
@@ -238,12 +407,12 @@ func (c *Consumer) laneFor(ctx context.Context, subject string, retry bool) (*la
 		lane := key.Lane()
 		name = c.cc.Name + "-" + key.Channel + "-" + lane
 		desc = "notifier queue " + key.Channel + " " + lane
-		if key.Tenant != "" {
-			name += "-t-" + strings.ReplaceAll(key.Tenant, ".", "~")
-			desc += " tenant " + key.Tenant
-		}
-		if key.Tenant != "" || key.Category != "" {
-			inactive = tenantInactive // made on demand
+		if key.Fair {
+			name += "-f" + strconv.Itoa(key.Index)
+			desc += " fair lane " + strconv.Itoa(key.Index)
+			if key.Index >= c.cc.FairLanes {
+				inactive = strayInactive // past tenants.lanes: made on demand
+			}
 		}
 	}
 	lc := laneConfig(name, subject, desc, c.cfg.AckWait, c.cc.MaxAckPending, inactive)
@@ -257,15 +426,8 @@ func (c *Consumer) laneFor(ctx context.Context, subject string, retry bool) (*la
 	if err != nil {
 		return nil, err
 	}
-	l = &lane{name: name, subject: subject, key: key, stray: stray,
-		next: c.prefix + "CONSUMER.MSG.NEXT." + c.cfg.Stream + "." + name, cons: cons}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if have := c.lanes[subject]; have != nil {
-		return have, nil
-	}
-	c.lanes[subject] = l
-	return l, nil
+	return &lane{name: name, subject: subject, key: key, stray: stray,
+		next: c.prefix + "CONSUMER.MSG.NEXT." + c.cfg.Stream + "." + name, cons: cons}, nil
 }
 
 // forget drops a queue consumer the server no longer has (deleted after
@@ -275,46 +437,73 @@ func (c *Consumer) forget(l *lane) {
 	defer c.mu.Unlock()
 	if c.lanes[l.subject] == l && !slices.Contains(c.defaults, l) {
 		delete(c.lanes, l.subject)
+		if !l.key.Fair || l.key.Index >= c.cc.FairLanes {
+			c.onDemand--
+		}
 	}
 }
 
-// Queues asks the server which queues hold jobs (one request, paged for
-// very many subjects) and returns them with their counts, the default
-// tenant's first, creating the consumer of each queue seen for the first
-// time.
+// queueFilters are the subject filters Queues reads: the default
+// tenant's queues (three and four tokens) and the fair lanes. A tenant's
+// own subjects are the router's: their number grows with the tenants.
+var queueFilters = []string{normalFilter, jobsPrefix + "*.*", fairLanesFilter}
+
+// Queues asks the server which queues hold jobs and how many (one request
+// per filter; the answer's size is the number of lanes, whatever the
+// number of tenants) and returns them, the default tenant's first. A
+// queue seen for the first time that has no consumer yet (a stray
+// subject, a fair lane past FairLanes) gets one. The fair lanes' depths
+// feed Lanes.
 func (c *Consumer) Queues(ctx context.Context) ([]Queue, error) {
-	info, err := c.stream.Info(ctx, jetstream.WithSubjectFilter(jobsPrefix+">"))
-	if err != nil {
-		return nil, fmt.Errorf("queues of stream %s: %w", c.cfg.Stream, err)
-	}
-	subjects := make([]string, 0, len(info.State.Subjects))
-	for s, n := range info.State.Subjects {
-		if n > 0 {
-			subjects = append(subjects, s)
-		}
-	}
-	slices.Sort(subjects)
-	qs := make([]Queue, 0, len(subjects))
-	var errs []error
-	for _, s := range subjects {
-		l, err := c.laneFor(ctx, s, false)
+	stored := map[string]uint64{}
+	fair := map[string]uint64{}
+	for _, f := range queueFilters {
+		info, err := c.stream.Info(ctx, jetstream.WithSubjectFilter(f))
 		if err != nil {
-			errs = append(errs, err)
-			continue
+			return nil, fmt.Errorf("queues of stream %s: %w", c.cfg.Stream, err)
 		}
-		qs = append(qs, Queue{Subject: s, Key: l.key, Stray: l.stray, Stored: info.State.Subjects[s]})
+		for s, n := range info.State.Subjects {
+			if n > 0 {
+				stored[s] = n
+				if f == fairLanesFilter {
+					fair[s] = n
+				}
+			}
+		}
+	}
+	c.place.Observe(fair)
+	subjects := slices.Sorted(maps.Keys(stored))
+	// The queues seen for the first time get their consumers at once, in
+	// parallel (a consumer's creation is a file-store write: 180 fair
+	// lanes one after another would stall the caller for seconds).
+	lanes := make([]*lane, len(subjects))
+	errs := make([]error, len(subjects))
+	var g errgroup.Group
+	g.SetLimit(setupParallel)
+	for i, s := range subjects {
+		g.Go(func() error {
+			lanes[i], errs[i] = c.laneFor(ctx, s)
+			return nil
+		})
+	}
+	_ = g.Wait()
+	qs := make([]Queue, 0, len(subjects))
+	for i, s := range subjects {
+		if l := lanes[i]; l != nil {
+			qs = append(qs, Queue{Subject: s, Key: l.key, Stray: l.stray, Stored: stored[s]})
+		}
 	}
 	slices.SortStableFunc(qs, func(a, b Queue) int {
 		switch {
-		case a.Key.Tenant == "" && b.Key.Tenant != "":
+		case !a.Key.Fair && b.Key.Fair:
 			return -1
-		case a.Key.Tenant != "" && b.Key.Tenant == "":
+		case a.Key.Fair && !b.Key.Fair:
 			return 1
 		}
 		return 0
 	})
-	if len(qs) == 0 && len(errs) > 0 {
-		return nil, errors.Join(errs...)
+	if err := errors.Join(errs...); len(qs) == 0 && err != nil {
+		return nil, err
 	}
 	return qs, nil
 }
@@ -343,7 +532,7 @@ func (c *Consumer) FetchFrom(ctx context.Context, wants []Want) ([]*Delivery, er
 		if w.N < 1 {
 			continue
 		}
-		l, err := c.laneFor(ctx, w.Subject, false)
+		l, err := c.laneFor(ctx, w.Subject)
 		if err != nil {
 			return nil, err
 		}
@@ -387,7 +576,7 @@ func (c *Consumer) Poll(ctx context.Context, subjects []string, max int, wait ti
 	}
 	lanes := make([]*lane, 0, len(subjects))
 	for _, s := range subjects {
-		l, err := c.laneFor(ctx, s, false)
+		l, err := c.laneFor(ctx, s)
 		if err != nil {
 			return nil, err
 		}
@@ -399,8 +588,8 @@ func (c *Consumer) Poll(ctx context.Context, subjects []string, max int, wait ti
 	return c.longPoll(ctx, max, wait, lanes)
 }
 
-// DefaultQueues are the subjects of the default tenant's queues of
-// channels, the priority lanes first.
+// DefaultQueues are the subjects of the default tenant's priority and
+// normal lanes of channels, the priority lanes first.
 func DefaultQueues(channels ...string) []string {
 	out := make([]string, 0, 2*len(channels))
 	for _, high := range []bool{true, false} {
@@ -411,20 +600,19 @@ func DefaultQueues(channels ...string) []string {
 	return out
 }
 
-// Fetch returns up to max deliveries from the queues this Consumer knows
-// (the default tenant's of every channel, and those Queues found) as soon
-// as at least one is available, always priority lanes first: it never
-// returns a normal-lane delivery while a priority-lane message was
-// available, and priority deliveries come first in the slice.
+// Fetch returns up to max deliveries from the queues that hold jobs (as
+// Queues finds them) and the default tenant's, as soon as at least one is
+// available, always priority lanes first: it never returns a normal-lane
+// delivery while a priority-lane message was available, and priority
+// deliveries come first in the slice.
 //
-// It looks for queues seen for the first time (Queues), then asks every
-// queue for what it can deliver now, all at once; deliveries
-// beyond max are handed back at once with a Nak. When all have nothing and
-// wait > 0 it long-polls them (see Poll). So Fetch never holds more than
-// max messages: the caller passes its number of free workers, and no
-// message ages in a client-side buffer (the known trap of large pull
-// buffers). It is the simple way to take jobs with no regard for which
-// queue they come from; the dispatcher schedules between queues with
+// It asks every such queue for what it can deliver now, all at once;
+// deliveries beyond max are handed back at once with a Nak. When all have
+// nothing and wait > 0 it long-polls them (see Poll). So Fetch never holds
+// more than max messages: the caller passes its number of free workers,
+// and no message ages in a client-side buffer (the known trap of large
+// pull buffers). It is the simple way to take jobs with no regard for
+// which queue they come from; the dispatcher schedules between queues with
 // Queues, FetchFrom and Poll. max must be at least 1.
 func (c *Consumer) Fetch(ctx context.Context, max int, wait time.Duration) ([]*Delivery, error) {
 	if max < 1 {
@@ -433,11 +621,25 @@ func (c *Consumer) Fetch(ctx context.Context, max int, wait time.Duration) ([]*D
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("fetch: %w", err)
 	}
-	qs, _ := c.Queues(ctx) // queues seen for the first time get their consumers; a failure shows in the fetch
-	lanes := c.known()
-	wants := make([]Want, len(lanes))
-	for i, l := range lanes {
-		wants[i] = Want{Subject: l.subject, N: max}
+	qs, _ := c.Queues(ctx) // a failure shows in the fetch
+	subjects := DefaultQueues(Channels...)
+	for _, q := range qs {
+		if !slices.Contains(subjects, q.Subject) {
+			subjects = append(subjects, q.Subject)
+		}
+	}
+	slices.SortStableFunc(subjects, func(a, b string) int {
+		switch ha, hb := IsHigh(a), IsHigh(b); {
+		case ha && !hb:
+			return -1
+		case !ha && hb:
+			return 1
+		}
+		return 0
+	})
+	wants := make([]Want, len(subjects))
+	for i, s := range subjects {
+		wants[i] = Want{Subject: s, N: max}
 	}
 	ds, err := c.FetchFrom(ctx, wants)
 	if err != nil && len(ds) == 0 {
@@ -484,10 +686,6 @@ func (c *Consumer) Fetch(ctx context.Context, max int, wait time.Duration) ([]*D
 	}
 	if len(ds) > 0 || wait <= 0 {
 		return ds, nil
-	}
-	subjects := make([]string, len(lanes))
-	for i, l := range lanes {
-		subjects[i] = l.subject
 	}
 	return c.Poll(ctx, subjects, max, wait)
 }

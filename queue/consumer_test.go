@@ -421,6 +421,12 @@ func TestNewConsumerConcurrentlyAndSettings(t *testing.T) {
 	for _, ch := range queue.Channels {
 		want["notifier-"+ch+"-high"] = "notify.jobs." + ch + ".high"
 		want["notifier-"+ch+"-normal"] = "notify.jobs." + ch
+		want["notifier-"+ch+"-marketing"] = "notify.jobs." + ch + ".marketing"
+		want["notifier-"+ch+"-transactional"] = "notify.jobs." + ch + ".transactional"
+	}
+	want["notifier-route"] = "notify.jobs.*.t.>"
+	if len(want) != 13 {
+		t.Fatalf("%d consumers made at start, want the default tenant's 12 and the router", len(want))
 	}
 	names := s.ConsumerNames(ctx(t))
 	var n int

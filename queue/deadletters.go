@@ -17,17 +17,22 @@ import (
 // on notify.suppressed.<channel>). Data is the job's original bytes, which
 // hold the recipient and the message: print them only on request.
 type DeadLetter struct {
-	Seq        uint64      // sequence in the dead-letter stream
-	Stored     time.Time   // when the dead-letter stream stored it
-	Subject    string      // notify.dead.<channel> or notify.suppressed.<channel>
-	Kind       Outcome     // Dead or Suppressed, from the subject
-	Channel    string      // the subject's <channel> token
-	Reason     string      // Notifier-Reason
-	Detail     string      // Notifier-Detail
-	JobSubject string      // Notifier-Subject: the subject the job was published on
-	JobID      string      // the job's id when Data holds a valid one, else ""
-	Header     nats.Header // every header, as stored
-	Data       []byte      // the job's original bytes
+	Seq        uint64    // sequence in the dead-letter stream
+	Stored     time.Time // when the dead-letter stream stored it
+	Subject    string    // notify.dead.<channel> or notify.suppressed.<channel>
+	Kind       Outcome   // Dead or Suppressed, from the subject
+	Channel    string    // the subject's <channel> token
+	Reason     string    // Notifier-Reason
+	Detail     string    // Notifier-Detail
+	JobSubject string    // Notifier-Subject: the subject the job was published on
+	JobID      string    // the job's id when Data holds a valid one, else ""
+	UserID     string    // the job's user_id when Data holds one, else ""
+	// Tenant is the job's tenant: the Notifier-Tenant header's (a fair
+	// lane's job), else its own tenant field, else its subject's; "" the
+	// default tenant's.
+	Tenant string
+	Header nats.Header // every header, as stored
+	Data   []byte      // the job's original bytes
 }
 
 // ReplaySubject is the subject a replay publishes the job on: its original
@@ -46,14 +51,16 @@ func (d *DeadLetter) ReplaySubject() string {
 
 // DeadFilter selects dead letters. A zero field selects everything, so the
 // zero DeadFilter selects the whole stream. Kind, Channel and Since are
-// applied by the server (subject filters and a start time), Reason and JobID
-// by the reader.
+// applied by the server (subject filters and a start time), Reason, JobID,
+// UserID and Tenant by the reader.
 type DeadFilter struct {
 	Kind    Outcome   // Dead, Suppressed, or "" for both
 	Channel string    // a <channel> token such as "sms", or "" for all
 	Reason  string    // Notifier-Reason, or "" for all
 	Since   time.Time // stored at or after this instant; zero for all
 	JobID   string    // this job id only, or "" for all
+	UserID  string    // this user's jobs only (user_id), or "" for all
+	Tenant  string    // this tenant's jobs only, or "" for all
 	Limit   int       // at most this many (the oldest first); 0 for no limit
 }
 
@@ -95,7 +102,8 @@ func (f DeadFilter) subjects() []string {
 
 // match applies the filters the server does not.
 func (f DeadFilter) match(d *DeadLetter) bool {
-	return (f.Reason == "" || d.Reason == f.Reason) && (f.JobID == "" || d.JobID == f.JobID)
+	return (f.Reason == "" || d.Reason == f.Reason) && (f.JobID == "" || d.JobID == f.JobID) &&
+		(f.UserID == "" || d.UserID == f.UserID) && (f.Tenant == "" || d.Tenant == f.Tenant)
 }
 
 // DeadLetters reads, deletes and republishes the jobs of the dead-letter
@@ -246,6 +254,9 @@ func (r *DeadLetters) Republish(ctx context.Context, d *DeadLetter, msgID string
 	for k, vs := range header {
 		m.Header[k] = append([]string(nil), vs...)
 	}
+	if t := d.Header.Get(HeaderTenant); t != "" && m.Header.Get(HeaderTenant) == "" {
+		m.Header.Set(HeaderTenant, t) // a fair lane's job stays its tenant's
+	}
 	ack, err := r.js.PublishMsg(ctx, m, jetstream.WithMsgID(msgID), jetstream.WithExpectStream(r.jobStream))
 	if err != nil {
 		return 0, fmt.Errorf("republish dead letter %d to %s: %w", d.Seq, subject, err)
@@ -259,7 +270,12 @@ func newDeadLetter(seq uint64, stored time.Time, subject string, h nats.Header, 
 		Reason:     h.Get(HeaderReason),
 		Detail:     h.Get(HeaderDetail),
 		JobSubject: h.Get(HeaderSubject),
-		JobID:      jobID(data),
+	}
+	d.JobID, d.UserID = jobIDs(data)
+	if d.Tenant = h.Get(HeaderTenant); d.Tenant == "" {
+		if d.Tenant = tenantField(data); d.Tenant == "" {
+			d.Tenant = TenantOf(d.JobSubject)
+		}
 	}
 	switch {
 	case strings.HasPrefix(subject, deadPrefix):
@@ -273,11 +289,24 @@ func newDeadLetter(seq uint64, stored time.Time, subject string, h nats.Header, 
 // jobID is the id field of a job's bytes when it is a valid job id (SPEC
 // §2), else "": the bytes of an invalid job may hold anything.
 func jobID(data []byte) string {
+	id, _ := jobIDs(data)
+	return id
+}
+
+// jobIDs are the id field of a job's bytes when it is a valid job id (SPEC
+// §2), else "", and its user_id field as it is (a string, else "").
+func jobIDs(data []byte) (id, user string) {
 	var j struct {
-		ID string `json:"id"`
+		ID     any `json:"id"`
+		UserID any `json:"user_id"`
 	}
-	if json.Unmarshal(data, &j) != nil || !ValidID(j.ID) {
-		return ""
+	if json.Unmarshal(data, &j) != nil {
+		return "", ""
 	}
-	return j.ID
+	id, _ = j.ID.(string)
+	user, _ = j.UserID.(string)
+	if !ValidID(id) {
+		id = ""
+	}
+	return id, user
 }

@@ -65,15 +65,38 @@ func DecodeFilled(subject string, data []byte, fill func(j *Job) error) (*Job, e
 	if !utf8.Valid(data) {
 		return nil, invalid("", "message is not valid UTF-8")
 	}
-	if j, ok, err := decodeFast(subject, data, fill); ok || err != nil {
+	return decode(fromSubject(subject), data, fill)
+}
+
+// DecodeDelivery is Decode for a delivery: the job must match its subject,
+// and, on a fair lane or the default tenant's subjects, the tenant its
+// Notifier-Tenant header names when it has one (a job that names none is
+// that tenant's: Delivery.Tenant). Without the header a job there may name
+// any tenant: it is that tenant's.
+func DecodeDelivery(d *Delivery) (*Job, error) {
+	sub := fromSubject(d.Subject)
+	if t := d.Header.Get(HeaderTenant); t != "" && !sub.tenantBound {
+		sub.tenant, sub.tenantBound, sub.byHeader = t, true, true
+	}
+	if len(d.Data) > MaxJobBytes {
+		return nil, invalid("", "message is %d bytes, more than %d", len(d.Data), MaxJobBytes)
+	}
+	if !utf8.Valid(d.Data) {
+		return nil, invalid("", "message is not valid UTF-8")
+	}
+	return decode(sub, d.Data, nil)
+}
+
+func decode(sub subjectOf, data []byte, fill func(*Job) error) (*Job, error) {
+	if j, ok, err := decodeFast(sub, data, fill); ok || err != nil {
 		return j, err
 	}
-	return decodeStrict(subject, data, fill)
+	return decodeStrict(sub, data, fill)
 }
 
 // decodeStrict is Decode for every message the fast path does not take: it
 // reads the message token by token and names the first broken rule.
-func decodeStrict(subject string, data []byte, fill func(*Job) error) (*Job, error) {
+func decodeStrict(sub subjectOf, data []byte, fill func(*Job) error) (*Job, error) {
 	members, err := objectMembers(data, isField)
 	if err != nil {
 		return nil, err
@@ -98,7 +121,7 @@ func decodeStrict(subject string, data []byte, fill func(*Job) error) (*Job, err
 			return nil, err
 		}
 	}
-	if err := j.validate(fromSubject(subject), d.errs); err != nil {
+	if err := j.validate(sub, d.errs); err != nil {
 		return nil, err
 	}
 	return j, nil

@@ -37,7 +37,7 @@ type wireJob struct {
 //
 // fill, unless nil, is called before the rules are checked (DecodeFilled);
 // its error is returned with ok false.
-func decodeFast(subject string, data []byte, fill func(*Job) error) (j *Job, ok bool, err error) {
+func decodeFast(sub subjectOf, data []byte, fill func(*Job) error) (j *Job, ok bool, err error) {
 	var w wireJob
 	if jsonv2.Unmarshal(data, &w) != nil {
 		return nil, false, nil
@@ -70,7 +70,7 @@ func decodeFast(subject string, data []byte, fill func(*Job) error) (j *Job, ok 
 			return nil, false, err
 		}
 	}
-	if j.validate(fromSubject(subject), nil) != nil {
+	if j.validate(sub, nil) != nil {
 		return nil, false, nil
 	}
 	return j, true, nil

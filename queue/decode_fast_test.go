@@ -18,8 +18,8 @@ func FuzzDecodeFastPath(f *testing.F) {
 		f.Add("notify.jobs.push.high", []byte(s))
 	}
 	f.Fuzz(func(t *testing.T, subject string, data []byte) {
-		fast, ok, _ := decodeFast(subject, data, nil)
-		strict, err := decodeStrict(subject, data, nil)
+		fast, ok, _ := decodeFast(fromSubject(subject), data, nil)
+		strict, err := decodeStrict(fromSubject(subject), data, nil)
 		if !ok {
 			return
 		}
@@ -96,7 +96,7 @@ func BenchmarkDecodeStrictPath(b *testing.B) {
 	data := []byte(`{"id":"job-123456","user_id":"user-42","channel":"sms","to":"+447700900123","body":"Your code is 123456","created_at":"2026-12-02T10:00:00Z"}`)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := decodeStrict("notify.jobs.sms", data, nil); err != nil {
+		if _, err := decodeStrict(fromSubject("notify.jobs.sms"), data, nil); err != nil {
 			b.Fatal(err)
 		}
 	}

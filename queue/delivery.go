@@ -1,10 +1,12 @@
 package queue
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"time"
 
+	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -20,7 +22,12 @@ type Delivery struct {
 	Data    []byte // the message as published
 	High    bool   // from the subject: the priority lane
 	Channel string // from the subject: its <channel> token, unchecked
-	Tenant  string // from the subject: its tenant, "" for the default tenant
+	// Tenant is the job's tenant, "" for the default tenant: a tenant's
+	// own subject's, else the Notifier-Tenant header's, else (on the
+	// default tenant's subjects and the fair lanes) the job's own tenant
+	// field, read without decoding the rest; DecodeDelivery checks it.
+	Tenant string
+	Fair   bool // from the subject: a fair lane, shared by tenants
 	// Lane is from the subject: the category of its lane (a category's
 	// own lane, or Transactional for the priority lane); "" for the normal
 	// lane, whose jobs without a category take their channel's.
@@ -44,7 +51,12 @@ func newDelivery(m jetstream.Msg) *Delivery {
 		msg:     m,
 	}
 	k, ok := ParseJobSubject(d.Subject) // once: every delivery pays for it
-	d.High, d.Tenant = ok && k.High, k.Tenant
+	d.High, d.Tenant, d.Fair = ok && k.High, k.Tenant, ok && k.Fair
+	if d.Tenant == "" {
+		if d.Tenant = d.Header.Get(HeaderTenant); d.Tenant == "" {
+			d.Tenant = tenantField(d.Data)
+		}
+	}
 	switch {
 	case d.High:
 		d.Lane = Transactional
@@ -59,6 +71,22 @@ func newDelivery(m jetstream.Msg) *Delivery {
 		d.Published = md.Timestamp
 	}
 	return d
+}
+
+// tenantField reads a job's top-level "tenant" string without decoding
+// the rest: "" when it names none (the usual job of the default tenant
+// costs one search of its bytes), or is not a JSON object with one.
+func tenantField(data []byte) string {
+	if !bytes.Contains(data, []byte(`"tenant"`)) {
+		return ""
+	}
+	var probe struct {
+		Tenant string `json:"tenant"`
+	}
+	if jsonv2.Unmarshal(data, &probe, jsonv2.RejectUnknownMembers(false)) != nil {
+		return ""
+	}
+	return probe.Tenant
 }
 
 // Ack acknowledges the delivery and waits for the server to confirm it

@@ -89,3 +89,17 @@ func TestOneLine(t *testing.T) {
 		}
 	}
 }
+
+func TestMsgIDIsScopedByTenant(t *testing.T) {
+	if got := MsgID("", "order-42"); got != "order-42" {
+		t.Fatalf("default tenant: %q", got)
+	}
+	a, b := MsgID("acme", "order-42"), MsgID("bank", "order-42")
+	if a == b || a != "acme/order-42" {
+		t.Fatalf("acme %q, bank %q: want distinct, acme/order-42", a, b)
+	}
+	// A default-tenant id can never equal a tenant's scoped id: ids hold no '/'.
+	if ValidID(a) {
+		t.Fatalf("%q is a valid id: a default-tenant job could collide with it", a)
+	}
+}

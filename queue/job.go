@@ -98,15 +98,15 @@ func (j *Job) Marshal() ([]byte, error) {
 	return j.encode()
 }
 
-// marshalFor validates j against the subject it is published on (its
-// queue's: KeyFor) and encodes it.
-func (j *Job) marshalFor(high bool) (subject string, data []byte, err error) {
-	subject = KeyFor(j.Channel, j.Tenant, high, j.Category).Subject()
-	if err := j.validate(fromSubject(subject), nil); err != nil {
-		return "", nil, err
+// marshalFor validates j against the queue it is published to (KeyFor)
+// and encodes it.
+func (j *Job) marshalFor(high bool) (k Key, data []byte, err error) {
+	k = KeyFor(j.Channel, j.Tenant, high, j.Category)
+	if err := j.validate(fromSubject(k.Subject()), nil); err != nil {
+		return Key{}, nil, err
 	}
 	data, err = j.encode()
-	return subject, data, err
+	return k, data, err
 }
 
 // subjectOf is what a job must match of the subject it arrived on: its
@@ -116,6 +116,11 @@ type subjectOf struct {
 	channel, tenant string
 	lane            Category
 	match           bool
+	// tenantBound: the job's tenant, when it names one, must be tenant (a
+	// tenant's own subject, or the Notifier-Tenant header: byHeader); on
+	// the default tenant's subjects and the fair lanes without the header
+	// a job may name any tenant.
+	tenantBound, byHeader bool
 }
 
 // fromSubject reads the tokens a job must match off subject ("" for none).
@@ -128,7 +133,7 @@ func fromSubject(subject string) subjectOf {
 	if k.High {
 		lane = Transactional
 	}
-	return subjectOf{channel: ChannelOf(subject), tenant: k.Tenant, lane: lane, match: true}
+	return subjectOf{channel: ChannelOf(subject), tenant: k.Tenant, lane: lane, match: true, tenantBound: k.Tenant != ""}
 }
 
 // validate runs the field rules in order. With sub.match, the channel must
@@ -215,13 +220,11 @@ func (j *Job) check(field string, sub subjectOf) *InvalidError {
 		case j.Tenant == "":
 		case !ValidTenant(j.Tenant):
 			return invalid(field, "must be 1 to %d characters of A-Z a-z 0-9 . _ -", MaxTenantLen)
-		case sub.match && j.Tenant != sub.tenant:
-			want := "the default tenant's subject"
-			if sub.tenant != "" {
-				want = "tenant " + echo(sub.tenant) + "'s subject"
-			}
-			return invalid(field, "%s does not match the subject: it was published on %s (publish on %s)",
-				echo(j.Tenant), want, KeyFor(j.Channel, j.Tenant, false, j.Category).Subject())
+		case sub.match && sub.tenantBound && sub.byHeader && j.Tenant != sub.tenant:
+			return invalid(field, "%s does not match the %s header %s", echo(j.Tenant), HeaderTenant, echo(sub.tenant))
+		case sub.match && sub.tenantBound && j.Tenant != sub.tenant:
+			return invalid(field, "%s does not match the subject: it was published on tenant %s's subject (publish on %s)",
+				echo(j.Tenant), echo(sub.tenant), KeyFor(j.Channel, j.Tenant, false, j.Category).Subject())
 		}
 	case "category":
 		switch {
@@ -312,3 +315,19 @@ func echo(s string) string {
 func ValidID(id string) bool {
 	return id != "" && len(id) <= MaxIDLen && idPattern.MatchString(id)
 }
+
+// MsgID is the Nats-Msg-Id of a job: a job id is unique within its tenant
+// (SPEC §2), so the default tenant's ("") is the id itself and another
+// tenant's is "<tenant>/<id>" ('/' is in neither a tenant name nor an id,
+// so two tenants' ids never collide). JetStream drops a second publish
+// with the same Nats-Msg-Id within the stream's duplicate window: two
+// tenants may use the same id, and neither learns of the other's.
+func MsgID(tenant, id string) string {
+	if tenant == "" {
+		return id
+	}
+	return tenant + "/" + id
+}
+
+// MsgID is the job's Nats-Msg-Id: MsgID(j.Tenant, j.ID).
+func (j *Job) MsgID() string { return MsgID(j.Tenant, j.ID) }

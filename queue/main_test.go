@@ -113,3 +113,25 @@ func (b *bundle) streamMsgs(t *testing.T, stream string) uint64 {
 	}
 	return info.State.Msgs
 }
+
+// deadLetters reads every message of NOTIFY_DEAD, oldest first.
+func (b *bundle) deadLetters(t *testing.T) []*nats.Msg {
+	t.Helper()
+	s, err := b.js.Stream(ctx(t), "NOTIFY_DEAD")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*nats.Msg
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := s.GetMsg(ctx(t), seq)
+		if err != nil {
+			continue
+		}
+		out = append(out, &nats.Msg{Subject: m.Subject, Data: m.Data, Header: m.Header})
+	}
+	return out
+}

@@ -75,13 +75,13 @@ func (b *Batch) PublishNDJSON(ctx context.Context, in io.Reader, o NDJSON) (skip
 			if c, ok := probe.Category.(string); ok && ValidCategory(Category(c)) {
 				lineCategory = Category(c)
 			}
-			subject := KeyFor(probe.Channel, lineTenant, o.High, lineCategory).Subject()
-			j, derr := Decode(subject, raw)
+			k := KeyFor(probe.Channel, lineTenant, o.High, lineCategory)
+			j, derr := Decode(k.Subject(), raw)
 			if derr != nil {
 				skip("%v", derr)
 				break
 			}
-			if err := b.PublishRaw(ctx, subject, raw, j.ID); err != nil {
+			if err := b.PublishTo(ctx, k, raw, MsgID(lineTenant, j.ID)); err != nil {
 				return skipped, err
 			}
 			if o.Published != nil {

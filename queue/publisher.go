@@ -33,23 +33,79 @@ const (
 // Publisher publishes jobs and dead letters to JetStream and waits for the
 // stream's acknowledgement. It is safe for concurrent use.
 type Publisher struct {
-	js jetstream.JetStream
+	js    jetstream.JetStream
+	lanes *Lanes
 }
 
+// PublisherOption configures a Publisher.
+type PublisherOption func(*Publisher)
+
+// WithFairLanes places tenants' jobs on n fair lanes (tenants.lanes;
+// default DefaultFairLanes), reading the lanes' depths from the stream.
+func WithFairLanes(n int) PublisherOption {
+	return func(p *Publisher) { p.lanes = StreamLanes(p.js, n) }
+}
+
+// WithLanes places tenants' jobs with l (shared with a Consumer's view:
+// Consumer.Lanes).
+func WithLanes(l *Lanes) PublisherOption { return func(p *Publisher) { p.lanes = l } }
+
 // NewPublisher returns a Publisher using js.
-func NewPublisher(js jetstream.JetStream) *Publisher { return &Publisher{js: js} }
+func NewPublisher(js jetstream.JetStream, opts ...PublisherOption) *Publisher {
+	p := &Publisher{js: js}
+	for _, o := range opts {
+		o(p)
+	}
+	if p.lanes == nil {
+		p.lanes = StreamLanes(js, DefaultFairLanes)
+	}
+	return p
+}
+
+// Place is where a job of queue k is published: the default tenant's
+// queue itself (no header), or for a tenant's job the fair lane Lanes
+// places it on, with the Notifier-Tenant header naming the tenant (the
+// lane's subject names none).
+func (p *Publisher) Place(ctx context.Context, k Key) (subject string, header nats.Header) {
+	if k.Tenant == "" {
+		return k.Subject(), nil
+	}
+	return p.lanes.Place(ctx, k).Subject(), nats.Header{HeaderTenant: []string{k.Tenant}}
+}
 
 // Publish validates and publishes j on the subject of its queue (KeyFor: its
 // tenant's, on the priority lane when high, else on its category's lane
-// when it names one) with Nats-Msg-Id set to j.ID, and reports whether the stream dropped it as a
+// when it names one; a named tenant's on the fair lane Place chooses) with Nats-Msg-Id set to j.MsgID() (the id, scoped by its tenant), and reports whether the stream dropped it as a
 // duplicate of a publish within the duplicate window (2 minutes). An
 // invalid job is an *InvalidError and nothing is sent.
 func (p *Publisher) Publish(ctx context.Context, j *Job, high bool) (duplicate bool, err error) {
-	subject, data, err := j.marshalFor(high)
+	return p.PublishJob(ctx, j, high, nil)
+}
+
+// PublishJob is Publish with more headers on the message (a digest job's
+// Notifier-Digest); Nats-Msg-Id and Notifier-Tenant among them are
+// replaced by the job's own.
+func (p *Publisher) PublishJob(ctx context.Context, j *Job, high bool, extra map[string]string) (duplicate bool, err error) {
+	k, data, err := j.marshalFor(high)
 	if err != nil {
 		return false, fmt.Errorf("publish job: %w", err)
 	}
-	return p.PublishRaw(ctx, subject, data, j.ID)
+	subject, header := p.Place(ctx, k)
+	if len(extra) > 0 {
+		if header == nil {
+			header = nats.Header{}
+		}
+		for h, v := range extra {
+			if h != jetstream.MsgIDHeader && h != HeaderTenant {
+				header.Set(h, v)
+			}
+		}
+	}
+	ack, err := p.js.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: data, Header: header}, msgIDOpt(j.MsgID())...)
+	if err != nil {
+		return false, fmt.Errorf("publish %s: %w", subject, err)
+	}
+	return ack.Duplicate, nil
 }
 
 // PublishRaw publishes data as is on subject, with Nats-Msg-Id msgID unless
@@ -101,6 +157,9 @@ func (p *Publisher) DeadLetter(ctx context.Context, d *Delivery, o Outcome, reas
 	m.Header.Set(HeaderReason, reason)
 	m.Header.Set(HeaderDetail, text.OneLine(detail, MaxDetailBytes))
 	m.Header.Set(HeaderSubject, text.OneLine(d.Subject, MaxDetailBytes))
+	if t := d.Header.Get(HeaderTenant); t != "" {
+		m.Header.Set(HeaderTenant, text.OneLine(t, MaxTenantLen+8)) // a replay puts the job back as its tenant's
+	}
 	var opts []jetstream.PublishOpt
 	if d.StreamSeq != 0 {
 		opts = msgIDOpt(deadLetterID(d))

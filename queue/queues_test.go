@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/notifier/notifier/queue"
@@ -56,7 +58,8 @@ func TestDecodeTenant(t *testing.T) {
 		{"notify.jobs.sms.t.acme", `,"tenant":"acme"`, ""},
 		{"notify.jobs.sms.t.acme~eu.high", `,"tenant":"acme.eu"`, ""},
 		{"notify.jobs.sms", ``, ""},
-		{"notify.jobs.sms", `,"tenant":"acme"`, `tenant: "acme" does not match the subject: it was published on the default tenant's subject (publish on notify.jobs.sms.t.acme)`},
+		{"notify.jobs.sms", `,"tenant":"acme"`, ""}, // the tenant in the JSON on the plain subject is honoured
+		{"notify.jobs.sms.f.3", `,"tenant":"acme"`, ""},
 		{"notify.jobs.sms.t.other", `,"tenant":"acme"`, `tenant: "acme" does not match the subject: it was published on tenant "other"'s subject`},
 		{"notify.jobs.sms.t.acme", `,"tenant":"a b"`, `tenant: must be 1 to 64 characters`},
 		{"notify.jobs.sms.t.acme", `,"tenant":7`, `tenant`},
@@ -71,79 +74,268 @@ func TestDecodeTenant(t *testing.T) {
 	}
 }
 
-// TestQueuesOfTenants: a tenant's jobs get a queue of their own, found by
-// Queues, pulled by FetchFrom without touching the other queues, and its
-// consumer is filtered on exactly its subject.
-func TestQueuesOfTenants(t *testing.T) {
+// TestFairLanesOfTenants: tenants' jobs go to fair lanes, each to one of
+// its tenant's pair, with the tenant in the Notifier-Tenant header; Queues
+// lists the lanes holding jobs (however many tenants: one entry per
+// lane); FetchFrom pulls from one lane without touching the others; a
+// lane's consumer is made with its first job, filtered on exactly its
+// subject, and kept; Poll wakes on a lane's first job.
+func TestFairLanesOfTenants(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 0)
 	c := b.consumer(t, queue.ConsumerConfig{})
-	for i := range 30 {
-		j := job("sms", fmt.Sprintf("bulk-%d", i))
-		j.Tenant = "bulk"
+	n := queue.DefaultFairLanes
+	tenants := map[string]int{}
+	for i := range 300 {
+		j := job("sms", fmt.Sprintf("j-%d", i))
+		j.Tenant = fmt.Sprintf("t%d", i%100) // 100 tenants, 3 jobs each
+		tenants[j.Tenant]++
 		b.publish(t, false, j)
 	}
-	for i := range 3 {
-		j := job("sms", fmt.Sprintf("otp-%d", i))
-		j.Tenant = "otp.eu"
-		b.publish(t, i == 0, j)
-	}
+	hi := job("sms", "otp-0")
+	hi.Tenant = "otp.eu"
+	b.publish(t, true, hi)
 	b.publish(t, false, job("sms", "plain"))
 	qs, err := c.Queues(ctx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := map[string]uint64{}
-	for _, q := range qs {
-		got[q.Key.String()] = q.Stored
+	if qs[0].Key.Tenant != "" || qs[0].Key.Fair || qs[0].Subject != "notify.jobs.sms" {
+		t.Errorf("the default tenant's queue is not listed first: %+v", qs[0])
 	}
-	want := map[string]uint64{"sms": 1, "sms@bulk": 30, "sms@otp.eu": 2, "sms@otp.eu/high": 1}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("queues %v, want %v", got, want)
+	var total uint64
+	for _, q := range qs[1:] {
+		if !q.Key.Fair || q.Key.Index >= n || q.Key.Tenant != "" {
+			t.Errorf("queue %s is not a fair lane", q.Key)
+		}
+		total += q.Stored
 	}
-	if qs[0].Key.Tenant != "" {
-		t.Errorf("the default tenant's queue is not listed first: %+v", qs)
+	if total != 301 || len(qs) > 1+2*n {
+		t.Fatalf("fair lanes hold %d jobs in %d queues, want 301 in at most %d", total, len(qs)-1, 2*n)
 	}
-	ds, err := c.FetchFrom(ctx(t), []queue.Want{{Subject: "notify.jobs.sms.t.otp~eu.high", N: 5}, {Subject: "notify.jobs.sms.t.otp~eu", N: 5}})
+	// Pull every lane: each job is on one of its tenant's pair, and says
+	// whose it is.
+	var wants []queue.Want
+	for _, q := range qs[1:] {
+		wants = append(wants, queue.Want{Subject: q.Subject, N: int(q.Stored)})
+	}
+	ds, err := c.FetchFrom(ctx(t), wants)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ids []string
+	if len(ds) != 301 {
+		t.Fatalf("fetched %d jobs from the fair lanes, want 301", len(ds))
+	}
 	for _, d := range ds {
-		ids = append(ids, d.Header.Get(jetstream.MsgIDHeader))
-		if d.Tenant != "otp.eu" || d.Channel != "sms" {
-			t.Errorf("delivery %s: tenant %q channel %q", d.Subject, d.Tenant, d.Channel)
+		k, _ := queue.ParseJobSubject(d.Subject)
+		a, b2 := queue.LanePair("sms", d.Tenant, n)
+		if !d.Fair || (k.Index != a && k.Index != b2) || d.Header.Get(queue.HeaderTenant) != d.Tenant {
+			t.Errorf("job %s of tenant %q on %s (its pair %d, %d), header %q", d.Header.Get(jetstream.MsgIDHeader), d.Tenant, d.Subject, a, b2, d.Header.Get(queue.HeaderTenant))
+		}
+		if d.Tenant == "otp.eu" && !d.High {
+			t.Errorf("otp.eu's priority job came on %s", d.Subject)
+		}
+		if want := d.Tenant + "/"; !strings.HasPrefix(d.Header.Get(jetstream.MsgIDHeader), want) {
+			t.Errorf("job on %s: Nats-Msg-Id %q, want scoped by its tenant", d.Subject, d.Header.Get(jetstream.MsgIDHeader))
+		}
+		if _, err := queue.DecodeDelivery(d); err != nil {
+			t.Errorf("decode %s: %v", d.Subject, err)
 		}
 	}
-	if !slices.Equal(ids, []string{"otp-0", "otp-1", "otp-2"}) {
-		t.Fatalf("FetchFrom the otp queues: %v, want otp-0 (priority) then otp-1, otp-2", ids)
-	}
 	ackAll(t, ds)
-	cons, err := b.js.Consumer(ctx(t), "NOTIFY", "notifier-sms-normal-t-otp~eu")
+	cons, err := b.js.Consumer(ctx(t), "NOTIFY", "notifier-sms-normal-f"+strconv.Itoa(qs[1].Key.Index))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg := cons.CachedInfo().Config; cfg.FilterSubject != "notify.jobs.sms.t.otp~eu" || cfg.InactiveThreshold != time.Hour {
-		t.Errorf("tenant queue consumer: filter %q inactive threshold %s", cfg.FilterSubject, cfg.InactiveThreshold)
+	if cfg := cons.CachedInfo().Config; cfg.FilterSubject != qs[1].Subject || cfg.InactiveThreshold != 0 {
+		t.Errorf("fair lane consumer: filter %q (want %q) inactive threshold %s (want kept)", cfg.FilterSubject, qs[1].Subject, cfg.InactiveThreshold)
 	}
 	// Poll wakes on the first job of any of its queues.
+	late := job("sms", "late")
+	late.Tenant = "t7"
+	a, b2 := queue.LanePair("sms", "t7", n)
+	lanes := []string{queue.Key{Channel: "sms", Fair: true, Index: a}.Subject(), queue.Key{Channel: "sms", Fair: true, Index: b2}.Subject()}
 	done := make(chan []*queue.Delivery, 1)
 	go func() {
-		ds, _ := c.Poll(ctx(t), []string{"notify.jobs.push", "notify.jobs.sms.t.otp~eu"}, 3, 10*time.Second)
+		ds, _ := c.Poll(ctx(t), append([]string{"notify.jobs.push"}, lanes...), 3, 10*time.Second)
 		done <- ds
 	}()
 	time.Sleep(200 * time.Millisecond)
-	j := job("sms", "otp-late")
-	j.Tenant = "otp.eu"
-	b.publish(t, false, j)
+	b.publish(t, false, late)
 	select {
 	case ds := <-done:
-		if len(ds) != 1 || ds[0].Header.Get(jetstream.MsgIDHeader) != "otp-late" {
+		if len(ds) != 1 || ds[0].Header.Get(jetstream.MsgIDHeader) != "t7/late" || ds[0].Tenant != "t7" {
 			t.Fatalf("Poll: %d deliveries", len(ds))
 		}
 		ackAll(t, ds)
 	case <-time.After(5 * time.Second):
 		t.Fatal("Poll did not wake on a job of one of its queues")
+	}
+}
+
+// TestLanesPlacement: a tenant's pair is two distinct lanes, the same for
+// every publisher; each job goes to the shallower of the two, counting the
+// jobs placed since the view; a tenant whose pair shares a lane with a
+// flooded one publishes past it.
+func TestLanesPlacement(t *testing.T) {
+	const n = queue.DefaultFairLanes
+	hit := make([]int, n)
+	for i := range 10_000 {
+		tenant := fmt.Sprintf("tenant-%d", i)
+		a, b := queue.LanePair("sms", tenant, n)
+		if a == b || a < 0 || b < 0 || a >= n || b >= n {
+			t.Fatalf("pair of %s: %d, %d", tenant, a, b)
+		}
+		if a2, b2 := queue.LanePair("sms", tenant, n); a2 != a || b2 != b {
+			t.Fatalf("pair of %s not stable", tenant)
+		}
+		hit[a]++
+		hit[b]++
+	}
+	for i, h := range hit {
+		if h < 20_000/n*8/10 || h > 20_000/n*12/10 {
+			t.Errorf("lane %d is in %d pairs of 10,000 tenants, want about %d", i, h, 20_000/n)
+		}
+	}
+	if a, b := queue.LanePair("sms", "x", 1); a != 0 || b != 0 {
+		t.Errorf("one lane: %d, %d", a, b)
+	}
+	// A flood on one lane of a tenant's pair: every job of the tenant goes
+	// to the other until the two are even.
+	l := queue.NewLanes(n, nil)
+	a, b := queue.LanePair("sms", "small", n)
+	flooded := queue.Key{Channel: "sms", Fair: true, Index: a}.Subject()
+	l.Observe(map[string]uint64{flooded: 5000})
+	k := queue.KeyFor("sms", "small", false, "")
+	for i := range 100 {
+		if got := l.Place(ctx(t), k); got.Index != b || !got.Fair || got.Tenant != "" {
+			t.Fatalf("job %d of a tenant whose lane %d holds 5,000: placed on %s, want its lane %d", i, a, got, b)
+		}
+	}
+	// Without a view, a tenant's jobs alternate between its two lanes.
+	l = queue.NewLanes(n, nil)
+	count := map[int]int{}
+	for range 10 {
+		count[l.Place(ctx(t), k).Index]++
+	}
+	if count[a] != 5 || count[b] != 5 {
+		t.Errorf("no view: %v, want 5 on each of %d and %d", count, a, b)
+	}
+	// The default tenant's key is its own queue.
+	if got := l.Place(ctx(t), queue.KeyFor("sms", "", true, "")); got.Fair || got.Subject() != "notify.jobs.sms.high" {
+		t.Errorf("default tenant placed on %s", got)
+	}
+}
+
+// TestRouterMovesTenantSubjects: jobs published on a tenant's own subject
+// (raw NATS) are moved to one of the tenant's fair lanes with the same
+// bytes, their headers and Notifier-Tenant; moving the same stored job
+// again (a crash before its ack) stores nothing new; a subject whose
+// tenant token names no tenant, or whose channel is none, is
+// dead-lettered as invalid.
+func TestRouterMovesTenantSubjects(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	c := b.consumer(t, queue.ConsumerConfig{})
+	pub := queue.NewPublisher(b.js, queue.WithLanes(c.Lanes()))
+	r := c.Router(pub)
+	raw := func(subject, id, extra string) {
+		t.Helper()
+		m := nats.NewMsg(subject)
+		m.Data = fmt.Appendf(nil, `{"id":%q,"user_id":"u","channel":"sms","to":"+14155550123","body":"b"%s}`, id, extra)
+		m.Header.Set(jetstream.MsgIDHeader, id)
+		m.Header.Set("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+		if _, err := b.js.PublishMsg(ctx(t), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raw("notify.jobs.sms.t.acme", "a-1", "")
+	raw("notify.jobs.sms.t.acme~eu.high", "a-2", `,"tenant":"acme.eu"`)
+	raw("notify.jobs.sms.t.bad@name", "a-3", "")
+	raw("notify.jobs.fax.t.acme", "a-4", "")
+	moved, err := r.Round(ctx(t), time.Second)
+	if err != nil || moved != 2 {
+		t.Fatalf("Round: moved %d, %v; want 2", moved, err)
+	}
+	qs, err := c.Queues(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wants []queue.Want
+	for _, q := range qs {
+		wants = append(wants, queue.Want{Subject: q.Subject, N: 5})
+	}
+	ds, err := c.FetchFrom(ctx(t), wants)
+	if err != nil || len(ds) != 2 {
+		t.Fatalf("fetched %d jobs from %d queues (%v), want the 2 moved", len(ds), len(qs), err)
+	}
+	for _, d := range ds {
+		tenant := map[bool]string{false: "acme", true: "acme.eu"}[d.High]
+		a, b2 := queue.LanePair("sms", tenant, queue.DefaultFairLanes)
+		k, _ := queue.ParseJobSubject(d.Subject)
+		if d.Tenant != tenant || !d.Fair || (k.Index != a && k.Index != b2) || d.Header.Get("traceparent") == "" {
+			t.Errorf("moved job on %s: tenant %q, header %v", d.Subject, d.Tenant, d.Header)
+		}
+		if _, err := queue.DecodeDelivery(d); err != nil {
+			t.Errorf("decode the moved job: %v", err)
+		}
+	}
+	ackAll(t, ds)
+	if n := b.streamMsgs(t, "NOTIFY"); n != 0 {
+		t.Errorf("%d jobs left in NOTIFY, want 0 (the originals acknowledged once moved)", n)
+	}
+	dead := b.deadLetters(t)
+	if len(dead) != 2 {
+		t.Fatalf("%d dead letters, want 2 (a tenant token that is none, a channel that is none)", len(dead))
+	}
+	for _, m := range dead {
+		if m.Header.Get(queue.HeaderReason) != "invalid" {
+			t.Errorf("dead letter %s: reason %q", m.Subject, m.Header.Get(queue.HeaderReason))
+		}
+	}
+}
+
+// TestNewConsumerRefusesAStreamWithoutRoom: a stream whose consumer limit
+// cannot hold every consumer the configuration may make fails the start,
+// saying how many are needed and what to change (never a job stranded
+// later, when a lane's consumer is refused).
+func TestNewConsumerRefusesAStreamWithoutRoom(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	s, err := b.js.Stream(ctx(t), "NOTIFY")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := s.CachedInfo().Config
+	sc.MaxConsumers = 20
+	if _, err := b.js.CreateStream(ctx(t), sc); err == nil {
+		t.Fatal("the server changed a stream's max_consumers in place")
+	}
+	if err := b.js.DeleteStream(ctx(t), "NOTIFY"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.js.CreateStream(ctx(t), sc); err != nil {
+		t.Fatal(err)
+	}
+	_, err = queue.NewConsumer(ctx(t), b.js, b.cfg, queue.ConsumerConfig{})
+	if err == nil || !strings.Contains(err.Error(), "193 consumers") || !strings.Contains(err.Error(), "tenants.lanes") ||
+		!errors.Is(err, jetstream.ErrMaximumConsumersLimit) {
+		t.Fatalf("NewConsumer on a stream allowing 20 consumers: %v", err)
+	}
+	// With one fair lane the fleet needs 3 × 4 × 2 + 1 = 25: still refused;
+	// the limit the server enforces is reached on purpose below.
+	if _, err := queue.NewConsumer(ctx(t), b.js, b.cfg, queue.ConsumerConfig{FairLanes: 1}); err == nil {
+		t.Fatal("NewConsumer with 1 fair lane on a stream allowing 20 consumers: no error")
+	}
+	for i := range 20 {
+		if _, err := b.js.CreateOrUpdateConsumer(ctx(t), "NOTIFY", jetstream.ConsumerConfig{Durable: fmt.Sprintf("other-%d", i),
+			FilterSubject: fmt.Sprintf("notify.jobs.x%d", i), AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+			t.Fatalf("consumer %d of 20: %v", i, err)
+		}
+	}
+	_, err = b.js.CreateOrUpdateConsumer(ctx(t), "NOTIFY", jetstream.ConsumerConfig{Durable: "other-21", FilterSubject: "notify.jobs.x21", AckPolicy: jetstream.AckExplicitPolicy})
+	if !errors.Is(err, jetstream.ErrMaximumConsumersLimit) {
+		t.Fatalf("the 21st consumer: %v, want the server's limit", err)
 	}
 }
 

@@ -41,9 +41,10 @@ func JobStreamConfig(cfg Config, replicas int) jetstream.StreamConfig {
 	cfg = cfg.WithDefaults()
 	return jetstream.StreamConfig{
 		Name:        cfg.Stream,
-		Description: "notifier jobs: notify.jobs.<channel>[.t.<tenant>][.high|.marketing|.transactional]",
+		Description: "notifier jobs: notify.jobs.<channel>[.t.<tenant>|.f.<lane>][.high|.marketing|.transactional]",
 		Subjects: []string{normalFilter, highFilter, marketingFilter, transactionalFilter,
-			tenantNormalFilter, tenantHighFilter, tenantMarketingFilter, tenantTransactionalFilter},
+			tenantNormalFilter, tenantHighFilter, tenantMarketingFilter, tenantTransactionalFilter,
+			fairNormalFilter, fairHighFilter, fairMarketingFilter, fairTransactionalFilter},
 		Retention:  jetstream.WorkQueuePolicy,
 		Storage:    jetstream.FileStorage,
 		Replicas:   max(replicas, 1),

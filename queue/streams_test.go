@@ -88,7 +88,8 @@ func assertJobStream(t *testing.T, js jetstream.JetStream) {
 	c := s.CachedInfo().Config
 	if c.Retention != jetstream.WorkQueuePolicy || c.Storage != jetstream.FileStorage || c.Duplicates != 2*time.Minute ||
 		!slices.Equal(c.Subjects, []string{"notify.jobs.*", "notify.jobs.*.high", "notify.jobs.*.marketing", "notify.jobs.*.transactional",
-			"notify.jobs.*.t.*", "notify.jobs.*.t.*.high", "notify.jobs.*.t.*.marketing", "notify.jobs.*.t.*.transactional"}) || c.Discard != jetstream.DiscardNew ||
+			"notify.jobs.*.t.*", "notify.jobs.*.t.*.high", "notify.jobs.*.t.*.marketing", "notify.jobs.*.t.*.transactional",
+			"notify.jobs.*.f.*", "notify.jobs.*.f.*.high", "notify.jobs.*.f.*.marketing", "notify.jobs.*.f.*.transactional"}) || c.Discard != jetstream.DiscardNew ||
 		c.MaxAge != 0 || c.Replicas != 1 {
 		t.Errorf("NOTIFY config: retention %v storage %v duplicates %v subjects %v discard %v max age %v replicas %d",
 			c.Retention, c.Storage, c.Duplicates, c.Subjects, c.Discard, c.MaxAge, c.Replicas)

@@ -1,6 +1,9 @@
 package queue
 
-import "strings"
+import (
+	"strconv"
+	"strings"
+)
 
 // Subject layout (SPEC §3). Jobs are published on notify.jobs.<channel>
 // (normal lane), notify.jobs.<channel>.high (priority lane) or
@@ -14,6 +17,12 @@ const (
 	highSuffix       = ".high"
 
 	tenantInfix = ".t."
+	fairInfix   = ".f."
+
+	// HeaderTenant names the tenant of a job on a fair lane (whose subject
+	// names none): the publishers that choose fair lanes and the router set
+	// it (SPEC §3).
+	HeaderTenant = "Notifier-Tenant"
 
 	// The NOTIFY stream's subjects: the default tenant's lanes, and a named
 	// tenant's (three, four, five and six tokens; the four- and six-token
@@ -26,6 +35,16 @@ const (
 	tenantHighFilter          = "notify.jobs.*.t.*.high"
 	tenantMarketingFilter     = "notify.jobs.*.t.*.marketing"
 	tenantTransactionalFilter = "notify.jobs.*.t.*.transactional"
+	// The fair lanes: notify.jobs.<channel>.f.<n>[.<lane>].
+	fairNormalFilter        = "notify.jobs.*.f.*"
+	fairHighFilter          = "notify.jobs.*.f.*.high"
+	fairMarketingFilter     = "notify.jobs.*.f.*.marketing"
+	fairTransactionalFilter = "notify.jobs.*.f.*.transactional"
+	// routeFilter is every tenant's own subjects, all channels and lanes:
+	// the router moves their jobs to fair lanes.
+	routeFilter = "notify.jobs.*.t.>"
+	// fairLanesFilter is every fair lane of every channel.
+	fairLanesFilter = "notify.jobs.*.f.>"
 
 	// MaxTenantLen is the longest tenant name (SPEC §2).
 	MaxTenantLen = 64
@@ -56,9 +75,12 @@ func JobSubjectFor(channel, tenant string, high bool) string {
 	return Key{Channel: channel, Tenant: tenant, High: high}.Subject()
 }
 
-// Key names one queue of the job stream: the jobs of one tenant ("" for
-// the default tenant) for one channel on one lane. Each has its own
-// durable consumer, filtered on exactly its subject.
+// Key names one queue of the job stream: the jobs of one channel on one
+// lane, of the default tenant (Tenant "", Fair false), of one tenant
+// (Tenant set: the subject a tenant's jobs may be published on, which the
+// router empties into fair lanes), or of every tenant hashed onto one fair
+// lane (Fair, numbered Index). The default tenant's queues and the fair
+// lanes each have a durable consumer filtered on exactly their subject.
 //
 // The lanes: the priority lane (High), whose jobs are transactional; the
 // lane of the jobs that name their category (Category set, High false);
@@ -69,6 +91,8 @@ type Key struct {
 	Tenant   string
 	High     bool
 	Category Category // a category's own lane; "" for the normal and priority lanes
+	Fair     bool     // a fair lane, shared by the tenants hashed onto it (Tenant is "")
+	Index    int      // the fair lane's number, from 0
 }
 
 // KeyFor is the queue a job of channel and tenant with category cat ("":
@@ -86,7 +110,10 @@ func KeyFor(channel, tenant string, high bool, cat Category) Key {
 // notify.jobs.<channel>[.t.<tenant>][.high|.marketing|.transactional].
 func (k Key) Subject() string {
 	s := jobsPrefix + k.Channel
-	if k.Tenant != "" {
+	switch {
+	case k.Fair:
+		s += fairInfix + strconv.Itoa(k.Index)
+	case k.Tenant != "":
 		s += tenantInfix + strings.ReplaceAll(k.Tenant, ".", "~")
 	}
 	switch {
@@ -111,10 +138,14 @@ func (k Key) Lane() string {
 }
 
 // String is the key as logs and status show it: "sms", "sms/high",
-// "sms@acme", "sms@acme/high", "sms/marketing".
+// "sms@acme", "sms@acme/high", "sms/marketing", "sms#3" (fair lane 3),
+// "sms#3/high".
 func (k Key) String() string {
 	s := k.Channel
-	if k.Tenant != "" {
+	switch {
+	case k.Fair:
+		s += "#" + strconv.Itoa(k.Index)
+	case k.Tenant != "":
 		s += "@" + k.Tenant
 	}
 	if l := k.Lane(); l != "normal" {
@@ -158,17 +189,38 @@ func ParseJobSubject(subject string) (k Key, ok bool) {
 			return Key{}, false
 		}
 	case 3, 4:
-		if toks[1] != "t" || (len(toks) == 4 && !laneToken(toks[3], &k)) {
+		if len(toks) == 4 && !laneToken(toks[3], &k) {
 			return Key{}, false
 		}
-		k.Tenant = strings.ReplaceAll(toks[2], "~", ".")
-		if !ValidTenant(k.Tenant) {
+		switch toks[1] {
+		case "t":
+			k.Tenant = strings.ReplaceAll(toks[2], "~", ".")
+			if !ValidTenant(k.Tenant) {
+				return Key{}, false
+			}
+		case "f":
+			n, ok := laneIndex(toks[2])
+			if !ok {
+				return Key{}, false
+			}
+			k.Fair, k.Index = true, n
+		default:
 			return Key{}, false
 		}
 	default:
 		return Key{}, false
 	}
 	return k, true
+}
+
+// laneIndex reads a fair lane's number: a decimal 0 to MaxFairLanes−1
+// written without leading zeros (one subject per lane).
+func laneIndex(tok string) (int, bool) {
+	n, err := strconv.Atoi(tok)
+	if err != nil || n < 0 || n >= MaxFairLanes || strconv.Itoa(n) != tok {
+		return 0, false
+	}
+	return n, true
 }
 
 // ValidTenant reports whether t is a tenant name: 1 to 64 characters of

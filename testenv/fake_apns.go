@@ -32,6 +32,7 @@ type APNsNotification struct {
 	PushType   string         // apns-push-type
 	Priority   string         // apns-priority
 	Expiration string         // apns-expiration ("" when absent)
+	CollapseID string         // apns-collapse-id ("" when absent)
 	Payload    map[string]any // the JSON body
 	IssuedAt   time.Time      // the provider token's iat
 }
@@ -53,6 +54,7 @@ type APNsNotification struct {
 //     TopicDisallowed); apns-push-type known (400 InvalidPushType);
 //     apns-priority 1, 5 or 10 (400 BadPriority); apns-id a UUID (400
 //     BadMessageId); apns-expiration a number (400 BadExpirationDate);
+//     apns-collapse-id at most 64 bytes (400 BadCollapseId);
 //   - the device token: 64-200 hex digits (400 BadDeviceToken), not
 //     unregistered with Unregister (410 Unregistered with a timestamp), not
 //     throttled with ThrottleDevice (429 TooManyRequests: too many
@@ -66,7 +68,8 @@ type APNsNotification struct {
 // contract (429 TooManyRequests with Retry-After), then 200 with the
 // apns-id header. Errors are APNs's JSON, {"reason":"BadDeviceToken"}; an
 // injected status carries APNs's reason for it (403 InvalidProviderToken,
-// 410 Unregistered, 429 TooManyRequests, 503 ServiceUnavailable…). APNs
+// 410 Unregistered, 429 TooManyRequests, 503 ServiceUnavailable…), or the
+// one set with ReasonFor (403 UnrelatedKeyIdInToken, 400 BadTopic…). APNs
 // has no provider-wide rate limit: its 429 TooManyRequests is about one
 // device token, and the apns kind reads it so (a recipient-scoped limit),
 // whether it comes from ThrottleDevice, RateLimitFor or the contract. Its
@@ -89,6 +92,7 @@ type APNsFake struct {
 	tokens   map[string]bool
 	notes    []APNsNotification
 	updateOK time.Duration
+	reasons  map[int]string // injected status → reason, set by ReasonFor
 }
 
 type apnsConnToken struct {
@@ -113,7 +117,7 @@ func FakeAPNs(t testing.TB, opts ...FakeOption) *APNsFake {
 	dir := t.TempDir()
 	f := &APNsFake{key: key, keyFile: filepath.Join(dir, "AuthKey.p8"), keyID: strings.ToUpper(randomHex(5)),
 		teamID: strings.ToUpper(randomHex(5)), topic: "com.example.notifier", unreg: map[string]bool{}, throttle: map[string]bool{},
-		conns: map[string]apnsConnToken{}, tokens: map[string]bool{}, updateOK: 20 * time.Minute}
+		conns: map[string]apnsConnToken{}, tokens: map[string]bool{}, updateOK: 20 * time.Minute, reasons: map[int]string{}}
 	if err := os.WriteFile(f.keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
 		t.Fatalf("testenv: write apns key: %v", err)
 	}
@@ -159,6 +163,17 @@ func (f *APNsFake) Unregister(token string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.unreg[token] = true
+}
+
+// ReasonFor makes the requests FailNext or FailFor answer with status
+// carry APNs's reason reason instead of the status's own (apnsReasons):
+// ReasonFor(403, "UnrelatedKeyIdInToken") then FailNext(1, 403) answers as
+// APNs does to a key of another team; ReasonFor(400, "BadTopic") as it
+// does to an apns-topic it finds invalid.
+func (f *APNsFake) ReasonFor(status int, reason string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reasons[status] = reason
 }
 
 // ThrottleDevice makes every notification to the device token answer 429
@@ -274,6 +289,9 @@ func (f *APNsFake) check(r *http.Request, body []byte, now time.Time) *fakeReply
 			return fail(400, "BadExpirationDate")
 		}
 	}
+	if len(h.Get("apns-collapse-id")) > 64 {
+		return fail(400, "BadCollapseId") // "The collapse identifier exceeds the maximum allowed size."
+	}
 	switch {
 	case m[1] == "":
 		return fail(400, "MissingDeviceToken")
@@ -310,7 +328,10 @@ var apnsReasons = map[int]string{400: "BadDeviceToken", 403: "InvalidProviderTok
 
 func (f *APNsFake) refuse(v verdict) fakeReply {
 	status := v.status
-	reason, ok := apnsReasons[status]
+	reason, ok := f.reasons[status]
+	if !ok {
+		reason, ok = apnsReasons[status]
+	}
 	if !ok {
 		reason = "InternalServerError"
 	}
@@ -321,7 +342,7 @@ func (f *APNsFake) accept(r *http.Request, body []byte, now time.Time) fakeReply
 	h := r.Header
 	n := APNsNotification{At: now, Token: strings.TrimPrefix(r.URL.Path, "/3/device/"), ID: h.Get("apns-id"),
 		Topic: h.Get("apns-topic"), PushType: h.Get("apns-push-type"), Priority: h.Get("apns-priority"),
-		Expiration: h.Get("apns-expiration")}
+		Expiration: h.Get("apns-expiration"), CollapseID: h.Get("apns-collapse-id")}
 	_ = json.Unmarshal(body, &n.Payload)
 	n.IssuedAt, _, _ = f.providerToken(r, now)
 	if n.ID == "" {

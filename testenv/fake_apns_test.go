@@ -125,6 +125,7 @@ func TestFakeAPNsChecksWhatAPNsChecks(t *testing.T) {
 		{"bad priority", ok(func(r *apnsReq) { r.header["apns-priority"] = "7" }), 400, "BadPriority"},
 		{"bad apns-id", ok(func(r *apnsReq) { r.header["apns-id"] = "job-42" }), 400, "BadMessageId"},
 		{"bad expiration", ok(func(r *apnsReq) { r.header["apns-expiration"] = "tomorrow" }), 400, "BadExpirationDate"},
+		{"long collapse id", ok(func(r *apnsReq) { r.header["apns-collapse-id"] = strings.Repeat("c", 65) }), 400, "BadCollapseId"},
 		{"bad device token", ok(func(r *apnsReq) { r.path = "/3/device/not-hex" }), 400, "BadDeviceToken"},
 		{"bad path", ok(func(r *apnsReq) { r.path = "/2/device/" + device }), 404, "BadPath"},
 		{"empty payload", ok(func(r *apnsReq) { r.body = "" }), 400, "PayloadEmpty"},
@@ -188,8 +189,20 @@ func TestFakeAPNsChecksWhatAPNsChecks(t *testing.T) {
 	if status, reason, _ := apnsDo(t, c, f.URL(), ok(func(r *apnsReq) { r.path = "/3/device/" + other2 })); status != 500 || reason != "InternalServerError" {
 		t.Errorf("injected 500: %d %q", status, reason)
 	}
+	f.ReasonFor(403, "UnrelatedKeyIdInToken")
+	f.FailNext(1, 403)
+	if status, reason, _ := apnsDo(t, c, f.URL(), ok(func(r *apnsReq) { r.path = "/3/device/" + other2 })); status != 403 || reason != "UnrelatedKeyIdInToken" {
+		t.Errorf("injected 403 with a reason: %d %q", status, reason)
+	}
 	f.RateLimitFor(time.Hour, "2")
 	if status, reason, h := apnsDo(t, c, f.URL(), ok(func(r *apnsReq) { r.path = "/3/device/" + other2 })); status != 429 || reason != "TooManyRequests" || h.Get("Retry-After") != "2" {
 		t.Errorf("rate limited: %d %q %v", status, reason, h)
+	}
+	f.Reset()
+	if status, _, _ := apnsDo(t, c, f.URL(), ok(func(r *apnsReq) { r.path, r.header["apns-collapse-id"] = "/3/device/"+other2, "job-42" })); status != 200 {
+		t.Fatalf("with a collapse id: %d", status)
+	}
+	if got := f.Notifications(); got[len(got)-1].CollapseID != "job-42" {
+		t.Errorf("collapse id recorded %q", got[len(got)-1].CollapseID)
 	}
 }

@@ -101,6 +101,7 @@ type FCMFake struct {
 	unreg      map[string]bool
 	throttle   map[string]bool
 	codes      map[int]string // injected status → FCM error code, set by ErrorCodeFor
+	overload   time.Time      // OverloadFor's end, by the fake's clock
 	messages   []FCMMessage
 	saFile     string
 	saEmail    string
@@ -211,6 +212,20 @@ func (f *FCMFake) ErrorCodeFor(status int, errorCode string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.codes[status] = errorCode
+}
+
+// OverloadFor answers every message arriving in the next d (once past the
+// protocol checks, the device's state included) as FCM does when it is
+// overloaded rather than over a quota: 429 RESOURCE_EXHAUSTED without an
+// FCM error code and without Retry-After. Firebase's "Throttling and
+// quotas": "429 responses may also be returned in overload situations";
+// its "Best practices when sending FCM messages at scale": "429 error
+// responses with retry-after headers may be returned" (may: here they are
+// not). These answers are not arrivals.
+func (f *FCMFake) OverloadFor(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.overload = f.now().Add(d)
 }
 
 // ThrottleDevice makes every message to the registration token answer 429
@@ -464,6 +479,10 @@ func (f *FCMFake) check(r *http.Request, body []byte, now time.Time) *fakeReply 
 	if f.throttle[msg.Token] {
 		reply := googleError(429, "RESOURCE_EXHAUSTED", "QUOTA_EXCEEDED", "Quota exceeded for the device's message rate.",
 			quotaFailure("device", "Device message rate exceeded"))
+		return &reply
+	}
+	if now.Before(f.overload) {
+		reply := googleError(429, "RESOURCE_EXHAUSTED", "", "The service is currently unavailable.")
 		return &reply
 	}
 	return nil

@@ -159,6 +159,34 @@ func TestFakeFCMContractIsAnOverload(t *testing.T) {
 	}
 }
 
+// TestFakeFCMOverloadFor: FCM overloaded, as Firebase's "Throttling and
+// quotas" says it may answer: 429 RESOURCE_EXHAUSTED without an FCM code,
+// and no Retry-After.
+func TestFakeFCMOverloadFor(t *testing.T) {
+	t.Parallel()
+	f := testenv.FakeFCM(t)
+	t.Cleanup(http.DefaultClient.CloseIdleConnections)
+	f.OverloadFor(time.Hour)
+	req, _ := http.NewRequest(http.MethodPost, f.URL()+"/v1/projects/"+f.ProjectID()+"/messages:send",
+		strings.NewReader(`{"message":{"token":"dKx9:APA91b`+strings.Repeat("x", 60)+`"}}`))
+	req.Header.Set("Authorization", "Bearer "+f.BearerToken())
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&body)
+	if rs, ec := rpc(body); resp.StatusCode != 429 || rs != "RESOURCE_EXHAUSTED" || ec != "" || resp.Header.Get("Retry-After") != "" {
+		t.Errorf("overloaded: %d %s %q Retry-After %q, want 429 RESOURCE_EXHAUSTED without a code or Retry-After", resp.StatusCode, rs, ec, resp.Header.Get("Retry-After"))
+	}
+	f.OverloadFor(0)
+	if status, _ := fcmPost(t, req.URL.String(), "Bearer "+f.BearerToken(), "application/json", `{"message":{"token":"dKx9:APA91b`+strings.Repeat("x", 60)+`"}}`); status != 200 {
+		t.Errorf("after the overload: %d", status)
+	}
+}
+
 // TestFakeFCMTokenEndpoint exchanges the fake's service-account key with
 // the oauth2 library, as a real client does.
 func TestFakeFCMTokenEndpoint(t *testing.T) {

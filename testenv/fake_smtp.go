@@ -37,11 +37,13 @@ type SMTPMessage struct {
 }
 
 // SMTPFake is a mail submission server built on github.com/emersion/go-smtp's
-// server: it offers STARTTLS (a certificate signed by the CA in CAFile) and,
+// server: it offers STARTTLS (a certificate signed by the CA in CAFile;
+// not offered WithoutSTARTTLS) and,
 // only after it, AUTH PLAIN with Username and Password, and checks what a
 // submission server checks:
 //
-//   - MAIL before STARTTLS or before AUTH: 530 5.7.0;
+//   - MAIL before STARTTLS or before AUTH: 530 5.7.0 (with DenyRelay, MAIL
+//     without AUTH is taken and each RCPT refused 554 5.7.1);
 //   - a wrong password: 535 5.7.8;
 //   - RCPT of something that is not an address: 501 (go-smtp's parser); of
 //     an address refused with Reject: its code;
@@ -75,11 +77,19 @@ type SMTPFake struct {
 	rejected map[string]int
 	messages []SMTPMessage
 	replies  map[int]int // end-of-DATA reply code → count
+	relay    bool        // DenyRelay: MAIL without AUTH taken, RCPT refused 5.7.1
+}
+
+// WithoutSTARTTLS makes the SMTP fake a server that does not offer
+// STARTTLS (nor, so, AUTH, which it offers under TLS only). The other fakes
+// ignore it.
+func WithoutSTARTTLS() FakeOption {
+	return func(f *Fake) { f.noSTARTTLS = true }
 }
 
 // FakeSMTP starts an SMTP fake on a loopback port with fresh credentials
-// and TLS material, and closes it when the test ends. It takes WithContract
-// and WithClock.
+// and TLS material, and closes it when the test ends. It takes
+// WithContract, WithClock and WithoutSTARTTLS.
 func FakeSMTP(t testing.TB, opts ...FakeOption) *SMTPFake {
 	t.Helper()
 	certs := NewCerts(t)
@@ -92,7 +102,9 @@ func FakeSMTP(t testing.TB, opts ...FakeOption) *SMTPFake {
 		open: map[*trackedConn]bool{}, replies: map[int]int{}}
 	f.srv = smtp.NewServer(smtp.BackendFunc(f.newSession))
 	f.srv.Domain = "fake-smtp.test"
-	f.srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+	if !f.noSTARTTLS {
+		f.srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+	}
 	f.srv.MaxMessageBytes = localenv.MaxProviderBody
 	f.srv.MaxRecipients = 50
 	f.srv.EnableSMTPUTF8 = true
@@ -136,6 +148,18 @@ func (f *SMTPFake) Reject(addr string, code int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.rejected[addr] = code
+}
+
+// DenyRelay makes the fake a submission server that takes MAIL from a
+// client that did not authenticate and then refuses each RCPT with 554
+// 5.7.1 "Relay access denied", as Postfix does under
+// smtpd_relay_restrictions for an unauthenticated client (RFC 3463 X.7.1:
+// "Delivery not authorized, message refused"). An authenticated client is
+// unaffected.
+func (f *SMTPFake) DenyRelay() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.relay = true
 }
 
 // Messages returns the accepted mails in order of acceptance.
@@ -260,7 +284,10 @@ func (s *fakeSMTPSession) Mail(from string, _ *smtp.MailOptions) error {
 	if _, ok := s.conn.TLSConnectionState(); !ok {
 		return &smtp.SMTPError{Code: 530, EnhancedCode: smtp.EnhancedCode{5, 7, 0}, Message: "Must issue a STARTTLS command first"}
 	}
-	if s.user == "" {
+	s.f.mu.Lock()
+	relay := s.f.relay
+	s.f.mu.Unlock()
+	if s.user == "" && !relay {
 		return &smtp.SMTPError{Code: 530, EnhancedCode: smtp.EnhancedCode{5, 7, 0}, Message: "Authentication required"}
 	}
 	s.from = from
@@ -270,7 +297,11 @@ func (s *fakeSMTPSession) Mail(from string, _ *smtp.MailOptions) error {
 func (s *fakeSMTPSession) Rcpt(to string, _ *smtp.RcptOptions) error {
 	s.f.mu.Lock()
 	code, refused := s.f.rejected[to]
+	relay := s.f.relay
 	s.f.mu.Unlock()
+	if relay && s.user == "" {
+		return &smtp.SMTPError{Code: 554, EnhancedCode: smtp.EnhancedCode{5, 7, 1}, Message: "<" + to + ">: Relay access denied"}
+	}
 	if refused {
 		if code/100 == 4 {
 			return &smtp.SMTPError{Code: code, EnhancedCode: smtp.EnhancedCode{4, 2, 1}, Message: "Mailbox busy, try again later"}

@@ -207,3 +207,40 @@ func TestFakeSMTPFaultsAndContract(t *testing.T) {
 		t.Errorf("%d messages, want 4", n)
 	}
 }
+
+// TestFakeSMTPConfigurationFaults: WithoutSTARTTLS offers no STARTTLS;
+// DenyRelay takes MAIL from a client that did not authenticate and refuses
+// its RCPT with 554 5.7.1, and not an authenticated one's.
+func TestFakeSMTPConfigurationFaults(t *testing.T) {
+	t.Parallel()
+	plain := testenv.FakeSMTP(t, testenv.WithoutSTARTTLS())
+	c, err := smtp.Dial(plain.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Hello("test"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := c.Extension("STARTTLS"); ok {
+		t.Error("WithoutSTARTTLS offers STARTTLS")
+	}
+	_ = c.Close()
+
+	f := testenv.FakeSMTP(t)
+	f.DenyRelay()
+	anon := smtpDial(t, f, "")
+	if err := anon.Mail("no-reply@example.com", nil); err != nil {
+		t.Fatalf("MAIL without AUTH: %v", err)
+	}
+	var se *smtp.SMTPError
+	if err := anon.Rcpt("someone@example.org", nil); !errors.As(err, &se) || se.Code != 554 || se.EnhancedCode != (smtp.EnhancedCode{5, 7, 1}) {
+		t.Errorf("RCPT without AUTH: %v, want 554 5.7.1", err)
+	}
+	authed := smtpDial(t, f, f.Password())
+	if err := authed.Mail("no-reply@example.com", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := authed.Rcpt("someone@example.org", nil); err != nil {
+		t.Errorf("RCPT after AUTH: %v", err)
+	}
+}

@@ -34,9 +34,10 @@ import (
 // fake shares. Its methods are promoted to the fakes and are safe for
 // concurrent use; mu also guards each fake's recordings.
 type faultState struct {
-	mu       sync.Mutex
-	now      func() time.Time
-	contract int
+	mu         sync.Mutex
+	now        func() time.Time
+	contract   int
+	noSTARTTLS bool // WithoutSTARTTLS: the SMTP fake's alone
 
 	acceptedAt     []time.Time // accepted requests only (2xx, SMTP 250)
 	arrivals       []time.Time // every request decide saw, whatever the answer
@@ -63,7 +64,7 @@ func newFaultState(t testing.TB, opts []FakeOption) *faultState {
 	if probe.contract < 0 {
 		t.Fatalf("testenv: fake contract %d: must be >= 0", probe.contract)
 	}
-	return &faultState{now: probe.now, contract: probe.contract}
+	return &faultState{now: probe.now, contract: probe.contract, noSTARTTLS: probe.noSTARTTLS}
 }
 
 // FailNext answers the next n requests (that pass the protocol checks)

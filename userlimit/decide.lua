@@ -24,10 +24,26 @@
 --           retry_after_us (0 when allowed), the instant in µs the job's
 --           admission stands at (0 when denied)
 --
+-- Every decision's arguments are checked, before any is decided, against
+-- Rule's ranges (rule.go): limit an integer from 1 to 1e9, window from
+-- 1000 µs to 366 days, at at most MaxAhead (48 h) after now. Every instant
+-- is then an integer below 2^53, and no state lives longer than
+-- 48 h + 2 × 366 days + 1 s (luapre.MaxTTL bounds every expiry anyway).
+-- One out of range stops the script with an error naming it, nothing
+-- written.
+--
 -- now_us comes from internal/luapre's now.lua, prepended (redis.go) with
--- num.lua before the algorithm's file.
+-- num.lua (whole) before the algorithm's file.
 local now = now_us(ARGV[1])
-local nkeys = tonumber(ARGV[2])
+local nkeys = whole('keys per decision', ARGV[2], 1, 2)
+local max_ahead = 172800000000 -- MaxAhead, µs
+for a = 3, #ARGV, 4 do
+  whole('limit', ARGV[a], 1, 1e9)
+  whole('window', ARGV[a + 1], 1000, 31622400000000)
+  if ARGV[a + 3] ~= '' then
+    whole('at', ARGV[a + 3], 0, now + max_ahead)
+  end
+end
 local out = {}
 local first = 1
 for a = 3, #ARGV, 4 do

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/notifier/notifier/internal/text"
 )
 
 // Key names whose sends a Rule counts: one user on one channel.
@@ -46,7 +48,8 @@ type Result struct {
 // where it stood and decided anew, so it still counts once, at the instant
 // it is sent; a job denied there holds no admission at all. A denied
 // decision counts nothing. An invalid rule or an empty job id is an error,
-// never a panic; an instant before now is taken as now.
+// never a panic; an instant before now is taken as now, and one more than
+// MaxAhead after now is an error.
 type Limiter interface {
 	Allow(ctx context.Context, key Key, jobID string, rule Rule) (Result, error)
 	AllowAt(ctx context.Context, key Key, jobID string, rule Rule, at time.Time) (Result, error)
@@ -87,6 +90,10 @@ var ErrNotLoaded = errors.New("script not loaded on the server (call Load)")
 
 // errZeroInstant refuses AllowAt for the zero time.
 var errZeroInstant = errors.New("instant is the zero time")
+
+// errTooFarAhead refuses AllowAt for an instant more than MaxAhead after
+// now (the Redis scripts refuse it too).
+var errTooFarAhead = fmt.Errorf("instant is more than %s ahead of now", text.Duration(MaxAhead))
 
 // errEmptyJobID is returned for an empty job id, which would make every
 // decision of the key look like a redelivery of the same job.

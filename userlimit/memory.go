@@ -126,6 +126,9 @@ func (m *Memory) decide(ctx context.Context, key Key, jobID string, rule Rule, a
 	at, move := now, false
 	if !atTime.IsZero() {
 		at, move = max(atTime.UnixMicro(), now), true
+		if at-now > MaxAhead.Microseconds() {
+			return Result{}, wrapDecide(key, rule, errTooFarAhead)
+		}
 	}
 	mk := memKey{key: key, alg: rule.Algorithm}
 	sh := &m.shards[maphash.Comparable(m.seed, mk)%memShards]

@@ -3,7 +3,12 @@ package userlimit
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
+
+	"github.com/notifier/notifier/internal/text"
 )
 
 // Algorithm names how a Rule counts sends. See the package documentation for
@@ -40,7 +45,31 @@ const (
 	Drop OnExceed = "drop"
 	// Defer sends the job later, after Result.RetryAfter.
 	Defer OnExceed = "defer"
+	// Digest holds the job, with the user's other refused jobs, until the
+	// window lets one send through: then one digest job (Rule.Digest) goes
+	// out instead of them, and they end suppressed (reason digested).
+	Digest OnExceed = "digest"
 )
+
+// DigestTemplate is a digest job's title and body (YAML
+// user_limits.<channel>.digest), "{count}" replaced by the number of jobs
+// it stands for.
+type DigestTemplate struct {
+	Title string `mapstructure:"title"`
+	Body  string `mapstructure:"body"`
+}
+
+// Digest templates' defaults and bounds.
+const (
+	DefaultDigestTitle = "{count} new notifications"
+	DefaultDigestBody  = "You have {count} new notifications"
+	maxDigestText      = 4096
+)
+
+// Text is s with "{count}" replaced by n.
+func (t DigestTemplate) Text(s string, n int) string {
+	return strings.ReplaceAll(s, "{count}", strconv.Itoa(n))
+}
 
 // Mode says whether the dispatcher enforces a Rule or only counts what it
 // would do. This package only carries it; Allow does not read it.
@@ -76,6 +105,13 @@ const (
 	// MaxWindow is the longest window (366 days), which keeps every time
 	// the Redis scripts compute exact in a Lua number.
 	MaxWindow = 366 * 24 * time.Hour
+	// MaxAhead is the furthest after now an instant may be decided for
+	// (AllowAt): a send slot lies at most a provider's max_queue_delay
+	// (at most 24 h) ahead on its queue's Redis clock; twice that leaves
+	// any skew of the cap's Redis clock. A state then lives at most
+	// MaxAhead + 2 × MaxWindow + 1 s (sliding_window's), within
+	// luapre.MaxTTL.
+	MaxAhead = 48 * time.Hour
 )
 
 // Rule is one channel's cap, decoded from YAML user_limits.<channel>: at
@@ -87,6 +123,9 @@ type Rule struct {
 	Algorithm Algorithm     `mapstructure:"algorithm"`
 	OnExceed  OnExceed      `mapstructure:"on_exceed"`
 	Mode      Mode          `mapstructure:"mode"`
+	// Digest is the digest job's text, with OnExceed Digest (left out:
+	// DefaultDigestTitle and DefaultDigestBody).
+	Digest *DigestTemplate `mapstructure:"digest"`
 }
 
 // WithDefaults returns r with an empty Algorithm set to SlidingLog, an
@@ -100,6 +139,19 @@ func (r Rule) WithDefaults() Rule {
 	}
 	if r.Mode == "" {
 		r.Mode = Enforce
+	}
+	if r.OnExceed == Digest {
+		d := DigestTemplate{}
+		if r.Digest != nil {
+			d = *r.Digest
+		}
+		if d.Title == "" {
+			d.Title = DefaultDigestTitle
+		}
+		if d.Body == "" {
+			d.Body = DefaultDigestBody
+		}
+		r.Digest = &d
 	}
 	return r
 }
@@ -126,17 +178,27 @@ func (r Rule) Validate() error {
 			"(each decision reads every job of the window); use algorithm sliding_window for large limits",
 			r.Limit, MaxTokenBucketLimit))
 	}
-	switch {
-	case r.Window < MinWindow:
-		errs = append(errs, fmt.Errorf("window: must be a duration of at least %s, got %s", MinWindow, r.Window))
-	case r.Window > MaxWindow:
-		errs = append(errs, fmt.Errorf("window: must be at most %s (366 days), got %s", MaxWindow, r.Window))
+	if r.Window < MinWindow || r.Window > MaxWindow {
+		errs = append(errs, fmt.Errorf("window: must be from %s to %s (366 days), got %s", text.Duration(MinWindow), text.Duration(MaxWindow), text.Duration(r.Window)))
 	}
 	if !validAlgorithm(r.Algorithm) {
 		errs = append(errs, fmt.Errorf("algorithm: %q is not one of sliding_log, sliding_window, fixed_window, token_bucket", string(r.Algorithm)))
 	}
-	if r.OnExceed != Drop && r.OnExceed != Defer {
-		errs = append(errs, fmt.Errorf("on_exceed: %q is not one of drop, defer", string(r.OnExceed)))
+	if r.OnExceed != Drop && r.OnExceed != Defer && r.OnExceed != Digest {
+		errs = append(errs, fmt.Errorf("on_exceed: %q is not one of drop, defer, digest", string(r.OnExceed)))
+	}
+	if r.Digest != nil && r.OnExceed != Digest {
+		errs = append(errs, fmt.Errorf("digest: is for on_exceed: digest, and on_exceed is %s", r.OnExceed))
+	}
+	if d := r.Digest; d != nil {
+		for _, f := range []struct{ name, s string }{{"title", d.Title}, {"body", d.Body}} {
+			switch {
+			case !utf8.ValidString(f.s) || strings.ContainsFunc(f.s, func(r rune) bool { return r < ' ' && r != '\n' }):
+				errs = append(errs, fmt.Errorf("digest.%s: must be valid UTF-8 without control characters", f.name))
+			case len(f.s) > maxDigestText:
+				errs = append(errs, fmt.Errorf("digest.%s: must be at most %d bytes, got %d", f.name, maxDigestText, len(f.s)))
+			}
+		}
 	}
 	if r.Mode != Enforce && r.Mode != Shadow {
 		errs = append(errs, fmt.Errorf("mode: %q is not one of enforce, shadow", string(r.Mode)))

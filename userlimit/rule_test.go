@@ -49,7 +49,7 @@ func TestRuleValidate(t *testing.T) {
 	}{
 		{userlimit.Rule{}, []string{
 			"limit: must be a whole number of at least 1, got 0",
-			"window: must be a duration of at least 1ms, got 0s",
+			"window: must be from 1ms to 8784h (366 days), got 0s",
 		}},
 		{userlimit.Rule{Limit: -3, Window: time.Hour}, []string{"limit: must be a whole number of at least 1, got -3"}},
 		{userlimit.Rule{Limit: userlimit.MaxLimit + 1, Window: time.Hour, Algorithm: userlimit.FixedWindow},
@@ -62,13 +62,16 @@ func TestRuleValidate(t *testing.T) {
 			"limit: 1001 is above 1000, the most token_bucket allows (each decision reads every job of the window); " +
 				"use algorithm sliding_window for large limits",
 		}},
-		{userlimit.Rule{Limit: 1, Window: 999 * time.Microsecond}, []string{"window: must be a duration of at least 1ms, got 999µs"}},
-		{userlimit.Rule{Limit: 1, Window: 367 * 24 * time.Hour}, []string{"window: must be at most 8784h0m0s (366 days), got 8808h0m0s"}},
+		{userlimit.Rule{Limit: 1, Window: 999 * time.Microsecond}, []string{"window: must be from 1ms to 8784h (366 days), got 999µs"}},
+		{userlimit.Rule{Limit: 1, Window: 367 * 24 * time.Hour}, []string{"window: must be from 1ms to 8784h (366 days), got 8808h"}},
 		{userlimit.Rule{Limit: 1, Window: time.Hour, Algorithm: "leaky"}, []string{
 			`algorithm: "leaky" is not one of sliding_log, sliding_window, fixed_window, token_bucket`,
 		}},
-		{userlimit.Rule{Limit: 1, Window: time.Hour, OnExceed: "retry"}, []string{`on_exceed: "retry" is not one of drop, defer`}},
+		{userlimit.Rule{Limit: 1, Window: time.Hour, OnExceed: "retry"}, []string{`on_exceed: "retry" is not one of drop, defer, digest`}},
 		{userlimit.Rule{Limit: 1, Window: time.Hour, Mode: "dry_run"}, []string{`mode: "dry_run" is not one of enforce, shadow`}},
+		{userlimit.Rule{Limit: 1, Window: time.Hour, Digest: &userlimit.DigestTemplate{Title: "x"}}, []string{"digest: is for on_exceed: digest, and on_exceed is drop"}},
+		{userlimit.Rule{Limit: 1, Window: time.Hour, OnExceed: userlimit.Digest, Digest: &userlimit.DigestTemplate{Title: "a\x00b"}}, []string{"digest.title: must be valid UTF-8 without control characters"}},
+		{userlimit.Rule{Limit: 1, Window: time.Hour, OnExceed: userlimit.Digest, Digest: &userlimit.DigestTemplate{Body: strings.Repeat("x", 4097)}}, []string{"digest.body: must be at most 4096 bytes, got 4097"}},
 	}
 	for _, tc := range invalid {
 		err := tc.rule.Validate()
@@ -95,7 +98,23 @@ func ExampleRule_Validate() {
 	}
 	// Output:
 	// user_limits.push.limit: must be a whole number of at least 1, got 0
-	// user_limits.push.window: must be a duration of at least 1ms, got 500µs
+	// user_limits.push.window: must be from 1ms to 8784h (366 days), got 500µs
 	// user_limits.push.algorithm: "leaky" is not one of sliding_log, sliding_window, fixed_window, token_bucket
-	// user_limits.push.on_exceed: "retry" is not one of drop, defer
+	// user_limits.push.on_exceed: "retry" is not one of drop, defer, digest
+}
+
+// TestDigestTemplate: a digest rule without a template takes the
+// defaults, and {count} is replaced by the number of jobs.
+func TestDigestTemplate(t *testing.T) {
+	r := userlimit.Rule{Limit: 1, Window: time.Hour, OnExceed: userlimit.Digest}.WithDefaults()
+	if err := r.Validate(); err != nil || r.Digest == nil {
+		t.Fatalf("%+v: %v", r, err)
+	}
+	if got := r.Digest.Text(r.Digest.Title, 4); got != "4 new notifications" {
+		t.Errorf("title %q", got)
+	}
+	r = userlimit.Rule{Limit: 1, Window: time.Hour, OnExceed: userlimit.Digest, Digest: &userlimit.DigestTemplate{Body: "{count} updates in {count}"}}.WithDefaults()
+	if got := r.Digest.Text(r.Digest.Body, 12); got != "12 updates in 12" || r.Digest.Title != userlimit.DefaultDigestTitle {
+		t.Errorf("body %q, title %q", got, r.Digest.Title)
+	}
 }

@@ -61,7 +61,7 @@ func Gateway(ctx context.Context, cfg config.Config, version string, log *slog.L
 		Tracer:    tp,
 		Redis:     rdb,
 		KeyPrefix: cfg.Redis.KeyPrefix,
-		Publisher: queue.NewPublisher(js),
+		Publisher: queue.NewPublisher(js, queue.WithFairLanes(cfg.Tenants.Lanes)),
 		Ready: func(ctx context.Context) error {
 			if !nc.IsConnected() {
 				return fmt.Errorf("nats %s", strings.ToLower(nc.Status().String()))
@@ -70,6 +70,13 @@ func Gateway(ctx context.Context, cfg config.Config, version string, log *slog.L
 				return fmt.Errorf("redis: %w", config.RedactErr(err, cfg.Redis.Password))
 			}
 			return nil
+		},
+		StreamDepth: func(ctx context.Context) (int64, error) {
+			s, err := js.Stream(ctx, cfg.NATS.Stream)
+			if err != nil {
+				return 0, fmt.Errorf("read stream %s: %w", cfg.NATS.Stream, err)
+			}
+			return int64(s.CachedInfo().State.Msgs), nil
 		},
 		Registerer: reg,
 		Gatherer:   reg,
@@ -82,17 +89,16 @@ func Gateway(ctx context.Context, cfg config.Config, version string, log *slog.L
 	if err != nil {
 		return fmt.Errorf("listen for the gateway on %s (gateway.listen): %w", gcfg.Listen, err)
 	}
-	srvLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
-	srv := gw.Server(srvLog.Printf)
+	srv := gw.Server()
 	log.Info("gateway starting", "version", version, "listen", ln.Addr().String(), "keys", len(gcfg.Keys),
-		"nats", queue.RedactURLs(cfg.NATS.URL), "redis", strings.Join(cfg.Redis.Addrs, ","))
+		"max_conns", gw.MaxConns(), "nats", queue.RedactURLs(cfg.NATS.URL), "redis", strings.Join(cfg.Redis.Addrs, ","))
 	if listening != nil {
 		listening(ln.Addr().String())
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return gw.Run(gctx) })
 	g.Go(func() error {
-		if err := srv.Serve(ln); err != nil {
+		if err := gw.Serve(srv, ln); err != nil {
 			return fmt.Errorf("gateway server: %w", err)
 		}
 		return nil

@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notifier/notifier/config"
@@ -51,11 +52,20 @@ func (o Options) providerOptions(log *slog.Logger) providers.Options {
 }
 
 // NewInspector reads the fleet as cfg configures it, through the limit set
-// `notifier run` builds (cfg.Limits).
-func NewInspector(rdb redis.UniversalClient, dead *queue.DeadLetters, cfg config.Config) (*inspect.Inspector, error) {
+// `notifier run` builds (cfg.Limits), and its streams through js (nil: a
+// job's answer looks at the ledger alone).
+func NewInspector(rdb redis.UniversalClient, js jetstream.JetStream, cfg config.Config) (*inspect.Inspector, error) {
 	caps := cfg.Caps()
-	return inspect.New(rdb, dead, inspect.Config{Limits: cfg.Limits(), UserLimits: caps.Channels,
-		CategoryLimits: caps.Categories, Categories: caps.Defaults, Providers: cfg.Providers})
+	ic := inspect.Config{Limits: cfg.Limits(), UserLimits: caps.Channels,
+		CategoryLimits: caps.Categories, Categories: caps.Defaults, Providers: cfg.Providers}
+	var dead *queue.DeadLetters
+	if js != nil {
+		dead = queue.NewDeadLetters(js, cfg.NATS)
+		ic.FindWaiting = func(ctx context.Context, tenant, id string, limit int) (queue.WaitingScan, error) {
+			return queue.FindWaiting(ctx, js, cfg.NATS, tenant, id, limit)
+		}
+	}
+	return inspect.New(rdb, dead, ic)
 }
 
 // BuildRegistry builds the providers of a loaded configuration. What it

@@ -95,7 +95,7 @@ func Run(ctx context.Context, cfg config.Config, o Options) error {
 			return ReadStatus(ctx, rdb, rl.current())
 		},
 		Explain: inspect.Handler(func() (*inspect.Inspector, error) {
-			return NewInspector(rdb, queue.NewDeadLetters(js, cfg.NATS), rl.current())
+			return NewInspector(rdb, js, rl.current())
 		}, log),
 		Also: []func(ctx context.Context, d *dispatch.Dispatcher) error{
 			func(ctx context.Context, _ *dispatch.Dispatcher) error { return fleet.Run(ctx) },
@@ -122,7 +122,7 @@ func Connect(ctx context.Context, cfg config.Config, name string, log *slog.Logg
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	cons, err := queue.NewConsumer(ctx, js, cfg.NATS, queue.ConsumerConfig{})
+	cons, err := queue.NewConsumer(ctx, js, cfg.NATS, queue.ConsumerConfig{FairLanes: cfg.Tenants.Lanes})
 	if err != nil {
 		nc.Close()
 		return nil, nil, nil, err
@@ -182,9 +182,12 @@ func Dispatch(ctx context.Context, s Setup) error {
 		StopTimeout:    stopTimeout(cfg),
 		Instance:       s.Instance,
 		TenantWeights:  cfg.Tenants.Weights,
+		SuppressTTL:    cfg.SuppressTTL(),
 		Peers:          s.Peers,
 		Source:         s.Consumer,
+		Router:         s.Consumer.Router(queue.NewPublisher(s.JS, queue.WithLanes(s.Consumer.Lanes()))),
 		DeadLetters:    queue.NewPublisher(s.JS),
+		Jobs:           queue.NewPublisher(s.JS, queue.WithLanes(s.Consumer.Lanes())),
 		Providers:      s.Providers,
 		Limits:         s.Limits,
 		Fallback:       s.Fallback,

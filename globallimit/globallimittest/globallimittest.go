@@ -151,9 +151,14 @@ func Run(t *testing.T, b Backend) {
 			n    int
 			want string
 		}{
-			{globallimit.Config{Rate: 0, Burst: 1}, 1, "take global tokens: rate: must be greater than 0, got 0"},
-			{globallimit.Config{Rate: 10, Burst: 0}, 1, "take global tokens: burst: must be at least 1, got 0"},
-			{globallimit.Config{Rate: 10, Burst: 1}, 0, "take global tokens: n must be at least 1, got 0"},
+			{globallimit.Config{Rate: 0, Burst: 1}, 1, "take global tokens: rate: must be a number of tokens per second from 1/86400 (one a day) to 1000000, got 0"},
+			{globallimit.Config{Rate: 1e-15, Burst: 1}, 1, "take global tokens: rate: must be a number of tokens per second from 1/86400 (one a day) to 1000000, got 1e-15"},
+			{globallimit.Config{Rate: 1e12, Burst: 1}, 1, "take global tokens: rate: must be a number of tokens per second from 1/86400 (one a day) to 1000000, got 1e+12"},
+			{globallimit.Config{Rate: 10, Burst: 0}, 1, "take global tokens: burst: must be a whole number from 1 to 1000000, got 0"},
+			{globallimit.Config{Rate: 10, Burst: 1e12}, 1, "take global tokens: burst: must be a whole number from 1 to 1000000, got 1000000000000"},
+			{globallimit.Config{Rate: 0.001, Burst: 500}, 1, "take global tokens: burst: 500 tokens at rate 0.001 take 138h53m20s to refill, more than 24h"},
+			{globallimit.Config{Rate: 10, Burst: 1, ShadowRate: 1e-15}, 1, "take global tokens: shadow_rate: must be 0 (none) or a number of tokens per second from 1/86400"},
+			{globallimit.Config{Rate: 10, Burst: 1}, 0, "take global tokens: n must be from 1 to 1000000, got 0"},
 		}
 		for _, tc := range cases {
 			_, _, err := s.Take(context.Background(), tc.cfg, tc.n)

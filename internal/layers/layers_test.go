@@ -16,9 +16,9 @@ const module = "github.com/notifier/notifier/"
 var layer = map[string]int{
 	"internal/luapre": 0, "internal/text": 0, "internal/stats": 0, "internal/steptrace": 0,
 	"internal/roundtrip": 0, "localenv": 0,
-	"queue": 1, "providers": 1, "userlimit": 1, "globallimit": 1, "leaky": 1, "gateway": 1,
-	"dispatch": 2,
-	"config":   3, "inspect": 3,
+	"queue": 1, "providers": 1, "userlimit": 1, "globallimit": 1, "leaky": 1, "gateway": 1, "suppress": 1, "digest": 1,
+	"dispatch": 2, "client": 2,
+	"config": 3, "inspect": 3,
 	"statuspage": 4,
 	"worker":     5, "bench": 5, "demo": 5,
 	"cli": 6, "cmd/notifier": 7,

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -103,6 +104,82 @@ func TestPreambles(t *testing.T) {
 			t.Errorf("PTTL after ttl(1 h) = %v, %v", d, err)
 		}
 	})
+
+	// ttl and ttl_ms hold every expiry to [1 ms, MaxTTL], whatever a
+	// script computed: a global rate of 1e-15 once made a bucket's expiry
+	// 1e18 ms, and the state outlived the fix of the rate.
+	t.Run("clamp", func(t *testing.T) {
+		maxMS := strconv.FormatInt(luapre.MaxTTL.Milliseconds(), 10)
+		if got := eval(t, rdb, "return str(MAX_TTL_MS)"); got != maxMS {
+			t.Fatalf("num.lua's MAX_TTL_MS = %v, luapre.MaxTTL is %s ms", got, maxMS)
+		}
+		for _, c := range []struct {
+			body string
+			arg  string
+			want string
+		}{
+			{"return ttl(tonumber(ARGV[1]))", "1e21", maxMS},
+			{"return ttl(tonumber(ARGV[1]))", "9e18", maxMS},
+			{"return ttl(tonumber(ARGV[1]))", "inf", maxMS},
+			{"return ttl(tonumber(ARGV[1]) * 0)", "inf", maxMS}, // NaN: never dropped early
+			{"return ttl(tonumber(ARGV[1]))", "-1e21", "1"},
+			{"return ttl(tonumber(ARGV[1]))", strconv.FormatInt(luapre.MaxTTL.Microseconds()-1000000, 10), maxMS},
+			{"return ttl(tonumber(ARGV[1]))", strconv.FormatInt(luapre.MaxTTL.Microseconds()-1001000, 10), strconv.FormatInt(luapre.MaxTTL.Milliseconds()-1, 10)},
+			{"return ttl_ms(tonumber(ARGV[1]))", "86400000", "86400000"},
+			{"return ttl_ms(tonumber(ARGV[1]))", "0.2", "1"},
+			{"return ttl_ms(tonumber(ARGV[1]))", "1.5", "2"},
+			{"return ttl_ms(tonumber(ARGV[1]))", "1e300", maxMS},
+		} {
+			if got := eval(t, rdb, c.body, c.arg); got != c.want {
+				t.Errorf("%s with %s = %v, want %s", c.body, c.arg, got, c.want)
+			}
+		}
+		set := luapre.Num + "redis.call('SET', KEYS[1], 'v', 'PX', ttl(tonumber(ARGV[1]))); " +
+			"redis.call('SET', KEYS[2], 'v'); redis.call('PEXPIRE', KEYS[2], ttl_ms(tonumber(ARGV[1]))); return 1"
+		if err := rdb.Eval(ctx, set, []string{"clamp-px", "clamp-pexpire"}, "1e21").Err(); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range []string{"clamp-px", "clamp-pexpire"} {
+			if d, err := rdb.PTTL(ctx, k).Result(); err != nil || d <= luapre.MaxTTL-time.Minute || d > luapre.MaxTTL {
+				t.Errorf("PTTL of %s written with 1e21 = %v, %v; want at most %v", k, d, err, luapre.MaxTTL)
+			}
+		}
+	})
+
+	// arg and whole return an argument within its range, or stop the
+	// script with an error that names the argument, its value and the
+	// range; now_us does the same for a bad now.
+	t.Run("arguments", func(t *testing.T) {
+		for _, c := range []struct {
+			body, arg, want string
+		}{
+			{"return str(whole('burst', ARGV[1], 1, 1000000))", "500", "500"},
+			{"return str(arg('rate', ARGV[1], 1 / 86400, 1000000) * 1000)", "0.5", "500"},
+			{"return str(arg('rate', ARGV[1], 1 / 86400, 1000000) * 1000)", "1000000", "1000000000"},
+		} {
+			if got := eval(t, rdb, c.body, c.arg); got != c.want {
+				t.Errorf("%s with %s = %v, want %s", c.body, c.arg, got, c.want)
+			}
+		}
+		for _, c := range []struct {
+			body, arg, want string
+		}{
+			{"return arg('rate', ARGV[1], 1 / 86400, 1000000)", "1e-15", "ERR argument rate out of range: 1e-15 (want a number from 1.1574074074074073e-05 to 1000000)"},
+			{"return arg('rate', ARGV[1], 1 / 86400, 1000000)", "1e12", "ERR argument rate out of range: 1e12 (want a number from 1.1574074074074073e-05 to 1000000)"},
+			{"return arg('rate', ARGV[1], 1 / 86400, 1000000)", "nan", "ERR argument rate out of range: nan"},
+			{"return arg('rate', ARGV[1], 1 / 86400, 1000000)", "", "ERR argument rate out of range:  (want"},
+			{"return whole('burst', ARGV[1], 1, 1000000)", "1e12", "ERR argument burst out of range: 1e12 (want an integer from 1 to 1000000)"},
+			{"return whole('burst', ARGV[1], 1, 1000000)", "2.5", "ERR argument burst out of range: 2.5 (want an integer"},
+			{"return str(now_us(ARGV[1]))", "1e20", "ERR argument now out of range: 1e20"},
+			{"return str(now_us(ARGV[1]))", "-1", "ERR argument now out of range: -1"},
+			{"return str(now_us(ARGV[1]))", "17.5", "ERR argument now out of range: 17.5"},
+		} {
+			err := rdb.Eval(ctx, luapre.Now+luapre.Num+c.body, nil, c.arg).Err()
+			if err == nil || !strings.HasPrefix(err.Error(), c.want) {
+				t.Errorf("%s with %q: %v, want an error starting %q", c.body, c.arg, err, c.want)
+			}
+		}
+	})
 }
 
 // The helpers live here once: no script of the module defines its own
@@ -110,7 +187,7 @@ func TestPreambles(t *testing.T) {
 // a global function (Redis refuses it, but only when the line runs).
 func TestScriptsUseThePreambles(t *testing.T) {
 	t.Parallel()
-	own := regexp.MustCompile(`local function (now_us|str|idiv|ttl)\(|\* 1000000 \+ tonumber\(t\[2\]\)|(?m)^function `)
+	own := regexp.MustCompile(`local function (now_us|str|idiv|ttl|ttl_ms|fmt|arg|whole)\(|\* 1000000 \+ tonumber\(t\[2\]\)|(?m)^function `)
 	self := filepath.Join("..", "..", "internal", "luapre")
 	n := 0
 	err := filepath.WalkDir(filepath.Join("..", ".."), func(path string, d fs.DirEntry, err error) error {
@@ -138,5 +215,86 @@ func TestScriptsUseThePreambles(t *testing.T) {
 	}
 	if n < 20 {
 		t.Fatalf("found %d scripts under the module: the walk missed them", n)
+	}
+}
+
+// expiryExceptions are the scripts that may set an expiry from their
+// arguments as they are, not through ttl or ttl_ms: none now (the
+// gateway's were the last).
+var expiryExceptions = map[string]bool{}
+
+// TestExpiriesAreClamped: every expiry a script of the module sets (PX,
+// PEXPIRE, EXPIRE, …) is ttl(…) or ttl_ms(…), which hold it to MaxTTL,
+// so no argument, however absurd, leaves a key for ~9e18 ms; the
+// exceptions above are listed by name.
+func TestExpiriesAreClamped(t *testing.T) {
+	t.Parallel()
+	expiry := regexp.MustCompile(`'(PX|EX|PXAT|EXAT|PEXPIRE|EXPIRE|PEXPIREAT|EXPIREAT|SETEX|PSETEX)',\s*([^,)]+,\s*)?([^\n]*)`)
+	ident := regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*\b`)
+	root := filepath.Join("..", "..")
+	seen := map[string]bool{}
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || filepath.Ext(path) != ".lua" {
+			return nil
+		}
+		rel, err := filepath.Rel(root, path)
+		if err != nil {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, line := range strings.Split(string(src), "\n") {
+			if strings.HasPrefix(strings.TrimSpace(line), "--") {
+				continue
+			}
+			m := expiry.FindStringSubmatch(line)
+			if m == nil {
+				continue
+			}
+			if m[1] == "PX" || m[1] == "EX" || m[1] == "PXAT" || m[1] == "EXAT" {
+				m[3] = strings.TrimSpace(m[2] + m[3]) // SET's option: the value follows it
+			}
+			seen[rel] = true
+			if expiryExceptions[rel] {
+				continue
+			}
+			if m[1] != "PX" && m[1] != "PEXPIRE" {
+				t.Errorf("%s: %q: set expiries in ms with PX or PEXPIRE and ttl or ttl_ms", rel, strings.TrimSpace(line))
+				continue
+			}
+			v := m[3]
+			if id := ident.FindString(v); id != "" && !strings.HasPrefix(v, "ttl") {
+				// a local set once from ttl or ttl_ms (token_bucket's px)
+				if regexp.MustCompile(`local ` + id + ` = ttl(_ms)?\(`).Match(src) {
+					continue
+				}
+			}
+			if !strings.HasPrefix(v, "ttl(") && !strings.HasPrefix(v, "ttl_ms(") {
+				t.Errorf("%s: %q: an expiry not built by ttl or ttl_ms can exceed MaxTTL", rel, strings.TrimSpace(line))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rel := range expiryExceptions {
+		if !seen[rel] {
+			t.Errorf("%s is listed as an exception but sets no expiry (any more): drop it from the list", rel)
+		}
+	}
+	for _, rel := range []string{"globallimit/take.lua", "leaky/reserve.lua", "leaky/pause.lua", "userlimit/sliding_log.lua", "userlimit/token_bucket.lua"} {
+		if !seen[rel] {
+			t.Errorf("found no expiry in %s: the pattern missed it", rel)
+		}
 	}
 }

@@ -1,6 +1,15 @@
 -- num.lua (internal/luapre): integer helpers, prepended to the scripts that
 -- count in µs. Lua numbers are doubles: integers are exact below 2^53.
 
+-- EXACT is 2^53: every integer below it is exact in a Lua number.
+local EXACT = 9007199254740992
+
+-- MAX_TTL_MS is the longest expiry any script writes, ms (luapre.MaxTTL,
+-- 735 days): the worst case of the configuration's ranges (a per-user
+-- cap's state lives two windows of 366 days past an instant up to 48 h
+-- ahead, SPEC §4). No key outlives it, whatever a script computed.
+local MAX_TTL_MS = 63504000000
+
 -- str is n as a decimal integer string. Integers travel to Redis as decimal
 -- strings; Lua's own conversion (tostring, ..) may use an exponent and drop
 -- digits.
@@ -14,6 +23,37 @@ local function idiv(a, b)
   return q
 end
 
+-- ttl_ms is an expiry of ms milliseconds, as str, held to [1, MAX_TTL_MS]
+-- (a NaN to MAX_TTL_MS: a limiter's state is never dropped early).
+local function ttl_ms(ms)
+  if not (ms <= MAX_TTL_MS) then ms = MAX_TTL_MS end
+  if ms < 1 then ms = 1 end
+  return str(math.ceil(ms))
+end
+
 -- ttl is the expiry, ms as str, of a key that matters for us more µs: one
--- second past that.
-local function ttl(us) return str(math.ceil(us / 1000) + 1000) end
+-- second past that, at most MAX_TTL_MS.
+local function ttl(us) return ttl_ms(math.ceil(us / 1000) + 1000) end
+
+-- fmt is a range bound as an argument error shows it: an integer as one,
+-- a fraction with 17 significant digits.
+local function fmt(x)
+  if x == math.floor(x) and x > -EXACT and x < EXACT then return str(x) end
+  return string.format('%.17g', x)
+end
+
+-- arg is the argument v (a string or number) as a number when it is one
+-- from lo to hi; whole also wants an integer. Otherwise the script stops
+-- with an error naming the argument, its value and the range, before it
+-- has written anything (every script checks its arguments first).
+local function arg(name, v, lo, hi, int)
+  local n = tonumber(v)
+  if n == nil or not (n >= lo and n <= hi) or (int and n ~= math.floor(n)) then
+    local what = 'a number'
+    if int then what = 'an integer' end
+    error({err = 'ERR argument ' .. name .. ' out of range: ' .. tostring(v) ..
+      ' (want ' .. what .. ' from ' .. fmt(lo) .. ' to ' .. fmt(hi) .. ')'})
+  end
+  return n
+end
+local function whole(name, v, lo, hi) return arg(name, v, lo, hi, true) end

@@ -1,12 +1,27 @@
 // Package text is the one place text from outside (a provider's answer,
-// a job's field, an error) is made safe to print on one line, and the
-// one place the terminal commands cut text to a width.
+// a job's field, an error) is made safe to print on one line, the one
+// place the terminal commands cut text to a width, and the one way a
+// duration is printed as a configuration writes it.
 package text
 
 import (
 	"strings"
+	"time"
 	"unicode/utf8"
 )
+
+// Duration prints d the way it is written in YAML: 24h, 10m, 1m30s,
+// 8784h (a range's bound in a configuration error, `notifier status`).
+func Duration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
 
 // Ellipsis marks a cut.
 const Ellipsis = "…"

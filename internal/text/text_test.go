@@ -3,6 +3,7 @@ package text
 import (
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 )
 
@@ -61,5 +62,19 @@ func TestSplitList(t *testing.T) {
 	}
 	if SplitList("") != nil {
 		t.Error("SplitList of nothing is not nil")
+	}
+}
+
+func TestDuration(t *testing.T) {
+	for _, c := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{24 * time.Hour, "24h"}, {8784 * time.Hour, "8784h"}, {10 * time.Minute, "10m"}, {90 * time.Second, "1m30s"},
+		{time.Hour + time.Second, "1h0m1s"}, {15 * time.Millisecond, "15ms"}, {0, "0s"},
+	} {
+		if got := Duration(c.d); got != c.want {
+			t.Errorf("Duration(%v) = %q, want %q", c.d, got, c.want)
+		}
 	}
 }

@@ -632,6 +632,13 @@ func (h *harness) effective(provider string, c leaky.Contract, want float64) {
 	}
 }
 
+func (h *harness) target(provider string, c leaky.Contract, want float64) {
+	h.t.Helper()
+	if got := h.shape(provider, c).Target; got != want {
+		h.t.Fatalf("target %v, want %v", got, want)
+	}
+}
+
 func (h *harness) expectQuota(what string, r leaky.Reservation, ok bool, delay, retryAfter time.Duration, quota int) {
 	h.t.Helper()
 	h.expect(what, r, ok, delay, retryAfter)
@@ -640,8 +647,8 @@ func (h *harness) expectQuota(what string, r leaky.Reservation, ok bool, delay, 
 	}
 }
 
-// adaptive is a 10/s contract that halves on Backoff down to 2/s and climbs
-// 1/s per second from 2 s after the last decrease.
+// adaptive is a 10/s contract that halves on a Backoff at a rate it held,
+// down to 2/s, and climbs 1/s per second from 2 s after the last backoff.
 var adaptive = leaky.Contract{
 	Rate: 10, MaxQueueDelay: 10 * time.Second,
 	Adaptive: &leaky.Adaptive{MinRate: 2, Decrease: 0.5, IncreasePerS: 1, Quiet: 2 * time.Second},
@@ -712,26 +719,32 @@ func testAdaptiveBackoff(t *testing.T, b Backend) {
 	h.expect("plain after its backoff", h.reserve("plain", plain, 1), true, time.Second, 0)
 }
 
-// testAdaptiveClimb: Quiet after the last decrease the rate climbs
-// IncreasePerS per second, up to Rate and never above it.
+// testAdaptiveClimb: Quiet after the last backoff the rate climbs
+// IncreasePerS per second up to the backoff's target (just under the rate
+// the provider throttled at), holds it for AdaptiveHold, then probes above
+// it, ever faster (leaky.AdaptiveConvex), up to Rate and never above it.
 func testAdaptiveClimb(t *testing.T, b Backend) {
 	h := setup(t, b, noHeadroom...)
 	c := adaptive
 	h.warm("sms", c)
-	h.backoff("sms", c, 100*ms) // 5/s
+	h.backoff("sms", c, 100*ms) // 5/s, target 9.8/s
 	h.clock.Advance(200 * ms)
-	h.backoff("sms", c, 100*ms) // 2.5/s
+	h.backoff("sms", c, 100*ms) // 2.5/s, target 4.9/s: a 429 at 5/s held
 	h.clock.Advance(200 * ms)
-	h.backoff("sms", c, 100*ms) // 2/s: the floor
+	h.backoff("sms", c, 100*ms) // 2/s: the floor; target ⌊2.5 × 0.98⌋ = 2.45/s
 	h.effective("sms", c, 2)
+	h.target("sms", c, 2.45)
 	h.clock.Advance(2 * time.Second) // quiet
 	h.effective("sms", c, 2)
-	h.clock.Advance(500 * ms)
-	h.effective("sms", c, 2.5)
-	h.clock.Advance(1500 * ms)
-	h.effective("sms", c, 4)
-	h.clock.Advance(6 * time.Second)
-	h.effective("sms", c, 10)
+	h.clock.Advance(300 * ms)
+	h.effective("sms", c, 2.3)
+	h.clock.Advance(200 * ms)
+	h.effective("sms", c, 2.45) // the target, held
+	h.clock.Advance(leaky.AdaptiveHold - 500*ms)
+	h.effective("sms", c, 2.45)
+	// A second into the probe: the climb (1) times 1 + 1 s/AdaptiveConvex.
+	h.clock.Advance(time.Second)
+	h.effective("sms", c, 3.7) // 2.45 + 1 × (1 + 1 s / 4 s)
 	h.clock.Advance(time.Hour)
 	h.effective("sms", c, 10)
 
@@ -739,10 +752,11 @@ func testAdaptiveClimb(t *testing.T, b Backend) {
 	lower := c
 	lower.Rate = 3
 	h.effective("sms", lower, 3)
-	// a decrease from the climbed rate
+	// a decrease from the climbed rate, held at Rate: to 5/s, target 9.8/s
 	h.clock.Advance(time.Minute)
 	h.backoff("sms", c, 100*ms)
 	h.effective("sms", c, 5)
+	h.target("sms", c, 9.8)
 }
 
 // testAdaptiveSpacing: reservations are spaced by the effective interval,

@@ -3,8 +3,11 @@
 // each scenario (success, each error class, Retry-After forms, timeouts,
 // refused and reset connections, malformed and huge bodies, cancellation)
 // and checks that Send maps it to the right class with a safe, one-line
-// error text, and that a failure is Ambiguous exactly when the request
-// reached the server whole and no answer came back.
+// error text, that a failure is Ambiguous exactly when the request reached
+// the server whole and no answer came back (or a gateway's 502 or 504
+// did), that under retry_on_timeout: false the transport never resends a
+// request, and that only the kind's dead-recipient answers match
+// ErrRecipientGone.
 //
 // The suite speaks plain HTTP statuses; what is particular to a kind's wire
 // format (its success body, its refusal body, its own rate-limit codes) is
@@ -18,6 +21,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -67,6 +71,21 @@ type Target struct {
 	// this configuration, HTTP/2 offered first; New then gets an https base
 	// URL and must trust the configuration's certificate.
 	ServerTLS *tls.Config
+	// NoRetryOnTimeout builds the provider as New does, with
+	// retry_on_timeout: false. Nil skips the scenario that needs it.
+	NoRetryOnTimeout func(t *testing.T, baseURL string, timeout time.Duration) providers.Provider
+	// Gone is the kind's answer naming the recipient as dead, in its own
+	// format (an APNs 410 Unregistered, FCM's UNREGISTERED, Twilio's
+	// 21610): ErrPermanent and ErrRecipientGone. Nil (Status 0) skips it.
+	Gone Reply
+	// MinRetry is the least Error.RetryAfter the kind gives a 5xx, as its
+	// provider documents how long to wait before retrying (apns: 15
+	// minutes); 0 for none.
+	MinRetry time.Duration
+	// GoneStatuses are the statuses of the suite's permanent refusals
+	// (with a plain body) the kind reads as the recipient gone whatever the
+	// body: a webhook's 410. No other refusal may match ErrRecipientGone.
+	GoneStatuses []int
 }
 
 // Run runs the conformance suite against target. Subtests run in parallel,
@@ -90,6 +109,8 @@ func Run(t *testing.T, target Target) {
 	t.Run("ConnectionReset", s.reset)
 	t.Run("ContextCanceled", s.canceled)
 	t.Run("AmbiguousAfterWrite", s.ambiguous)
+	t.Run("NoReplayWithoutRetryOnTimeout", s.noReplay)
+	t.Run("RecipientGone", s.gone)
 	t.Run("Concurrent", s.concurrent)
 }
 
@@ -280,6 +301,9 @@ func (s *suite) permanent(t *testing.T) {
 		s.checkError(t, err, want)
 		wantStatus(t, err, status)
 		wantAmbiguous(t, err, false)
+		if gone := errors.Is(err, providers.ErrRecipientGone); gone != slices.Contains(s.target.GoneStatuses, status) {
+			t.Errorf("status %d with a plain body: recipient gone %v", status, gone)
+		}
 		if !strings.Contains(err.Error(), strconv.Itoa(status)) {
 			t.Errorf("error %q does not name the status %d", err, status)
 		}
@@ -343,7 +367,14 @@ func (s *suite) transient(t *testing.T) {
 		hits, err := s.send(t, 5*time.Second, answer(Reply{Status: status, Body: "try later"}))
 		s.checkError(t, err, providers.ErrTransient)
 		wantStatus(t, err, status)
-		wantAmbiguous(t, err, false) // an answer came back
+		// An answer came back; but a 502 or 504 is a gateway's, which may
+		// have passed the request, written whole, on to the provider
+		// before its upstream failed or timed out.
+		wantAmbiguous(t, err, status == 502 || status == 504)
+		var pe *providers.Error
+		if status >= 500 && errors.As(err, &pe) && pe.RetryAfter < s.target.MinRetry {
+			t.Errorf("status %d: RetryAfter %s, want at least %s", status, pe.RetryAfter, s.target.MinRetry)
+		}
 		if n := hits.Load(); n != 1 {
 			t.Errorf("status %d: %d requests, want 1 (no retry inside Send)", status, n)
 		}
@@ -359,8 +390,8 @@ func (s *suite) transient(t *testing.T) {
 		_, err := s.send(t, 5*time.Second, answer(Reply{Status: 503, Header: http.Header{"Retry-After": {ra.value()}}}))
 		s.checkError(t, err, providers.ErrTransient)
 		var pe *providers.Error
-		if !errors.As(err, &pe) || pe.RetryAfter < ra.min || pe.RetryAfter > ra.max {
-			t.Errorf("503 with Retry-After %s: %v, want a transient *Error with RetryAfter in [%s, %s]", ra.value(), err, ra.min, ra.max)
+		if hi := max(ra.max, s.target.MinRetry); !errors.As(err, &pe) || pe.RetryAfter < ra.min || pe.RetryAfter > hi {
+			t.Errorf("503 with Retry-After %s: %v, want a transient *Error with RetryAfter in [%s, %s]", ra.value(), err, ra.min, hi)
 		}
 	}
 	// A malformed body on an error status: the status decides.
@@ -475,6 +506,89 @@ func (s *suite) ambiguous(t *testing.T) {
 	wantAmbiguous(t, err, true)
 	if n := hits.Load(); n != 1 {
 		t.Errorf("%d requests, want 1 (no retry inside Send)", n)
+	}
+}
+
+// noReplay: under retry_on_timeout: false the transport never resends a
+// request on its own. The server answers the first request of each
+// connection and, on the second, reads it whole and closes the connection
+// without an answer: net/http would otherwise send it again on a new
+// connection when it deems it replayable (a POST carrying
+// Idempotency-Key), and the provider would get it twice. Here it gets it
+// once, and the failure is ambiguous (it may have acted on it).
+func (s *suite) noReplay(t *testing.T) {
+	t.Parallel()
+	if s.target.NoRetryOnTimeout == nil {
+		t.Skip("target has no NoRetryOnTimeout")
+	}
+	if s.tls != nil {
+		t.Skip("an HTTP/1 scenario: HTTP/2 resends only streams the server did not process")
+	}
+	url, requests := DropSecondRequest(t, s.target.Accepted)
+	p := s.target.NoRetryOnTimeout(t, url, 5*time.Second)
+	if err := p.Send(context.Background(), s.target.Message()); err != nil {
+		t.Fatalf("first send: %v", err)
+	}
+	err := p.Send(context.Background(), s.target.Message()) // on the pooled connection
+	s.checkError(t, err, providers.ErrTransient)
+	wantAmbiguous(t, err, true)
+	if n := requests.Load(); n != 2 {
+		t.Errorf("the provider got %d requests for 2 sends: the transport resent one", n)
+	}
+}
+
+// DropSecondRequest starts a plain HTTP/1.1 server on a loopback port that
+// answers the first request of each connection with accepted and, on the
+// second, reads it whole and closes the connection without an answer: the
+// case in which net/http sends a request it deems replayable (a POST
+// carrying Idempotency-Key, with GetBody) again on a new connection. It
+// returns the server's URL and a count of the requests it read whole. The
+// server stops when the test ends.
+func DropSecondRequest(t *testing.T, accepted Reply) (string, *atomic.Int32) {
+	t.Helper()
+	if accepted.Status == 0 {
+		accepted = Reply{Status: 200, Body: "{}"}
+	}
+	var requests atomic.Int32
+	url := (&suite{}).rawServer(t, func(c net.Conn) {
+		defer c.Close()
+		r := bufio.NewReader(c)
+		for n := 0; ; n++ {
+			_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			req, err := http.ReadRequest(r)
+			if err != nil {
+				return
+			}
+			_, _ = io.Copy(io.Discard, req.Body)
+			requests.Add(1)
+			if n > 0 {
+				return // the request arrived whole; no answer
+			}
+			_, _ = fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+				accepted.Status, http.StatusText(accepted.Status), len(accepted.Body), accepted.Body)
+		}
+	})
+	return url, &requests
+}
+
+// gone: the kind's answer naming the recipient as dead is a permanent
+// refusal that also matches ErrRecipientGone; its plain refusal does not.
+func (s *suite) gone(t *testing.T) {
+	t.Parallel()
+	if s.target.Gone.Status == 0 {
+		t.Skip("target has no Gone")
+	}
+	_, err := s.send(t, 5*time.Second, answer(s.target.Gone))
+	s.checkError(t, err, providers.ErrPermanent)
+	var pe *providers.Error
+	if !errors.Is(err, providers.ErrRecipientGone) || !errors.As(err, &pe) || !pe.RecipientGone {
+		t.Errorf("%d %s: %v, want ErrRecipientGone", s.target.Gone.Status, s.target.Gone.Body, err)
+	}
+	if s.target.Refusal.Status != 0 {
+		_, err := s.send(t, 5*time.Second, answer(s.target.Refusal))
+		if errors.Is(err, providers.ErrRecipientGone) {
+			t.Errorf("the kind's refusal %s: %v, want no ErrRecipientGone", s.target.Refusal.Body, err)
+		}
 	}
 }
 

@@ -51,7 +51,9 @@ type Script map[string]string
 // 4xx reply is ErrTransient and a 5xx reply ErrPermanent, each carrying the
 // reply code as Error.Status, except the 5xx replies that refuse the sender
 // rather than the mail (a 554 greeting, a refused AUTH, a MAIL FROM refused
-// by policy), which are ErrSender; failures without a reply are
+// by policy, a RCPT refused with 5.7.1: no relaying for this sender),
+// which are ErrSender, as is a server that does not offer STARTTLS; only a
+// 5.1.1 (no such mailbox) matches ErrRecipientGone; failures without a reply are
 // ErrTransient with status 0, Ambiguous when they came after the end of
 // the DATA (the server may have taken the mail). SMTP has no Retry-After:
 // its rate limits are 4xx replies.
@@ -283,6 +285,7 @@ func senderCases() []Script {
 		{"MAIL": "550 5.7.1 sender refused"},
 		{"MAIL": "553 5.1.8 sender address domain does not exist"},
 		{"MAIL": "530 5.7.0 authentication required"},
+		{"RCPT": "554 5.7.1 <a@example.com>: Relay access denied"},
 	}
 }
 
@@ -314,6 +317,11 @@ func (s *smtpSuite) permanent(t *testing.T) {
 		wantStatus(t, err, scriptCode(sc))
 		if !strings.Contains(err.Error(), strconv.Itoa(scriptCode(sc))) {
 			t.Errorf("error %q does not name the reply code", err)
+		}
+		// Only "no such mailbox" (RFC 3463's X.1.1) names the recipient
+		// as dead.
+		if gone, want := errors.Is(err, providers.ErrRecipientGone), strings.Contains(sc["RCPT"], " 5.1.1 "); gone != want {
+			t.Errorf("%v: recipient gone %v, want %v", sc, gone, want)
 		}
 	}
 }
@@ -381,13 +389,16 @@ func (s *smtpSuite) malformed(t *testing.T) {
 
 func (s *smtpSuite) noSTARTTLS(t *testing.T) {
 	t.Parallel()
-	// The server does not offer STARTTLS: nothing is sent in clear.
+	// The server does not offer STARTTLS: nothing is sent in clear, and
+	// no mail can go until the server (or the configuration) is fixed: the
+	// sender is refused.
 	srv, err := s.send(t, 5*time.Second, Script{"EHLO": "250-fake.test\r\n250 AUTH PLAIN"})
-	s.base.checkError(t, err, providers.ErrTransient)
+	s.base.checkError(t, err, providers.ErrSender)
 	if n := srv.delivered.Load(); n != 0 {
 		t.Errorf("a mail was delivered without TLS")
 	}
-	// It offers it, then refuses it.
+	// It offers it, then refuses it for now (RFC 3207's 454 "TLS not
+	// available due to temporary reason").
 	_, err = s.send(t, 5*time.Second, Script{"STARTTLS": "454 4.7.0 TLS not available"})
 	s.base.checkError(t, err, providers.ErrTransient)
 }

@@ -416,6 +416,9 @@ func testInvalidArguments(t *testing.T, b Backend) {
 		{Limit: 1, Window: 0},
 		{Limit: 1, Window: time.Hour, Algorithm: "leaky"},
 		{Limit: userlimit.MaxSlidingLogLimit + 1, Window: time.Hour},
+		{Limit: userlimit.MaxLimit + 1, Window: time.Hour, Algorithm: userlimit.FixedWindow},
+		{Limit: 1, Window: userlimit.MaxWindow + time.Millisecond},
+		{Limit: 1, Window: time.Microsecond},
 	}
 	for _, rule := range bad {
 		if res, err := lim.Allow(ctx, pushAlice, "job", rule); err == nil {
@@ -425,6 +428,13 @@ func testInvalidArguments(t *testing.T, b Backend) {
 	good := userlimit.Rule{Limit: 1, Window: time.Hour}
 	if res, err := lim.Allow(ctx, pushAlice, "", good); err == nil {
 		t.Fatalf("empty job id: got %+v and no error", res)
+	}
+	// An instant more than MaxAhead after now: no send slot lies that far.
+	for _, alg := range []userlimit.Algorithm{userlimit.SlidingLog, userlimit.SlidingWindow, userlimit.FixedWindow, userlimit.TokenBucket} {
+		rule := userlimit.Rule{Limit: 1, Window: time.Hour, Algorithm: alg}
+		if res, err := lim.AllowAt(ctx, pushAlice, "job", rule, Start.Add(userlimit.MaxAhead+time.Second)); err == nil {
+			t.Fatalf("%s: an instant MaxAhead and a second ahead: got %+v and no error", alg, res)
+		}
 	}
 	if res := mustAllow(t, lim, pushAlice, "job", good); !res.Allowed {
 		t.Fatalf("after refused calls: got %+v, want allowed (they must count nothing)", res)

@@ -1,0 +1,216 @@
+package digest_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/notifier/notifier/digest"
+	"github.com/notifier/notifier/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m) }
+
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// TestStoresAgree drives the Redis store and the Memory store with the
+// same random steps (jobs held, with and without expiries, digests taken
+// by a trigger the cap allowed now or seconds before, published, asked
+// about) on one clock, and checks they answer alike, and what a digest
+// promises: its members are the jobs held when the trigger was allowed,
+// not expired, and the trigger, each in one digest only; a digest of the
+// same members has the same id; fewer than two go alone; a job already in
+// a digest is never held again.
+func TestStoresAgree(t *testing.T) {
+	srv := testenv.Redis(t)
+	n := 0
+	rapid.Check(t, func(rt *rapid.T) {
+		n++
+		c := &clock{t: time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)}
+		red := digest.NewRedis(srv.Client(), fmt.Sprintf("p%d:", n)).WithNow(c.now)
+		mem := digest.NewMemory(c.now)
+		ctx := context.Background()
+		keys := []digest.Key{digest.KeyOf("push", "", "u1"), digest.KeyOf("push", "", "u2")}
+		inDigest := map[string]string{} // by key and job id (a job has one user)
+		next := 0
+		for range rapid.IntRange(1, 40).Draw(rt, "steps") {
+			key := keys[rapid.IntRange(0, 1).Draw(rt, "user")]
+			switch rapid.IntRange(0, 4).Draw(rt, "op") {
+			case 0, 1: // hold a new job, or one seen before
+				id := fmt.Sprintf("j%d", next)
+				if next > 0 && rapid.Bool().Draw(rt, "again") {
+					id = fmt.Sprintf("j%d", rapid.IntRange(0, next-1).Draw(rt, "old"))
+				} else {
+					next++
+				}
+				var exp time.Time
+				if rapid.Bool().Draw(rt, "expires") {
+					exp = c.now().Add(time.Duration(rapid.IntRange(1, 20).Draw(rt, "exp_s")) * time.Second)
+				}
+				hr, mr, err := red.Hold(ctx, key, id, exp, time.Hour)
+				if err != nil {
+					rt.Fatal(err)
+				}
+				hm, mm, _ := mem.Hold(ctx, key, id, exp, time.Hour)
+				if hr != hm || mr != mm {
+					rt.Fatalf("hold %s: redis %d %+v, memory %d %+v", id, hr, mr, hm, mm)
+				}
+				if d := inDigest[string(key)+id]; d != "" && mr.Digest != d {
+					rt.Fatalf("%s went into %s, hold says %+v", id, d, mr)
+				}
+			case 2: // a trigger: a new job, or one seen before (taken meanwhile by another process)
+				id := fmt.Sprintf("j%d", next)
+				if next > 0 && rapid.IntRange(0, 2).Draw(rt, "old trigger") == 0 {
+					id = fmt.Sprintf("j%d", rapid.IntRange(0, next-1).Draw(rt, "which"))
+				} else {
+					next++
+				}
+				var allowed time.Time // zero: now
+				if rapid.Bool().Draw(rt, "allowed before") {
+					allowed = c.now().Add(-time.Duration(rapid.IntRange(0, 10).Draw(rt, "allowed_s_ago")) * time.Second)
+				}
+				tr, err := red.Take(ctx, key, id, time.Time{}, allowed, time.Hour)
+				if err != nil {
+					rt.Fatal(err)
+				}
+				tm, _ := mem.Take(ctx, key, id, time.Time{}, allowed, time.Hour)
+				if tr.Digest != tm.Digest || !slices.Equal(tr.Members, tm.Members) {
+					rt.Fatalf("take %s: redis %+v, memory %+v", id, tr, tm)
+				}
+				if tr.Already != tm.Already {
+					rt.Fatalf("take %s: redis %+v, memory %+v", id, tr, tm)
+				}
+				if tr.Already {
+					if d := inDigest[string(key)+id]; d != tr.Digest {
+						rt.Fatalf("take %s: already in %s, it went into %q", id, tr.Digest, d)
+					}
+					continue
+				}
+				if tr.Digest == "" {
+					continue
+				}
+				if len(tr.Members) < 2 || !slices.Contains(tr.Members, id) || !slices.IsSorted(tr.Members) || !strings.HasPrefix(tr.Digest, "digest-") {
+					rt.Fatalf("digest %+v of trigger %s", tr, id)
+				}
+				for _, m := range tr.Members {
+					if d := inDigest[string(key)+m]; d != "" {
+						rt.Fatalf("%s is in two digests: %s and %s", m, d, tr.Digest)
+					}
+					inDigest[string(key)+m] = tr.Digest
+				}
+				if held, _ := red.Held(ctx, key); held != 0 && allowed.IsZero() {
+					rt.Fatalf("%d held after the digest took them", held)
+				}
+				if rapid.Bool().Draw(rt, "publish") {
+					if err := red.Publish(ctx, key, tr.Digest); err != nil {
+						rt.Fatal(err)
+					}
+					_ = mem.Publish(ctx, key, tr.Digest)
+				}
+			case 3: // ask
+				if next == 0 {
+					continue
+				}
+				id := fmt.Sprintf("j%d", rapid.IntRange(0, next-1).Draw(rt, "ask"))
+				mr, err := red.Of(ctx, key, id)
+				if err != nil {
+					rt.Fatal(err)
+				}
+				mm, _ := mem.Of(ctx, key, id)
+				if mr != mm {
+					rt.Fatalf("of %s: redis %+v, memory %+v", id, mr, mm)
+				}
+			case 4:
+				c.add(time.Duration(rapid.IntRange(1, 10).Draw(rt, "advance_s")) * time.Second)
+			}
+		}
+	})
+}
+
+// TestDigestOfTheSameJobsIsTheSame: the digest's id is derived from its
+// members: a store that lost the state and took the same jobs again (a
+// crash between take and publish, on another store) names the same
+// digest, which JetStream's duplicate window and the ledger then take as
+// one.
+func TestDigestOfTheSameJobsIsTheSame(t *testing.T) {
+	ctx := context.Background()
+	var ids []string
+	for range 2 {
+		m := digest.NewMemory(nil)
+		k := digest.KeyOf("sms", "", "u")
+		for _, id := range []string{"acme/j-3", "acme/j-1"} {
+			if _, _, err := m.Hold(ctx, k, id, time.Time{}, time.Hour); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tk, err := m.Take(ctx, k, "acme/j-2", time.Time{}, time.Time{}, time.Hour)
+		if err != nil || len(tk.Members) != 3 {
+			t.Fatalf("take: %+v, %v", tk, err)
+		}
+		ids = append(ids, tk.Digest)
+	}
+	if ids[0] != ids[1] {
+		t.Fatalf("digests %v, want one id", ids)
+	}
+	if k1, k2 := digest.KeyOf("sms", "", "u"), digest.KeyOf("sms", "marketing", "u"); k1 == k2 || strings.Contains(string(k1), "u") && len(k1) != 32 {
+		t.Fatalf("keys %s %s", k1, k2)
+	}
+}
+
+// TestJobsHeldAfterTheTriggerWait: a trigger takes only the jobs held when
+// the cap allowed it. The jobs refused after it (because it took the cap)
+// stay held for the next window's digest, so a user's first job goes
+// alone, not as a digest of the jobs that came with it (TestDigestThroughAKill
+// saw "a digest of 3" first). On both stores.
+func TestJobsHeldAfterTheTriggerWait(t *testing.T) {
+	srv := testenv.Redis(t)
+	ctx := context.Background()
+	c := &clock{t: time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)}
+	for name, s := range map[string]digest.Store{
+		"redis":  digest.NewRedis(srv.Client(), "held:").WithNow(c.now),
+		"memory": digest.NewMemory(c.now),
+	} {
+		k := digest.KeyOf("sms", "", "u")
+		allowed := c.now()
+		c.add(time.Millisecond)
+		for _, id := range []string{"j0", "j1"} { // refused after j2 was allowed
+			if _, _, err := s.Hold(ctx, k, id, time.Time{}, time.Hour); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tk, err := s.Take(ctx, k, "j2", time.Time{}, allowed, time.Hour)
+		if err != nil || tk.Digest != "" {
+			t.Fatalf("%s: the trigger allowed before the others were held: %+v, %v; want it alone", name, tk, err)
+		}
+		if held, _ := s.Held(ctx, k); held != 2 {
+			t.Fatalf("%s: %d held after the trigger went alone, want 2", name, held)
+		}
+		// The next window: j0 comes back, is allowed, and takes j1 (held
+		// before) with it; j0's hold is not renewed by a second refusal.
+		c.add(10 * time.Second)
+		if _, _, err := s.Hold(ctx, k, "j0", time.Time{}, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		tk, err = s.Take(ctx, k, "j0", time.Time{}, c.now().Add(-time.Second), time.Hour)
+		if err != nil || !slices.Equal(tk.Members, []string{"j0", "j1"}) {
+			t.Fatalf("%s: the next window's trigger: %+v, %v; want j0 and j1", name, tk, err)
+		}
+		c.add(time.Second)
+	}
+}

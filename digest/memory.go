@@ -1,0 +1,149 @@
+package digest
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Memory is one process's store (`notifier dev`, the demo, local limits):
+// the same decisions as Redis's, on clock now.
+type Memory struct {
+	now func() time.Time
+
+	mu    sync.Mutex
+	users map[Key]*user
+}
+
+type user struct {
+	held    map[string]heldJob // id → when it expires, when it was held
+	in      map[string]string  // id → digest
+	digests map[string]Membership
+	until   time.Time // the state is dropped after
+}
+
+// heldJob is a held job's expires_at (zero: none) and when it was first
+// held.
+type heldJob struct{ expires, at time.Time }
+
+var _ Store = (*Memory)(nil)
+
+// NewMemory returns an empty store on clock now (nil: time.Now).
+func NewMemory(now func() time.Time) *Memory {
+	if now == nil {
+		now = time.Now
+	}
+	return &Memory{now: now, users: map[Key]*user{}}
+}
+
+func (m *Memory) user(key Key, ttl time.Duration) *user {
+	u := m.users[key]
+	if u == nil || m.now().After(u.until) {
+		u = &user{held: map[string]heldJob{}, in: map[string]string{}, digests: map[string]Membership{}}
+		m.users[key] = u
+	}
+	if ttl > 0 {
+		u.until = m.now().Add(ttl)
+	}
+	return u
+}
+
+// Hold implements Store.
+func (m *Memory) Hold(_ context.Context, key Key, id string, expires time.Time, ttl time.Duration) (int, Membership, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	u := m.user(key, 0)
+	if d, ok := u.in[id]; ok {
+		return len(u.held), u.digests[d], nil
+	}
+	u = m.user(key, ttl)
+	if _, held := u.held[id]; !held {
+		u.held[id] = heldJob{expires: expires, at: time.UnixMicro(m.now().UnixMicro())} // µs, as Redis keeps it
+	}
+	return len(u.held), Membership{}, nil
+}
+
+// Of implements Store.
+func (m *Memory) Of(_ context.Context, key Key, id string) (Membership, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	u := m.user(key, 0)
+	if d, ok := u.in[id]; ok {
+		return u.digests[d], nil
+	}
+	return Membership{}, nil
+}
+
+// Take implements Store.
+func (m *Memory) Take(_ context.Context, key Key, trigger string, expires, allowed time.Time, ttl time.Duration) (Taken, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	u := m.user(key, 0)
+	if d, ok := u.in[trigger]; ok {
+		return Taken{Digest: d, Already: true}, nil
+	}
+	now := m.now()
+	if allowed.IsZero() {
+		allowed = now
+	}
+	allowed = time.UnixMicro(allowed.UnixMicro())
+	var members []string
+	for id, h := range u.held {
+		switch {
+		case id == trigger:
+			members = append(members, id)
+		case !h.expires.IsZero() && !h.expires.After(now):
+			delete(u.held, id)
+		case !h.at.After(allowed):
+			members = append(members, id)
+		}
+	}
+	if _, held := u.held[trigger]; !held && (expires.IsZero() || expires.After(now)) {
+		members = append(members, trigger)
+	}
+	if len(members) < 2 {
+		delete(u.held, trigger)
+		return Taken{}, nil
+	}
+	slices.Sort(members)
+	sum := sha1.Sum([]byte(strings.Join(members, " ")))
+	d := "digest-" + hex.EncodeToString(sum[:])[:24]
+	u = m.user(key, ttl)
+	for _, id := range members {
+		delete(u.held, id)
+		u.in[id] = d
+	}
+	u.digests[d] = Membership{Digest: d, State: Pending, Count: len(members)}
+	return Taken{Digest: d, Members: members}, nil
+}
+
+// Publish implements Store.
+func (m *Memory) Publish(_ context.Context, key Key, digest string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	u := m.user(key, 0)
+	if d, ok := u.digests[digest]; ok {
+		d.State = Published
+		u.digests[digest] = d
+	}
+	return nil
+}
+
+// Digest implements Store.
+func (m *Memory) Digest(_ context.Context, key Key, digest string) (Membership, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d, ok := m.user(key, 0).digests[digest]
+	return d, ok, nil
+}
+
+// Held implements Store.
+func (m *Memory) Held(_ context.Context, key Key) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.user(key, 0).held), nil
+}

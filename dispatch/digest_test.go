@@ -1,0 +1,158 @@
+package dispatch
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/notifier/notifier/testenv"
+	"github.com/notifier/notifier/userlimit"
+)
+
+// TestDigestProperties drives two dispatchers (a cap of 2 per 600 ms with
+// on_exceed: digest) with random arrival patterns — users, jobs per user,
+// publish times — and checks at the provider what a digest promises, for
+// any pattern: per user, no window of the cap holds more requests than
+// the cap (less the 20 ms a cap admission may sit from its send); every
+// job published is either sent itself or went into exactly one digest
+// (sent + digested = published, none lost, none twice); a digest's count
+// is its members, and each of its members ended suppressed (digested).
+// NOTIFIER_PROPERTY_SEED replays one seed.
+func TestDigestProperties(t *testing.T) {
+	const limit, window = 2, 600 * time.Millisecond
+	b := setup(t, setupOpts{rate: 2000})
+	rule := userlimit.Rule{Limit: limit, Window: window, OnExceed: userlimit.Digest}.WithDefaults()
+	for range 2 {
+		b.start(func(o *Options) { o.UserLimits = map[string]userlimit.Rule{"sms": rule} })
+	}
+	seeds := []uint64{1, 2, 3, 4}
+	if s := os.Getenv("NOTIFIER_PROPERTY_SEED"); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seeds = []uint64{n}
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { checkDigests(t, b, seed, limit, window) })
+	}
+}
+
+func checkDigests(t *testing.T, b *bundle, seed uint64, limit int, window time.Duration) {
+	r := rand.New(rand.NewPCG(seed, 11))
+	type pub struct {
+		at   time.Duration
+		user string
+		id   string
+	}
+	var pubs []pub
+	for u := range 2 + r.IntN(5) {
+		for i := range 1 + r.IntN(8) {
+			pubs = append(pubs, pub{at: time.Duration(r.IntN(1500)) * time.Millisecond, user: fmt.Sprintf("s%d-u%d", seed, u), id: fmt.Sprintf("s%d-u%d-j%d", seed, u, i)})
+		}
+	}
+	slices.SortFunc(pubs, func(a, b pub) int { return int(a.at - b.at) })
+	start := time.Now()
+	userOf := map[string]string{}
+	for _, p := range pubs {
+		time.Sleep(time.Until(start.Add(p.at)))
+		j := newJob(p.id, "sms", p.user)
+		j.To = "+1415555" + fmt.Sprintf("%04d", len(p.user)+int(p.user[len(p.user)-1]))
+		userOf[p.id] = p.user
+		b.publish(j)
+	}
+	// Every job ends: sent itself, or digested (its digest sent).
+	type digestSent struct {
+		user    string
+		count   int
+		members []string
+	}
+	var sent []string
+	var digests []digestSent
+	reqs := map[string][]time.Time{}
+	settled := func() bool {
+		sent, digests = nil, nil
+		clear(reqs)
+		for _, rq := range b.fake.Accepted() {
+			var j struct {
+				ID     string            `json:"id"`
+				UserID string            `json:"user_id"`
+				Data   map[string]string `json:"data"`
+			}
+			if json.Unmarshal(rq.Body, &j) != nil || !strings.HasPrefix(j.UserID, fmt.Sprintf("s%d-", seed)) {
+				continue
+			}
+			reqs[j.UserID] = append(reqs[j.UserID], rq.At)
+			if strings.HasPrefix(j.ID, "digest-") {
+				n, _ := strconv.Atoi(j.Data["digest_count"])
+				digests = append(digests, digestSent{user: j.UserID, count: n, members: strings.Fields(j.Data["digest_of"])})
+				continue
+			}
+			sent = append(sent, j.ID)
+		}
+		members := 0
+		for _, d := range digests {
+			members += d.count
+		}
+		return len(sent)+members == len(pubs)
+	}
+	testenv.WaitFor(t, 60*time.Second, "every job sent or digested", settled)
+	time.Sleep(window) // nothing more may come
+	settled()
+	seen := map[string]bool{}
+	for _, id := range sent {
+		if seen[id] {
+			t.Errorf("%s sent twice", id)
+		}
+		seen[id] = true
+	}
+	for _, d := range digests {
+		if d.count != len(d.members) || d.count < 2 {
+			t.Errorf("a digest of %s counts %d for members %v", d.user, d.count, d.members)
+		}
+		for _, m := range d.members {
+			if seen[m] {
+				t.Errorf("%s both sent and digested, or in two digests", m)
+			}
+			seen[m] = true
+			if userOf[m] != d.user {
+				t.Errorf("%s (of %s) in a digest of %s", m, userOf[m], d.user)
+			}
+		}
+	}
+	for _, p := range pubs {
+		if !seen[p.id] {
+			t.Errorf("%s neither sent nor digested", p.id)
+		}
+	}
+	// The cap at the provider: at most limit requests in any window (less
+	// the cap's 20 ms tolerance between an admission and its send).
+	for user, at := range reqs {
+		slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
+		for i := limit; i < len(at); i++ {
+			if gap := at[i].Sub(at[i-limit]); gap < window-capTolerance-5*time.Millisecond {
+				t.Errorf("%s: %d requests within %s (window %s)", user, limit+1, gap.Round(time.Millisecond), window)
+			}
+		}
+	}
+	suppressed := 0
+	for _, dl := range b.deadLetters() {
+		if dl.Reason == ReasonDigested && strings.Contains(string(dl.Data), fmt.Sprintf(`"s%d-`, seed)) {
+			suppressed++
+		}
+	}
+	members := 0
+	for _, d := range digests {
+		members += d.count
+	}
+	if suppressed != members {
+		t.Errorf("%d jobs ended suppressed (digested), want the digests' %d members", suppressed, members)
+	}
+	t.Logf("seed %d: %d jobs of %d users: %d sent, %d digests of %d jobs", seed, len(pubs), len(reqs), len(sent), len(digests), members)
+}

@@ -1,0 +1,78 @@
+package gateway
+
+import (
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/notifier/notifier/internal/luapre"
+)
+
+var (
+	//go:embed idem.lua
+	idemLua    string
+	idemScript = redis.NewScript(luapre.Num + idemLua)
+)
+
+// IDKey is the Redis key of the record of a job id a client chose:
+// {<prefix>gwid:<tenant>}:<id>. One hash tag per tenant, so a request's
+// records are one call on Redis Cluster too; tenant "" is the default
+// tenant's (no named tenant is empty), so two tenants' ids never meet.
+func IDKey(prefix, tenant, id string) string { return "{" + prefix + "gwid:" + tenant + "}:" + id }
+
+// What a claim found of a job's id (idem.lua's reply).
+type idClaim int
+
+const (
+	idNew      idClaim = iota // no record: this request's job holds the id now
+	idSame                    // the same job holds it: a retry, published again
+	idOther                   // another job holds it: 409
+	idNoRecord idClaim = -1   // a generated id: no record kept
+)
+
+// contentHash is what a job's record holds: the first 128 bits of the
+// SHA-256 of its encoding (the id, tenant and category included) and
+// whether it takes the priority lane, in hex. Not of its subject, so that
+// a change of the subjects' layout does not make a retry another job.
+func contentHash(high bool, data []byte) string {
+	h := sha256.New()
+	if high {
+		h.Write([]byte("high\x00"))
+	} else {
+		h.Write([]byte("normal\x00"))
+	}
+	h.Write(data)
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// claimIDs claims the ids of a request's jobs (keys[i] for the job of
+// hashes[i]) in one round trip.
+func claimIDs(ctx context.Context, rdb redis.Scripter, keys, hashes []string, ttl time.Duration) ([]idClaim, error) {
+	args := make([]any, 0, 1+len(hashes))
+	args = append(args, ttl.Milliseconds())
+	for _, h := range hashes {
+		args = append(args, h)
+	}
+	v, err := idemScript.Run(ctx, rdb, keys, args...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("claim %d job ids: %w", len(keys), err)
+	}
+	a, ok := v.([]any)
+	if !ok || len(a) != len(keys) {
+		return nil, fmt.Errorf("claim job ids: unexpected script reply %v", v)
+	}
+	out := make([]idClaim, len(a))
+	for i, x := range a {
+		n, ok := x.(int64)
+		if !ok || n < 0 || n > int64(idOther) {
+			return nil, fmt.Errorf("claim job ids: unexpected script reply %v", v)
+		}
+		out[i] = idClaim(n)
+	}
+	return out, nil
+}

@@ -1,0 +1,113 @@
+package gateway
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/notifier/notifier/testenv"
+)
+
+// TestTakeSteps drives take.lua on a fake clock: a request's wait is until
+// its bucket holds the tokens asked for (not until it is full), and a take
+// from several buckets is all or nothing.
+func TestTakeSteps(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.Redis(t).Client()
+	clock := time.UnixMicro(1_700_000_000_000_000)
+	b := &Buckets{rdb: rdb, now: func() time.Time { return clock }}
+	key := Bucket{Key: BucketKey("steps:", KindKey, "k"), Limit: Limit{Rate: 10, Burst: 50}}
+	tenant := Bucket{Key: BucketKey("steps:", KindTenant, "t"), Limit: Limit{Rate: 1, Burst: 3}}
+	ms := time.Millisecond
+	steps := []struct {
+		advance   time.Duration
+		n         int
+		buckets   []Bucket
+		allowed   bool
+		remaining []int
+		wait      []time.Duration
+	}{
+		{0, 50, []Bucket{key}, true, []int{0}, []time.Duration{0}},
+		{0, 1, []Bucket{key}, false, []int{0}, []time.Duration{100 * ms}},
+		{0, 9, []Bucket{key}, false, []int{0}, []time.Duration{900 * ms}},
+		{100 * ms, 1, []Bucket{key}, true, []int{0}, []time.Duration{0}},
+		{250 * ms, 1, []Bucket{key}, true, []int{1}, []time.Duration{0}},
+		{5 * time.Second, 0, []Bucket{key}, true, []int{50}, []time.Duration{0}},
+		// The tenant's 3 and the key's 50: 2 jobs, then 2 more that the
+		// tenant refuses, which leaves the key's bucket as it was.
+		{0, 2, []Bucket{tenant, key}, true, []int{1, 48}, []time.Duration{0, 0}},
+		{0, 2, []Bucket{tenant, key}, false, []int{1, 48}, []time.Duration{time.Second, 0}},
+		{0, 1, []Bucket{key}, true, []int{47}, []time.Duration{0}},
+		{time.Second, 2, []Bucket{tenant, key}, true, []int{0, 48}, []time.Duration{0, 0}},
+	}
+	for i, s := range steps {
+		clock = clock.Add(s.advance)
+		allowed, ts, err := b.Take(context.Background(), s.n, s.buckets...)
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if allowed != s.allowed {
+			t.Errorf("step %d: allowed %v, want %v (%+v)", i, allowed, s.allowed, ts)
+		}
+		for j := range ts {
+			if ts[j].Remaining != s.remaining[j] || ts[j].Wait != s.wait[j] {
+				t.Errorf("step %d, bucket %d: remaining %d wait %s, want %d and %s", i, j, ts[j].Remaining, ts[j].Wait, s.remaining[j], s.wait[j])
+			}
+		}
+	}
+}
+
+// TestScriptsClampExpiries: whatever window or ttl the scripts are given,
+// no key is written with an expiry past its configuration range's worst
+// case (auth_failures.window ≤ 24 h, idempotency_ttl ≤ 30 days).
+func TestScriptsClampExpiries(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.Redis(t).Client()
+	ctx := context.Background()
+	if _, left, err := failAuth(ctx, rdb, "clamp:", "192.0.2.1", 365*24*time.Hour); err != nil || left > maxAuthFailuresWindow {
+		t.Fatalf("failAuth with a year's window: %s %v, want at most %s", left, err, maxAuthFailuresWindow)
+	}
+	if ttl, err := rdb.PTTL(ctx, AuthFailKey("clamp:", "192.0.2.1")).Result(); err != nil || ttl > maxAuthFailuresWindow {
+		t.Fatalf("failure count expires in %s (%v), want at most %s", ttl, err, maxAuthFailuresWindow)
+	}
+	key := IDKey("clamp:", "acme", "x")
+	if _, err := claimIDs(ctx, rdb, []string{key}, []string{"h"}, 365*24*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if ttl, err := rdb.PTTL(ctx, key).Result(); err != nil || ttl > maxIdempotencyTTL {
+		t.Fatalf("id record expires in %s (%v), want at most %s", ttl, err, maxIdempotencyTTL)
+	}
+}
+
+// TestLocalRefusalSteps holds the in-memory bound of a bucket to the
+// script's waits: just emptied (full in 5 s at rate 10, burst 50), one job
+// waits 100 ms and 20 jobs 2 s, not the 5 s until it is full; a bound that
+// says the bucket holds the jobs does not refuse.
+func TestLocalRefusalSteps(t *testing.T) {
+	t.Parallel()
+	b := newBucket("steps:", KindKey, "k", Limit{Rate: 10, Burst: 50})
+	if _, refused := b.localRefusal(0, 1); refused {
+		t.Fatal("an unknown bucket refused")
+	}
+	b.learn(0, Take{Reset: 5 * time.Second})
+	ms := time.Millisecond
+	for _, s := range []struct {
+		now     time.Duration
+		n       int
+		refused bool
+		wait    time.Duration
+		left    int
+	}{
+		{0, 1, true, 100 * ms, 0},
+		{0, 20, true, 2 * time.Second, 0},
+		{50 * ms, 1, true, 50 * ms, 0},
+		{100 * ms, 1, false, 0, 0},
+		{1500 * ms, 20, true, 500 * ms, 15},
+		{5 * time.Second, 50, false, 0, 0},
+	} {
+		tk, refused := b.localRefusal(s.now, s.n)
+		if refused != s.refused || tk.Wait != s.wait || refused && tk.Remaining != s.left {
+			t.Errorf("at %s, %d jobs: refused %v %+v, want %v, wait %s, %d left", s.now, s.n, refused, tk, s.refused, s.wait, s.left)
+		}
+	}
+}

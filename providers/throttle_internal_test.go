@@ -1,0 +1,50 @@
+package providers
+
+import (
+	"testing"
+	"time"
+)
+
+// TestThrottle: a run of rate limits without a word of how long doubles
+// the pause from the floor; the answers to requests sent before the pause
+// ended belong to its episode; an acceptance of a request sent after it
+// ends the run; the doubling stops at MaxRetryAfter.
+func TestThrottle(t *testing.T) {
+	var th throttle
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	for i, c := range []struct {
+		start, answer int // seconds after t0: the request's start, its answer
+		accepted      bool
+		want          int // the pause, seconds
+	}{
+		{0, 0, false, 1},
+		{0, 0, false, 1},  // sent before the 1 s pause ended: the same episode
+		{1, 1, false, 2},  // after it: the next
+		{2, 3, false, 2},  // sent at 2 s, during the 2 s pause (until 3 s)
+		{3, 3, false, 4},  // sent at 3 s: the next
+		{5, 6, true, 0},   // accepted, but sent during the pause (until 7 s): the run goes on
+		{7, 7, false, 8},  // so the next is 8 s
+		{15, 15, true, 0}, // accepted, sent after the pause: the run ends
+		{16, 16, false, 1},
+	} {
+		if c.accepted {
+			th.accepted(at(c.start))
+			continue
+		}
+		if got := th.pause(time.Second, at(c.start), at(c.answer)); got != time.Duration(c.want)*time.Second {
+			t.Errorf("step %d: pause %s, want %ds", i, got, c.want)
+		}
+	}
+	var long throttle
+	now := t0
+	for range 40 {
+		if d := long.pause(DefaultRetryAfter, now, now); d > MaxRetryAfter || d <= 0 {
+			t.Fatalf("pause %s out of (0, %s]", d, MaxRetryAfter)
+		}
+		now = now.Add(2 * MaxRetryAfter)
+	}
+	if d := long.pause(DefaultRetryAfter, now, now); d != MaxRetryAfter {
+		t.Errorf("after 41 episodes: %s, want %s", d, MaxRetryAfter)
+	}
+}

@@ -1,0 +1,243 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// defaultTenantPair names the default tenant when its jobs are placed on
+// fair lanes (no tenant name holds a NUL).
+const defaultTenantPair = "\x00default"
+
+// Router timing.
+const (
+	// routeBatch is the most jobs one round of the router moves.
+	routeBatch = 256
+	// routeWait is the long-poll of an idle router.
+	routeWait = time.Second
+	// routeRetry is when a job the router could not move comes back.
+	routeRetry = time.Second
+)
+
+// Router moves the jobs published on tenants' own subjects
+// (notify.jobs.<channel>.t.<tenant>[.<lane>]: the raw NATS publishers'
+// way, which the gateway, `notifier publish` and the Go client do not
+// need) to their tenant's fair lane, as a Publisher would have placed them:
+// the same bytes and headers, the Notifier-Tenant header added. Each is
+// acknowledged once its copy is stored; the copy's Nats-Msg-Id derives
+// from the original's stream sequence and store time, so a job moved again
+// after a crash between the two (within the duplicate window) is stored
+// once. A tenant token that names no tenant, or a channel that is none,
+// is dead-lettered as invalid. It is one pull consumer shared by the
+// fleet, so each job is moved by one process; it keeps no job longer than
+// a round (at most 256 jobs, one publish round trip).
+type Router struct {
+	c   *Consumer
+	pub *Publisher
+}
+
+// Router returns the router of c's fleet, publishing with pub (which
+// should place with c.Lanes: NewPublisher(js, WithLanes(c.Lanes()))).
+func (c *Consumer) Router(pub *Publisher) *Router { return &Router{c: c, pub: pub} }
+
+// Run moves jobs until ctx ends, telling moved (when set) how many each
+// round moved. A failed round is retried with backoff; its error is
+// handed to report (when set) and Run goes on: it returns only at ctx's
+// end, nil.
+func (r *Router) Run(ctx context.Context, moved func(n int), report func(error)) error {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		n, err := r.Round(ctx, routeWait)
+		if err != nil && ctx.Err() == nil {
+			if report != nil {
+				report(err)
+			}
+			if sleepCtx(ctx, backoff) != nil {
+				break
+			}
+			backoff = min(2*backoff, 5*time.Second)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		if n > 0 && moved != nil {
+			moved(n)
+		}
+	}
+	return nil
+}
+
+// Round moves the jobs waiting now (at most 256), or waits up to wait for
+// the first one to come and moves it with those that came with it. It
+// returns how many it moved.
+func (r *Router) Round(ctx context.Context, wait time.Duration) (int, error) {
+	if !r.c.nc.IsConnected() {
+		return 0, fmt.Errorf("route: %w (%s)", errNotConnected, r.c.nc.Status())
+	}
+	got, err := r.c.fetchNow(ctx, []pullWant{{lane: r.c.route, n: routeBatch}})
+	var msgs []*nats.Msg
+	if len(got) > 0 {
+		msgs = got[0]
+	}
+	if err != nil && len(msgs) == 0 {
+		return 0, fmt.Errorf("route: %w", err)
+	}
+	if len(msgs) == 0 && wait > 0 {
+		ds, err := r.c.longPoll(ctx, 1, wait, []*lane{r.c.route})
+		if err != nil {
+			return 0, fmt.Errorf("route: %w", err)
+		}
+		for _, d := range ds {
+			msgs = append(msgs, d.msg.(*pulledMsg).m)
+		}
+	}
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	keys := make([]Key, len(msgs))
+	for i, m := range msgs {
+		k, ok := ParseJobSubject(m.Subject)
+		if !ok || k.Tenant == "" { // a tenant token that names no tenant
+			k = Key{Tenant: "\x00invalid"}
+		}
+		keys[i] = k
+	}
+	return r.move(ctx, msgs, keys)
+}
+
+// Move moves deliveries of the default tenant's queues whose job names a
+// tenant in its JSON (Delivery.Tenant, a valid tenant name) to that
+// tenant's fair lane, as Round moves the jobs of tenants' own subjects, so
+// that they are served in their tenant's share; from the queues in all it
+// moves the default tenant's jobs too, to the default tenant's own pair of
+// fair lanes (a queue that mixes tenants is emptied at the router's pace,
+// not the default tenant's). It returns those it did not take, to be
+// handled where they are. A delivery it took is acknowledged once its copy
+// is stored, or handed back to come again.
+func (r *Router) Move(ctx context.Context, dls []*Delivery, all map[string]bool) (rest []*Delivery, moved int, err error) {
+	var msgs []*nats.Msg
+	var keys []Key
+	for _, d := range dls {
+		pm, ok := d.msg.(*pulledMsg)
+		named := d.Tenant != "" && ValidTenant(d.Tenant)
+		if d.Fair || !ok || !named && !all[d.Subject] {
+			rest = append(rest, d)
+			continue
+		}
+		k, parsed := ParseJobSubject(d.Subject)
+		if !parsed || k.Tenant != "" || !IsChannel(k.Channel) || d.Tenant != "" && !named {
+			rest = append(rest, d)
+			continue
+		}
+		k.Tenant = d.Tenant
+		msgs, keys = append(msgs, pm.m), append(keys, k)
+	}
+	if len(msgs) == 0 {
+		return rest, 0, nil
+	}
+	moved, err = r.move(ctx, msgs, keys)
+	return rest, moved, err
+}
+
+// move publishes each message's copy on the fair lane of its key's tenant,
+// channel and lane, all at once, and acknowledges those stored; the others
+// are handed back to come again. A key naming no valid tenant or channel
+// is dead-lettered.
+func (r *Router) move(ctx context.Context, msgs []*nats.Msg, keys []Key) (int, error) {
+	futures := make([]jetstream.PubAckFuture, len(msgs))
+	var firstErr error
+	for i, m := range msgs {
+		pm := &pulledMsg{m: m, nc: r.c.nc}
+		k := keys[i]
+		if k.Tenant != "" && !ValidTenant(k.Tenant) || !IsChannel(k.Channel) {
+			r.deadLetter(ctx, pm)
+			continue
+		}
+		place := k
+		if k.Tenant == "" { // the default tenant's job, from a queue that mixes tenants: its own pair
+			place.Tenant = defaultTenantPair
+		}
+		out := &nats.Msg{Subject: r.c.place.Place(ctx, place).Subject(), Data: m.Data, Header: nats.Header{}}
+		for h, v := range m.Header {
+			if !strings.HasPrefix(h, "Nats-") { // the publish's own: its id, its expectations
+				out.Header[h] = v
+			}
+		}
+		if k.Tenant != "" {
+			out.Header.Set(HeaderTenant, k.Tenant)
+		}
+		f, err := r.pub.js.PublishMsgAsync(out, jetstream.WithMsgID(routeID(pm)))
+		if err != nil {
+			firstErr = cmpOr(firstErr, fmt.Errorf("route %s to %s: %w", m.Subject, out.Subject, err))
+			_ = pm.NakWithDelay(routeRetry)
+			continue
+		}
+		futures[i] = f
+	}
+	moved := 0
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		pm := &pulledMsg{m: msgs[i], nc: r.c.nc}
+		select {
+		case <-f.Ok():
+			if err := pm.Ack(); err != nil {
+				firstErr = cmpOr(firstErr, fmt.Errorf("route %s: ack: %w", msgs[i].Subject, err))
+			}
+			moved++
+		case err := <-f.Err():
+			firstErr = cmpOr(firstErr, fmt.Errorf("route %s: %w", msgs[i].Subject, err))
+			_ = pm.NakWithDelay(routeRetry)
+		case <-ctx.Done():
+			_ = pm.Nak()
+		}
+	}
+	return moved, firstErr
+}
+
+// deadLetter ends a message on a tenant's subject that names no valid
+// tenant or channel: dead-lettered as invalid, then acknowledged (left
+// for its ack wait when the dead letter could not be stored).
+func (r *Router) deadLetter(ctx context.Context, pm *pulledMsg) {
+	d := newDelivery(pm)
+	detail := "subject " + d.Subject + " names no tenant (1 to 64 characters of A-Z a-z 0-9 . _ -) of a channel (" + strings.Join(Channels, ", ") + ")"
+	if err := r.pub.DeadLetter(ctx, d, Dead, "invalid", detail); err != nil {
+		return
+	}
+	_ = d.AckNoWait()
+}
+
+// routeID is the Nats-Msg-Id of a moved job's copy: the original's
+// stream, sequence and store time.
+func routeID(pm *pulledMsg) string {
+	md, err := pm.Metadata()
+	if err != nil {
+		return ""
+	}
+	return "route:" + md.Stream + ":" + strconv.FormatUint(md.Sequence.Stream, 10) + ":" + strconv.FormatInt(md.Timestamp.UnixNano(), 10)
+}
+
+func cmpOr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// sleepCtx waits d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

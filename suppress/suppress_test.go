@@ -1,0 +1,119 @@
+package suppress_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/notifier/notifier/suppress"
+	"github.com/notifier/notifier/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m) }
+
+// clock is a fake clock for the Memory store (the Redis one expires on
+// the server's own).
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// TestStores runs the same checks on every store: a listed recipient is
+// found by its channel and hash only (not on another channel), listed anew
+// when added again, removed at once, listed newest first, and gone when
+// its time is over; a malformed channel, hash or ttl is refused.
+func TestStores(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		store  func(t *testing.T) suppress.Store
+		expire func(t *testing.T, s suppress.Store) // pass 2 s
+	}{
+		{"memory", func(t *testing.T) suppress.Store { return suppress.NewMemory(memClock.now) },
+			func(t *testing.T, _ suppress.Store) { memClock.add(2 * time.Second) }},
+		{"redis", func(t *testing.T) suppress.Store { return suppress.NewRedis(testenv.Redis(t).Client(), "t:") },
+			func(t *testing.T, _ suppress.Store) { time.Sleep(2100 * time.Millisecond) }},
+		{"redis cluster", func(t *testing.T) suppress.Store {
+			return suppress.NewRedis(testenv.RedisCluster(t).Client(), "t:")
+		}, func(t *testing.T, _ suppress.Store) { time.Sleep(2100 * time.Millisecond) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			s := tc.store(t)
+			sms := suppress.Hash("sms", "+14155550123")
+			push := suppress.Hash("push", "+14155550123")
+			if sms == push || !suppress.ValidHash(sms) || strings.Contains(sms, "4155550123") {
+				t.Fatalf("hashes %s, %s", sms, push)
+			}
+			if ok, err := s.Has(ctx, "sms", sms); err != nil || ok {
+				t.Fatalf("empty list: %v, %v", ok, err)
+			}
+			if err := s.Add(ctx, suppress.Entry{Channel: "sms", Hash: sms, Provider: "tw", Detail: "21610 replied STOP", Job: "acme/j-1", Tenant: "acme"}, time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Add(ctx, suppress.Entry{Channel: "push", Hash: push, Provider: "fcm"}, 2*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			if ok, err := s.Has(ctx, "sms", sms); err != nil || !ok {
+				t.Fatalf("listed: %v, %v", ok, err)
+			}
+			if ok, _ := s.Has(ctx, "email", sms); ok {
+				t.Fatal("listed on another channel")
+			}
+			e, ok, err := s.Get(ctx, "sms", sms)
+			if err != nil || !ok || e.Provider != "tw" || e.Job != "acme/j-1" || e.Until.Sub(e.At) != time.Hour {
+				t.Fatalf("get: %+v, %v, %v", e, ok, err)
+			}
+			all, err := s.List(ctx, "", 0)
+			if err != nil || len(all) != 2 || all[0].Channel != "push" {
+				t.Fatalf("list: %+v, %v; want 2, the push one (listed last) first", all, err)
+			}
+			if only, err := s.List(ctx, "sms", 0); err != nil || len(only) != 1 || only[0].Hash != sms {
+				t.Fatalf("list sms: %+v, %v", only, err)
+			}
+			tc.expire(t, s)
+			if ok, _ := s.Has(ctx, "push", push); ok {
+				t.Error("the push entry outlived its 2 s")
+			}
+			if removed, err := s.Remove(ctx, "sms", sms); err != nil || !removed {
+				t.Fatalf("remove: %v, %v", removed, err)
+			}
+			if removed, err := s.Remove(ctx, "sms", sms); err != nil || removed {
+				t.Fatalf("remove again: %v, %v", removed, err)
+			}
+			if ok, _ := s.Has(ctx, "sms", sms); ok {
+				t.Error("listed after its removal")
+			}
+			for _, bad := range []struct {
+				channel, hash string
+				ttl           time.Duration
+			}{
+				{"sms", "not-a-hash", time.Hour},
+				{"sms", strings.ToUpper(sms), time.Hour},
+				{"s*", sms, time.Hour},
+				{"", sms, time.Hour},
+				{"sms", sms, 0},
+				{"sms", sms, suppress.MaxTTL + time.Hour},
+			} {
+				if err := s.Add(ctx, suppress.Entry{Channel: bad.channel, Hash: bad.hash}, bad.ttl); !errors.Is(err, suppress.ErrInvalid) {
+					t.Errorf("add %+v: %v, want ErrInvalid", bad, err)
+				}
+			}
+			if _, err := s.Has(ctx, "sms", "x"); !errors.Is(err, suppress.ErrInvalid) {
+				t.Errorf("has a bad hash: %v", err)
+			}
+		})
+	}
+}
+
+var memClock = &clock{t: time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)}
