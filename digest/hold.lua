@@ -12,8 +12,9 @@
 -- A job already in a digest is not held again; a job held already keeps
 -- the instant it was first held.
 --
--- Reply: {held} — the jobs held now — or {held, digest, state, count} for
--- a job already in a digest.
+-- Reply: {held} — the jobs held now — or {held, digest, state, count, ids}
+-- for a job already in a digest (ids: its members, as I:<digest> keeps
+-- them).
 --
 -- Prepended (store.go): internal/luapre's now.lua (now_us) and num.lua.
 local now = now_us(ARGV[4])
@@ -34,6 +35,6 @@ end
 if digest then
   local st = redis.call('HGET', key, 'D:' .. digest) or 'published 0'
   local state, count = string.match(st, '(%a+) (%d+)')
-  return {held, digest, state, tonumber(count)}
+  return {held, digest, state, tonumber(count), redis.call('HGET', key, 'I:' .. digest) or ''}
 end
 return {held}

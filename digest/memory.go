@@ -58,7 +58,7 @@ func (m *Memory) Hold(_ context.Context, key Key, id string, expires time.Time, 
 	defer m.mu.Unlock()
 	u := m.user(key, 0)
 	if d, ok := u.in[id]; ok {
-		return len(u.held), u.digests[d], nil
+		return len(u.held), u.membership(d), nil
 	}
 	u = m.user(key, ttl)
 	if _, held := u.held[id]; !held {
@@ -73,7 +73,7 @@ func (m *Memory) Of(_ context.Context, key Key, id string) (Membership, error) {
 	defer m.mu.Unlock()
 	u := m.user(key, 0)
 	if d, ok := u.in[id]; ok {
-		return u.digests[d], nil
+		return u.membership(d), nil
 	}
 	return Membership{}, nil
 }
@@ -117,7 +117,7 @@ func (m *Memory) Take(_ context.Context, key Key, trigger string, expires, allow
 		delete(u.held, id)
 		u.in[id] = d
 	}
-	u.digests[d] = Membership{Digest: d, State: Pending, Count: len(members)}
+	u.digests[d] = Membership{Digest: d, State: Pending, Count: len(members), Members: members}
 	return Taken{Digest: d, Members: members}, nil
 }
 
@@ -137,8 +137,18 @@ func (m *Memory) Publish(_ context.Context, key Key, digest string) error {
 func (m *Memory) Digest(_ context.Context, key Key, digest string) (Membership, bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	d, ok := m.user(key, 0).digests[digest]
-	return d, ok, nil
+	u := m.user(key, 0)
+	if _, ok := u.digests[digest]; !ok {
+		return Membership{}, false, nil
+	}
+	return u.membership(digest), true, nil
+}
+
+// membership is digest d's, its members a copy.
+func (u *user) membership(d string) Membership {
+	ms := u.digests[d]
+	ms.Members = slices.Clone(ms.Members)
+	return ms
 }
 
 // Held implements Store.

@@ -43,6 +43,9 @@ type Membership struct {
 	Digest string
 	State  string // Pending or Published
 	Count  int    // the digest's jobs
+	// Members are the digest's job ids (queue.MsgID), sorted: whoever
+	// publishes a pending digest puts them in its data.
+	Members []string
 }
 
 // Taken is what Take made of a user's held jobs: a digest of Members
@@ -156,11 +159,15 @@ func (r *Redis) Hold(ctx context.Context, key Key, id string, expires time.Time,
 		return 0, Membership{}, fmt.Errorf("hold a job for a digest: reply %v", v)
 	}
 	var m Membership
-	if len(v) == 4 {
+	if len(v) >= 4 {
 		m.Digest, _ = v[1].(string)
 		m.State, _ = v[2].(string)
 		c, _ := v[3].(int64)
 		m.Count = int(c)
+	}
+	if len(v) == 5 {
+		ids, _ := v[4].(string)
+		m.Members = strings.Fields(ids)
 	}
 	return int(held), m, nil
 }
@@ -214,16 +221,18 @@ func (r *Redis) Publish(ctx context.Context, key Key, digest string) error {
 
 // Digest implements Store.
 func (r *Redis) Digest(ctx context.Context, key Key, digest string) (Membership, bool, error) {
-	st, err := r.rdb.HGet(ctx, r.key(key), "D:"+digest).Result()
-	switch {
-	case errors.Is(err, redis.Nil):
-		return Membership{}, false, nil
-	case err != nil:
+	v, err := r.rdb.HMGet(ctx, r.key(key), "D:"+digest, "I:"+digest).Result()
+	if err != nil {
 		return Membership{}, false, fmt.Errorf("read a digest: %w", err)
+	}
+	st, ok := v[0].(string)
+	if !ok {
+		return Membership{}, false, nil
 	}
 	state, count, _ := strings.Cut(st, " ")
 	n, _ := strconv.Atoi(count)
-	return Membership{Digest: digest, State: state, Count: n}, true, nil
+	ids, _ := v[1].(string)
+	return Membership{Digest: digest, State: state, Count: n, Members: strings.Fields(ids)}, true, nil
 }
 
 // Held implements Store.

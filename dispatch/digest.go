@@ -126,19 +126,20 @@ func (d *Dispatcher) digestTake(ctx context.Context, jb *job) (e end, ended bool
 	case t.Digest == "":
 		return end{}, false
 	}
-	return d.digested(ctx, jb, digest.Membership{Digest: t.Digest, State: digest.Pending, Count: len(t.Members)}, t.Members...), true
+	return d.digested(ctx, jb, digest.Membership{Digest: t.Digest, State: digest.Pending, Count: len(t.Members), Members: t.Members}), true
 }
 
 // digested ends a job that went into digest m, publishing the digest job
 // first when no one has (its id is the digest's: a second publish within
-// the duplicate window stores nothing, and the ledger sends it once). A
-// failed publish hands the job back, to try again.
-func (d *Dispatcher) digested(ctx context.Context, jb *job, m digest.Membership, members ...string) end {
+// the duplicate window stores nothing, and the ledger sends it once), with
+// m's members in its data, whichever member publishes it. A failed publish
+// hands the job back, to try again.
+func (d *Dispatcher) digested(ctx context.Context, jb *job, m digest.Membership) end {
 	if m.State == digest.Pending {
 		if d.o.Jobs == nil {
 			return stopped(fmt.Errorf("publish digest %s: no job publisher", m.Digest))
 		}
-		dj := d.digestJob(jb, m, members)
+		dj := d.digestJob(jb, m)
 		if _, err := d.o.Jobs.PublishJob(ctx, dj, false, map[string]string{HeaderDigest: m.Digest}); err != nil {
 			jb.log().Warn("publish a digest; the job comes back to try again", "digest", m.Digest, "err", err)
 			return end{kind: endDefer, delay: time.Second + d.jitter(time.Second), reason: DeferDigestUnpublished}
@@ -159,8 +160,9 @@ func (d *Dispatcher) digested(ctx context.Context, jb *job, m digest.Membership,
 // digestJob is the digest job that stands for m's jobs, made from jb (its
 // user, recipient, provider, tenant and category); its text is the cap's
 // digest template with {count}, its data the count and the members' ids.
-func (d *Dispatcher) digestJob(jb *job, m digest.Membership, members []string) *queue.Job {
+func (d *Dispatcher) digestJob(jb *job, m digest.Membership) *queue.Job {
 	t := *jb.rule.WithDefaults().Digest
+	members := m.Members
 	ids := members
 	if len(ids) > maxDigestIDs {
 		ids = ids[:maxDigestIDs]

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/notifier/notifier/digest"
 	"github.com/notifier/notifier/testenv"
 	"github.com/notifier/notifier/userlimit"
 )
@@ -155,4 +156,47 @@ func checkDigests(t *testing.T, b *bundle, seed uint64, limit int, window time.D
 		t.Errorf("%d jobs ended suppressed (digested), want the digests' %d members", suppressed, members)
 	}
 	t.Logf("seed %d: %d jobs of %d users: %d sent, %d digests of %d jobs", seed, len(pubs), len(reqs), len(sent), len(digests), members)
+}
+
+// TestAPendingDigestCarriesItsMembersWhoeverPublishesIt: a process took a
+// user's held jobs into a digest and died before publishing it; the next
+// member to come back publishes the digest, and its data lists every
+// member, as the taker's would have. (Found by TestDigestProperties on a
+// loaded machine: a held job that met the pending digest first published
+// it with its count and no ids.)
+func TestAPendingDigestCarriesItsMembersWhoeverPublishesIt(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{rate: 2000})
+	rule := userlimit.Rule{Limit: 1, Window: 10 * time.Second, OnExceed: userlimit.Digest}.WithDefaults()
+	b.start(func(o *Options) { o.UserLimits = map[string]userlimit.Rule{"sms": rule} })
+	// The dead process's work: two jobs held, a third allowed, all three
+	// taken into a pending digest.
+	store := digest.NewRedis(b.redis.Client(), b.prefix)
+	key := digest.KeyOf("sms", "", "u1")
+	ctx := t.Context()
+	for _, id := range []string{"pd-1", "pd-2"} {
+		if _, _, err := store.Hold(ctx, key, id, time.Time{}, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	taken, err := store.Take(ctx, key, "pd-3", time.Time{}, time.Time{}, time.Hour)
+	if err != nil || len(taken.Members) != 3 {
+		t.Fatalf("take: %+v, %v", taken, err)
+	}
+	b.publish(newJob("pd-1", "sms", "u1")) // a held job, back from JetStream
+	testenv.WaitFor(t, 20*time.Second, "the digest sent", func() bool { return len(b.fake.Accepted()) == 1 })
+	var j struct {
+		ID   string            `json:"id"`
+		Data map[string]string `json:"data"`
+	}
+	if err := json.Unmarshal(b.fake.Accepted()[0].Body, &j); err != nil {
+		t.Fatal(err)
+	}
+	if j.ID != taken.Digest || j.Data["digest_count"] != "3" || j.Data["digest_of"] != "pd-1 pd-2 pd-3" {
+		t.Errorf("sent %s with data %v, want digest %s of pd-1 pd-2 pd-3", j.ID, j.Data, taken.Digest)
+	}
+	testenv.WaitFor(t, 10*time.Second, "pd-1 suppressed", func() bool { return len(b.deadLetters()) == 1 })
+	if dl := b.deadLetters()[0]; dl.Reason != ReasonDigested || !strings.Contains(dl.Detail, taken.Digest) {
+		t.Errorf("pd-1 ended %s: %s, want digested into %s", dl.Reason, dl.Detail, taken.Digest)
+	}
 }
