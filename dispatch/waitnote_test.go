@@ -18,7 +18,7 @@ import (
 // sent once the pause ends, its note left as history.
 func TestLedgerSaysWhyAJobWaits(t *testing.T) {
 	t.Parallel()
-	b := setup(t, setupOpts{rate: 1, maxQueueDelay: 5 * time.Second})
+	b := setup(t, setupOpts{rate: 1, maxQueueDelay: 8 * time.Second})
 	ctx := context.Background()
 	rdb := b.redis.Client()
 	ledger := NewRedisLedger(rdb, b.prefix, time.Hour)
@@ -45,7 +45,11 @@ func TestLedgerSaysWhyAJobWaits(t *testing.T) {
 	if far.Owner == "" || far.Sent || far.Deferrals != 0 || far.Until.Before(time.Now().Add(time.Second)) {
 		t.Fatalf("s-1 waiting for its slot: %+v, want its lease held, due seconds later, no deferral", far)
 	}
-	if err := q.Pause(ctx, "email-gw", 5*time.Second); err != nil {
+	// e-1 too holds its far slot when the pause comes (on a loaded machine
+	// the note above can take seconds to appear, and e-1 must not be sent
+	// meanwhile: max_queue_delay is 8 s, and the pause outlasts it).
+	testenv.WaitFor(t, 10*time.Second, "e-1's far slot noted", func() bool { return record("e-1").Why == WaitSlot })
+	if err := q.Pause(ctx, "email-gw", 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 10*time.Second, "the paused provider's job put off", func() bool {
