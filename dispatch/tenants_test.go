@@ -31,19 +31,6 @@ func (b *bundle) consumers() int {
 	return info.State.Consumers
 }
 
-// publishRaw publishes a job as a raw NATS publisher would, on subject,
-// with its id as Nats-Msg-Id.
-func (b *bundle) publishRaw(subject string, j *queue.Job) {
-	b.t.Helper()
-	data, err := j.Marshal()
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	if _, err := b.pub.PublishRaw(context.Background(), subject, data, j.MsgID()); err != nil {
-		b.t.Fatalf("publish %s on %s: %v", j.ID, subject, err)
-	}
-}
-
 // TestTenantsAtScale: 10,000 tenants — ten times the 1,000 consumers a
 // stream allows by default, which the per-tenant queues of earlier versions
 // ran into (their jobs stranded) — publishing one job each, half through a
