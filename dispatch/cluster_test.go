@@ -150,16 +150,7 @@ func (w *clusterWorld) start(node, workers int) *proc {
 // streamLeader is the index of the node leading the job stream.
 func (w *clusterWorld) streamLeader() int {
 	w.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	s, err := w.js.Stream(ctx, w.qcfg.Stream)
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		w.t.Fatal(err)
-	}
+	info := streamInfo(w.t, w.js, w.qcfg.Stream)
 	if info.Cluster == nil || len(info.Cluster.Replicas) != 2 {
 		w.t.Fatalf("job stream cluster info %+v, want a leader and two replicas", info.Cluster)
 	}
@@ -296,23 +287,12 @@ func TestClusterTenantsThroughALeaderLoss(t *testing.T) {
 	if d := w.fake.Duplicates(); len(d) > 0 {
 		t.Errorf("the provider accepted %d jobs twice, e.g. %v", len(d), head(d))
 	}
-	ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	s, err := w.js.Stream(ictx, w.qcfg.Stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(ictx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	info := streamInfo(t, w.js, w.qcfg.Stream)
 	if bound := queue.Consumers(queue.DefaultFairLanes); info.State.Consumers > bound {
 		t.Errorf("the job stream holds %d consumers, more than the bound %d", info.State.Consumers, bound)
 	}
-	if ds, err := w.js.Stream(ictx, w.qcfg.DeadStream); err != nil {
-		t.Errorf("dead stream: %v", err)
-	} else if di, err := ds.Info(ictx); err != nil || di.State.Msgs != 0 {
-		t.Errorf("dead stream: %v, %d jobs; want none", err, di.State.Msgs)
+	if n := streamInfo(t, w.js, w.qcfg.DeadStream).State.Msgs; n != 0 {
+		t.Errorf("dead stream holds %d jobs, want none", n)
 	}
 	t.Logf("%d tenants on R3 through a leader loss: every job sent once, %d consumers on the job stream", jobs, info.State.Consumers)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -53,11 +52,11 @@ func (w *isolation) pace(prefix, tenant string, n int, every time.Duration, high
 
 // waits waits until the fake accepted every job of published and returns
 // each one's wait from publish to provider, sorted, and the last arrival.
-func (w *isolation) waits(what string, published map[string]time.Time) ([]time.Duration, time.Time) {
-	w.t.Helper()
-	testenv.WaitFor(w.t, 30*time.Second, what, func() bool {
+func (b *bundle) waits(what string, published map[string]time.Time) ([]time.Duration, time.Time) {
+	b.t.Helper()
+	testenv.WaitFor(b.t, 60*time.Second, what, func() bool {
 		n := 0
-		for _, r := range w.fake.Accepted() {
+		for _, r := range b.fake.Accepted() {
 			if _, ok := published[r.ID]; ok {
 				n++
 			}
@@ -66,7 +65,7 @@ func (w *isolation) waits(what string, published map[string]time.Time) ([]time.D
 	})
 	var waits []time.Duration
 	var last time.Time
-	for _, r := range w.fake.Accepted() {
+	for _, r := range b.fake.Accepted() {
 		if at, ok := published[r.ID]; ok {
 			waits = append(waits, r.At.Sub(at))
 			if r.At.After(last) {
@@ -126,13 +125,7 @@ func TestFairnessWeights(t *testing.T) {
 	since := time.Now().Add(time.Second) // past the jobs the first plans took before gold's came
 	time.Sleep(5 * time.Second)
 	until := time.Now()
-	count := map[string]int{}
-	for _, r := range w.fake.Accepted() {
-		if r.At.After(since) && r.At.Before(until) {
-			tenant, _, _ := strings.Cut(r.ID, "-")
-			count[tenant]++
-		}
-	}
+	count := sendsByPrefix(w.fake, since, until)
 	total := count["gold"] + count["bronze"]
 	if total == 0 {
 		t.Fatal("nothing sent")

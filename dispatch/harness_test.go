@@ -237,20 +237,27 @@ func (b *bundle) deadLetters() []deadLetter {
 	return out
 }
 
-// remaining is how many jobs are still in the job stream.
-func (b *bundle) remaining() uint64 {
-	b.t.Helper()
+// streamInfo is stream's info now, read through js; the test fails if it
+// cannot be read.
+func streamInfo(t testing.TB, js jetstream.JetStream, stream string) *jetstream.StreamInfo {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := b.js.Stream(ctx, b.qcfg.Stream)
+	s, err := js.Stream(ctx, stream)
 	if err != nil {
-		b.t.Fatal(err)
+		t.Fatalf("stream %s: %v", stream, err)
 	}
 	info, err := s.Info(ctx)
 	if err != nil {
-		b.t.Fatal(err)
+		t.Fatalf("stream %s: %v", stream, err)
 	}
-	return info.State.Msgs
+	return info
+}
+
+// remaining is how many jobs are still in the job stream.
+func (b *bundle) remaining() uint64 {
+	b.t.Helper()
+	return streamInfo(b.t, b.js, b.qcfg.Stream).State.Msgs
 }
 
 // acceptedOnce asserts that the fake accepted exactly ids, each once.

@@ -68,6 +68,20 @@ func rateOf(f *testenv.Fake, from, to time.Time) (float64, int) {
 	return float64(len(at)-1) / at[len(at)-1].Sub(at[0]).Seconds(), len(at)
 }
 
+// sendsByPrefix counts f's accepted requests in (since, until) by the
+// prefix of their job id before its first "-" (the tenant, in the
+// fairness tests' ids).
+func sendsByPrefix(f *testenv.Fake, since, until time.Time) map[string]int {
+	count := map[string]int{}
+	for _, r := range f.Accepted() {
+		if r.At.After(since) && r.At.Before(until) {
+			prefix, _, _ := strings.Cut(r.ID, "-")
+			count[prefix]++
+		}
+	}
+	return count
+}
+
 // referenceRate publishes n jobs of channel (ids prefix-0..n-1, each to
 // its own user) and returns their ids and the rate f accepted them at, from the first
 // arrival to the last: what the dispatchers already running reach on this

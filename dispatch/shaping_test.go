@@ -88,13 +88,7 @@ func TestExpiredBeforeItsSlotIsSuppressedAtOnce(t *testing.T) {
 			}
 			b.pcfgs[3] = b.pcfgs[3].WithDefaults()
 			// Another fleet's 100 sends at 10/s: the queue ends 10 s ahead.
-			q := leakyRedis(t, b.redis.Client(), b.prefix)
-			var now time.Duration // a first start: the queue begins at now
-			for range 100 {
-				if _, err := q.Reserve(t.Context(), "sms-gw", leaky.Contract{Rate: 10, MaxQueueDelay: time.Minute, ColdStart: &now}, 1); err != nil {
-					t.Fatal(err)
-				}
-			}
+			b.fillQueue("sms-gw", 100)
 			p := b.start(nil)
 			testenv.WaitFor(t, 10*time.Second, "the dispatcher ready", func() bool { return p.d.Ready() == nil })
 			j := newJob("soon-stale", "sms", "u1")
@@ -321,6 +315,20 @@ func TestAdaptiveContractFindsTheRealLimit(t *testing.T) {
 	atLeastShareOf(t, "adaptive, sustained", onRate, ref, 60, 0.85)
 }
 
+// fillQueue reserves n slots of provider's queue at 10/s in Redis, as
+// another fleet's sends would: a queue that starts now (no cold start)
+// and ends n/10 s ahead.
+func (b *bundle) fillQueue(provider string, n int) {
+	b.t.Helper()
+	q := leakyRedis(b.t, b.redis.Client(), b.prefix)
+	var now time.Duration // a first start: the queue begins at now
+	for range n {
+		if _, err := q.Reserve(b.t.Context(), provider, leaky.Contract{Rate: 10, MaxQueueDelay: time.Minute, ColdStart: &now}, 1); err != nil {
+			b.t.Fatal(err)
+		}
+	}
+}
+
 // TestExpiredBeforeAGrantedSlotIsSuppressedAtOnce: the slot the queue
 // grants may lie inside max_queue_delay and still after the job's
 // expires_at: the job is then suppressed (expired) at once, never sent
@@ -332,13 +340,7 @@ func TestExpiredBeforeAGrantedSlotIsSuppressedAtOnce(t *testing.T) {
 	b := setup(t, setupOpts{rate: 10, maxQueueDelay: 5 * time.Second})
 	// Another fleet's 20 sends at 10/s: the queue ends 2 s ahead, well
 	// within max_queue_delay: the next reservation is granted, 2 s on.
-	q := leakyRedis(t, b.redis.Client(), b.prefix)
-	var now time.Duration
-	for range 20 {
-		if _, err := q.Reserve(t.Context(), "sms-gw", leaky.Contract{Rate: 10, MaxQueueDelay: time.Minute, ColdStart: &now}, 1); err != nil {
-			t.Fatal(err)
-		}
-	}
+	b.fillQueue("sms-gw", 20)
 	p := b.start(nil)
 	testenv.WaitFor(t, 10*time.Second, "the dispatcher ready", func() bool { return p.d.Ready() == nil })
 	j := newJob("stale-in-400ms", "sms", "u1")

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -18,17 +16,7 @@ import (
 // consumers is the number of consumers on the job stream now.
 func (b *bundle) consumers() int {
 	b.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	s, err := b.js.Stream(ctx, b.qcfg.Stream)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	return info.State.Consumers
+	return streamInfo(b.t, b.js, b.qcfg.Stream).State.Consumers
 }
 
 // TestTenantsAtScale: 10,000 tenants — ten times the 1,000 consumers a
@@ -149,26 +137,7 @@ func TestSmallTenantsBehindABlast(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	testenv.WaitFor(t, 60*time.Second, "every small tenant's job sent", func() bool {
-		n := 0
-		for _, r := range b.fake.Accepted() {
-			if _, ok := published[r.ID]; ok {
-				n++
-			}
-		}
-		return n == len(published)
-	})
-	var waits []time.Duration
-	var last time.Time
-	for _, r := range b.fake.Accepted() {
-		if at, ok := published[r.ID]; ok {
-			waits = append(waits, r.At.Sub(at))
-			if r.At.After(last) {
-				last = r.At
-			}
-		}
-	}
-	slices.Sort(waits)
+	waits, last := b.waits("every small tenant's job sent", published)
 	p50, p95 := waits[len(waits)/2], waits[len(waits)*95/100]
 	busy, n := rateOf(b.fake, start.Add(time.Second), last)
 	t.Logf("2,000 jobs of 1,000 small tenants behind an 8,000-job blast: p50 %s, p95 %s, max %s from publish to provider; provider at %.1f/s of %d (%d sends), %.2f of the %.1f/s the default tenant reached alone",
@@ -237,13 +206,7 @@ func TestTenantInTheJSONOnThePlainSubject(t *testing.T) {
 	since := time.Now()
 	time.Sleep(4 * time.Second)
 	until := time.Now()
-	count := map[string]int{}
-	for _, r := range w.fake.Accepted() {
-		if r.At.After(since) && r.At.Before(until) {
-			tenant, _, _ := strings.Cut(r.ID, "-")
-			count[tenant]++
-		}
-	}
+	count := sendsByPrefix(w.fake, since, until)
 	share := float64(count["gold"]) / float64(count["gold"]+count["default"])
 	t.Logf("gold (weight 3, named in its JSON on the plain subject) vs the default tenant: %d / %d sends: %.1f %%", count["gold"], count["default"], 100*share)
 	if share < 0.65 || share > 0.85 {
@@ -298,13 +261,7 @@ func TestPriorityLaneCountsInTheTenantsShare(t *testing.T) {
 	since := time.Now().Add(time.Second)
 	time.Sleep(5 * time.Second)
 	until := time.Now()
-	count := map[string]int{}
-	for _, r := range w.fake.Accepted() {
-		if r.At.After(since) && r.At.Before(until) {
-			tenant, _, _ := strings.Cut(r.ID, "-")
-			count[tenant]++
-		}
-	}
+	count := sendsByPrefix(w.fake, since, until)
 	share := float64(count["bank"]) / float64(count["bank"]+count["acme"])
 	t.Logf("acme's priority jobs vs bank's normal ones over 4 s: acme %d, bank %d: bank %.1f %%", count["acme"], count["bank"], 100*share)
 	if math.Abs(share-0.5) > 0.1 {
