@@ -159,6 +159,8 @@ type scheduler struct {
 	// jobs naming a tenant: the router empties them to the fair lanes, at
 	// sweepBatch a plan beside the workers' jobs.
 	sweep map[string]bool
+	// named is moveNamed's scratch map, kept to be reused.
+	named map[string]bool
 	// freshOf is each queue's freshTenant guess.
 	freshOf map[string]string
 }
@@ -221,7 +223,7 @@ func newScheduler(weights func(string) float64) *scheduler {
 		heads: map[string]laneHead{}, charged: map[string][]string{},
 		storedT: map[string]uint64{}, mcap: map[string]int{},
 		budgets: map[string]int{}, free: map[string]int{}, byCh: map[string][]queue.Queue{},
-		want: map[string]int{}, done: map[string]bool{}, got: map[string]int{}, sweep: map[string]bool{}, freshOf: map[string]string{}}
+		want: map[string]int{}, done: map[string]bool{}, got: map[string]int{}, sweep: map[string]bool{}, named: map[string]bool{}, freshOf: map[string]string{}}
 }
 
 // plan chooses up to free jobs to pull: per channel up to what its budget
@@ -627,34 +629,44 @@ func (d *Dispatcher) pollable(s *scheduler) []string {
 // tenant in the job and published on the plain subject): on its tenant's
 // fair lane it is served in that tenant's share, not in the default
 // tenant's order. A queue that delivered such a job is swept (see
-// scheduler.sweep) until it delivers none. It returns the deliveries to
-// hand to workers. Without a router every delivery is handed on; such a
-// job is still that tenant's (counted, labelled).
+// scheduler.sweep) until it delivers none: the router takes every job the
+// plan pulled from it, the extra sweepBatch included, as the plan counted
+// them (they take no worker), and only then is the sweep updated from what
+// this pull found. It returns the deliveries to hand to workers. Without a
+// router every delivery is handed on; such a job is still that tenant's
+// (counted, labelled).
 func (d *Dispatcher) moveNamed(ctx context.Context, s *scheduler, dls []*queue.Delivery) []*queue.Delivery {
 	if d.o.Router == nil {
 		return dls
 	}
-	named := map[string]bool{}
-	seen := map[string]bool{}
+	// The default tenant's queues this pull delivered from: true for those
+	// that delivered a job naming a (valid) tenant.
+	named := s.named
+	clear(named)
+	anyNamed := false
 	for _, dl := range dls {
 		if !dl.Fair && queue.TenantOf(dl.Subject) == "" {
-			seen[dl.Subject] = true
-			named[dl.Subject] = named[dl.Subject] || dl.Tenant != ""
+			n := dl.Tenant != "" && queue.ValidTenant(dl.Tenant)
+			named[dl.Subject] = named[dl.Subject] || n
+			anyNamed = anyNamed || n
 		}
 	}
-	for subject := range seen {
-		s.sweep[subject] = named[subject]
-		if !named[subject] {
+	rest := dls
+	if anyNamed || len(s.sweep) > 0 {
+		var moved int
+		var err error
+		rest, moved, err = d.o.Router.Move(ctx, dls, s.sweep)
+		d.m.Routed.Add(float64(moved))
+		if err != nil && ctx.Err() == nil {
+			d.log.Warn("move jobs naming their tenant to its fair lane", "err", err)
+		}
+	}
+	for subject, n := range named {
+		if n {
+			s.sweep[subject] = true
+		} else {
 			delete(s.sweep, subject)
 		}
-	}
-	if len(s.sweep) == 0 {
-		return dls
-	}
-	rest, moved, err := d.o.Router.Move(ctx, dls, s.sweep)
-	d.m.Routed.Add(float64(moved))
-	if err != nil && ctx.Err() == nil {
-		d.log.Warn("move jobs naming their tenant to its fair lane", "err", err)
 	}
 	return rest
 }
