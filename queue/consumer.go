@@ -356,33 +356,45 @@ func (c *Consumer) Lanes() *Lanes { return c.place }
 
 // laneFor returns the queue consumer of subject: one made at start, or
 // one made now for a queue seen since (a stray subject, a fair lane past
-// FairLanes), one try (the caller comes back), at most maxOnDemand.
+// FairLanes), one try (the caller comes back), at most maxOnDemand. The
+// cap is taken under c.mu before the consumer is made (so callers at once
+// cannot overshoot it), recorded on the lane (lane.onDemand) and given
+// back by forget, or here when the consumer is not made or another caller
+// made it first.
 func (c *Consumer) laneFor(ctx context.Context, subject string) (*lane, error) {
 	k, ok := ParseJobSubject(subject)
 	fair := ok && k.Fair && k.Index < c.cc.FairLanes && IsChannel(k.Channel)
 	c.mu.Lock()
-	l := c.lanes[subject]
-	full := !fair && c.onDemand >= maxOnDemand
-	c.mu.Unlock()
-	switch {
-	case l != nil:
+	if l := c.lanes[subject]; l != nil {
+		c.mu.Unlock()
 		return l, nil
-	case full:
-		return nil, fmt.Errorf("queue %s: %w (%d at once): its jobs wait until one is deleted", subject, ErrTooManyQueues, maxOnDemand)
 	}
-	l, err := c.newLane(ctx, subject, false)
-	if err != nil {
-		return nil, c.roomError(err)
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if have := c.lanes[subject]; have != nil {
-		return have, nil
-	}
-	c.lanes[subject] = l
-	if !fair {
+	onDemand := !fair
+	if onDemand {
+		if c.onDemand >= maxOnDemand {
+			c.mu.Unlock()
+			return nil, fmt.Errorf("queue %s: %w (%d at once): its jobs wait until one is deleted", subject, ErrTooManyQueues, maxOnDemand)
+		}
 		c.onDemand++
 	}
+	c.mu.Unlock()
+	l, err := c.newLane(ctx, subject, false)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		if onDemand {
+			c.onDemand--
+		}
+		return nil, c.roomError(err)
+	}
+	if have := c.lanes[subject]; have != nil {
+		if onDemand {
+			c.onDemand--
+		}
+		return have, nil
+	}
+	l.onDemand = onDemand
+	c.lanes[subject] = l
 	return l, nil
 }
 
@@ -437,7 +449,7 @@ func (c *Consumer) forget(l *lane) {
 	defer c.mu.Unlock()
 	if c.lanes[l.subject] == l && !slices.Contains(c.defaults, l) {
 		delete(c.lanes, l.subject)
-		if !l.key.Fair || l.key.Index >= c.cc.FairLanes {
+		if l.onDemand {
 			c.onDemand--
 		}
 	}

@@ -40,12 +40,15 @@ type pullRequest struct {
 
 // lane is one queue's durable pull consumer.
 type lane struct {
-	name    string             // durable name
-	subject string             // the queue's subject, its consumer's filter
-	key     Key                // what the subject says
-	stray   bool               // a subject of no queue shape: invalid jobs
-	next    string             // pull request subject
-	cons    jetstream.Consumer // for info
+	name    string // durable name
+	subject string // the queue's subject, its consumer's filter
+	key     Key    // what the subject says
+	stray   bool   // a subject of no queue shape: invalid jobs
+	// onDemand: made since the start and counted toward maxOnDemand
+	// (Consumer.laneFor), given back when forgotten.
+	onDemand bool
+	next     string             // pull request subject
+	cons     jetstream.Consumer // for info
 }
 
 // pullWant is a pull of up to n messages from lane.
