@@ -76,10 +76,7 @@ func (q *fairQueue) charge(t string, w float64, n int) {
 	q.start[t] = q.finish[t]
 	q.v = s + float64(n-1)/w
 	q.picks++
-	if len(q.finish) >= q.pruneNext {
-		q.prune()
-		q.pruneNext = max(1024, 2*len(q.finish))
-	}
+	q.maybePrune()
 }
 
 // chargeEach picks n jobs charged to t each as if to a tenant of its own
@@ -92,6 +89,7 @@ func (q *fairQueue) chargeEach(t string, w float64, n int) {
 	q.start[t] = q.finish[t]
 	q.v = s
 	q.picks++
+	q.maybePrune()
 }
 
 // transfer moves one pick charged to from (weight wf), a guess, to to
@@ -108,6 +106,10 @@ func (q *fairQueue) transfer(from string, wf float64, to string, wt float64) {
 	}
 	q.finish[to] = s + 1/wt
 	q.start[to] = q.finish[to]
+	if _, ok := q.seen[to]; !ok {
+		q.seen[to] = 0 // kept, and pruned, with the others (never a candidate)
+	}
+	q.maybePrune()
 }
 
 // refund gives back one pick charged to t (a guess whose job did not come).
@@ -118,13 +120,25 @@ func (q *fairQueue) refund(t string, w float64) {
 	}
 }
 
+// maybePrune prunes once the tags kept have doubled since the last time:
+// every way a tag is written (charge, chargeEach, transfer: the many
+// tenants behind one fair lane come in through the last two) ends here.
+func (q *fairQueue) maybePrune() {
+	if len(q.seen) < q.pruneNext {
+		return
+	}
+	q.prune()
+	q.pruneNext = max(1024, 2*len(q.seen))
+}
+
 // prune drops the tags that no longer matter: those of tenants not
 // waiting whose finish is at or behind V (they restart at V), and when
-// too many remain those within one pick of it.
+// too many remain those within one pick of it. A tenant is in seen if it
+// is in start or finish (tag marks every candidate), so seen is walked.
 func (q *fairQueue) prune() {
 	drop := func(ahead float64) {
-		for t, f := range q.finish {
-			if f <= q.v+ahead && q.seen[t] < q.picks {
+		for t, at := range q.seen {
+			if at < q.picks && q.finish[t] <= q.v+ahead {
 				delete(q.finish, t)
 				delete(q.start, t)
 				delete(q.seen, t)
@@ -132,7 +146,7 @@ func (q *fairQueue) prune() {
 		}
 	}
 	drop(0)
-	if len(q.finish) > maxFairTags {
+	if len(q.seen) > maxFairTags {
 		drop(1)
 	}
 }

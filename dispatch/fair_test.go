@@ -387,3 +387,25 @@ func TestSchedulerSmallTenantsBehindABlast(t *testing.T) {
 		})
 	}
 }
+
+// TestFairQueueStaysBoundedUnderManyTenants: the tags of 300,000
+// tenants picked once each through the fair lanes' path (a guess charged
+// with chargeEach, moved to the real tenant with transfer, as the many
+// small tenants behind one fair lane are) are pruned: the queue keeps at
+// most twice maxFairTags (past it the tags within one pick of V go), not
+// one per tenant ever seen. (charge alone used to prune, so this path grew
+// without bound: 300,000 tags here.)
+func TestFairQueueStaysBoundedUnderManyTenants(t *testing.T) {
+	q := newFairQueue()
+	most := 0
+	for i := range 300_000 {
+		q.tag("guess", 1) // a candidate, as the plan asks
+		q.chargeEach("guess", 1, 1)
+		q.transfer("guess", 1, fmt.Sprintf("tenant-%d", i), 1)
+		most = max(most, len(q.finish), len(q.start), len(q.seen))
+	}
+	if most > 2*maxFairTags {
+		t.Errorf("the fair queue held %d tags for tenants picked once each, want at most %d", most, 2*maxFairTags)
+	}
+	t.Logf("300,000 tenants picked once each: at most %d tags kept", most)
+}
