@@ -298,8 +298,8 @@ func (a *APNs) header(m *Message, token string) http.Header {
 	header.Set("apns-topic", a.topic)
 	header.Set("apns-push-type", a.pushType)
 	header.Set("apns-priority", a.priority)
-	header.Set("apns-id", APNsID(m.ID))
-	header.Set("apns-collapse-id", APNsCollapseID(m.ID))
+	header.Set("apns-id", APNsID(m.key()))
+	header.Set("apns-collapse-id", APNsCollapseID(m.key()))
 	header.Set("apns-expiration", apnsExpiration(m.ExpiresAt))
 	return header
 }

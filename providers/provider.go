@@ -9,7 +9,14 @@ import (
 // job; its JSON field names are those of the job (SPEC §2), so the webhook
 // body is the job as JSON.
 type Message struct {
-	ID        string            `json:"id"`
+	ID string `json:"id"`
+	// Key is the job's id made unique across tenants (a job id is unique
+	// only within its tenant; queue.MsgID: the id itself for the default
+	// tenant, "<tenant>/<id>" for another): the idempotency key. What a receiver, a provider or a
+	// device de-duplicates on is derived from it (Idempotency-Key,
+	// webhook-id, apns-id, apns-collapse-id, the mail's Message-ID); it
+	// falls back to ID when empty. It is in no body.
+	Key       string            `json:"-"`
 	UserID    string            `json:"user_id"`
 	Channel   string            `json:"channel"`
 	To        string            `json:"to"`
@@ -19,6 +26,14 @@ type Message struct {
 	Provider  string            `json:"provider,omitempty"`
 	ExpiresAt *time.Time        `json:"expires_at,omitempty"`
 	CreatedAt *time.Time        `json:"created_at,omitempty"`
+}
+
+// key is m's idempotency key: Key, or ID when Key is empty.
+func (m *Message) key() string {
+	if m.Key != "" {
+		return m.Key
+	}
+	return m.ID
 }
 
 // Provider sends messages on one channel. Implementations are safe for

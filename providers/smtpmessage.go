@@ -24,7 +24,7 @@ func (p *SMTP) compose(m *Message, rcpt *mail.Address) []byte {
 		header("Subject", encodeSubject(m.Title))
 	}
 	header("Date", p.now().Format(time.RFC1123Z))
-	header("Message-ID", SMTPMessageID(m.ID, p.domain))
+	header("Message-ID", SMTPMessageID(m.key(), p.domain))
 	header("MIME-Version", "1.0")
 	header("Content-Type", "text/plain; charset=UTF-8")
 	header("Content-Transfer-Encoding", "quoted-printable")

@@ -19,8 +19,8 @@ import (
 
 // Webhook is the webhook provider (SPEC §7): each Send is one
 // `POST <url>` whose body is the Message as JSON, with the headers
-// Content-Type: application/json, Idempotency-Key: the message id as a
-// structured-field String (a quoted string, as
+// Content-Type: application/json, Idempotency-Key: the message's key
+// (Message.Key, else its id) as a structured-field String (a quoted string, as
 // draft-ietf-httpapi-idempotency-key-header defines the field),
 // User-Agent: notifier/<version>, traceparent (and tracestate) when the
 // context carries a trace (the job's, see dispatch), Authorization: Bearer
@@ -132,12 +132,12 @@ func (w *Webhook) Send(ctx context.Context, m *Message) error {
 	}
 	header := http.Header{}
 	header.Set("Content-Type", "application/json")
-	header.Set("Idempotency-Key", IdempotencyKey(m.ID))
+	header.Set("Idempotency-Key", IdempotencyKey(m.key()))
 	if w.auth != nil {
 		header.Set("Authorization", w.auth.value)
 	}
 	if w.signer != nil {
-		id, ts := WebhookID(m.ID), strconv.FormatInt(w.now().Unix(), 10)
+		id, ts := WebhookID(m.key()), strconv.FormatInt(w.now().Unix(), 10)
 		header.Set("webhook-id", id)
 		header.Set("webhook-timestamp", ts)
 		header.Set("webhook-signature", w.signer.sign(id, ts, body.Bytes()))
