@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,18 +15,6 @@ import (
 )
 
 func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m) }
-
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 // TestStoresAgree drives the Redis store and the Memory store with the
 // same random steps (jobs held, with and without expiries, digests taken
@@ -42,9 +29,9 @@ func TestStoresAgree(t *testing.T) {
 	n := 0
 	rapid.Check(t, func(rt *rapid.T) {
 		n++
-		c := &clock{t: time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)}
-		red := digest.NewRedis(srv.Client(), fmt.Sprintf("p%d:", n)).WithNow(c.now)
-		mem := digest.NewMemory(c.now)
+		c := testenv.NewClock(time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC))
+		red := digest.NewRedis(srv.Client(), fmt.Sprintf("p%d:", n)).WithNow(c.Now)
+		mem := digest.NewMemory(c.Now)
 		ctx := context.Background()
 		keys := []digest.Key{digest.KeyOf("push", "", "u1"), digest.KeyOf("push", "", "u2")}
 		inDigest := map[string]string{} // by key and job id (a job has one user)
@@ -61,7 +48,7 @@ func TestStoresAgree(t *testing.T) {
 				}
 				var exp time.Time
 				if rapid.Bool().Draw(rt, "expires") {
-					exp = c.now().Add(time.Duration(rapid.IntRange(1, 20).Draw(rt, "exp_s")) * time.Second)
+					exp = c.Now().Add(time.Duration(rapid.IntRange(1, 20).Draw(rt, "exp_s")) * time.Second)
 				}
 				hr, mr, err := red.Hold(ctx, key, id, exp, time.Hour)
 				if err != nil {
@@ -83,7 +70,7 @@ func TestStoresAgree(t *testing.T) {
 				}
 				var allowed time.Time // zero: now
 				if rapid.Bool().Draw(rt, "allowed before") {
-					allowed = c.now().Add(-time.Duration(rapid.IntRange(0, 10).Draw(rt, "allowed_s_ago")) * time.Second)
+					allowed = c.Now().Add(-time.Duration(rapid.IntRange(0, 10).Draw(rt, "allowed_s_ago")) * time.Second)
 				}
 				tr, err := red.Take(ctx, key, id, time.Time{}, allowed, time.Hour)
 				if err != nil {
@@ -137,7 +124,7 @@ func TestStoresAgree(t *testing.T) {
 					rt.Fatalf("of %s: redis %+v, memory %+v", id, mr, mm)
 				}
 			case 4:
-				c.add(time.Duration(rapid.IntRange(1, 10).Draw(rt, "advance_s")) * time.Second)
+				c.Advance(time.Duration(rapid.IntRange(1, 10).Draw(rt, "advance_s")) * time.Second)
 			}
 		}
 	})
@@ -181,14 +168,14 @@ func TestDigestOfTheSameJobsIsTheSame(t *testing.T) {
 func TestJobsHeldAfterTheTriggerWait(t *testing.T) {
 	srv := testenv.Redis(t)
 	ctx := context.Background()
-	c := &clock{t: time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)}
+	c := testenv.NewClock(time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC))
 	for name, s := range map[string]digest.Store{
-		"redis":  digest.NewRedis(srv.Client(), "held:").WithNow(c.now),
-		"memory": digest.NewMemory(c.now),
+		"redis":  digest.NewRedis(srv.Client(), "held:").WithNow(c.Now),
+		"memory": digest.NewMemory(c.Now),
 	} {
 		k := digest.KeyOf("sms", "", "u")
-		allowed := c.now()
-		c.add(time.Millisecond)
+		allowed := c.Now()
+		c.Advance(time.Millisecond)
 		for _, id := range []string{"j0", "j1"} { // refused after j2 was allowed
 			if _, _, err := s.Hold(ctx, k, id, time.Time{}, time.Hour); err != nil {
 				t.Fatal(err)
@@ -203,15 +190,15 @@ func TestJobsHeldAfterTheTriggerWait(t *testing.T) {
 		}
 		// The next window: j0 comes back, is allowed, and takes j1 (held
 		// before) with it; j0's hold is not renewed by a second refusal.
-		c.add(10 * time.Second)
+		c.Advance(10 * time.Second)
 		if _, _, err := s.Hold(ctx, k, "j0", time.Time{}, time.Hour); err != nil {
 			t.Fatal(err)
 		}
-		tk, err = s.Take(ctx, k, "j0", time.Time{}, c.now().Add(-time.Second), time.Hour)
+		tk, err = s.Take(ctx, k, "j0", time.Time{}, c.Now().Add(-time.Second), time.Hour)
 		if err != nil || !slices.Equal(tk.Members, []string{"j0", "j1"}) {
 			t.Fatalf("%s: the next window's trigger: %+v, %v; want j0 and j1", name, tk, err)
 		}
-		c.add(time.Second)
+		c.Advance(time.Second)
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,20 +12,6 @@ import (
 )
 
 func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m) }
-
-// clock is a fake clock for the Memory store (the Redis one expires on
-// the server's own).
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 // TestStores runs the same checks on every store: a listed recipient is
 // found by its channel and hash only (not on another channel), listed anew
@@ -39,8 +24,8 @@ func TestStores(t *testing.T) {
 		store  func(t *testing.T) suppress.Store
 		expire func(t *testing.T, s suppress.Store) // pass 2 s
 	}{
-		{"memory", func(t *testing.T) suppress.Store { return suppress.NewMemory(memClock.now) },
-			func(t *testing.T, _ suppress.Store) { memClock.add(2 * time.Second) }},
+		{"memory", func(t *testing.T) suppress.Store { return suppress.NewMemory(memClock.Now) },
+			func(t *testing.T, _ suppress.Store) { memClock.Advance(2 * time.Second) }},
 		{"redis", func(t *testing.T) suppress.Store { return suppress.NewRedis(testenv.Redis(t).Client(), "t:") },
 			func(t *testing.T, _ suppress.Store) { time.Sleep(2100 * time.Millisecond) }},
 		{"redis cluster", func(t *testing.T) suppress.Store {
@@ -116,4 +101,6 @@ func TestStores(t *testing.T) {
 	}
 }
 
-var memClock = &clock{t: time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)}
+// memClock is the Memory store's clock (the Redis one expires on the
+// server's own).
+var memClock = testenv.NewClock(time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC))
