@@ -27,9 +27,10 @@ type DeadLetter struct {
 	JobSubject string    // Notifier-Subject: the subject the job was published on
 	JobID      string    // the job's id when Data holds a valid one, else ""
 	UserID     string    // the job's user_id when Data holds one, else ""
-	// Tenant is the job's tenant: the Notifier-Tenant header's (a fair
-	// lane's job), else its own tenant field, else its subject's; "" the
-	// default tenant's.
+	// Tenant is the job's tenant as the dispatcher saw it (jobTenant of
+	// JobSubject): its subject's, else the Notifier-Tenant header's (a
+	// fair lane's job), else its own tenant field; "" the default
+	// tenant's.
 	Tenant string
 	Header nats.Header // every header, as stored
 	Data   []byte      // the job's original bytes
@@ -272,11 +273,7 @@ func newDeadLetter(seq uint64, stored time.Time, subject string, h nats.Header, 
 		JobSubject: h.Get(HeaderSubject),
 	}
 	d.JobID, d.UserID = jobIDs(data)
-	if d.Tenant = h.Get(HeaderTenant); d.Tenant == "" {
-		if d.Tenant = tenantField(data); d.Tenant == "" {
-			d.Tenant = TenantOf(d.JobSubject)
-		}
-	}
+	d.Tenant = jobTenant(d.JobSubject, h, data) // as the dispatcher saw it
 	switch {
 	case strings.HasPrefix(subject, deadPrefix):
 		d.Kind, d.Channel = Dead, subject[len(deadPrefix):]

@@ -51,12 +51,8 @@ func newDelivery(m jetstream.Msg) *Delivery {
 		msg:     m,
 	}
 	k, ok := ParseJobSubject(d.Subject) // once: every delivery pays for it
-	d.High, d.Tenant, d.Fair = ok && k.High, k.Tenant, ok && k.Fair
-	if d.Tenant == "" {
-		if d.Tenant = d.Header.Get(HeaderTenant); d.Tenant == "" {
-			d.Tenant = tenantField(d.Data)
-		}
-	}
+	d.High, d.Fair = ok && k.High, ok && k.Fair
+	d.Tenant = tenantOf(k, d.Header, d.Data)
 	switch {
 	case d.High:
 		d.Lane = Transactional
@@ -71,6 +67,28 @@ func newDelivery(m jetstream.Msg) *Delivery {
 		d.Published = md.Timestamp
 	}
 	return d
+}
+
+// jobTenant is whose job a message of the job stream on subject is, ""
+// the default tenant's (SPEC §2, the tenant field): the subject's tenant
+// (a tenant's own subject), else the Notifier-Tenant header's (a fair
+// lane), else the job's own tenant field. It is the one answer for a
+// delivery (newDelivery), a job found waiting (FindWaiting) and a dead
+// letter (its original subject).
+func jobTenant(subject string, h nats.Header, data []byte) string {
+	k, _ := ParseJobSubject(subject)
+	return tenantOf(k, h, data)
+}
+
+// tenantOf is jobTenant of a subject already parsed into k.
+func tenantOf(k Key, h nats.Header, data []byte) string {
+	if k.Tenant != "" {
+		return k.Tenant
+	}
+	if t := h.Get(HeaderTenant); t != "" {
+		return t
+	}
+	return tenantField(data)
 }
 
 // tenantField reads a job's top-level "tenant" string without decoding

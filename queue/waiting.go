@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 )
@@ -117,7 +116,7 @@ func FindWaiting(ctx context.Context, js jetstream.JetStream, cfg Config, tenant
 						break // the next message is another chunk's
 					}
 					seq = m.Sequence + 1
-					hit := bytes.Contains(m.Data, needle) && jobID(m.Data) == id && storedTenant(m.Subject, m.Header, m.Data) == tenant
+					hit := bytes.Contains(m.Data, needle) && jobID(m.Data) == id && jobTenant(m.Subject, m.Header, m.Data) == tenant
 					mu.Lock()
 					scanned++
 					if hit && (found == nil || m.Sequence < found.Seq) {
@@ -146,16 +145,4 @@ func routing(data []byte) (channel, provider string) {
 	}
 	_ = json.Unmarshal(data, &j)
 	return j.Channel, j.Provider
-}
-
-// storedTenant is a stored message's tenant as a delivery of it would
-// have it (newDelivery).
-func storedTenant(subject string, h nats.Header, data []byte) string {
-	if k, ok := ParseJobSubject(subject); ok && k.Tenant != "" {
-		return k.Tenant
-	}
-	if t := h.Get(HeaderTenant); t != "" {
-		return t
-	}
-	return tenantField(data)
 }
