@@ -155,9 +155,33 @@ func TestDigestOfTheSameJobsIsTheSame(t *testing.T) {
 	if ids[0] != ids[1] {
 		t.Fatalf("digests %v, want one id", ids)
 	}
-	if k1, k2 := digest.KeyOf("sms", "", "u"), digest.KeyOf("sms", "marketing", "u"); k1 == k2 || strings.Contains(string(k1), "u") && len(k1) != 32 {
+	if k1, k2 := digest.KeyOf("sms", "", "u"), digest.KeyOf("sms", "marketing", "u"); k1 == k2 || !hexKey(k1) || !hexKey(k2) {
 		t.Fatalf("keys %s %s", k1, k2)
 	}
+}
+
+// TestKeyNamesNoUser: a Key is 32 lower-case hex digits whatever the user
+// id, so no user id reaches a Redis key.
+func TestKeyNamesNoUser(t *testing.T) {
+	for _, user := range []string{"u", "alice@example.com", "user 42 / ünïcode", strings.Repeat("x", 200), ""} {
+		k := digest.KeyOf("push", "marketing", user)
+		if !hexKey(k) || user != "" && strings.Contains(string(k), user) {
+			t.Errorf("KeyOf(%q) = %q: want 32 hex digits", user, k)
+		}
+	}
+}
+
+// hexKey: k is 32 lower-case hex digits.
+func hexKey(k digest.Key) bool {
+	if len(k) != 32 {
+		return false
+	}
+	for _, c := range k {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // TestJobsHeldAfterTheTriggerWait: a trigger takes only the jobs held when
