@@ -144,20 +144,17 @@ func (d *Dispatcher) waitSlot(ctx context.Context, jb *job, first admission) end
 			d.m.Deferrals.WithLabelValues(LayerLeaky, "full").Inc()
 			// The queue holds max_queue_delay of work: waking a little
 			// late costs no throughput, and spreads the workers' retries.
-			wait := max(r.RetryAfter, jb.pcfg.MaxQueueDelay/20)
-			if wait > holdPause {
-				// So long a wait is most likely a pause this process has
-				// not heard of yet (its pause watcher learns of one a
-				// message after the backend): asked of the backend, a
-				// long pause hands the job back, as at the loop's top,
-				// rather than hold the worker through it (a probe may
-				// lift it long before; two jobs once slept through the
-				// resume, TestRefusedSenderIsProbedAndResumed).
-				if paused, err := l.Leaky.PausedFor(ctx, jb.provider); err == nil && paused > holdPause {
-					d.m.Deferrals.WithLabelValues(LayerProvider, "paused").Inc()
-					return pausedEnd(d, paused)
-				}
+			if r.Paused > holdPause {
+				// A long pause this process may not have heard of yet (its
+				// pause watcher learns of one a message after the backend),
+				// told by the refusal itself: the job goes back, as at the
+				// loop's top, rather than hold the worker through it (a
+				// probe may lift it long before; two jobs once slept
+				// through the resume, TestRefusedSenderIsProbedAndResumed).
+				d.m.Deferrals.WithLabelValues(LayerProvider, "paused").Inc()
+				return pausedEnd(d, r.Paused)
 			}
+			wait := max(r.RetryAfter, jb.pcfg.MaxQueueDelay/20)
 			if err := d.hold(ctx, jb, wait+d.jitter(wait)); err != nil {
 				return stopped(err)
 			}

@@ -111,6 +111,10 @@ type Reservation struct {
 	OK         bool          // false: the queue is full
 	Delay      time.Duration // OK: wait this long, then send
 	RetryAfter time.Duration // !OK: try again after this long
+	// Paused is, when !OK, the provider's pause (Pause, Backoff) still to
+	// run at the call, 0 when none: a queue refused because of a pause says
+	// so in the same round trip.
+	Paused time.Duration
 
 	// Quota is, when !OK, the index in Contract.Quotas of the quota whose
 	// window is spent (RetryAfter then runs to when the next window's

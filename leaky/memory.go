@@ -70,7 +70,7 @@ func (m *Memory) Reserve(_ context.Context, provider string, c Contract, cost in
 		return m.reserveShaped(s, sp, p, cost, now, slot), nil
 	}
 	if slot-now > p.mqd {
-		return Reservation{RetryAfter: micros(slot - now - p.mqd), Quota: -1}, nil
+		return Reservation{RetryAfter: micros(slot - now - p.mqd), Paused: micros(max(0, s.pause-now)), Quota: -1}, nil
 	}
 	s.seq++
 	s.tat = slot + p.inc
@@ -83,7 +83,7 @@ func (m *Memory) reserveShaped(s *memState, sp *shapePlan, p plan, cost int, now
 	qs := s.quotas[:len(sp.quotas)]
 	slot, hit := sp.place(slot, cost, qs)
 	if slot-now > p.mqd {
-		return Reservation{RetryAfter: micros(slot - now - p.mqd), Quota: hit}
+		return Reservation{RetryAfter: micros(slot - now - p.mqd), Paused: micros(max(0, s.pause-now)), Quota: hit}
 	}
 	sp.count(slot, cost, qs)
 	inc := sp.incAt(sp.eff(s.r0, s.t0, s.tg, now), cost, p.inc)

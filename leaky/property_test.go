@@ -123,7 +123,7 @@ func checkRound(t *testing.T, ctx context.Context, rdb *redis.Client, n *shapedP
 				if err != nil {
 					rt.Fatal(err)
 				}
-				if m.OK != r.OK || m.Delay != r.Delay || m.RetryAfter != r.RetryAfter || m.Slot != r.Slot || m.Quota != r.Quota {
+				if m.OK != r.OK || m.Delay != r.Delay || m.RetryAfter != r.RetryAfter || m.Paused != r.Paused || m.Slot != r.Slot || m.Quota != r.Quota {
 					rt.Fatalf("reserve %s cost %d: memory %+v, redis %+v", p, cost, m, r)
 				}
 				if m.OK {
@@ -168,7 +168,7 @@ func checkRound(t *testing.T, ctx context.Context, rdb *redis.Client, n *shapedP
 					if err != nil {
 						rt.Fatal(err)
 					}
-					if m.OK != r.OK || m.Delay != r.Delay || m.RetryAfter != r.RetryAfter || m.Slot != r.Slot || m.Quota != r.Quota {
+					if m.OK != r.OK || m.Delay != r.Delay || m.RetryAfter != r.RetryAfter || m.Paused != r.Paused || m.Slot != r.Slot || m.Quota != r.Quota {
 						rt.Fatalf("group reservation %d of %d (%s, cost %d): memory %+v, redis %+v", i+1, len(costs), p, cost, m, r)
 					}
 					if m.OK {
@@ -349,7 +349,7 @@ func TestRedisMatchesMemoryAtTheLimits(t *testing.T) {
 				if merr != nil {
 					continue // an interval too long to keep at the min rate: refused by both
 				}
-				if m.OK != r.OK || m.Delay != r.Delay || m.RetryAfter != r.RetryAfter || m.Slot != r.Slot || m.Quota != r.Quota {
+				if m.OK != r.OK || m.Delay != r.Delay || m.RetryAfter != r.RetryAfter || m.Paused != r.Paused || m.Slot != r.Slot || m.Quota != r.Quota {
 					rt.Fatalf("reserve cost %d: memory %+v, redis %+v", k, m, r)
 				}
 			case 2:

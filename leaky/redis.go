@@ -419,9 +419,9 @@ func reservationOf(n []int64, cost int) Reservation {
 	case n[0] == 1:
 		return Reservation{OK: true, Delay: micros(n[1]), Slot: n[2], Quota: -1, seq: n[3]}
 	case shaped:
-		return Reservation{RetryAfter: micros(n[1]), Quota: int(n[4])}
+		return Reservation{RetryAfter: micros(n[1]), Paused: micros(n[2]), Quota: int(n[4])}
 	}
-	return Reservation{RetryAfter: micros(n[1]), Quota: -1}
+	return Reservation{RetryAfter: micros(n[1]), Paused: micros(n[2]), Quota: -1}
 }
 
 // ints checks that a script reply is an array of n integers.

@@ -18,9 +18,11 @@
 --
 -- Reply: plain: four integers per reservation, in order:
 --        {1, delay µs, slot µs, seq} when reserved,
---        {0, retry-after µs, 0, 0} when the queue is full;
+--        {0, retry-after µs, paused µs, 0} when the queue is full;
 --        shaped: five, {1, delay, slot, seq, inc µs added to tat} or
---        {0, retry-after, 0, 0, quota index (0-based) whose window is spent or -1}.
+--        {0, retry-after, paused, 0, quota index (0-based) whose window is spent or -1};
+--        paused: the provider's pause still to run at the call (0: none), so
+--        that a caller refused because of a pause knows it without asking.
 --
 -- A state with no tat, or (guard) written by another Redis server or an
 -- earlier run of this one (failover, restart from disk: possibly older than
@@ -56,6 +58,10 @@ if not trusted then
   tat = math.max(tat or 0, now + cold)
 end
 local pause = tonumber(redis.call('GET', KEYS[2]))
+local paused = 0
+if pause ~= nil and pause > now then
+  paused = pause - now
+end
 
 local out = {}
 local dirty = false
@@ -83,7 +89,7 @@ if nshape == 0 then
     else
       out[#out + 1] = 0
       out[#out + 1] = slot - now - mqd
-      out[#out + 1] = 0
+      out[#out + 1] = paused
       out[#out + 1] = 0
     end
   end
@@ -225,7 +231,7 @@ for i = first, #ARGV, 2 do
   else
     out[#out + 1] = 0
     out[#out + 1] = slot - now - mqd
-    out[#out + 1] = 0
+    out[#out + 1] = paused
     out[#out + 1] = 0
     out[#out + 1] = hit
   end

@@ -388,11 +388,16 @@ func testPause(t *testing.T, b Backend) {
 		t.Fatalf("paused for after the end: %v, want 0", got)
 	}
 	// a pause longer than the queue's bound refuses reservations until it
-	// comes within the bound
+	// comes within the bound, each refusal saying how much of the pause is
+	// left
 	if err := h.q.Pause(ctx, "sms", 3*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	h.expect("in a long pause", h.reserve("sms", c, 1), false, 0, time.Second)
+	r := h.reserve("sms", c, 1)
+	h.expect("in a long pause", r, false, 0, time.Second)
+	if r.Paused != 3*time.Second {
+		t.Fatalf("a refusal in a 3s pause says paused %v, want 3s (the pause still to run)", r.Paused)
+	}
 	h.clock.Advance(time.Second)
 	h.expect("within the bound", h.reserve("sms", c, 1), true, 2*time.Second, 0)
 	if got := h.pausedFor("other"); got != 0 {
