@@ -63,7 +63,9 @@ const (
 // bad credentials, 534 mechanism too weak), at MAIL FROM a 530
 // (authentication required) or an enhanced code 5.7.x (not authorized),
 // 5.1.7 or 5.1.8 (bad sender address), and at RCPT an enhanced code 5.7.1
-// (relaying refused: the server wants AUTH, or is the wrong one). So is a
+// when the session did not authenticate (relaying refused: the server
+// wants AUTH, or is the wrong one; after AUTH a 5.7.1 at RCPT refuses that
+// recipient by policy, ErrPermanent). So is a
 // server that does not offer STARTTLS or whose certificate does not verify:
 // the configuration, not the mail. Timeouts, connection errors, malformed
 // replies and other TLS failures are ErrTransient, and Ambiguous when they
@@ -458,7 +460,7 @@ func (p *SMTP) fail(parent, rctx context.Context, err error, s scrubber) error {
 	if errors.As(err, &se) {
 		e := &Error{Provider: p.name, Class: ErrTransient, Status: se.Code, Detail: stage + ": " + smtpReply(se, s)}
 		switch {
-		case se.Code >= 500 && se.Code <= 599 && senderRefused(stage, se):
+		case se.Code >= 500 && se.Code <= 599 && senderRefused(stage, se, p.password != nil):
 			e.Class = ErrSender
 			if stage == "rcpt" {
 				e.Detail += " (the server refuses to relay for this sender: it needs AUTH, or another server)"
@@ -520,10 +522,14 @@ var errNotEncrypted = errors.New("the session is not encrypted")
 // senderRefused reports whether a 5xx reply at stage refuses the sender
 // (its address, host, credentials or configuration) rather than the mail:
 // every mail would get it. At RCPT that is an enhanced code 5.7.1 (RFC
-// 3463: "Delivery not authorized, message refused"), which a submission
-// server answers when it will not relay for an unauthenticated client
-// ("554 5.7.1 Relay access denied").
-func senderRefused(stage string, se *smtp.SMTPError) bool {
+// 3463: "Delivery not authorized, message refused") on a session that did
+// not authenticate (authed false), which a submission server answers when
+// it will not relay for an unauthenticated client ("554 5.7.1 Relay access
+// denied"). On an authenticated session servers answer 5.7.1 at RCPT for a
+// policy refusal of that one recipient (a blocked domain, a recipient that
+// takes mail from some senders only): the mail's, not the sender's, so one
+// such job does not pause the provider for everyone.
+func senderRefused(stage string, se *smtp.SMTPError, authed bool) bool {
 	c := se.EnhancedCode
 	switch stage {
 	case "hello", "auth":
@@ -531,7 +537,7 @@ func senderRefused(stage string, se *smtp.SMTPError) bool {
 	case "mail":
 		return se.Code == 530 || c[0] == 5 && (c[1] == 7 || c[1] == 1 && (c[2] == 7 || c[2] == 8))
 	case "rcpt":
-		return c == smtp.EnhancedCode{5, 7, 1}
+		return !authed && c == smtp.EnhancedCode{5, 7, 1}
 	}
 	return false
 }

@@ -51,8 +51,10 @@ type Script map[string]string
 // 4xx reply is ErrTransient and a 5xx reply ErrPermanent, each carrying the
 // reply code as Error.Status, except the 5xx replies that refuse the sender
 // rather than the mail (a 554 greeting, a refused AUTH, a MAIL FROM refused
-// by policy, a RCPT refused with 5.7.1: no relaying for this sender),
-// which are ErrSender, as is a server that does not offer STARTTLS; only a
+// by policy, a RCPT refused with 5.7.1 on a session that did not
+// authenticate: no relaying for this sender), which are ErrSender, as is a
+// server that does not offer STARTTLS; a RCPT refused with 5.7.1 after
+// AUTH refuses that recipient by policy (ErrPermanent); only a
 // 5.1.1 (no such mailbox) matches ErrRecipientGone; failures without a reply are
 // ErrTransient with status 0, Ambiguous when they came after the end of
 // the DATA (the server may have taken the mail). SMTP has no Retry-After:
@@ -67,6 +69,7 @@ func RunSMTP(t *testing.T, target SMTPTarget) {
 	t.Run("Transient", s.transient)
 	t.Run("Permanent", s.permanent)
 	t.Run("Sender", s.sender)
+	t.Run("RcptNotAuthorized", s.rcptNotAuthorized)
 	t.Run("PermanentCarriesReason", s.permanentReason)
 	t.Run("NoLeakInDetail", s.noLeak)
 	t.Run("MalformedReply", s.malformed)
@@ -87,6 +90,7 @@ type smtpSuite struct {
 type smtpServer struct {
 	addr      string
 	delivered atomic.Int32  // mails whose end of DATA was answered 250
+	authed    atomic.Bool   // a client sent AUTH
 	arrived   chan struct{} // a signal per step that hangs
 }
 
@@ -194,6 +198,7 @@ func (s *smtpSuite) session(c net.Conn, script Script, srv *smtpServer) {
 			c, r, secure = tc, bufio.NewReader(tc), true
 			continue
 		case "AUTH":
+			srv.authed.Store(true)
 			def = "235 2.7.0 authenticated"
 		case "DATA":
 			if !reply("DATA", "354 end data with <CR><LF>.<CR><LF>") {
@@ -285,7 +290,6 @@ func senderCases() []Script {
 		{"MAIL": "550 5.7.1 sender refused"},
 		{"MAIL": "553 5.1.8 sender address domain does not exist"},
 		{"MAIL": "530 5.7.0 authentication required"},
-		{"RCPT": "554 5.7.1 <a@example.com>: Relay access denied"},
 	}
 }
 
@@ -335,6 +339,32 @@ func (s *smtpSuite) sender(t *testing.T) {
 		wantAmbiguous(t, err, false)
 		if n := srv.delivered.Load(); n != 0 {
 			t.Errorf("%v: %d mails delivered", sc, n)
+		}
+	}
+}
+
+// rcptNotAuthorized: a RCPT refused with 5.7.1 (RFC 3463: "Delivery not
+// authorized, message refused") refuses the sender on a session that did
+// not authenticate (relay access denied: every mail would get it), and on
+// one that did refuses this recipient by policy, as servers also use it:
+// ErrPermanent, which dead-letters the job instead of pausing the
+// provider for everyone.
+func (s *smtpSuite) rcptNotAuthorized(t *testing.T) {
+	t.Parallel()
+	for _, reply := range []string{"554 5.7.1 <a@example.com>: Relay access denied", "550 5.7.1 recipient refused by policy"} {
+		srv, err := s.send(t, 5*time.Second, Script{"RCPT": reply})
+		want := providers.ErrPermanent
+		if !srv.authed.Load() {
+			want = providers.ErrSender
+		}
+		s.base.checkError(t, err, want)
+		wantStatus(t, err, scriptCode(Script{"RCPT": reply}))
+		wantAmbiguous(t, err, false)
+		if errors.Is(err, providers.ErrRecipientGone) {
+			t.Errorf("RCPT %s: %v, want no ErrRecipientGone", reply, err)
+		}
+		if n := srv.delivered.Load(); n != 0 {
+			t.Errorf("RCPT %s: %d mails delivered", reply, n)
 		}
 	}
 }
