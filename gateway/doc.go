@@ -20,9 +20,10 @@
 // retried POST within the stream's duplicate window is one job and two
 // tenants may use the same id; an id the client chose is recorded with its
 // job's content for Config.IdempotencyTTL (idem.lua), so the same id with
-// another job is answered 409 and not published. The tenant is the API
-// key's: a body naming another tenant is refused (400, field tenant),
-// never published as that tenant.
+// another job is answered 409 and not published; a job NATS refused before
+// it left (nothing stored) gives its claimed id back (unclaim.lua). The
+// tenant is the API key's: a body naming another tenant is refused (400,
+// field tenant), never published as that tenant.
 //
 // An array is priced and published as a whole: it costs as many tokens as
 // it has items from each bucket it passes, all or nothing; its valid items

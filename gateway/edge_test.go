@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/notifier/notifier/gateway"
 	"github.com/notifier/notifier/queue"
@@ -539,6 +540,60 @@ func TestNATSDownSaysNothingWasPublished(t *testing.T) {
 	r.json(t, &p)
 	if r.status != http.StatusServiceUnavailable || strings.Contains(p.Detail, "may have been stored") || !strings.Contains(p.Detail, "nothing was published") {
 		t.Fatalf("NATS down: %d %s, want 503 saying nothing was published", r.status, r.body)
+	}
+}
+
+// TestAnUnsentJobLeavesItsIDFree: a job NATS refused before it left
+// (NATS down: nothing stored) does not keep the id it claimed. Once NATS
+// is back, its retry with the same Idempotency-Key is stored and answered
+// 202 as a new job (no "duplicate"), and a retry with a corrected body is
+// stored too, not refused 409 for idempotency_ttl.
+func TestAnUnsentJobLeavesItsIDFree(t *testing.T) {
+	t.Parallel()
+	b := setup(t, gateway.Config{})
+	b.nats.Stop()
+	n := 0
+	testenv.WaitFor(t, 10*time.Second, "a 503 for NATS down", func() bool {
+		n++ // a new id each time: a job stored before the client saw the outage keeps its id
+		return b.post(t, acmeKey, smsJob(""), "Idempotency-Key", fmt.Sprintf("probe-%d", n)).status == http.StatusServiceUnavailable
+	})
+	for _, id := range []string{"order-1", "order-2"} {
+		r := b.post(t, acmeKey, smsJob(""), "Idempotency-Key", id)
+		if r.status != http.StatusServiceUnavailable || !strings.Contains(string(r.body), "nothing was published") {
+			t.Fatalf("%s with NATS down: %d %s, want 503 nothing was published", id, r.status, r.body)
+		}
+		if err := b.rdb.Get(ctx(t), gateway.IDKey(b.prefix, "acme", id)).Err(); err != redis.Nil {
+			t.Errorf("%s: the id's record is kept after a 503 that published nothing (%v)", id, err)
+		}
+	}
+	b.nats.Start()
+	testenv.WaitFor(t, 10*time.Second, "a 202 once NATS is back", func() bool {
+		return b.post(t, acmeKey, smsJob("")).status == http.StatusAccepted
+	})
+	for _, c := range []struct{ id, body string }{
+		{"order-1", smsJob("")},                      // the same body again
+		{"order-2", smsJob(`,"data":{"fixed":"1"}`)}, // a corrected body
+	} {
+		r := b.post(t, acmeKey, c.body, "Idempotency-Key", c.id)
+		var a struct {
+			ID        string
+			Duplicate bool
+		}
+		if r.status == http.StatusAccepted {
+			r.json(t, &a)
+		}
+		if r.status != http.StatusAccepted || a.ID != c.id || a.Duplicate {
+			t.Errorf("%s retried once NATS is back: %d %s, want 202 with the id, not a duplicate", c.id, r.status, r.body)
+		}
+	}
+	in := map[string]int{}
+	for _, m := range b.stored(t) {
+		in[m.Header.Get(jetstream.MsgIDHeader)]++
+	}
+	for _, id := range []string{"acme/order-1", "acme/order-2"} {
+		if in[id] != 1 {
+			t.Errorf("job %s is in the stream %d times, want once", id, in[id])
+		}
 	}
 }
 

@@ -434,6 +434,9 @@ type itemResult struct {
 	Duplicate bool   `json:"duplicate,omitempty"`
 	Field     string `json:"field,omitempty"`
 	Rule      string `json:"rule,omitempty"`
+	// unsent: its publish failed before the message left (notSent), so
+	// nothing was stored.
+	unsent bool
 }
 
 // Problem types (relative URI references, RFC 9457).

@@ -17,6 +17,10 @@ var (
 	//go:embed idem.lua
 	idemLua    string
 	idemScript = redis.NewScript(luapre.Num + idemLua)
+
+	//go:embed unclaim.lua
+	unclaimLua    string
+	unclaimScript = redis.NewScript(luapre.Num + unclaimLua)
 )
 
 // IDKey is the Redis key of the record of a job id a client chose:
@@ -75,4 +79,19 @@ func claimIDs(ctx context.Context, rdb redis.Scripter, keys, hashes []string, tt
 		out[i] = idClaim(n)
 	}
 	return out, nil
+}
+
+// unclaimIDs releases the ids a request claimed (claimIDs answered idNew)
+// for jobs that were never sent (notSent): each record keys[i] is deleted
+// only while it still holds hashes[i]. It returns how many were deleted.
+func unclaimIDs(ctx context.Context, rdb redis.Scripter, keys, hashes []string) (int, error) {
+	args := make([]any, len(hashes))
+	for i, h := range hashes {
+		args[i] = h
+	}
+	n, err := unclaimScript.Run(ctx, rdb, keys, args...).Int()
+	if err != nil {
+		return 0, fmt.Errorf("release %d job ids: %w", len(keys), err)
+	}
+	return n, nil
 }

@@ -159,6 +159,7 @@ func (g *Gateway) accept(ctx context.Context, c *fasthttp.RequestCtx, k *apiKey,
 		}
 	}
 	if failed > 0 {
+		g.unclaimUnsent(ctx, k, claims, at, results, idKeys, idHashes, idAt)
 		var detail string
 		switch {
 		case maybeStored:
@@ -201,7 +202,7 @@ func (g *Gateway) publish(ctx context.Context, k *apiKey, msgs []queue.OutMsg, p
 		if res.Err != nil {
 			failed++
 			results[i].Status = "unavailable"
-			if !notSent(res.Err) {
+			if results[i].unsent = notSent(res.Err); !results[i].unsent {
 				maybeStored = true
 			}
 			timedOut = timedOut || errors.Is(res.Err, context.DeadlineExceeded)
@@ -217,6 +218,29 @@ func (g *Gateway) publish(ctx context.Context, k *apiKey, msgs []queue.OutMsg, p
 	}
 	g.acks.done(e, acked || timedOut, timeout)
 	return failed, maybeStored
+}
+
+// unclaimUnsent releases the ids this request claimed (idNew) for jobs
+// that were never sent (results[i].unsent): nothing was stored, so the id
+// names no job, and a retry, with the same body or a corrected one, must
+// be a new job rather than a duplicate or a 409 for idempotency_ttl. The
+// ids it found held by the same job (idSame) are kept: the first request
+// may have stored it. claims[m] and at[m] are msgs[m]'s; idKeys[j] and
+// idHashes[j] are msgs[idAt[j]]'s record. A failure is logged: the answer
+// is a 503 anyway.
+func (g *Gateway) unclaimUnsent(ctx context.Context, k *apiKey, claims []idClaim, at []int, results []itemResult, idKeys, idHashes []string, idAt []int) {
+	var keys, hashes []string
+	for j, m := range idAt {
+		if claims[m] == idNew && results[at[m]].unsent {
+			keys, hashes = append(keys, idKeys[j]), append(hashes, idHashes[j])
+		}
+	}
+	if len(keys) == 0 {
+		return
+	}
+	if _, err := unclaimIDs(ctx, g.rdb, keys, hashes); err != nil {
+		g.throttledWarn(" redis", "job ids of unsent jobs not released: a retry within idempotency_ttl is answered as a duplicate (same body) or 409", "key", k.Name, "err", err)
+	}
 }
 
 // notSent reports whether a publish failed before its message left (NATS

@@ -111,3 +111,27 @@ func TestLocalRefusalSteps(t *testing.T) {
 		}
 	}
 }
+
+// TestUnclaimDeletesOnlyItsOwnRecord: unclaim.lua deletes a record only
+// while it holds the hash the request wrote; one that names another job
+// by then is kept.
+func TestUnclaimDeletesOnlyItsOwnRecord(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.Redis(t).Client()
+	ctx := context.Background()
+	mine, theirs := IDKey("unclaim:", "acme", "a"), IDKey("unclaim:", "acme", "b")
+	if _, err := claimIDs(ctx, rdb, []string{mine, theirs}, []string{"h1", "h2"}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	n, err := unclaimIDs(ctx, rdb, []string{mine, theirs, IDKey("unclaim:", "acme", "none")}, []string{"h1", "h1", "h1"})
+	if err != nil || n != 1 {
+		t.Fatalf("unclaim: %d deleted (%v), want 1", n, err)
+	}
+	if rdb.Exists(ctx, mine).Val() != 0 || rdb.Get(ctx, theirs).Val() != "h2" {
+		t.Errorf("after unclaim: %s exists %d, %s holds %q; want the first gone, the second h2",
+			mine, rdb.Exists(ctx, mine).Val(), theirs, rdb.Get(ctx, theirs).Val())
+	}
+	if _, err := unclaimIDs(ctx, rdb, []string{mine}, nil); err == nil {
+		t.Error("keys without their hashes were taken")
+	}
+}
