@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/notifier/notifier/providers"
@@ -17,6 +18,9 @@ import (
 // refused as the sender again, it stays paused. Counted in
 // notifier_provider_probes_total{provider,result}.
 type probes struct {
+	// n is len(armed): every job asks take, and while no probe is armed
+	// (almost always) it answers without the lock.
+	n     atomic.Int32
 	mu    sync.Mutex
 	armed map[string]time.Time // provider → a probe may go until
 	next  map[string]time.Time // provider → when this process next tries to take one
@@ -30,6 +34,7 @@ func (p *probes) arm(provider string, until time.Time) {
 		p.armed = map[string]time.Time{}
 	}
 	p.armed[provider] = until
+	p.n.Store(int32(len(p.armed)))
 }
 
 // armed reports whether a probe of provider may go now.
@@ -42,13 +47,18 @@ func (p *probes) isArmed(provider string, now time.Time) bool {
 // take is the probe of provider, once: true for the first job that asks
 // while it is armed.
 func (p *probes) take(provider string, now time.Time) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !now.Before(p.armed[provider]) {
+	if p.n.Load() == 0 {
 		return false
 	}
-	delete(p.armed, provider)
-	return true
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	until, ok := p.armed[provider]
+	if !ok {
+		return false
+	}
+	delete(p.armed, provider) // taken now, or expired untaken
+	p.n.Store(int32(len(p.armed)))
+	return now.Before(until)
 }
 
 // due reports whether this process should try to take a probe of provider
