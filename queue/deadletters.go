@@ -30,7 +30,7 @@ type DeadLetter struct {
 	// Tenant is the job's tenant as the dispatcher saw it (jobTenant of
 	// JobSubject): its subject's, else the Notifier-Tenant header's (a
 	// fair lane's job), else its own tenant field; "" the default
-	// tenant's.
+	// tenant's, and a job's whose header or field names no tenant.
 	Tenant string
 	Header nats.Header // every header, as stored
 	Data   []byte      // the job's original bytes
@@ -273,7 +273,7 @@ func newDeadLetter(seq uint64, stored time.Time, subject string, h nats.Header, 
 		JobSubject: h.Get(HeaderSubject),
 	}
 	d.JobID, d.UserID = jobIDs(data)
-	d.Tenant = jobTenant(d.JobSubject, h, data) // as the dispatcher saw it
+	d.Tenant, _ = jobTenant(d.JobSubject, h, data) // as the dispatcher saw it ("" for a name that is none)
 	switch {
 	case strings.HasPrefix(subject, deadPrefix):
 		d.Kind, d.Channel = Dead, subject[len(deadPrefix):]

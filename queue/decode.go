@@ -71,8 +71,10 @@ func DecodeFilled(subject string, data []byte, fill func(j *Job) error) (*Job, e
 // DecodeDelivery is Decode for a delivery: the job must match its subject,
 // and, on a fair lane or the default tenant's subjects, the tenant its
 // Notifier-Tenant header names when it has one (a job that names none is
-// that tenant's: Delivery.Tenant). Without the header a job there may name
-// any tenant: it is that tenant's.
+// that tenant's: Delivery.Tenant), which must be a tenant name (else the
+// job is invalid: "tenant: the Notifier-Tenant header ... is not a tenant
+// name"). Without the header a job there may name any tenant: it is that
+// tenant's.
 func DecodeDelivery(d *Delivery) (*Job, error) {
 	sub := fromSubject(d.Subject)
 	if t := d.Header.Get(HeaderTenant); t != "" && !sub.tenantBound {

@@ -25,7 +25,9 @@ type Delivery struct {
 	// Tenant is the job's tenant, "" for the default tenant: a tenant's
 	// own subject's, else the Notifier-Tenant header's, else (on the
 	// default tenant's subjects and the fair lanes) the job's own tenant
-	// field, read without decoding the rest; DecodeDelivery checks it.
+	// field, read without decoding the rest; DecodeDelivery checks it. A
+	// header or field naming no tenant (not ValidTenant) gives "": the
+	// job is invalid, and the name is never a key of per-tenant state.
 	Tenant string
 	Fair   bool // from the subject: a fair lane, shared by tenants
 	// Lane is from the subject: the category of its lane (a category's
@@ -40,7 +42,8 @@ type Delivery struct {
 	NumDelivered uint64    // 1 on the first delivery
 	Published    time.Time // when the stream stored it
 
-	msg jetstream.Msg
+	msg       jetstream.Msg
+	badTenant string // the header's or field's tenant that is no tenant name (Tenant is "")
 }
 
 func newDelivery(m jetstream.Msg) *Delivery {
@@ -52,7 +55,7 @@ func newDelivery(m jetstream.Msg) *Delivery {
 	}
 	k, ok := ParseJobSubject(d.Subject) // once: every delivery pays for it
 	d.High, d.Fair = ok && k.High, ok && k.Fair
-	d.Tenant = tenantOf(k, d.Header, d.Data)
+	d.Tenant, d.badTenant = tenantOf(k, d.Header, d.Data)
 	switch {
 	case d.High:
 		d.Lane = Transactional
@@ -72,23 +75,29 @@ func newDelivery(m jetstream.Msg) *Delivery {
 // jobTenant is whose job a message of the job stream on subject is, ""
 // the default tenant's (SPEC §2, the tenant field): the subject's tenant
 // (a tenant's own subject), else the Notifier-Tenant header's (a fair
-// lane), else the job's own tenant field. It is the one answer for a
-// delivery (newDelivery), a job found waiting (FindWaiting) and a dead
-// letter (its original subject).
-func jobTenant(subject string, h nats.Header, data []byte) string {
+// lane), else the job's own tenant field. A header or field that names no
+// tenant (not ValidTenant: a raw publisher's "not a/valid tenant!!") gives
+// "" and the name as bad: the job is invalid (DecodeDelivery says so) and
+// is nobody's. It is the one answer for a delivery (newDelivery), a job
+// found waiting (FindWaiting) and a dead letter (its original subject).
+func jobTenant(subject string, h nats.Header, data []byte) (tenant, bad string) {
 	k, _ := ParseJobSubject(subject)
 	return tenantOf(k, h, data)
 }
 
 // tenantOf is jobTenant of a subject already parsed into k.
-func tenantOf(k Key, h nats.Header, data []byte) string {
+func tenantOf(k Key, h nats.Header, data []byte) (tenant, bad string) {
 	if k.Tenant != "" {
-		return k.Tenant
+		return k.Tenant, "" // ParseJobSubject took only a valid name
 	}
-	if t := h.Get(HeaderTenant); t != "" {
-		return t
+	t := h.Get(HeaderTenant)
+	if t == "" {
+		t = tenantField(data)
 	}
-	return tenantField(data)
+	if t != "" && !ValidTenant(t) {
+		return "", t
+	}
+	return t, ""
 }
 
 // tenantField reads a job's top-level "tenant" string without decoding

@@ -217,6 +217,8 @@ func (j *Job) check(field string, sub subjectOf) *InvalidError {
 		}
 	case "tenant":
 		switch {
+		case sub.byHeader && !ValidTenant(sub.tenant):
+			return invalid(field, "the %s header %s is not a tenant name (1 to %d characters of A-Z a-z 0-9 . _ -)", HeaderTenant, echo(sub.tenant), MaxTenantLen)
 		case j.Tenant == "":
 		case !ValidTenant(j.Tenant):
 			return invalid(field, "must be 1 to %d characters of A-Z a-z 0-9 . _ -", MaxTenantLen)

@@ -125,7 +125,7 @@ func (r *Router) Move(ctx context.Context, dls []*Delivery, all map[string]bool)
 	for _, d := range dls {
 		pm, ok := d.msg.(*pulledMsg)
 		named := d.Tenant != "" && ValidTenant(d.Tenant)
-		if d.Fair || !ok || !named && !all[d.Subject] {
+		if d.Fair || !ok || d.badTenant != "" || !named && !all[d.Subject] { // a name that is none: invalid where it is
 			rest = append(rest, d)
 			continue
 		}

@@ -1,6 +1,9 @@
 package queue
 
 import (
+	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,7 +55,7 @@ func TestOneTenantRule(t *testing.T) {
 		if tc.header != "" {
 			h.Set(HeaderTenant, tc.header)
 		}
-		if got := jobTenant(tc.subject, h, tc.data); got != tc.want {
+		if got, bad := jobTenant(tc.subject, h, tc.data); got != tc.want || bad != "" {
 			t.Errorf("%s: jobTenant %q, want %q", tc.name, got, tc.want)
 		}
 		if got := newDelivery(stored{subject: tc.subject, header: h, data: tc.data}).Tenant; got != tc.want {
@@ -67,5 +70,60 @@ func TestOneTenantRule(t *testing.T) {
 		if got := newDeadLetter(1, time.Now(), DeadSubject("sms"), dh, tc.data).Tenant; got != tc.want {
 			t.Errorf("%s: DeadLetter.Tenant %q, want %q", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestHeaderTenantMustBeATenant: a Notifier-Tenant header that is not a
+// tenant name (a raw publisher's) makes the job invalid, naming it, and
+// is nobody's tenant: not the delivery's, not a dead letter's, not a job
+// found waiting, and the router leaves it where it is to be
+// dead-lettered. The header was trusted as it was, into ledger keys
+// (MsgID's '/') and per-tenant state (found in review). A tenant field
+// that is no name is nobody's either (Decode already refused it).
+func TestHeaderTenantMustBeATenant(t *testing.T) {
+	t.Parallel()
+	const bad = "not a/valid tenant!!"
+	data := []byte(`{"id":"j-1","user_id":"u","channel":"sms","to":"+14155550123","body":"b"}`)
+	for _, subject := range []string{"notify.jobs.sms.f.3", "notify.jobs.sms", "notify.jobs.sms.high", "notify.jobs.sms.f.0.marketing"} {
+		h := nats.Header{HeaderTenant: {bad}}
+		d := newDelivery(stored{subject: subject, header: h, data: data})
+		if d.Tenant != "" || d.badTenant != bad {
+			t.Errorf("%s: Delivery.Tenant %q (bad %q), want none", subject, d.Tenant, d.badTenant)
+		}
+		_, err := DecodeDelivery(d)
+		var ie *InvalidError
+		if !errors.As(err, &ie) || ie.Field != "tenant" || !strings.Contains(err.Error(), `Notifier-Tenant header "not a/valid tenant!!" is not a tenant name`) {
+			t.Errorf("%s: DecodeDelivery: %v, want invalid naming the header's tenant", subject, err)
+		}
+		if tn, b := jobTenant(subject, h, data); tn != "" || b != bad || isTenants(subject, h, data, "") || isTenants(subject, h, data, bad) {
+			t.Errorf("%s: jobTenant %q, %q: a job found waiting would be someone's", subject, tn, b)
+		}
+		dh := nats.Header{HeaderTenant: {bad}, HeaderSubject: {subject}}
+		if got := newDeadLetter(1, time.Now(), DeadSubject("sms"), dh, data).Tenant; got != "" {
+			t.Errorf("%s: DeadLetter.Tenant %q", subject, got)
+		}
+		rest, moved, err := (&Router{}).Move(context.Background(), []*Delivery{{Subject: subject, Channel: "sms", Header: h, Data: data,
+			msg: &pulledMsg{m: &nats.Msg{Subject: subject, Header: h, Data: data}}, badTenant: d.badTenant, Fair: d.Fair}},
+			map[string]bool{subject: true})
+		if len(rest) != 1 || moved != 0 || err != nil {
+			t.Errorf("%s: Move took a job whose header names no tenant: rest %d, moved %d, %v", subject, len(rest), moved, err)
+		}
+	}
+	// A valid header still binds the job; on a tenant's own subject the
+	// subject's tenant is the job's and the header is not read.
+	if _, err := DecodeDelivery(&Delivery{Subject: "notify.jobs.sms.f.3", Header: nats.Header{HeaderTenant: {"acme.eu"}}, Data: data}); err != nil {
+		t.Errorf("a valid header: %v", err)
+	}
+	if _, err := DecodeDelivery(&Delivery{Subject: "notify.jobs.sms.t.acme", Header: nats.Header{HeaderTenant: {bad}}, Data: data}); err != nil {
+		t.Errorf("a tenant's own subject: %v", err)
+	}
+	// A tenant field that is no name: nobody's, and invalid.
+	junk := []byte(`{"id":"j-1","user_id":"u","channel":"sms","to":"+14155550123","body":"b","tenant":"a b/c"}`)
+	d := newDelivery(stored{subject: "notify.jobs.sms", header: nats.Header{}, data: junk})
+	if d.Tenant != "" || d.badTenant != "a b/c" {
+		t.Errorf("a junk tenant field: Delivery.Tenant %q (bad %q)", d.Tenant, d.badTenant)
+	}
+	if _, err := DecodeDelivery(d); err == nil || !strings.Contains(err.Error(), "tenant: must be 1 to 64 characters") {
+		t.Errorf("a junk tenant field: %v", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 )
@@ -116,7 +117,7 @@ func FindWaiting(ctx context.Context, js jetstream.JetStream, cfg Config, tenant
 						break // the next message is another chunk's
 					}
 					seq = m.Sequence + 1
-					hit := bytes.Contains(m.Data, needle) && jobID(m.Data) == id && jobTenant(m.Subject, m.Header, m.Data) == tenant
+					hit := bytes.Contains(m.Data, needle) && jobID(m.Data) == id && isTenants(m.Subject, m.Header, m.Data, tenant)
 					mu.Lock()
 					scanned++
 					if hit && (found == nil || m.Sequence < found.Seq) {
@@ -145,4 +146,11 @@ func routing(data []byte) (channel, provider string) {
 	}
 	_ = json.Unmarshal(data, &j)
 	return j.Channel, j.Provider
+}
+
+// isTenants reports whether a stored job is tenant's (jobTenant): a job
+// whose header or field names no tenant is nobody's.
+func isTenants(subject string, h nats.Header, data []byte, tenant string) bool {
+	t, bad := jobTenant(subject, h, data)
+	return t == tenant && bad == ""
 }
