@@ -349,13 +349,18 @@ func (l *RedisLedger) Ended(ctx context.Context, id, owner, kind, reason string)
 // Deferred implements Ledger: the release's script notes the deferral in
 // the same run, so it costs no round trip more.
 func (l *RedisLedger) Deferred(ctx context.Context, id, owner, why string, delay time.Duration) error {
-	_, err := l.settle(ctx, ledgerReleaseScript, "deferral", id, owner, l.ttl.Milliseconds(), "deferred", why, max(delay, 0).Milliseconds(), l.nowArg())
-	return err
+	return l.note(ctx, "deferral", "deferred", id, owner, why, delay)
 }
 
 // Waiting implements Ledger.
 func (l *RedisLedger) Waiting(ctx context.Context, id, owner, why string, delay time.Duration) error {
-	_, err := l.settle(ctx, ledgerReleaseScript, "wait", id, owner, l.ttl.Milliseconds(), "waiting", why, max(delay, 0).Milliseconds(), l.nowArg())
+	return l.note(ctx, "wait", "waiting", id, owner, why, delay)
+}
+
+// note runs ledger_release.lua's note of kind ("deferred": the lease
+// given up; "waiting": kept), why and until now + delay.
+func (l *RedisLedger) note(ctx context.Context, op, kind, id, owner, why string, delay time.Duration) error {
+	_, err := l.settle(ctx, ledgerReleaseScript, op, id, owner, l.ttl.Milliseconds(), kind, why, max(delay, 0).Milliseconds(), l.nowArg())
 	return err
 }
 
