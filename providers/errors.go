@@ -95,12 +95,16 @@ func (e *Error) Unwrap() []error {
 type RateLimitedError struct {
 	Provider string
 	Status   int // the HTTP status answered (429)
-	// RetryAfter is how long the provider asked us to wait: the parsed
-	// Retry-After header (capped at MaxRetryAfter, 0 for a date in the past),
-	// or DefaultRetryAfter when the header was absent or unreadable.
+	// RetryAfter is how long to wait: the parsed Retry-After header
+	// (capped at MaxRetryAfter; 0 for a date in the past), or the kind's
+	// backoff (DefaultRetryAfter, doubled over a run) when the header was
+	// absent or unreadable. A provider-wide limit (ScopeProvider) waits at
+	// least the backoff: a shorter header, "0" or a past date among them,
+	// gives the backoff.
 	RetryAfter time.Duration
-	// Explicit reports whether RetryAfter came from the provider's header
-	// rather than DefaultRetryAfter.
+	// Explicit reports whether RetryAfter came from the provider (its
+	// header, or what its documentation asks for) rather than the kind's
+	// backoff.
 	Explicit bool
 	Detail   string // one line, safe to log and to put in Notifier-Detail
 	// Scope is what the provider throttled: the whole provider (the zero

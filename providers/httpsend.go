@@ -203,8 +203,9 @@ func classByStatus(status int) error {
 // always drains (bounded) and closes the body. start is when the request
 // was made, wrote whether it was written whole. A Retry-After header is
 // honoured on a rate limit and kept as a hint on a transient error; a
-// provider-wide rate limit without one pauses for the throttle's backoff
-// from the kind's floor. A 502 or 504 to a request written whole is
+// provider-wide rate limit pauses for the throttle's backoff from the
+// kind's floor, or its Retry-After when that is longer (never shorter: a
+// Retry-After of 0 or a past date pauses the backoff). A 502 or 504 to a request written whole is
 // ambiguous: a gateway answered, and may have passed the request on before
 // its upstream failed or timed out.
 func (b *httpBase) classify(resp *http.Response, s scrubber, read readAnswer, start time.Time, wrote bool) error {
@@ -248,8 +249,15 @@ func (b *httpBase) classify(resp *http.Response, s scrubber, read readAnswer, st
 			if rl.RetryAfter < least {
 				rl.RetryAfter, rl.Explicit = least, true
 			}
-		case !explicit && a.scope == ScopeProvider:
-			rl.RetryAfter = b.throttle.pause(b.floor, start, b.now())
+		case a.scope == ScopeProvider:
+			// At least the throttle's backoff: a Retry-After may lengthen
+			// the pause, never shorten it (a "0" or a past date would send
+			// the fleet straight back into the rate limit, as often as it
+			// answers).
+			least := b.throttle.pause(b.floor, start, b.now())
+			if !explicit || rl.RetryAfter < least {
+				rl.RetryAfter, rl.Explicit = least, false
+			}
 		}
 		return rl
 	case ErrTransient, ErrSender:

@@ -29,8 +29,8 @@ import (
 // webhook-signature (see WebhookID and docs/providers.md, "Signed
 // webhooks").
 //
-// A 2xx is accepted; 429 is a *RateLimitedError honouring Retry-After (a
-// run of them without one backs off exponentially from DefaultRetryAfter);
+// A 2xx is accepted; 429 is a *RateLimitedError backing off exponentially
+// from DefaultRetryAfter over a run, or its Retry-After when longer;
 // 408, 5xx, other unexpected statuses (redirects are not followed),
 // timeouts and connection errors are ErrTransient (a Retry-After on them is
 // kept in Error.RetryAfter); a 401 is ErrSender, with a bearer token

@@ -410,13 +410,15 @@ func (s *suite) rateLimited(t *testing.T) {
 	}{
 		{"absent", nil, providers.DefaultRetryAfter, providers.DefaultRetryAfter, false},
 		{"seconds", func() string { return "7" }, 7 * time.Second, 7 * time.Second, true},
-		{"zero", func() string { return "0" }, 0, 0, true},
+		// A Retry-After shorter than the backoff (0, a past date) does
+		// not shorten the pause of a provider-wide limit: the backoff's.
+		{"zero", func() string { return "0" }, providers.DefaultRetryAfter, providers.DefaultRetryAfter, false},
 		{"http-date", func() string { return time.Now().Add(30 * time.Second).UTC().Format(http.TimeFormat) },
 			28 * time.Second, 31 * time.Second, true},
 		{"rfc850-date", func() string {
 			return time.Now().Add(30 * time.Second).UTC().Format("Monday, 02-Jan-06 15:04:05 GMT")
 		}, 28 * time.Second, 31 * time.Second, true},
-		{"past-date", func() string { return "Sun, 06 Nov 1994 08:49:37 GMT" }, 0, 0, true},
+		{"past-date", func() string { return "Sun, 06 Nov 1994 08:49:37 GMT" }, providers.DefaultRetryAfter, providers.DefaultRetryAfter, false},
 		{"garbage", func() string { return "soon, please" }, providers.DefaultRetryAfter, providers.DefaultRetryAfter, false},
 		{"absurd", func() string { return "99999999999999999999" }, providers.MaxRetryAfter, providers.MaxRetryAfter, true},
 	}
