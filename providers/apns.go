@@ -84,8 +84,8 @@ var apnsSenderReasons = map[string]bool{
 // seconds (APNs stores the notification for an offline device and retries
 // until that instant), or 0 when it has none (APNs tries once and does not
 // store it: a notification without an expiry is not delivered late).
-// apns-id must be a UUID: a message id that is one is sent as is (lower
-// case); any other id is sent as the stable version-5 UUID APNsID derives
+// apns-id must be a UUID: a message key (Message.Key, else its id) that is
+// one is sent as is (lower case); any other key is sent as the stable version-5 UUID APNsID derives
 // from it, so a retry carries the same apns-id (APNs uses it to report
 // errors, not to drop duplicates).
 //
@@ -117,7 +117,8 @@ var apnsSenderReasons = map[string]bool{
 // 2026-11-30T12:00:00Z"); any other 4xx ErrPermanent: 400 BadDeviceToken,
 // 413 PayloadTooLarge, 403 Forbidden.
 //
-// apns-collapse-id is the message id (APNsCollapseID), so a notification
+// apns-collapse-id is the message's key (Message.Key, else its id;
+// APNsCollapseID), so a notification
 // sent twice (a retry after an ambiguous failure, a redelivery) replaces
 // the first on the device rather than showing twice; it does not stop the
 // second delivery.

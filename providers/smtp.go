@@ -41,7 +41,7 @@ const (
 //
 // Each mail is an RFC 5322 message: From, To, Subject (the title, as RFC
 // 2047 encoded-words when it is not short plain ASCII), Date, Message-ID
-// (SMTPMessageID of the job id and the sender's domain, the same on a
+// (SMTPMessageID of the message's key and the sender's domain, the same on a
 // retry), MIME-Version, Content-Type text/plain; charset=UTF-8,
 // Content-Transfer-Encoding quoted-printable, Auto-Submitted:
 // auto-generated, and the body.
