@@ -109,7 +109,8 @@ var apnsSenderReasons = map[string]bool{
 // BadCertificate, BadCertificateEnvironment, UnrelatedKeyIdInToken,
 // BadEnvironmentKeyIdInToken and 400 TopicDisallowed, BadTopic and
 // MissingTopic ErrSender (the key, the team or the topic is refused: the
-// configuration is wrong, no notification can go); 5xx, timeouts and
+// configuration is wrong, no notification can go), and so is a provider
+// token the key fails to sign; 5xx, timeouts and
 // connection errors ErrTransient (Ambiguous once the request was written
 // whole), a 5xx with Error.RetryAfter APNsRetry5xx as Apple asks; 410
 // Unregistered and ExpiredToken ErrPermanent with RecipientGone (the
@@ -255,7 +256,9 @@ func (a *APNs) Send(ctx context.Context, m *Message) error {
 	}
 	token, err := a.signer.current()
 	if err != nil {
-		return &Error{Provider: a.name, Class: ErrPermanent, Detail: "sign provider token: " + causeDetail(err, s), Err: err}
+		// The key cannot sign: no notification can go, and none is at
+		// fault.
+		return &Error{Provider: a.name, Class: ErrSender, Detail: "sign provider token: " + causeDetail(err, s), Err: err}
 	}
 	s.secrets = append(s.secrets, token)
 	body, err := marshalJSON(a.payload(m))
@@ -282,7 +285,7 @@ func (a *APNs) Send(ctx context.Context, m *Message) error {
 	next, ok, serr := a.signer.replaceExpired(token)
 	switch {
 	case serr != nil:
-		return &Error{Provider: a.name, Class: ErrPermanent, Detail: "sign provider token: " + causeDetail(serr, s), Err: serr}
+		return &Error{Provider: a.name, Class: ErrSender, Detail: "sign provider token: " + causeDetail(serr, s), Err: serr}
 	case !ok:
 		return err
 	}
