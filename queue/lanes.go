@@ -112,9 +112,6 @@ func StreamLanes(js jetstream.JetStream, n int) *Lanes {
 	})
 }
 
-// N is the number of fair lanes.
-func (l *Lanes) N() int { return l.n }
-
 // Observe replaces the view with depths read elsewhere (the consumer's
 // look at the queues), by fair lane subject.
 func (l *Lanes) Observe(depths map[string]uint64) {

@@ -295,6 +295,58 @@ func TestRouterMovesTenantSubjects(t *testing.T) {
 	}
 }
 
+// TestRouterHandsBackWhatItCannotStore: a copy the stream refuses leaves
+// its original in the stream, handed back with the error, and moved in a
+// later round; the copy carries the original's headers but not the
+// publish's own (Nats-*), with the copy id derived from the original's
+// sequence (the router publishes through Publisher.PublishMsgs).
+func TestRouterHandsBackWhatItCannotStore(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	c := b.consumer(t, queue.ConsumerConfig{})
+	r := c.Router(queue.NewPublisher(b.js, queue.WithLanes(c.Lanes())))
+	m := nats.NewMsg("notify.jobs.sms.t.acme")
+	m.Data = []byte(`{"id":"a-1","user_id":"u","channel":"sms","to":"+14155550123","body":"b"}`)
+	m.Header.Set(jetstream.MsgIDHeader, "acme/a-1")
+	m.Header.Set(jetstream.ExpectedStreamHeader, "NOTIFY")
+	m.Header.Set("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+	if _, err := b.js.PublishMsg(ctx(t), m); err != nil {
+		t.Fatal(err)
+	}
+	s, err := b.js.Stream(ctx(t), "NOTIFY")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := s.CachedInfo().Config
+	full := sc
+	full.MaxMsgs, full.Discard = 1, jetstream.DiscardNew
+	if _, err := b.js.UpdateStream(ctx(t), full); err != nil {
+		t.Fatal(err)
+	}
+	moved, err := r.Round(ctx(t), time.Second)
+	if moved != 0 || err == nil || !strings.Contains(err.Error(), "route notify.jobs.sms.t.acme to notify.jobs.sms.f.") {
+		t.Fatalf("Round on a full stream: moved %d, %v; want 0 and the refusal", moved, err)
+	}
+	if n := b.streamMsgs(t, "NOTIFY"); n != 1 {
+		t.Fatalf("%d jobs in NOTIFY after a refused move, want the original", n)
+	}
+	if _, err := b.js.UpdateStream(ctx(t), sc); err != nil {
+		t.Fatal(err)
+	}
+	if moved, err := r.Round(ctx(t), 10*time.Second); moved != 1 || err != nil {
+		t.Fatalf("Round once the stream has room: moved %d, %v; want the original handed back and moved", moved, err)
+	}
+	d := fetchOne(t, c, 5*time.Second)
+	if d == nil {
+		t.Fatal("the moved job is not on a fair lane")
+	}
+	ackAll(t, []*queue.Delivery{d})
+	if id := d.Header.Get(jetstream.MsgIDHeader); !strings.HasPrefix(id, "route:NOTIFY:1:") || !d.Fair || d.Tenant != "acme" ||
+		d.Header.Get(jetstream.ExpectedStreamHeader) != "" || d.Header.Get("traceparent") == "" {
+		t.Fatalf("the copy on %s: tenant %q, headers %v", d.Subject, d.Tenant, d.Header)
+	}
+}
+
 // TestNewConsumerRefusesAStreamWithoutRoom: a stream whose consumer limit
 // cannot hold every consumer the configuration may make fails the start,
 // saying how many are needed and what to change (never a job stranded

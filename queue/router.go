@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strconv"
@@ -8,7 +9,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // defaultTenantPair names the default tenant when its jobs are placed on
@@ -145,12 +145,12 @@ func (r *Router) Move(ctx context.Context, dls []*Delivery, all map[string]bool)
 }
 
 // move publishes each message's copy on the fair lane of its key's tenant,
-// channel and lane, all at once, and acknowledges those stored; the others
-// are handed back to come again. A key naming no valid tenant or channel
-// is dead-lettered.
+// channel and lane, all at once (Publisher.PublishMsgs), and acknowledges
+// those stored; the others are handed back to come again. A key naming no
+// valid tenant or channel is dead-lettered.
 func (r *Router) move(ctx context.Context, msgs []*nats.Msg, keys []Key) (int, error) {
-	futures := make([]jetstream.PubAckFuture, len(msgs))
-	var firstErr error
+	out := make([]OutMsg, 0, len(msgs))
+	from := make([]*pulledMsg, 0, len(msgs))
 	for i, m := range msgs {
 		pm := &pulledMsg{m: m, nc: r.c.nc}
 		k := keys[i]
@@ -162,40 +162,36 @@ func (r *Router) move(ctx context.Context, msgs []*nats.Msg, keys []Key) (int, e
 		if k.Tenant == "" { // the default tenant's job, from a queue that mixes tenants: its own pair
 			place.Tenant = defaultTenantPair
 		}
-		out := &nats.Msg{Subject: r.c.place.Place(ctx, place).Subject(), Data: m.Data, Header: nats.Header{}}
-		for h, v := range m.Header {
-			if !strings.HasPrefix(h, "Nats-") { // the publish's own: its id, its expectations
-				out.Header[h] = v
+		h := nats.Header{}
+		for name, v := range m.Header {
+			if !strings.HasPrefix(name, "Nats-") { // the publish's own: its id, its expectations
+				h[name] = v
 			}
 		}
 		if k.Tenant != "" {
-			out.Header.Set(HeaderTenant, k.Tenant)
+			h.Set(HeaderTenant, k.Tenant)
 		}
-		f, err := r.pub.js.PublishMsgAsync(out, jetstream.WithMsgID(routeID(pm)))
-		if err != nil {
-			firstErr = cmpOr(firstErr, fmt.Errorf("route %s to %s: %w", m.Subject, out.Subject, err))
-			_ = pm.NakWithDelay(routeRetry)
-			continue
-		}
-		futures[i] = f
+		out = append(out, OutMsg{Subject: r.c.place.Place(ctx, place).Subject(), Data: m.Data, MsgID: routeID(pm), Header: h})
+		from = append(from, pm)
+	}
+	if len(out) == 0 {
+		return 0, nil
 	}
 	moved := 0
-	for i, f := range futures {
-		if f == nil {
-			continue
-		}
-		pm := &pulledMsg{m: msgs[i], nc: r.c.nc}
-		select {
-		case <-f.Ok():
+	var firstErr error
+	for i, res := range r.pub.PublishMsgs(ctx, out) {
+		pm := from[i]
+		switch {
+		case res.Err == nil: // stored, or stored before (a move repeated after a crash)
 			if err := pm.Ack(); err != nil {
-				firstErr = cmpOr(firstErr, fmt.Errorf("route %s: ack: %w", msgs[i].Subject, err))
+				firstErr = cmp.Or(firstErr, fmt.Errorf("route %s: ack: %w", pm.m.Subject, err))
 			}
 			moved++
-		case err := <-f.Err():
-			firstErr = cmpOr(firstErr, fmt.Errorf("route %s: %w", msgs[i].Subject, err))
-			_ = pm.NakWithDelay(routeRetry)
-		case <-ctx.Done():
+		case ctx.Err() != nil:
 			_ = pm.Nak()
+		default:
+			firstErr = cmp.Or(firstErr, fmt.Errorf("route %s to %s: %w", pm.m.Subject, out[i].Subject, res.Err))
+			_ = pm.NakWithDelay(routeRetry)
 		}
 	}
 	return moved, firstErr
@@ -221,13 +217,6 @@ func routeID(pm *pulledMsg) string {
 		return ""
 	}
 	return "route:" + md.Stream + ":" + strconv.FormatUint(md.Sequence.Stream, 10) + ":" + strconv.FormatInt(md.Timestamp.UnixNano(), 10)
-}
-
-func cmpOr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
 }
 
 // sleepCtx waits d or until ctx ends.
