@@ -477,7 +477,7 @@ func (p *SMTP) fail(parent, rctx context.Context, err error, s scrubber) error {
 	}
 	e := &Error{Provider: p.name, Class: ErrTransient, Err: cause, Ambiguous: st != nil && st.sent}
 	var ne net.Error
-	switch {
+	switch why := insecure(err); {
 	case parent.Err() != nil:
 		e.Detail = "gave up: " + causeDetail(parent.Err(), s)
 		e.Err = parent.Err()
@@ -485,10 +485,10 @@ func (p *SMTP) fail(parent, rctx context.Context, err error, s scrubber) error {
 		e.Detail = "timeout after " + p.timeout.String() + " (" + stage + ")"
 	case errors.Is(err, syscall.ECONNREFUSED):
 		e.Detail = "connection refused"
-	case insecure(err) != "":
+	case why != "":
 		// The server's TLS is not what the configuration trusts: no mail
 		// can go until the server or tls_ca_file is fixed.
-		e.Class, e.Detail = ErrSender, stage+": "+insecure(err)+": "+causeDetail(cause, s)
+		e.Class, e.Detail = ErrSender, stage+": "+why+": "+causeDetail(cause, s)
 	default:
 		e.Detail = stage + ": " + causeDetail(cause, s)
 	}
