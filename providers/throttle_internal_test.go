@@ -48,3 +48,28 @@ func TestThrottle(t *testing.T) {
 		t.Errorf("after 41 episodes: %s, want %s", d, MaxRetryAfter)
 	}
 }
+
+// TestThrottleFloor: the run doubles from the kind's floor, whatever it
+// is: a 250 ms floor pauses 250 ms, 500 ms, 1 s; a 3 s floor 3, 6, 12 s
+// (TestThrottle's 1 s floor alone would pass a formula that ignored it);
+// the requests sent during a pause are answered its pause, not the floor.
+func TestThrottleFloor(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, floor := range []time.Duration{250 * time.Millisecond, 3 * time.Second} {
+		var th throttle
+		now := t0
+		for i, want := range []time.Duration{floor, 2 * floor, 4 * floor} {
+			if got := th.pause(floor, now, now); got != want {
+				t.Errorf("floor %s, episode %d: pause %s, want %s", floor, i+1, got, want)
+			}
+			if got := th.pause(floor, now, now.Add(want/2)); got != want {
+				t.Errorf("floor %s, episode %d, a request sent during the pause: %s, want %s", floor, i+1, got, want)
+			}
+			now = now.Add(want)
+		}
+		th.accepted(now)
+		if got := th.pause(floor, now, now); got != floor {
+			t.Errorf("floor %s, after an acceptance: pause %s, want the floor", floor, got)
+		}
+	}
+}
