@@ -112,7 +112,7 @@ type Shed struct {
 	MaxConnsPerIP int `mapstructure:"max_conns_per_ip"`
 	// MaxInFlight bounds the requests being handled at once, and
 	// MaxInFlightPerIP those of one client IP (client_ip_header's when
-	// set).
+	// set). A request with a key counts once its body is read.
 	MaxInFlight      int `mapstructure:"max_in_flight"`
 	MaxInFlightPerIP int `mapstructure:"max_in_flight_per_ip"`
 	// MaxPublishLatency: while JetStream's acknowledgements take longer

@@ -51,15 +51,17 @@
 // X-RateLimit-*.
 //
 // The checks go from the cheapest to the dearest (SPEC §9 lists them): a
-// blocked address, the key (a hash in memory), the requests in flight, the
-// capacity bucket as this instance last heard of it, the platform's
-// slowness, then Redis for a request without a key; the key's and tenant's
-// buckets as last heard of (a lower bound of each bucket: it can only be
-// emptier, so this never refuses what Redis would grant — except after
-// Redis lost its state, when a key may be refused until its bucket would
-// have refilled) refuse before the body is read; otherwise the body is
-// read, its jobs counted by a scan of its brackets, and the buckets asked
-// in one Redis round trip. A body left unread is dropped by the server up
+// blocked address, the key (a hash in memory), for a request without a
+// key the requests in flight, the capacity bucket as this instance last
+// heard of it, the platform's slowness, then Redis for a request without
+// a key; the key's and tenant's buckets as last heard of (a lower bound
+// of each bucket: it can only be emptier, so this never refuses what
+// Redis would grant — except after Redis lost its state, when a key may
+// be refused until its bucket would have refilled) refuse before the body
+// is read; otherwise the body is read (into a buffer grown as it arrives,
+// never its declared length up front), the request counted in flight,
+// its jobs counted by a scan of its brackets, and the buckets asked in
+// one Redis round trip. A body left unread is dropped by the server up
 // to 256 KiB; past that, or chunked, the answer is written at once on the
 // hijacked connection, and the rest read and dropped for up to two seconds
 // before the close (finishUnread), so that the close cannot reset the
@@ -68,7 +70,8 @@
 // # Shedding
 //
 // The gateway refuses rather than queues: past Shed.MaxInFlight requests
-// (in total and per client IP), while JetStream acknowledges slower than
+// (in total and per client IP; a request with a key counts once its body
+// is read, so slow uploads cannot fill the bound), while JetStream acknowledges slower than
 // Shed.MaxPublishLatency (ackMeter: a moving average of the acks, or the
 // age of the oldest publish waiting), or while the stream is deeper than
 // Shed.MaxStreamDepth, a request is answered 503 at once. Serve bounds the

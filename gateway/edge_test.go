@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"strconv"
@@ -628,6 +629,51 @@ func TestInFlightBounds(t *testing.T) {
 	overloaded("192.0.2.3", "as many requests as it may")
 	wg.Wait()
 	proxy.setStall(false)
+}
+
+// TestSlowBodiesHoldNoRequestSlot: a request whose body is still arriving
+// is not in flight: two clients trickling more bodies than max_in_flight
+// (and than max_in_flight_per_ip each) make neither another client's
+// request nor their own next ones 503, and their slow requests are
+// answered once their bodies are in.
+func TestSlowBodiesHoldNoRequestSlot(t *testing.T) {
+	t.Parallel()
+	b := setup(t, gateway.Config{ClientIPHeader: "X-Forwarded-For", ReadTimeout: 20 * time.Second,
+		Shed: gateway.Shed{MaxInFlight: 2, MaxInFlightPerIP: 1}})
+	// The server reads the first 8 KiB of a body before the handler runs:
+	// these bodies reach the handler with half of their 20 KiB.
+	body := smsJob("") + strings.Repeat(" ", 20<<10)
+	head := "POST /v1/notifications HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + acmeKey +
+		"\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\nX-Forwarded-For: "
+	half := len(body) / 2
+	var slow []*rawConn
+	for i := range 4 {
+		c, err := dialFrom("127.0.0.1", hostOf(b.srv.URL))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		if _, err := io.WriteString(c, head+fmt.Sprintf("192.0.2.%d\r\n\r\n", 1+i%2)+body[:half]); err != nil {
+			t.Fatal(err)
+		}
+		slow = append(slow, c)
+	}
+	for i := range 5 { // over a second: the slow requests have long reached the handler
+		time.Sleep(200 * time.Millisecond)
+		for _, client := range []string{"192.0.2.9", "192.0.2.1", "192.0.2.2"} {
+			if r := b.post(t, acmeKey, smsJob(""), "X-Forwarded-For", client); r.status != http.StatusAccepted {
+				t.Fatalf("try %d, client %s beside 2 slow bodies of 192.0.2.1 and 2 of 192.0.2.2: %d %s, want 202", i, client, r.status, r.body)
+			}
+		}
+	}
+	for i, c := range slow {
+		if _, err := io.WriteString(c, body[half:]); err != nil {
+			t.Fatal(err)
+		}
+		if r := c.read(); r.err != nil || r.status != http.StatusAccepted {
+			t.Errorf("slow request %d, its body in: %d %s %v, want 202", i, r.status, r.body, r.err)
+		}
+	}
 }
 
 // TestStreamDepthSheds: past shed.max_stream_depth jobs waiting in the

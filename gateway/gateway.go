@@ -550,12 +550,13 @@ func isJSON(ct string) bool {
 // notifications is POST /v1/notifications. The checks go from the
 // cheapest to the dearest, so that a refusal costs little and nothing
 // reaches Redis that memory can refuse (SPEC §9 lists the order): the
-// client IP's block, the key (a hash), the requests in flight, the
-// capacity's bound, the platform's slowness, then for a request without a
-// key its count in Redis; the priority permission, the bounds of the
-// key's buckets, the content type and size, the jobs counted by a scan,
-// the buckets (one Redis round trip); only then is anything decoded, its
-// ids claimed and the jobs published.
+// client IP's block, the key (a hash), for a request without a key the
+// requests in flight, the capacity's bound, the platform's slowness, then
+// for a request without a key its count in Redis; the priority
+// permission, the bounds of the key's buckets, the content type and size,
+// the body read, the requests in flight, the jobs counted by a scan, the
+// buckets (one Redis round trip); only then is anything decoded, its ids
+// claimed and the jobs published.
 func (g *Gateway) notifications(c *fasthttp.RequestCtx) {
 	ctx := context.Background() // not the request's: a shutdown lets requests in flight finish
 	bodyRead := false
@@ -577,17 +578,13 @@ func (g *Gateway) notifications(c *fasthttp.RequestCtx) {
 	if ok {
 		label = k.Name
 	}
-	if bound, ok := g.inflight.enter(ip); !ok {
-		detail := "the gateway is handling as many requests as it may"
-		if bound == "per_ip" {
-			detail = "this address has as many requests in flight as it may"
+	if !ok {
+		// Without a valid key the body is never read: in flight from here.
+		if !g.enterInFlight(c, label, ip) {
+			return
 		}
-		g.throttledWarn(" inflight", "request refused: too many in flight (503)", "bound", bound)
-		g.write(c, label, answer{status: http.StatusServiceUnavailable, retryAfter: time.Second,
-			body: problemOf(http.StatusServiceUnavailable, TypeOverloaded, "Overloaded", detail+"; retry after the Retry-After seconds")})
-		return
+		defer g.inflight.leave(ip)
 	}
-	defer g.inflight.leave(ip)
 	if g.capacity != nil {
 		if t, refused := g.capacity.localRefusal(time.Since(g.base), 1); refused {
 			g.refuseByBucket(c, k, label, g.capacity, t, 1)
@@ -660,6 +657,14 @@ func (g *Gateway) notifications(c *fasthttp.RequestCtx) {
 		}
 		return
 	}
+	// A keyed request counts in flight once its body is read: the bound
+	// protects what waits on the platform (Redis, JetStream), and a body
+	// still arriving waits on the client only (read_timeout and the
+	// connection bounds hold it), so slow uploads cannot fill the bound.
+	if !g.enterInFlight(c, k.Name, ip) {
+		return
+	}
+	defer g.inflight.leave(ip)
 	n, array, err := countJobs(body)
 	smallest := k.chain[0]
 	for _, b := range k.chain {
@@ -713,6 +718,24 @@ func (g *Gateway) notifications(c *fasthttp.RequestCtx) {
 	}
 	g.setBucketHeaders(h, b, t)
 	g.accept(ctx, c, k, body, array, idem, high)
+}
+
+// enterInFlight counts a request of ip in flight (leave must follow), or
+// answers it 503 overloaded at max_in_flight or max_in_flight_per_ip and
+// reports false.
+func (g *Gateway) enterInFlight(c *fasthttp.RequestCtx, label string, ip netip.Addr) bool {
+	bound, ok := g.inflight.enter(ip)
+	if ok {
+		return true
+	}
+	detail := "the gateway is handling as many requests as it may"
+	if bound == "per_ip" {
+		detail = "this address has as many requests in flight as it may"
+	}
+	g.throttledWarn(" inflight", "request refused: too many in flight (503)", "bound", bound)
+	g.write(c, label, answer{status: http.StatusServiceUnavailable, retryAfter: time.Second,
+		body: problemOf(http.StatusServiceUnavailable, TypeOverloaded, "Overloaded", detail+"; retry after the Retry-After seconds")})
+	return false
 }
 
 // refuseByBucket answers a request of n jobs that bucket b refused (t):

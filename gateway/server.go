@@ -73,7 +73,7 @@ func (g *Gateway) ConnStats() (open, idle int) {
 }
 
 // InFlight is the number of requests of POST /v1/notifications being
-// handled.
+// handled (one with a key counts once its body is read).
 func (g *Gateway) InFlight() int {
 	g.inflight.mu.Lock()
 	defer g.inflight.mu.Unlock()
