@@ -11,7 +11,10 @@ import (
 // exponential backoff with a minimum initial delay of 1 minute"). The first
 // rate limit of a run pauses for the kind's floor, each later one twice the
 // pause before, up to MaxRetryAfter; a request sent after the last pause
-// ended and accepted ends the run.
+// ended and accepted ends the run, and so does a quiet time: a rate limit
+// answered longer after the last pause ended than that pause lasted starts
+// a new run (with no request accepted meanwhile, a rate limit hours later
+// would otherwise go on doubling the old run).
 //
 // A run counts episodes, not answers: the requests already on their way
 // when the provider started refusing (sent before the pause they cause
@@ -39,6 +42,9 @@ func (t *throttle) pause(floor time.Duration, start, now time.Time) time.Duratio
 	defer t.mu.Unlock()
 	if t.step > 0 && start.Before(t.until) {
 		return max(t.last, floor)
+	}
+	if t.step > 0 && now.Sub(t.until) > t.last {
+		t.step = 0 // the run aged out
 	}
 	t.step = min(t.step+1, maxThrottleStep)
 	d := min(floor<<(t.step-1), MaxRetryAfter)

@@ -39,10 +39,11 @@ func TestThrottle(t *testing.T) {
 	var long throttle
 	now := t0
 	for range 40 {
-		if d := long.pause(DefaultRetryAfter, now, now); d > MaxRetryAfter || d <= 0 {
+		d := long.pause(DefaultRetryAfter, now, now)
+		if d > MaxRetryAfter || d <= 0 {
 			t.Fatalf("pause %s out of (0, %s]", d, MaxRetryAfter)
 		}
-		now = now.Add(2 * MaxRetryAfter)
+		now = now.Add(d) // the next rate limit as the pause ends: the run goes on
 	}
 	if d := long.pause(DefaultRetryAfter, now, now); d != MaxRetryAfter {
 		t.Errorf("after 41 episodes: %s, want %s", d, MaxRetryAfter)
@@ -70,6 +71,30 @@ func TestThrottleFloor(t *testing.T) {
 		th.accepted(now)
 		if got := th.pause(floor, now, now); got != floor {
 			t.Errorf("floor %s, after an acceptance: pause %s, want the floor", floor, got)
+		}
+	}
+}
+
+// TestThrottleAgesOut: a run ends when no rate limit came for as long
+// after its last pause ended as that pause lasted, even with no request
+// accepted meanwhile (none was sent): the next rate limit pauses the
+// floor, not twice the last pause of a run long over.
+func TestThrottleAgesOut(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	var th throttle
+	for i, c := range []struct {
+		at   int // ms after t0: the request's start and its answer
+		want time.Duration
+	}{
+		{0, time.Second},        // until 1 s
+		{2000, 2 * time.Second}, // 1 s after the 1 s pause ended, not more: the run goes on; until 4 s
+		{6001, time.Second},     // 2.001 s after the 2 s pause ended: a new run; until 7.001 s
+		{7001, 2 * time.Second}, // as it ends: the next episode of the new run
+		{86400000, time.Second}, // a day later
+	} {
+		if got := th.pause(time.Second, at(c.at), at(c.at)); got != c.want {
+			t.Errorf("step %d (%d ms): pause %s, want %s", i, c.at, got, c.want)
 		}
 	}
 }
