@@ -5,10 +5,11 @@ import (
 	"time"
 )
 
-// throttle backs off exponentially over a run of a provider's rate limits
-// that do not say how long to wait (a 429 without Retry-After) or whose
-// documentation asks for more than they say (FCM's QUOTA_EXCEEDED: "use
-// exponential backoff with a minimum initial delay of 1 minute"). The first
+// throttle backs off exponentially over a run of a provider's rate limits:
+// the least pause of each provider-wide one, whatever it says (a 429
+// without Retry-After, or with one shorter: "0", a past date), and of those
+// whose documentation asks for more than they say (FCM's QUOTA_EXCEEDED:
+// "use exponential backoff with a minimum initial delay of 1 minute"). The first
 // rate limit of a run pauses for the kind's floor, each later one twice the
 // pause before, up to MaxRetryAfter; a request sent after the last pause
 // ended and accepted ends the run, and so does a quiet time: a rate limit
