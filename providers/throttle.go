@@ -2,6 +2,7 @@ package providers
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -25,6 +26,10 @@ import (
 // dispatcher's pause only grows). Safe for concurrent use; the zero value
 // is ready.
 type throttle struct {
+	// running is step > 0, readable without mu: an acceptance with no run
+	// going (nearly every one) takes no lock.
+	running atomic.Bool
+
 	mu    sync.Mutex
 	step  int           // episodes in the current run; 0: none
 	until time.Time     // when the current episode's pause ends
@@ -53,15 +58,22 @@ func (t *throttle) pause(floor time.Duration, start, now time.Time) time.Duratio
 		d = MaxRetryAfter
 	}
 	t.last, t.until = d, now.Add(d)
+	t.running.Store(true)
 	return d
 }
 
 // accepted notes that a request sent at start was accepted: after the
-// current episode's pause, that ends the run.
+// current episode's pause, that ends the run. Without a run it takes no
+// lock (a run starting meanwhile is one this request cannot end: it was
+// sent before that run's pause ended).
 func (t *throttle) accepted(start time.Time) {
+	if !t.running.Load() {
+		return
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.step > 0 && !start.Before(t.until) {
 		t.step = 0
+		t.running.Store(false)
 	}
 }

@@ -98,3 +98,43 @@ func TestThrottleAgesOut(t *testing.T) {
 		}
 	}
 }
+
+// TestThrottleAcceptedTakesNoLockWithoutARun: an acceptance with no run
+// going (every 2xx of a provider that is not rate limiting) does not take
+// the throttle's lock; with a run, it still ends it.
+func TestThrottleAcceptedTakesNoLockWithoutARun(t *testing.T) {
+	var th throttle
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	accepted := func(start time.Time) bool { // false: it waited on the lock
+		th.mu.Lock()
+		done := make(chan struct{})
+		go func() {
+			th.accepted(start)
+			close(done)
+		}()
+		defer func() {
+			th.mu.Unlock()
+			<-done
+		}()
+		select {
+		case <-done:
+			return true
+		case <-time.After(100 * time.Millisecond):
+			return false
+		}
+	}
+	if !accepted(t0) {
+		t.Error("an acceptance without a run waited on the lock")
+	}
+	th.pause(time.Second, t0, t0)
+	th.accepted(t0.Add(time.Second)) // after the pause: the run ends
+	if th.running.Load() {
+		t.Error("the run did not end")
+	}
+	if !accepted(t0.Add(2 * time.Second)) {
+		t.Error("an acceptance after the run ended waited on the lock")
+	}
+	if d := th.pause(time.Second, t0.Add(2*time.Second), t0.Add(2*time.Second)); d != time.Second {
+		t.Errorf("after the run: pause %s, want the floor", d)
+	}
+}
