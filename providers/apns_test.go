@@ -334,16 +334,37 @@ func TestAPNsPayloadLimit(t *testing.T) {
 	}
 }
 
+// skewedAPNs is an apns provider against the fake, whose clock (apns) runs
+// skew ahead of the provider's (host).
+type skewedAPNs struct {
+	p          *providers.APNs
+	fake       *testenv.APNsFake
+	host, apns *testenv.Clock
+}
+
+func newSkewedAPNs(t *testing.T, skew time.Duration) skewedAPNs {
+	t.Helper()
+	host := newClock()
+	apns := testenv.NewClock(host.Now().Add(skew))
+	fake := testenv.FakeAPNs(t, testenv.WithClock(apns.Now))
+	return skewedAPNs{p: apnsAgainst(t, fake, providers.Config{}, host.Now), fake: fake, host: host, apns: apns}
+}
+
+// advance moves both clocks by d.
+func (s skewedAPNs) advance(d time.Duration) {
+	s.host.Advance(d)
+	s.apns.Advance(d)
+}
+
 // TestAPNsProviderToken: the JWT is reused and replaced at 50 minutes
 // (Apple: "Refresh your token no more than once every 20 minutes and no
 // less than once every 60 minutes"), without a TooManyProviderTokenUpdates.
 func TestAPNsProviderToken(t *testing.T) {
 	t.Parallel()
-	fakeClock, provClock := newClock(), newClock()
-	fake := testenv.FakeAPNs(t, testenv.WithClock(fakeClock.Now))
-	p := apnsAgainst(t, fake, providers.Config{}, provClock.Now)
+	s := newSkewedAPNs(t, 0)
+	fake := s.fake
 	ctx := context.Background()
-	send := func() error { return p.Send(ctx, iosMessage()) }
+	send := func() error { return s.p.Send(ctx, iosMessage()) }
 	for range 5 {
 		if err := send(); err != nil {
 			t.Fatal(err)
@@ -352,13 +373,11 @@ func TestAPNsProviderToken(t *testing.T) {
 	if n := fake.ProviderTokens(); n != 1 {
 		t.Fatalf("5 sends used %d provider tokens, want 1", n)
 	}
-	fakeClock.Advance(49 * time.Minute)
-	provClock.Advance(49 * time.Minute)
+	s.advance(49 * time.Minute)
 	if err := send(); err != nil || fake.ProviderTokens() != 1 {
 		t.Fatalf("at 49 min: %v, %d tokens, want the same token", err, fake.ProviderTokens())
 	}
-	fakeClock.Advance(time.Minute)
-	provClock.Advance(time.Minute)
+	s.advance(time.Minute)
 	if err := send(); err != nil || fake.ProviderTokens() != 2 {
 		t.Fatalf("at 50 min: %v, %d tokens, want a new token", err, fake.ProviderTokens())
 	}
@@ -374,16 +393,13 @@ func TestAPNsProviderToken(t *testing.T) {
 // new token at once and goes through with it, in the same Send.
 func TestAPNsExpiredProviderTokenIsReplacedAtOnce(t *testing.T) {
 	t.Parallel()
-	provClock := newClock()
-	fakeClock := testenv.NewClock(provClock.Now().Add(40 * time.Minute))
-	fake := testenv.FakeAPNs(t, testenv.WithClock(fakeClock.Now))
-	p := apnsAgainst(t, fake, providers.Config{}, provClock.Now)
+	s := newSkewedAPNs(t, 40*time.Minute)
+	p, fake := s.p, s.fake
 	ctx := context.Background()
 	if err := p.Send(ctx, iosMessage()); err != nil {
 		t.Fatal(err)
 	}
-	provClock.Advance(25 * time.Minute)
-	fakeClock.Advance(25 * time.Minute)
+	s.advance(25 * time.Minute)
 	if err := p.Send(ctx, iosMessage()); err != nil {
 		t.Fatalf("a token APNs calls expired: %v, want it replaced and the notification sent", err)
 	}
@@ -405,10 +421,8 @@ func TestAPNsExpiredProviderTokenIsReplacedAtOnce(t *testing.T) {
 // clocks agree, the token made at the refusal goes through.
 func TestAPNsPersistentlyExpiredTokenIsTheSender(t *testing.T) {
 	t.Parallel()
-	provClock := newClock()
-	fakeClock := testenv.NewClock(provClock.Now().Add(2 * time.Hour))
-	fake := testenv.FakeAPNs(t, testenv.WithClock(fakeClock.Now))
-	p := apnsAgainst(t, fake, providers.Config{}, provClock.Now)
+	s := newSkewedAPNs(t, 2*time.Hour)
+	p, fake := s.p, s.fake
 	ctx := context.Background()
 
 	err := p.Send(ctx, iosMessage())
@@ -419,8 +433,7 @@ func TestAPNsPersistentlyExpiredTokenIsTheSender(t *testing.T) {
 	if n, tokens := len(fake.Requests()), fake.ProviderTokens(); n != 2 || tokens != 0 {
 		t.Errorf("%d requests, %d tokens accepted: want 2 (the send and its one retry with a new token), 0", n, tokens)
 	}
-	provClock.Advance(time.Minute)
-	fakeClock.Advance(time.Minute)
+	s.advance(time.Minute)
 	if err := p.Send(ctx, iosMessage()); !errors.Is(err, providers.ErrSender) {
 		t.Fatalf("the next send: %v, want ErrSender", err)
 	}
@@ -429,7 +442,7 @@ func TestAPNsPersistentlyExpiredTokenIsTheSender(t *testing.T) {
 	}
 	// The host's clock is fixed: the token it made at the refusal is now
 	// an ordinary one, a minute old.
-	fakeClock.Advance(-2 * time.Hour)
+	s.apns.Advance(-2 * time.Hour)
 	if err := p.Send(ctx, iosMessage()); err != nil {
 		t.Fatalf("after the clocks agree: %v", err)
 	}
