@@ -33,28 +33,39 @@ func TestRecipientGoneAgainstFakes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 
-	t.Run("apns", func(t *testing.T) {
-		t.Parallel()
-		fake := testenv.FakeAPNs(t)
-		p := apnsAgainst(t, fake, providers.Config{}, nil)
-		m := iosMessage()
-		fake.Unregister(m.To) // 410 Unregistered: "The device token is no longer active for the topic."
-		wantGone(t, "410 Unregistered", p.Send(ctx, m), true)
-		bad := iosMessage()
-		bad.To = "not-hex"
-		wantGone(t, "400 BadDeviceToken", p.Send(ctx, bad), false)
-	})
-	t.Run("fcm", func(t *testing.T) {
-		t.Parallel()
-		fake := testenv.FakeFCM(t)
-		p := newFCM(t, providers.Config{URL: fake.URL(), ProjectID: fake.ProjectID()}, fake.BearerToken(), providers.Options{})
-		m := pushMessage()
-		fake.Unregister(m.To) // 404 UNREGISTERED: "remove this registration token from the app server"
-		wantGone(t, "UNREGISTERED", p.Send(ctx, m), true)
-		bad := pushMessage()
-		bad.To = "short"
-		wantGone(t, "INVALID_ARGUMENT", p.Send(ctx, bad), false)
-	})
+	// Push: the device token unregistered is gone; a malformed one is not.
+	for _, c := range []struct {
+		kind       string
+		start      func(t *testing.T) (p providers.Provider, unregister func(token string))
+		message    func() *providers.Message
+		gone       string // the answer to an unregistered token
+		bad, badTo string // the answer to a malformed token, and the token
+	}{
+		{"apns", func(t *testing.T) (providers.Provider, func(string)) {
+			fake := testenv.FakeAPNs(t)
+			return apnsAgainst(t, fake, providers.Config{}, nil), fake.Unregister
+		}, iosMessage,
+			"410 Unregistered", // "The device token is no longer active for the topic."
+			"400 BadDeviceToken", "not-hex"},
+		{"fcm", func(t *testing.T) (providers.Provider, func(string)) {
+			fake := testenv.FakeFCM(t)
+			return newFCM(t, providers.Config{URL: fake.URL(), ProjectID: fake.ProjectID()}, fake.BearerToken(), providers.Options{}),
+				fake.Unregister
+		}, pushMessage,
+			"UNREGISTERED", // 404: "remove this registration token from the app server"
+			"INVALID_ARGUMENT", "short"},
+	} {
+		t.Run(c.kind, func(t *testing.T) {
+			t.Parallel()
+			p, unregister := c.start(t)
+			m := c.message()
+			unregister(m.To)
+			wantGone(t, c.gone, p.Send(ctx, m), true)
+			bad := c.message()
+			bad.To = c.badTo
+			wantGone(t, c.bad, p.Send(ctx, bad), false)
+		})
+	}
 	t.Run("twilio", func(t *testing.T) {
 		t.Parallel()
 		fake := testenv.FakeTwilio(t)
