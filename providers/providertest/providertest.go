@@ -313,13 +313,23 @@ func (s *suite) permanent(t *testing.T) {
 	}
 }
 
+// refusal sends once against a server answering r, the kind's own
+// permanent refusal that Target names field, and checks that Send
+// returns ErrPermanent; it skips the test when the target has none (Status
+// 0).
+func (s *suite) refusal(t *testing.T, r Reply, field string) error {
+	t.Helper()
+	if r.Status == 0 {
+		t.Skip("target has no " + field)
+	}
+	_, err := s.send(t, 5*time.Second, answer(r))
+	s.checkError(t, err, providers.ErrPermanent)
+	return err
+}
+
 func (s *suite) permanentReason(t *testing.T) {
 	t.Parallel()
-	if s.target.Refusal.Status == 0 {
-		t.Skip("target has no Refusal")
-	}
-	_, err := s.send(t, 5*time.Second, answer(s.target.Refusal))
-	s.checkError(t, err, providers.ErrPermanent)
+	err := s.refusal(t, s.target.Refusal, "Refusal")
 	if !strings.Contains(err.Error(), s.target.RefusalReason) {
 		t.Errorf("error %q does not carry the provider's reason %q", err, s.target.RefusalReason)
 	}
@@ -577,11 +587,7 @@ func DropSecondRequest(t *testing.T, accepted Reply) (string, *atomic.Int32) {
 // refusal that also matches ErrRecipientGone; its plain refusal does not.
 func (s *suite) gone(t *testing.T) {
 	t.Parallel()
-	if s.target.Gone.Status == 0 {
-		t.Skip("target has no Gone")
-	}
-	_, err := s.send(t, 5*time.Second, answer(s.target.Gone))
-	s.checkError(t, err, providers.ErrPermanent)
+	err := s.refusal(t, s.target.Gone, "Gone")
 	var pe *providers.Error
 	if !errors.Is(err, providers.ErrRecipientGone) || !errors.As(err, &pe) || !pe.RecipientGone {
 		t.Errorf("%d %s: %v, want ErrRecipientGone", s.target.Gone.Status, s.target.Gone.Body, err)
