@@ -227,6 +227,46 @@ func TestLanesPlacement(t *testing.T) {
 	}
 }
 
+// TestLanePairsAreShuffleSharded: every pair of lanes is some tenants'
+// pair, about as often as any other, so that a flooded pair is shared by
+// few tenants (2/(n(n−1)) of them). TestLanesPlacement's per-lane count
+// passed with a pairing as broken as b = (a+1) mod n (found in review):
+// here each unordered pair, and each ordered one (which lane is first),
+// must appear and hold the mean ±40 %. Each pair gets at least 200
+// tenants on average (±40 % is then about 5.7 standard deviations): with
+// 10,000 tenants, 64 lanes' 2,016 pairs would hold 5 each.
+func TestLanePairsAreShuffleSharded(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{2, 3, 15, queue.MaxFairLanes} {
+		pairs := n * (n - 1) / 2
+		tenants := max(10_000, 200*pairs)
+		unordered, ordered := map[[2]int]int{}, map[[2]int]int{}
+		for i := range tenants {
+			a, b := queue.LanePair("sms", fmt.Sprintf("tenant-%d", i), n)
+			if a == b || a < 0 || b < 0 || a >= n || b >= n {
+				t.Fatalf("%d lanes: pair of tenant-%d: %d, %d", n, i, a, b)
+			}
+			unordered[[2]int{min(a, b), max(a, b)}]++
+			ordered[[2]int{a, b}]++
+		}
+		for _, c := range []struct {
+			name   string
+			counts map[[2]int]int
+			want   int
+		}{{"unordered", unordered, pairs}, {"ordered", ordered, 2 * pairs}} {
+			mean := float64(tenants) / float64(c.want)
+			if len(c.counts) != c.want {
+				t.Errorf("%d lanes, %d tenants: %d distinct %s pairs, want all %d", n, tenants, len(c.counts), c.name, c.want)
+			}
+			for p, k := range c.counts {
+				if float64(k) < 0.6*mean || float64(k) > 1.4*mean {
+					t.Errorf("%d lanes, %d tenants: %s pair %v is %d tenants', want %.0f ±40 %%", n, tenants, c.name, p, k, mean)
+				}
+			}
+		}
+	}
+}
+
 // TestRouterMovesTenantSubjects: jobs published on a tenant's own subject
 // (raw NATS) are moved to one of the tenant's fair lanes with the same
 // bytes, their headers and Notifier-Tenant; moving the same stored job
