@@ -98,7 +98,7 @@ func TestZeroAndRangeSayTheSame(t *testing.T) {
 		"workers": "5000", "dedup_ttl": "9000h", "nats.ack_wait": "2h", "retry.max_attempts": "1001",
 		"retry.base_delay": "2h", "retry.max_delay": "48h", "tenants.lanes": "65",
 		"gateway.auth_failures.limit": "-1", "gateway.auth_failures.window": "48h", "gateway.publish_timeout": "2m",
-		"gateway.read_timeout": "10m", "gateway.idle_timeout": "2h", "gateway.idempotency_ttl": "1m",
+		"gateway.read_timeout": "10m", "gateway.header_timeout": "2m", "gateway.idle_timeout": "2h", "gateway.idempotency_ttl": "1m",
 		"gateway.shed.max_conns": "-1", "gateway.shed.max_conns_per_ip": "2000000", "gateway.shed.max_in_flight": "200000",
 		"gateway.shed.max_in_flight_per_ip": "-5", "gateway.shed.max_publish_latency": "1ms",
 	}

@@ -23,10 +23,11 @@ const (
 	DefaultAuthFailWindow    = time.Minute
 	DefaultPublishTimeout    = 5 * time.Second
 	DefaultReadTimeout       = 30 * time.Second
+	DefaultHeaderTimeout     = 5 * time.Second
 	DefaultIdleTimeout       = 2 * time.Minute
 	DefaultIdempotencyTTL    = 24 * time.Hour
 	DefaultMaxConns          = 10_000
-	DefaultMaxConnsPerIP     = 1_000
+	DefaultMaxConnsPerIP     = 100 // DefaultMaxConns / 100: it takes 100 addresses to hold every connection
 	DefaultMaxInFlight       = 1_024
 	DefaultMaxInFlightPerIP  = 256
 	DefaultMaxPublishLatency = time.Second
@@ -65,6 +66,8 @@ const (
 	maxTenants            = 10_000
 	minReadTimeout        = time.Second
 	maxReadTimeout        = 5 * time.Minute
+	minHeaderTimeout      = time.Second
+	maxHeaderTimeout      = time.Minute
 	minIdleTimeout        = time.Second
 	maxIdleTimeout        = time.Hour
 	// The idempotency records outlive the stream's duplicate window (2
@@ -108,7 +111,9 @@ type Shed struct {
 	// may open (RLIMIT_NOFILE less FDReserve).
 	MaxConns int `mapstructure:"max_conns"`
 	// MaxConnsPerIP bounds the open connections of one peer address
-	// (the load balancer's, behind one): the same, answered 429.
+	// (the load balancer's, behind one: raise it to at least its pool):
+	// the same, answered 429. The default, MaxConns/100, makes it take
+	// 100 addresses to hold every connection.
 	MaxConnsPerIP int `mapstructure:"max_conns_per_ip"`
 	// MaxInFlight bounds the requests being handled at once, and
 	// MaxInFlightPerIP those of one client IP (client_ip_header's when
@@ -159,10 +164,16 @@ type Config struct {
 	// Shed bounds connections, requests in flight, and the platform's
 	// slowness.
 	Shed Shed `mapstructure:"shed"`
-	// ReadTimeout bounds the arrival of a whole request (408 past it);
-	// IdleTimeout closes a connection idle that long.
-	ReadTimeout time.Duration `mapstructure:"read_timeout"`
-	IdleTimeout time.Duration `mapstructure:"idle_timeout"`
+	// HeaderTimeout bounds the arrival of a request's headers, from the
+	// connection's opening or, on a kept-alive one, from the request's
+	// first byte (408 past it, and the connection closed): a connection
+	// that trickles its headers is busy, never closed for a new one, so
+	// this is what frees it. ReadTimeout bounds the arrival of the body,
+	// from the end of the headers (408 past it); IdleTimeout closes a
+	// connection idle that long between requests.
+	HeaderTimeout time.Duration `mapstructure:"header_timeout"`
+	ReadTimeout   time.Duration `mapstructure:"read_timeout"`
+	IdleTimeout   time.Duration `mapstructure:"idle_timeout"`
 	// IdempotencyTTL is how long the gateway remembers a job id chosen by
 	// the client (Idempotency-Key or the body's id) with its content, per
 	// tenant: within it the same id with another content is answered 409.
@@ -176,6 +187,7 @@ func (c Config) WithDefaults() Config {
 	orDefault(&c.AuthFailures.Window, DefaultAuthFailWindow)
 	orDefault(&c.PublishTimeout, DefaultPublishTimeout)
 	orDefault(&c.ReadTimeout, DefaultReadTimeout)
+	orDefault(&c.HeaderTimeout, DefaultHeaderTimeout)
 	orDefault(&c.IdleTimeout, DefaultIdleTimeout)
 	orDefault(&c.IdempotencyTTL, DefaultIdempotencyTTL)
 	orDefault(&c.Shed.MaxConns, DefaultMaxConns)
@@ -266,6 +278,7 @@ func (c Config) Validate() error {
 	errs = append(errs, durRange("auth_failures.window", c.AuthFailures.Window, time.Second, maxAuthFailuresWindow)...)
 	errs = append(errs, durRange("publish_timeout", c.PublishTimeout, 100*time.Millisecond, maxPublishTimeout)...)
 	errs = append(errs, durRange("read_timeout", c.ReadTimeout, minReadTimeout, maxReadTimeout)...)
+	errs = append(errs, durRange("header_timeout", c.HeaderTimeout, minHeaderTimeout, maxHeaderTimeout)...)
 	errs = append(errs, durRange("idle_timeout", c.IdleTimeout, minIdleTimeout, maxIdleTimeout)...)
 	errs = append(errs, durRange("idempotency_ttl", c.IdempotencyTTL, minIdempotencyTTL, maxIdempotencyTTL)...)
 	s := c.Shed

@@ -20,6 +20,7 @@ func TestConfigValidateNamesEveryProblem(t *testing.T) {
 		},
 		AuthFailures:   gateway.AuthFailures{Limit: -1, Window: time.Millisecond},
 		PublishTimeout: time.Hour,
+		HeaderTimeout:  time.Hour,
 	}.WithDefaults()
 	err := cfg.Validate()
 	if err == nil {
@@ -28,7 +29,7 @@ func TestConfigValidateNamesEveryProblem(t *testing.T) {
 	for _, want := range []string{
 		"listen:", "keys[1].name:", "keys[1].tenant:", "keys[1].sha256: the same as keys[0]", "keys[1].rate:", "keys[1].burst:",
 		"keys[2].name: \"unauthenticated\" is reserved", "keys[2].sha256: must be 64 hex digits",
-		"auth_failures.limit:", "auth_failures.window:", "publish_timeout:",
+		"auth_failures.limit:", "auth_failures.window:", "publish_timeout:", "header_timeout: must be from 1s to 1m",
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("no problem %q in:\n%v", want, err)

@@ -726,6 +726,68 @@ func TestChunkedBodyTimingOutIs408(t *testing.T) {
 	}
 }
 
+// TestTrickledHeadersAreCutAtTheHeaderTimeout: a connection that sends
+// its headers a byte at a time, faster than any read deadline between
+// bytes but slower than header_timeout as a whole, is answered 408 and
+// closed once header_timeout passes, not read_timeout (a connection
+// receiving headers is busy: no new one can close it); a body keeps
+// read_timeout from the end of the headers.
+func TestTrickledHeadersAreCutAtTheHeaderTimeout(t *testing.T) {
+	t.Parallel()
+	b := setup(t, gateway.Config{HeaderTimeout: time.Second, ReadTimeout: 20 * time.Second})
+	c, err := dialFrom("127.0.0.1", hostOf(b.srv.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		req := "POST /v1/notifications HTTP/1.1\r\nHost: x\r\nX-Slow: " + strings.Repeat("s", 200)
+		for i := range len(req) {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			if _, err := io.WriteString(c, req[i:i+1]); err != nil {
+				return // closed by the server
+			}
+		}
+	})
+	r := c.read()
+	took := time.Since(start)
+	close(stop)
+	wg.Wait()
+	if r.err != nil || r.status != http.StatusRequestTimeout || !strings.Contains(r.body, gateway.TypeRequestTimeout) {
+		t.Fatalf("headers trickled a byte every 50 ms: %d %q %v after %s, want 408 request-timeout", r.status, r.body, r.err, took)
+	}
+	if took < 900*time.Millisecond || took > 3*time.Second {
+		t.Errorf("answered after %s, want about header_timeout (1s)", took)
+	}
+	if !c.closedByServer() {
+		t.Error("the connection was kept after the header timeout")
+	}
+	t.Logf("trickled headers answered 408 and closed after %s", took.Round(time.Millisecond))
+
+	// Headers at once, the body after more than header_timeout: accepted.
+	d, err := dialFrom("127.0.0.1", hostOf(b.srv.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	req := validRequest(acmeKey)
+	cut := strings.Index(req, "\r\n\r\n") + 4
+	if _, err := io.WriteString(d, req[:cut]); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	if r := d.exchange(req[cut:]); r.err != nil || r.status != http.StatusAccepted {
+		t.Errorf("a body 1.5 s after its headers (header_timeout 1s, read_timeout 20s): %d %q %v, want 202", r.status, r.body, r.err)
+	}
+}
+
 // TestNothingSecretInTheLogs sends every malformed kind of request found,
 // each carrying a valid key, a phone number and a message, and finds none
 // of them in the gateway's log; each is answered with a problem, and the
@@ -791,7 +853,10 @@ func TestConnectionBounds(t *testing.T) {
 	n := testenv.NATS(t)
 	proxy := newStallProxy(t, strings.TrimPrefix(n.URL(), "nats://"))
 	b := &bundle{nats: n, redis: testenv.Redis(t), natsURL: proxy.URL()}
-	b = setupWith(t, b, gateway.Config{PublishTimeout: 3 * time.Second, Shed: gateway.Shed{MaxConns: 3, MaxConnsPerIP: 1, MaxPublishLatency: 3 * time.Second}})
+	// header_timeout 1m: the connections opened here wait seconds before
+	// their first request, and must not be closed for that meanwhile.
+	b = setupWith(t, b, gateway.Config{PublishTimeout: 3 * time.Second, HeaderTimeout: time.Minute,
+		Shed: gateway.Shed{MaxConns: 3, MaxConnsPerIP: 1, MaxPublishLatency: 3 * time.Second}})
 	addr := hostOf(b.srv.URL)
 	dial := func(from string, idle int) *rawConn {
 		t.Helper()
@@ -892,14 +957,14 @@ func TestIdleConnectionsCannotStopTheGateway(t *testing.T) {
 			}
 			start := time.Now()
 			// Holders of 10,000 connections each (a process may open
-			// 20,000 files here), from 10 addresses each: 1,000 an
+			// 20,000 files here), from 100 addresses each: 100 an
 			// address, shed.max_conns_per_ip, so that the total is the
 			// bound reached.
 			var holders []*child
 			const perHolder = 10_000
 			for h, left := 0, total; left > 0; h, left = h+1, left-perHolder {
 				var ips []string
-				for i := range 10 {
+				for i := range 100 {
 					ips = append(ips, fmt.Sprintf("127.%d.%d.%d", si+1, h+1, i+1))
 				}
 				holders = append(holders, startChild(t, "holder", childAddrEnv+"="+addr,

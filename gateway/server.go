@@ -15,8 +15,10 @@ import (
 
 // Server is a fasthttp server for the gateway: requests of at most
 // MaxRequestBytes, read as a stream so that an oversized one gets the
-// gateway's own 413; headers of at most 16 KiB; read_timeout and
-// idle_timeout; a request it cannot parse answered with a problem (400,
+// gateway's own 413; headers of at most 16 KiB; header_timeout for the
+// headers (the server's ReadTimeout: from the connection's opening, or a
+// kept-alive request's first byte), then read_timeout for the body (set
+// by headerReceived), idle_timeout between requests; a request it cannot parse answered with a problem (400,
 // 408, 413, 431) and logged without its content (method and route, size,
 // reason; at most a line a second); its own errors logged the same way.
 // Serve it with Gateway.Serve, which bounds its connections.
@@ -34,7 +36,7 @@ func (g *Gateway) Server() *fasthttp.Server {
 		SecureErrorLogMessage:        true,
 		MaxRequestBodySize:           MaxRequestBytes,
 		ReadBufferSize:               16 << 10,
-		ReadTimeout:                  g.cfg.ReadTimeout,
+		ReadTimeout:                  g.cfg.HeaderTimeout, // the body gets read_timeout (headerReceived)
 		WriteTimeout:                 g.cfg.PublishTimeout + 30*time.Second,
 		IdleTimeout:                  g.cfg.IdleTimeout,
 		CloseOnShutdown:              true,
@@ -119,20 +121,22 @@ func (g *Gateway) malformed(c *fasthttp.RequestCtx, err error) {
 	c.SetBody(mustJSON(p))
 }
 
-// headerReceived is the server's HeaderReceived: a request declaring a
-// body over MaxRequestBytes is answered 413 whatever follows, so the
-// server waits at most refuseWait for the first bytes of that body (which
-// it reads before the handler runs) rather than read_timeout: a client
-// that sent the headers alone, waiting, gets the 413 at once (from
-// malformed, which finds the size in g.declared: the server forgets the
-// request's headers when it fails to read its body).
+// headerReceived is the server's HeaderReceived, called once a request's
+// headers are in, within header_timeout (the server's ReadTimeout): the
+// body gets read_timeout from here. A request declaring a body over
+// MaxRequestBytes is answered 413 whatever follows, so the server waits
+// at most refuseWait for the first bytes of that body (which it reads
+// before the handler runs) rather than read_timeout: a client that sent
+// the headers alone, waiting, gets the 413 at once (from malformed, which
+// finds the size in g.declared: the server forgets the request's headers
+// when it fails to read its body).
 func (g *Gateway) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
 	if cl := h.ContentLength(); cl > MaxRequestBytes {
 		g.declared.Store(h, cl)
 		return fasthttp.RequestConfig{ReadTimeout: refuseWait}
 	}
 	g.declared.Delete(h)
-	return fasthttp.RequestConfig{}
+	return fasthttp.RequestConfig{ReadTimeout: g.cfg.ReadTimeout}
 }
 
 // refuseWait is how long the server waits for the body of a request it
