@@ -39,7 +39,7 @@ func (g *Gateway) authenticate(c *fasthttp.RequestCtx) (*apiKey, bool) {
 
 // clientIP is the address failed authentications and requests in flight
 // are counted against: client_ip_header's last entry when configured and
-// valid, else the connection's peer.
+// valid, else the connection's peer; an IPv6 address's /64 (addrKey).
 func (g *Gateway) clientIP(c *fasthttp.RequestCtx) netip.Addr {
 	if h := g.cfg.ClientIPHeader; h != "" {
 		if v := c.Request.Header.PeekAll(h); len(v) > 0 {
@@ -48,25 +48,44 @@ func (g *Gateway) clientIP(c *fasthttp.RequestCtx) netip.Addr {
 				last = last[i+1:]
 			}
 			if ip, err := netip.ParseAddr(string(bytes.TrimSpace(last))); err == nil {
-				return ip.Unmap()
+				return addrKey(ip)
 			}
 		}
 	}
 	return peerAddr(c.RemoteAddr())
 }
 
-// peerAddr is a connection's remote IP (the zero Addr when it has none).
+// peerAddr is a connection's remote IP as the per-address bounds count
+// it (addrKey; the zero Addr when it has none).
 func peerAddr(a net.Addr) netip.Addr {
 	if ta, ok := a.(*net.TCPAddr); ok {
-		return ta.AddrPort().Addr().Unmap()
+		return addrKey(ta.AddrPort().Addr())
 	}
 	return netip.Addr{}
 }
 
-// ipString is an address as the failed-authentication key names it.
+// addrKey is the address every per-address bound counts ip under (the
+// connections, the requests in flight, the failed authentications and
+// their block): an IPv4 address (or an IPv4-mapped IPv6 one) itself, an
+// IPv6 address's /64, the least a subscriber is given: keyed per /128,
+// anyone with a /64 had 2^64 addresses to spread over and passed every
+// per-address bound.
+func addrKey(ip netip.Addr) netip.Addr {
+	ip = ip.Unmap().WithZone("")
+	if !ip.Is6() {
+		return ip
+	}
+	return netip.PrefixFrom(ip, 64).Masked().Addr()
+}
+
+// ipString is an address as the failed-authentication key names it: an
+// IPv6 one as its /64 (2001:db8:1:2::/64).
 func ipString(ip netip.Addr) string {
-	if !ip.IsValid() {
+	switch {
+	case !ip.IsValid():
 		return "unknown"
+	case ip.Is6():
+		return ip.String() + "/64"
 	}
 	return ip.String()
 }

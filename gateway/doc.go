@@ -38,7 +38,8 @@
 // (Config.Tenants) and the whole intake's (Config.Capacity), all in one
 // EVALSHA of take.lua (GCRA on the Redis clock; keys {<prefix>gw}:<kind>:<name>,
 // one hash tag). Failed authentications are counted per client IP
-// (authfail.lua, {<prefix>gwauth:<ip>}); over Config.AuthFailures the IP is
+// (authfail.lua, {<prefix>gwauth:<ip>}; like every per-address bound, an
+// IPv6 client's /64, addrKey); over Config.AuthFailures the IP is
 // blocked in memory until the window ends, and its requests are refused
 // before any key lookup or Redis call (a fleet of P instances gives an
 // address at most limit + P tries per window).

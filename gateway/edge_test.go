@@ -321,6 +321,33 @@ func TestABlockedAddressIsRefusedBeforeRedis(t *testing.T) {
 	}
 }
 
+// TestAnIPv6SlashSixtyFourIsOneAddress: the per-address bounds count an
+// IPv6 client by its /64: failures from two addresses of one /64 add up
+// and block the whole /64 (a valid key too), while another /64 and an
+// IPv4 client are not touched.
+func TestAnIPv6SlashSixtyFourIsOneAddress(t *testing.T) {
+	t.Parallel()
+	b := setup(t, gateway.Config{ClientIPHeader: "X-Forwarded-For", AuthFailures: gateway.AuthFailures{Limit: 1, Window: time.Minute}})
+	for _, c := range []struct {
+		key, from string
+		want      int
+	}{
+		{"guess-1", "2001:db8:1:2::1", http.StatusUnauthorized},
+		{"guess-2", "2001:db8:1:2:ffff:ffff:ffff:fffe", http.StatusTooManyRequests}, // the same /64: its second failure
+		{acmeKey, "2001:db8:1:2:abcd::7", http.StatusTooManyRequests},               // the /64 is blocked
+		{acmeKey, "2001:db8:1:3::1", http.StatusAccepted},                           // the next /64
+		{"guess-3", "2001:db8:1:3::2", http.StatusUnauthorized},
+		{acmeKey, "192.0.2.1", http.StatusAccepted},
+	} {
+		if r := b.post(t, c.key, smsJob(""), "X-Forwarded-For", c.from); r.status != c.want {
+			t.Errorf("from %s: %d %s, want %d", c.from, r.status, r.body, c.want)
+		}
+	}
+	if n, err := b.rdb.Get(ctx(t), gateway.AuthFailKey(b.prefix, "2001:db8:1:2::/64")).Int(); err != nil || n != 2 {
+		t.Errorf("failures counted for 2001:db8:1:2::/64: %d (%v), want 2", n, err)
+	}
+}
+
 // TestRangesAreEnforced: every rate, burst, duration and bound of the
 // gateway has a range; a value out of it is refused naming its path, the
 // value and what is allowed.

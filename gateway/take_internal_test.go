@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"net"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -133,5 +135,28 @@ func TestUnclaimDeletesOnlyItsOwnRecord(t *testing.T) {
 	}
 	if _, err := unclaimIDs(ctx, rdb, []string{mine}, nil); err == nil {
 		t.Error("keys without their hashes were taken")
+	}
+}
+
+// TestPeersOfOneSlashSixtyFourAreOneAddress: the connection bounds count
+// two IPv6 peers of one /64 as one address, and an IPv4 peer (mapped or
+// not) as itself.
+func TestPeersOfOneSlashSixtyFourAreOneAddress(t *testing.T) {
+	t.Parallel()
+	peer := func(s string) netip.Addr { return peerAddr(&net.TCPAddr{IP: net.ParseIP(s), Port: 4711}) }
+	if a, b := peer("2001:db8:1:2::1"), peer("2001:db8:1:2:ffff:ffff:ffff:fffe"); a != b || a.String() != "2001:db8:1:2::" {
+		t.Errorf("two peers of 2001:db8:1:2::/64: %s and %s, want both 2001:db8:1:2::", a, b)
+	}
+	if a, b := peer("2001:db8:1:2::1"), peer("2001:db8:1:3::1"); a == b {
+		t.Errorf("peers of two /64s are one address: %s", a)
+	}
+	if a, b := peer("192.0.2.1"), peer("::ffff:192.0.2.1"); a != b || a.String() != "192.0.2.1" {
+		t.Errorf("an IPv4 peer: %s, mapped %s, want 192.0.2.1 for both", a, b)
+	}
+	if a, b := peer("192.0.2.1"), peer("192.0.2.2"); a == b {
+		t.Errorf("two IPv4 peers are one address: %s", a)
+	}
+	if s := ipString(peer("2001:db8:1:2::1")); s != "2001:db8:1:2::/64" {
+		t.Errorf("an IPv6 peer's failure key names %q, want 2001:db8:1:2::/64", s)
 	}
 }
