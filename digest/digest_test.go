@@ -2,6 +2,7 @@ package digest_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -23,15 +24,20 @@ func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m) }
 // promises: its members are the jobs held when the trigger was allowed,
 // not expired, and the trigger, each in one digest only; a digest of the
 // same members has the same id; fewer than two go alone; a job already in
-// a digest is never held again.
+// a digest is never held again. Their bounds are drawn small, so both are
+// reached: past the most held a new job is refused (ErrTooManyHeld) on
+// both; a membership carries the digest's first members only, and none
+// once it is published; both count the held jobs alike after every step.
 func TestStoresAgree(t *testing.T) {
 	srv := testenv.Redis(t)
 	n := 0
 	rapid.Check(t, func(rt *rapid.T) {
 		n++
 		c := testenv.NewClock(time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC))
-		red := digest.NewRedis(srv.Client(), fmt.Sprintf("p%d:", n)).WithNow(c.Now)
-		mem := digest.NewMemory(c.Now)
+		maxHeld, maxMembers := rapid.IntRange(1, 12).Draw(rt, "max_held"), rapid.IntRange(1, 6).Draw(rt, "max_members")
+		red := digest.NewRedis(srv.Client(), fmt.Sprintf("p%d:", n)).WithNow(c.Now).WithLimits(maxHeld, maxMembers)
+		mem := digest.NewMemory(c.Now).WithLimits(maxHeld, maxMembers)
+		taken := map[string][]string{} // a digest's members, as Take said
 		ctx := context.Background()
 		keys := []digest.Key{digest.KeyOf("push", "", "u1"), digest.KeyOf("push", "", "u2")}
 		inDigest := map[string]string{} // by key and job id (a job has one user)
@@ -51,13 +57,20 @@ func TestStoresAgree(t *testing.T) {
 					exp = c.Now().Add(time.Duration(rapid.IntRange(1, 20).Draw(rt, "exp_s")) * time.Second)
 				}
 				hr, mr, err := red.Hold(ctx, key, id, exp, time.Hour)
-				if err != nil {
+				if err != nil && !errors.Is(err, digest.ErrTooManyHeld) {
 					rt.Fatal(err)
 				}
-				hm, mm, _ := mem.Hold(ctx, key, id, exp, time.Hour)
-				if hr != hm || !sameMembership(mr, mm) {
-					rt.Fatalf("hold %s: redis %d %+v, memory %d %+v", id, hr, mr, hm, mm)
+				hm, mm, merr := mem.Hold(ctx, key, id, exp, time.Hour)
+				if hr != hm || !sameMembership(mr, mm) || errors.Is(err, digest.ErrTooManyHeld) != errors.Is(merr, digest.ErrTooManyHeld) {
+					rt.Fatalf("hold %s: redis %d %+v %v, memory %d %+v %v", id, hr, mr, err, hm, mm, merr)
 				}
+				if err != nil && (hr != maxHeld || mr.Digest != "") {
+					rt.Fatalf("hold %s refused with %d held (most %d), %+v", id, hr, maxHeld, mr)
+				}
+				if hr > maxHeld {
+					rt.Fatalf("hold %s: %d held, most %d", id, hr, maxHeld)
+				}
+				checkMembers(rt, mr, taken, maxMembers)
 				if d := inDigest[string(key)+id]; d != "" && mr.Digest != d {
 					rt.Fatalf("%s went into %s, hold says %+v", id, d, mr)
 				}
@@ -101,6 +114,7 @@ func TestStoresAgree(t *testing.T) {
 					}
 					inDigest[string(key)+m] = tr.Digest
 				}
+				taken[tr.Digest] = tr.Members
 				if held, _ := red.Held(ctx, key); held != 0 && allowed.IsZero() {
 					rt.Fatalf("%d held after the digest took them", held)
 				}
@@ -123,8 +137,16 @@ func TestStoresAgree(t *testing.T) {
 				if !sameMembership(mr, mm) {
 					rt.Fatalf("of %s: redis %+v, memory %+v", id, mr, mm)
 				}
+				checkMembers(rt, mr, taken, maxMembers)
 			case 4:
 				c.Advance(time.Duration(rapid.IntRange(1, 10).Draw(rt, "advance_s")) * time.Second)
+			}
+			hr, err := red.Held(ctx, key)
+			if err != nil {
+				rt.Fatal(err)
+			}
+			if hm, _ := mem.Held(ctx, key); hr != hm {
+				rt.Fatalf("held: redis %d, memory %d", hr, hm)
 			}
 		}
 	})
@@ -226,7 +248,111 @@ func TestJobsHeldAfterTheTriggerWait(t *testing.T) {
 	}
 }
 
+// checkMembers: m, a membership of a digest taken with members (taken),
+// counts them all and lists the first max of them while pending, none once
+// published.
+func checkMembers(rt *rapid.T, m digest.Membership, taken map[string][]string, max int) {
+	if m.Digest == "" {
+		return
+	}
+	all := taken[m.Digest]
+	want := all[:min(len(all), max)]
+	if m.State == digest.Published {
+		want = nil
+	}
+	if m.Count != len(all) || !slices.Equal(m.Members, want) {
+		rt.Fatalf("membership %+v of a digest of %v (at most %d listed)", m, all, max)
+	}
+}
+
 // sameMembership: a and b name the same digest, state, count and members.
 func sameMembership(a, b digest.Membership) bool {
 	return a.Digest == b.Digest && a.State == b.State && a.Count == b.Count && slices.Equal(a.Members, b.Members)
+}
+
+// TestBounds: on both stores with their real bounds, a user's held jobs
+// stop at MaxHeld (the next new job is refused with ErrTooManyHeld, one
+// held already is answered as before), and a digest of more than
+// MaxMembers jobs counts them all, takes them all, and lists the first
+// MaxMembers while pending, none once published.
+func TestBounds(t *testing.T) {
+	srv := testenv.Redis(t)
+	ctx := context.Background()
+	for name, s := range map[string]digest.Store{
+		"redis":  digest.NewRedis(srv.Client(), "bounds:"),
+		"memory": digest.NewMemory(nil),
+	} {
+		k := digest.KeyOf("push", "", "flooded")
+		for i := range digest.MaxHeld {
+			if held, _, err := s.Hold(ctx, k, fmt.Sprintf("j%05d", i), time.Time{}, time.Hour); err != nil || held != i+1 {
+				t.Fatalf("%s: hold %d: %d held, %v", name, i, held, err)
+			}
+		}
+		if held, m, err := s.Hold(ctx, k, "one-too-many", time.Time{}, time.Hour); !errors.Is(err, digest.ErrTooManyHeld) || held != digest.MaxHeld || m.Digest != "" {
+			t.Fatalf("%s: hold past the bound: %d, %+v, %v; want ErrTooManyHeld", name, held, m, err)
+		}
+		if held, _, err := s.Hold(ctx, k, "j00007", time.Time{}, time.Hour); err != nil || held != digest.MaxHeld {
+			t.Fatalf("%s: a held job again at the bound: %d, %v", name, held, err)
+		}
+		tk, err := s.Take(ctx, k, "trigger", time.Time{}, time.Time{}, time.Hour)
+		if err != nil || len(tk.Members) != digest.MaxHeld+1 {
+			t.Fatalf("%s: take: %d members, %v", name, len(tk.Members), err)
+		}
+		if held, _ := s.Held(ctx, k); held != 0 {
+			t.Fatalf("%s: %d held after the take", name, held)
+		}
+		m, err := s.Of(ctx, k, "j09999")
+		if err != nil || m.Count != digest.MaxHeld+1 || m.State != digest.Pending || !slices.Equal(m.Members, tk.Members[:digest.MaxMembers]) {
+			t.Fatalf("%s: of a member: %s %d %d members, %v; want the first %d of %d", name, m.State, m.Count, len(m.Members), err, digest.MaxMembers, digest.MaxHeld+1)
+		}
+		if _, m, err := s.Hold(ctx, k, "j00001", time.Time{}, time.Hour); err != nil || m.Count != digest.MaxHeld+1 || len(m.Members) != digest.MaxMembers {
+			t.Fatalf("%s: hold of a member: %+v, %v", name, m.Count, err)
+		}
+		if err := s.Publish(ctx, k, tk.Digest); err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range []string{"j00001", "trigger"} {
+			m, err := s.Of(ctx, k, id)
+			if err != nil || m.State != digest.Published || m.Count != digest.MaxHeld+1 || m.Members != nil {
+				t.Fatalf("%s: of %s once published: %s %d %d members, %v; want the count, no members", name, id, m.State, m.Count, len(m.Members), err)
+			}
+		}
+		if m, ok, err := s.Digest(ctx, k, tk.Digest); err != nil || !ok || m.Count != digest.MaxHeld+1 || m.Members != nil {
+			t.Fatalf("%s: digest once published: %+v, %v, %v", name, m.Count, ok, err)
+		}
+		if held, _, err := s.Hold(ctx, k, "one-too-many", time.Time{}, time.Hour); err != nil || held != 1 {
+			t.Fatalf("%s: hold after the take: %d, %v", name, held, err)
+		}
+	}
+}
+
+// TestHashWithoutHeldCount: a user's hash written before the held count
+// was kept (h: fields, no held field; D: as "<state> <count>") is counted
+// once and then kept count of.
+func TestHashWithoutHeldCount(t *testing.T) {
+	srv := testenv.Redis(t)
+	rdb := srv.Client()
+	ctx := context.Background()
+	s := digest.NewRedis(rdb, "old:")
+	k := digest.KeyOf("sms", "", "u")
+	hash := "{old:dg:" + string(k) + "}"
+	if err := rdb.HSet(ctx, hash, "h:j1", "0 1", "h:j2", "0", "d:j0", "digest-x", "D:digest-x", "pending 2", "I:digest-x", "j0 j9").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if held, err := s.Held(ctx, k); err != nil || held != 2 {
+		t.Fatalf("held: %d, %v; want 2", held, err)
+	}
+	if _, m, err := s.Hold(ctx, k, "j0", time.Time{}, time.Hour); err != nil || m.Digest != "digest-x" || m.Count != 2 || !slices.Equal(m.Members, []string{"j0", "j9"}) {
+		t.Fatalf("hold of a member: %+v, %v", m, err)
+	}
+	if held, _, err := s.Hold(ctx, k, "j3", time.Time{}, time.Hour); err != nil || held != 3 {
+		t.Fatalf("hold: %d, %v; want 3", held, err)
+	}
+	tk, err := s.Take(ctx, k, "j4", time.Time{}, time.Time{}, time.Hour)
+	if err != nil || !slices.Equal(tk.Members, []string{"j1", "j2", "j3", "j4"}) {
+		t.Fatalf("take: %+v, %v", tk, err)
+	}
+	if held, err := s.Held(ctx, k); err != nil || held != 0 {
+		t.Fatalf("held after the take: %d, %v", held, err)
+	}
 }

@@ -14,6 +14,7 @@ import (
 // the same decisions as Redis's, on clock now.
 type Memory struct {
 	now func() time.Time
+	limits
 
 	mu    sync.Mutex
 	users map[Key]*user
@@ -60,8 +61,12 @@ func (m *Memory) Hold(_ context.Context, key Key, id string, expires time.Time, 
 	if d, ok := u.in[id]; ok {
 		return len(u.held), u.membership(d), nil
 	}
+	_, held := u.held[id]
+	if !held && len(u.held) >= m.limits.held() {
+		return len(u.held), Membership{}, ErrTooManyHeld
+	}
 	u = m.user(key, ttl)
-	if _, held := u.held[id]; !held {
+	if !held {
 		u.held[id] = heldJob{expires: expires, at: time.UnixMicro(m.now().UnixMicro())} // µs, as Redis keeps it
 	}
 	return len(u.held), Membership{}, nil
@@ -85,6 +90,9 @@ func (m *Memory) Take(_ context.Context, key Key, trigger string, expires, allow
 	u := m.user(key, 0)
 	if d, ok := u.in[trigger]; ok {
 		return Taken{Digest: d, Already: true}, nil
+	}
+	if len(u.held) == 0 {
+		return Taken{}, nil
 	}
 	now := m.now()
 	if allowed.IsZero() {
@@ -117,7 +125,7 @@ func (m *Memory) Take(_ context.Context, key Key, trigger string, expires, allow
 		delete(u.held, id)
 		u.in[id] = d
 	}
-	u.digests[d] = Membership{Digest: d, State: Pending, Count: len(members), Members: members}
+	u.digests[d] = Membership{Digest: d, State: Pending, Count: len(members), Members: slices.Clone(members[:min(len(members), m.limits.members())])}
 	return Taken{Digest: d, Members: members}, nil
 }
 
@@ -127,7 +135,7 @@ func (m *Memory) Publish(_ context.Context, key Key, digest string) error {
 	defer m.mu.Unlock()
 	u := m.user(key, 0)
 	if d, ok := u.digests[digest]; ok {
-		d.State = Published
+		d.State, d.Members = Published, nil
 		u.digests[digest] = d
 	}
 	return nil

@@ -38,13 +38,30 @@ const (
 	Published = "published"
 )
 
+// Bounds of a user's state.
+const (
+	// MaxHeld is the most jobs held for one user's digest at once: a job
+	// refused past it is not held (Hold says ErrTooManyHeld), so that a
+	// user flooded with jobs costs a bounded state and a bounded digest.
+	MaxHeld = 10000
+	// MaxMembers is the most member ids a Membership carries, the first
+	// in id order (its Count is the digest's whole count): what a digest
+	// job lists in its data (SPEC §4).
+	MaxMembers = 100
+)
+
+// ErrTooManyHeld: Hold did not hold the job, MaxHeld jobs being held for
+// the user already. The caller ends the job (it is in no digest).
+var ErrTooManyHeld = errors.New("too many jobs held for the user's digest")
+
 // Membership says whether a job went into a digest: Digest "" when not.
 type Membership struct {
 	Digest string
 	State  string // Pending or Published
 	Count  int    // the digest's jobs
-	// Members are the digest's job ids (queue.MsgID), sorted: whoever
-	// publishes a pending digest puts them in its data.
+	// Members are the first MaxMembers of the digest's job ids
+	// (queue.MsgID), sorted, while the digest is pending (none once
+	// published): whoever publishes a pending digest puts them in its data.
 	Members []string
 }
 
@@ -64,7 +81,8 @@ type Store interface {
 	// digest (expires: its expires_at, zero for none; ttl: how long the
 	// user's state is kept, past the window); held is how many are held
 	// now. A job that already went into a digest is not held: m says
-	// which.
+	// which. A new job when MaxHeld are held is not held either: err is
+	// ErrTooManyHeld.
 	Hold(ctx context.Context, key Key, id string, expires time.Time, ttl time.Duration) (held int, m Membership, err error)
 	// Of says whether job id went into a digest.
 	Of(ctx context.Context, key Key, id string) (Membership, error)
@@ -105,17 +123,43 @@ var (
 	holdLua string
 	//go:embed take.lua
 	takeLua string
+	//go:embed held.lua
+	heldLua string
 
-	holdScript = redis.NewScript(luapre.Now + luapre.Num + holdLua)
-	takeScript = redis.NewScript(luapre.Now + luapre.Num + takeLua)
+	holdScript    = redis.NewScript(luapre.Now + luapre.Num + heldLua + holdLua)
+	takeScript    = redis.NewScript(luapre.Now + luapre.Num + heldLua + takeLua)
+	publishScript = redis.NewScript(`
+local st = redis.call('HGET', KEYS[1], 'D:' .. ARGV[1])
+if not st then return 0 end
+redis.call('HSET', KEYS[1], 'D:' .. ARGV[1], (string.gsub(st, '^%a+', 'published', 1)))
+redis.call('HDEL', KEYS[1], 'I:' .. ARGV[1])
+return 1`)
 )
 
 // Redis is the fleet's store: a hash per user's cap,
-// {<prefix>dg:<key>}.
+// {<prefix>dg:<key>} (its fields: take.lua's header).
 type Redis struct {
 	rdb    redis.UniversalClient
 	prefix string
 	now    func() time.Time // nil: the Redis clock (TIME)
+	limits
+}
+
+// limits are a store's bounds: MaxHeld and MaxMembers but in tests.
+type limits struct{ maxHeld, maxMembers int }
+
+func (l limits) held() int {
+	if l.maxHeld > 0 {
+		return l.maxHeld
+	}
+	return MaxHeld
+}
+
+func (l limits) members() int {
+	if l.maxMembers > 0 {
+		return l.maxMembers
+	}
+	return MaxMembers
 }
 
 var _ Store = (*Redis)(nil)
@@ -150,13 +194,16 @@ func ttlMs(ttl time.Duration) string { return strconv.FormatInt(max(1, ttl.Milli
 
 // Hold implements Store.
 func (r *Redis) Hold(ctx context.Context, key Key, id string, expires time.Time, ttl time.Duration) (int, Membership, error) {
-	v, err := holdScript.Run(ctx, r.rdb, []string{r.key(key)}, id, micros(expires), ttlMs(ttl), r.nowArg()).Slice()
+	v, err := holdScript.Run(ctx, r.rdb, []string{r.key(key)}, id, micros(expires), ttlMs(ttl), r.nowArg(), r.held()).Slice()
 	if err != nil {
 		return 0, Membership{}, fmt.Errorf("hold a job for a digest: %w", err)
 	}
 	held, ok := v[0].(int64)
 	if !ok {
 		return 0, Membership{}, fmt.Errorf("hold a job for a digest: reply %v", v)
+	}
+	if len(v) == 2 {
+		return int(held), Membership{}, ErrTooManyHeld
 	}
 	var m Membership
 	if len(v) >= 4 {
@@ -187,7 +234,7 @@ func (r *Redis) Of(ctx context.Context, key Key, id string) (Membership, error) 
 
 // Take implements Store.
 func (r *Redis) Take(ctx context.Context, key Key, trigger string, expires, allowed time.Time, ttl time.Duration) (Taken, error) {
-	v, err := takeScript.Run(ctx, r.rdb, []string{r.key(key)}, trigger, micros(expires), ttlMs(ttl), r.nowArg(), micros(allowed)).Slice()
+	v, err := takeScript.Run(ctx, r.rdb, []string{r.key(key)}, trigger, micros(expires), ttlMs(ttl), r.nowArg(), micros(allowed), r.members()).Slice()
 	if err != nil {
 		return Taken{}, fmt.Errorf("take held jobs into a digest: %w", err)
 	}
@@ -207,13 +254,10 @@ func (r *Redis) Take(ctx context.Context, key Key, trigger string, expires, allo
 	return t, nil
 }
 
-// Publish implements Store.
+// Publish implements Store: the digest's member ids are dropped (no one
+// needs them once it is published).
 func (r *Redis) Publish(ctx context.Context, key Key, digest string) error {
-	m, ok, err := r.Digest(ctx, key, digest)
-	if err != nil || !ok {
-		return err
-	}
-	if err := r.rdb.HSet(ctx, r.key(key), "D:"+digest, Published+" "+strconv.Itoa(m.Count)).Err(); err != nil {
+	if err := publishScript.Run(ctx, r.rdb, []string{r.key(key)}, digest).Err(); err != nil {
 		return fmt.Errorf("mark a digest published: %w", err)
 	}
 	return nil
@@ -229,19 +273,33 @@ func (r *Redis) Digest(ctx context.Context, key Key, digest string) (Membership,
 	if !ok {
 		return Membership{}, false, nil
 	}
-	state, count, _ := strings.Cut(st, " ")
-	n, _ := strconv.Atoi(count)
-	ids, _ := v[1].(string)
-	return Membership{Digest: digest, State: state, Count: n, Members: strings.Fields(ids)}, true, nil
+	f := strings.Fields(st) // state, count, and (but as written before) when taken
+	m := Membership{Digest: digest}
+	if len(f) >= 2 {
+		m.State = f[0]
+		m.Count, _ = strconv.Atoi(f[1])
+	}
+	if ids, _ := v[1].(string); m.State == Pending {
+		m.Members = strings.Fields(ids)
+	}
+	return m, true, nil
 }
 
 // Held implements Store.
 func (r *Redis) Held(ctx context.Context, key Key) (int, error) {
+	n, err := r.rdb.HGet(ctx, r.key(key), "held").Int()
+	switch {
+	case err == nil:
+		return n, nil
+	case !errors.Is(err, redis.Nil):
+		return 0, fmt.Errorf("count held jobs: %w", err)
+	}
+	// No count: no state, or a hash written before the count was kept.
 	fields, err := r.rdb.HKeys(ctx, r.key(key)).Result()
 	if err != nil {
 		return 0, fmt.Errorf("count held jobs: %w", err)
 	}
-	n := 0
+	n = 0
 	for _, f := range fields {
 		if strings.HasPrefix(f, "h:") {
 			n++

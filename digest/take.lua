@@ -7,13 +7,18 @@
 -- ARGV[3]  the hash's TTL, ms
 -- ARGV[4]  now, µs (tests only; '' reads TIME)
 -- ARGV[5]  when the cap allowed the trigger, µs ('' or 0: now)
+-- ARGV[6]  the most member ids I:<digest> keeps (digest.MaxMembers)
 --
 -- Fields: h:<id> = a held job: "<expires_at µs, 0: none> <held at µs>"
 --         (or its expires_at alone, as written before the held instant
 --         was kept: held at 0);
 --         d:<id> = the digest a job went into;
+--         held = how many h: fields there are (hold.lua and take.lua
+--         keep it; held.lua counts them once in a hash without it);
 --         D:<digest> = "<state> <count>" (state pending or published);
---         I:<digest> = the digest's job ids, space-separated, sorted.
+--         I:<digest> = the first ARGV[6] of the digest's job ids,
+--         space-separated, sorted, while it is pending (dropped when
+--         published: only a pending digest's publisher needs them).
 --
 -- The jobs held when the cap allowed the trigger (not those held after
 -- it: they were refused because the trigger took the cap, and wait for the
@@ -25,16 +30,19 @@
 -- jobs and goes alone.
 --
 -- A trigger already in a digest (another process took it meanwhile) is
--- told so, and nothing changes.
+-- told so, and nothing changes. With no job held (the held count: O(1))
+-- the trigger goes alone at once; else the hash is read whole.
 --
 -- Reply: {} (alone), {digest, count, id1, id2, ...}, or {digest, -1} (the
 -- trigger was in that digest already)
 --
--- Prepended (store.go): internal/luapre's now.lua (now_us) and num.lua.
+-- Prepended (store.go): internal/luapre's now.lua (now_us) and num.lua,
+-- and held.lua (held_count).
 local now = now_us(ARGV[4])
 local trigger = ARGV[1]
 local texp = whole('expires_at', ARGV[2], 0, EXACT)
 local keep = ttl_ms(whole('ttl', ARGV[3], 1, MAX_TTL_MS))
+local most = whole('max_members', ARGV[6], 1, EXACT)
 local allowed = now
 if ARGV[5] ~= nil and ARGV[5] ~= '' and ARGV[5] ~= '0' then
   allowed = whole('allowed_at', ARGV[5], 0, EXACT)
@@ -42,6 +50,8 @@ end
 local key = KEYS[1]
 local already = redis.call('HGET', key, 'd:' .. trigger)
 if already then return {already, -1} end
+local held = held_count(key)
+if held == 0 then return {} end
 local fields = redis.call('HGETALL', key)
 local members = {}
 local has_trigger = false
@@ -55,7 +65,7 @@ for i = 1, #fields, 2 do
       has_trigger = true
       members[#members + 1] = id
     elseif exp ~= 0 and exp <= now then
-      redis.call('HDEL', key, f) -- expired: it is suppressed as such when it comes back
+      held = held - redis.call('HDEL', key, f) -- expired: it is suppressed as such when it comes back
     elseif held_at <= allowed then
       members[#members + 1] = id
     end
@@ -65,17 +75,20 @@ if not has_trigger and (texp == 0 or texp > now) then
   members[#members + 1] = trigger
 end
 if #members < 2 then
-  redis.call('HDEL', key, 'h:' .. trigger)
+  held = held - redis.call('HDEL', key, 'h:' .. trigger)
+  redis.call('HSET', key, 'held', held)
   return {}
 end
 table.sort(members)
 local ids = table.concat(members, ' ')
 local digest = 'digest-' .. string.sub(redis.sha1hex(ids), 1, 24)
 for _, id in ipairs(members) do
-  redis.call('HDEL', key, 'h:' .. id)
+  held = held - redis.call('HDEL', key, 'h:' .. id)
   redis.call('HSET', key, 'd:' .. id, digest)
 end
-redis.call('HSET', key, 'D:' .. digest, 'pending ' .. #members, 'I:' .. digest, ids)
+local first = ids
+if #members > most then first = table.concat(members, ' ', 1, most) end
+redis.call('HSET', key, 'D:' .. digest, 'pending ' .. #members, 'I:' .. digest, first, 'held', held)
 redis.call('PEXPIRE', key, keep)
 local out = {digest, #members}
 for _, id in ipairs(members) do out[#out + 1] = id end
