@@ -60,15 +60,17 @@ func LanePair(channel, tenant string, n int) (a, b int) {
 // tenant's pair that holds fewer jobs, as the last read of the lanes'
 // depths says, counting the jobs placed since. The view is a hint: a read
 // that fails keeps the last one, and without any a tenant's jobs alternate
-// between its two lanes. It is safe for concurrent use.
+// between its two lanes. It is read in the background (one read at a time,
+// each bounded by laneViewTimeout), never on a publish's path. It is safe
+// for concurrent use.
 type Lanes struct {
 	n    int
 	read func(context.Context) (map[string]uint64, error) // the lanes' depths; nil: none
 
 	mu      sync.Mutex
 	depth   map[string]int64 // by fair lane subject
-	readAt  time.Time
-	reading bool
+	readAt  time.Time        // when the view was read, or a read last failed
+	reading bool             // a read is under way
 }
 
 // NewLanes returns a placement over n fair lanes (clamped to 1 to
@@ -117,6 +119,10 @@ func StreamLanes(js jetstream.JetStream, n int) *Lanes {
 func (l *Lanes) Observe(depths map[string]uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.observeLocked(depths)
+}
+
+func (l *Lanes) observeLocked(depths map[string]uint64) {
 	clear(l.depth)
 	for s, n := range depths {
 		l.depth[s] = int64(n)
@@ -126,12 +132,14 @@ func (l *Lanes) Observe(depths map[string]uint64) {
 
 // Place returns the fair lane a job of k's tenant, channel and lane goes
 // to (k names a tenant: k.Tenant is set); a key of the default tenant is
-// returned as it is.
-func (l *Lanes) Place(ctx context.Context, k Key) Key {
+// returned as it is. It never waits: it places by the current view, and
+// when that is older than 250 ms starts a read of the lanes' depths in the
+// background for the jobs after it (ctx is not used: the read has a
+// context of its own, so a request that ends does not end it).
+func (l *Lanes) Place(_ context.Context, k Key) Key {
 	if k.Tenant == "" || k.Fair {
 		return k
 	}
-	l.refresh(ctx)
 	a, b := LanePair(k.Channel, k.Tenant, l.n)
 	ka := Key{Channel: k.Channel, High: k.High, Category: k.Category, Fair: true, Index: a}
 	kb := ka
@@ -139,6 +147,7 @@ func (l *Lanes) Place(ctx context.Context, k Key) Key {
 	sa, sb := ka.Subject(), kb.Subject()
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.refreshLocked()
 	if l.depth[sb] < l.depth[sa] {
 		ka, sa = kb, sb
 	}
@@ -146,27 +155,29 @@ func (l *Lanes) Place(ctx context.Context, k Key) Key {
 	return ka
 }
 
-// refresh reads the lanes' depths when the view is stale and no other
-// caller is reading them; the others go on with the stale view.
-func (l *Lanes) refresh(ctx context.Context) {
-	if l.read == nil {
-		return
-	}
-	l.mu.Lock()
-	if l.reading || time.Since(l.readAt) < laneViewEvery {
-		l.mu.Unlock()
+// refreshLocked starts a read of the lanes' depths when the view is stale
+// and no read is under way; l.mu is held.
+func (l *Lanes) refreshLocked() {
+	if l.read == nil || l.reading || time.Since(l.readAt) < laneViewEvery {
 		return
 	}
 	l.reading = true
-	l.mu.Unlock()
-	rctx, cancel := context.WithTimeout(ctx, laneViewTimeout)
-	depths, err := l.read(rctx)
+	go l.refresh()
+}
+
+// refresh reads the lanes' depths, within laneViewTimeout, into the view.
+// A failed read keeps the last view and is tried again after
+// laneViewEvery, not by every job meanwhile (the view is a hint).
+func (l *Lanes) refresh() {
+	ctx, cancel := context.WithTimeout(context.Background(), laneViewTimeout)
+	depths, err := l.read(ctx)
 	cancel()
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	l.reading = false
-	l.readAt = time.Now() // a failed read is not retried at once: the view is a hint
-	l.mu.Unlock()
-	if err == nil {
-		l.Observe(depths)
+	if err != nil {
+		l.readAt = time.Now()
+		return
 	}
+	l.observeLocked(depths)
 }
