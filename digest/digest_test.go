@@ -356,3 +356,85 @@ func TestHashWithoutHeldCount(t *testing.T) {
 		t.Fatalf("held after the take: %d, %v", held, err)
 	}
 }
+
+// TestOldDigestsAreForgotten: a user who never pauses for a TTL keeps only
+// the digests taken within a TTL: a take that finds jobs held drops the
+// older ones, and which jobs went into them, on both stores alike. A
+// digest written before its taken instant was kept gets one at the next
+// take, and is kept a TTL from then.
+func TestOldDigestsAreForgotten(t *testing.T) {
+	srv := testenv.Redis(t)
+	rdb := srv.Client()
+	ctx := context.Background()
+	c := testenv.NewClock(time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC))
+	const ttl = time.Minute
+	k := digest.KeyOf("push", "", "busy")
+	hash := "{forget:dg:" + string(k) + "}"
+	stores := []struct {
+		name string
+		s    digest.Store
+	}{
+		{"redis", digest.NewRedis(rdb, "forget:").WithNow(c.Now)},
+		{"memory", digest.NewMemory(c.Now)},
+	}
+	take := func(trigger string, held ...string) string {
+		t.Helper()
+		var ds []string
+		for _, st := range stores {
+			for _, id := range held {
+				if _, _, err := st.s.Hold(ctx, k, id, time.Time{}, ttl); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tk, err := st.s.Take(ctx, k, trigger, time.Time{}, time.Time{}, ttl)
+			if err != nil || tk.Digest == "" {
+				t.Fatalf("%s: take %s: %+v, %v", st.name, trigger, tk, err)
+			}
+			ds = append(ds, tk.Digest)
+		}
+		return ds[0]
+	}
+	of := func(id, want string) {
+		t.Helper()
+		for _, st := range stores {
+			if m, err := st.s.Of(ctx, k, id); err != nil || m.Digest != want {
+				t.Errorf("%s: of %s: %q, %v; want %q", st.name, id, m.Digest, err, want)
+			}
+		}
+	}
+	d1 := take("c", "a", "b") // at 0 s
+	c.Advance(30 * time.Second)
+	d2 := take("r", "p", "q") // at 30 s
+	c.Advance(20 * time.Second)
+	d3 := take("y", "x") // at 50 s: nothing is old yet
+	of("a", d1)
+	// An old store's digest, its state and count only.
+	if err := rdb.HSet(ctx, hash, "d:o1", "digest-old", "D:digest-old", "published 2").Err(); err != nil {
+		t.Fatal(err)
+	}
+	c.Advance(11 * time.Second)
+	take("z", "w") // at 61 s: d1, taken 61 s ago, goes; d2 and d3 stay
+	of("a", "")
+	of("c", "")
+	of("p", d2)
+	of("x", d3)
+	if _, ok, _ := stores[0].s.Digest(ctx, k, d1); ok {
+		t.Error("redis: the old digest is still known")
+	}
+	if st, err := rdb.HGet(ctx, hash, "D:digest-old").Result(); err != nil || len(strings.Fields(st)) != 3 {
+		t.Errorf("the digest written without its instant: %q, %v; want one given", st, err)
+	}
+	c.Advance(30 * time.Second)
+	take("v", "u") // at 91 s: d2 goes (and the old store's digest stays: its minute began at 61 s)
+	of("p", "")
+	of("x", d3)
+	if d, _ := rdb.HGet(ctx, hash, "d:o1").Result(); d != "digest-old" {
+		t.Errorf("the old store's digest went at once: %q", d)
+	}
+	fields, _ := rdb.HKeys(ctx, hash).Result()
+	for _, f := range fields {
+		if strings.Contains(f, d1) || strings.Contains(f, d2) || f == "d:a" || f == "d:p" {
+			t.Errorf("field %s of a forgotten digest", f)
+		}
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/notifier/notifier/internal/luapre"
 )
 
 // Memory is one process's store (`notifier dev`, the demo, local limits):
@@ -23,13 +25,19 @@ type Memory struct {
 type user struct {
 	held    map[string]heldJob // id → when it expires, when it was held
 	in      map[string]string  // id → digest
-	digests map[string]Membership
+	digests map[string]taken
 	until   time.Time // the state is dropped after
 }
 
 // heldJob is a held job's expires_at (zero: none) and when it was first
 // held.
 type heldJob struct{ expires, at time.Time }
+
+// taken is a digest and when it was taken, µs.
+type taken struct {
+	Membership
+	at int64
+}
 
 var _ Store = (*Memory)(nil)
 
@@ -44,7 +52,7 @@ func NewMemory(now func() time.Time) *Memory {
 func (m *Memory) user(key Key, ttl time.Duration) *user {
 	u := m.users[key]
 	if u == nil || m.now().After(u.until) {
-		u = &user{held: map[string]heldJob{}, in: map[string]string{}, digests: map[string]Membership{}}
+		u = &user{held: map[string]heldJob{}, in: map[string]string{}, digests: map[string]taken{}}
 		m.users[key] = u
 	}
 	if ttl > 0 {
@@ -95,6 +103,7 @@ func (m *Memory) Take(_ context.Context, key Key, trigger string, expires, allow
 		return Taken{}, nil
 	}
 	now := m.now()
+	u.prune(now.UnixMicro(), min(max(1, ttl.Milliseconds()), luapre.MaxTTL.Milliseconds())*1000)
 	if allowed.IsZero() {
 		allowed = now
 	}
@@ -125,7 +134,7 @@ func (m *Memory) Take(_ context.Context, key Key, trigger string, expires, allow
 		delete(u.held, id)
 		u.in[id] = d
 	}
-	u.digests[d] = Membership{Digest: d, State: Pending, Count: len(members), Members: slices.Clone(members[:min(len(members), m.limits.members())])}
+	u.digests[d] = taken{Membership{Digest: d, State: Pending, Count: len(members), Members: slices.Clone(members[:min(len(members), m.limits.members())])}, now.UnixMicro()}
 	return Taken{Digest: d, Members: members}, nil
 }
 
@@ -154,9 +163,29 @@ func (m *Memory) Digest(_ context.Context, key Key, digest string) (Membership, 
 
 // membership is digest d's, its members a copy.
 func (u *user) membership(d string) Membership {
-	ms := u.digests[d]
+	ms := u.digests[d].Membership
 	ms.Members = slices.Clone(ms.Members)
 	return ms
+}
+
+// prune drops the digests taken longer than keep µs before now (µs), and
+// which jobs went into them, as take.lua does.
+func (u *user) prune(now, keep int64) {
+	old := map[string]bool{}
+	for d, t := range u.digests {
+		if t.at+keep < now {
+			old[d] = true
+			delete(u.digests, d)
+		}
+	}
+	if len(old) == 0 {
+		return
+	}
+	for id, d := range u.in {
+		if old[d] {
+			delete(u.in, id)
+		}
+	}
 }
 
 // Held implements Store.

@@ -91,7 +91,9 @@ type Store interface {
 	// one digest when they are two or more; else trigger is no longer held
 	// and goes alone (Taken.Digest ""). A job held after allowed was
 	// refused because trigger took the cap: it stays held, for the next
-	// window's digest.
+	// window's digest. A Take that finds jobs held forgets the digests
+	// taken more than ttl ago (Of, Hold and Digest no longer know them), as
+	// the whole state is forgotten ttl after the last Hold or Take.
 	Take(ctx context.Context, key Key, trigger string, expires, allowed time.Time, ttl time.Duration) (Taken, error)
 	// Publish marks the digest published.
 	Publish(ctx context.Context, key Key, digest string) error

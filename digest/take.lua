@@ -15,7 +15,10 @@
 --         d:<id> = the digest a job went into;
 --         held = how many h: fields there are (hold.lua and take.lua
 --         keep it; held.lua counts them once in a hash without it);
---         D:<digest> = "<state> <count>" (state pending or published);
+--         D:<digest> = "<state> <count> <taken at µs>" (state pending or
+--         published; or "<state> <count>" alone, as written before the
+--         taken instant was kept: the next take that reads the hash gives
+--         it now);
 --         I:<digest> = the first ARGV[6] of the digest's job ids,
 --         space-separated, sorted, while it is pending (dropped when
 --         published: only a pending digest's publisher needs them).
@@ -31,7 +34,11 @@
 --
 -- A trigger already in a digest (another process took it meanwhile) is
 -- told so, and nothing changes. With no job held (the held count: O(1))
--- the trigger goes alone at once; else the hash is read whole.
+-- the trigger goes alone at once; else the hash is read whole, and the
+-- digests taken longer than the TTL ago are dropped with their d: and I:
+-- fields (as the whole hash would be after a TTL without a hold or a take:
+-- their jobs came back long since), so that a user who never pauses long
+-- enough for the hash to expire does not keep every job ever digested.
 --
 -- Reply: {} (alone), {digest, count, id1, id2, ...}, or {digest, -1} (the
 -- trigger was in that digest already)
@@ -53,6 +60,21 @@ if already then return {already, -1} end
 local held = held_count(key)
 if held == 0 then return {} end
 local fields = redis.call('HGETALL', key)
+local keep_us = tonumber(keep) * 1000
+local old = {} -- digests taken longer than keep ago
+for i = 1, #fields, 2 do
+  local f, v = fields[i], fields[i + 1]
+  if string.sub(f, 1, 2) == 'D:' then
+    local taken_at = string.match(v, '^%a+ %d+ (%d+)$')
+    if not taken_at then
+      redis.call('HSET', key, f, v .. ' ' .. str(now))
+    elseif tonumber(taken_at) + keep_us < now then
+      local d = string.sub(f, 3)
+      old[d] = true
+      redis.call('HDEL', key, f, 'I:' .. d)
+    end
+  end
+end
 local members = {}
 local has_trigger = false
 for i = 1, #fields, 2 do
@@ -69,6 +91,8 @@ for i = 1, #fields, 2 do
     elseif held_at <= allowed then
       members[#members + 1] = id
     end
+  elseif string.sub(f, 1, 2) == 'd:' and old[v] then
+    redis.call('HDEL', key, f)
   end
 end
 if not has_trigger and (texp == 0 or texp > now) then
@@ -88,7 +112,7 @@ for _, id in ipairs(members) do
 end
 local first = ids
 if #members > most then first = table.concat(members, ' ', 1, most) end
-redis.call('HSET', key, 'D:' .. digest, 'pending ' .. #members, 'I:' .. digest, first, 'held', held)
+redis.call('HSET', key, 'D:' .. digest, 'pending ' .. #members .. ' ' .. str(now), 'I:' .. digest, first, 'held', held)
 redis.call('PEXPIRE', key, keep)
 local out = {digest, #members}
 for _, id in ipairs(members) do out[#out + 1] = id end
