@@ -50,15 +50,10 @@ func (m *Memory) Add(_ context.Context, e Entry, ttl time.Duration) error {
 	return nil
 }
 
-// Has implements Store.
-func (m *Memory) Has(_ context.Context, channel, hash string) (bool, error) {
-	if err := check(channel, hash); err != nil {
-		return false, err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	_, ok := m.get(channel, hash)
-	return ok, nil
+// Has implements Store: Get's ok.
+func (m *Memory) Has(ctx context.Context, channel, hash string) (bool, error) {
+	_, ok, err := m.Get(ctx, channel, hash)
+	return ok, err
 }
 
 // Get implements Store.

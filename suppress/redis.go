@@ -63,12 +63,18 @@ func (r *Redis) HasCmd(ctx context.Context, pipe redis.Pipeliner, channel, hash 
 
 // Has implements Store.
 func (r *Redis) Has(ctx context.Context, channel, hash string) (bool, error) {
+	return r.one(ctx, channel, hash, "ask after a suppressed recipient", r.rdb.Exists)
+}
+
+// one runs op, EXISTS or DEL, on the recipient's key: true when it found
+// the key. doing names op in its error.
+func (r *Redis) one(ctx context.Context, channel, hash, doing string, op func(context.Context, ...string) *redis.IntCmd) (bool, error) {
 	if err := check(channel, hash); err != nil {
 		return false, err
 	}
-	n, err := r.rdb.Exists(ctx, r.Key(channel, hash)).Result()
+	n, err := op(ctx, r.Key(channel, hash)).Result()
 	if err != nil {
-		return false, fmt.Errorf("is a recipient of %s suppressed: %w", channel, err)
+		return false, fmt.Errorf("%s of %s: %w", doing, channel, err)
 	}
 	return n == 1, nil
 }
@@ -94,14 +100,7 @@ func (r *Redis) Get(ctx context.Context, channel, hash string) (Entry, bool, err
 
 // Remove implements Store.
 func (r *Redis) Remove(ctx context.Context, channel, hash string) (bool, error) {
-	if err := check(channel, hash); err != nil {
-		return false, err
-	}
-	n, err := r.rdb.Del(ctx, r.Key(channel, hash)).Result()
-	if err != nil {
-		return false, fmt.Errorf("remove a suppressed recipient of %s: %w", channel, err)
-	}
-	return n == 1, nil
+	return r.one(ctx, channel, hash, "remove a suppressed recipient", r.rdb.Del)
 }
 
 // List implements Store: it scans the keys (every master of a Cluster),

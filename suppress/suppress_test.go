@@ -104,3 +104,54 @@ func TestStores(t *testing.T) {
 // memClock is the Memory store's clock (the Redis one expires on the
 // server's own).
 var memClock = testenv.NewClock(time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC))
+
+// TestHasIsGetsOk: on every store Has answers as Get's ok, listed, not
+// listed, expired and removed, and both refuse a malformed hash; Remove
+// says whether it found the entry.
+func TestHasIsGetsOk(t *testing.T) {
+	t.Parallel()
+	c := testenv.NewClock(time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC))
+	srv := testenv.Redis(t)
+	for name, s := range map[string]suppress.Store{
+		"memory": suppress.NewMemory(c.Now),
+		"redis":  suppress.NewRedis(srv.Client(), "has:"),
+	} {
+		ctx := context.Background()
+		h := suppress.Hash("push", "device-token-1")
+		agree := func(when string, want bool) {
+			t.Helper()
+			has, herr := s.Has(ctx, "push", h)
+			_, ok, gerr := s.Get(ctx, "push", h)
+			if herr != nil || gerr != nil || has != ok || has != want {
+				t.Errorf("%s, %s: has %v %v, get %v %v; want %v", name, when, has, herr, ok, gerr, want)
+			}
+		}
+		agree("empty", false)
+		if err := s.Add(ctx, suppress.Entry{Channel: "push", Hash: h, Provider: "fcm"}, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		agree("listed", true)
+		if removed, err := s.Remove(ctx, "push", h); err != nil || !removed {
+			t.Fatalf("%s: remove: %v, %v", name, removed, err)
+		}
+		agree("removed", false)
+		if _, err := s.Has(ctx, "push", "x"); !errors.Is(err, suppress.ErrInvalid) {
+			t.Errorf("%s: has a bad hash: %v", name, err)
+		}
+		if _, _, err := s.Get(ctx, "push", "x"); !errors.Is(err, suppress.ErrInvalid) {
+			t.Errorf("%s: get a bad hash: %v", name, err)
+		}
+		if _, err := s.Remove(ctx, "p*", h); !errors.Is(err, suppress.ErrInvalid) {
+			t.Errorf("%s: remove on a bad channel: %v", name, err)
+		}
+	}
+	m := suppress.NewMemory(c.Now)
+	h := suppress.Hash("sms", "+14155550123")
+	if err := m.Add(context.Background(), suppress.Entry{Channel: "sms", Hash: h}, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	c.Advance(time.Second)
+	if has, _ := m.Has(context.Background(), "sms", h); has {
+		t.Error("memory: has an expired entry")
+	}
+}
