@@ -448,7 +448,7 @@ func (w *benchWorld) dispatchPass(ctx context.Context, tag, name string, kind pa
 			UserLimits:  users,
 			FetchWait:   200 * time.Millisecond,
 			Source:      cons,
-			Router:      cons.Router(queue.NewPublisher(w.js, queue.WithLanes(cons.Lanes()))),
+			Router:      cons.Router(),
 			DeadLetters: queue.NewPublisher(w.js),
 			Providers:   reg,
 			Limits:      limits,

@@ -202,7 +202,7 @@ func Run(ctx context.Context, f Config) (*Result, error) {
 		FetchWait:     200 * time.Millisecond,
 		TenantWeights: demoWeights,
 		Source:        cons,
-		Router:        cons.Router(queue.NewPublisher(js, queue.WithLanes(cons.Lanes()))),
+		Router:        cons.Router(),
 		DeadLetters:   pub,
 		Providers:     reg,
 		Limits:        limits,

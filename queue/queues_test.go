@@ -277,8 +277,7 @@ func TestRouterMovesTenantSubjects(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 0)
 	c := b.consumer(t, queue.ConsumerConfig{})
-	pub := queue.NewPublisher(b.js, queue.WithLanes(c.Lanes()))
-	r := c.Router(pub)
+	r := c.Router()
 	raw := func(subject, id, extra string) {
 		t.Helper()
 		m := nats.NewMsg(subject)
@@ -335,6 +334,44 @@ func TestRouterMovesTenantSubjects(t *testing.T) {
 	}
 }
 
+// TestRouterPlacesByItsConsumersView: the router needs no publisher (the
+// one Consumer.Router took was never used to place: found in review); it
+// places with its Consumer's view of the fair lanes, so a tenant's job
+// goes past a flood on one lane of its pair.
+func TestRouterPlacesByItsConsumersView(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	c := b.consumer(t, queue.ConsumerConfig{})
+	a, other := queue.LanePair("sms", "acme", queue.DefaultFairLanes)
+	c.Lanes().Observe(map[string]uint64{queue.Key{Channel: "sms", Fair: true, Index: a}.Subject(): 5000})
+	for i := range 3 {
+		if _, err := b.pub.PublishRaw(ctx(t), "notify.jobs.sms.t.acme", fmt.Appendf(nil, `{"id":"a-%d","user_id":"u","channel":"sms","to":"+14155550123","body":"b"}`, i), ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := c.Router()
+	moved := 0
+	for moved < 3 {
+		n, err := r.Round(ctx(t), 5*time.Second)
+		if err != nil || n == 0 {
+			t.Fatalf("Round: %d moved, %v", n, err)
+		}
+		moved += n
+	}
+	want := queue.Key{Channel: "sms", Fair: true, Index: other}.Subject()
+	s, err := b.js.Stream(ctx(t), "NOTIFY")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx(t), jetstream.WithSubjectFilter("notify.jobs.*.f.>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(info.State.Subjects) != 1 || info.State.Subjects[want] != 3 {
+		t.Fatalf("the moved jobs are on %v, want all 3 on %s (lane %d of acme's pair holds 5,000 in the consumer's view)", info.State.Subjects, want, a)
+	}
+}
+
 // TestRouterHandsBackWhatItCannotStore: a copy the stream refuses leaves
 // its original in the stream, handed back with the error, and moved in a
 // later round; the copy carries the original's headers but not the
@@ -344,7 +381,7 @@ func TestRouterHandsBackWhatItCannotStore(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 0)
 	c := b.consumer(t, queue.ConsumerConfig{})
-	r := c.Router(queue.NewPublisher(b.js, queue.WithLanes(c.Lanes())))
+	r := c.Router()
 	m := nats.NewMsg("notify.jobs.sms.t.acme")
 	m.Data = []byte(`{"id":"a-1","user_id":"u","channel":"sms","to":"+14155550123","body":"b"}`)
 	m.Header.Set(jetstream.MsgIDHeader, "acme/a-1")

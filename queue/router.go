@@ -42,9 +42,16 @@ type Router struct {
 	pub *Publisher
 }
 
-// Router returns the router of c's fleet, publishing with pub (which
-// should place with c.Lanes: NewPublisher(js, WithLanes(c.Lanes()))).
-func (c *Consumer) Router(pub *Publisher) *Router { return &Router{c: c, pub: pub} }
+// Router returns the router of c's fleet. It places the jobs it moves
+// with c's view of the fair lanes (Lanes) and publishes them on c's
+// connection.
+//
+// The publisher it was once given is not used (its lanes never were):
+// pass none. The parameter stays, variadic, only until the last callers
+// (dispatch's tests) drop it.
+func (c *Consumer) Router(_ ...*Publisher) *Router {
+	return &Router{c: c, pub: NewPublisher(c.js, WithLanes(c.place))}
+}
 
 // Run moves jobs until ctx ends, telling moved (when set) how many each
 // round moved. A failed round is retried with backoff; its error is
@@ -99,15 +106,17 @@ func (r *Router) Round(ctx context.Context, wait time.Duration) (int, error) {
 	if len(msgs) == 0 {
 		return 0, nil
 	}
-	keys := make([]Key, len(msgs))
-	for i, m := range msgs {
+	keys := make([]Key, 0, len(msgs))
+	var valid []*nats.Msg
+	for _, m := range msgs {
 		k, ok := ParseJobSubject(m.Subject)
-		if !ok || k.Tenant == "" { // a tenant token that names no tenant
-			k = Key{Tenant: "\x00invalid"}
+		if !ok || k.Tenant == "" || !IsChannel(k.Channel) { // a tenant token that names no tenant, a channel that is none
+			r.deadLetter(ctx, &pulledMsg{m: m, nc: r.c.nc})
+			continue
 		}
-		keys[i] = k
+		valid, keys = append(valid, m), append(keys, k)
 	}
-	return r.move(ctx, msgs, keys)
+	return r.move(ctx, valid, keys)
 }
 
 // Move moves deliveries of the default tenant's queues whose job names a
@@ -144,20 +153,16 @@ func (r *Router) Move(ctx context.Context, dls []*Delivery, all map[string]bool)
 	return rest, moved, err
 }
 
-// move publishes each message's copy on the fair lane of its key's tenant,
-// channel and lane, all at once (Publisher.PublishMsgs), and acknowledges
-// those stored; the others are handed back to come again. A key naming no
-// valid tenant or channel is dead-lettered.
+// move publishes each message's copy on the fair lane of its key's tenant
+// (a valid tenant name, or "" the default tenant's), channel (one of
+// Channels) and lane, all at once (Publisher.PublishMsgs), and
+// acknowledges those stored; the others are handed back to come again.
 func (r *Router) move(ctx context.Context, msgs []*nats.Msg, keys []Key) (int, error) {
 	out := make([]OutMsg, 0, len(msgs))
 	from := make([]*pulledMsg, 0, len(msgs))
 	for i, m := range msgs {
 		pm := &pulledMsg{m: m, nc: r.c.nc}
 		k := keys[i]
-		if k.Tenant != "" && !ValidTenant(k.Tenant) || !IsChannel(k.Channel) {
-			r.deadLetter(ctx, pm)
-			continue
-		}
 		place := k
 		if k.Tenant == "" { // the default tenant's job, from a queue that mixes tenants: its own pair
 			place.Tenant = defaultTenantPair

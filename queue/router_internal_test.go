@@ -64,7 +64,7 @@ func TestRouterMovesAJobOnceThroughACrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	// It comes back, and the router moves it again.
-	r := c.Router(NewPublisher(js, WithLanes(c.Lanes())))
+	r := c.Router()
 	moved, err := r.Round(ctx, 5*time.Second)
 	if err != nil || moved != 1 {
 		t.Fatalf("Round: %d moved, %v", moved, err)

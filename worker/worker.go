@@ -185,7 +185,7 @@ func Dispatch(ctx context.Context, s Setup) error {
 		SuppressTTL:    cfg.SuppressTTL(),
 		Peers:          s.Peers,
 		Source:         s.Consumer,
-		Router:         s.Consumer.Router(queue.NewPublisher(s.JS, queue.WithLanes(s.Consumer.Lanes()))),
+		Router:         s.Consumer.Router(),
 		DeadLetters:    queue.NewPublisher(s.JS),
 		Jobs:           queue.NewPublisher(s.JS, queue.WithLanes(s.Consumer.Lanes())),
 		Providers:      s.Providers,
