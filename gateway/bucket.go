@@ -141,21 +141,18 @@ func localRefusal(chain []*bucket, now time.Duration, n int) (int, Take) {
 	return worst, wt
 }
 
-// take takes n tokens from every bucket of chain: refused at once, without
-// Redis, when a bound already refuses them, else by the buckets in Redis,
-// whose answer moves the bounds. It returns whether they were taken, the
-// bucket whose state the answer's RateLimit fields describe (the refusing
-// one, else the tightest) and its state.
-func (g *Gateway) take(ctx context.Context, chain []*bucket, n int) (bool, *bucket, Take, error) {
+// take takes n tokens from every bucket of k's chain: refused at once,
+// without Redis, when a bound already refuses them, else by the buckets in
+// Redis, whose answer moves the bounds. It returns whether they were
+// taken, the bucket whose state the answer's RateLimit fields describe
+// (the refusing one, else the tightest) and its state.
+func (g *Gateway) take(ctx context.Context, k *apiKey, n int) (bool, *bucket, Take, error) {
+	chain := k.chain
 	start := time.Since(g.base)
 	if i, t := localRefusal(chain, start, n); i >= 0 {
 		return false, chain[i], t, nil
 	}
-	bs := make([]Bucket, len(chain))
-	for i, b := range chain {
-		bs[i] = b.Bucket
-	}
-	allowed, ts, err := g.buckets.Take(ctx, n, bs...)
+	allowed, ts, err := g.buckets.Take(ctx, n, k.buckets...)
 	if err != nil {
 		return false, nil, Take{}, err
 	}

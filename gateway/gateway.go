@@ -93,8 +93,10 @@ type apiKey struct {
 	Key
 	hash []byte
 	// chain are the buckets a request of this key takes from: the
-	// capacity's, its tenant's, its own, as configured (its own last).
-	chain []*bucket
+	// capacity's, its tenant's, its own, as configured (its own last);
+	// buckets are their Redis forms (buckets[i] is chain[i]'s), made once.
+	chain   []*bucket
+	buckets []Bucket
 
 	rejected     atomic.Int64 // 429s not yet added to Redis (Run)
 	lastLimitLog atomic.Int64 // ns since Gateway.base of the last "api key limited" line; 0 none
@@ -224,6 +226,9 @@ func New(cfg Config, d Deps) (*Gateway, error) {
 			ak.chain = append(ak.chain, tb)
 		}
 		ak.chain = append(ak.chain, newBucket(d.KeyPrefix, KindKey, k.Name, Limit{Rate: k.Rate, Burst: k.Burst}))
+		for _, b := range ak.chain {
+			ak.buckets = append(ak.buckets, b.Bucket)
+		}
 	}
 	g.requests = NewMetrics(nil).Requests
 	g.counters = map[string]map[int]prometheus.Counter{}
@@ -526,11 +531,7 @@ func ceilSeconds(d time.Duration) int64 {
 // peekHeaders sets the key's rate-limit fields for an answer that took no
 // token (a 415, a 413, a 400 before the buckets): one read of its buckets.
 func (g *Gateway) peekHeaders(ctx context.Context, h *fasthttp.ResponseHeader, k *apiKey) {
-	bs := make([]Bucket, len(k.chain))
-	for i, b := range k.chain {
-		bs[i] = b.Bucket
-	}
-	_, ts, err := g.buckets.Take(ctx, 0, bs...)
+	_, ts, err := g.buckets.Take(ctx, 0, k.buckets...)
 	if err != nil {
 		return // Redis unreachable: the answer goes without them
 	}
@@ -705,7 +706,7 @@ func (g *Gateway) notifications(c *fasthttp.RequestCtx) {
 		}
 	}
 
-	taken, b, t, err := g.take(ctx, k.chain, n)
+	taken, b, t, err := g.take(ctx, k, n)
 	if err != nil {
 		g.throttledWarn(" redis", "key's buckets not reachable: answered 503", "key", k.Name, "err", err)
 		g.write(c, k.Name, answer{status: http.StatusServiceUnavailable, retryAfter: time.Second,
