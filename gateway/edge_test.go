@@ -32,24 +32,28 @@ func TestCapacityIsSharedByEveryKey(t *testing.T) {
 	t.Parallel()
 	const rate, burst = 50.0, 50
 	b := setup(t, gateway.Config{Keys: keys(100, 100), Capacity: gateway.Limit{Rate: rate, Burst: burst}})
-	var accepted, refused atomic.Int64
 	var mu sync.Mutex
 	var ids []string
-	elapsed := hammer(1500*time.Millisecond, 8, func(w int) bool {
-		key, tenant := acmeKey, "acme"
+	tenantOf := func(w int) (key, tenant string) {
 		if w%2 == 1 {
-			key, tenant = otherKey, ""
+			return otherKey, ""
 		}
-		r := post(t, b.srv.URL, key, smsJob(""))
-		switch r.status {
-		case http.StatusAccepted:
+		return acmeKey, "acme"
+	}
+	counts, elapsed := hammerPosts(t, 1500*time.Millisecond, 8, func(w int) response {
+		key, _ := tenantOf(w)
+		return post(t, b.srv.URL, key, smsJob(""))
+	}, map[int]func(int, response) bool{
+		http.StatusAccepted: func(w int, r response) bool {
 			var a struct{ ID string }
 			r.json(t, &a)
-			accepted.Add(1)
+			_, tenant := tenantOf(w)
 			mu.Lock()
 			ids = append(ids, queue.MsgID(tenant, a.ID))
 			mu.Unlock()
-		case http.StatusServiceUnavailable:
+			return true
+		},
+		http.StatusServiceUnavailable: func(_ int, r response) bool {
 			var p problem
 			r.json(t, &p)
 			if p.Type != gateway.TypeOverCapacity || r.header.Get("Retry-After") != "1" {
@@ -57,15 +61,12 @@ func TestCapacityIsSharedByEveryKey(t *testing.T) {
 				return false
 			}
 			rateHeaders(t, r, "capacity")
-			refused.Add(1)
-		default:
-			t.Errorf("answer %d %s", r.status, r.body)
-			return false
-		}
-		return true
+			return true
+		},
 	})
-	checkAccepted(t, accepted.Load(), rate, burst, elapsed)
-	if refused.Load() == 0 {
+	accepted, refused := counts[http.StatusAccepted], counts[http.StatusServiceUnavailable]
+	checkAccepted(t, accepted, rate, burst, elapsed)
+	if refused == 0 {
 		t.Fatal("nothing was refused")
 	}
 	stored := map[string]int{}
@@ -82,7 +83,7 @@ func TestCapacityIsSharedByEveryKey(t *testing.T) {
 	if len(stored) != len(ids) {
 		t.Errorf("%d jobs stored, %d accepted", len(stored), len(ids))
 	}
-	t.Logf("%d accepted, %d refused over capacity in %s", accepted.Load(), refused.Load(), elapsed)
+	t.Logf("%d accepted, %d refused over capacity in %s", accepted, refused, elapsed)
 }
 
 // TestOverCapacityIsRefusedWithoutRedis: once the capacity bucket is

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -387,6 +388,33 @@ func hammer(d time.Duration, workers int, do func(w int) bool) time.Duration {
 	}
 	wg.Wait()
 	return time.Since(start)
+}
+
+// hammerPosts runs hammer with workers posting do(w) for d and counts the
+// answers by status. An answer of a status want does not name fails the
+// test and stops its worker; one it names goes to its function when not
+// nil, whose false stops the worker.
+func hammerPosts(t *testing.T, d time.Duration, workers int, do func(w int) response, want map[int]func(w int, r response) bool) (map[int]int64, time.Duration) {
+	t.Helper()
+	counts := map[int]*atomic.Int64{}
+	for status := range want {
+		counts[status] = &atomic.Int64{}
+	}
+	elapsed := hammer(d, workers, func(w int) bool {
+		r := do(w)
+		check, ok := want[r.status]
+		if !ok {
+			t.Errorf("answer %d %s", r.status, r.body)
+			return false
+		}
+		counts[r.status].Add(1)
+		return check == nil || check(w, r)
+	})
+	out := map[int]int64{}
+	for status, n := range counts {
+		out[status] = n.Load()
+	}
+	return out, elapsed
 }
 
 // checkAccepted fails the test unless accepted is within what a bucket of
