@@ -1,6 +1,7 @@
 package suppress
 
 import (
+	"container/heap"
 	"context"
 	"encoding/json"
 	"errors"
@@ -104,24 +105,39 @@ func (r *Redis) Remove(ctx context.Context, channel, hash string) (bool, error) 
 }
 
 // List implements Store: it scans the keys (every master of a Cluster),
-// a support desk's question, never the hot path.
+// a support desk's question, never the hot path. Each page of the scan is
+// read in one pipeline (a Cluster's split by slot), and only the newest
+// limit entries are kept meanwhile.
 func (r *Redis) List(ctx context.Context, channel string, limit int) ([]Entry, error) {
 	pattern := "{" + r.prefix + "sup:*"
 	if channel != "" {
 		pattern = "{" + r.prefix + "sup:" + channel + ":*"
 	}
 	var (
-		mu   sync.Mutex
-		keys []string
+		mu  sync.Mutex
+		top = newest{limit: limit, in: map[string]bool{}}
 	)
 	scan := func(ctx context.Context, c *redis.Client) error {
-		it := c.Scan(ctx, 0, pattern, 1000).Iterator()
-		for it.Next(ctx) {
+		var cursor uint64
+		for {
+			keys, next, err := c.Scan(ctx, cursor, pattern, 1000).Result()
+			if err != nil {
+				return err
+			}
+			es, err := r.read(ctx, keys)
+			if err != nil {
+				return err
+			}
 			mu.Lock()
-			keys = append(keys, it.Val())
+			for _, e := range es {
+				top.add(e)
+			}
 			mu.Unlock()
+			if next == 0 {
+				return nil
+			}
+			cursor = next
 		}
-		return it.Err()
 	}
 	var err error
 	switch c := r.rdb.(type) {
@@ -135,25 +151,82 @@ func (r *Redis) List(ctx context.Context, channel string, limit int) ([]Entry, e
 	if err != nil {
 		return nil, fmt.Errorf("list suppressed recipients: %w", err)
 	}
+	out := top.es
+	sortNewest(out)
+	return out, nil
+}
+
+// read is the entries of keys, in one pipeline: a key gone since the scan
+// or not holding its entry is left out.
+func (r *Redis) read(ctx context.Context, keys []string) ([]Entry, error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	pipe := r.rdb.Pipeline()
+	cmds := make([]*redis.StringCmd, len(keys))
+	for i, k := range keys {
+		cmds[i] = pipe.Get(ctx, k)
+	}
+	_, _ = pipe.Exec(ctx) // each command's error is its own
 	out := make([]Entry, 0, len(keys))
-	for _, k := range keys {
-		data, err := r.rdb.Get(ctx, k).Bytes()
+	for i, cmd := range cmds {
+		data, err := cmd.Bytes()
 		if errors.Is(err, redis.Nil) {
 			continue // expired since the scan
 		}
 		if err != nil {
-			return nil, fmt.Errorf("list suppressed recipients: %w", err)
+			return nil, err
 		}
 		var e Entry
-		if json.Unmarshal(data, &e) == nil && strings.HasSuffix(k, ":"+e.Hash+"}") {
+		if json.Unmarshal(data, &e) == nil && strings.HasSuffix(keys[i], ":"+e.Hash+"}") {
 			out = append(out, e)
 		}
 	}
-	sortNewest(out)
-	if limit > 0 && len(out) > limit {
-		out = out[:limit]
-	}
 	return out, nil
+}
+
+// newest keeps the first limit entries in sortNewest's order (every one
+// when limit is 0) among those added, each once (a scan may return a key
+// twice): with a limit, es is a heap whose root is the last kept.
+type newest struct {
+	limit int
+	es    []Entry
+	in    map[string]bool // the kept entries' channel:hash
+}
+
+// before is sortNewest's order: a before b.
+func before(a, b Entry) bool {
+	if c := a.At.Compare(b.At); c != 0 {
+		return c > 0
+	}
+	return a.Hash < b.Hash
+}
+
+func (n *newest) add(e Entry) {
+	id := e.Channel + ":" + e.Hash
+	switch {
+	case n.in[id]:
+		return
+	case n.limit <= 0 || len(n.es) < n.limit:
+		n.in[id] = true
+		heap.Push(n, e)
+	case before(e, n.es[0]):
+		delete(n.in, n.es[0].Channel+":"+n.es[0].Hash)
+		n.in[id] = true
+		n.es[0] = e
+		heap.Fix(n, 0)
+	}
+}
+
+// heap.Interface: the root is the entry that sorts last.
+func (n *newest) Len() int           { return len(n.es) }
+func (n *newest) Less(i, j int) bool { return before(n.es[j], n.es[i]) }
+func (n *newest) Swap(i, j int)      { n.es[i], n.es[j] = n.es[j], n.es[i] }
+func (n *newest) Push(x any)         { n.es = append(n.es, x.(Entry)) }
+func (n *newest) Pop() any {
+	e := n.es[len(n.es)-1]
+	n.es = n.es[:len(n.es)-1]
+	return e
 }
 
 func sortNewest(es []Entry) {

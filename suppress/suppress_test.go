@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/notifier/notifier/suppress"
 	"github.com/notifier/notifier/testenv"
 )
@@ -153,5 +155,53 @@ func TestHasIsGetsOk(t *testing.T) {
 	c.Advance(time.Second)
 	if has, _ := m.Has(context.Background(), "sms", h); has {
 		t.Error("memory: has an expired entry")
+	}
+}
+
+// TestListKeepsTheNewest: over more entries than a scan page, on one
+// server and on a Cluster, List with a limit is the first limit of the
+// whole list (newest first, a tie by hash), and the whole list has every
+// entry once.
+func TestListKeepsTheNewest(t *testing.T) {
+	t.Parallel()
+	const n = 2500
+	at := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	for name, rdb := range map[string]redis.UniversalClient{
+		"redis":         testenv.Redis(t).Client(),
+		"redis cluster": testenv.RedisCluster(t).Client(),
+	} {
+		fill(t, rdb, "many:", n, 3, at) // three listed each second: ties
+		s := suppress.NewRedis(rdb, "many:")
+		all, err := s.List(context.Background(), "", 0)
+		if err != nil || len(all) != n {
+			t.Fatalf("%s: list all: %d, %v; want %d", name, len(all), err, n)
+		}
+		seen := map[string]bool{}
+		for i, e := range all {
+			if seen[e.Hash] {
+				t.Fatalf("%s: %s listed twice", name, e.Hash)
+			}
+			seen[e.Hash] = true
+			if i > 0 && (all[i-1].At.Before(e.At) || all[i-1].At.Equal(e.At) && all[i-1].Hash > e.Hash) {
+				t.Fatalf("%s: %d and %d out of order: %+v, %+v", name, i-1, i, all[i-1], e)
+			}
+		}
+		if !all[0].At.Equal(at.Add((n - 1) / 3 * time.Second)) {
+			t.Fatalf("%s: the newest is %v", name, all[0].At)
+		}
+		for _, limit := range []int{1, 100, 1000, n + 1} {
+			some, err := s.List(context.Background(), "sms", limit)
+			if err != nil || len(some) != min(limit, n) {
+				t.Fatalf("%s: list %d: %d, %v", name, limit, len(some), err)
+			}
+			for i := range some {
+				if some[i].Hash != all[i].Hash {
+					t.Fatalf("%s: list %d: %d is %s, want %s", name, limit, i, some[i].Hash, all[i].Hash)
+				}
+			}
+		}
+		if none, err := s.List(context.Background(), "push", 10); err != nil || len(none) != 0 {
+			t.Fatalf("%s: list push: %d, %v", name, len(none), err)
+		}
 	}
 }
