@@ -18,6 +18,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -37,7 +38,21 @@ type Entry struct {
 // Hash is how a recipient is listed: the hex SHA-256 of its channel, a zero
 // byte and its address. The same address on another channel is another
 // recipient.
+//
+// An email address is lower-cased whole first, so Bob@Example.com and
+// bob@example.com are one recipient. Its domain is case-insensitive (DNS);
+// its local part may be case-sensitive by RFC 5321 §2.4, which also
+// discourages relying on it, and mailbox providers do not: they deliver
+// both forms to one mailbox, and refuse both when it is gone. Keeping the
+// local part's case would list one dead mailbox under several hashes (and
+// keep paying for sends to it in another case, and have `suppression
+// remove` miss it); folding it can only confuse two mailboxes a host tells
+// apart by case alone, which no mainstream host does. Phone numbers (E.164)
+// have no case; device tokens are case-sensitive and kept as they are.
 func Hash(channel, to string) string {
+	if channel == "email" {
+		to = strings.ToLower(to)
+	}
 	h := sha256.New()
 	h.Write([]byte(channel))
 	h.Write([]byte{0})

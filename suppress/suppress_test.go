@@ -205,3 +205,32 @@ func TestListKeepsTheNewest(t *testing.T) {
 		}
 	}
 }
+
+// TestEmailHashIgnoresCase: an email address is one recipient whatever its
+// case (local part and domain); a device token's case matters, and a
+// channel's hash is still its own.
+func TestEmailHashIgnoresCase(t *testing.T) {
+	lower := suppress.Hash("email", "bob@example.com")
+	for _, to := range []string{"Bob@Example.com", "BOB@EXAMPLE.COM", "bob@Example.COM"} {
+		if h := suppress.Hash("email", to); h != lower {
+			t.Errorf("Hash(email, %s) = %s, want %s (bob@example.com's)", to, h, lower)
+		}
+	}
+	if suppress.Hash("email", "alice@example.com") == lower {
+		t.Error("two addresses, one hash")
+	}
+	if suppress.Hash("push", "AbCdEf0123456789") == suppress.Hash("push", "abcdef0123456789") {
+		t.Error("a device token's case folded")
+	}
+	if suppress.Hash("push", "Bob@Example.com") == suppress.Hash("push", "bob@example.com") {
+		t.Error("case folded off the email channel")
+	}
+	s := suppress.NewMemory(nil)
+	ctx := context.Background()
+	if err := s.Add(ctx, suppress.Entry{Channel: "email", Hash: suppress.Hash("email", "Bob@Example.com"), Provider: "smtp"}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if removed, err := s.Remove(ctx, "email", suppress.Hash("email", "bob@example.com")); err != nil || !removed {
+		t.Fatalf("remove in another case: %v, %v", removed, err)
+	}
+}
