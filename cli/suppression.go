@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -25,8 +26,9 @@ FCM UNREGISTERED), a number that replied STOP or is no mobile number (Twilio 216
 put on the fleet's suppression list for suppression.ttl (default 30 days): its later
 jobs end suppressed (reason suppressed_recipient) without a provider request.
 
-The list holds a hash of each address (SHA-256 of the channel and the address), never the
-address: give the address with --to and the channel with --channel to find one.
+The list holds a hash of each address (SHA-256 of the channel and the address, an email
+address in lower case), never the address: give the address with --to and the channel with
+--channel to find one. A --to that is no address of the channel exits 2.
 
   notifier suppression list [--channel C] [--limit N] [--json]
   notifier suppression show --channel C --to ADDRESS [--json]
@@ -117,6 +119,9 @@ func suppressionShowCmd(e *env, remove bool) *cobra.Command {
 		case *to == "":
 			return &usageError{err: fmt.Errorf("--to is required: the recipient's address")}
 		}
+		if err := checkTo(*channel, *to); err != nil {
+			return &usageError{err: err}
+		}
 		list, done, err := suppressionStore(cmd, e, *path)
 		if err != nil {
 			return err
@@ -155,6 +160,17 @@ func suppressionShowCmd(e *env, remove bool) *cobra.Command {
 		return nil
 	}
 	return c
+}
+
+// checkTo refuses an address no job of channel could have had (so none is
+// on the list): queue's own rule for a job's to, which never echoes it.
+func checkTo(channel, to string) error {
+	j := queue.Job{ID: "x", UserID: "x", Channel: channel, To: to}
+	var ie *queue.InvalidError
+	if err := j.Validate(); errors.As(err, &ie) && ie.Field == "to" {
+		return fmt.Errorf("--to is no %s address: it %s", channel, ie.Rule)
+	}
+	return nil
 }
 
 func writeJSON(w io.Writer, v any) error {

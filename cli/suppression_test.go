@@ -57,3 +57,32 @@ func TestSuppressionCommands(t *testing.T) {
 		}
 	}
 }
+
+// TestSuppressionToIsChecked: a --to that is no address of its channel
+// exits 2 saying what it must be, without echoing it, instead of "not on
+// the list"; an email address is found whatever its case.
+func TestSuppressionToIsChecked(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, 100, "")
+	for _, bad := range []struct{ channel, to, want string }{
+		{"sms", "+44 7700 900123", "E.164"},
+		{"sms", "07700900123", "E.164"},
+		{"email", "Bob <bob@example.com>", "plain email address"},
+		{"push", "short", "device token"},
+	} {
+		for _, cmd := range []string{"show", "remove"} {
+			stdout, stderr, code := runCLI(t, nil, "", "suppression", cmd, "--config", w.config, "--channel", bad.channel, "--to", bad.to)
+			if code != 2 || !strings.Contains(stderr, "--to is no "+bad.channel+" address") || !strings.Contains(stderr, bad.want) || strings.Contains(stdout+stderr, bad.to) {
+				t.Errorf("%s --to %q: exit %d\n%s%s", cmd, bad.to, code, stdout, stderr)
+			}
+		}
+	}
+	list := suppress.NewRedis(w.redis.Client(), "notifier:")
+	if err := list.Add(context.Background(), suppress.Entry{Channel: "email", Hash: suppress.Hash("email", "Bob@Example.com"), Provider: "smtp", Detail: "550 5.1.1"}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code := runCLI(t, nil, "", "suppression", "remove", "--config", w.config, "--channel", "email", "--to", "bob@example.com")
+	if code != 0 || !strings.Contains(stdout, "removed from the suppression list") {
+		t.Fatalf("remove in another case: exit %d\n%s%s", code, stdout, stderr)
+	}
+}
