@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -28,7 +29,7 @@ const (
 	// counted the job that made it).
 	HeaderDigest = "Notifier-Digest"
 	// maxDigestIDs is the most member ids a digest job lists in its data.
-	maxDigestIDs = 100
+	maxDigestIDs = digest.MaxMembers
 )
 
 // JobPublisher publishes a job a dispatcher makes (a digest):
@@ -88,11 +89,20 @@ func (d *Dispatcher) digestCheck(ctx context.Context, jb *job) (e end, ended boo
 func (d *Dispatcher) digestHold(ctx context.Context, jb *job, res userlimit.Result) end {
 	var held int
 	var m digest.Membership
+	full := false
 	if err := d.withBackend(ctx, jb, func(l *Limits) (err error) {
 		held, m, err = l.Digests.Hold(ctx, digestKey(jb), jb.key, jb.j.ExpiresAt, digestTTL(jb.rule))
+		if errors.Is(err, digest.ErrTooManyHeld) {
+			full = true // the user's answer, not the backend's failure
+			return nil
+		}
 		return err
 	}); err != nil {
 		return stopped(err)
+	}
+	if full {
+		return suppressed(ReasonUserLimit, fmt.Sprintf("over the %s cap of %d per %s, with %d jobs already held for the user's digest",
+			jb.j.Channel, jb.rule.Limit, jb.rule.Window, digest.MaxHeld))
 	}
 	if m.Digest != "" {
 		return d.digested(ctx, jb, m)
@@ -170,7 +180,7 @@ func (d *Dispatcher) digestJob(jb *job, m digest.Membership) *queue.Job {
 	data := map[string]string{"digest_count": strconv.Itoa(m.Count)}
 	if len(ids) > 0 {
 		data["digest_of"] = strings.Join(ids, " ")
-		if len(ids) < len(members) {
+		if len(ids) < m.Count {
 			data["digest_of_truncated"] = "true"
 		}
 	}

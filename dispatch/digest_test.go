@@ -200,3 +200,60 @@ func TestAPendingDigestCarriesItsMembersWhoeverPublishesIt(t *testing.T) {
 		t.Errorf("pd-1 ended %s: %s, want digested into %s", dl.Reason, dl.Detail, taken.Digest)
 	}
 }
+
+// TestAFullDigestEndsTheJobAsOverTheCap: with digest.MaxHeld jobs held for
+// a user, a further job over the cap is not held: it ends suppressed
+// (user_limit), its detail saying the digest is full, and the dispatcher
+// takes the store's answer as the user's, not as a failed backend.
+func TestAFullDigestEndsTheJobAsOverTheCap(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{rate: 2000})
+	rule := userlimit.Rule{Limit: 1, Window: time.Minute, OnExceed: userlimit.Digest}.WithDefaults()
+	p := b.start(func(o *Options) { o.UserLimits = map[string]userlimit.Rule{"sms": rule} })
+	store := digest.NewRedis(b.redis.Client(), b.prefix)
+	key := digest.KeyOf("sms", "", "u1")
+	for i := range digest.MaxHeld {
+		if _, _, err := store.Hold(t.Context(), key, fmt.Sprintf("held-%d", i), time.Time{}, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.publish(newJob("first", "sms", "u1")) // takes the cap: sent with the held ones as its digest
+	testenv.WaitFor(t, 20*time.Second, "the first job's digest sent", func() bool { return len(b.fake.Accepted()) == 1 })
+	var big struct {
+		Data map[string]string `json:"data"`
+	}
+	if err := json.Unmarshal(b.fake.Accepted()[0].Body, &big); err != nil {
+		t.Fatal(err)
+	}
+	if ids := strings.Fields(big.Data["digest_of"]); big.Data["digest_count"] != fmt.Sprint(digest.MaxHeld+1) ||
+		len(ids) != digest.MaxMembers || big.Data["digest_of_truncated"] != "true" {
+		t.Errorf("a digest of %d jobs: count %s, %d ids listed, truncated %q; want the whole count, %d ids, truncated",
+			digest.MaxHeld+1, big.Data["digest_count"], len(ids), big.Data["digest_of_truncated"], digest.MaxMembers)
+	}
+	for i := range digest.MaxHeld {
+		if _, _, err := store.Hold(t.Context(), key, fmt.Sprintf("again-%d", i), time.Time{}, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.publish(newJob("one-too-many", "sms", "u1"))
+	testenv.WaitFor(t, 20*time.Second, "the job ended", func() bool {
+		for _, dl := range b.deadLetters() {
+			if dl.Reason != ReasonDigested {
+				return true
+			}
+		}
+		return false
+	})
+	var dl deadLetter
+	for _, x := range b.deadLetters() {
+		if x.Reason != ReasonDigested {
+			dl = x
+		}
+	}
+	if dl.Reason != ReasonUserLimit || !strings.Contains(dl.Detail, "already held for the user's digest") {
+		t.Errorf("the job past the digest's bound ended %s: %s, want user_limit saying the digest is full", dl.Reason, dl.Detail)
+	}
+	if p.d.Ready() != nil {
+		t.Errorf("the dispatcher is not ready after a full digest: %v", p.d.Ready())
+	}
+}
