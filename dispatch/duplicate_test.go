@@ -66,4 +66,15 @@ func TestDuplicateIDWithOtherContentIsDeadLettered(t *testing.T) {
 	if n := len(b.deadLetters()); n != 1 {
 		t.Errorf("%d dead letters after two tenants' order-42, want still 1", n)
 	}
+	// And the provider is told two keys: a receiver deduplicating on the
+	// Idempotency-Key must not drop the second tenant's job as the first's.
+	keys := map[string]bool{}
+	for _, r := range b.fake.Accepted() {
+		if r.ID != "same-id" {
+			keys[r.Header.Get("Idempotency-Key")] = true
+		}
+	}
+	if !keys[`"acme/order-42"`] || !keys[`"bank/order-42"`] {
+		t.Errorf("the two tenants' order-42 carried Idempotency-Keys %v, want acme/order-42 and bank/order-42", keys)
+	}
 }

@@ -139,7 +139,7 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) end {
 	jb.provider = jb.pcfg.Name
 	jb.lg = nil // a logger built before now lacks the job and the provider
 	jb.msg = &providers.Message{
-		ID: j.ID, UserID: j.UserID, Channel: j.Channel, To: j.To, Body: j.Body, Title: j.Title,
+		ID: j.ID, Key: jb.key, UserID: j.UserID, Channel: j.Channel, To: j.To, Body: j.Body, Title: j.Title,
 		Data: j.Data, Provider: j.Provider, ExpiresAt: timePtr(j.ExpiresAt), CreatedAt: timePtr(j.CreatedAt),
 	}
 	jb.cost = jb.pcfg.Cost(jb.msg)

@@ -1,6 +1,7 @@
 package localenv
 
 import (
+	"cmp"
 	"encoding/json"
 	"io"
 	"mime"
@@ -16,9 +17,13 @@ const MaxProviderBody = 1 << 20
 // WebhookRequest is a request ReadWebhook read and checked.
 type WebhookRequest struct {
 	Body []byte
-	// ID is the Idempotency-Key header's key (IdempotencyKey), or else the
-	// body's "id".
+	// ID is the body's "id" (the job's id, unique within its tenant), or
+	// else the Idempotency-Key header's key.
 	ID string
+	// Key is the Idempotency-Key header's key (IdempotencyKey: the job's id
+	// within its tenant, "acme/order-42" for tenant acme's, unique across
+	// tenants), or else the body's "id".
+	Key string
 }
 
 // IdempotencyKey is the key an Idempotency-Key header carries: its
@@ -55,14 +60,12 @@ func IdempotencyKey(h http.Header) string {
 // reason, its one-line explanation; the body read is returned either way.
 func ReadWebhook(r *http.Request) (req WebhookRequest, status int, reason string) {
 	req.Body, _ = io.ReadAll(io.LimitReader(r.Body, MaxProviderBody+1))
-	req.ID = IdempotencyKey(r.Header)
 	var job struct {
 		ID string `json:"id"`
 	}
 	jsonErr := json.Unmarshal(req.Body, &job)
-	if req.ID == "" {
-		req.ID = job.ID
-	}
+	req.Key = cmp.Or(IdempotencyKey(r.Header), job.ID)
+	req.ID = cmp.Or(job.ID, req.Key)
 	mediaType, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	switch {
 	case r.Method != http.MethodPost:

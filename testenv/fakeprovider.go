@@ -33,7 +33,8 @@ func WithClock(now func() time.Time) FakeOption {
 // FakeRequest is one request the fake provider received.
 type FakeRequest struct {
 	At     time.Time   // when it arrived, by the fake's clock
-	ID     string      // the Idempotency-Key header, or else the body's "id"
+	ID     string      // the body's "id" (the job's id within its tenant), or else the Idempotency-Key
+	Key    string      // the Idempotency-Key header's key (unique across tenants), or else the body's "id"
 	Method string      // HTTP method
 	Path   string      // URL path
 	Header http.Header // request headers
@@ -134,7 +135,7 @@ func (f *Fake) serve(w http.ResponseWriter, r *http.Request) {
 
 	f.mu.Lock()
 	now := f.now()
-	rec := FakeRequest{At: now, Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: wr.Body, ID: wr.ID}
+	rec := FakeRequest{At: now, Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: wr.Body, ID: wr.ID, Key: wr.Key}
 	a := answer{status: status, body: localenv.ReasonBody(why)}
 	if status == 0 {
 		a = f.decide(now)
@@ -255,15 +256,16 @@ func (f *Fake) Count(status int) int {
 	return n
 }
 
-// Duplicates returns the job ids accepted more than once, each once, in the
-// order their second acceptance happened.
+// Duplicates returns the keys (Idempotency-Key: a job's id within its
+// tenant) accepted more than once, each once, in the order their second
+// acceptance happened: two tenants' jobs of one id are not duplicates.
 func (f *Fake) Duplicates() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	seen := map[string]int{}
 	var dups []string
 	for _, idx := range f.accepted {
-		id := f.requests[idx].ID
+		id := f.requests[idx].Key
 		seen[id]++
 		if seen[id] == 2 {
 			dups = append(dups, id)
