@@ -129,7 +129,7 @@ func (w *clusterWorld) start(node, workers int) *proc {
 		StopTimeout: 3 * time.Second,
 		Instance:    fmt.Sprintf("node%d", node),
 		Source:      cons,
-		Router:      cons.Router(queue.NewPublisher(js, queue.WithLanes(cons.Lanes()))),
+		Router:      cons.Router(),
 		DeadLetters: queue.NewPublisher(js),
 		Providers:   reg,
 		Limits:      lim,

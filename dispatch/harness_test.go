@@ -127,7 +127,7 @@ func (b *bundle) start(mutate func(*Options)) *proc {
 		FetchWait:   200 * time.Millisecond,
 		StopTimeout: 3 * time.Second,
 		Source:      cons,
-		Router:      cons.Router(queue.NewPublisher(js, queue.WithLanes(cons.Lanes()))),
+		Router:      cons.Router(),
 		Jobs:        queue.NewPublisher(js, queue.WithLanes(cons.Lanes())),
 		DeadLetters: queue.NewPublisher(js),
 		Providers:   reg,

@@ -45,11 +45,7 @@ type Router struct {
 // Router returns the router of c's fleet. It places the jobs it moves
 // with c's view of the fair lanes (Lanes) and publishes them on c's
 // connection.
-//
-// The publisher it was once given is not used (its lanes never were):
-// pass none. The parameter stays, variadic, only until the last callers
-// (dispatch's tests) drop it.
-func (c *Consumer) Router(_ ...*Publisher) *Router {
+func (c *Consumer) Router() *Router {
 	return &Router{c: c, pub: NewPublisher(c.js, WithLanes(c.place))}
 }
 
