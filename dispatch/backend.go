@@ -3,6 +3,8 @@ package dispatch
 import (
 	"context"
 	"time"
+
+	"github.com/notifier/notifier/internal/sleep"
 )
 
 // currentLimits is the limit set in use now; nil while holding for an
@@ -84,7 +86,7 @@ func (d *Dispatcher) backendFailed(l *Limits, err error) {
 func (d *Dispatcher) monitorBackend(ctx context.Context) {
 	wait := 100 * time.Millisecond
 	for {
-		if sleep(ctx, wait) != nil {
+		if sleep.For(ctx, wait) != nil {
 			return
 		}
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)

@@ -585,21 +585,6 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	return nil
 }
 
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
 // gaugeLoop refreshes the fleet-wide gauges (queue depth, pause) once a
 // second.
 func (d *Dispatcher) gaugeLoop(ctx context.Context) {

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/notifier/notifier/internal/sleep"
 	"github.com/notifier/notifier/queue"
 )
 
@@ -684,7 +685,7 @@ func (d *Dispatcher) fetchLoop(ctx context.Context, jobs chan<- *queue.Delivery,
 			return true
 		}
 		d.log.Warn("fetch jobs", "err", err, "retry_in", backoff.String())
-		if sleep(ctx, backoff) != nil {
+		if sleep.For(ctx, backoff) != nil {
 			return true
 		}
 		backoff = min(backoff*2, 5*time.Second)

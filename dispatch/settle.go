@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/notifier/notifier/internal/sleep"
 )
 
 // settle records a sent job in the ledger and then acknowledges it. On
@@ -98,7 +100,7 @@ func (d *Dispatcher) recordSent(ctx context.Context, jobs []*job, q <-chan *job)
 				d.keepAlive(jb)
 			}
 			left := d.until(deadline)
-			if left <= 0 || sleep(ctx, min(left, d.o.AckWait/3)) != nil {
+			if left <= 0 || sleep.For(ctx, min(left, d.o.AckWait/3)) != nil {
 				break
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/notifier/notifier/globallimit"
+	"github.com/notifier/notifier/internal/sleep"
 	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/userlimit"
 )
@@ -369,7 +370,7 @@ func (d *Dispatcher) hold(ctx context.Context, jb *job, dur time.Duration) error
 		if left <= 0 {
 			return ctx.Err()
 		}
-		if err := sleep(ctx, min(left, beat)); err != nil {
+		if err := sleep.For(ctx, min(left, beat)); err != nil {
 			return err
 		}
 	}

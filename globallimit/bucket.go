@@ -5,6 +5,8 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/notifier/notifier/internal/sleep"
 )
 
 // DefaultLeaseTTL is how long leased tokens stay usable by default.
@@ -39,7 +41,7 @@ type options struct {
 }
 
 func buildOptions(opts []Option) options {
-	o := options{leaseTTL: DefaultLeaseTTL, sleep: sleepTimer}
+	o := options{leaseTTL: DefaultLeaseTTL, sleep: sleep.For}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -126,17 +128,6 @@ func New(store Store, cfg Config, opts ...Option) *Bucket {
 		now = time.Now
 	}
 	return &Bucket{store: store, cfg: cfg, lease: o.lease, leaseTTL: o.leaseTTL, now: now, sleep: o.sleep}
-}
-
-func sleepTimer(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // SetConfig replaces the configuration (hot reload), safe concurrently with

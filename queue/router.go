@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/notifier/notifier/internal/sleep"
 )
 
 // defaultTenantPair names the default tenant when its jobs are placed on
@@ -61,7 +63,7 @@ func (r *Router) Run(ctx context.Context, moved func(n int), report func(error))
 			if report != nil {
 				report(err)
 			}
-			if sleepCtx(ctx, backoff) != nil {
+			if sleep.For(ctx, backoff) != nil {
 				break
 			}
 			backoff = min(2*backoff, 5*time.Second)
@@ -218,16 +220,4 @@ func routeID(pm *pulledMsg) string {
 		return ""
 	}
 	return "route:" + md.Stream + ":" + strconv.FormatUint(md.Sequence.Stream, 10) + ":" + strconv.FormatInt(md.Timestamp.UnixNano(), 10)
-}
-
-// sleepCtx waits d or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

@@ -1,0 +1,23 @@
+// Package sleep holds the one context-aware sleep the module's loops share.
+package sleep
+
+import (
+	"context"
+	"time"
+)
+
+// For waits for d or until ctx ends, whichever comes first, and returns
+// ctx's error if it ended (at once, for d ≤ 0, with ctx's error or nil).
+func For(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
