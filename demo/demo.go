@@ -346,7 +346,7 @@ func demoTenantReport(w io.Writer, burst []demoMsg, codes []demoCode, reg promet
 		}
 	}
 	for _, c := range codes {
-		if at, ok := sb.AcceptedAt(smsPath, c.job.ID); ok && !c.at.IsZero() {
+		if at, ok := sb.AcceptedAt(smsPath, c.job.MsgID()); ok && !c.at.IsZero() {
 			codeWaits = append(codeWaits, at.Sub(c.at))
 		}
 	}

@@ -163,7 +163,8 @@ func (l *sandboxLane) forget(now time.Time, retain time.Duration) {
 }
 
 // AcceptedAt is when the lane at path first accepted the message with
-// Idempotency-Key key (the job's id); ok is false if it never did.
+// Idempotency-Key key (the job's Nats-Msg-Id: "tenant/id", or the id of a
+// job without a tenant); ok is false if it never did.
 func (s *Sandbox) AcceptedAt(path, key string) (at time.Time, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
