@@ -19,9 +19,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/notifier/notifier/config"
-	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/inspect"
 	"github.com/notifier/notifier/internal/text"
+	"github.com/notifier/notifier/ledger"
 	"github.com/notifier/notifier/queue"
 )
 
@@ -399,7 +399,7 @@ prints what would be replayed and changes nothing.`,
 				return err
 			}
 			defer rdb.Close()
-			rp.ledger = dispatch.NewRedisLedger(rdb, cfg.Redis.KeyPrefix, cfg.DedupTTL)
+			rp.ledger = ledger.NewRedis(rdb, cfg.Redis.KeyPrefix, cfg.DedupTTL)
 		}
 		_, err = rp.run(ctx, df)
 		return hintStream(err)

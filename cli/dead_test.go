@@ -14,7 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/notifier/notifier/dispatch"
+	"github.com/notifier/notifier/ledger"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
 )
@@ -35,7 +35,7 @@ type deadBench struct {
 	js     jetstream.JetStream
 	pub    *queue.Publisher
 	reader *queue.DeadLetters
-	ledger *dispatch.RedisLedger
+	ledger *ledger.Redis
 	next   uint64 // job-stream sequence of the next stored dead letter
 }
 
@@ -53,7 +53,7 @@ func newDeadBench(t *testing.T, contract int, extraYAML string) *deadBench {
 	rdb := w.redis.Client()
 	t.Cleanup(func() { _ = rdb.Close() })
 	return &deadBench{world: w, js: js, pub: queue.NewPublisher(js), reader: queue.NewDeadLetters(js, cfg),
-		ledger: dispatch.NewRedisLedger(rdb, "notifier:", 24*time.Hour), next: 1000}
+		ledger: ledger.NewRedis(rdb, "notifier:", 24*time.Hour), next: 1000}
 }
 
 func testCtx(t *testing.T) context.Context {
@@ -404,7 +404,7 @@ func TestDeadReplayDryRunPromptKeep(t *testing.T) {
 	}
 	rdb := b.redis.Client()
 	defer rdb.Close()
-	ledgerRecord := func() int64 { return rdb.Exists(ctx, dispatch.LedgerKey("notifier:", "r00")).Val() }
+	ledgerRecord := func() int64 { return rdb.Exists(ctx, ledger.Key("notifier:", "r00")).Val() }
 	unchanged := func(when string) {
 		t.Helper()
 		if n := b.msgs(t, "NOTIFY"); n != 0 {
@@ -455,8 +455,8 @@ func TestDeadReplayDryRunPromptKeep(t *testing.T) {
 		if msgID := m.Header.Get(jetstream.MsgIDHeader); !strings.HasPrefix(msgID, id+":replay:") {
 			t.Errorf("job %s: Nats-Msg-Id %q", id, msgID)
 		}
-		if at, err := time.Parse(time.RFC3339, m.Header.Get(dispatch.HeaderReplayed)); err != nil || time.Since(at) > time.Minute {
-			t.Errorf("job %s: %s %q (%v)", id, dispatch.HeaderReplayed, m.Header.Get(dispatch.HeaderReplayed), err)
+		if at, err := time.Parse(time.RFC3339, m.Header.Get(ledger.HeaderReplayed)); err != nil || time.Since(at) > time.Minute {
+			t.Errorf("job %s: %s %q (%v)", id, ledger.HeaderReplayed, m.Header.Get(ledger.HeaderReplayed), err)
 		}
 	}
 

@@ -12,9 +12,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/notifier/notifier/config"
-	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/inspect"
 	"github.com/notifier/notifier/internal/text"
+	"github.com/notifier/notifier/ledger"
 	"github.com/notifier/notifier/worker"
 )
 
@@ -290,14 +290,14 @@ func senderLine(p *inspect.ProviderAnswer) string {
 
 // whyPhrases say what each of the dispatcher's deferral words means.
 var whyPhrases = map[string]string{
-	dispatch.DeferUserLimit:          "put off by the per-user cap (on_exceed: defer)",
-	dispatch.DeferDigest:             "held for the user's next digest (on_exceed: digest)",
-	dispatch.DeferDigestUnpublished:  "its digest is due but could not be published yet",
-	dispatch.DeferCircuitOpen:        "put off: the provider's circuit breaker is open",
-	dispatch.DeferRecipientThrottled: "put off: the provider throttles this recipient",
-	dispatch.DeferQuota:              "put off: the provider's quota is spent until its next window",
-	dispatch.DeferProviderPaused:     "put off: the provider is paused (notifier explain --provider says why)",
-	dispatch.WaitSlot:                "waiting in the provider's queue for its send slot",
+	ledger.DeferUserLimit:          "put off by the per-user cap (on_exceed: defer)",
+	ledger.DeferDigest:             "held for the user's next digest (on_exceed: digest)",
+	ledger.DeferDigestUnpublished:  "its digest is due but could not be published yet",
+	ledger.DeferCircuitOpen:        "put off: the provider's circuit breaker is open",
+	ledger.DeferRecipientThrottled: "put off: the provider throttles this recipient",
+	ledger.DeferQuota:              "put off: the provider's quota is spent until its next window",
+	ledger.DeferProviderPaused:     "put off: the provider is paused (notifier explain --provider says why)",
+	ledger.WaitSlot:                "waiting in the provider's queue for its send slot",
 }
 
 // whyLine says why a waiting job waits.

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/inspect"
 	"github.com/notifier/notifier/leaky"
+	"github.com/notifier/notifier/ledger"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
 )
@@ -433,7 +433,7 @@ func TestExplainJobWaiting(t *testing.T) {
 	testenv.WaitFor(t, 30*time.Second, put+" put off by the cap", func() bool {
 		j = inspect.JobAnswer{}
 		explainJSON(t, w, &j, "--job", put)
-		return j.Why == dispatch.DeferUserLimit
+		return j.Why == ledger.DeferUserLimit
 	})
 	first := acceptedAt(w.fake, sent)
 	if j.State != inspect.StateWaiting || j.Ledger.DueAt == nil || j.Ledger.Deferrals != 1 || j.Ledger.LeaseOwner != "" || j.Provider != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notifier/notifier/leaky"
+	"github.com/notifier/notifier/ledger"
 	"github.com/notifier/notifier/userlimit"
 )
 
@@ -18,7 +19,7 @@ import (
 // claim, the per-user cap's decision, and the send slot when it was
 // reserved speculatively.
 type admission struct {
-	claim      Claim
+	claim      ledger.Claim
 	suppressed bool               // the recipient is on the suppression list
 	cap        userlimit.Result   // when the channel has a cap
 	slot       *leaky.Reservation // nil: not reserved yet (no speculation)
@@ -56,7 +57,7 @@ func (d *Dispatcher) admitPipelined(ctx context.Context, jb *job, l *Limits, rul
 	for attempt := 0; ; attempt++ {
 		adm := admission{limits: l}
 		var (
-			cc *claimCmd
+			cc *ledger.ClaimCmd
 			sc *redis.IntCmd
 			dc *userlimit.Decision
 			rc *leaky.ReserveCmd
@@ -116,7 +117,7 @@ func (d *Dispatcher) admitPipelined(ctx context.Context, jb *job, l *Limits, rul
 }
 
 func notLoaded(err error) bool {
-	return errors.Is(err, ErrNotLoaded) || errors.Is(err, userlimit.ErrNotLoaded) || (err != nil && isNoScript(err))
+	return errors.Is(err, ledger.ErrNotLoaded) || errors.Is(err, userlimit.ErrNotLoaded) || (err != nil && isNoScript(err))
 }
 
 // admitInOrder is admit on backends that cannot pipeline (in memory: no
@@ -127,7 +128,7 @@ func (d *Dispatcher) admitInOrder(ctx context.Context, jb *job, l *Limits, rule 
 	if adm.claim, err = l.Ledger.Claim(ctx, jb.key, jb.owner, d.lease(jb)); err != nil {
 		return admission{}, err
 	}
-	if adm.claim.Status != Claimed {
+	if adm.claim.Status != ledger.Claimed {
 		return adm, nil
 	}
 	if jb.toHash != "" && l.Suppress != nil {
@@ -228,9 +229,9 @@ func (d *Dispatcher) capDenied(ctx context.Context, jb *job, res userlimit.Resul
 	}
 	if jb.rule.OnExceed == userlimit.Defer {
 		d.m.Deferrals.WithLabelValues(LayerUser, "defer").Inc()
-		return d.deferJob(ctx, jb, res.RetryAfter+d.jitter(res.RetryAfter/10+10*time.Millisecond), DeferUserLimit)
+		return d.deferJob(ctx, jb, res.RetryAfter+d.jitter(res.RetryAfter/10+10*time.Millisecond), ledger.DeferUserLimit)
 	}
-	return suppressed(ReasonUserLimit,
+	return suppressed(ledger.ReasonUserLimit,
 		fmt.Sprintf("over the %s cap of %d per %s", jb.j.Channel, jb.rule.Limit, jb.rule.Window))
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/notifier/notifier/ledger"
 	"github.com/notifier/notifier/localenv"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/testenv"
@@ -299,7 +300,7 @@ func TestReportDelivery(t *testing.T) {
 		t.Fatalf("%d dead letters, want 2 (otp-2 once, otp-3): %v", len(dl), dl)
 	}
 	for _, d := range dl {
-		if d.Subject != "notify.dead.sms" || d.Reason != ReasonUndelivered || d.Detail != detail {
+		if d.Subject != "notify.dead.sms" || d.Reason != ledger.ReasonUndelivered || d.Detail != detail {
 			t.Errorf("dead letter %s reason %q detail %q", d.Subject, d.Reason, d.Detail)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notifier/notifier/leaky"
+	"github.com/notifier/notifier/ledger"
 	"github.com/notifier/notifier/userlimit"
 )
 
@@ -46,7 +47,7 @@ type pipeBatch struct {
 	pipe     redis.Pipeliner
 	cluster  bool // group claims per cluster slot
 	requests int
-	claims   map[uint16]*claimGroup // by cluster slot (all 0 on a single server)
+	claims   map[uint16]*ledger.ClaimGroup // by cluster slot (all 0 on a single server)
 	caps     map[capKey]*userlimit.Group
 	reserves map[reserveKey]*leaky.ReserveGroup
 	done     chan struct{} // closed once the pipeline's replies are in
@@ -147,17 +148,17 @@ func (b *pipeBatcher) do(ctx context.Context, fn func(bt *pipeBatch)) {
 }
 
 // claim adds a ledger claim to the batch's claim group of its slot.
-func (bt *pipeBatch) claim(l *RedisLedger, id, owner string, lease time.Duration) *claimCmd {
+func (bt *pipeBatch) claim(l *ledger.Redis, id, owner string, lease time.Duration) *ledger.ClaimCmd {
 	var slot uint16
 	if bt.cluster {
-		slot = clusterSlot(LedgerKey(l.prefix, id))
+		slot = clusterSlot(l.KeyOf(id))
 	}
 	if bt.claims == nil {
-		bt.claims = map[uint16]*claimGroup{}
+		bt.claims = map[uint16]*ledger.ClaimGroup{}
 	}
 	g := bt.claims[slot]
 	if g == nil {
-		g = l.claimGroup()
+		g = l.ClaimGroup()
 		bt.claims[slot] = g
 	}
 	return g.Add(id, owner, lease)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/notifier/notifier/internal/roundtrip"
 	"github.com/notifier/notifier/leaky"
+	"github.com/notifier/notifier/ledger"
 	"github.com/notifier/notifier/testenv"
 	"github.com/notifier/notifier/userlimit"
 )
@@ -24,15 +25,15 @@ func TestClaimGroupMatchesMemory(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	rdb := testenv.Redis(t).Client()
-	if err := NewRedisLedger(rdb, "", time.Hour).Load(ctx); err != nil {
+	if err := ledger.NewRedis(rdb, "", time.Hour).Load(ctx); err != nil {
 		t.Fatal(err)
 	}
 	run := 0
 	rapid.Check(t, func(rt *rapid.T) {
 		run++
 		clock := newFakeClock()
-		mem := newMemoryLedger(24*time.Hour, WithLedgerNow(clock.Now))
-		red := NewRedisLedger(rdb, fmt.Sprintf("cg%d:", run), 24*time.Hour, WithLedgerNow(clock.Now))
+		mem := ledger.NewMemory(24*time.Hour, ledger.WithNow(clock.Now))
+		red := ledger.NewRedis(rdb, fmt.Sprintf("cg%d:", run), 24*time.Hour, ledger.WithNow(clock.Now))
 		ids := rapid.SampledFrom([]string{"j0", "j1", "j2", "j3"})
 		owners := rapid.SampledFrom([]string{"a", "b", "c"})
 		actions := map[string]func(*rapid.T){
@@ -41,13 +42,13 @@ func TestClaimGroupMatchesMemory(t *testing.T) {
 			},
 			"claims": func(rt *rapid.T) {
 				n := rapid.IntRange(1, 8).Draw(rt, "claims")
-				g := red.claimGroup()
+				g := red.ClaimGroup()
 				type req struct {
 					id, owner string
 					lease     time.Duration
 				}
 				reqs := make([]req, n)
-				cmds := make([]*claimCmd, n)
+				cmds := make([]*ledger.ClaimCmd, n)
 				for i := range reqs {
 					reqs[i] = req{ids.Draw(rt, "id"), owners.Draw(rt, "owner"), time.Duration(rapid.IntRange(1, 20).Draw(rt, "leaseS")) * time.Second}
 					cmds[i] = g.Add(reqs[i].id, reqs[i].owner, reqs[i].lease)
@@ -130,13 +131,13 @@ func TestPipeBatcherMergesRequests(t *testing.T) {
 			trips := &roundtrip.Counter{}
 			rdb.AddHook(trips)
 			prefix := "batch-" + name + ":"
-			ledger := NewRedisLedger(rdb, prefix, time.Hour)
+			led := ledger.NewRedis(rdb, prefix, time.Hour)
 			q := leakyRedis(t, rdb, prefix, leaky.WithHeadroom(0))
 			users := userlimit.NewRedis(rdb, prefix)
 			if err := users.Load(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if err := ledger.Load(ctx); err != nil {
+			if err := led.Load(ctx); err != nil {
 				t.Fatal(err)
 			}
 			if err := q.Load(ctx); err != nil {
@@ -148,10 +149,10 @@ func TestPipeBatcherMergesRequests(t *testing.T) {
 				t.Fatal(err)
 			}
 			b := newPipeBatcher(rdb)
-			rs := &redisSet{ledger: ledger, leaky: q, batch: b}
+			rs := &redisSet{ledger: led, leaky: q, batch: b}
 			const workers, rounds = 32, 20
 			type answer struct {
-				claim Claim
+				claim ledger.Claim
 				cap   userlimit.Result
 				slot  leaky.Reservation
 			}
@@ -166,12 +167,12 @@ func TestPipeBatcherMergesRequests(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					for r := range rounds {
-						var cc *claimCmd
+						var cc *ledger.ClaimCmd
 						var dc *userlimit.Decision
 						var rc *leaky.ReserveCmd
 						id := fmt.Sprintf("w%d-r%d", w, r)
 						b.do(ctx, func(bt *pipeBatch) {
-							cc = bt.claim(ledger, id, "owner-"+id, time.Minute)
+							cc = bt.claim(led, id, "owner-"+id, time.Minute)
 							dc = bt.allow(users, userlimit.Key{Channel: "sms", User: fmt.Sprintf("u%d", w)}, id, rule, time.Time{})
 							rc = bt.reserve(q, "p", c, 1)
 						})
@@ -211,7 +212,7 @@ func TestPipeBatcherMergesRequests(t *testing.T) {
 					t.Fatalf("worker %d: %d answers, want %d", w, len(answers[w]), rounds)
 				}
 				for r, a := range answers[w] {
-					if a.claim.Status != Claimed || !a.slot.OK || !a.cap.Allowed || a.cap.Remaining != rounds-r-1 {
+					if a.claim.Status != ledger.Claimed || !a.slot.OK || !a.cap.Allowed || a.cap.Remaining != rounds-r-1 {
 						t.Fatalf("worker %d, round %d: %+v; want a claim, a slot, and the cap allowing with %d left", w, r, a, rounds-r-1)
 					}
 					if seen[a.slot.Slot] {
@@ -241,18 +242,18 @@ func TestPipeBatcherMergesRequests(t *testing.T) {
 				t.Errorf("a job over the cap: %+v, %v; want denied", got, err)
 			}
 			// A second claim of every job through the batch finds it held.
-			var cc *claimCmd
-			b.do(ctx, func(bt *pipeBatch) { cc = bt.claim(ledger, "w0-r0", "someone-else", time.Minute) })
-			if got, err := cc.Result(); err != nil || got.Status != Busy {
-				t.Errorf("claim of a held job: %+v, %v; want Busy", got, err)
+			var cc *ledger.ClaimCmd
+			b.do(ctx, func(bt *pipeBatch) { cc = bt.claim(led, "w0-r0", "someone-else", time.Minute) })
+			if got, err := cc.Result(); err != nil || got.Status != ledger.Busy {
+				t.Errorf("claim of a held job: %+v, %v; want ledger.Busy", got, err)
 			}
 			// The sent records go the same way.
 			jobs := []*job{{j: newJob("w0-r0", "sms", "u"), key: "w0-r0", owner: "owner-w0-r0"}}
 			if err := rs.sent(ctx, jobs, nil); err != nil {
 				t.Fatal(err)
 			}
-			if got, err := ledger.Claim(ctx, "w0-r0", "x", time.Minute); err != nil || got.Status != AlreadySent {
-				t.Errorf("claim after the batched sent: %+v, %v; want AlreadySent", got, err)
+			if got, err := led.Claim(ctx, "w0-r0", "x", time.Minute); err != nil || got.Status != ledger.AlreadySent {
+				t.Errorf("claim after the batched sent: %+v, %v; want ledger.AlreadySent", got, err)
 			}
 		})
 	}
@@ -266,7 +267,7 @@ func TestClusterSlot(t *testing.T) {
 	rdb := testenv.RedisCluster(t).Client()
 	keys := []string{"", "a", "foo", "{user1000}.following", "foo{}{bar}", "foo{{bar}}zap", "foo{bar}{zap}", "{}x", "x{", "x}"}
 	for i := range 200 {
-		keys = append(keys, LedgerKey("notifier:", fmt.Sprintf("job-%d", i)))
+		keys = append(keys, ledger.Key("notifier:", fmt.Sprintf("job-%d", i)))
 	}
 	for _, k := range keys {
 		want, err := rdb.ClusterKeySlot(ctx, k).Result()
@@ -277,4 +278,9 @@ func TestClusterSlot(t *testing.T) {
 			t.Errorf("clusterSlot(%q) = %d, CLUSTER KEYSLOT = %d", k, got, want)
 		}
 	}
+}
+
+// newFakeClock is the clock of the batcher's step tables.
+func newFakeClock() *testenv.Clock {
+	return testenv.NewClock(time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC))
 }

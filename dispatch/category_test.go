@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/notifier/notifier/ledger"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
@@ -183,11 +184,11 @@ func TestCategoryCaps(t *testing.T) {
 	reasons := map[string]int{}
 	for _, dl := range b.deadLetters() {
 		reasons[dl.Reason]++
-		if dl.Reason == ReasonInvalid && !strings.Contains(dl.Detail, "publish on notify.jobs.sms.marketing") {
+		if dl.Reason == ledger.ReasonInvalid && !strings.Contains(dl.Detail, "publish on notify.jobs.sms.marketing") {
 			t.Errorf("the misrouted job's detail %q does not name its subject", dl.Detail)
 		}
 	}
-	if reasons[ReasonUserLimit] != 3 || reasons[ReasonInvalid] != 1 {
+	if reasons[ledger.ReasonUserLimit] != 3 || reasons[ledger.ReasonInvalid] != 1 {
 		t.Errorf("dead letters by reason %v, want 3 user_limit (2 marketing SMS, 1 push) and 1 invalid", reasons)
 	}
 }

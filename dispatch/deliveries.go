@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/notifier/notifier/ledger"
 	"github.com/notifier/notifier/queue"
 )
 
@@ -51,7 +52,7 @@ func (d *Dispatcher) ReportDelivery(ctx context.Context, provider, jobID, status
 		return errors.New("delivery report: the dead letters cannot store a report")
 	}
 	r := queue.Report{Channel: pcfg.Channel, JobID: jobID, Provider: provider, Status: status, ErrorCode: errorCode}
-	if err := dr.DeadReport(ctx, r, ReasonUndelivered, detail); err != nil {
+	if err := dr.DeadReport(ctx, r, ledger.ReasonUndelivered, detail); err != nil {
 		return fmt.Errorf("delivery report for %s: %w", provider, err)
 	}
 	d.log.Info("provider reports a sent job undelivered", "provider", provider, "job", jobID, "status", status, "detail", detail)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/notifier/notifier/digest"
 	"github.com/notifier/notifier/internal/luapre"
+	"github.com/notifier/notifier/ledger"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/userlimit"
 )
@@ -101,7 +102,7 @@ func (d *Dispatcher) digestHold(ctx context.Context, jb *job, res userlimit.Resu
 		return stopped(err)
 	}
 	if full {
-		return suppressed(ReasonUserLimit, fmt.Sprintf("over the %s cap of %d per %s, with %d jobs already held for the user's digest",
+		return suppressed(ledger.ReasonUserLimit, fmt.Sprintf("over the %s cap of %d per %s, with %d jobs already held for the user's digest",
 			jb.j.Channel, jb.rule.Limit, jb.rule.Window, digest.MaxHeld))
 	}
 	if m.Digest != "" {
@@ -109,7 +110,7 @@ func (d *Dispatcher) digestHold(ctx context.Context, jb *job, res userlimit.Resu
 	}
 	d.m.Deferrals.WithLabelValues(LayerUser, "digest").Inc()
 	jb.debug("held for the user's next digest", "held", held, "for", res.RetryAfter.String())
-	return d.deferJob(ctx, jb, res.RetryAfter+d.jitter(res.RetryAfter/10+10*time.Millisecond), DeferDigest)
+	return d.deferJob(ctx, jb, res.RetryAfter+d.jitter(res.RetryAfter/10+10*time.Millisecond), ledger.DeferDigest)
 }
 
 // digestTake runs once the cap allowed a job whose cap digests: the user's
@@ -152,7 +153,7 @@ func (d *Dispatcher) digested(ctx context.Context, jb *job, m digest.Membership)
 		dj := d.digestJob(jb, m)
 		if _, err := d.o.Jobs.PublishJob(ctx, dj, false, map[string]string{HeaderDigest: m.Digest}); err != nil {
 			jb.log().Warn("publish a digest; the job comes back to try again", "digest", m.Digest, "err", err)
-			return end{kind: endDefer, delay: time.Second + d.jitter(time.Second), reason: DeferDigestUnpublished}
+			return end{kind: endDefer, delay: time.Second + d.jitter(time.Second), reason: ledger.DeferDigestUnpublished}
 		}
 		if err := d.withBackend(ctx, jb, func(l *Limits) error { return l.Digests.Publish(ctx, digestKey(jb), m.Digest) }); err != nil {
 			return stopped(err)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/notifier/notifier/digest"
+	"github.com/notifier/notifier/ledger"
 	"github.com/notifier/notifier/testenv"
 	"github.com/notifier/notifier/userlimit"
 )
@@ -250,7 +251,7 @@ func TestAFullDigestEndsTheJobAsOverTheCap(t *testing.T) {
 			dl = x
 		}
 	}
-	if dl.Reason != ReasonUserLimit || !strings.Contains(dl.Detail, "already held for the user's digest") {
+	if dl.Reason != ledger.ReasonUserLimit || !strings.Contains(dl.Detail, "already held for the user's digest") {
 		t.Errorf("the job past the digest's bound ended %s: %s, want user_limit saying the digest is full", dl.Reason, dl.Detail)
 	}
 	if p.d.Ready() != nil {

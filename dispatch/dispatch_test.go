@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/notifier/notifier/ledger"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
 	"github.com/notifier/notifier/userlimit"
@@ -44,16 +45,16 @@ func TestBadInputIsDeadLettered(t *testing.T) {
 	bad := []struct {
 		subject, id, body, reason, detail string
 	}{
-		{"notify.jobs.sms", "b1", `{not json`, ReasonInvalid, "JSON"},
-		{"notify.jobs.sms", "b2", `{"id":"b2","channel":"sms","to":"+447700900123","body":"x"}`, ReasonInvalid, "user_id"},
-		{"notify.jobs.sms", "b3", `{"id":"b3","user_id":"u","channel":"push","to":"+447700900123","body":"x"}`, ReasonInvalid, "channel"},
-		{"notify.jobs.sms", "b4", `{"id":"b4","user_id":"u","channel":"sms","to":"+447700900123","body":"` + strings.Repeat("x", 17*1024) + `"}`, ReasonInvalid, "body"},
-		{"notify.jobs.sms", "b5", `{"id":"bad id!","user_id":"u","channel":"sms","to":"+447700900123","body":"x"}`, ReasonInvalid, "id"},
-		{"notify.jobs.sms", "b6", `{"id":"b6","user_id":"u","channel":"sms","to":"+447700900123","body":"x","provider":"nope"}`, ReasonUnknownProvider, "nope"},
-		{"notify.jobs.sms", "b7", `{"id":"b7","user_id":"u","channel":"sms","to":"+447700900123","body":"x","provider":"push-gw"}`, ReasonUnknownProvider, "push"},
-		{"notify.jobs.fax", "b8", `{"id":"b8","user_id":"u","channel":"fax","to":"x","body":"x"}`, ReasonInvalid, "channel"},
-		{"notify.jobs.sms", "b9", "\xff\xfe", ReasonInvalid, "UTF-8"},
-		{"notify.jobs.sms", "b10", `[]`, ReasonInvalid, ""},
+		{"notify.jobs.sms", "b1", `{not json`, ledger.ReasonInvalid, "JSON"},
+		{"notify.jobs.sms", "b2", `{"id":"b2","channel":"sms","to":"+447700900123","body":"x"}`, ledger.ReasonInvalid, "user_id"},
+		{"notify.jobs.sms", "b3", `{"id":"b3","user_id":"u","channel":"push","to":"+447700900123","body":"x"}`, ledger.ReasonInvalid, "channel"},
+		{"notify.jobs.sms", "b4", `{"id":"b4","user_id":"u","channel":"sms","to":"+447700900123","body":"` + strings.Repeat("x", 17*1024) + `"}`, ledger.ReasonInvalid, "body"},
+		{"notify.jobs.sms", "b5", `{"id":"bad id!","user_id":"u","channel":"sms","to":"+447700900123","body":"x"}`, ledger.ReasonInvalid, "id"},
+		{"notify.jobs.sms", "b6", `{"id":"b6","user_id":"u","channel":"sms","to":"+447700900123","body":"x","provider":"nope"}`, ledger.ReasonUnknownProvider, "nope"},
+		{"notify.jobs.sms", "b7", `{"id":"b7","user_id":"u","channel":"sms","to":"+447700900123","body":"x","provider":"push-gw"}`, ledger.ReasonUnknownProvider, "push"},
+		{"notify.jobs.fax", "b8", `{"id":"b8","user_id":"u","channel":"fax","to":"x","body":"x"}`, ledger.ReasonInvalid, "channel"},
+		{"notify.jobs.sms", "b9", "\xff\xfe", ledger.ReasonInvalid, "UTF-8"},
+		{"notify.jobs.sms", "b10", `[]`, ledger.ReasonInvalid, ""},
 	}
 	for _, x := range bad {
 		if _, err := b.pub.PublishRaw(ctx, x.subject, []byte(x.body), x.id); err != nil {
@@ -107,7 +108,7 @@ func TestExpiredJobsAreSuppressed(t *testing.T) {
 	})
 	b.acceptedOnce([]string{"new-1"})
 	dl := b.deadLetters()[0]
-	if dl.Subject != "notify.suppressed.sms" || dl.Reason != ReasonExpired {
+	if dl.Subject != "notify.suppressed.sms" || dl.Reason != ledger.ReasonExpired {
 		t.Fatalf("expired job: %s reason %q, want notify.suppressed.sms reason expired", dl.Subject, dl.Reason)
 	}
 }
@@ -133,7 +134,7 @@ func TestUserCapDrop(t *testing.T) {
 		t.Fatalf("suppressed: %d, want 3", len(dls))
 	}
 	for _, dl := range dls {
-		if dl.Subject != "notify.suppressed.push" || dl.Reason != ReasonUserLimit {
+		if dl.Subject != "notify.suppressed.push" || dl.Reason != ledger.ReasonUserLimit {
 			t.Errorf("suppressed job: %s %q", dl.Subject, dl.Reason)
 		}
 		var j map[string]any

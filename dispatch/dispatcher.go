@@ -16,6 +16,7 @@ import (
 	"github.com/notifier/notifier/globallimit"
 	"github.com/notifier/notifier/internal/steptrace"
 	"github.com/notifier/notifier/leaky"
+	"github.com/notifier/notifier/ledger"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/suppress"
@@ -62,7 +63,7 @@ type Registry interface {
 // for the fleet, or in-memory (the demo, and redis.on_failure: local).
 type Limits struct {
 	Name   string // "redis" or "local", for logs and readiness
-	Ledger Ledger
+	Ledger ledger.Ledger
 	Users  userlimit.Limiter
 	Global Waiter // nil: no fleet bucket
 	Leaky  leaky.Queue
@@ -340,7 +341,7 @@ func New(o Options) (*Dispatcher, error) {
 	case o.Providers == nil:
 		return nil, errors.New("dispatch: Options.Providers is required")
 	case o.Limits == nil || o.Limits.Ledger == nil || o.Limits.Users == nil || o.Limits.Leaky == nil:
-		return nil, errors.New("dispatch: Options.Limits with a Ledger, Users and Leaky is required")
+		return nil, errors.New("dispatch: Options.Limits with a ledger.Ledger, Users and Leaky is required")
 	case o.Metrics == nil:
 		return nil, errors.New("dispatch: Options.Metrics is required")
 	}

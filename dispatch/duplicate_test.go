@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/notifier/notifier/ledger"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
 )
@@ -48,7 +49,7 @@ func TestDuplicateIDWithOtherContentIsDeadLettered(t *testing.T) {
 		t.Fatalf("%d requests at the provider, want 1", n)
 	}
 	dead := b.deadLetters()
-	if len(dead) != 1 || dead[0].Reason != ReasonDuplicateID || !strings.Contains(dead[0].Detail, "stream sequence 1") ||
+	if len(dead) != 1 || dead[0].Reason != ledger.ReasonDuplicateID || !strings.Contains(dead[0].Detail, "stream sequence 1") ||
 		!strings.Contains(dead[0].Detail, "same-id") || strings.Contains(dead[0].Detail, "secret") {
 		t.Fatalf("dead letters %+v, want one duplicate_id naming the id and the sequence sent, never the content", dead)
 	}

@@ -4,31 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/notifier/notifier/ledger"
 	"github.com/notifier/notifier/queue"
-)
-
-// Reasons in Notifier-Reason (SPEC §6).
-const (
-	ReasonInvalid         = "invalid"
-	ReasonUnknownProvider = "unknown_provider"
-	ReasonRejected        = "rejected"
-	ReasonMaxAttempts     = "max_attempts"
-	ReasonUserLimit       = "user_limit"
-	ReasonExpired         = "expired"
-	// ReasonAmbiguous: a request whose outcome is unknown (written whole,
-	// no answer) to a provider with retry_on_timeout: false, which prefers
-	// a missed message to a doubled one. Check with the provider, then
-	// replay or delete it.
-	ReasonAmbiguous = "ambiguous"
-	// ReasonUndelivered: the provider accepted the job, then reported
-	// that it could not deliver it (a Twilio status callback:
-	// undelivered or failed). The dead letter records the report; the
-	// job's content is not kept after a send.
-	ReasonUndelivered = "undelivered"
-	// ReasonDuplicateID: a job whose id (within its tenant) was already
-	// sent with other content: two different messages were given one id.
-	// The second is not sent, and not dropped in silence.
-	ReasonDuplicateID = "duplicate_id"
 )
 
 // endKind is how a job leaves the pipeline, which decides what becomes of
@@ -188,9 +165,9 @@ func (d *Dispatcher) releaseAt(ctx context.Context, jb *job, e end) {
 	var err error
 	switch e.kind {
 	case endDead:
-		err = l.Ledger.Ended(rctx, jb.key, jb.owner, EndDead, e.reason)
+		err = l.Ledger.Ended(rctx, jb.key, jb.owner, ledger.EndDead, e.reason)
 	case endSuppressed:
-		err = l.Ledger.Ended(rctx, jb.key, jb.owner, EndSuppressed, e.reason)
+		err = l.Ledger.Ended(rctx, jb.key, jb.owner, ledger.EndSuppressed, e.reason)
 	case endDefer:
 		err = l.Ledger.Deferred(rctx, jb.key, jb.owner, e.reason, e.delay)
 	default:

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/notifier/notifier/leaky"
+	"github.com/notifier/notifier/ledger"
 	"github.com/notifier/notifier/providers"
 )
 
@@ -50,7 +51,7 @@ func (d *Dispatcher) tooLate(jb *job, earliest time.Time) (end, bool) {
 	if d.failover(jb, FailoverDeadline) {
 		return end{}, false
 	}
-	return suppressed(ReasonExpired, "expires_at "+jb.j.ExpiresAt.UTC().Format(time.RFC3339)+
+	return suppressed(ledger.ReasonExpired, "expires_at "+jb.j.ExpiresAt.UTC().Format(time.RFC3339)+
 		" lies before the earliest send slot at "+jb.provider+" ("+d.until(earliest).Round(time.Millisecond).String()+" ahead)"), true
 }
 

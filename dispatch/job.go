@@ -12,6 +12,7 @@ import (
 
 	"github.com/notifier/notifier/internal/text"
 	"github.com/notifier/notifier/leaky"
+	"github.com/notifier/notifier/ledger"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/suppress"
@@ -107,23 +108,23 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) end {
 	}
 	j, err := queue.DecodeDelivery(dl)
 	if err != nil {
-		return dead(ReasonInvalid, err.Error())
+		return dead(ledger.ReasonInvalid, err.Error())
 	}
 	jb.j = j
 	jb.key = queue.MsgID(dl.Tenant, j.ID)
 	jb.channel = j.Channel
 	jb.live = d.live.Load()
 	if jb.category, err = jb.live.caps.categoryOf(j, dl.Lane); err != nil {
-		return dead(ReasonInvalid, err.Error())
+		return dead(ledger.ReasonInvalid, err.Error())
 	}
-	if dl.Header.Get(HeaderReplayed) != "" && dl.NumDelivered == 1 {
+	if dl.Header.Get(ledger.HeaderReplayed) != "" && dl.NumDelivered == 1 {
 		d.m.Replays.WithLabelValues(j.Channel).Inc()
 	}
 
 	if j.Provider != "" {
 		jb.prov, jb.pcfg, _ = jb.live.providers.Get(j.Provider)
 		if jb.prov != nil && jb.pcfg.Channel != j.Channel {
-			return dead(ReasonUnknownProvider,
+			return dead(ledger.ReasonUnknownProvider,
 				fmt.Sprintf("provider %q serves channel %s, not %s", j.Provider, jb.pcfg.Channel, j.Channel))
 		}
 	} else {
@@ -134,7 +135,7 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) end {
 		if j.Provider != "" {
 			detail = fmt.Sprintf("no provider named %q in the configuration", text.OneLine(j.Provider, 64))
 		}
-		return dead(ReasonUnknownProvider, detail)
+		return dead(ledger.ReasonUnknownProvider, detail)
 	}
 	jb.provider = jb.pcfg.Name
 	jb.lg = nil // a logger built before now lacks the job and the provider
@@ -143,13 +144,13 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) end {
 		Data: j.Data, Provider: j.Provider, ExpiresAt: timePtr(j.ExpiresAt), CreatedAt: timePtr(j.CreatedAt),
 	}
 	jb.cost = jb.pcfg.Cost(jb.msg)
-	jb.owner = ownerToken(d.o.Instance, d.seq.Add(1))
+	jb.owner = ledger.OwnerToken(d.o.Instance, d.seq.Add(1))
 	if d.o.SuppressTTL > 0 {
 		jb.toHash = suppress.Hash(j.Channel, j.To)
 	}
 
 	if d.expired(j) {
-		return suppressed(ReasonExpired, "expires_at "+j.ExpiresAt.UTC().Format(time.RFC3339)+" passed before sending")
+		return suppressed(ledger.ReasonExpired, "expires_at "+j.ExpiresAt.UTC().Format(time.RFC3339)+" passed before sending")
 	}
 
 	// The fleet bucket first: it protects the workers and what is behind
@@ -180,14 +181,14 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) end {
 			return stopped(err)
 		}
 		c := adm.claim
-		if c.Status == Claimed {
+		if c.Status == ledger.Claimed {
 			jb.claimed, jb.claimAt = true, d.now()
 			break
 		}
 		d.cancelSlot(ctx, jb, adm)
-		if c.Status == AlreadySent {
+		if c.Status == ledger.AlreadySent {
 			if seq, differs := d.noteDuplicate(ctx, jb, adm.limits); differs {
-				return dead(ReasonDuplicateID, fmt.Sprintf("job id %s was already sent (stream sequence %d) with other content: a job id is unique within its tenant; this message is not sent", jb.j.ID, seq))
+				return dead(ledger.ReasonDuplicateID, fmt.Sprintf("job id %s was already sent (stream sequence %d) with other content: a job id is unique within its tenant; this message is not sent", jb.j.ID, seq))
 			}
 			return end{kind: endDuplicate}
 		}
@@ -202,7 +203,7 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) end {
 	}
 	if adm.claim.Attempts >= d.o.Retry.MaxAttempts {
 		d.cancelSlot(ctx, jb, adm)
-		return dead(ReasonMaxAttempts, fmt.Sprintf("%d transient provider failures", adm.claim.Attempts))
+		return dead(ledger.ReasonMaxAttempts, fmt.Sprintf("%d transient provider failures", adm.claim.Attempts))
 	}
 	if jb.capped {
 		switch {
@@ -241,7 +242,7 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) end {
 			// Back to JetStream until the breaker lets a probe through:
 			// a failing provider holds no worker (its channel gets no
 			// budget meanwhile, so no more of its jobs are taken).
-			return end{kind: endDefer, delay: breakerOpen + d.jitter(breakerOpen/5), reason: DeferCircuitOpen}
+			return end{kind: endDefer, delay: breakerOpen + d.jitter(breakerOpen/5), reason: ledger.DeferCircuitOpen}
 		}
 		if e := d.waitSlot(ctx, jb, first); e.ended() {
 			return e

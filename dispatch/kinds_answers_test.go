@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/notifier/notifier/ledger"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/testenv"
 )
@@ -102,7 +103,7 @@ func TestAmbiguousTimeout(t *testing.T) {
 	testenv.WaitFor(t, 20*time.Second, "the retried job accepted twice (beside the warm-up)", func() bool { return len(retrying.Messages()) == 3 })
 	testenv.WaitFor(t, 20*time.Second, "the strict job dead-lettered", func() bool { return len(b.deadLetters()) == 1 })
 	dl := b.deadLetters()[0]
-	if dl.Reason != ReasonAmbiguous || !strings.Contains(string(dl.Data), `"strict-0"`) {
+	if dl.Reason != ledger.ReasonAmbiguous || !strings.Contains(string(dl.Data), `"strict-0"`) {
 		t.Errorf("dead letter %s %q %s, want strict-0 with reason ambiguous", dl.Subject, dl.Reason, dl.Data)
 	}
 	time.Sleep(time.Second) // no retry of the strict job follows

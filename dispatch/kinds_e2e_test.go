@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/notifier/notifier/ledger"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
@@ -381,7 +382,7 @@ func TestKindsRefusalsAreDeadLettered(t *testing.T) {
 		if err := json.Unmarshal(dl.Data, &j); err != nil {
 			t.Fatal(err)
 		}
-		if dl.Reason != ReasonRejected || !strings.Contains(dl.Detail, want[j.ID]) || want[j.ID] == "" {
+		if dl.Reason != ledger.ReasonRejected || !strings.Contains(dl.Detail, want[j.ID]) || want[j.ID] == "" {
 			t.Errorf("dead letter %s: reason %q detail %q, want rejected with %q", j.ID, dl.Reason, dl.Detail, want[j.ID])
 		}
 		t.Logf("%s: %s", j.ID, dl.Detail)

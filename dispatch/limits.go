@@ -11,6 +11,7 @@ import (
 	"github.com/notifier/notifier/digest"
 	"github.com/notifier/notifier/globallimit"
 	"github.com/notifier/notifier/leaky"
+	"github.com/notifier/notifier/ledger"
 	"github.com/notifier/notifier/suppress"
 	"github.com/notifier/notifier/userlimit"
 )
@@ -58,7 +59,7 @@ func RedisLimits(rdb redis.UniversalClient, c LimitsConfig) (*Limits, error) {
 		return nil, fmt.Errorf("redis limits: %w", err)
 	}
 	rs := &redisSet{
-		ledger:   NewRedisLedger(rdb, c.Prefix, c.DedupTTL),
+		ledger:   ledger.NewRedis(rdb, c.Prefix, c.DedupTTL),
 		users:    userlimit.NewRedis(rdb, c.Prefix),
 		leaky:    q,
 		suppress: suppress.NewRedis(rdb, c.Prefix),
@@ -195,7 +196,7 @@ func (l *Limits) setShadow(cfg *globallimit.Config) {
 
 // redisSet is the Redis backends of a limit set, typed, for pipelining.
 type redisSet struct {
-	ledger   *RedisLedger
+	ledger   *ledger.Redis
 	users    *userlimit.Redis
 	leaky    *leaky.Redis
 	suppress *suppress.Redis
@@ -207,7 +208,7 @@ type redisSet struct {
 // have refused, once each (a count lost with a failed pipeline is not
 // written again: `top --shadow` may miss one, never count one twice).
 func (r *redisSet) sent(ctx context.Context, jobs []*job, denials *Denials) error {
-	cmds := make([]*sentCmd, len(jobs))
+	cmds := make([]*ledger.SentCmd, len(jobs))
 	r.batch.do(ctx, func(bt *pipeBatch) {
 		for i, jb := range jobs {
 			var seq uint64
@@ -215,7 +216,7 @@ func (r *redisSet) sent(ctx context.Context, jobs []*job, denials *Denials) erro
 			if jb.dl != nil {
 				seq, sum = jb.dl.StreamSeq, contentSum(jb.dl.Data)
 			}
-			cmds[i] = r.ledger.sentFromCmd(ctx, bt.pipe, jb.key, seq, sum)
+			cmds[i] = r.ledger.QueueSentFrom(ctx, bt.pipe, jb.key, seq, sum)
 			if jb.shadowDenied && denials != nil {
 				denials.recordShadowCmd(ctx, bt.pipe, jb.j.Channel, jb.j.UserID)
 				jb.shadowDenied = false
@@ -259,7 +260,7 @@ func MemoryLimits(c LimitsConfig, divisor int) (*Limits, error) {
 	divisor = max(1, divisor)
 	l := &Limits{
 		Name:        "local",
-		Ledger:      newMemoryLedger(c.DedupTTL),
+		Ledger:      ledger.NewMemory(c.DedupTTL),
 		Users:       userlimit.NewMemory(),
 		Leaky:       q,
 		Suppress:    suppress.NewMemory(nil),

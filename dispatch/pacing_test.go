@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/notifier/notifier/leaky"
+	"github.com/notifier/notifier/ledger"
 	"github.com/notifier/notifier/testenv"
 )
 
@@ -275,7 +276,7 @@ func TestTransientFailuresRetryThenDead(t *testing.T) {
 	b.publish(newJob("doomed-1", "sms", "u2"))
 	testenv.WaitFor(t, 20*time.Second, "doomed job dead-lettered", func() bool { return len(b.deadLetters()) == 1 })
 	dl := b.deadLetters()[0]
-	if dl.Reason != ReasonMaxAttempts || !strings.Contains(dl.Detail, "3 transient provider failures") {
+	if dl.Reason != ledger.ReasonMaxAttempts || !strings.Contains(dl.Detail, "3 transient provider failures") {
 		t.Fatalf("dead letter: reason %q detail %q", dl.Reason, dl.Detail)
 	}
 	b.fake.Reset()
@@ -284,7 +285,7 @@ func TestTransientFailuresRetryThenDead(t *testing.T) {
 	b.publish(newJob("refused-1", "sms", "u3"))
 	testenv.WaitFor(t, 20*time.Second, "refused job dead-lettered", func() bool { return len(b.deadLetters()) == 2 })
 	dl = b.deadLetters()[1]
-	if dl.Reason != ReasonRejected || !strings.Contains(dl.Detail, "400") {
+	if dl.Reason != ledger.ReasonRejected || !strings.Contains(dl.Detail, "400") {
 		t.Fatalf("refused job: reason %q detail %q, want rejected with the status", dl.Reason, dl.Detail)
 	}
 	if got := p.count(p.d.m.Jobs.WithLabelValues("sms", "sms-gw", OutcomeDead)); got != 2 {

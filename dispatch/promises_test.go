@@ -21,6 +21,7 @@ import (
 
 	"github.com/notifier/notifier/globallimit"
 	"github.com/notifier/notifier/leaky"
+	"github.com/notifier/notifier/ledger"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
@@ -241,7 +242,7 @@ func TestPromiseAckWaitsForSentRecord(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if s, err := b.redis.Client().HGet(ctx, LedgerKey(b.prefix, "rec-1"), "s").Result(); err != nil || s != "1" {
+	if s, err := b.redis.Client().HGet(ctx, ledger.Key(b.prefix, "rec-1"), "s").Result(); err != nil || s != "1" {
 		t.Fatalf("the ledger's record of the sent job: %q, %v; want \"1\"", s, err)
 	}
 	b.acceptedOnce([]string{"warm", "rec-1"})
@@ -270,7 +271,7 @@ func TestPromiseTransientFailureIsRetried(t *testing.T) {
 	}
 	// The ledger counts the failure and keeps its class (what explain
 	// --job shows), never the provider's text.
-	rec, err := NewRedisLedger(b.redis.Client(), b.prefix, time.Hour).Record(context.Background(), "retry-1")
+	rec, err := ledger.NewRedis(b.redis.Client(), b.prefix, time.Hour).Record(context.Background(), "retry-1")
 	if err != nil || rec.Attempts != 1 || rec.LastError != "5xx" {
 		t.Fatalf("ledger after the 503: %+v, %v; want 1 attempt, last error 5xx", rec, err)
 	}
@@ -316,8 +317,8 @@ func TestPromiseDeadLetterBeforeAck(t *testing.T) {
 	testenv.WaitFor(t, 20*time.Second, "the dead letter stored and the job acknowledged", func() bool {
 		return len(b.deadLetters()) == 1 && b.remaining() == 0
 	})
-	if dl := b.deadLetters()[0]; dl.Reason != ReasonInvalid {
-		t.Fatalf("dead letter reason %q, want %q", dl.Reason, ReasonInvalid)
+	if dl := b.deadLetters()[0]; dl.Reason != ledger.ReasonInvalid {
+		t.Fatalf("dead letter reason %q, want %q", dl.Reason, ledger.ReasonInvalid)
 	}
 	if got := p.count(p.d.m.Jobs.WithLabelValues("sms", "unknown", OutcomeDead)); got != 1 {
 		t.Fatalf("notifier_jobs_total{outcome=dead} = %v, want 1", got)
@@ -375,7 +376,7 @@ func TestPromiseStopFinishesSendsUnderWay(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if s, err := b.redis.Client().HGet(ctx, LedgerKey(b.prefix, "inflight"), "s").Result(); err != nil || s != "1" {
+	if s, err := b.redis.Client().HGet(ctx, ledger.Key(b.prefix, "inflight"), "s").Result(); err != nil || s != "1" {
 		t.Fatalf("the ledger's record of the job sent during the stop: %q, %v; want \"1\"", s, err)
 	}
 	testenv.WaitFor(t, 5*time.Second, "the job acknowledged", func() bool { return b.remaining() == 0 })

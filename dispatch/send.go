@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/notifier/notifier/internal/text"
+	"github.com/notifier/notifier/ledger"
 	"github.com/notifier/notifier/providers"
 )
 
@@ -121,7 +122,7 @@ func (d *Dispatcher) answer(ctx context.Context, jb *job, serr error, rl *provid
 		wait = min(max(wait, d.o.Retry.Backoff(int(jb.dl.NumDelivered), d.o.Rand)), maxPause(jb.pcfg))
 		d.m.Deferrals.WithLabelValues(LayerProvider, "recipient_throttled").Inc()
 		jb.log().Info("provider throttled this recipient; deferring the job alone", "for", wait.String(), "detail", rl.Detail)
-		return end{kind: endDefer, delay: wait + d.jitter(wait/10), reason: DeferRecipientThrottled}
+		return end{kind: endDefer, delay: wait + d.jitter(wait/10), reason: ledger.DeferRecipientThrottled}
 
 	case rl != nil:
 		pause := rl.RetryAfter
@@ -169,11 +170,11 @@ func (d *Dispatcher) answer(ctx context.Context, jb *job, serr error, rl *provid
 		// The provider says the recipient is gone for good: this job is
 		// dead, and the next ones to it are not sent (the suppression list).
 		jb.log().Info("provider refused the recipient as gone", "detail", detailOf(serr))
-		return dead(ReasonRejected, d.listGone(ctx, jb, detailOf(serr)))
+		return dead(ledger.ReasonRejected, d.listGone(ctx, jb, detailOf(serr)))
 
 	case errors.Is(serr, providers.ErrPermanent):
 		jb.log().Info("provider refused job", "detail", detailOf(serr))
-		return dead(ReasonRejected, detailOf(serr))
+		return dead(ledger.ReasonRejected, detailOf(serr))
 
 	default: // transient: 5xx, 408, timeout, connection error
 		var pe *providers.Error
@@ -184,7 +185,7 @@ func (d *Dispatcher) answer(ctx context.Context, jb *job, serr error, rl *provid
 			d.m.Ambiguous.WithLabelValues(jb.provider).Inc()
 			if !jb.pcfg.RetriesOnTimeout() {
 				jb.log().Warn("provider did not answer a request it received whole; not retrying it (retry_on_timeout: false)", "detail", detailOf(serr))
-				return dead(ReasonAmbiguous, "no answer to a request the provider received whole (it may have been delivered): "+detailOf(serr))
+				return dead(ledger.ReasonAmbiguous, "no answer to a request the provider received whole (it may have been delivered): "+detailOf(serr))
 			}
 		}
 		var attempts int
@@ -197,7 +198,7 @@ func (d *Dispatcher) answer(ctx context.Context, jb *job, serr error, rl *provid
 		jb.claimed = false
 		if attempts >= d.o.Retry.MaxAttempts {
 			jb.log().Warn("provider failed; attempts used up", "attempts", attempts, "detail", detailOf(serr))
-			return dead(ReasonMaxAttempts,
+			return dead(ledger.ReasonMaxAttempts,
 				fmt.Sprintf("%d transient provider failures; last: %s", attempts, detailOf(serr)))
 		}
 		backoff := d.o.Retry.Backoff(attempts, d.o.Rand)

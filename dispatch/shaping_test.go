@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/notifier/notifier/leaky"
+	"github.com/notifier/notifier/ledger"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/testenv"
 )
@@ -106,7 +107,7 @@ func TestExpiredBeforeItsSlotIsSuppressedAtOnce(t *testing.T) {
 			took := time.Since(start)
 			dl := b.deadLetters()[0]
 			t.Logf("suppressed %s after its publish: %s", took.Round(time.Millisecond), dl.Detail)
-			if dl.Reason != ReasonExpired || !strings.Contains(dl.Detail, "earliest send slot") {
+			if dl.Reason != ledger.ReasonExpired || !strings.Contains(dl.Detail, "earliest send slot") {
 				t.Errorf("dead letter %s: %s, want expired before the earliest slot", dl.Reason, dl.Detail)
 			}
 			if took >= time.Second {
@@ -351,7 +352,7 @@ func TestExpiredBeforeAGrantedSlotIsSuppressedAtOnce(t *testing.T) {
 	took := time.Since(start)
 	dl := b.deadLetters()[0]
 	t.Logf("suppressed %s after its publish: %s", took.Round(time.Millisecond), dl.Detail)
-	if dl.Reason != ReasonExpired || !strings.Contains(dl.Detail, "earliest send slot") {
+	if dl.Reason != ledger.ReasonExpired || !strings.Contains(dl.Detail, "earliest send slot") {
 		t.Errorf("dead letter %s: %s, want expired before its granted slot", dl.Reason, dl.Detail)
 	}
 	if took >= 400*time.Millisecond {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/notifier/notifier/ledger"
 	"github.com/notifier/notifier/suppress"
 	"github.com/notifier/notifier/testenv"
 )
@@ -30,7 +31,7 @@ func TestSuppressedRecipientIsNotSentTo(t *testing.T) {
 	b.publish(gone)
 	testenv.WaitFor(t, 20*time.Second, "the 410 dead-lettered", func() bool { return len(b.deadLetters()) == 1 })
 	dl := b.deadLetters()[0]
-	if dl.Reason != ReasonRejected || !strings.Contains(dl.Detail, "now suppressed for 1h") {
+	if dl.Reason != ledger.ReasonRejected || !strings.Contains(dl.Detail, "now suppressed for 1h") {
 		t.Fatalf("the 410's dead letter: %+v", dl)
 	}
 	requests := len(b.fake.Requests())

@@ -55,7 +55,7 @@ func NewDenials(rdb redis.UniversalClient, prefix string) *Denials {
 	return &Denials{rdb: rdb, prefix: prefix, now: time.Now}
 }
 
-// Record counts one denial of user's job on channel.
+// ledger.Record counts one denial of user's job on channel.
 func (d *Denials) Record(ctx context.Context, channel, user string) error {
 	err := topScript.Run(ctx, d.rdb, []string{DenialsKey(d.prefix, channel, false, d.now())},
 		user, TopRetention.Milliseconds(), TopMaxUsers).Err()

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/notifier/notifier/ledger"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
 	"github.com/notifier/notifier/userlimit"
@@ -334,7 +335,7 @@ func TestUserCapDispatchPathProperty(t *testing.T) {
 				var j struct{ ID string }
 				_ = json.Unmarshal(dl.Data, &j)
 				suppressed[j.ID]++
-				if dl.Reason != ReasonUserLimit || rule.OnExceed != userlimit.Drop {
+				if dl.Reason != ledger.ReasonUserLimit || rule.OnExceed != userlimit.Drop {
 					t.Errorf("job %s dead-lettered %s (%s) under on_exceed %s", j.ID, dl.Reason, dl.Detail, rule.OnExceed)
 				}
 			}

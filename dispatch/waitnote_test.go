@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/notifier/notifier/ledger"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
 )
@@ -21,10 +22,10 @@ func TestLedgerSaysWhyAJobWaits(t *testing.T) {
 	b := setup(t, setupOpts{rate: 1, maxQueueDelay: 8 * time.Second})
 	ctx := context.Background()
 	rdb := b.redis.Client()
-	ledger := NewRedisLedger(rdb, b.prefix, time.Hour)
-	record := func(id string) Record {
+	led := ledger.NewRedis(rdb, b.prefix, time.Hour)
+	record := func(id string) ledger.Record {
 		t.Helper()
-		r, err := ledger.Record(ctx, queue.MsgID("", id))
+		r, err := led.Record(ctx, queue.MsgID("", id))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -37,10 +38,10 @@ func TestLedgerSaysWhyAJobWaits(t *testing.T) {
 	// The first jobs after a cold start wait about max_queue_delay for
 	// their slots, holding their leases; meanwhile email-gw is paused for
 	// longer than a job waits in its worker.
-	var far Record
+	var far ledger.Record
 	testenv.WaitFor(t, 10*time.Second, "a far slot noted", func() bool {
 		far = record("s-1")
-		return far.Why == WaitSlot
+		return far.Why == ledger.WaitSlot
 	})
 	if far.Owner == "" || far.Sent || far.Deferrals != 0 || far.Until.Before(time.Now().Add(time.Second)) {
 		t.Fatalf("s-1 waiting for its slot: %+v, want its lease held, due seconds later, no deferral", far)
@@ -48,12 +49,12 @@ func TestLedgerSaysWhyAJobWaits(t *testing.T) {
 	// e-1 too holds its far slot when the pause comes (on a loaded machine
 	// the note above can take seconds to appear, and e-1 must not be sent
 	// meanwhile: max_queue_delay is 8 s, and the pause outlasts it).
-	testenv.WaitFor(t, 10*time.Second, "e-1's far slot noted", func() bool { return record("e-1").Why == WaitSlot })
+	testenv.WaitFor(t, 10*time.Second, "e-1's far slot noted", func() bool { return record("e-1").Why == ledger.WaitSlot })
 	if err := q.Pause(ctx, "email-gw", 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 10*time.Second, "the paused provider's job put off", func() bool {
-		return record("e-1").Why == DeferProviderPaused
+		return record("e-1").Why == ledger.DeferProviderPaused
 	})
 	if r := record("e-1"); r.Owner != "" || r.Deferrals < 1 || r.Sent {
 		t.Fatalf("e-1 put off by the pause: %+v, want no lease, at least one deferral", r)
@@ -62,7 +63,7 @@ func TestLedgerSaysWhyAJobWaits(t *testing.T) {
 	for _, id := range []string{"s-1", "e-1"} {
 		testenv.WaitFor(t, 5*time.Second, id+"'s record says sent", func() bool { return record(id).Sent })
 	}
-	if r := record("e-1"); r.Why != DeferProviderPaused {
+	if r := record("e-1"); r.Why != ledger.DeferProviderPaused {
 		t.Fatalf("e-1 sent: %+v, want its deferral kept as history", r)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/notifier/notifier/globallimit"
 	"github.com/notifier/notifier/internal/sleep"
 	"github.com/notifier/notifier/leaky"
+	"github.com/notifier/notifier/ledger"
 	"github.com/notifier/notifier/userlimit"
 )
 
@@ -138,7 +139,7 @@ func (d *Dispatcher) waitSlot(ctx context.Context, jb *job, first admission) end
 			}
 			d.m.Deferrals.WithLabelValues(LayerLeaky, "quota").Inc()
 			wait := min(r.RetryAfter, maxQuotaWait)
-			return end{kind: endDefer, delay: wait + d.jitter(min(wait/10, 5*time.Second)), reason: DeferQuota}
+			return end{kind: endDefer, delay: wait + d.jitter(min(wait/10, 5*time.Second)), reason: ledger.DeferQuota}
 		}
 		if !r.OK {
 			d.m.LimitDecisions.WithLabelValues(LayerLeaky, "deny").Inc()
@@ -227,7 +228,7 @@ func (d *Dispatcher) noteSlotWait(ctx context.Context, jb *job, l *Limits) {
 	jb.debug("job waits for its send slot", "for", wait.String())
 	nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	if err := l.Ledger.Waiting(nctx, jb.key, jb.owner, WaitSlot, wait); err != nil {
+	if err := l.Ledger.Waiting(nctx, jb.key, jb.owner, ledger.WaitSlot, wait); err != nil {
 		jb.debug("note the wait for a send slot", "err", err)
 	}
 }
@@ -268,7 +269,7 @@ func (d *Dispatcher) longPause(ctx context.Context, jb *job) (end, bool) {
 // pause) then holds its jobs back no longer than that.
 func pausedEnd(d *Dispatcher, paused time.Duration) end {
 	wait := min(paused, handBackMax)
-	return end{kind: endDefer, delay: wait + d.jitter(min(wait/10, time.Second)), reason: DeferProviderPaused}
+	return end{kind: endDefer, delay: wait + d.jitter(min(wait/10, time.Second)), reason: ledger.DeferProviderPaused}
 }
 
 // handBackMax is the longest a job handed back for a pause waits in
@@ -320,7 +321,7 @@ func (d *Dispatcher) renewClaim(ctx context.Context, jb *job) end {
 	if d.since(jb.claimAt) < d.lease(jb)/2 {
 		return end{}
 	}
-	var c Claim
+	var c ledger.Claim
 	if err := d.withBackend(ctx, jb, func(l *Limits) (err error) {
 		c, err = l.Ledger.Claim(ctx, jb.key, jb.owner, d.lease(jb))
 		return err
@@ -328,10 +329,10 @@ func (d *Dispatcher) renewClaim(ctx context.Context, jb *job) end {
 		return stopped(err)
 	}
 	switch c.Status {
-	case AlreadySent:
+	case ledger.AlreadySent:
 		jb.claimed = false
 		return end{kind: endDuplicate}
-	case Busy:
+	case ledger.Busy:
 		// Our lease ran out and another delivery of this job took it:
 		// that one sends; this copy steps aside.
 		jb.claimed = false

@@ -7,6 +7,7 @@ import (
 
 	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/inspect"
+	"github.com/notifier/notifier/ledger"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/userlimit"
 )
@@ -93,11 +94,11 @@ func ExampleInspector_Job() {
 	prefix := newPrefix("example-job")
 
 	// What the dispatcher did: claimed the job, then suppressed it.
-	ledger := dispatch.NewRedisLedger(rdb, prefix, 24*time.Hour)
-	if _, err := ledger.Claim(ctx, "j-7", "web-1/42", 30*time.Second); err != nil {
+	led := ledger.NewRedis(rdb, prefix, 24*time.Hour)
+	if _, err := led.Claim(ctx, "j-7", "web-1/42", 30*time.Second); err != nil {
 		panic(err)
 	}
-	if err := ledger.Ended(ctx, "j-7", "web-1/42", dispatch.EndSuppressed, dispatch.ReasonUserLimit); err != nil {
+	if err := led.Ended(ctx, "j-7", "web-1/42", ledger.EndSuppressed, ledger.ReasonUserLimit); err != nil {
 		panic(err)
 	}
 

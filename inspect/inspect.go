@@ -11,6 +11,7 @@ import (
 	"github.com/notifier/notifier/digest"
 	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/leaky"
+	"github.com/notifier/notifier/ledger"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/userlimit"
@@ -61,7 +62,7 @@ type Inspector struct {
 
 // recorder reads a job's ledger record.
 type recorder interface {
-	Record(ctx context.Context, id string) (dispatch.Record, error)
+	Record(ctx context.Context, id string) (ledger.Record, error)
 }
 
 // New returns an Inspector on rdb, reading dead letters through dead (nil:

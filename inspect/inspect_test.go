@@ -13,6 +13,7 @@ import (
 	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/inspect"
 	"github.com/notifier/notifier/leaky"
+	"github.com/notifier/notifier/ledger"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
@@ -225,7 +226,7 @@ func TestProviderReadsQueuePauseFleet(t *testing.T) {
 func TestJobReadsTheLedger(t *testing.T) {
 	t.Parallel()
 	s := newSetup(t, inspect.Config{})
-	led := dispatch.NewRedisLedger(s.srv.Client(), s.prefix, time.Hour)
+	led := ledger.NewRedis(s.srv.Client(), s.prefix, time.Hour)
 	if a, err := s.in.Job(s.ctx, "j-unknown"); err != nil || a.State != inspect.StateUnknown || a.Ledger.Found {
 		t.Fatalf("unknown: %+v, %v", a, err)
 	}
@@ -248,10 +249,10 @@ func TestJobReadsTheLedger(t *testing.T) {
 	if _, err := led.Claim(s.ctx, "j-1", "i-1/8", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := led.Ended(s.ctx, "j-1", "i-1/8", dispatch.EndSuppressed, dispatch.ReasonUserLimit); err != nil {
+	if err := led.Ended(s.ctx, "j-1", "i-1/8", ledger.EndSuppressed, ledger.ReasonUserLimit); err != nil {
 		t.Fatal(err)
 	}
-	if a, err = s.in.Job(s.ctx, "j-1"); err != nil || a.State != inspect.StateSuppressed || a.Ledger.Reason != dispatch.ReasonUserLimit {
+	if a, err = s.in.Job(s.ctx, "j-1"); err != nil || a.State != inspect.StateSuppressed || a.Ledger.Reason != ledger.ReasonUserLimit {
 		t.Fatalf("suppressed: %+v, %v", a, err)
 	}
 	if err := led.Sent(s.ctx, "j-2", ""); err != nil {

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/notifier/notifier/dispatch"
+	"github.com/notifier/notifier/ledger"
 	"github.com/notifier/notifier/queue"
 )
 
@@ -190,7 +190,7 @@ func (in *Inspector) JobScan(ctx context.Context, tenant, id string, scan int) (
 // its own, else its channel's default; "" when none is configured or the
 // job is not waiting there.
 func (in *Inspector) senderOf(a JobAnswer) string {
-	if a.State != StateWaiting || a.Stream == nil || a.Stream.Job == nil || a.Why == dispatch.DeferUserLimit || a.Why == dispatch.DeferDigest || a.Why == dispatch.DeferDigestUnpublished {
+	if a.State != StateWaiting || a.Stream == nil || a.Stream.Job == nil || a.Why == ledger.DeferUserLimit || a.Why == ledger.DeferDigest || a.Why == ledger.DeferDigestUnpublished {
 		return "" // the user's cap holds it, not its provider
 	}
 	w := a.Stream.Job
@@ -210,15 +210,15 @@ func stateOf(a JobAnswer) (state, why string) {
 	switch {
 	case l.Sent:
 		return StateSent, ""
-	case l.LeaseOwner != "" && l.DeferredFor == dispatch.WaitSlot && l.DueAt != nil && l.DueAt.After(a.At):
-		return StateWaiting, dispatch.WaitSlot
+	case l.LeaseOwner != "" && l.DeferredFor == ledger.WaitSlot && l.DueAt != nil && l.DueAt.After(a.At):
+		return StateWaiting, ledger.WaitSlot
 	case l.LeaseOwner != "": // under way now: a replay kept (--keep) its dead letter
 		return StateSending, ""
 	case len(a.DeadLetters) > 0 && !replayed:
 		return a.DeadLetters[len(a.DeadLetters)-1].Kind, ""
 	case l.Outcome != "" && !replayed:
 		return l.Outcome, ""
-	case l.DeferredFor != "" && l.DeferredFor != dispatch.WaitSlot:
+	case l.DeferredFor != "" && l.DeferredFor != ledger.WaitSlot:
 		return StateWaiting, l.DeferredFor
 	case l.Attempts > 0:
 		return StateWaiting, WhyRetry

@@ -8,7 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/notifier/notifier/dispatch"
+	"github.com/notifier/notifier/ledger"
 	"github.com/notifier/notifier/queue"
 )
 
@@ -43,7 +43,7 @@ type ReplayPlan struct {
 }
 
 // ReplayLedger is the part of the job ledger a replay uses
-// (dispatch.RedisLedger).
+// (ledger.Redis).
 type ReplayLedger interface {
 	ResetForReplay(ctx context.Context, id string) (sent bool, err error)
 }
@@ -76,9 +76,9 @@ func PlanReplay(ctx context.Context, dead *queue.DeadLetters, f queue.DeadFilter
 	p.Summary.Selected = len(letters)
 	for _, d := range letters {
 		switch {
-		case d.Kind == queue.Dead && d.Reason == dispatch.ReasonInvalid && !o.IncludeInvalid:
+		case d.Kind == queue.Dead && d.Reason == ledger.ReasonInvalid && !o.IncludeInvalid:
 			p.Summary.SkippedInvalid++
-		case d.Kind == queue.Suppressed && d.Reason == dispatch.ReasonExpired && !o.IncludeExpired:
+		case d.Kind == queue.Suppressed && d.Reason == ledger.ReasonExpired && !o.IncludeExpired:
 			p.Summary.SkippedExpired++
 		default:
 			p.Todo = append(p.Todo, d)
@@ -98,7 +98,7 @@ func PlanReplay(ctx context.Context, dead *queue.DeadLetters, f queue.DeadFilter
 // if set, is told of every dead letter's result as it happens.
 //
 // The error is ctx's when it ends the replay early, or names the failures.
-func Replay(ctx context.Context, dead *queue.DeadLetters, ledger ReplayLedger, p ReplayPlan, o ReplayOptions,
+func Replay(ctx context.Context, dead *queue.DeadLetters, led ReplayLedger, p ReplayPlan, o ReplayOptions,
 	each func(ReplayResult)) (ReplaySummary, error) {
 	s := p.Summary
 	s.Replayed = 0
@@ -110,7 +110,7 @@ func Replay(ctx context.Context, dead *queue.DeadLetters, ledger ReplayLedger, p
 		if err := ctx.Err(); err != nil {
 			return s, fmt.Errorf("replay stopped after %d: %w", s.Replayed, err)
 		}
-		r := replayOne(ctx, dead, ledger, d, o.Keep, now())
+		r := replayOne(ctx, dead, led, d, o.Keep, now())
 		switch r.Outcome {
 		case Replayed:
 			s.Replayed++
@@ -134,12 +134,12 @@ func Replay(ctx context.Context, dead *queue.DeadLetters, ledger ReplayLedger, p
 
 // replayOne replays d: reset its ledger record, republish, delete the dead
 // letter.
-func replayOne(ctx context.Context, dead *queue.DeadLetters, ledger ReplayLedger, d *queue.DeadLetter, keep bool, now time.Time) ReplayResult {
+func replayOne(ctx context.Context, dead *queue.DeadLetters, led ReplayLedger, d *queue.DeadLetter, keep bool, now time.Time) ReplayResult {
 	r := ReplayResult{Letter: d}
 	id := d.JobID
 	msgID := id + ":replay:" + strconv.FormatInt(now.UnixNano(), 10)
 	if id != "" {
-		sent, err := ledger.ResetForReplay(ctx, id)
+		sent, err := led.ResetForReplay(ctx, id)
 		if err != nil {
 			r.Outcome, r.Err = Failed, err
 			return r
@@ -153,7 +153,7 @@ func replayOne(ctx context.Context, dead *queue.DeadLetters, ledger ReplayLedger
 		msgID = "replay:" + dead.Stream() + ":" + strconv.FormatUint(d.Seq, 10) + ":" + strconv.FormatInt(now.UnixNano(), 10)
 	}
 	h := nats.Header{}
-	h.Set(dispatch.HeaderReplayed, now.UTC().Format(time.RFC3339))
+	h.Set(ledger.HeaderReplayed, now.UTC().Format(time.RFC3339))
 	if _, err := dead.Republish(ctx, d, msgID, h); err != nil {
 		r.Outcome, r.Err = Failed, err
 		return r

@@ -9,8 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/inspect"
+	"github.com/notifier/notifier/ledger"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
 )
@@ -33,7 +33,7 @@ func TestReplayRepublishesOnceAndNeverASentJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	pub, dead := queue.NewPublisher(js), queue.NewDeadLetters(js, cfg)
-	led := dispatch.NewRedisLedger(testenv.Redis(t).Client(), newPrefix(t.Name()), time.Hour)
+	led := ledger.NewRedis(testenv.Redis(t).Client(), newPrefix(t.Name()), time.Hour)
 	store := func(seq uint64, o queue.Outcome, id, reason string) {
 		t.Helper()
 		data := fmt.Sprintf(`{"id":%q,"user_id":"u1","channel":"sms","to":"+15550000000","body":"hi"}`, id)
@@ -42,11 +42,11 @@ func TestReplayRepublishesOnceAndNeverASentJob(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	store(1, queue.Dead, "j-failed", dispatch.ReasonMaxAttempts)
-	store(2, queue.Dead, "j-invalid", dispatch.ReasonInvalid)
-	store(3, queue.Suppressed, "j-expired", dispatch.ReasonExpired)
-	store(4, queue.Dead, "j-sent", dispatch.ReasonMaxAttempts)
-	store(5, queue.Dead, "j-kept", dispatch.ReasonMaxAttempts)
+	store(1, queue.Dead, "j-failed", ledger.ReasonMaxAttempts)
+	store(2, queue.Dead, "j-invalid", ledger.ReasonInvalid)
+	store(3, queue.Suppressed, "j-expired", ledger.ReasonExpired)
+	store(4, queue.Dead, "j-sent", ledger.ReasonMaxAttempts)
+	store(5, queue.Dead, "j-kept", ledger.ReasonMaxAttempts)
 	if _, err := led.Failed(ctx, "j-failed", "", "5xx"); err != nil {
 		t.Fatal(err)
 	}

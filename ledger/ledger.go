@@ -1,4 +1,4 @@
-package dispatch
+package ledger
 
 import (
 	"context"
@@ -92,7 +92,7 @@ const (
 )
 
 var (
-	//go:embed ledger_claim.lua
+	//go:embed claim.lua
 	ledgerClaimLua    string
 	ledgerClaimScript = redis.NewScript(luapre.Now + luapre.Num + ledgerClaimLua)
 
@@ -100,43 +100,47 @@ var (
 	// counted (Failed), the lease given up with or without an end noted
 	// (Release, Ended), the record of an unsent job forgotten
 	// (ResetForReplay).
-	//go:embed ledger_failed.lua
+	//go:embed failed.lua
 	ledgerFailedLua    string
 	ledgerFailedScript = redis.NewScript(luapre.Num + ledgerFailedLua)
 
-	//go:embed ledger_release.lua
+	//go:embed release.lua
 	ledgerReleaseLua    string
 	ledgerReleaseScript = redis.NewScript(luapre.Now + luapre.Num + ledgerReleaseLua)
 
-	//go:embed ledger_reset.lua
+	//go:embed reset.lua
 	ledgerResetLua    string
 	ledgerResetScript = redis.NewScript(ledgerResetLua)
 )
 
-// RedisLedger keeps the ledger in Redis, one hash per job under the hash tag
+// Redis keeps the ledger in Redis, one hash per job under the hash tag
 // {<prefix>j:<id>}, so it runs unchanged on Redis Cluster. Every operation
 // is one atomic script reading the Redis clock.
-type RedisLedger struct {
+type Redis struct {
 	rdb    redis.Cmdable
 	prefix string
 	ttl    time.Duration
-	now    func() time.Time // WithLedgerNow, tests only: when set, scripts get this clock instead of TIME
+	now    func() time.Time // WithNow, tests only: when set, scripts get this clock instead of TIME
 }
 
-var _ Ledger = (*RedisLedger)(nil)
+var _ Ledger = (*Redis)(nil)
 
-// NewRedisLedger returns a ledger that remembers each job for ttl
+// NewRedis returns a ledger that remembers each job for ttl
 // (dedup_ttl) after its last change.
-func NewRedisLedger(rdb redis.Cmdable, prefix string, ttl time.Duration, opts ...LedgerOption) *RedisLedger {
-	return &RedisLedger{rdb: rdb, prefix: prefix, ttl: ttl, now: buildLedgerOptions(opts).now}
+func NewRedis(rdb redis.Cmdable, prefix string, ttl time.Duration, opts ...Option) *Redis {
+	return &Redis{rdb: rdb, prefix: prefix, ttl: ttl, now: buildOptions(opts).now}
 }
 
-// LedgerKey is the Redis key of job id's ledger record.
-func LedgerKey(prefix, id string) string { return "{" + prefix + "j:" + id + "}" }
+// Key is the Redis key of job id's ledger record.
+func Key(prefix, id string) string { return "{" + prefix + "j:" + id + "}" }
+
+// KeyOf is the Redis key of job id's record in this ledger (Key under its
+// prefix): what a pipeline groups claims by on Redis Cluster.
+func (l *Redis) KeyOf(id string) string { return Key(l.prefix, id) }
 
 // Load loads the ledger scripts, so they can be sent inside a pipeline
 // (where a NOSCRIPT reply does not fall back to EVAL).
-func (l *RedisLedger) Load(ctx context.Context) error {
+func (l *Redis) Load(ctx context.Context) error {
 	for _, s := range []*redis.Script{ledgerClaimScript, ledgerFailedScript, ledgerReleaseScript, ledgerResetScript} {
 		if err := s.Load(ctx, l.rdb).Err(); err != nil {
 			return fmt.Errorf("load ledger script: %w", err)
@@ -146,21 +150,21 @@ func (l *RedisLedger) Load(ctx context.Context) error {
 }
 
 // Claim implements Ledger.
-func (l *RedisLedger) Claim(ctx context.Context, id, owner string, lease time.Duration) (Claim, error) {
-	g := l.claimGroup()
+func (l *Redis) Claim(ctx context.Context, id, owner string, lease time.Duration) (Claim, error) {
+	g := l.ClaimGroup()
 	c := g.Add(id, owner, lease)
 	g.cmd = ledgerClaimScript.Run(ctx, l.rdb, g.keys, g.args...)
 	return c.Result()
 }
 
-// claimGroup is the claims of several jobs made by one script run: the
+// ClaimGroup is the claims of several jobs made by one script run: the
 // same answers, in the order of Add, as that many Claim calls at one
 // instant, for one EVALSHA and one read of the clock. On Redis Cluster the
 // jobs of one group must hash to one slot (LedgerSlot). Add and Queue are
 // not safe for concurrent use; the ClaimCmds' Results are, once the
 // pipeline has run.
-type claimGroup struct {
-	l    *RedisLedger
+type ClaimGroup struct {
+	l    *Redis
 	ids  []string
 	keys []string
 	args []any
@@ -171,41 +175,41 @@ type claimGroup struct {
 	err     error
 }
 
-// claimGroup starts a group of claims.
-func (l *RedisLedger) claimGroup() *claimGroup {
-	return &claimGroup{l: l, args: []any{l.ttl.Milliseconds(), l.nowArg()}}
+// ClaimGroup starts a group of claims.
+func (l *Redis) ClaimGroup() *ClaimGroup {
+	return &ClaimGroup{l: l, args: []any{l.ttl.Milliseconds(), l.nowArg()}}
 }
 
 // Add adds the claim of job id by owner for lease and returns its handle.
-func (g *claimGroup) Add(id, owner string, lease time.Duration) *claimCmd {
+func (g *ClaimGroup) Add(id, owner string, lease time.Duration) *ClaimCmd {
 	g.ids = append(g.ids, id)
-	g.keys = append(g.keys, LedgerKey(g.l.prefix, id))
+	g.keys = append(g.keys, Key(g.l.prefix, id))
 	g.args = append(g.args, owner, lease.Milliseconds())
-	return &claimCmd{g: g, i: len(g.ids) - 1}
+	return &ClaimCmd{g: g, i: len(g.ids) - 1}
 }
 
 // Len is the number of claims added.
-func (g *claimGroup) Len() int { return len(g.ids) }
+func (g *ClaimGroup) Len() int { return len(g.ids) }
 
 // Queue queues the group's script on pipe (EVALSHA only: call Load first,
 // and again when a Result says ErrNotLoaded). An empty group queues
 // nothing.
-func (g *claimGroup) Queue(ctx context.Context, pipe redis.Pipeliner) {
+func (g *ClaimGroup) Queue(ctx context.Context, pipe redis.Pipeliner) {
 	if len(g.ids) > 0 {
 		g.cmd = ledgerClaimScript.EvalSha(ctx, pipe, g.keys, g.args...)
 	}
 }
 
-// claimCmd is a claim queued on a pipeline in a claimGroup; its Result is
+// ClaimCmd is a claim queued on a pipeline in a ClaimGroup; its Result is
 // ready after the pipeline's Exec.
-type claimCmd struct {
-	g *claimGroup
+type ClaimCmd struct {
+	g *ClaimGroup
 	i int
 }
 
 // Result decodes the claim; a script missing from the server's cache wraps
 // ErrNotLoaded.
-func (c *claimCmd) Result() (Claim, error) {
+func (c *ClaimCmd) Result() (Claim, error) {
 	g := c.g
 	g.once.Do(g.decode)
 	if g.err != nil {
@@ -215,7 +219,7 @@ func (c *claimCmd) Result() (Claim, error) {
 }
 
 // decode reads the group's reply once.
-func (g *claimGroup) decode() {
+func (g *ClaimGroup) decode() {
 	if g.cmd == nil {
 		g.err = errors.New("claim not queued")
 		return
@@ -249,8 +253,8 @@ var ErrNotLoaded = errors.New("script not loaded on the server")
 
 // settle runs script (ledger_failed, ledger_release or ledger_reset) on
 // job id's record with args; op names the operation in the error.
-func (l *RedisLedger) settle(ctx context.Context, script *redis.Script, op, id string, args ...any) (int, error) {
-	n, err := script.Run(ctx, l.rdb, []string{LedgerKey(l.prefix, id)}, args...).Int()
+func (l *Redis) settle(ctx context.Context, script *redis.Script, op, id string, args ...any) (int, error) {
+	n, err := script.Run(ctx, l.rdb, []string{Key(l.prefix, id)}, args...).Int()
 	if err != nil {
 		return 0, fmt.Errorf("record %s for job %s: %w", op, id, err)
 	}
@@ -258,46 +262,46 @@ func (l *RedisLedger) settle(ctx context.Context, script *redis.Script, op, id s
 }
 
 // Sent implements Ledger.
-func (l *RedisLedger) Sent(ctx context.Context, id, owner string) error {
+func (l *Redis) Sent(ctx context.Context, id, owner string) error {
 	pipe := l.rdb.Pipeline()
-	sc := l.sentCmd(ctx, pipe, id)
+	sc := l.QueueSent(ctx, pipe, id)
 	_, _ = pipe.Exec(ctx)
 	return sc.Err()
 }
 
-// sentCmd is a Sent queued on a pipeline; its Err is ready after the
+// SentCmd is a Sent queued on a pipeline; its Err is ready after the
 // pipeline's Exec.
-type sentCmd struct {
+type SentCmd struct {
 	id         string
 	set, renew redis.Cmder
 }
 
-// sentCmd queues a Sent on pipe. It needs no script: "sent" is not a
+// QueueSent queues a Sent on pipe. It needs no script: "sent" is not a
 // decision but a fact, so it is two plain commands, s = 1 (which every
 // later claim reads first, so the lease fields left beside it mean nothing
 // any more) and the record's TTL renewed for dedup_ttl. A claim running
 // between the two sees the job sent.
-func (l *RedisLedger) sentCmd(ctx context.Context, pipe redis.Pipeliner, id string) *sentCmd {
-	return l.sentFromCmd(ctx, pipe, id, 0, "")
+func (l *Redis) QueueSent(ctx context.Context, pipe redis.Pipeliner, id string) *SentCmd {
+	return l.QueueSentFrom(ctx, pipe, id, 0, "")
 }
 
-// sentFromCmd is sentCmd that also records which message was sent: its
+// QueueSentFrom is QueueSent that also records which message was sent: its
 // stream sequence (q) and a digest of its bytes (h), so that a later
 // message with the same id can be told apart (SentFrom). 0 and "" record
 // nothing beside s.
-func (l *RedisLedger) sentFromCmd(ctx context.Context, pipe redis.Pipeliner, id string, seq uint64, digest string) *sentCmd {
-	key := LedgerKey(l.prefix, id)
+func (l *Redis) QueueSentFrom(ctx context.Context, pipe redis.Pipeliner, id string, seq uint64, digest string) *SentCmd {
+	key := Key(l.prefix, id)
 	fields := []any{"s", "1"}
 	if seq > 0 {
 		fields = append(fields, "q", seq, "h", digest)
 	}
-	return &sentCmd{id: id, set: pipe.HSet(ctx, key, fields...), renew: pipe.PExpire(ctx, key, l.ttl)}
+	return &SentCmd{id: id, set: pipe.HSet(ctx, key, fields...), renew: pipe.PExpire(ctx, key, l.ttl)}
 }
 
-// SentFrom reads which message of job id was sent (sentFromCmd): its
+// SentFrom reads which message of job id was sent (QueueSentFrom): its
 // stream sequence and digest; ok is false when the record holds none.
-func (l *RedisLedger) SentFrom(ctx context.Context, id string) (seq uint64, digest string, ok bool, err error) {
-	vals, err := l.rdb.HMGet(ctx, LedgerKey(l.prefix, id), "q", "h").Result()
+func (l *Redis) SentFrom(ctx context.Context, id string) (seq uint64, digest string, ok bool, err error) {
+	vals, err := l.rdb.HMGet(ctx, Key(l.prefix, id), "q", "h").Result()
 	if err != nil {
 		return 0, "", false, fmt.Errorf("read the sent record of job %s: %w", id, err)
 	}
@@ -314,7 +318,7 @@ func (l *RedisLedger) SentFrom(ctx context.Context, id string) (seq uint64, dige
 }
 
 // Err is the pipelined Sent's error.
-func (c *sentCmd) Err() error {
+func (c *SentCmd) Err() error {
 	err := c.set.Err()
 	if err == nil {
 		err = c.renew.Err()
@@ -326,19 +330,19 @@ func (c *sentCmd) Err() error {
 }
 
 // Failed implements Ledger.
-func (l *RedisLedger) Failed(ctx context.Context, id, owner, class string) (int, error) {
+func (l *Redis) Failed(ctx context.Context, id, owner, class string) (int, error) {
 	return l.settle(ctx, ledgerFailedScript, "failed", id, owner, l.ttl.Milliseconds(), class)
 }
 
 // Release implements Ledger.
-func (l *RedisLedger) Release(ctx context.Context, id, owner string) error {
+func (l *Redis) Release(ctx context.Context, id, owner string) error {
 	_, err := l.settle(ctx, ledgerReleaseScript, "release", id, owner, l.ttl.Milliseconds())
 	return err
 }
 
 // Ended implements Ledger: the release's script notes the end in the same
 // run, so it costs no round trip more.
-func (l *RedisLedger) Ended(ctx context.Context, id, owner, kind, reason string) error {
+func (l *Redis) Ended(ctx context.Context, id, owner, kind, reason string) error {
 	if err := checkEnd(kind); err != nil {
 		return fmt.Errorf("record %s for job %s: %w", kind, id, err)
 	}
@@ -348,25 +352,25 @@ func (l *RedisLedger) Ended(ctx context.Context, id, owner, kind, reason string)
 
 // Deferred implements Ledger: the release's script notes the deferral in
 // the same run, so it costs no round trip more.
-func (l *RedisLedger) Deferred(ctx context.Context, id, owner, why string, delay time.Duration) error {
+func (l *Redis) Deferred(ctx context.Context, id, owner, why string, delay time.Duration) error {
 	return l.note(ctx, "deferral", "deferred", id, owner, why, delay)
 }
 
 // Waiting implements Ledger.
-func (l *RedisLedger) Waiting(ctx context.Context, id, owner, why string, delay time.Duration) error {
+func (l *Redis) Waiting(ctx context.Context, id, owner, why string, delay time.Duration) error {
 	return l.note(ctx, "wait", "waiting", id, owner, why, delay)
 }
 
 // note runs ledger_release.lua's note of kind ("deferred": the lease
 // given up; "waiting": kept), why and until now + delay.
-func (l *RedisLedger) note(ctx context.Context, op, kind, id, owner, why string, delay time.Duration) error {
+func (l *Redis) note(ctx context.Context, op, kind, id, owner, why string, delay time.Duration) error {
 	_, err := l.settle(ctx, ledgerReleaseScript, op, id, owner, l.ttl.Milliseconds(), kind, why, max(delay, 0).Milliseconds(), l.nowArg())
 	return err
 }
 
 // nowArg is the scripts' now argument: empty (the Redis clock) but in tests
-// (WithLedgerNow).
-func (l *RedisLedger) nowArg() string {
+// (WithNow).
+func (l *Redis) nowArg() string {
 	if l.now == nil {
 		return ""
 	}
@@ -383,7 +387,7 @@ func checkEnd(kind string) error {
 }
 
 // Record is what the ledger holds for one job: the answer of
-// RedisLedger.Record and MemoryLedger.Record.
+// Redis.Record and Memory.Record.
 type Record struct {
 	// Found is false when the ledger holds nothing for the job: never
 	// claimed (dead or suppressed before its admission, or not taken
@@ -419,8 +423,8 @@ type Record struct {
 
 // Record reads job id's ledger record in one round trip, changing nothing.
 // The lease shows only while it lasts, on the Redis clock.
-func (l *RedisLedger) Record(ctx context.Context, id string) (Record, error) {
-	key := LedgerKey(l.prefix, id)
+func (l *Redis) Record(ctx context.Context, id string) (Record, error) {
+	key := Key(l.prefix, id)
 	pipe := l.rdb.Pipeline()
 	all := pipe.HGetAll(ctx, key)
 	ttl := pipe.PTTL(ctx, key)
@@ -472,7 +476,7 @@ const HeaderReplayed = "Notifier-Replayed"
 // is replayed, so the replay starts with no attempts counted. A job the
 // ledger says was sent is kept and reported (sent = true): replaying it
 // would send it twice.
-func (l *RedisLedger) ResetForReplay(ctx context.Context, id string) (sent bool, err error) {
+func (l *Redis) ResetForReplay(ctx context.Context, id string) (sent bool, err error) {
 	n, err := l.settle(ctx, ledgerResetScript, "reset", id)
 	if err != nil {
 		return false, err
@@ -480,36 +484,36 @@ func (l *RedisLedger) ResetForReplay(ctx context.Context, id string) (sent bool,
 	return n < 0, nil
 }
 
-// LedgerOption configures a RedisLedger or MemoryLedger.
-type LedgerOption func(*ledgerOptions)
+// Option configures a Redis or Memory.
+type Option func(*options)
 
-type ledgerOptions struct {
+type options struct {
 	now func() time.Time // nil: the ledger's own clock
 }
 
-func buildLedgerOptions(opts []LedgerOption) ledgerOptions {
-	var o ledgerOptions
+func buildOptions(opts []Option) options {
+	var o options
 	for _, opt := range opts {
 		opt(&o)
 	}
 	return o
 }
 
-// WithLedgerNow sets the ledger's clock; nil keeps its own, as WithNow does
-// for the limit backends (leaky, userlimit, globallimit). MemoryLedger
-// reads it (default time.Now). RedisLedger sends it to its scripts instead
+// WithNow sets the ledger's clock; nil keeps its own, as WithNow does
+// for the limit backends (leaky, userlimit, globallimit). Memory
+// reads it (default time.Now). Redis sends it to its scripts instead
 // of reading the Redis TIME, and reads a Record's lease against it: for
 // tests only (a fake clock, step-by-step comparison of the backends),
 // since with it the fleet no longer shares one clock.
-func WithLedgerNow(now func() time.Time) LedgerOption {
-	return func(o *ledgerOptions) { o.now = now }
+func WithNow(now func() time.Time) Option {
+	return func(o *options) { o.now = now }
 }
 
-// MemoryLedger keeps the ledger in this process: the demo's, and the
+// Memory keeps the ledger in this process: the demo's, and the
 // fallback of redis.on_failure: local, where it still stops one process from
 // sending a job twice (across processes JetStream's single delivery is then
 // the only guard). Records are dropped ttl after their last change.
-type MemoryLedger struct {
+type Memory struct {
 	now func() time.Time
 	ttl time.Duration
 
@@ -532,21 +536,21 @@ type ledgerRec struct {
 	expiresAt time.Time
 }
 
-var _ Ledger = (*MemoryLedger)(nil)
+var _ Ledger = (*Memory)(nil)
 
-// newMemoryLedger returns an in-process ledger that drops each job's record
-// ttl after its last change; its clock is WithLedgerNow's, else time.Now.
-func newMemoryLedger(ttl time.Duration, opts ...LedgerOption) *MemoryLedger {
-	now := buildLedgerOptions(opts).now
+// NewMemory returns an in-process ledger that drops each job's record
+// ttl after its last change; its clock is WithNow's, else time.Now.
+func NewMemory(ttl time.Duration, opts ...Option) *Memory {
+	now := buildOptions(opts).now
 	if now == nil {
 		now = time.Now
 	}
-	return &MemoryLedger{now: now, ttl: ttl, recs: map[string]*ledgerRec{}}
+	return &Memory{now: now, ttl: ttl, recs: map[string]*ledgerRec{}}
 }
 
 // get returns the live record of id, creating it when create is set; the
 // caller holds mu. It sweeps expired records at most once per ttl/4.
-func (l *MemoryLedger) get(id string, now time.Time, create bool) *ledgerRec {
+func (l *Memory) get(id string, now time.Time, create bool) *ledgerRec {
 	if now.Sub(l.lastSweep) > l.ttl/4 {
 		for k, r := range l.recs {
 			if !now.Before(r.expiresAt) {
@@ -568,7 +572,7 @@ func (l *MemoryLedger) get(id string, now time.Time, create bool) *ledgerRec {
 }
 
 // Claim implements Ledger.
-func (l *MemoryLedger) Claim(_ context.Context, id, owner string, lease time.Duration) (Claim, error) {
+func (l *Memory) Claim(_ context.Context, id, owner string, lease time.Duration) (Claim, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
@@ -585,7 +589,7 @@ func (l *MemoryLedger) Claim(_ context.Context, id, owner string, lease time.Dur
 }
 
 // Sent implements Ledger.
-func (l *MemoryLedger) Sent(_ context.Context, id, _ string) error {
+func (l *Memory) Sent(_ context.Context, id, _ string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
@@ -595,7 +599,7 @@ func (l *MemoryLedger) Sent(_ context.Context, id, _ string) error {
 }
 
 // Failed implements Ledger.
-func (l *MemoryLedger) Failed(_ context.Context, id, owner, class string) (int, error) {
+func (l *Memory) Failed(_ context.Context, id, owner, class string) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
@@ -612,7 +616,7 @@ func (l *MemoryLedger) Failed(_ context.Context, id, owner, class string) (int, 
 }
 
 // Release implements Ledger.
-func (l *MemoryLedger) Release(_ context.Context, id, owner string) error {
+func (l *Memory) Release(_ context.Context, id, owner string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if r := l.get(id, l.now(), false); r != nil && r.owner == owner {
@@ -622,7 +626,7 @@ func (l *MemoryLedger) Release(_ context.Context, id, owner string) error {
 }
 
 // Ended implements Ledger.
-func (l *MemoryLedger) Ended(_ context.Context, id, owner, kind, reason string) error {
+func (l *Memory) Ended(_ context.Context, id, owner, kind, reason string) error {
 	if err := checkEnd(kind); err != nil {
 		return fmt.Errorf("record %s for job %s: %w", kind, id, err)
 	}
@@ -641,19 +645,19 @@ func (l *MemoryLedger) Ended(_ context.Context, id, owner, kind, reason string) 
 }
 
 // Deferred implements Ledger.
-func (l *MemoryLedger) Deferred(_ context.Context, id, owner, why string, delay time.Duration) error {
+func (l *Memory) Deferred(_ context.Context, id, owner, why string, delay time.Duration) error {
 	l.note(id, owner, why, delay, true)
 	return nil
 }
 
 // Waiting implements Ledger.
-func (l *MemoryLedger) Waiting(_ context.Context, id, owner, why string, delay time.Duration) error {
+func (l *Memory) Waiting(_ context.Context, id, owner, why string, delay time.Duration) error {
 	l.note(id, owner, why, delay, false)
 	return nil
 }
 
 // note records a deferral (release) or a wait, as ledger_release.lua does.
-func (l *MemoryLedger) note(id, owner, why string, delay time.Duration, release bool) {
+func (l *Memory) note(id, owner, why string, delay time.Duration, release bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
@@ -670,9 +674,9 @@ func (l *MemoryLedger) note(id, owner, why string, delay time.Duration, release 
 	r.expiresAt = now.Add(l.ttl)
 }
 
-// Record reads job id's record (see RedisLedger.Record; Seq is not kept
+// Record reads job id's record (see Redis.Record; Seq is not kept
 // here).
-func (l *MemoryLedger) Record(_ context.Context, id string) (Record, error) {
+func (l *Memory) Record(_ context.Context, id string) (Record, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
@@ -688,8 +692,32 @@ func (l *MemoryLedger) Record(_ context.Context, id string) (Record, error) {
 	return rec, nil
 }
 
-// ownerToken makes a lease owner token: the instance and a per-process
+// OwnerToken makes a lease owner token: the instance and a per-process
 // sequence number, unique for the life of the fleet's records.
-func ownerToken(instance string, seq uint64) string {
+func OwnerToken(instance string, seq uint64) string {
 	return instance + "/" + strconv.FormatUint(seq, 10)
 }
+
+// Reasons in Notifier-Reason (SPEC §6).
+const (
+	ReasonInvalid         = "invalid"
+	ReasonUnknownProvider = "unknown_provider"
+	ReasonRejected        = "rejected"
+	ReasonMaxAttempts     = "max_attempts"
+	ReasonUserLimit       = "user_limit"
+	ReasonExpired         = "expired"
+	// ReasonAmbiguous: a request whose outcome is unknown (written whole,
+	// no answer) to a provider with retry_on_timeout: false, which prefers
+	// a missed message to a doubled one. Check with the provider, then
+	// replay or delete it.
+	ReasonAmbiguous = "ambiguous"
+	// ReasonUndelivered: the provider accepted the job, then reported
+	// that it could not deliver it (a Twilio status callback:
+	// undelivered or failed). The dead letter records the report; the
+	// job's content is not kept after a send.
+	ReasonUndelivered = "undelivered"
+	// ReasonDuplicateID: a job whose id (within its tenant) was already
+	// sent with other content: two different messages were given one id.
+	// The second is not sent, and not dropped in silence.
+	ReasonDuplicateID = "duplicate_id"
+)

@@ -1,4 +1,4 @@
-package dispatch
+package ledger
 
 import (
 	"context"
@@ -24,7 +24,7 @@ func TestLedgerRecordAndEnded(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			clock := newFakeClock()
-			l := newLedger(time.Hour, WithLedgerNow(clock.Now)).(recorder)
+			l := newLedger(time.Hour, WithNow(clock.Now)).(recorder)
 			read := func(step string) Record {
 				t.Helper()
 				r, err := l.Record(ctx, "job-1")
@@ -100,7 +100,7 @@ func TestLedgerNotesDeferrals(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			clock := newFakeClock()
-			l := newLedger(time.Hour, WithLedgerNow(clock.Now)).(recorder)
+			l := newLedger(time.Hour, WithNow(clock.Now)).(recorder)
 			read := func(id, step string) Record {
 				t.Helper()
 				r, err := l.Record(ctx, id)

@@ -1,4 +1,4 @@
-package dispatch
+package ledger
 
 import (
 	"context"
@@ -17,20 +17,20 @@ func newFakeClock() *testenv.Clock {
 }
 
 // ledgerBackends returns, per backend, a constructor of fresh ledgers with
-// opts applied (a test's fake clock among them, WithLedgerNow), as the
+// opts applied (a test's fake clock among them, WithNow), as the
 // limit packages' conformance suites take their backends.
-func ledgerBackends(t *testing.T) map[string]func(ttl time.Duration, opts ...LedgerOption) Ledger {
+func ledgerBackends(t *testing.T) map[string]func(ttl time.Duration, opts ...Option) Ledger {
 	redisSrv := testenv.Redis(t)
 	cluster := testenv.RedisCluster(t)
 	var n atomic.Int64
 	prefix := func() string { return fmt.Sprintf("t%d:", n.Add(1)) }
-	return map[string]func(time.Duration, ...LedgerOption) Ledger{
-		"memory": func(ttl time.Duration, opts ...LedgerOption) Ledger { return newMemoryLedger(ttl, opts...) },
-		"redis": func(ttl time.Duration, opts ...LedgerOption) Ledger {
-			return NewRedisLedger(redisSrv.Client(), prefix(), ttl, opts...)
+	return map[string]func(time.Duration, ...Option) Ledger{
+		"memory": func(ttl time.Duration, opts ...Option) Ledger { return NewMemory(ttl, opts...) },
+		"redis": func(ttl time.Duration, opts ...Option) Ledger {
+			return NewRedis(redisSrv.Client(), prefix(), ttl, opts...)
 		},
-		"cluster": func(ttl time.Duration, opts ...LedgerOption) Ledger {
-			return NewRedisLedger(cluster.Client(), prefix(), ttl, opts...)
+		"cluster": func(ttl time.Duration, opts ...Option) Ledger {
+			return NewRedis(cluster.Client(), prefix(), ttl, opts...)
 		},
 	}
 }
@@ -41,7 +41,7 @@ func TestLedgerConformance(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Run("claim, fail, claim again, sent, dedup", func(t *testing.T) {
 				clock := newFakeClock()
-				l := newLedger(time.Hour, WithLedgerNow(clock.Now))
+				l := newLedger(time.Hour, WithNow(clock.Now))
 				steps := []struct {
 					advance time.Duration
 					op      string // claim | sent | failed | release
@@ -91,7 +91,7 @@ func TestLedgerConformance(t *testing.T) {
 				}
 			})
 			t.Run("jobs are independent", func(t *testing.T) {
-				l := newLedger(time.Hour, WithLedgerNow(newFakeClock().Now))
+				l := newLedger(time.Hour, WithNow(newFakeClock().Now))
 				if err := l.Sent(ctx, "x", "o"); err != nil {
 					t.Fatal(err)
 				}
@@ -101,7 +101,7 @@ func TestLedgerConformance(t *testing.T) {
 				}
 			})
 			t.Run("one claim wins among many", func(t *testing.T) {
-				l := newLedger(time.Hour, WithLedgerNow(newFakeClock().Now))
+				l := newLedger(time.Hour, WithNow(newFakeClock().Now))
 				var wins atomic.Int32
 				var wg sync.WaitGroup
 				for w := 0; w < 32; w++ {
@@ -133,16 +133,16 @@ func TestRedisLedgerTTL(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	c := testenv.Redis(t).Client()
-	l := NewRedisLedger(c, "ttl:", 300*time.Millisecond)
+	l := NewRedis(c, "ttl:", 300*time.Millisecond)
 	if err := l.Sent(ctx, "j", "o"); err != nil {
 		t.Fatal(err)
 	}
-	ttl, err := c.PTTL(ctx, LedgerKey("ttl:", "j")).Result()
+	ttl, err := c.PTTL(ctx, Key("ttl:", "j")).Result()
 	if err != nil || ttl <= 0 || ttl > 300*time.Millisecond {
 		t.Fatalf("PTTL = %s, %v; want in (0, 300ms]", ttl, err)
 	}
 	testenv.WaitFor(t, 5*time.Second, "ledger record expired", func() bool {
-		n, err := c.Exists(ctx, LedgerKey("ttl:", "j")).Result()
+		n, err := c.Exists(ctx, Key("ttl:", "j")).Result()
 		return err == nil && n == 0
 	})
 	got, err := l.Claim(ctx, "j", "o2", time.Second)
@@ -157,7 +157,7 @@ func TestRedisLedgerSurvivesScriptFlush(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	c := testenv.Redis(t).Client()
-	l := NewRedisLedger(c, "flush:", time.Hour)
+	l := NewRedis(c, "flush:", time.Hour)
 	if err := l.Load(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +174,7 @@ func TestRedisLedgerDownIsAnError(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	srv := testenv.Redis(t)
-	l := NewRedisLedger(srv.Client(), "down:", time.Hour)
+	l := NewRedis(srv.Client(), "down:", time.Hour)
 	srv.Stop()
 	_, err := l.Claim(ctx, "j-1", "o", time.Second)
 	if err == nil {
@@ -192,7 +192,7 @@ func TestRedisLedgerDownIsAnError(t *testing.T) {
 func TestRedisLedgerResetForReplay(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	l := NewRedisLedger(testenv.Redis(t).Client(), "rp:", time.Hour)
+	l := NewRedis(testenv.Redis(t).Client(), "rp:", time.Hour)
 	for i := 0; i < 3; i++ {
 		if _, err := l.Failed(ctx, "dead-1", "o", "error"); err != nil {
 			t.Fatal(err)
