@@ -9,7 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notifier/notifier/config"
-	"github.com/notifier/notifier/dispatch"
+	"github.com/notifier/notifier/fleet"
 	"github.com/notifier/notifier/queue"
 )
 
@@ -47,7 +47,7 @@ func redactAddrs(addrs []string) []string {
 // hintIfNoInstance prints noInstanceHint when cfg's Redis holds no live
 // instance's heartbeat (and nothing when it cannot tell).
 func hintIfNoInstance(ctx context.Context, w io.Writer, rdb redis.UniversalClient, cfg config.Config) {
-	if live, err := dispatch.ReadFleet(ctx, rdb, cfg.Redis.KeyPrefix); err == nil && len(live) == 0 {
+	if live, err := fleet.Read(ctx, rdb, cfg.Redis.KeyPrefix); err == nil && len(live) == 0 {
 		noInstanceHint(w, cfg)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/notifier/notifier/config"
 	"github.com/notifier/notifier/dispatch"
+	"github.com/notifier/notifier/fleet"
 	"github.com/notifier/notifier/leaky"
 )
 
@@ -59,7 +60,7 @@ says it is back sooner.`,
 		if err != nil {
 			return err
 		}
-		reasons := dispatch.RedisPauseReasons(rdb, cfg.Redis.KeyPrefix)
+		reasons := fleet.RedisPauseReasons(rdb, cfg.Redis.KeyPrefix)
 		why, err := reasons.Reason(ctx, name)
 		if err != nil {
 			return err

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/notifier/notifier/dispatch"
+	"github.com/notifier/notifier/fleet"
 	"github.com/notifier/notifier/leaky"
 )
 
@@ -45,7 +45,7 @@ func TestResumeLiftsAPause(t *testing.T) {
 	}
 	// A pause for the provider's credentials: named, and its reason
 	// forgotten with it.
-	reasons := dispatch.RedisPauseReasons(w.redis.Client(), "notifier:")
+	reasons := fleet.RedisPauseReasons(w.redis.Client(), "notifier:")
 	if err := reasons.SetCredentials(ctx, "sms-gw", 5*time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestResumeLiftsAPause(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "sms-gw: pause (credentials) lifted") {
 		t.Errorf("resume of a credentials pause: exit %d %q", code, out)
 	}
-	if why, err := reasons.Reason(ctx, "sms-gw"); err != nil || why != dispatch.PauseRateLimited {
+	if why, err := reasons.Reason(ctx, "sms-gw"); err != nil || why != fleet.PauseRateLimited {
 		t.Errorf("pause reason after resume: %q (%v), want none recorded", why, err)
 	}
 	_, errOut, code = runCLI(t, nil, "", "resume", "fax-gw", "--config", w.config)

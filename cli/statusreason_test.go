@@ -8,6 +8,7 @@ import (
 
 	"github.com/notifier/notifier/config"
 	"github.com/notifier/notifier/dispatch"
+	"github.com/notifier/notifier/fleet"
 	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/statuspage"
@@ -22,7 +23,7 @@ func TestStatusNamesACredentialsPause(t *testing.T) {
 	w := newWorld(t, 100, "")
 	ctx := context.Background()
 	rdb := w.redis.Client()
-	if err := dispatch.RedisPauseReasons(rdb, "notifier:").SetCredentials(ctx, "sms-gw", 5*time.Minute); err != nil {
+	if err := fleet.RedisPauseReasons(rdb, "notifier:").SetCredentials(ctx, "sms-gw", 5*time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	q, err := leaky.NewRedis(rdb, "notifier:")
@@ -40,7 +41,7 @@ func TestStatusNamesACredentialsPause(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(st.Providers) == 0 || st.Providers[0].PauseReason != dispatch.PauseCredentials {
+	if len(st.Providers) == 0 || st.Providers[0].PauseReason != fleet.PauseCredentials {
 		t.Fatalf("status providers %+v, want sms-gw paused for its credentials", st.Providers)
 	}
 	var out strings.Builder

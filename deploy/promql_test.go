@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 
 	"github.com/notifier/notifier/dispatch"
+	"github.com/notifier/notifier/fleet"
 	"github.com/notifier/notifier/gateway"
 	"github.com/notifier/notifier/providers"
 )
@@ -57,7 +58,7 @@ func exportedMetrics(t *testing.T) map[string]exportedSeries {
 	m.LimitDecisions.WithLabelValues(dispatch.LayerUser, "allow").Inc()
 	m.ProviderRequests.WithLabelValues("twilio", "2xx").Inc()
 	m.ProviderSeconds.WithLabelValues("twilio").Observe(0.1)
-	m.ProviderPaused.WithLabelValues("twilio", dispatch.PauseCredentials).Set(0)
+	m.ProviderPaused.WithLabelValues("twilio", fleet.PauseCredentials).Set(0)
 	m.InFlight.Set(1)
 	m.Contract.WithLabelValues("twilio").Set(100)
 	m.MaxQueueDelay.WithLabelValues("twilio").Set(2)
@@ -133,7 +134,7 @@ func knownValues() map[string]set {
 		"code": newSet("200", "202", "400", "401", "403", "408", "409", "413", "415", "429", "503"),
 		"reason": newSet("defer", "empty", "switch", "full", "late", "rate_limited", "retry",
 			"paused", "circuit_open", "busy", "unavailable", "recipient_throttled", "budget_spent", "quota",
-			dispatch.PauseRateLimited, dispatch.PauseCredentials,
+			fleet.PauseRateLimited, fleet.PauseCredentials,
 			dispatch.FailoverCircuitOpen, dispatch.FailoverQuota, dispatch.FailoverDeadline),
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/notifier/notifier/fleet"
 	"github.com/notifier/notifier/ledger"
 	"github.com/notifier/notifier/localenv"
 	"github.com/notifier/notifier/providers"
@@ -124,7 +125,7 @@ func TestRecipientThrottleDefersThatJobAlone(t *testing.T) {
 			t.Errorf("%s sent at %s, after busy's last try: the throttle held up other recipients", r.ID, r.At.Format(time.StampMilli))
 		}
 	}
-	if n := p.count(p.d.m.ProviderPaused.WithLabelValues("sms-gw", PauseRateLimited)); n != 0 {
+	if n := p.count(p.d.m.ProviderPaused.WithLabelValues("sms-gw", fleet.PauseRateLimited)); n != 0 {
 		t.Errorf("provider paused (%v) for one recipient's throttle", n)
 	}
 	if n := p.count(p.d.m.Deferrals.WithLabelValues(LayerProvider, "recipient_throttled")); n != 2 {
@@ -201,7 +202,7 @@ func TestSenderRefusedPausesTheProviderAndKeepsItsJobs(t *testing.T) {
 	ids := b.publishN("cred", "sms", 30, 30)
 	for _, p := range []*proc{p1, p2} {
 		testenv.WaitFor(t, 10*time.Second, "both processes see the credentials pause", func() bool {
-			return p.count(p.d.m.ProviderPaused.WithLabelValues("sms-gw", PauseCredentials)) == 1
+			return p.count(p.d.m.ProviderPaused.WithLabelValues("sms-gw", fleet.PauseCredentials)) == 1
 		})
 	}
 	time.Sleep(2 * time.Second)
@@ -233,7 +234,7 @@ func TestSenderRefusedPausesTheProviderAndKeepsItsJobs(t *testing.T) {
 	}
 	for _, p := range []*proc{p1, p2} {
 		testenv.WaitFor(t, 5*time.Second, "the gauge cleared", func() bool {
-			return p.count(p.d.m.ProviderPaused.WithLabelValues("sms-gw", PauseCredentials)) == 0
+			return p.count(p.d.m.ProviderPaused.WithLabelValues("sms-gw", fleet.PauseCredentials)) == 0
 		})
 	}
 }
@@ -318,7 +319,7 @@ func TestStartLiftsACredentialsPause(t *testing.T) {
 	ctx := context.Background()
 	rdb := b.redis.Client()
 	q := leakyRedis(t, rdb, b.prefix)
-	if err := RedisPauseReasons(rdb, b.prefix).SetCredentials(ctx, "sms-gw", time.Hour); err != nil {
+	if err := fleet.RedisPauseReasons(rdb, b.prefix).SetCredentials(ctx, "sms-gw", time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []string{"sms-gw", "push-gw"} {

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/notifier/notifier/digest"
+	"github.com/notifier/notifier/fleet"
 	"github.com/notifier/notifier/globallimit"
 	"github.com/notifier/notifier/internal/steptrace"
 	"github.com/notifier/notifier/leaky"
@@ -84,7 +85,7 @@ type Limits struct {
 	Watch func(ctx context.Context, providers []string) error
 	// Reasons records which pauses are for a provider's credentials (nil:
 	// every pause is a rate limit's, and a refused sender pauses like one).
-	Reasons PauseReasons
+	Reasons fleet.PauseReasons
 
 	redis *redisSet // set by RedisLimits: decisions can be pipelined
 
@@ -98,15 +99,15 @@ type Limits struct {
 	newShadow func(cfg globallimit.Config, lease int) *globallimit.Bucket
 }
 
-// pauseReason is why provider is paused: PauseCredentials or
-// PauseRateLimited.
+// pauseReason is why provider is paused: fleet.PauseCredentials or
+// fleet.PauseRateLimited.
 func (l *Limits) pauseReason(ctx context.Context, provider string) string {
 	if l.Reasons == nil {
-		return PauseRateLimited
+		return fleet.PauseRateLimited
 	}
 	r, err := l.Reasons.Reason(ctx, provider)
 	if err != nil {
-		return PauseRateLimited
+		return fleet.PauseRateLimited
 	}
 	return r
 }
@@ -431,7 +432,7 @@ func (d *Dispatcher) resumeCredentialPauses(l *Limits, reg Registry) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	for _, p := range reg.All() {
-		if l.pauseReason(ctx, p.Name) != PauseCredentials {
+		if l.pauseReason(ctx, p.Name) != fleet.PauseCredentials {
 			continue
 		}
 		if _, err := l.Leaky.Resume(ctx, p.Name, l.contract(p)); err != nil {
@@ -630,7 +631,7 @@ func (d *Dispatcher) gaugeLoop(ctx context.Context) {
 					reason = l.pauseReason(ctx, p.Name)
 				}
 				d.setPaused(p.Name, reason)
-				if reason == PauseCredentials && l.Reasons != nil {
+				if reason == fleet.PauseCredentials && l.Reasons != nil {
 					d.maybeProbe(ctx, l, p.Name, probeInterval(p))
 				}
 			}
@@ -638,38 +639,17 @@ func (d *Dispatcher) gaugeLoop(ctx context.Context) {
 	}
 }
 
-// ProviderActivity is what an instance reports of one provider in its
-// heartbeat.
-type ProviderActivity struct {
-	Sent10s int64  `json:"sent_10s"` // jobs this instance sent in the last 10 s
-	Breaker string `json:"breaker"`  // closed, half-open or open
-	// Tenants is Sent10s by tenant (named in tenants.weights, "default",
-	// or "other").
-	Tenants map[string]int64 `json:"tenants,omitempty"`
-}
-
-// ChannelActivity is what an instance reports of one channel: outcomes in
-// the last minute.
-type ChannelActivity struct {
-	Sent       int64 `json:"sent"`
-	Suppressed int64 `json:"suppressed"`
-	Dead       int64 `json:"dead"`
-	// Queued is the jobs in the stream by tenant (named, "default" or
-	// "other"), as this process last looked.
-	Queued map[string]uint64 `json:"queued,omitempty"`
-}
-
 // Activity is this process's recent work, per provider and per channel.
-func (d *Dispatcher) Activity() (map[string]ProviderActivity, map[string]ChannelActivity) {
+func (d *Dispatcher) Activity() (map[string]fleet.ProviderActivity, map[string]fleet.ChannelActivity) {
 	now := d.now()
 	tenS := d.activity.sums(now, 10*time.Second)
 	minute := d.activity.sums(now, time.Minute)
-	ps := map[string]ProviderActivity{}
+	ps := map[string]fleet.ProviderActivity{}
 	live := d.live.Load()
 	for _, p := range live.providers.All() {
 		// A send is counted once, under its tenant: the provider's total
 		// is their sum.
-		pa := ProviderActivity{Breaker: live.breakers[p.Name].State()}
+		pa := fleet.ProviderActivity{Breaker: live.breakers[p.Name].State()}
 		for k, n := range tenS {
 			if k.provider == p.Name && n > 0 {
 				pa.Sent10s += n
@@ -682,9 +662,9 @@ func (d *Dispatcher) Activity() (map[string]ProviderActivity, map[string]Channel
 		ps[p.Name] = pa
 	}
 	queued := d.queuedByTenant()
-	cs := map[string]ChannelActivity{}
+	cs := map[string]fleet.ChannelActivity{}
 	for _, ch := range queue.Channels {
-		cs[ch] = ChannelActivity{
+		cs[ch] = fleet.ChannelActivity{
 			Sent:       minute[rollKey{channel: ch, outcome: OutcomeSent}],
 			Suppressed: minute[rollKey{channel: ch, outcome: OutcomeSuppressed}],
 			Dead:       minute[rollKey{channel: ch, outcome: OutcomeDead}],

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/notifier/notifier/fleet"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/testenv"
 )
@@ -30,15 +31,15 @@ func TestRedisDownLocalMode(t *testing.T) {
 	var procs []*proc
 	for i := 0; i < 2; i++ {
 		rdb := b.redis.Client()
-		fleet := NewFleet(rdb, b.prefix, "inst-"+string(rune('a'+i)), func() InstanceInfo { return InstanceInfo{} }, nil)
-		fleet.interval = 200 * time.Millisecond
+		hb := fleet.NewHeartbeat(rdb, b.prefix, "inst-"+string(rune('a'+i)), func() fleet.InstanceInfo { return fleet.InstanceInfo{} }, nil)
+		hb.Interval = 200 * time.Millisecond
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
-		go func() { defer close(done); _ = fleet.Run(ctx) }()
+		go func() { defer close(done); _ = hb.Run(ctx) }()
 		t.Cleanup(func() { cancel(); <-done })
 		procs = append(procs, b.start(func(o *Options) {
 			o.Workers = 16
-			o.Fallback = func() (*Limits, error) { return MemoryLimits(LimitsConfig{DedupTTL: time.Hour}, fleet.Live()) }
+			o.Fallback = func() (*Limits, error) { return MemoryLimits(LimitsConfig{DedupTTL: time.Hour}, hb.Live()) }
 		}))
 	}
 	testenv.WaitFor(t, 30*time.Second, "200 jobs sent on shared limits", func() bool { return len(b.fake.AcceptedIDs()) >= 200 })
@@ -107,7 +108,7 @@ func TestMetricsAreSpecs(t *testing.T) {
 	m.LimitDecisions.WithLabelValues(LayerUser, "allow").Inc()
 	m.ProviderRequests.WithLabelValues("p", "2xx").Inc()
 	m.ProviderSeconds.WithLabelValues("p").Observe(0.01)
-	m.ProviderPaused.WithLabelValues("p", PauseRateLimited).Set(0)
+	m.ProviderPaused.WithLabelValues("p", fleet.PauseRateLimited).Set(0)
 	want := map[string][]string{
 		"notifier_jobs_total":               {"channel", "outcome", "provider"},
 		"notifier_deferrals_total":          {"layer", "reason"},

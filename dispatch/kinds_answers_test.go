@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/notifier/notifier/fleet"
 	"github.com/notifier/notifier/ledger"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/testenv"
@@ -38,7 +39,7 @@ func TestCredentialRotationGoneWrong(t *testing.T) {
 	jobs, ids := kindJobs("rot", "sms", "tw", 30, func(i int) string { return fmt.Sprintf("+4477009%05d", i) })
 	b.publish(jobs...)
 	testenv.WaitFor(t, 10*time.Second, "the credentials pause", func() bool {
-		return p.count(p.d.m.ProviderPaused.WithLabelValues("tw", PauseCredentials)) == 1
+		return p.count(p.d.m.ProviderPaused.WithLabelValues("tw", fleet.PauseCredentials)) == 1
 	})
 	if !strings.Contains(b.logs.String(), `"level":"ERROR"`) || !strings.Contains(b.logs.String(), "20003") {
 		t.Errorf("no error line naming Twilio's 20003")
@@ -148,7 +149,7 @@ func TestAPNsDeviceThrottleDefersThatDeviceAlone(t *testing.T) {
 			t.Errorf("a push reached the throttled device")
 		}
 	}
-	if v := p.count(p.d.m.ProviderPaused.WithLabelValues("ios", PauseRateLimited)); v != 0 {
+	if v := p.count(p.d.m.ProviderPaused.WithLabelValues("ios", fleet.PauseRateLimited)); v != 0 {
 		t.Errorf("APNs paused fleet-wide for one device's throttle")
 	}
 	if dl := b.deadLetters(); len(dl) != 0 {

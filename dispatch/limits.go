@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notifier/notifier/digest"
+	"github.com/notifier/notifier/fleet"
 	"github.com/notifier/notifier/globallimit"
 	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/ledger"
@@ -74,7 +75,7 @@ func RedisLimits(rdb redis.UniversalClient, c LimitsConfig) (*Limits, error) {
 		Suppress: rs.suppress,
 		Digests:  digest.NewRedis(rdb, c.Prefix),
 		Pauses:   pauses,
-		Reasons:  RedisPauseReasons(rdb, c.Prefix),
+		Reasons:  fleet.RedisPauseReasons(rdb, c.Prefix),
 		Ping:     func(ctx context.Context) error { return RedisHealth(ctx, rdb) },
 		redis:    rs,
 	}
@@ -265,7 +266,7 @@ func MemoryLimits(c LimitsConfig, divisor int) (*Limits, error) {
 		Leaky:       q,
 		Suppress:    suppress.NewMemory(nil),
 		Digests:     digest.NewMemory(nil),
-		Reasons:     MemoryPauseReasons(nil),
+		Reasons:     fleet.MemoryPauseReasons(nil),
 		RateDivisor: divisor,
 	}
 	store := globallimit.NewMemory()

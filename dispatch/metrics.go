@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"github.com/notifier/notifier/fleet"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -161,7 +162,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // setPaused sets notifier_provider_paused of provider: 1 for reason, 0 for
 // the others ("": not paused).
 func (d *Dispatcher) setPaused(provider, reason string) {
-	for _, r := range pauseReasons {
+	for _, r := range fleet.AllPauseReasons() {
 		v := 0.0
 		if r == reason {
 			v = 1

@@ -12,7 +12,7 @@ import (
 // Probing a provider paused for its credentials (SPEC §6). A refused
 // sender pauses its provider fleet-wide for max_pause; meanwhile, once per
 // probe_interval (with jitter) one process of the fleet (the one that takes
-// the probe: PauseReasons.TryProbe) lets one job through as a probe, past
+// the probe: fleet.PauseReasons.TryProbe) lets one job through as a probe, past
 // the pause and the queue. Accepted, the provider is resumed fleet-wide at
 // once (a key re-enabled at the provider's console needs no operator);
 // refused as the sender again, it stays paused. Counted in

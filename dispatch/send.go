@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/notifier/notifier/fleet"
 	"github.com/notifier/notifier/internal/text"
 	"github.com/notifier/notifier/ledger"
 	"github.com/notifier/notifier/providers"
@@ -86,7 +87,7 @@ func (d *Dispatcher) budgetSpent(ctx context.Context, jb *job, b providers.Budge
 		jb.log().Warn("pause a provider whose allowance is spent", "err", err)
 		return
 	}
-	d.setPaused(jb.provider, PauseRateLimited)
+	d.setPaused(jb.provider, fleet.PauseRateLimited)
 }
 
 // answer acts on the provider's answer serr to a send (rl: serr as a 429)
@@ -160,7 +161,7 @@ func (d *Dispatcher) answer(ctx context.Context, jb *job, serr error, rl *provid
 		if lowered {
 			jb.log().Info("adaptive contract: the fleet's rate for the provider lowered", "decrease", jb.pcfg.Adaptive.Decrease)
 		}
-		d.setPaused(jb.provider, PauseRateLimited)
+		d.setPaused(jb.provider, fleet.PauseRateLimited)
 		return end{}
 
 	case errors.Is(serr, providers.ErrSender):
@@ -242,7 +243,7 @@ func (d *Dispatcher) senderRefused(ctx context.Context, jb *job, serr error) end
 	}); err != nil {
 		return stopped(err)
 	}
-	d.setPaused(jb.provider, PauseCredentials)
+	d.setPaused(jb.provider, fleet.PauseCredentials)
 	return end{}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/notifier/notifier/digest"
 	"github.com/notifier/notifier/dispatch"
+	"github.com/notifier/notifier/fleet"
 	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/ledger"
 	"github.com/notifier/notifier/providers"
@@ -56,7 +57,7 @@ type Inspector struct {
 	ledger  recorder
 	users   userlimit.Peeker
 	queue   leaky.Queue
-	reasons dispatch.PauseReasons
+	reasons fleet.PauseReasons
 	digests digest.Store
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/notifier/notifier/digest"
 	"github.com/notifier/notifier/dispatch"
+	"github.com/notifier/notifier/fleet"
 	"github.com/notifier/notifier/inspect"
 	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/ledger"
@@ -197,16 +198,16 @@ func TestProviderReadsQueuePauseFleet(t *testing.T) {
 		id, breaker string
 		queued      uint64
 	}{{"i-1", "closed", 12}, {"i-2", "open", 15}} {
-		info := dispatch.InstanceInfo{Providers: map[string]dispatch.ProviderActivity{p.Name: {Breaker: inst.breaker}},
-			Channels: map[string]dispatch.ChannelActivity{"sms": {Queued: map[string]uint64{"acme": inst.queued, "default": 1}}}}
-		if _, err := dispatch.NewFleet(rdb, s.prefix, inst.id, func() dispatch.InstanceInfo { return info }, log).Beat(s.ctx); err != nil {
+		info := fleet.InstanceInfo{Providers: map[string]fleet.ProviderActivity{p.Name: {Breaker: inst.breaker}},
+			Channels: map[string]fleet.ChannelActivity{"sms": {Queued: map[string]uint64{"acme": inst.queued, "default": 1}}}}
+		if _, err := fleet.NewHeartbeat(rdb, s.prefix, inst.id, func() fleet.InstanceInfo { return info }, log).Beat(s.ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if a, err = s.in.Provider(s.ctx, "sms-gateway"); err != nil {
 		t.Fatal(err)
 	}
-	if a.Pause == nil || a.Pause.Reason != dispatch.PauseCredentials || a.Pause.ForSeconds <= 2.5 || a.NextFreeSlot.InSeconds < a.Pause.ForSeconds || !a.Queue.Full {
+	if a.Pause == nil || a.Pause.Reason != fleet.PauseCredentials || a.Pause.ForSeconds <= 2.5 || a.NextFreeSlot.InSeconds < a.Pause.ForSeconds || !a.Queue.Full {
 		t.Fatalf("paused: %+v pause %+v", a, a.Pause)
 	}
 	b, _ := json.Marshal(a.Breakers)

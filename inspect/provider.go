@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/notifier/notifier/dispatch"
+	"github.com/notifier/notifier/fleet"
 	"github.com/notifier/notifier/providers"
 )
 
@@ -150,7 +151,7 @@ func (in *Inspector) Provider(ctx context.Context, name string) (ProviderAnswer,
 	a.Queue = Queue{Depth: depth, DelaySeconds: queued.Seconds(), Full: paused+queued > p.MaxQueueDelay}
 	next := paused + queued
 	if paused > 0 {
-		a.Pause = &Pause{Until: now.Add(paused), ForSeconds: paused.Seconds(), Reason: dispatch.PauseRateLimited}
+		a.Pause = &Pause{Until: now.Add(paused), ForSeconds: paused.Seconds(), Reason: fleet.PauseRateLimited}
 		if in.reasons != nil {
 			if a.Pause.Reason, err = in.reasons.Reason(ctx, name); err != nil {
 				return a, fmt.Errorf("explain provider %s: %w", name, err)
@@ -172,7 +173,7 @@ func (in *Inspector) Provider(ctx context.Context, name string) (ProviderAnswer,
 	}
 	a.NextFreeSlot = whenAfter(now, next)
 
-	insts, err := dispatch.ReadFleet(ctx, in.rdb, in.cfg.Limits.Prefix)
+	insts, err := fleet.Read(ctx, in.rdb, in.cfg.Limits.Prefix)
 	if err != nil {
 		return a, fmt.Errorf("explain provider %s: %w", name, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/notifier/notifier/dispatch"
+	"github.com/notifier/notifier/fleet"
 	"github.com/notifier/notifier/internal/text"
 	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/providers"
@@ -98,7 +99,7 @@ type InstanceStatus struct {
 // the dispatcher's own limit set sees them (the same contracts, headroom
 // included).
 func (in *Inspector) Status(ctx context.Context) (FleetStatus, error) {
-	insts, err := dispatch.ReadFleet(ctx, in.rdb, in.cfg.Limits.Prefix)
+	insts, err := fleet.Read(ctx, in.rdb, in.cfg.Limits.Prefix)
 	if err != nil {
 		return FleetStatus{At: time.Now().UTC()}, err
 	}
@@ -109,7 +110,7 @@ func (in *Inspector) Status(ctx context.Context) (FleetStatus, error) {
 // and pauses are in q, and the pauses' reasons in reasons (nil: a pause is
 // a 429's): the fleet's (Redis) or one process's (its memory, `notifier
 // dev`).
-func StatusOf(ctx context.Context, insts []dispatch.Instance, q leaky.Queue, reasons dispatch.PauseReasons, provs []providers.Config) (FleetStatus, error) {
+func StatusOf(ctx context.Context, insts []fleet.Instance, q leaky.Queue, reasons fleet.PauseReasons, provs []providers.Config) (FleetStatus, error) {
 	st := FleetStatus{At: time.Now().UTC()}
 	for _, p := range provs {
 		ps := ProviderStatus{Name: p.Name, Channel: p.Channel, Contract: p.Rate, Unit: p.Unit, MaxDelay: p.MaxQueueDelay.Seconds(), Breakers: []string{}}
@@ -137,7 +138,7 @@ func StatusOf(ctx context.Context, insts []dispatch.Instance, q leaky.Queue, rea
 		if paused > 0 {
 			ps.PausedFor = paused.Seconds()
 			ps.PausedUntil = st.At.Add(paused).Format(time.RFC3339)
-			ps.PauseReason = dispatch.PauseRateLimited
+			ps.PauseReason = fleet.PauseRateLimited
 			if reasons != nil {
 				if ps.PauseReason, err = reasons.Reason(ctx, p.Name); err != nil {
 					return st, err

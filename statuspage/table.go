@@ -81,7 +81,7 @@ func NewTable(st inspect.FleetStatus) Table {
 			if len(p.PausedUntil) >= 19 {
 				pause += ", until " + p.PausedUntil[11:19]
 			}
-			if p.PauseReason == "credentials" { // dispatch.PauseCredentials
+			if p.PauseReason == "credentials" { // fleet.PauseCredentials
 				pause = "credentials refused: " + pause
 			}
 		}

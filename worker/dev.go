@@ -13,6 +13,7 @@ import (
 
 	"github.com/notifier/notifier/config"
 	"github.com/notifier/notifier/dispatch"
+	"github.com/notifier/notifier/fleet"
 	"github.com/notifier/notifier/inspect"
 	"github.com/notifier/notifier/localenv"
 	"github.com/notifier/notifier/providers"
@@ -144,7 +145,7 @@ func Dev(ctx context.Context, cfg config.Config, o DevOptions) (dir string, err 
 		Config: cfg, Log: log, NC: nc, JS: js, Consumer: cons, Providers: reg, Instance: instance, Version: o.Version,
 		Limits: limits,
 		Status: func(ctx context.Context, d *dispatch.Dispatcher) (inspect.FleetStatus, error) {
-			return inspect.StatusOf(ctx, []dispatch.Instance{{ID: instance, Info: InstanceInfo(d, cfg.Workers, o.Version)}}, limits.Leaky, limits.Reasons, cfg.Providers)
+			return inspect.StatusOf(ctx, []fleet.Instance{{ID: instance, Info: InstanceInfo(d, cfg.Workers, o.Version)}}, limits.Leaky, limits.Reasons, cfg.Providers)
 		},
 		Started: func(metricsAddr string) {
 			if o.Started != nil {

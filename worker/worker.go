@@ -19,6 +19,7 @@ import (
 
 	"github.com/notifier/notifier/config"
 	"github.com/notifier/notifier/dispatch"
+	"github.com/notifier/notifier/fleet"
 	"github.com/notifier/notifier/inspect"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
@@ -73,7 +74,7 @@ func Run(ctx context.Context, cfg config.Config, o Options) error {
 	}
 
 	var d *dispatch.Dispatcher
-	fleet := dispatch.NewFleet(rdb, cfg.Redis.KeyPrefix, instance, func() dispatch.InstanceInfo {
+	fleet := fleet.NewHeartbeat(rdb, cfg.Redis.KeyPrefix, instance, func() fleet.InstanceInfo {
 		return InstanceInfo(d, cfg.Workers, o.Version)
 	}, log)
 	var fallback func() (*dispatch.Limits, error)
@@ -321,9 +322,9 @@ func InstanceID() string {
 
 // InstanceInfo is what this process's heartbeat says of it: d's work
 // (nil: none yet) and its workers.
-func InstanceInfo(d *dispatch.Dispatcher, workers int, version string) dispatch.InstanceInfo {
+func InstanceInfo(d *dispatch.Dispatcher, workers int, version string) fleet.InstanceInfo {
 	host, _ := os.Hostname()
-	info := dispatch.InstanceInfo{Version: version, Host: host, Started: startedAt, Workers: workers, Limits: "redis"}
+	info := fleet.InstanceInfo{Version: version, Host: host, Started: startedAt, Workers: workers, Limits: "redis"}
 	if d != nil {
 		info.InFlight = d.InFlight()
 		info.Limits = d.LimitsName()

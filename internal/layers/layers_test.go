@@ -16,7 +16,7 @@ const module = "github.com/notifier/notifier/"
 var layer = map[string]int{
 	"internal/luapre": 0, "internal/text": 0, "internal/stats": 0, "internal/steptrace": 0,
 	"internal/roundtrip": 0, "internal/sleep": 0, "localenv": 0,
-	"queue": 1, "providers": 1, "userlimit": 1, "globallimit": 1, "leaky": 1, "gateway": 1, "suppress": 1, "digest": 1, "ledger": 1,
+	"queue": 1, "providers": 1, "userlimit": 1, "globallimit": 1, "leaky": 1, "gateway": 1, "suppress": 1, "digest": 1, "ledger": 1, "fleet": 1,
 	"dispatch": 2, "client": 2,
 	"config": 3, "inspect": 3,
 	"statuspage": 4,

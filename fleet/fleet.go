@@ -1,4 +1,4 @@
-package dispatch
+package fleet
 
 import (
 	"context"
@@ -15,22 +15,23 @@ import (
 )
 
 var (
-	//go:embed fleet_heartbeat.lua
+	//go:embed heartbeat.lua
 	fleetHeartbeatLua    string
 	fleetHeartbeatScript = redis.NewScript(luapre.Num + fleetHeartbeatLua)
 )
 
-// Fleet announces this process in Redis every Interval and counts the
+// Heartbeat announces this process in Redis every Interval and counts the
 // instances heard from within Liveness. The count is what
 // redis.on_failure: local divides each contract by (the last one seen
 // before Redis went away), and what `notifier status` lists.
-type Fleet struct {
-	rdb      redis.Scripter
-	prefix   string
-	id       string
-	info     func() InstanceInfo
-	log      *slog.Logger
-	interval time.Duration
+type Heartbeat struct {
+	rdb    redis.Scripter
+	prefix string
+	id     string
+	info   func() InstanceInfo
+	log    *slog.Logger
+	// Interval is how often Run beats (2 s); set it before Run.
+	Interval time.Duration
 	liveness time.Duration
 
 	live atomic.Int64
@@ -57,9 +58,9 @@ type Instance struct {
 	Info     InstanceInfo
 }
 
-// ReadFleet lists the live instances (heard from within liveness), newest
+// Read lists the live instances (heard from within liveness), newest
 // heartbeat first.
-func ReadFleet(ctx context.Context, rdb redis.UniversalClient, prefix string) ([]Instance, error) {
+func Read(ctx context.Context, rdb redis.UniversalClient, prefix string) ([]Instance, error) {
 	insts, infos := fleetKeys(prefix)
 	now, err := rdb.Time(ctx).Result()
 	if err != nil {
@@ -93,27 +94,27 @@ func fleetKeys(prefix string) (instances, info string) {
 	return tag + ":instances", tag + ":info"
 }
 
-// NewFleet returns a Fleet for instance id; info is called at each
+// NewHeartbeat returns a Heartbeat for instance id; info is called at each
 // heartbeat. It counts itself until the first heartbeat answers.
-func NewFleet(rdb redis.Scripter, prefix, id string, info func() InstanceInfo, log *slog.Logger) *Fleet {
+func NewHeartbeat(rdb redis.Scripter, prefix, id string, info func() InstanceInfo, log *slog.Logger) *Heartbeat {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	f := &Fleet{rdb: rdb, prefix: prefix, id: id, info: info, log: log, interval: 2 * time.Second, liveness: fleetLiveness}
+	f := &Heartbeat{rdb: rdb, prefix: prefix, id: id, info: info, log: log, Interval: 2 * time.Second, liveness: fleetLiveness}
 	f.live.Store(1)
 	return f
 }
 
 // Live is the number of live instances at the last successful heartbeat
 // (at least 1: this one).
-func (f *Fleet) Live() int { return int(max(1, f.live.Load())) }
+func (f *Heartbeat) Live() int { return int(max(1, f.live.Load())) }
 
 // Beat sends one heartbeat and returns the live count.
-func (f *Fleet) Beat(ctx context.Context) (int, error) {
+func (f *Heartbeat) Beat(ctx context.Context) (int, error) {
 	return f.call(ctx, "")
 }
 
-func (f *Fleet) call(ctx context.Context, op string) (int, error) {
+func (f *Heartbeat) call(ctx context.Context, op string) (int, error) {
 	info, err := json.Marshal(f.info())
 	if err != nil {
 		return 0, fmt.Errorf("encode instance info: %w", err)
@@ -129,9 +130,9 @@ func (f *Fleet) call(ctx context.Context, op string) (int, error) {
 	return n, nil
 }
 
-// Run beats every interval until ctx ends, then leaves the fleet.
-func (f *Fleet) Run(ctx context.Context) error {
-	t := time.NewTicker(f.interval)
+// Run beats every Interval until ctx ends, then leaves the fleet.
+func (f *Heartbeat) Run(ctx context.Context) error {
+	t := time.NewTicker(f.Interval)
 	defer t.Stop()
 	for {
 		if _, err := f.Beat(ctx); err != nil && ctx.Err() == nil {
@@ -146,4 +147,25 @@ func (f *Fleet) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
+}
+
+// ProviderActivity is what an instance reports of one provider in its
+// heartbeat.
+type ProviderActivity struct {
+	Sent10s int64  `json:"sent_10s"` // jobs this instance sent in the last 10 s
+	Breaker string `json:"breaker"`  // closed, half-open or open
+	// Tenants is Sent10s by tenant (named in tenants.weights, "default",
+	// or "other").
+	Tenants map[string]int64 `json:"tenants,omitempty"`
+}
+
+// ChannelActivity is what an instance reports of one channel: outcomes in
+// the last minute.
+type ChannelActivity struct {
+	Sent       int64 `json:"sent"`
+	Suppressed int64 `json:"suppressed"`
+	Dead       int64 `json:"dead"`
+	// Queued is the jobs in the stream by tenant (named, "default" or
+	// "other"), as this process last looked.
+	Queued map[string]uint64 `json:"queued,omitempty"`
 }

@@ -1,4 +1,4 @@
-package dispatch
+package fleet
 
 import (
 	"context"
@@ -23,8 +23,8 @@ const (
 	PauseCredentials = "credentials"
 )
 
-// pauseReasons are the reasons the gauge knows, in a fixed order.
-var pauseReasons = []string{PauseRateLimited, PauseCredentials}
+// AllPauseReasons are the reasons the gauge knows, in a fixed order.
+func AllPauseReasons() []string { return []string{PauseRateLimited, PauseCredentials} }
 
 // PauseReasons keeps, fleet-wide, which providers' pauses are for their
 // credentials. A pause without a reason recorded is a rate limit's. The
