@@ -19,6 +19,7 @@ import (
 	"github.com/notifier/notifier/inspect"
 	"github.com/notifier/notifier/internal/stats"
 	"github.com/notifier/notifier/internal/steptrace"
+	"github.com/notifier/notifier/limits"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/userlimit"
@@ -412,7 +413,7 @@ func benchShadowLimits(f *Config) string {
 // turns on the per-user cap and the fleet bucket (configured never to
 // deny), and for passShadow shadow limits that deny.
 func (w *benchWorld) dispatchPass(ctx context.Context, tag, name string, kind passKind, n int) (PassResult, error) {
-	lcfg := dispatch.LimitsConfig{Prefix: w.prefix, DedupTTL: time.Hour}
+	lcfg := limits.Config{Prefix: w.prefix, DedupTTL: time.Hour}
 	var users map[string]userlimit.Rule
 	layers := kind != passOpen
 	if layers {
@@ -424,7 +425,7 @@ func (w *benchWorld) dispatchPass(ctx context.Context, tag, name string, kind pa
 		lcfg.Global.ShadowRate = benchShadowRate
 		users = map[string]userlimit.Rule{"sms": benchShadowRule(w.f)}
 	}
-	limits, err := dispatch.RedisLimits(w.rdb, lcfg)
+	limits, err := limits.Redis(w.rdb, lcfg)
 	if err != nil {
 		return PassResult{}, err
 	}

@@ -8,8 +8,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/notifier/notifier/config"
-	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/inspect"
+	"github.com/notifier/notifier/limits"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
 	"github.com/notifier/notifier/userlimit"
@@ -38,10 +38,10 @@ categories:
 		t.Errorf("channel caps %+v, want sms only (push has a marketing cap alone)", chans)
 	}
 	cats := cfg.CategoryCaps()
-	if r := cats[dispatch.CategoryCap{Channel: "sms", Category: queue.Marketing}]; r.Limit != 1 || r.Window != 24*time.Hour || r.OnExceed != userlimit.Defer || r.Algorithm != userlimit.SlidingLog {
+	if r := cats[limits.CategoryCap{Channel: "sms", Category: queue.Marketing}]; r.Limit != 1 || r.Window != 24*time.Hour || r.OnExceed != userlimit.Defer || r.Algorithm != userlimit.SlidingLog {
 		t.Errorf("sms marketing cap %+v", r)
 	}
-	if r := cats[dispatch.CategoryCap{Channel: "push", Category: queue.Marketing}]; r.Limit != 2 || len(cats) != 2 {
+	if r := cats[limits.CategoryCap{Channel: "push", Category: queue.Marketing}]; r.Limit != 2 || len(cats) != 2 {
 		t.Errorf("category caps %+v", cats)
 	}
 	if cfg.Categories["email"] != queue.Marketing || cfg.Providers[0].TransactionalReserve() != 0.3 {

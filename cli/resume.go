@@ -9,9 +9,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/notifier/notifier/config"
-	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/fleet"
 	"github.com/notifier/notifier/leaky"
+	"github.com/notifier/notifier/limits"
 )
 
 func resumeCmd(e *env) *cobra.Command {
@@ -43,7 +43,7 @@ says it is back sooner.`,
 		found := false
 		for _, p := range cfg.Providers {
 			if p.Name == name {
-				contract, found = dispatch.Contract(p), true
+				contract, found = limits.Contract(p), true
 			}
 		}
 		if !found {

@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/notifier/notifier/config"
-	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/fleet"
 	"github.com/notifier/notifier/leaky"
+	"github.com/notifier/notifier/limits"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/statuspage"
 	"github.com/notifier/notifier/worker"
@@ -71,7 +71,7 @@ func TestStatusShowsAdaptiveRateAndQuotas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := dispatch.Contract(cfg.Providers[0])
+	c := limits.Contract(cfg.Providers[0])
 	var now time.Duration
 	c.ColdStart = &now // a first start: the queue begins at now, not full
 	for range 3 {

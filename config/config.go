@@ -21,6 +21,7 @@ import (
 	"github.com/notifier/notifier/gateway"
 	"github.com/notifier/notifier/globallimit"
 	"github.com/notifier/notifier/internal/text"
+	"github.com/notifier/notifier/limits"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/suppress"
@@ -89,12 +90,12 @@ func (c Config) ChannelCaps() map[string]userlimit.Rule {
 }
 
 // CategoryCaps are the categories' caps (user_limits.<channel>.<category>).
-func (c Config) CategoryCaps() map[dispatch.CategoryCap]userlimit.Rule {
-	out := map[dispatch.CategoryCap]userlimit.Rule{}
+func (c Config) CategoryCaps() map[limits.CategoryCap]userlimit.Rule {
+	out := map[limits.CategoryCap]userlimit.Rule{}
 	for ch, cc := range c.UserLimits {
 		for _, cat := range queue.Categories {
 			if r := cc.Category(cat); r != nil {
-				out[dispatch.CategoryCap{Channel: ch, Category: cat}] = *r
+				out[limits.CategoryCap{Channel: ch, Category: cat}] = *r
 			}
 		}
 	}
@@ -103,9 +104,9 @@ func (c Config) CategoryCaps() map[dispatch.CategoryCap]userlimit.Rule {
 
 // Caps are the per-user caps and the channels' categories as the
 // dispatcher takes them: one way to ask which cap a job has
-// (dispatch.Caps.CapFor), for run, reload, explain and top alike.
-func (c Config) Caps() dispatch.Caps {
-	return dispatch.Caps{Channels: c.ChannelCaps(), Categories: c.CategoryCaps(), Defaults: c.Categories}
+// (limits.Caps.CapFor), for run, reload, explain and top alike.
+func (c Config) Caps() limits.Caps {
+	return limits.Caps{Channels: c.ChannelCaps(), Categories: c.CategoryCaps(), Defaults: c.Categories}
 }
 
 // Tenants is YAML tenants:.

@@ -7,7 +7,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/notifier/notifier/dispatch"
+	"github.com/notifier/notifier/limits"
 	"github.com/notifier/notifier/queue"
 )
 
@@ -35,14 +35,14 @@ func ConnectJetStream(ctx context.Context, cfg Config, name string, ensure bool,
 
 // Limits is the part of the configuration the limit sets need, as
 // `notifier run` builds them and every operator read (inspect) does too.
-func (cfg Config) Limits() dispatch.LimitsConfig {
+func (cfg Config) Limits() limits.Config {
 	maxCost := 1
 	for _, p := range cfg.Providers {
 		if p.Unit == "segments" {
 			maxCost = max(maxCost, SegmentsMaxCost)
 		}
 	}
-	return dispatch.LimitsConfig{Prefix: cfg.Redis.KeyPrefix, DedupTTL: cfg.DedupTTL, Global: cfg.Global, MaxCost: maxCost}
+	return limits.Config{Prefix: cfg.Redis.KeyPrefix, DedupTTL: cfg.DedupTTL, Global: cfg.Global, MaxCost: maxCost}
 }
 
 // SegmentsMaxCost is the cost a segment-metered provider's cold start leaves

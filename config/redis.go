@@ -169,7 +169,7 @@ func NewRedisClient(c Redis, workers int) (redis.UniversalClient, error) {
 		// A Cluster: the slot map is also read again every few seconds
 		// (go-redis's default is a minute), and the dispatcher's health
 		// check reads it at once after a failed operation
-		// (dispatch.RedisHealth), so a promoted replica is found as soon
+		// (limits.Health), so a promoted replica is found as soon
 		// as the cluster has promoted it.
 		co := o.Cluster()
 		co.ClusterStateReloadInterval = clusterStateReload

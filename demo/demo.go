@@ -19,6 +19,7 @@ import (
 	"github.com/notifier/notifier/globallimit"
 	"github.com/notifier/notifier/inspect"
 	"github.com/notifier/notifier/internal/stats"
+	"github.com/notifier/notifier/limits"
 	"github.com/notifier/notifier/localenv"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
@@ -191,7 +192,7 @@ func Run(ctx context.Context, f Config) (*Result, error) {
 	promReg := prometheus.NewRegistry()
 	metrics := dispatch.NewMetrics(promReg)
 	global := demoGlobal
-	limits, err := dispatch.MemoryLimits(dispatch.LimitsConfig{DedupTTL: time.Hour, Global: &global}, 1)
+	limits, err := limits.Memory(limits.Config{DedupTTL: time.Hour, Global: &global}, 1)
 	if err != nil {
 		return nil, err
 	}

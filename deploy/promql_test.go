@@ -121,7 +121,7 @@ func knownValues() map[string]set {
 	}
 	return map[string]set{
 		"outcome": newSet(dispatch.OutcomeSent, dispatch.OutcomeDuplicate, dispatch.OutcomeSuppressed, dispatch.OutcomeDead),
-		// The limit layers, and the backends' names (dispatch.Limits.Name)
+		// The limit layers, and the backends' names (limits.Set.Name)
 		// for a deferral because a backend is unavailable.
 		"layer": newSet(dispatch.LayerUser, dispatch.LayerGlobal, dispatch.LayerLeaky,
 			dispatch.LayerProvider, dispatch.LayerLedger, "redis", "local"),

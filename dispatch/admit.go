@@ -2,16 +2,13 @@ package dispatch
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/ledger"
+	"github.com/notifier/notifier/limits"
 	"github.com/notifier/notifier/userlimit"
 )
 
@@ -24,134 +21,48 @@ type admission struct {
 	cap        userlimit.Result   // when the channel has a cap
 	slot       *leaky.Reservation // nil: not reserved yet (no speculation)
 	slotAt     time.Time          // when the slot is, on this process's clock (fixed when the reply came)
-	limits     *Limits            // the set the decisions were made on
+	limits     *limits.Set        // the set the decisions were made on
 }
 
 // admit asks the ledger, the per-user cap and (when it pays) the provider's
-// queue at once: one pipelined round trip on Redis. A slot reserved for a
-// job that then is not sent (a duplicate, a denial) is given back with
-// cancelSlot where it can be, and otherwise left empty: the contract is
-// never exceeded, at worst one send slot goes unused.
+// queue at once: one pipelined round trip on Redis (limits.Set.Admit). A
+// slot reserved for a job that then is not sent (a duplicate, a denial) is
+// given back with cancelSlot where it can be, and otherwise left empty: the
+// contract is never exceeded, at worst one send slot goes unused. A script
+// missing from the server's cache (after a restart or failover) loads the
+// scripts and tries once more.
 func (d *Dispatcher) admit(ctx context.Context, jb *job, rule userlimit.Rule, capped bool) (admission, error) {
 	var adm admission
 	t0 := d.now()
-	err := d.withBackend(ctx, jb, func(l *Limits) error {
-		reserve := d.speculate(jb.channel, capped)
-		var err error
-		if l.redis != nil {
-			adm, err = d.admitPipelined(ctx, jb, l, rule, capped, reserve)
-		} else {
-			adm, err = d.admitInOrder(ctx, jb, l, rule, capped, reserve)
+	err := d.withBackend(ctx, jb, func(l *limits.Set) error {
+		ask := limits.Ask{ID: jb.key, Owner: jb.owner, Lease: d.lease(jb), Channel: jb.j.Channel, ToHash: jb.toHash,
+			Capped: capped, CapKey: jb.capKey, Rule: rule}
+		if d.speculate(jb.channel, capped) {
+			ask.Reserve, ask.Provider, ask.Contract, ask.Cost = true, jb.provider, d.reserveContract(l, jb.pcfg), jb.cost
 		}
-		return err
+		for attempt := 0; ; attempt++ {
+			got, err := l.Admit(ctx, ask)
+			replied := d.now()
+			adm = admission{claim: got.Claim, suppressed: got.Suppressed, cap: got.Cap, slot: got.Slot, limits: l}
+			if got.Slot != nil {
+				adm.slotAt = d.clock.slotTime(replied, got.Slot.Slot, got.Slot.Delay)
+			}
+			if err == nil {
+				return nil
+			}
+			d.cancelSlot(ctx, jb, adm)
+			adm = admission{}
+			if attempt == 0 && limits.NotLoaded(err) {
+				if lerr := l.Load(ctx); lerr != nil {
+					return lerr
+				}
+				continue
+			}
+			return err
+		}
 	})
 	d.trace("admit", t0)
 	return adm, err
-}
-
-// admitPipelined sends the three decisions in one pipeline, shared with
-// the other workers' requests of the moment (pipeBatcher). A script
-// missing from the server's cache (after a restart or failover) loads the
-// scripts and tries once more.
-func (d *Dispatcher) admitPipelined(ctx context.Context, jb *job, l *Limits, rule userlimit.Rule, capped, reserve bool) (admission, error) {
-	for attempt := 0; ; attempt++ {
-		adm := admission{limits: l}
-		var (
-			cc *ledger.ClaimCmd
-			sc *redis.IntCmd
-			dc *userlimit.Decision
-			rc *leaky.ReserveCmd
-		)
-		lease, contract := d.lease(jb), d.reserveContract(l, jb.pcfg)
-		l.redis.batch.do(ctx, func(bt *pipeBatch) {
-			cc = bt.claim(l.redis.ledger, jb.key, jb.owner, lease)
-			if jb.toHash != "" {
-				sc = l.redis.suppress.HasCmd(ctx, bt.pipe, jb.j.Channel, jb.toHash)
-			}
-			if capped {
-				dc = bt.allow(l.redis.users, jb.capKey, jb.key, rule, time.Time{})
-			}
-			if reserve {
-				rc = bt.reserve(l.redis.leaky, jb.provider, contract, jb.cost)
-			}
-		})
-		replied := d.now()
-		var errs []error
-		var err error
-		if adm.claim, err = cc.Result(); err != nil {
-			errs = append(errs, err)
-		}
-		if sc != nil {
-			if n, err := sc.Result(); err != nil {
-				errs = append(errs, err)
-			} else {
-				adm.suppressed = n == 1
-			}
-		}
-		if dc != nil {
-			if adm.cap, err = dc.Result(); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		if rc != nil {
-			r, err := rc.Result()
-			if err != nil {
-				errs = append(errs, err)
-			} else {
-				adm.slot, adm.slotAt = &r, d.clock.slotTime(replied, r.Slot, r.Delay)
-			}
-		}
-		if len(errs) == 0 {
-			return adm, nil
-		}
-		d.cancelSlot(ctx, jb, adm)
-		err = errors.Join(errs...)
-		if attempt == 0 && notLoaded(err) {
-			if lerr := l.redis.load(ctx); lerr != nil {
-				return admission{}, lerr
-			}
-			continue
-		}
-		return admission{}, err
-	}
-}
-
-func notLoaded(err error) bool {
-	return errors.Is(err, ledger.ErrNotLoaded) || errors.Is(err, userlimit.ErrNotLoaded) || (err != nil && isNoScript(err))
-}
-
-// admitInOrder is admit on backends that cannot pipeline (in memory: no
-// round trips to save).
-func (d *Dispatcher) admitInOrder(ctx context.Context, jb *job, l *Limits, rule userlimit.Rule, capped, reserve bool) (admission, error) {
-	adm := admission{limits: l}
-	var err error
-	if adm.claim, err = l.Ledger.Claim(ctx, jb.key, jb.owner, d.lease(jb)); err != nil {
-		return admission{}, err
-	}
-	if adm.claim.Status != ledger.Claimed {
-		return adm, nil
-	}
-	if jb.toHash != "" && l.Suppress != nil {
-		if adm.suppressed, err = l.Suppress.Has(ctx, jb.j.Channel, jb.toHash); err != nil || adm.suppressed {
-			return adm, err
-		}
-	}
-	if capped {
-		if adm.cap, err = l.Users.Allow(ctx, jb.capKey, jb.key, rule); err != nil {
-			return admission{}, err
-		}
-		if !adm.cap.Allowed {
-			return adm, nil
-		}
-	}
-	if reserve {
-		r, err := l.Leaky.Reserve(ctx, jb.provider, d.reserveContract(l, jb.pcfg), jb.cost)
-		if err != nil {
-			return admission{}, err
-		}
-		adm.slot, adm.slotAt = &r, d.clock.slotTime(d.now(), r.Slot, r.Delay)
-	}
-	return adm, nil
 }
 
 // capTolerance is how far a job's send slot may lie from the instant its
@@ -168,27 +79,14 @@ const capTolerance = 20 * time.Millisecond
 // for the slot (its admission moves there, one more pipelined round trip,
 // only for jobs that wait anyway). A denial there (res.Allowed false) is
 // the caller's to act on: give the slot back, then capDenied.
-func (d *Dispatcher) capAtSlot(ctx context.Context, jb *job, l *Limits, r leaky.Reservation) (res userlimit.Result, err error) {
+func (d *Dispatcher) capAtSlot(ctx context.Context, jb *job, l *limits.Set, r leaky.Reservation) (res userlimit.Result, err error) {
 	if !jb.capped || r.Slot == 0 {
 		return userlimit.Result{Allowed: true}, nil
 	}
 	if off := time.Duration(r.Slot-jb.capAt) * time.Microsecond; off >= -capTolerance && off <= capTolerance {
 		return userlimit.Result{Allowed: true}, nil
 	}
-	key, at := jb.capKey, time.UnixMicro(r.Slot)
-	if l.redis != nil {
-		var dc *userlimit.Decision
-		l.redis.batch.do(ctx, func(bt *pipeBatch) { dc = bt.allow(l.redis.users, key, jb.key, jb.rule, at) })
-		res, err = dc.Result()
-		if err != nil && notLoaded(err) {
-			if lerr := l.redis.load(ctx); lerr != nil {
-				return res, lerr
-			}
-			res, err = l.Users.AllowAt(ctx, key, jb.key, jb.rule, at)
-		}
-	} else {
-		res, err = l.Users.AllowAt(ctx, key, jb.key, jb.rule, at)
-	}
+	res, err = l.AllowAt(ctx, jb.capKey, jb.key, jb.rule, time.UnixMicro(r.Slot))
 	if err != nil {
 		return res, err
 	}
@@ -221,7 +119,7 @@ func (d *Dispatcher) shadowDenied(jb *job) {
 // defer) or suppress it. It returns the job's end: endAgain, endDefer or
 // endSuppressed (or a stop's), never the zero end: the job is out of the
 // pipeline.
-func (d *Dispatcher) capDenied(ctx context.Context, jb *job, res userlimit.Result, l *Limits) end {
+func (d *Dispatcher) capDenied(ctx context.Context, jb *job, res userlimit.Result, l *limits.Set) end {
 	d.m.LimitDecisions.WithLabelValues(LayerUser, "deny").Inc()
 	d.recordDenial(ctx, jb, l)
 	if digesting(jb) {
@@ -237,8 +135,8 @@ func (d *Dispatcher) capDenied(ctx context.Context, jb *job, res userlimit.Resul
 
 // recordDenial counts a cap denial for `notifier top` (shared limits only:
 // local ones have no Redis to count in).
-func (d *Dispatcher) recordDenial(ctx context.Context, jb *job, l *Limits) {
-	if d.o.Denials == nil || l == nil || l.redis == nil {
+func (d *Dispatcher) recordDenial(ctx context.Context, jb *job, l *limits.Set) {
+	if d.o.Denials == nil || l == nil || !l.Shared() {
 		return
 	}
 	if err := d.o.Denials.Record(ctx, jb.j.Channel, jb.j.UserID); err != nil {
@@ -303,6 +201,3 @@ func (dr *denialRates) rate(channel string) float64 {
 	defer dr.mu.Unlock()
 	return dr.r[channel]
 }
-
-// isNoScript reports a NOSCRIPT reply that a backend did not wrap.
-func isNoScript(err error) bool { return strings.Contains(err.Error(), "NOSCRIPT") }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/notifier/notifier/fleet"
 	"github.com/notifier/notifier/ledger"
+	"github.com/notifier/notifier/limits"
 	"github.com/notifier/notifier/localenv"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/testenv"
@@ -408,7 +409,7 @@ func TestAPauseNotHeardOfHoldsNoWorker(t *testing.T) {
 	testenv.WaitFor(t, 10*time.Second, "the job handed back as paused", func() bool {
 		return p.count(p.d.m.Deferrals.WithLabelValues(LayerProvider, "paused")) >= 1 && p.d.inFlight.Load() == 0
 	})
-	if _, err := q.Resume(ctx, "sms-gw", Contract(b.pcfgs[0])); err != nil {
+	if _, err := q.Resume(ctx, "sms-gw", limits.Contract(b.pcfgs[0])); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, handBackMax+5*time.Second, "the job sent after the resume", func() bool { return len(b.fake.AcceptedIDs()) == 1 })

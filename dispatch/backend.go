@@ -5,17 +5,18 @@ import (
 	"time"
 
 	"github.com/notifier/notifier/internal/sleep"
+	"github.com/notifier/notifier/limits"
 )
 
 // currentLimits is the limit set in use now; nil while holding for an
 // unreachable backend.
-func (d *Dispatcher) currentLimits() *Limits { return d.limits.Load() }
+func (d *Dispatcher) currentLimits() *limits.Set { return d.limits.Load() }
 
 // withBackend runs fn on the limit set in use. When the backend fails, the
 // dispatcher degrades (to the fallback, or to holding) and fn runs again;
 // meanwhile the job stays in its worker, heart-beaten. It returns only fn's
 // success or ctx's end.
-func (d *Dispatcher) withBackend(ctx context.Context, jb *job, fn func(*Limits) error) error {
+func (d *Dispatcher) withBackend(ctx context.Context, jb *job, fn func(*limits.Set) error) error {
 	wait := 50 * time.Millisecond
 	for {
 		l := d.currentLimits()
@@ -45,13 +46,13 @@ func (d *Dispatcher) withBackend(ctx context.Context, jb *job, fn func(*Limits) 
 // backendFailed switches away from a limit set whose backend failed: to the
 // fallback (redis.on_failure: local) or to holding (hold). It starts the
 // monitor that switches back once the primary backend answers.
-func (d *Dispatcher) backendFailed(l *Limits, err error) {
+func (d *Dispatcher) backendFailed(l *limits.Set, err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if l != d.limits.Load() || l != d.o.Limits {
 		return // already switched, or the fallback itself (in memory) failed
 	}
-	var fb *Limits
+	var fb *limits.Set
 	if d.o.Fallback != nil {
 		var ferr error
 		if fb, ferr = d.o.Fallback(); ferr != nil {

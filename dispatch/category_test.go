@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/notifier/notifier/ledger"
+	"github.com/notifier/notifier/limits"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
@@ -118,7 +119,7 @@ func TestPlanKeepsTheReserveForTransactional(t *testing.T) {
 func TestPlanCategoryOfTheNormalLane(t *testing.T) {
 	reg := configs{{Name: "email-gw", Channel: "email", Rate: 100, Reserve: map[string]float64{"transactional": 0.5}}}
 	d := &Dispatcher{}
-	d.live.Store(&liveConfig{caps: Caps{Defaults: map[string]queue.Category{"email": queue.Marketing}}, providers: reg, breakers: map[string]*breaker{}})
+	d.live.Store(&liveConfig{caps: limits.Caps{Defaults: map[string]queue.Category{"email": queue.Marketing}}, providers: reg, breakers: map[string]*breaker{}})
 	s := newScheduler(func(string) float64 { return 1 })
 	s.queues = []queue.Queue{
 		{Subject: "notify.jobs.email", Key: queue.Key{Channel: "email"}, Stored: 1000},
@@ -163,9 +164,9 @@ func TestCategoryCaps(t *testing.T) {
 			"sms":  {Limit: 5, Window: time.Hour, OnExceed: userlimit.Drop},
 			"push": {Limit: 5, Window: time.Hour, OnExceed: userlimit.Drop},
 		}
-		o.CategoryLimits = map[CategoryCap]userlimit.Rule{
-			{"sms", queue.Marketing}:  {Limit: 1, Window: time.Hour, OnExceed: userlimit.Drop},
-			{"push", queue.Marketing}: {Limit: 2, Window: time.Hour, OnExceed: userlimit.Drop},
+		o.CategoryLimits = map[limits.CategoryCap]userlimit.Rule{
+			{Channel: "sms", Category: queue.Marketing}:  {Limit: 1, Window: time.Hour, OnExceed: userlimit.Drop},
+			{Channel: "push", Category: queue.Marketing}: {Limit: 2, Window: time.Hour, OnExceed: userlimit.Drop},
 		}
 		o.Categories = map[string]queue.Category{"push": queue.Marketing}
 	})

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/notifier/notifier/limits"
 	"github.com/notifier/notifier/localenv"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
@@ -106,7 +107,7 @@ func (w *clusterWorld) start(node, workers int) *proc {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	lim := redisLimits(w.t, w.redis.Client(), LimitsConfig{Prefix: "cluster:", DedupTTL: time.Hour})
+	lim := redisLimits(w.t, w.redis.Client(), limits.Config{Prefix: "cluster:", DedupTTL: time.Hour})
 	ctx, cancel := context.WithCancel(context.Background())
 	cctx, ccancel := context.WithTimeout(ctx, 30*time.Second)
 	defer ccancel()

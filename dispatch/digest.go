@@ -11,6 +11,7 @@ import (
 	"github.com/notifier/notifier/digest"
 	"github.com/notifier/notifier/internal/luapre"
 	"github.com/notifier/notifier/ledger"
+	"github.com/notifier/notifier/limits"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/userlimit"
 )
@@ -60,7 +61,7 @@ func (d *Dispatcher) digestCheck(ctx context.Context, jb *job) (e end, ended boo
 	key := digestKey(jb)
 	if id := jb.dl.Header.Get(HeaderDigest); id != "" && id == jb.j.ID {
 		var ok bool
-		err = d.withBackend(ctx, jb, func(l *Limits) (err error) {
+		err = d.withBackend(ctx, jb, func(l *limits.Set) (err error) {
 			_, ok, err = l.Digests.Digest(ctx, key, id)
 			return err
 		})
@@ -73,7 +74,7 @@ func (d *Dispatcher) digestCheck(ctx context.Context, jb *job) (e end, ended boo
 		return end{}, false, nil
 	}
 	var m digest.Membership
-	if err := d.withBackend(ctx, jb, func(l *Limits) (err error) {
+	if err := d.withBackend(ctx, jb, func(l *limits.Set) (err error) {
 		m, err = l.Digests.Of(ctx, key, jb.key)
 		return err
 	}); err != nil {
@@ -91,7 +92,7 @@ func (d *Dispatcher) digestHold(ctx context.Context, jb *job, res userlimit.Resu
 	var held int
 	var m digest.Membership
 	full := false
-	if err := d.withBackend(ctx, jb, func(l *Limits) (err error) {
+	if err := d.withBackend(ctx, jb, func(l *limits.Set) (err error) {
 		held, m, err = l.Digests.Hold(ctx, digestKey(jb), jb.key, jb.j.ExpiresAt, digestTTL(jb.rule))
 		if errors.Is(err, digest.ErrTooManyHeld) {
 			full = true // the user's answer, not the backend's failure
@@ -119,7 +120,7 @@ func (d *Dispatcher) digestHold(ctx context.Context, jb *job, res userlimit.Resu
 func (d *Dispatcher) digestTake(ctx context.Context, jb *job) (e end, ended bool) {
 	var t digest.Taken
 	key := digestKey(jb)
-	if err := d.withBackend(ctx, jb, func(l *Limits) (err error) {
+	if err := d.withBackend(ctx, jb, func(l *limits.Set) (err error) {
 		// The jobs held since the cap allowed this one were refused
 		// because it took the cap: they wait for the next window's digest.
 		var allowed time.Time // zero: now
@@ -155,7 +156,7 @@ func (d *Dispatcher) digested(ctx context.Context, jb *job, m digest.Membership)
 			jb.log().Warn("publish a digest; the job comes back to try again", "digest", m.Digest, "err", err)
 			return end{kind: endDefer, delay: time.Second + d.jitter(time.Second), reason: ledger.DeferDigestUnpublished}
 		}
-		if err := d.withBackend(ctx, jb, func(l *Limits) error { return l.Digests.Publish(ctx, digestKey(jb), m.Digest) }); err != nil {
+		if err := d.withBackend(ctx, jb, func(l *limits.Set) error { return l.Digests.Publish(ctx, digestKey(jb), m.Digest) }); err != nil {
 			return stopped(err)
 		}
 		d.m.Digests.WithLabelValues(jb.j.Channel).Inc()

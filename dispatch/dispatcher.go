@@ -12,15 +12,12 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/notifier/notifier/digest"
 	"github.com/notifier/notifier/fleet"
 	"github.com/notifier/notifier/globallimit"
 	"github.com/notifier/notifier/internal/steptrace"
-	"github.com/notifier/notifier/leaky"
-	"github.com/notifier/notifier/ledger"
+	"github.com/notifier/notifier/limits"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
-	"github.com/notifier/notifier/suppress"
 	"github.com/notifier/notifier/userlimit"
 )
 
@@ -48,114 +45,11 @@ type DeadLetterer interface {
 	DeadLetter(ctx context.Context, d *queue.Delivery, o queue.Outcome, reason, detail string) error
 }
 
-// Waiter is the fleet bucket: globallimit.Bucket.
-type Waiter interface {
-	Wait(ctx context.Context) error
-}
-
 // Registry finds providers: providers.Registry.
 type Registry interface {
 	Get(name string) (providers.Provider, providers.Config, bool)
 	Default(channel string) (providers.Provider, providers.Config, bool)
 	All() []providers.Config
-}
-
-// Limits is one set of limit backends the pipeline runs on: Redis-backed
-// for the fleet, or in-memory (the demo, and redis.on_failure: local).
-type Limits struct {
-	Name   string // "redis" or "local", for logs and readiness
-	Ledger ledger.Ledger
-	Users  userlimit.Limiter
-	Global Waiter // nil: no fleet bucket
-	Leaky  leaky.Queue
-	// Suppress is the list of dead recipients (nil: none kept).
-	Suppress suppress.Store
-	// Digests holds the jobs of caps with on_exceed: digest.
-	Digests digest.Store
-	// RateDivisor divides every provider contract (local mode: the live
-	// instances last seen, so the fleet stays within each contract). 0 or 1:
-	// the contract as configured.
-	RateDivisor int
-	// Ping checks that the backend is reachable (nil: always).
-	Ping func(ctx context.Context) error
-	// Pauses is this process's view of the providers' 429 pauses, kept by
-	// Watch; nil: ask Leaky.PausedFor (a round trip) before each send.
-	Pauses *leaky.PauseWatcher
-	// Watch feeds Pauses until ctx ends; the dispatcher runs it.
-	Watch func(ctx context.Context, providers []string) error
-	// Reasons records which pauses are for a provider's credentials (nil:
-	// every pause is a rate limit's, and a refused sender pauses like one).
-	Reasons fleet.PauseReasons
-
-	redis *redisSet // set by RedisLimits: decisions can be pipelined
-
-	gmu       sync.Mutex                      // guards Global and shadow on a reload
-	globalCfg *globallimit.Config             // what Global was set up with
-	newGlobal func(globallimit.Config) Waiter // builds a bucket on this set's store
-	// shadow is the fleet bucket's shadow (global.shadow_rate), nil when
-	// there is none; newShadow builds it on this set's shadow store.
-	shadow    *globallimit.Bucket
-	shadowCfg globallimit.Config // the fleet configuration shadow was built for
-	newShadow func(cfg globallimit.Config, lease int) *globallimit.Bucket
-}
-
-// pauseReason is why provider is paused: fleet.PauseCredentials or
-// fleet.PauseRateLimited.
-func (l *Limits) pauseReason(ctx context.Context, provider string) string {
-	if l.Reasons == nil {
-		return fleet.PauseRateLimited
-	}
-	r, err := l.Reasons.Reason(ctx, provider)
-	if err != nil {
-		return fleet.PauseRateLimited
-	}
-	return r
-}
-
-// pausedFor is how long provider's pause still lasts.
-func (l *Limits) pausedFor(ctx context.Context, provider string) (time.Duration, error) {
-	if l.Pauses != nil {
-		return l.Pauses.PausedFor(provider), nil
-	}
-	return l.Leaky.PausedFor(ctx, provider)
-}
-
-// Contract is provider p's contract as its leaky queue paces it: its
-// rate and max_queue_delay, and the headroom of its jitter_budget (none:
-// the queue's default). Everything that reads a provider's queue (the
-// dispatcher, `notifier status`) builds it here.
-func Contract(p providers.Config) leaky.Contract {
-	c := leaky.Contract{Rate: p.Rate, MaxQueueDelay: p.MaxQueueDelay}
-	if p.JitterBudget > 0 {
-		c.Headroom = leaky.HeadroomFor(p.JitterBudget)
-	}
-	if p.Adaptive != nil {
-		a := p.Adaptive.WithDefaults(p.Rate) // normally filled already: no copy of the whole config per job
-		c.Adaptive = &leaky.Adaptive{MinRate: a.MinRate, Decrease: a.Decrease, IncreasePerS: a.IncreasePerS, Quiet: a.Quiet}
-	}
-	if len(p.Quotas) > 0 {
-		c.Quotas = make([]leaky.Quota, len(p.Quotas))
-		for i, q := range p.Quotas {
-			c.Quotas[i] = leaky.Quota{Limit: q.Limit, Per: q.Per}
-		}
-	}
-	return c
-}
-
-// contract is p's contract on l: on local limits each rate, and each
-// quota, divided among the live instances.
-func (l *Limits) contract(p providers.Config) leaky.Contract {
-	c := Contract(p)
-	if n := l.RateDivisor; n > 1 {
-		c.Rate /= float64(n)
-		if a := c.Adaptive; a != nil {
-			a.MinRate, a.IncreasePerS = a.MinRate/float64(n), a.IncreasePerS/float64(n)
-		}
-		for i := range c.Quotas {
-			c.Quotas[i].Limit = max(1, c.Quotas[i].Limit/int64(n))
-		}
-	}
-	return c
 }
 
 // Options configures a Dispatcher. Zero values take the defaults noted.
@@ -167,7 +61,7 @@ type Options struct {
 	// CategoryLimits are caps of their own for one category's jobs on a
 	// channel (user_limits.<channel>.<category>): such a job is capped by
 	// its category's rule instead of its channel's, counted apart.
-	CategoryLimits map[CategoryCap]userlimit.Rule
+	CategoryLimits map[limits.CategoryCap]userlimit.Rule
 	// Categories are the channels' categories (categories.<channel>): the
 	// category of a job on a channel's normal lane that names none. A
 	// channel left out is transactional.
@@ -205,11 +99,11 @@ type Options struct {
 	// a cap with on_exceed: digest.
 	Jobs      JobPublisher
 	Providers Registry
-	Limits    *Limits // the primary backends (Redis in production)
+	Limits    *limits.Set // the primary backends (Redis in production)
 	// Fallback builds in-memory limits for redis.on_failure: local; nil
 	// means hold (take no jobs until the primary backend answers again), as
 	// does a Fallback that returns an error.
-	Fallback func() (*Limits, error)
+	Fallback func() (*limits.Set, error)
 
 	Metrics *Metrics
 	// Tracer, when set, records a span per job delivery and per provider
@@ -293,7 +187,7 @@ type Dispatcher struct {
 	// limits is the set in use now, nil while holding for an unreachable
 	// backend. Read without a lock (every job reads it several times);
 	// switched only under mu.
-	limits  atomic.Pointer[Limits]
+	limits  atomic.Pointer[limits.Set]
 	mu      sync.Mutex    // guards the switches of limits, recover and monitor
 	recover chan struct{} // closed when the primary backend answers again
 	// credsResumed: the start's lifting of credential pauses was done
@@ -346,8 +240,8 @@ func New(o Options) (*Dispatcher, error) {
 	case o.Metrics == nil:
 		return nil, errors.New("dispatch: Options.Metrics is required")
 	}
-	caps := Caps{Channels: o.UserLimits, Categories: o.CategoryLimits, Defaults: o.Categories}
-	if err := caps.validate(); err != nil {
+	caps := limits.Caps{Channels: o.UserLimits, Categories: o.CategoryLimits, Defaults: o.Categories}
+	if err := caps.Validate(); err != nil {
 		return nil, fmt.Errorf("dispatch: Options: %w", err)
 	}
 	d := &Dispatcher{o: o, log: o.Logger, m: o.Metrics, tracer: newTracer(o.Tracer)}
@@ -364,7 +258,7 @@ func New(o Options) (*Dispatcher, error) {
 // breaker per provider. It is replaced whole, never changed in place.
 type liveConfig struct {
 	weights   map[string]float64
-	caps      Caps
+	caps      limits.Caps
 	providers Registry
 	breakers  map[string]*breaker
 	maxQueue  time.Duration // the longest max_queue_delay of the providers
@@ -373,7 +267,7 @@ type liveConfig struct {
 // newLive builds a live configuration, keeping the breakers of providers
 // that stay (their state survives a reload), and sets the per-provider
 // gauges.
-func (d *Dispatcher) newLive(caps Caps, reg Registry, weights map[string]float64, old *liveConfig) *liveConfig {
+func (d *Dispatcher) newLive(caps limits.Caps, reg Registry, weights map[string]float64, old *liveConfig) *liveConfig {
 	lc := &liveConfig{caps: caps, providers: reg, breakers: map[string]*breaker{}, weights: weights}
 	for _, p := range reg.All() {
 		lc.maxQueue = max(lc.maxQueue, p.MaxQueueDelay)
@@ -393,7 +287,7 @@ func (d *Dispatcher) newLive(caps Caps, reg Registry, weights map[string]float64
 // Reload is the part of the configuration that changes without a restart.
 type Reload struct {
 	UserLimits     map[string]userlimit.Rule
-	CategoryLimits map[CategoryCap]userlimit.Rule
+	CategoryLimits map[limits.CategoryCap]userlimit.Rule
 	Categories     map[string]queue.Category
 	Providers      Registry            // a new registry (the caller closes the old one once jobs have let go of it)
 	Global         *globallimit.Config // nil: no fleet bucket
@@ -406,16 +300,16 @@ type Reload struct {
 // take the new one. No job is dropped. An invalid cap refuses the whole
 // reload. Safe to call while Run runs.
 func (d *Dispatcher) Reload(r Reload) error {
-	caps := Caps{Channels: r.UserLimits, Categories: r.CategoryLimits, Defaults: r.Categories}
-	if err := caps.validate(); err != nil {
+	caps := limits.Caps{Channels: r.UserLimits, Categories: r.CategoryLimits, Defaults: r.Categories}
+	if err := caps.Validate(); err != nil {
 		return fmt.Errorf("reload: %w", err)
 	}
 	old := d.live.Load()
 	d.live.Store(d.newLive(caps, r.Providers, r.TenantWeights, old))
 	l := d.currentLimits()
-	d.o.Limits.setGlobal(r.Global)
+	d.o.Limits.SetGlobal(r.Global)
 	if l != nil && l != d.o.Limits {
-		l.setGlobal(r.Global) // the local fallback in use
+		l.SetGlobal(r.Global) // the local fallback in use
 	}
 	d.resumeCredentialPauses(l, r.Providers)
 	return nil
@@ -425,17 +319,17 @@ func (d *Dispatcher) Reload(r Reload) error {
 // refused their credentials: a reload or a start is the operator's word
 // that they may be right now. The next send of each probes them (and pauses it again
 // if they are still refused).
-func (d *Dispatcher) resumeCredentialPauses(l *Limits, reg Registry) {
+func (d *Dispatcher) resumeCredentialPauses(l *limits.Set, reg Registry) {
 	if l == nil || l.Reasons == nil || reg == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	for _, p := range reg.All() {
-		if l.pauseReason(ctx, p.Name) != fleet.PauseCredentials {
+		if l.PauseReason(ctx, p.Name) != fleet.PauseCredentials {
 			continue
 		}
-		if _, err := l.Leaky.Resume(ctx, p.Name, l.contract(p)); err != nil {
+		if _, err := l.Leaky.Resume(ctx, p.Name, l.ContractOf(p)); err != nil {
 			d.log.Warn("resume a provider paused for its credentials", "provider", p.Name, "err", err)
 			continue
 		}
@@ -614,7 +508,7 @@ func (d *Dispatcher) gaugeLoop(ctx context.Context) {
 			continue
 		}
 		for _, p := range d.live.Load().providers.All() {
-			depth, err := l.Leaky.Depth(ctx, p.Name, l.contract(p))
+			depth, err := l.Leaky.Depth(ctx, p.Name, l.ContractOf(p))
 			if err != nil {
 				if ctx.Err() == nil {
 					// An idle process notices a lost backend here, within
@@ -628,7 +522,7 @@ func (d *Dispatcher) gaugeLoop(ctx context.Context) {
 			if paused, err := l.Leaky.PausedFor(ctx, p.Name); err == nil {
 				reason := ""
 				if paused > 0 {
-					reason = l.pauseReason(ctx, p.Name)
+					reason = l.PauseReason(ctx, p.Name)
 				}
 				d.setPaused(p.Name, reason)
 				if reason == fleet.PauseCredentials && l.Reasons != nil {

@@ -124,7 +124,7 @@ func (d *Dispatcher) finish(ctx context.Context, jb *job, e end) {
 // so the ack waits.
 func (d *Dispatcher) ackResult(ctx context.Context, jb *job, outcome string) error {
 	var err error
-	if l := d.currentLimits(); l != nil && l.redis != nil {
+	if l := d.currentLimits(); l != nil && l.Shared() {
 		err = jb.dl.AckNoWait()
 	} else {
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

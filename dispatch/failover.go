@@ -7,6 +7,7 @@ import (
 
 	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/ledger"
+	"github.com/notifier/notifier/limits"
 	"github.com/notifier/notifier/providers"
 )
 
@@ -78,8 +79,8 @@ func (d *Dispatcher) pastDeadline(jb *job, r leaky.Reservation) (time.Time, bool
 // effectiveRate is the rate the fleet paces p at now, as this process's
 // limits see it: the contract (divided among the instances on local
 // limits), or the adaptive rate the shared state holds.
-func (d *Dispatcher) effectiveRate(ctx context.Context, l *Limits, p providers.Config) float64 {
-	c := l.contract(p)
+func (d *Dispatcher) effectiveRate(ctx context.Context, l *limits.Set, p providers.Config) float64 {
+	c := l.ContractOf(p)
 	if c.Adaptive == nil {
 		return c.Rate
 	}

@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"sort"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notifier/notifier/fleet"
+	"github.com/notifier/notifier/limits"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/testenv"
 )
@@ -39,7 +41,7 @@ func TestRedisDownLocalMode(t *testing.T) {
 		t.Cleanup(func() { cancel(); <-done })
 		procs = append(procs, b.start(func(o *Options) {
 			o.Workers = 16
-			o.Fallback = func() (*Limits, error) { return MemoryLimits(LimitsConfig{DedupTTL: time.Hour}, hb.Live()) }
+			o.Fallback = func() (*limits.Set, error) { return limits.Memory(limits.Config{DedupTTL: time.Hour}, hb.Live()) }
 		}))
 	}
 	testenv.WaitFor(t, 30*time.Second, "200 jobs sent on shared limits", func() bool { return len(b.fake.AcceptedIDs()) >= 200 })
@@ -204,7 +206,7 @@ func TestSentJobsKeptAliveWhileRedisIsDown(t *testing.T) {
 	t.Cleanup(func() { _ = rdb.Close() })
 	p := b.start(func(o *Options) {
 		o.Workers = 4
-		o.Limits = redisLimits(t, rdb, LimitsConfig{Prefix: b.prefix, DedupTTL: time.Hour})
+		o.Limits = redisLimits(t, rdb, limits.Config{Prefix: b.prefix, DedupTTL: time.Hour})
 		o.Providers = &stopOnSend{Registry: o.Providers, k: 10, stop: func() { b.redis.Stop(); close(stopped) }}
 	})
 	select {
@@ -226,4 +228,23 @@ func TestSentJobsKeptAliveWhileRedisIsDown(t *testing.T) {
 	if n := p.count(p.d.m.Jobs.WithLabelValues("sms", "sms-gw", OutcomeSent)); n != 40 {
 		t.Errorf("sent counted %v, want 40", n)
 	}
+}
+
+// TestFallbackThatFailsHolds: under redis.on_failure: local, a fallback
+// that cannot be built leaves the process holding, as without one, and
+// says why.
+func TestFallbackThatFailsHolds(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	p := b.start(func(o *Options) {
+		o.Fallback = func() (*limits.Set, error) { return nil, errors.New("no local limits today") }
+	})
+	testenv.WaitFor(t, 10*time.Second, "the dispatcher ready", func() bool { return p.d.Ready() == nil })
+	b.redis.Stop()
+	testenv.WaitFor(t, 10*time.Second, "the process holding", func() bool { return p.d.LimitsName() == "holding" })
+	testenv.WaitFor(t, 5*time.Second, "the fallback's error logged", func() bool {
+		return strings.Contains(b.logs.String(), "no local limits today")
+	})
+	b.redis.Start()
+	testenv.WaitFor(t, 30*time.Second, "back on Redis", func() bool { return p.d.LimitsName() == "redis" })
 }

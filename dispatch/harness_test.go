@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notifier/notifier/leaky"
+	"github.com/notifier/notifier/limits"
 	"github.com/notifier/notifier/localenv"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
@@ -118,7 +119,7 @@ func (b *bundle) start(mutate func(*Options)) *proc {
 		b.t.Fatalf("registry: %v", err)
 	}
 	rdb := b.redis.Client()
-	lim := redisLimits(b.t, rdb, LimitsConfig{Prefix: b.prefix, DedupTTL: time.Hour})
+	lim := redisLimits(b.t, rdb, limits.Config{Prefix: b.prefix, DedupTTL: time.Hour})
 	preg := prometheus.NewRegistry()
 	o := Options{
 		Workers:     8,
@@ -291,9 +292,9 @@ func head(s []string) []string {
 }
 
 // redisLimits is RedisLimits, failing the test on an error.
-func redisLimits(t testing.TB, rdb redis.UniversalClient, c LimitsConfig) *Limits {
+func redisLimits(t testing.TB, rdb redis.UniversalClient, c limits.Config) *limits.Set {
 	t.Helper()
-	l, err := RedisLimits(rdb, c)
+	l, err := limits.Redis(rdb, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,9 +302,9 @@ func redisLimits(t testing.TB, rdb redis.UniversalClient, c LimitsConfig) *Limit
 }
 
 // memoryLimits is MemoryLimits, failing the test on an error.
-func memoryLimits(t testing.TB, c LimitsConfig, divisor int) *Limits {
+func memoryLimits(t testing.TB, c limits.Config, divisor int) *limits.Set {
 	t.Helper()
-	l, err := MemoryLimits(c, divisor)
+	l, err := limits.Memory(c, divisor)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/notifier/notifier/leaky"
+	"github.com/notifier/notifier/limits"
 	"github.com/notifier/notifier/providers"
 )
 
@@ -167,8 +168,8 @@ func (h *horizonKeeper) run(ctx context.Context, live func() []providers.Config)
 
 // reserveContract is the contract a reservation in p's queue uses: l's,
 // with the cold start the horizons allow.
-func (d *Dispatcher) reserveContract(l *Limits, p providers.Config) leaky.Contract {
-	c := l.contract(p)
+func (d *Dispatcher) reserveContract(l *limits.Set, p providers.Config) leaky.Contract {
+	c := l.ContractOf(p)
 	if d.horizons != nil {
 		c.ColdStart = d.horizons.coldStart(p.Name)
 	}

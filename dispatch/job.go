@@ -13,6 +13,7 @@ import (
 	"github.com/notifier/notifier/internal/text"
 	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/ledger"
+	"github.com/notifier/notifier/limits"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/suppress"
@@ -41,7 +42,7 @@ type job struct {
 	claimed  bool // holds a ledger lease
 	probe    bool // its next send is the probe of a provider paused for its credentials
 	claimAt  time.Time
-	category queue.Category // transactional or marketing (Caps.categoryOf)
+	category queue.Category // transactional or marketing (limits.Caps.CategoryOf)
 	rule     userlimit.Rule // the job's per-user cap (its category's or its channel's), when capped
 	capped   bool
 	capKey   userlimit.Key // what the cap counts the job under
@@ -53,7 +54,7 @@ type job struct {
 	// res is the reservation of the slot the job is at (waitSlot's), on
 	// resL, until it is sent or given up.
 	res  *leaky.Reservation
-	resL *Limits
+	resL *limits.Set
 }
 
 // log is the job's logger: its delivery, id, channel and provider as far as
@@ -114,7 +115,7 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) end {
 	jb.key = queue.MsgID(dl.Tenant, j.ID)
 	jb.channel = j.Channel
 	jb.live = d.live.Load()
-	if jb.category, err = jb.live.caps.categoryOf(j, dl.Lane); err != nil {
+	if jb.category, err = jb.live.caps.CategoryOf(j, dl.Lane); err != nil {
 		return dead(ledger.ReasonInvalid, err.Error())
 	}
 	if dl.Header.Get(ledger.HeaderReplayed) != "" && dl.NumDelivered == 1 {
@@ -300,12 +301,12 @@ func contentSum(data []byte) string {
 // the same id (differs, with the stream sequence of the one sent: it is
 // dead-lettered as duplicate_id). Neither names the content. On limits
 // without Redis there is no sent record to compare with: a redelivery.
-func (d *Dispatcher) noteDuplicate(ctx context.Context, jb *job, l *Limits) (sentSeq uint64, differs bool) {
-	if l == nil || l.redis == nil {
+func (d *Dispatcher) noteDuplicate(ctx context.Context, jb *job, l *limits.Set) (sentSeq uint64, differs bool) {
+	if l == nil {
 		jb.debug("job already sent: not sent again")
 		return 0, false
 	}
-	seq, sum, ok, err := l.redis.ledger.SentFrom(ctx, jb.key)
+	seq, sum, ok, err := l.SentFrom(ctx, jb.key)
 	switch {
 	case err != nil || !ok:
 		jb.debug("job already sent: not sent again")

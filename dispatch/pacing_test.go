@@ -19,7 +19,7 @@ import (
 
 // jitterBudget is how late an arrival may be relative to its send slot in
 // the pacing checks: h/(1−h) s at the default headroom h, ≈ 15.2 ms at
-// 1.5 % (LimitsConfig.Headroom: with slots cost/(rate·(1−h)) apart,
+// 1.5 % (limits.Config.Headroom: with slots cost/(rate·(1−h)) apart,
 // contract+1 of them span 1/(1−h) s, so arrivals late by less than
 // h/(1−h) s still never put contract+1 in one 1 s window). A check counts
 // every arrival in windows of 1 s − jitterBudget: the slots of the arrivals

@@ -15,6 +15,7 @@ import (
 
 	"github.com/notifier/notifier/globallimit"
 	"github.com/notifier/notifier/internal/roundtrip"
+	"github.com/notifier/notifier/limits"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
@@ -68,7 +69,7 @@ type pipelineWorld struct {
 	qcfg      queue.Config
 	js        jetstream.JetStream
 	reg       *noopRegistry
-	limits    *Limits
+	limits    *limits.Set
 	users     map[string]userlimit.Rule
 	trips     *roundtrip.Counter // nil for Memory limits
 	published int
@@ -100,7 +101,7 @@ func newPipelineWorld(b *testing.B, backend string, allLayers bool) *pipelineWor
 		b.Fatal(err)
 	}
 	w.js = js
-	lc := LimitsConfig{Prefix: "bench:", DedupTTL: time.Hour}
+	lc := limits.Config{Prefix: "bench:", DedupTTL: time.Hour}
 	if allLayers {
 		if err := benchUserCap["sms"].Validate(); err != nil {
 			b.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/notifier/notifier/limits"
 	"github.com/notifier/notifier/providers"
 )
 
@@ -79,7 +80,7 @@ func (p *probes) due(provider string, now time.Time, next time.Time) bool {
 // maybeProbe, for a provider paused for its credentials, takes the fleet's
 // probe when its interval is due and arms it here: the channel then gets a
 // budget of one job, which goes through as the probe.
-func (d *Dispatcher) maybeProbe(ctx context.Context, l *Limits, provider string, interval time.Duration) {
+func (d *Dispatcher) maybeProbe(ctx context.Context, l *limits.Set, provider string, interval time.Duration) {
 	now := d.now()
 	if !d.probes.due(provider, now, now.Add(interval/2+d.jitter(interval/2))) {
 		return
@@ -95,8 +96,8 @@ func (d *Dispatcher) maybeProbe(ctx context.Context, l *Limits, provider string,
 // probeSucceeded resumes, fleet-wide, a provider whose probe it accepted.
 func (d *Dispatcher) probeSucceeded(ctx context.Context, jb *job) {
 	d.m.Probes.WithLabelValues(jb.provider, "sent").Inc()
-	err := d.withBackend(ctx, jb, func(l *Limits) error {
-		if _, err := l.Leaky.Resume(ctx, jb.provider, l.contract(jb.pcfg)); err != nil {
+	err := d.withBackend(ctx, jb, func(l *limits.Set) error {
+		if _, err := l.Leaky.Resume(ctx, jb.provider, l.ContractOf(jb.pcfg)); err != nil {
 			return err
 		}
 		if l.Pauses != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/notifier/notifier/globallimit"
 	"github.com/notifier/notifier/leaky"
+	"github.com/notifier/notifier/limits"
 	"github.com/notifier/notifier/testenv"
 )
 
@@ -21,7 +22,7 @@ func TestPromiseBucketWaitIsKeptAlive(t *testing.T) {
 	b := setup(t, setupOpts{ackWait: time.Second})
 	b.start(func(o *Options) {
 		o.Workers = 10
-		o.Limits = redisLimits(t, b.redis.Client(), LimitsConfig{Prefix: b.prefix, DedupTTL: time.Hour,
+		o.Limits = redisLimits(t, b.redis.Client(), limits.Config{Prefix: b.prefix, DedupTTL: time.Hour,
 			Global: &globallimit.Config{Rate: 2, Burst: 1}})
 	})
 	ids := b.publishN("bucket", "push", 10, 10)
@@ -40,7 +41,7 @@ func TestPromiseLocalFleetBucketIsDivided(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{})
 	b.start(func(o *Options) {
-		o.Limits = memoryLimits(t, LimitsConfig{DedupTTL: time.Hour, Global: &globallimit.Config{Rate: 30, Burst: 3}}, 3)
+		o.Limits = memoryLimits(t, limits.Config{DedupTTL: time.Hour, Global: &globallimit.Config{Rate: 30, Burst: 3}}, 3)
 	})
 	ids := b.publishN("local", "push", 21, 21)
 	testenv.WaitFor(t, 30*time.Second, "all 21 sent", func() bool { return len(b.fake.AcceptedIDs()) == 21 })
@@ -118,7 +119,7 @@ func TestPromiseQueueBoundedByMaxQueueDelay(t *testing.T) {
 	q := leakyRedis(t, b.redis.Client(), b.prefix, leaky.WithHeadroom(leaky.DefaultHeadroom))
 	most := 0.0
 	for len(b.fake.AcceptedIDs()) < len(ids) {
-		depth, err := q.Depth(context.Background(), "sms-gw", Contract(b.pcfgs[0]))
+		depth, err := q.Depth(context.Background(), "sms-gw", limits.Contract(b.pcfgs[0]))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/notifier/notifier/globallimit"
 	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/ledger"
+	"github.com/notifier/notifier/limits"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
@@ -223,7 +224,7 @@ func TestPromiseAckWaitsForSentRecord(t *testing.T) {
 	opts.MaxRetries, opts.DialerRetries, opts.DialTimeout, opts.ReadTimeout = -1, 1, 100*time.Millisecond, 200*time.Millisecond
 	rdb := redis.NewClient(opts)
 	t.Cleanup(func() { _ = rdb.Close() })
-	p := b.start(func(o *Options) { o.Limits = redisLimits(t, rdb, LimitsConfig{Prefix: b.prefix, DedupTTL: time.Hour}) })
+	p := b.start(func(o *Options) { o.Limits = redisLimits(t, rdb, limits.Config{Prefix: b.prefix, DedupTTL: time.Hour}) })
 	b.publish(newJob("warm", "sms", "u0")) // a fresh Redis starts the provider's queue cold
 	testenv.WaitFor(t, 20*time.Second, "the warm-up job sent", func() bool { return len(b.fake.AcceptedIDs()) == 1 })
 	b.fake.SlowFor(time.Hour, 50*time.Millisecond)
@@ -467,7 +468,7 @@ func TestPromiseHoldFromStart(t *testing.T) {
 		ro.DialTimeout, ro.ReadTimeout, ro.WriteTimeout = 300*time.Millisecond, 300*time.Millisecond, 300*time.Millisecond
 		rdb := redis.NewClient(ro)
 		t.Cleanup(func() { _ = rdb.Close() })
-		o.Limits = redisLimits(t, rdb, LimitsConfig{Prefix: b.prefix, DedupTTL: time.Hour})
+		o.Limits = redisLimits(t, rdb, limits.Config{Prefix: b.prefix, DedupTTL: time.Hour})
 	})
 	// Past the start's bounded attempts at Redis (5 s for lifting
 	// credential pauses), with no job to fail an operation on.
@@ -500,7 +501,7 @@ func TestPromiseReadyOnLocalFallback(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{})
 	p := b.start(func(o *Options) {
-		o.Fallback = func() (*Limits, error) { return MemoryLimits(LimitsConfig{DedupTTL: time.Hour}, 1) }
+		o.Fallback = func() (*limits.Set, error) { return limits.Memory(limits.Config{DedupTTL: time.Hour}, 1) }
 	})
 	testenv.WaitFor(t, 10*time.Second, "the dispatcher ready", func() bool { return p.d.Ready() == nil })
 	b.redis.Stop()
@@ -661,7 +662,7 @@ func TestPromiseFleetBucketThroughDispatcher(t *testing.T) {
 	const rate, burst = 20.0, 5
 	b := setup(t, setupOpts{})
 	b.start(func(o *Options) {
-		o.Limits = redisLimits(t, b.redis.Client(), LimitsConfig{Prefix: b.prefix, DedupTTL: time.Hour,
+		o.Limits = redisLimits(t, b.redis.Client(), limits.Config{Prefix: b.prefix, DedupTTL: time.Hour,
 			Global: &globallimit.Config{Rate: rate, Burst: burst}})
 	})
 	// A fresh Redis starts the provider's queue cold (the first send waits
@@ -700,11 +701,11 @@ func TestPromisePacedUnderContract(t *testing.T) {
 	rdb := rd.Client()
 	ctx := context.Background()
 	want := int64(math.Ceil(1e6 / (100 * (1 - leaky.DefaultHeadroom)))) // µs: 10153
-	for _, l := range []*Limits{
-		redisLimits(t, rdb, LimitsConfig{Prefix: "h:", DedupTTL: time.Hour}),
-		memoryLimits(t, LimitsConfig{DedupTTL: time.Hour}, 1),
+	for _, l := range []*limits.Set{
+		redisLimits(t, rdb, limits.Config{Prefix: "h:", DedupTTL: time.Hour}),
+		memoryLimits(t, limits.Config{DedupTTL: time.Hour}, 1),
 	} {
-		c := l.contract(providers.Config{Rate: 100, MaxQueueDelay: 10 * time.Second})
+		c := l.ContractOf(providers.Config{Rate: 100, MaxQueueDelay: 10 * time.Second})
 		// A fresh Redis starts the queue full (cold): each reservation then
 		// waits for the one before it to leave the queue.
 		var prev int64

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/notifier/notifier/internal/sleep"
+	"github.com/notifier/notifier/limits"
 	"github.com/notifier/notifier/queue"
 )
 
@@ -93,7 +94,7 @@ func (l *latencies) get(provider string) time.Duration {
 // divided between the fleet's live processes, plus one. 0 when every
 // provider of the channel is paused or failing: its jobs stay in
 // JetStream, holding no worker.
-func (d *Dispatcher) budget(ch string, live *liveConfig, l *Limits, peers int) int {
+func (d *Dispatcher) budget(ch string, live *liveConfig, l *limits.Set, peers int) int {
 	var rate float64
 	var lat time.Duration
 	configured, probe := false, false
@@ -209,11 +210,11 @@ const (
 // kindOf is the kind of queue k's lane under caps: the priority lane, or
 // its jobs' category (a category's lane's, or the channel's for the
 // normal lane).
-func kindOf(caps Caps, k queue.Key) laneKind {
+func kindOf(caps limits.Caps, k queue.Key) laneKind {
 	switch {
 	case k.High:
 		return kindHigh
-	case caps.laneCategory(k.Channel, k.Category) == queue.Marketing:
+	case caps.LaneCategory(k.Channel, k.Category) == queue.Marketing:
 		return kindMarketing
 	}
 	return kindTransactional
@@ -324,7 +325,7 @@ const pickChunk = 8
 // when no other lane has a job and the channel's marketing room lasts
 // (mcap). It takes as many as the queue holds beyond what is asked of it,
 // up to most, charging the guess for each, and returns how many.
-func (s *scheduler) next(ch string, caps Caps, most int) (string, int, bool) {
+func (s *scheduler) next(ch string, caps limits.Caps, most int) (string, int, bool) {
 	fq := s.fair[ch]
 	if fq == nil {
 		fq = newFairQueue()
@@ -515,7 +516,7 @@ func (d *Dispatcher) marketingRoom(live *liveConfig, ch string, budget int, stor
 // isMarketing reports whether dl's jobs count as marketing in the
 // channel's budget (its lane's category under the live configuration).
 func (d *Dispatcher) isMarketing(dl *queue.Delivery) bool {
-	return d.live.Load().caps.laneCategory(dl.Channel, dl.Lane) == queue.Marketing
+	return d.live.Load().caps.LaneCategory(dl.Channel, dl.Lane) == queue.Marketing
 }
 
 // tenantLabel is how tenant shows in metrics and status: its name when

@@ -9,6 +9,7 @@ import (
 	"github.com/notifier/notifier/fleet"
 	"github.com/notifier/notifier/internal/text"
 	"github.com/notifier/notifier/ledger"
+	"github.com/notifier/notifier/limits"
 	"github.com/notifier/notifier/providers"
 )
 
@@ -147,13 +148,13 @@ func (d *Dispatcher) answer(ctx context.Context, jb *job, serr error, rl *provid
 			jb.log().Warn("provider rate limited; pausing it fleet-wide", "pause", pause.String(), "detail", rl.Detail)
 		}
 		var lowered bool
-		if err := d.withBackend(ctx, jb, func(l *Limits) (err error) {
+		if err := d.withBackend(ctx, jb, func(l *limits.Set) (err error) {
 			if l.Pauses != nil {
 				l.Pauses.Note(jb.provider, pause) // at once, before the announcement comes back
 			}
 			// A pause, and for an adaptive contract a lower rate after it
 			// (once per pause, fleet-wide).
-			lowered, err = l.Leaky.Backoff(ctx, jb.provider, l.contract(jb.pcfg), pause)
+			lowered, err = l.Leaky.Backoff(ctx, jb.provider, l.ContractOf(jb.pcfg), pause)
 			return err
 		}); err != nil {
 			return stopped(err)
@@ -190,7 +191,7 @@ func (d *Dispatcher) answer(ctx context.Context, jb *job, serr error, rl *provid
 			}
 		}
 		var attempts int
-		if err := d.withBackend(ctx, jb, func(l *Limits) (err error) {
+		if err := d.withBackend(ctx, jb, func(l *limits.Set) (err error) {
 			attempts, err = l.Ledger.Failed(ctx, jb.key, jb.owner, providers.StatusClass(serr))
 			return err
 		}); err != nil {
@@ -230,7 +231,7 @@ func (d *Dispatcher) senderRefused(ctx context.Context, jb *job, serr error) end
 	d.m.Deferrals.WithLabelValues(LayerProvider, "credentials").Inc()
 	jb.log().Error("provider refused the sender (credentials, account or sender id); pausing it fleet-wide, jobs kept in JetStream until a reload, notifier resume, or a probe after the pause",
 		"pause", pause.String(), "detail", detailOf(serr))
-	if err := d.withBackend(ctx, jb, func(l *Limits) error {
+	if err := d.withBackend(ctx, jb, func(l *limits.Set) error {
 		if l.Reasons != nil {
 			if err := l.Reasons.SetCredentials(ctx, jb.provider, pause); err != nil {
 				return err

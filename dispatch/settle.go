@@ -2,10 +2,11 @@ package dispatch
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/notifier/notifier/internal/sleep"
+	"github.com/notifier/notifier/limits"
+	"github.com/redis/go-redis/v9"
 )
 
 // settle records a sent job in the ledger and then acknowledges it. On
@@ -15,7 +16,7 @@ import (
 // every job handed to it meanwhile in one round trip. On local limits the
 // worker does both itself (the ack there waits for the server).
 func (d *Dispatcher) settle(ctx context.Context, jb *job) {
-	if l := d.currentLimits(); l != nil && l.redis != nil && d.settleQ != nil {
+	if l := d.currentLimits(); l != nil && l.Shared() && d.settleQ != nil {
 		d.settleQ <- jb
 		return
 	}
@@ -67,12 +68,21 @@ func (d *Dispatcher) recordSent(ctx context.Context, jobs []*job, q <-chan *job)
 			l = d.o.Limits
 		}
 		t0 := d.now()
-		var err error
-		if l.redis != nil {
-			err = l.redis.sent(ctx, jobs, d.o.Denials)
-		} else {
+		sent := make([]limits.Sent, len(jobs))
+		for i, jb := range jobs {
+			sent[i] = limits.Sent{ID: jb.key, Owner: jb.owner, ShadowDenied: jb.shadowDenied, Channel: jb.j.Channel, User: jb.j.UserID}
+			if jb.dl != nil {
+				sent[i].Seq, sent[i].Sum = jb.dl.StreamSeq, contentSum(jb.dl.Data)
+			}
+		}
+		var shadow limits.ShadowCounter
+		if d.o.Denials != nil {
+			shadow = shadowCounts{d.o.Denials}
+		}
+		err := l.RecordSent(ctx, sent, shadow)
+		if l.Shared() && shadow != nil {
 			for _, jb := range jobs {
-				err = errors.Join(err, l.Ledger.Sent(ctx, jb.key, jb.owner))
+				jb.shadowDenied = false // counted once, in this pipeline, whatever it answered
 			}
 		}
 		for range jobs {
@@ -105,4 +115,12 @@ func (d *Dispatcher) recordSent(ctx context.Context, jobs []*job, q <-chan *job)
 			}
 		}
 	}
+}
+
+// shadowCounts counts the jobs a cap in shadow mode would have refused in
+// Denials, with their sent records (limits.ShadowCounter).
+type shadowCounts struct{ d *Denials }
+
+func (s shadowCounts) QueueShadow(ctx context.Context, pipe redis.Pipeliner, channel, user string) {
+	s.d.recordShadowCmd(ctx, pipe, channel, user)
 }

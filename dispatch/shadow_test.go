@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/notifier/notifier/globallimit"
+	"github.com/notifier/notifier/limits"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
 	"github.com/notifier/notifier/userlimit"
@@ -134,7 +135,7 @@ func TestShadowFleetRateCountsNeverHolds(t *testing.T) {
 	start := time.Now()
 	p := b.start(func(o *Options) {
 		o.Workers = 16
-		o.Limits = redisLimits(t, b.redis.Client(), LimitsConfig{Prefix: b.prefix, DedupTTL: time.Hour,
+		o.Limits = redisLimits(t, b.redis.Client(), limits.Config{Prefix: b.prefix, DedupTTL: time.Hour,
 			Global: &globallimit.Config{Rate: 1000, Burst: 10, ShadowRate: 2}})
 	})
 	testenv.WaitFor(t, 30*time.Second, "all 100 sent", func() bool { return len(b.fake.AcceptedIDs()) == 100 })

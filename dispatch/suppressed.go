@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/notifier/notifier/internal/text"
+	"github.com/notifier/notifier/limits"
 	"github.com/notifier/notifier/suppress"
 )
 
@@ -16,7 +17,7 @@ const ReasonSuppressedRecipient = "suppressed_recipient"
 // suppressedRecipient ends a job whose recipient is on the suppression
 // list: suppressed, unsent, its dead letter naming the entry (the
 // provider, when, until when), never the address.
-func (d *Dispatcher) suppressedRecipient(ctx context.Context, jb *job, l *Limits) end {
+func (d *Dispatcher) suppressedRecipient(ctx context.Context, jb *job, l *limits.Set) end {
 	detail := "the recipient is on the suppression list: a provider refused it as gone; `notifier suppression remove` lifts it"
 	if l != nil && l.Suppress != nil {
 		if e, ok, err := l.Suppress.Get(ctx, jb.j.Channel, jb.toHash); err == nil && ok {
@@ -35,7 +36,7 @@ func (d *Dispatcher) listGone(ctx context.Context, jb *job, detail string) strin
 	}
 	e := suppress.Entry{Channel: jb.j.Channel, Hash: jb.toHash, Provider: jb.provider, Detail: detail,
 		Job: jb.key, Tenant: jb.dl.Tenant, Category: string(jb.category)}
-	err := d.withBackend(ctx, jb, func(l *Limits) error {
+	err := d.withBackend(ctx, jb, func(l *limits.Set) error {
 		if l.Suppress == nil {
 			return nil
 		}

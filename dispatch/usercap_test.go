@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/notifier/notifier/ledger"
+	"github.com/notifier/notifier/limits"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
 	"github.com/notifier/notifier/userlimit"
@@ -294,7 +295,7 @@ func TestUserCapDispatchPathProperty(t *testing.T) {
 				o.UserLimits = map[string]userlimit.Rule{"sms": rule}
 				o.Retry = RetryConfig{MaxAttempts: 20, BaseDelay: 20 * time.Millisecond, MaxDelay: 100 * time.Millisecond}
 				o.MaxHold = time.Duration(rng.IntN(2000)) * time.Millisecond // some deferrals go back to JetStream
-				o.Limits = memoryLimits(t, LimitsConfig{DedupTTL: time.Hour}, 1)
+				o.Limits = memoryLimits(t, limits.Config{DedupTTL: time.Hour}, 1)
 			})
 			testenv.WaitFor(t, 60*time.Second, "every job handled", func() bool { return b.remaining() == 0 })
 			// Repeats of jobs already sent (a redelivery, as after a lost

@@ -9,6 +9,7 @@ import (
 	"github.com/notifier/notifier/internal/sleep"
 	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/ledger"
+	"github.com/notifier/notifier/limits"
 	"github.com/notifier/notifier/userlimit"
 )
 
@@ -16,8 +17,8 @@ import (
 // bucket is empty. It fails only on a stop.
 func (d *Dispatcher) waitGlobal(ctx context.Context, jb *job) error {
 	start := d.now()
-	err := d.withBackend(ctx, jb, func(l *Limits) error {
-		g := l.global()
+	err := d.withBackend(ctx, jb, func(l *limits.Set) error {
+		g := l.Bucket()
 		if g == nil {
 			return nil
 		}
@@ -39,7 +40,7 @@ func (d *Dispatcher) waitGlobal(ctx context.Context, jb *job) error {
 	if l == nil {
 		return nil
 	}
-	g, sb := l.globals()
+	g, sb := l.Buckets()
 	if g != nil {
 		if d.since(start) > 5*time.Millisecond {
 			d.m.LimitDecisions.WithLabelValues(LayerGlobal, "deny").Inc()
@@ -97,7 +98,7 @@ func (d *Dispatcher) waitSlot(ctx context.Context, jb *job, first admission) end
 			return e
 		}
 		var r leaky.Reservation
-		var l *Limits
+		var l *limits.Set
 		if first.slot != nil {
 			r, l = *first.slot, first.limits
 			jb.slotAt = first.slotAt
@@ -110,7 +111,7 @@ func (d *Dispatcher) waitSlot(ctx context.Context, jb *job, first admission) end
 				}
 			}
 			t0 := d.now()
-			err := d.withBackend(ctx, jb, func(cur *Limits) (err error) {
+			err := d.withBackend(ctx, jb, func(cur *limits.Set) (err error) {
 				l = cur
 				r, err = cur.Leaky.Reserve(ctx, jb.provider, d.reserveContract(cur, jb.pcfg), jb.cost)
 				return err
@@ -166,7 +167,7 @@ func (d *Dispatcher) waitSlot(ctx context.Context, jb *job, first admission) end
 		d.noteSlot(jb)
 		// The per-user cap counts the job at its send slot.
 		var capRes userlimit.Result
-		if err := d.withBackend(ctx, jb, func(cur *Limits) (err error) {
+		if err := d.withBackend(ctx, jb, func(cur *limits.Set) (err error) {
 			capRes, err = d.capAtSlot(ctx, jb, cur, r)
 			return err
 		}); err != nil {
@@ -187,8 +188,8 @@ func (d *Dispatcher) waitSlot(ctx context.Context, jb *job, first admission) end
 		// A 429 seen by any worker after this slot was reserved pauses
 		// the provider; a slot inside the pause must not be used.
 		var paused time.Duration
-		if err := d.withBackend(ctx, jb, func(cur *Limits) (err error) {
-			paused, err = cur.pausedFor(ctx, jb.provider)
+		if err := d.withBackend(ctx, jb, func(cur *limits.Set) (err error) {
+			paused, err = cur.PausedFor(ctx, jb.provider)
 			return err
 		}); err != nil {
 			return stopped(err)
@@ -220,7 +221,7 @@ func (d *Dispatcher) waitSlot(ctx context.Context, jb *job, first admission) end
 // noteSlotWait notes in the ledger a job's wait for a send slot more than
 // slotNote away (for `notifier explain --job`): one round trip, paid only
 // by a job that has long to wait anyway.
-func (d *Dispatcher) noteSlotWait(ctx context.Context, jb *job, l *Limits) {
+func (d *Dispatcher) noteSlotWait(ctx context.Context, jb *job, l *limits.Set) {
 	wait := d.until(jb.slotAt)
 	if wait <= slotNote || l == nil || !jb.claimed {
 		return
@@ -253,7 +254,7 @@ func (d *Dispatcher) longPause(ctx context.Context, jb *job) (end, bool) {
 	if l == nil {
 		return end{}, false
 	}
-	paused, err := l.pausedFor(ctx, jb.provider)
+	paused, err := l.PausedFor(ctx, jb.provider)
 	if err != nil || paused <= holdPause {
 		return end{}, false // a failing backend shows on the reservation
 	}
@@ -278,10 +279,10 @@ const handBackMax = 10 * time.Second
 
 // giveBack cancels a reservation the job will not use (see leaky.Queue's
 // Cancel: only when no later one followed it).
-func (d *Dispatcher) giveBack(ctx context.Context, jb *job, l *Limits, r leaky.Reservation) {
+func (d *Dispatcher) giveBack(ctx context.Context, jb *job, l *limits.Set, r leaky.Reservation) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	if err := l.Leaky.Cancel(cctx, jb.provider, l.contract(jb.pcfg), r, jb.cost); err != nil {
+	if err := l.Leaky.Cancel(cctx, jb.provider, l.ContractOf(jb.pcfg), r, jb.cost); err != nil {
 		jb.debug("give back an unused send slot", "err", err)
 	}
 }
@@ -291,7 +292,7 @@ func (d *Dispatcher) giveBack(ctx context.Context, jb *job, l *Limits, r leaky.R
 // breaker): under a contract with quotas its units go back to the quota's
 // window (leaky.Queue.Cancel), so unused slots do not eat a quota. Plain
 // contracts skip the round trip: nothing would change.
-func (d *Dispatcher) quotaGiveUp(ctx context.Context, jb *job, l *Limits, r leaky.Reservation) {
+func (d *Dispatcher) quotaGiveUp(ctx context.Context, jb *job, l *limits.Set, r leaky.Reservation) {
 	if len(jb.pcfg.Quotas) == 0 || l == nil {
 		return
 	}
@@ -322,7 +323,7 @@ func (d *Dispatcher) renewClaim(ctx context.Context, jb *job) end {
 		return end{}
 	}
 	var c ledger.Claim
-	if err := d.withBackend(ctx, jb, func(l *Limits) (err error) {
+	if err := d.withBackend(ctx, jb, func(l *limits.Set) (err error) {
 		c, err = l.Ledger.Claim(ctx, jb.key, jb.owner, d.lease(jb))
 		return err
 	}); err != nil {

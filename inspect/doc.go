@@ -2,7 +2,7 @@
 // why a user's next job would wait or be dropped, why a provider's jobs
 // wait, and what became of a job. It reads Redis (and, for jobs, the
 // dead-letter stream) through the dispatcher's own limit set
-// (dispatch.RedisLimits), so every answer is read by the code that will
+// (limits.Redis), so every answer is read by the code that will
 // decide, and it changes nothing: per-user caps are asked with
 // userlimit's Peek (the algorithm's own script with its writes dropped),
 // provider queues with leaky's read-only scripts, the ledger with plain

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/inspect"
 	"github.com/notifier/notifier/ledger"
+	"github.com/notifier/notifier/limits"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/userlimit"
 )
@@ -29,7 +29,7 @@ func ExampleInspector_User() {
 	}
 
 	in, err := inspect.New(rdb, nil, inspect.Config{
-		Limits:     dispatch.LimitsConfig{Prefix: prefix},
+		Limits:     limits.Config{Prefix: prefix},
 		UserLimits: map[string]userlimit.Rule{"sms": rule},
 	})
 	if err != nil {
@@ -54,15 +54,15 @@ func ExampleInspector_Provider() {
 	rdb := exampleRedis
 	prefix := newPrefix("example-provider")
 	p := providers.Config{Name: "sms-gateway", Channel: "sms", Rate: 10, MaxQueueDelay: 5 * time.Second}
-	cfg := inspect.Config{Limits: dispatch.LimitsConfig{Prefix: prefix}, Providers: []providers.Config{p}}
+	cfg := inspect.Config{Limits: limits.Config{Prefix: prefix}, Providers: []providers.Config{p}}
 
 	// What the dispatcher did: ten slots reserved in the provider's queue.
-	limits, err := dispatch.RedisLimits(rdb, cfg.Limits)
+	set, err := limits.Redis(rdb, cfg.Limits)
 	if err != nil {
 		panic(err)
 	}
-	q := limits.Leaky
-	c := dispatch.Contract(p)
+	q := set.Leaky
+	c := limits.Contract(p)
 	warm := time.Duration(0)
 	c.ColdStart = &warm // a provider's first start
 	for range 10 {
@@ -102,7 +102,7 @@ func ExampleInspector_Job() {
 		panic(err)
 	}
 
-	in, err := inspect.New(rdb, nil, inspect.Config{Limits: dispatch.LimitsConfig{Prefix: prefix, DedupTTL: 24 * time.Hour}})
+	in, err := inspect.New(rdb, nil, inspect.Config{Limits: limits.Config{Prefix: prefix, DedupTTL: 24 * time.Hour}})
 	if err != nil {
 		panic(err)
 	}

@@ -9,10 +9,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notifier/notifier/digest"
-	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/fleet"
 	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/ledger"
+	"github.com/notifier/notifier/limits"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/userlimit"
@@ -30,12 +30,12 @@ var ErrUnknownProvider = errors.New("unknown provider")
 type Config struct {
 	// Limits is the limit set's configuration, as `notifier run` builds it
 	// (prefix, dedup_ttl, the largest cost, the queues' headroom).
-	Limits dispatch.LimitsConfig
+	Limits limits.Config
 	// UserLimits are the per-user caps by channel (user_limits).
 	UserLimits map[string]userlimit.Rule
 	// CategoryLimits are the categories' own caps
 	// (user_limits.<channel>.<category>).
-	CategoryLimits map[dispatch.CategoryCap]userlimit.Rule
+	CategoryLimits map[limits.CategoryCap]userlimit.Rule
 	// Categories are the channels' categories (categories).
 	Categories map[string]queue.Category
 	// Providers are the configured providers.
@@ -68,9 +68,9 @@ type recorder interface {
 
 // New returns an Inspector on rdb, reading dead letters through dead (nil:
 // Job reports none). It builds the dispatcher's own Redis limit set
-// (dispatch.RedisLimits) for its reads, and starts nothing.
+// (limits.Redis) for its reads, and starts nothing.
 func New(rdb redis.UniversalClient, dead *queue.DeadLetters, cfg Config) (*Inspector, error) {
-	l, err := dispatch.RedisLimits(rdb, cfg.Limits)
+	l, err := limits.Redis(rdb, cfg.Limits)
 	if err != nil {
 		return nil, fmt.Errorf("new inspector: %w", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/notifier/notifier/inspect"
 	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/ledger"
+	"github.com/notifier/notifier/limits"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
@@ -143,11 +144,11 @@ func TestProviderReadsQueuePauseFleet(t *testing.T) {
 	p := providers.Config{Name: "sms-gateway", Channel: "sms", Rate: 20, MaxQueueDelay: 2 * time.Second, JitterBudget: 10 * time.Millisecond}
 	s := newSetup(t, inspect.Config{Providers: []providers.Config{p}})
 	rdb := s.srv.Client()
-	l, err := dispatch.RedisLimits(rdb, s.cfg.Limits)
+	l, err := limits.Redis(rdb, s.cfg.Limits)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := dispatch.Contract(p)
+	c := limits.Contract(p)
 	zero := time.Duration(0)
 	c.ColdStart = &zero
 	var last int64
@@ -288,15 +289,15 @@ func TestJobReadsTheLedger(t *testing.T) {
 
 // TestUserInCategory: a category with a cap of its own is answered with
 // that cap and its own count (under the key the dispatcher counts it,
-// dispatch.Caps.CapFor), the channel's category with the channel's cap; a
+// limits.Caps.CapFor), the channel's category with the channel's cap; a
 // channel whose category is marketing answers for marketing by default.
 func TestUserInCategory(t *testing.T) {
 	t.Parallel()
 	chanRule := userlimit.Rule{Limit: 5, Window: time.Hour}
 	mktRule := userlimit.Rule{Limit: 1, Window: 24 * time.Hour}
-	caps := dispatch.Caps{
+	caps := limits.Caps{
 		Channels:   map[string]userlimit.Rule{"sms": chanRule},
-		Categories: map[dispatch.CategoryCap]userlimit.Rule{{Channel: "sms", Category: queue.Marketing}: mktRule},
+		Categories: map[limits.CategoryCap]userlimit.Rule{{Channel: "sms", Category: queue.Marketing}: mktRule},
 		Defaults:   map[string]queue.Category{"email": queue.Marketing},
 	}
 	s := newSetup(t, inspect.Config{UserLimits: caps.Channels, CategoryLimits: caps.Categories, Categories: caps.Defaults})

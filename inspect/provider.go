@@ -6,8 +6,8 @@ import (
 	"sort"
 	"time"
 
-	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/fleet"
+	"github.com/notifier/notifier/limits"
 	"github.com/notifier/notifier/providers"
 )
 
@@ -119,7 +119,7 @@ func (in *Inspector) Provider(ctx context.Context, name string) (ProviderAnswer,
 	if !ok {
 		return ProviderAnswer{}, fmt.Errorf("explain provider %q: %w", name, ErrUnknownProvider)
 	}
-	c := dispatch.Contract(p) // the contract as the dispatcher's queues pace it
+	c := limits.Contract(p) // the contract as the dispatcher's queues pace it
 	h := in.cfg.Limits.HeadroomOf(c)
 	a := ProviderAnswer{
 		Provider: name, Channel: p.Channel, EffectiveRate: p.Rate,

@@ -5,10 +5,10 @@ import (
 	"sort"
 	"time"
 
-	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/fleet"
 	"github.com/notifier/notifier/internal/text"
 	"github.com/notifier/notifier/leaky"
+	"github.com/notifier/notifier/limits"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
 )
@@ -114,7 +114,7 @@ func StatusOf(ctx context.Context, insts []fleet.Instance, q leaky.Queue, reason
 	st := FleetStatus{At: time.Now().UTC()}
 	for _, p := range provs {
 		ps := ProviderStatus{Name: p.Name, Channel: p.Channel, Contract: p.Rate, Unit: p.Unit, MaxDelay: p.MaxQueueDelay.Seconds(), Breakers: []string{}}
-		depth, err := q.Depth(ctx, p.Name, dispatch.Contract(p))
+		depth, err := q.Depth(ctx, p.Name, limits.Contract(p))
 		if err != nil {
 			return st, err
 		}
@@ -124,7 +124,7 @@ func StatusOf(ctx context.Context, insts []fleet.Instance, q leaky.Queue, reason
 		}
 		ps.QueueDepth, ps.QueueDelay = depth, depth/p.Rate
 		ps.EffectiveRate, ps.Adaptive = p.Rate, p.Adaptive != nil
-		if c := dispatch.Contract(p); c.Adaptive != nil || len(c.Quotas) > 0 {
+		if c := limits.Contract(p); c.Adaptive != nil || len(c.Quotas) > 0 {
 			sh, err := q.Shape(ctx, p.Name, c)
 			if err != nil {
 				return st, err

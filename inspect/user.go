@@ -10,6 +10,7 @@ import (
 
 	"github.com/notifier/notifier/digest"
 	"github.com/notifier/notifier/dispatch"
+	"github.com/notifier/notifier/limits"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/userlimit"
 )
@@ -98,7 +99,7 @@ func (in *Inspector) UserIn(ctx context.Context, channel string, cat queue.Categ
 	if user == "" || len(user) > 256 {
 		return UserAnswer{}, fmt.Errorf("explain user: a user id is 1 to 256 characters, got %d: %w", len(user), ErrInvalid)
 	}
-	caps := dispatch.Caps{Channels: in.cfg.UserLimits, Categories: in.cfg.CategoryLimits, Defaults: in.cfg.Categories}
+	caps := limits.Caps{Channels: in.cfg.UserLimits, Categories: in.cfg.CategoryLimits, Defaults: in.cfg.Categories}
 	if cat == "" {
 		cat = caps.ChannelCategory(channel)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/fleet"
 	"github.com/notifier/notifier/inspect"
+	"github.com/notifier/notifier/limits"
 	"github.com/notifier/notifier/localenv"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
@@ -137,15 +138,15 @@ func Dev(ctx context.Context, cfg config.Config, o DevOptions) (dir string, err 
 	}
 	defer nc.Close()
 	instance := InstanceID()
-	limits, err := dispatch.MemoryLimits(cfg.Limits(), 1)
+	set, err := limits.Memory(cfg.Limits(), 1)
 	if err != nil {
 		return dir, err
 	}
 	err = Dispatch(ctx, Setup{
 		Config: cfg, Log: log, NC: nc, JS: js, Consumer: cons, Providers: reg, Instance: instance, Version: o.Version,
-		Limits: limits,
+		Limits: set,
 		Status: func(ctx context.Context, d *dispatch.Dispatcher) (inspect.FleetStatus, error) {
-			return inspect.StatusOf(ctx, []fleet.Instance{{ID: instance, Info: InstanceInfo(d, cfg.Workers, o.Version)}}, limits.Leaky, limits.Reasons, cfg.Providers)
+			return inspect.StatusOf(ctx, []fleet.Instance{{ID: instance, Info: InstanceInfo(d, cfg.Workers, o.Version)}}, set.Leaky, set.Reasons, cfg.Providers)
 		},
 		Started: func(metricsAddr string) {
 			if o.Started != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/fleet"
 	"github.com/notifier/notifier/inspect"
+	"github.com/notifier/notifier/limits"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/statuspage"
@@ -68,29 +69,29 @@ func Run(ctx context.Context, cfg config.Config, o Options) error {
 	}
 	instance := InstanceID()
 	lcfg := cfg.Limits()
-	limits, err := dispatch.RedisLimits(rdb, lcfg)
+	set, err := limits.Redis(rdb, lcfg)
 	if err != nil {
 		return err
 	}
 
 	var d *dispatch.Dispatcher
-	fleet := fleet.NewHeartbeat(rdb, cfg.Redis.KeyPrefix, instance, func() fleet.InstanceInfo {
+	hb := fleet.NewHeartbeat(rdb, cfg.Redis.KeyPrefix, instance, func() fleet.InstanceInfo {
 		return InstanceInfo(d, cfg.Workers, o.Version)
 	}, log)
-	var fallback func() (*dispatch.Limits, error)
+	var fallback func() (*limits.Set, error)
 	if cfg.Redis.OnFailure == config.OnFailureLocal {
-		fallback = func() (*dispatch.Limits, error) {
+		fallback = func() (*limits.Set, error) {
 			lc := lcfg
 			lc.Global = rl.current().Global // as last reloaded
-			return dispatch.MemoryLimits(lc, fleet.Live())
+			return limits.Memory(lc, hb.Live())
 		}
 	}
 	return Dispatch(ctx, Setup{
 		Config: cfg, Log: log, NC: nc, JS: js, Consumer: cons, Providers: reg, Instance: instance, Version: o.Version,
-		Limits:   limits,
+		Limits:   set,
 		Horizons: horizons,
 		Fallback: fallback,
-		Peers:    fleet.Live,
+		Peers:    hb.Live,
 		Denials:  dispatch.NewDenials(rdb, cfg.Redis.KeyPrefix),
 		Status: func(ctx context.Context, _ *dispatch.Dispatcher) (inspect.FleetStatus, error) {
 			return ReadStatus(ctx, rdb, rl.current())
@@ -99,7 +100,7 @@ func Run(ctx context.Context, cfg config.Config, o Options) error {
 			return NewInspector(rdb, js, rl.current())
 		}, log),
 		Also: []func(ctx context.Context, d *dispatch.Dispatcher) error{
-			func(ctx context.Context, _ *dispatch.Dispatcher) error { return fleet.Run(ctx) },
+			func(ctx context.Context, _ *dispatch.Dispatcher) error { return hb.Run(ctx) },
 			func(ctx context.Context, d *dispatch.Dispatcher) error { return rl.run(ctx, d, reloadGrace(cfg)) },
 		},
 		Created: func(nd *dispatch.Dispatcher) { d = nd },
@@ -143,11 +144,11 @@ type Setup struct {
 	Providers dispatch.Registry
 	Instance  string
 	Version   string
-	Limits    *dispatch.Limits
-	Horizons  dispatch.Horizons                // the slot horizons outside Redis; nil: none (every stateless queue starts cold)
-	Fallback  func() (*dispatch.Limits, error) // redis.on_failure: local; nil: hold
-	Peers     func() int                       // live processes of the fleet; nil: this one alone
-	Denials   *dispatch.Denials                // per-user cap denials for `notifier top`; nil: not counted
+	Limits    *limits.Set
+	Horizons  dispatch.Horizons           // the slot horizons outside Redis; nil: none (every stateless queue starts cold)
+	Fallback  func() (*limits.Set, error) // redis.on_failure: local; nil: hold
+	Peers     func() int                  // live processes of the fleet; nil: this one alone
+	Denials   *dispatch.Denials           // per-user cap denials for `notifier top`; nil: not counted
 	// Status is what the metrics port's /status page shows.
 	Status func(ctx context.Context, d *dispatch.Dispatcher) (inspect.FleetStatus, error)
 	// Explain serves the metrics port's /explain; nil: not served.

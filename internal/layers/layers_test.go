@@ -16,16 +16,18 @@ const module = "github.com/notifier/notifier/"
 var layer = map[string]int{
 	"internal/luapre": 0, "internal/text": 0, "internal/stats": 0, "internal/steptrace": 0,
 	"internal/roundtrip": 0, "internal/sleep": 0, "localenv": 0,
-	"queue": 1, "providers": 1, "userlimit": 1, "globallimit": 1, "leaky": 1, "gateway": 1, "suppress": 1, "digest": 1, "ledger": 1, "fleet": 1,
-	"dispatch": 2, "client": 2,
-	"config": 3, "inspect": 3,
-	"statuspage": 4,
-	"worker":     5, "bench": 5, "demo": 5,
-	"cli": 6, "cmd/notifier": 7,
+	"queue": 1, "providers": 1, "userlimit": 1, "globallimit": 1, "leaky": 1, "gateway": 1, "suppress": 1, "digest": 1,
+	"ledger": 1, "fleet": 1,
+	"limits": 2, "client": 2,
+	"dispatch": 3,
+	"config":   4, "inspect": 4,
+	"statuspage": 5,
+	"worker":     6, "bench": 6, "demo": 6,
+	"cli": 7, "cmd/notifier": 8,
 	// test support: above what they test, never imported by production code
-	"testenv": 8, "testenv/browser": 8, "leaky/leakytest": 8, "userlimit/userlimittest": 8,
-	"globallimit/globallimittest": 8, "providers/providertest": 8,
-	"deploy": 8, "internal/layers": 8,
+	"testenv": 9, "testenv/browser": 9, "leaky/leakytest": 9, "userlimit/userlimittest": 9,
+	"globallimit/globallimittest": 9, "providers/providertest": 9,
+	"deploy": 9, "internal/layers": 9,
 }
 
 // sameLayerAllowed are the imports within a layer the design has.

@@ -1,9 +1,9 @@
-package dispatch
+package limits
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -13,12 +13,13 @@ import (
 	"github.com/notifier/notifier/globallimit"
 	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/ledger"
+	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/suppress"
 	"github.com/notifier/notifier/userlimit"
 )
 
-// LimitsConfig is what the limit sets are built from.
-type LimitsConfig struct {
+// Config is what the limit sets are built from.
+type Config struct {
 	Prefix   string              // Redis key prefix (redis.key_prefix)
 	DedupTTL time.Duration       // how long the ledger remembers a job
 	Global   *globallimit.Config // nil: no fleet bucket
@@ -32,7 +33,7 @@ type LimitsConfig struct {
 	Headroom float64
 }
 
-func (c LimitsConfig) headroom() float64 {
+func (c Config) headroom() float64 {
 	if c.Headroom <= 0 {
 		return leaky.DefaultHeadroom
 	}
@@ -41,20 +42,20 @@ func (c LimitsConfig) headroom() float64 {
 
 // HeadroomOf is the headroom the limit sets built from c pace contract ct
 // with: its own (a provider's jitter_budget, see Contract), else c's.
-func (c LimitsConfig) HeadroomOf(ct leaky.Contract) float64 {
+func (c Config) HeadroomOf(ct leaky.Contract) float64 {
 	if ct.Headroom > 0 {
 		return ct.Headroom
 	}
 	return c.headroom()
 }
 
-// RedisLimits is the fleet's shared limit set on Redis (standalone or
+// Redis is the fleet's shared limit set on Redis (standalone or
 // Cluster). A sent job needs two exchanges with it, the admission before
 // the send and the ledger's "sent" after it, each riding on a pipeline
 // shared with the process's other workers (pipeBatcher); its providers'
-// pauses are heard through pub/sub (Limits.Watch). It returns an error
+// pauses are heard through pub/sub (Set.Watch). It returns an error
 // when c is out of range (its Headroom).
-func RedisLimits(rdb redis.UniversalClient, c LimitsConfig) (*Limits, error) {
+func Redis(rdb redis.UniversalClient, c Config) (*Set, error) {
 	q, err := leaky.NewRedis(rdb, c.Prefix, leaky.WithMaxCost(max(1, c.MaxCost)), leaky.WithHeadroom(c.headroom()))
 	if err != nil {
 		return nil, fmt.Errorf("redis limits: %w", err)
@@ -67,7 +68,7 @@ func RedisLimits(rdb redis.UniversalClient, c LimitsConfig) (*Limits, error) {
 		batch:    newPipeBatcher(rdb),
 	}
 	pauses := leaky.NewPauseWatcher(nil)
-	l := &Limits{
+	l := &Set{
 		Name:     "redis",
 		Ledger:   rs.ledger,
 		Users:    rs.users,
@@ -76,7 +77,7 @@ func RedisLimits(rdb redis.UniversalClient, c LimitsConfig) (*Limits, error) {
 		Digests:  digest.NewRedis(rdb, c.Prefix),
 		Pauses:   pauses,
 		Reasons:  fleet.RedisPauseReasons(rdb, c.Prefix),
-		Ping:     func(ctx context.Context) error { return RedisHealth(ctx, rdb) },
+		Ping:     func(ctx context.Context) error { return Health(ctx, rdb) },
 		redis:    rs,
 	}
 	l.Watch = func(ctx context.Context, providers []string) error {
@@ -88,11 +89,11 @@ func RedisLimits(rdb redis.UniversalClient, c LimitsConfig) (*Limits, error) {
 	l.newShadow = func(cfg globallimit.Config, lease int) *globallimit.Bucket {
 		return globallimit.New(shadowStore, cfg, globallimit.WithLeaseSize(lease))
 	}
-	l.setGlobal(c.Global)
+	l.SetGlobal(c.Global)
 	return l, nil
 }
 
-// RedisHealth says whether every operation the limits run can reach its
+// Health says whether every operation the limits run can reach its
 // server. A standalone server (or Sentinel's current master) answers a
 // PING. A Redis Cluster is healthy only when every master of its slot map
 // answers, the map read anew first: a ping to any one node would answer
@@ -101,7 +102,7 @@ func RedisLimits(rdb redis.UniversalClient, c LimitsConfig) (*Limits, error) {
 // reloads it by itself only every ClusterStateReloadInterval, or on a
 // MOVED). The reload is what lets the limits follow a failover as soon as
 // the cluster has promoted a replica.
-func RedisHealth(ctx context.Context, rdb redis.UniversalClient) error {
+func Health(ctx context.Context, rdb redis.UniversalClient) error {
 	cc, ok := rdb.(*redis.ClusterClient)
 	if !ok {
 		return rdb.Ping(ctx).Err()
@@ -118,25 +119,25 @@ func RedisHealth(ctx context.Context, rdb redis.UniversalClient) error {
 	return nil
 }
 
-// global is the fleet bucket in use, nil when there is none.
-func (l *Limits) global() Waiter {
+// Bucket is the fleet bucket in use, nil when there is none.
+func (l *Set) Bucket() Waiter {
 	l.gmu.Lock()
 	defer l.gmu.Unlock()
 	return l.Global
 }
 
-// globals are the fleet bucket and its shadow in use (nil: none), read
+// Buckets are the fleet bucket and its shadow in use (nil: none), read
 // together: one lock per job for both.
-func (l *Limits) globals() (Waiter, *globallimit.Bucket) {
+func (l *Set) Buckets() (Waiter, *globallimit.Bucket) {
 	l.gmu.Lock()
 	defer l.gmu.Unlock()
 	return l.Global, l.shadow
 }
 
-// setGlobal configures the fleet bucket: off (nil), on, or a new rate and
+// SetGlobal configures the fleet bucket: off (nil), on, or a new rate and
 // burst for the bucket in place (waiters keep their turn); and its shadow
 // (global.shadow_rate) likewise.
-func (l *Limits) setGlobal(cfg *globallimit.Config) {
+func (l *Set) SetGlobal(cfg *globallimit.Config) {
 	l.gmu.Lock()
 	defer l.gmu.Unlock()
 	l.setShadow(cfg)
@@ -172,7 +173,7 @@ func (l *Limits) setGlobal(cfg *globallimit.Config) {
 // cost a round trip every few jobs. Its count may then be off by that
 // many tokens per process in a window, as the enforced bucket's admission
 // is.
-func (l *Limits) setShadow(cfg *globallimit.Config) {
+func (l *Set) setShadow(cfg *globallimit.Config) {
 	var sc globallimit.Config
 	on := false
 	if cfg != nil {
@@ -204,35 +205,6 @@ type redisSet struct {
 	batch    *pipeBatcher // the admissions and sent records of all workers, pipelined together
 }
 
-// sent records sent jobs in the ledger, in the workers' shared pipeline,
-// and counts in denials (when not nil) those a cap in shadow mode would
-// have refused, once each (a count lost with a failed pipeline is not
-// written again: `top --shadow` may miss one, never count one twice).
-func (r *redisSet) sent(ctx context.Context, jobs []*job, denials *Denials) error {
-	cmds := make([]*ledger.SentCmd, len(jobs))
-	r.batch.do(ctx, func(bt *pipeBatch) {
-		for i, jb := range jobs {
-			var seq uint64
-			var sum string
-			if jb.dl != nil {
-				seq, sum = jb.dl.StreamSeq, contentSum(jb.dl.Data)
-			}
-			cmds[i] = r.ledger.QueueSentFrom(ctx, bt.pipe, jb.key, seq, sum)
-			if jb.shadowDenied && denials != nil {
-				denials.recordShadowCmd(ctx, bt.pipe, jb.j.Channel, jb.j.UserID)
-				jb.shadowDenied = false
-			}
-		}
-	})
-	var errs []error
-	for _, sc := range cmds {
-		if err := sc.Err(); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
 // load puts every script in the servers' script caches, which a pipeline
 // needs (a NOSCRIPT inside a pipeline does not fall back to EVAL).
 func (r *redisSet) load(ctx context.Context) error {
@@ -248,18 +220,18 @@ func (r *redisSet) load(ctx context.Context) error {
 	return nil
 }
 
-// MemoryLimits is an in-process limit set: the demo's, and the fallback of
+// Memory is an in-process limit set: the demo's, and the fallback of
 // redis.on_failure: local, where divisor is the number of live instances
 // last seen, so that each process takes its share of every contract and of
 // the fleet bucket. It returns an error when c is out of range (its
 // Headroom).
-func MemoryLimits(c LimitsConfig, divisor int) (*Limits, error) {
+func Memory(c Config, divisor int) (*Set, error) {
 	q, err := leaky.NewMemory(leaky.WithMaxCost(max(1, c.MaxCost)), leaky.WithHeadroom(c.headroom()))
 	if err != nil {
 		return nil, fmt.Errorf("local limits: %w", err)
 	}
 	divisor = max(1, divisor)
-	l := &Limits{
+	l := &Set{
 		Name:        "local",
 		Ledger:      ledger.NewMemory(c.DedupTTL),
 		Users:       userlimit.NewMemory(),
@@ -277,6 +249,109 @@ func MemoryLimits(c LimitsConfig, divisor int) (*Limits, error) {
 	}
 	shadowStore := globallimit.NewMemory()
 	l.newShadow = func(g globallimit.Config, _ int) *globallimit.Bucket { return globallimit.New(shadowStore, g) } // divided by setShadow; no round trips to save
-	l.setGlobal(c.Global)
+	l.SetGlobal(c.Global)
 	return l, nil
+}
+
+// Waiter is the fleet bucket: globallimit.Bucket.
+type Waiter interface {
+	Wait(ctx context.Context) error
+}
+
+// Set is one set of limit backends the pipeline runs on: Redis-backed
+// for the fleet, or in-memory (the demo, and redis.on_failure: local).
+type Set struct {
+	Name   string // "redis" or "local", for logs and readiness
+	Ledger ledger.Ledger
+	Users  userlimit.Limiter
+	Global Waiter // nil: no fleet bucket
+	Leaky  leaky.Queue
+	// Suppress is the list of dead recipients (nil: none kept).
+	Suppress suppress.Store
+	// Digests holds the jobs of caps with on_exceed: digest.
+	Digests digest.Store
+	// RateDivisor divides every provider contract (local mode: the live
+	// instances last seen, so the fleet stays within each contract). 0 or 1:
+	// the contract as configured.
+	RateDivisor int
+	// Ping checks that the backend is reachable (nil: always).
+	Ping func(ctx context.Context) error
+	// Pauses is this process's view of the providers' 429 pauses, kept by
+	// Watch; nil: ask Leaky.PausedFor (a round trip) before each send.
+	Pauses *leaky.PauseWatcher
+	// Watch feeds Pauses until ctx ends; the dispatcher runs it.
+	Watch func(ctx context.Context, providers []string) error
+	// Reasons records which pauses are for a provider's credentials (nil:
+	// every pause is a rate limit's, and a refused sender pauses like one).
+	Reasons fleet.PauseReasons
+
+	redis *redisSet // set by Redis: decisions can be pipelined
+
+	gmu       sync.Mutex                      // guards Global and shadow on a reload
+	globalCfg *globallimit.Config             // what Global was set up with
+	newGlobal func(globallimit.Config) Waiter // builds a bucket on this set's store
+	// shadow is the fleet bucket's shadow (global.shadow_rate), nil when
+	// there is none; newShadow builds it on this set's shadow store.
+	shadow    *globallimit.Bucket
+	shadowCfg globallimit.Config // the fleet configuration shadow was built for
+	newShadow func(cfg globallimit.Config, lease int) *globallimit.Bucket
+}
+
+// PauseReason is why provider is paused: fleet.PauseCredentials or
+// fleet.PauseRateLimited.
+func (l *Set) PauseReason(ctx context.Context, provider string) string {
+	if l.Reasons == nil {
+		return fleet.PauseRateLimited
+	}
+	r, err := l.Reasons.Reason(ctx, provider)
+	if err != nil {
+		return fleet.PauseRateLimited
+	}
+	return r
+}
+
+// PausedFor is how long provider's pause still lasts.
+func (l *Set) PausedFor(ctx context.Context, provider string) (time.Duration, error) {
+	if l.Pauses != nil {
+		return l.Pauses.PausedFor(provider), nil
+	}
+	return l.Leaky.PausedFor(ctx, provider)
+}
+
+// Contract is provider p's contract as its leaky queue paces it: its
+// rate and max_queue_delay, and the headroom of its jitter_budget (none:
+// the queue's default). Everything that reads a provider's queue (the
+// dispatcher, `notifier status`) builds it here.
+func Contract(p providers.Config) leaky.Contract {
+	c := leaky.Contract{Rate: p.Rate, MaxQueueDelay: p.MaxQueueDelay}
+	if p.JitterBudget > 0 {
+		c.Headroom = leaky.HeadroomFor(p.JitterBudget)
+	}
+	if p.Adaptive != nil {
+		a := p.Adaptive.WithDefaults(p.Rate) // normally filled already: no copy of the whole config per job
+		c.Adaptive = &leaky.Adaptive{MinRate: a.MinRate, Decrease: a.Decrease, IncreasePerS: a.IncreasePerS, Quiet: a.Quiet}
+	}
+	if len(p.Quotas) > 0 {
+		c.Quotas = make([]leaky.Quota, len(p.Quotas))
+		for i, q := range p.Quotas {
+			c.Quotas[i] = leaky.Quota{Limit: q.Limit, Per: q.Per}
+		}
+	}
+	return c
+}
+
+// ContractOf is p's contract on l: on local limits each rate, and each
+// quota, divided among the live instances.
+func (l *Set) ContractOf(p providers.Config) leaky.Contract {
+	c := Contract(p)
+	if n := l.RateDivisor; n > 1 {
+		c.Rate /= float64(n)
+		if a := c.Adaptive; a != nil {
+			a.MinRate, a.IncreasePerS = a.MinRate/float64(n), a.IncreasePerS/float64(n)
+		}
+		for i := range c.Quotas {
+			c.Quotas[i].Limit = max(1, c.Quotas[i].Limit/int64(n))
+		}
+	}
+	return c
 }

@@ -1,4 +1,4 @@
-package dispatch
+package limits
 
 import (
 	"context"
@@ -248,12 +248,15 @@ func TestPipeBatcherMergesRequests(t *testing.T) {
 				t.Errorf("claim of a held job: %+v, %v; want ledger.Busy", got, err)
 			}
 			// The sent records go the same way.
-			jobs := []*job{{j: newJob("w0-r0", "sms", "u"), key: "w0-r0", owner: "owner-w0-r0"}}
-			if err := rs.sent(ctx, jobs, nil); err != nil {
+			set := &Set{Ledger: led, redis: rs}
+			if err := set.RecordSent(ctx, []Sent{{ID: "w0-r0", Owner: "owner-w0-r0", Seq: 7, Sum: "abc"}}, nil); err != nil {
 				t.Fatal(err)
 			}
 			if got, err := led.Claim(ctx, "w0-r0", "x", time.Minute); err != nil || got.Status != ledger.AlreadySent {
 				t.Errorf("claim after the batched sent: %+v, %v; want ledger.AlreadySent", got, err)
+			}
+			if seq, sum, ok, err := set.SentFrom(ctx, "w0-r0"); err != nil || !ok || seq != 7 || sum != "abc" {
+				t.Errorf("SentFrom after the batched sent: %d %q %v %v; want 7 \"abc\" true", seq, sum, ok, err)
 			}
 		})
 	}
@@ -283,4 +286,13 @@ func TestClusterSlot(t *testing.T) {
 // newFakeClock is the clock of the batcher's step tables.
 func newFakeClock() *testenv.Clock {
 	return testenv.NewClock(time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC))
+}
+
+func leakyRedis(t testing.TB, rdb redis.Scripter, prefix string, opts ...leaky.Option) *leaky.Redis {
+	t.Helper()
+	q, err := leaky.NewRedis(rdb, prefix, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
 }

@@ -1,0 +1,238 @@
+package limits
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/notifier/notifier/leaky"
+	"github.com/notifier/notifier/ledger"
+	"github.com/notifier/notifier/userlimit"
+)
+
+// Ask is what one job's admission asks of a set, all at once: the ledger's
+// claim of the job, and when set the suppression list, the per-user cap
+// (for now) and a speculative reservation of the send slot.
+type Ask struct {
+	ID, Owner string        // the job's ledger id and this delivery's lease owner
+	Lease     time.Duration // how long the claim holds the job
+	// Channel and ToHash: the recipient's hash on the suppression list
+	// (suppress.Hash); ToHash "" asks nothing.
+	Channel, ToHash string
+	// Cap asks the per-user cap for now (Capped false: no cap).
+	Capped bool
+	CapKey userlimit.Key
+	Rule   userlimit.Rule
+	// Reserve reserves the send slot in Provider's queue under Contract
+	// for Cost units.
+	Reserve  bool
+	Provider string
+	Contract leaky.Contract
+	Cost     int
+}
+
+// Admission is the answer to an Ask. On an error, Slot may still hold a
+// reservation made before the error was seen: the caller gives it back.
+type Admission struct {
+	Claim      ledger.Claim
+	Suppressed bool               // the recipient is on the suppression list
+	Cap        userlimit.Result   // when Capped
+	Slot       *leaky.Reservation // when Reserve and it was reserved
+}
+
+// Admit answers a: on Redis in one pipeline shared with the other
+// workers' requests of the moment (one script run per kind of decision
+// for all of them); in memory one decision after another, stopping at the
+// first that ends the job (a claim not granted, a suppressed recipient, a
+// cap denial). A script missing from the server's cache (a restart, a
+// failover) is an error that NotLoaded recognizes: Load, then ask again.
+func (l *Set) Admit(ctx context.Context, a Ask) (Admission, error) {
+	if l.redis == nil {
+		return l.admitInOrder(ctx, a)
+	}
+	r := l.redis
+	var (
+		adm Admission
+		cc  *ledger.ClaimCmd
+		sc  *redis.IntCmd
+		dc  *userlimit.Decision
+		rc  *leaky.ReserveCmd
+	)
+	r.batch.do(ctx, func(bt *pipeBatch) {
+		cc = bt.claim(r.ledger, a.ID, a.Owner, a.Lease)
+		if a.ToHash != "" {
+			sc = r.suppress.HasCmd(ctx, bt.pipe, a.Channel, a.ToHash)
+		}
+		if a.Capped {
+			dc = bt.allow(r.users, a.CapKey, a.ID, a.Rule, time.Time{})
+		}
+		if a.Reserve {
+			rc = bt.reserve(r.leaky, a.Provider, a.Contract, a.Cost)
+		}
+	})
+	var errs []error
+	var err error
+	if adm.Claim, err = cc.Result(); err != nil {
+		errs = append(errs, err)
+	}
+	if sc != nil {
+		if n, err := sc.Result(); err != nil {
+			errs = append(errs, err)
+		} else {
+			adm.Suppressed = n == 1
+		}
+	}
+	if dc != nil {
+		if adm.Cap, err = dc.Result(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if rc != nil {
+		if res, err := rc.Result(); err != nil {
+			errs = append(errs, err)
+		} else {
+			adm.Slot = &res
+		}
+	}
+	return adm, errors.Join(errs...)
+}
+
+// admitInOrder is Admit on backends that cannot pipeline (in memory: no
+// round trips to save).
+func (l *Set) admitInOrder(ctx context.Context, a Ask) (Admission, error) {
+	var adm Admission
+	var err error
+	if adm.Claim, err = l.Ledger.Claim(ctx, a.ID, a.Owner, a.Lease); err != nil {
+		return Admission{}, err
+	}
+	if adm.Claim.Status != ledger.Claimed {
+		return adm, nil
+	}
+	if a.ToHash != "" && l.Suppress != nil {
+		if adm.Suppressed, err = l.Suppress.Has(ctx, a.Channel, a.ToHash); err != nil || adm.Suppressed {
+			return adm, err
+		}
+	}
+	if a.Capped {
+		if adm.Cap, err = l.Users.Allow(ctx, a.CapKey, a.ID, a.Rule); err != nil {
+			return Admission{}, err
+		}
+		if !adm.Cap.Allowed {
+			return adm, nil
+		}
+	}
+	if a.Reserve {
+		r, err := l.Leaky.Reserve(ctx, a.Provider, a.Contract, a.Cost)
+		if err != nil {
+			return Admission{}, err
+		}
+		adm.Slot = &r
+	}
+	return adm, nil
+}
+
+// AllowAt asks the per-user cap for job id at the instant at
+// (userlimit.Limiter.AllowAt): on Redis in the workers' shared pipeline,
+// loading the scripts and asking once more when the server lost them.
+func (l *Set) AllowAt(ctx context.Context, key userlimit.Key, id string, rule userlimit.Rule, at time.Time) (userlimit.Result, error) {
+	if l.redis == nil {
+		return l.Users.AllowAt(ctx, key, id, rule, at)
+	}
+	var dc *userlimit.Decision
+	l.redis.batch.do(ctx, func(bt *pipeBatch) { dc = bt.allow(l.redis.users, key, id, rule, at) })
+	res, err := dc.Result()
+	if err != nil && NotLoaded(err) {
+		if lerr := l.redis.load(ctx); lerr != nil {
+			return res, lerr
+		}
+		res, err = l.Users.AllowAt(ctx, key, id, rule, at)
+	}
+	return res, err
+}
+
+// Sent is a job the provider accepted, for RecordSent.
+type Sent struct {
+	ID, Owner string
+	// Seq and Sum are the message's stream sequence and a digest of its
+	// bytes (0 and "": not known), which tell a later message of the same
+	// id apart (SentFrom).
+	Seq uint64
+	Sum string
+	// ShadowDenied: a cap in shadow mode would have refused the job, on
+	// Channel for User; counted with the record (Redis only).
+	ShadowDenied  bool
+	Channel, User string
+}
+
+// ShadowCounter counts a job a cap in shadow mode would have refused, in
+// a pipeline (dispatch's Denials, for `notifier top --shadow`).
+type ShadowCounter interface {
+	QueueShadow(ctx context.Context, pipe redis.Pipeliner, channel, user string)
+}
+
+// RecordSent records jobs sent in the ledger: on Redis all of them in the
+// workers' shared pipeline, counting in shadow (when not nil) those a cap
+// in shadow mode would have refused, once each; in memory one by one. A
+// count lost with a failed pipeline is not written again, so the caller
+// clears ShadowDenied once this returns: `top --shadow` may miss one,
+// never count one twice.
+func (l *Set) RecordSent(ctx context.Context, jobs []Sent, shadow ShadowCounter) error {
+	if l.redis == nil {
+		var err error
+		for _, j := range jobs {
+			err = errors.Join(err, l.Ledger.Sent(ctx, j.ID, j.Owner))
+		}
+		return err
+	}
+	cmds := make([]*ledger.SentCmd, len(jobs))
+	l.redis.batch.do(ctx, func(bt *pipeBatch) {
+		for i, j := range jobs {
+			cmds[i] = l.redis.ledger.QueueSentFrom(ctx, bt.pipe, j.ID, j.Seq, j.Sum)
+			if j.ShadowDenied && shadow != nil {
+				shadow.QueueShadow(ctx, bt.pipe, j.Channel, j.User)
+			}
+		}
+	})
+	var errs []error
+	for _, sc := range cmds {
+		if err := sc.Err(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// SentFrom reads which message of job id was sent (Sent's Seq and Sum); ok
+// is false when the set keeps none (in memory) or the record holds none.
+func (l *Set) SentFrom(ctx context.Context, id string) (seq uint64, sum string, ok bool, err error) {
+	if l.redis == nil {
+		return 0, "", false, nil
+	}
+	return l.redis.ledger.SentFrom(ctx, id)
+}
+
+// Shared says whether the set is the fleet's, in Redis: its ledger is then
+// every process's (so an ack need not wait for the server), and it keeps
+// what only Redis keeps (the sent message's sequence, the denials' top).
+func (l *Set) Shared() bool { return l.redis != nil }
+
+// Load puts every script of a Redis set in the servers' script caches,
+// which a pipeline needs (a NOSCRIPT inside a pipeline does not fall back
+// to EVAL). A memory set has none.
+func (l *Set) Load(ctx context.Context) error {
+	if l.redis == nil {
+		return nil
+	}
+	return l.redis.load(ctx)
+}
+
+// NotLoaded says whether err is a script missing from a server's cache.
+func NotLoaded(err error) bool {
+	return errors.Is(err, ledger.ErrNotLoaded) || errors.Is(err, userlimit.ErrNotLoaded) || (err != nil && isNoScript(err))
+}
+
+// isNoScript reports a NOSCRIPT reply that a backend did not wrap.
+func isNoScript(err error) bool { return strings.Contains(err.Error(), "NOSCRIPT") }
