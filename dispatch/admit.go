@@ -31,26 +31,26 @@ type admission struct {
 // contract is never exceeded, at worst one send slot goes unused. A script
 // missing from the server's cache (after a restart or failover) loads the
 // scripts and tries once more.
-func (d *Dispatcher) admit(ctx context.Context, jb *job, rule userlimit.Rule, capped bool) (admission, error) {
+func (pl *pipeline) admit(ctx context.Context, jb *job, rule userlimit.Rule, capped bool) (admission, error) {
 	var adm admission
-	t0 := d.now()
-	err := d.withBackend(ctx, jb, func(l *limits.Set) error {
-		ask := limits.Ask{ID: jb.key, Owner: jb.owner, Lease: d.lease(jb), Channel: jb.j.Channel, ToHash: jb.toHash,
+	t0 := pl.now()
+	err := pl.withBackend(ctx, jb, func(l *limits.Set) error {
+		ask := limits.Ask{ID: jb.key, Owner: jb.owner, Lease: pl.lease(jb), Channel: jb.j.Channel, ToHash: jb.toHash,
 			Capped: capped, CapKey: jb.capKey, Rule: rule}
-		if d.speculate(jb.channel, capped) {
-			ask.Reserve, ask.Provider, ask.Contract, ask.Cost = true, jb.provider, d.reserveContract(l, jb.pcfg), jb.cost
+		if pl.speculate(jb.channel, capped) {
+			ask.Reserve, ask.Provider, ask.Contract, ask.Cost = true, jb.provider, pl.reserveContract(l, jb.pcfg), jb.cost
 		}
 		for attempt := 0; ; attempt++ {
 			got, err := l.Admit(ctx, ask)
-			replied := d.now()
+			replied := pl.now()
 			adm = admission{claim: got.Claim, suppressed: got.Suppressed, cap: got.Cap, slot: got.Slot, limits: l}
 			if got.Slot != nil {
-				adm.slotAt = d.clock.slotTime(replied, got.Slot.Slot, got.Slot.Delay)
+				adm.slotAt = pl.be.clock.slotTime(replied, got.Slot.Slot, got.Slot.Delay)
 			}
 			if err == nil {
 				return nil
 			}
-			d.cancelSlot(ctx, jb, adm)
+			pl.cancelSlot(ctx, jb, adm)
 			adm = admission{}
 			if attempt == 0 && limits.NotLoaded(err) {
 				if lerr := l.Load(ctx); lerr != nil {
@@ -61,7 +61,7 @@ func (d *Dispatcher) admit(ctx context.Context, jb *job, rule userlimit.Rule, ca
 			return err
 		}
 	})
-	d.trace("admit", t0)
+	pl.trace("admit", t0)
 	return adm, err
 }
 
@@ -79,7 +79,7 @@ const capTolerance = 20 * time.Millisecond
 // for the slot (its admission moves there, one more pipelined round trip,
 // only for jobs that wait anyway). A denial there (res.Allowed false) is
 // the caller's to act on: give the slot back, then capDenied.
-func (d *Dispatcher) capAtSlot(ctx context.Context, jb *job, l *limits.Set, r leaky.Reservation) (res userlimit.Result, err error) {
+func (pl *pipeline) capAtSlot(ctx context.Context, jb *job, l *limits.Set, r leaky.Reservation) (res userlimit.Result, err error) {
 	if !jb.capped || r.Slot == 0 {
 		return userlimit.Result{Allowed: true}, nil
 	}
@@ -91,10 +91,10 @@ func (d *Dispatcher) capAtSlot(ctx context.Context, jb *job, l *limits.Set, r le
 		return res, err
 	}
 	if !res.Allowed && jb.rule.Mode == userlimit.Shadow {
-		d.shadowDenied(jb)
+		pl.shadowDenied(jb)
 		return userlimit.Result{Allowed: true}, nil
 	}
-	d.noteCap(jb.j.Channel, res.Allowed)
+	pl.noteCap(jb.j.Channel, res.Allowed)
 	if res.Allowed {
 		jb.capAt = res.At.UnixMicro()
 	}
@@ -109,25 +109,25 @@ func (d *Dispatcher) capAtSlot(ctx context.Context, jb *job, l *limits.Set, r le
 // enforced cap would have; and the job is not asked about again (at its
 // slot), so each job counts at most once: the jobs the cap would have
 // refused at their first ask.
-func (d *Dispatcher) shadowDenied(jb *job) {
+func (pl *pipeline) shadowDenied(jb *job) {
 	jb.capped, jb.shadowDenied = false, true
-	d.noteCap(jb.j.Channel, true) // it is sent: reserving its slot with the admission pays
-	d.m.LimitDecisions.WithLabelValues(LayerUser, DecisionShadowDeny).Inc()
+	pl.noteCap(jb.j.Channel, true) // it is sent: reserving its slot with the admission pays
+	pl.m.LimitDecisions.WithLabelValues(LayerUser, DecisionShadowDeny).Inc()
 }
 
 // capDenied acts on a per-user cap's denial of jb: defer it (on_exceed:
 // defer) or suppress it. It returns the job's end: endAgain, endDefer or
 // endSuppressed (or a stop's), never the zero end: the job is out of the
 // pipeline.
-func (d *Dispatcher) capDenied(ctx context.Context, jb *job, res userlimit.Result, l *limits.Set) end {
-	d.m.LimitDecisions.WithLabelValues(LayerUser, "deny").Inc()
-	d.recordDenial(ctx, jb, l)
+func (pl *pipeline) capDenied(ctx context.Context, jb *job, res userlimit.Result, l *limits.Set) end {
+	pl.m.LimitDecisions.WithLabelValues(LayerUser, "deny").Inc()
+	pl.recordDenial(ctx, jb, l)
 	if digesting(jb) {
-		return d.digestHold(ctx, jb, res)
+		return pl.digestHold(ctx, jb, res)
 	}
 	if jb.rule.OnExceed == userlimit.Defer {
-		d.m.Deferrals.WithLabelValues(LayerUser, "defer").Inc()
-		return d.deferJob(ctx, jb, res.RetryAfter+d.jitter(res.RetryAfter/10+10*time.Millisecond), ledger.DeferUserLimit)
+		pl.m.Deferrals.WithLabelValues(LayerUser, "defer").Inc()
+		return pl.deferJob(ctx, jb, res.RetryAfter+pl.jitter(res.RetryAfter/10+10*time.Millisecond), ledger.DeferUserLimit)
 	}
 	return suppressed(ledger.ReasonUserLimit,
 		fmt.Sprintf("over the %s cap of %d per %s", jb.j.Channel, jb.rule.Limit, jb.rule.Window))
@@ -135,21 +135,21 @@ func (d *Dispatcher) capDenied(ctx context.Context, jb *job, res userlimit.Resul
 
 // recordDenial counts a cap denial for `notifier top` (shared limits only:
 // local ones have no Redis to count in).
-func (d *Dispatcher) recordDenial(ctx context.Context, jb *job, l *limits.Set) {
-	if d.o.Denials == nil || l == nil || !l.Shared() {
+func (pl *pipeline) recordDenial(ctx context.Context, jb *job, l *limits.Set) {
+	if pl.o.Denials == nil || l == nil || !l.Shared() {
 		return
 	}
-	if err := d.o.Denials.Record(ctx, jb.j.Channel, jb.j.UserID); err != nil {
+	if err := pl.o.Denials.Record(ctx, jb.j.Channel, jb.j.UserID); err != nil {
 		jb.debug("count cap denial", "err", err)
 	}
 }
 
 // cancelSlot gives back a speculative reservation the job will not use.
-func (d *Dispatcher) cancelSlot(ctx context.Context, jb *job, adm admission) {
+func (pl *pipeline) cancelSlot(ctx context.Context, jb *job, adm admission) {
 	if adm.slot == nil || !adm.slot.OK || adm.limits == nil {
 		return
 	}
-	d.giveBack(ctx, jb, adm.limits, *adm.slot)
+	pl.giveBack(ctx, jb, adm.limits, *adm.slot)
 }
 
 // speculate says whether to reserve the send slot in the admission round
@@ -157,14 +157,14 @@ func (d *Dispatcher) cancelSlot(ctx context.Context, jb *job, adm admission) {
 // the slots given back (or, when a later reservation followed, left empty)
 // would cost throughput, or reservations are held after a switch of limit
 // sets.
-func (d *Dispatcher) speculate(channel string, capped bool) bool {
-	if d.now().UnixNano() < d.notBefore.Load() {
+func (pl *pipeline) speculate(channel string, capped bool) bool {
+	if pl.now().UnixNano() < pl.be.notBefore.Load() {
 		return false
 	}
 	if !capped {
 		return true
 	}
-	return d.denials.rate(channel) < speculateBelow
+	return pl.denials.rate(channel) < speculateBelow
 }
 
 // speculateBelow is the recent denial rate of a channel's cap under which
@@ -172,8 +172,8 @@ func (d *Dispatcher) speculate(channel string, capped bool) bool {
 const speculateBelow = 0.05
 
 // noteCap records a cap decision for speculate.
-func (d *Dispatcher) noteCap(channel string, allowed bool) {
-	d.denials.note(channel, !allowed)
+func (pl *pipeline) noteCap(channel string, allowed bool) {
+	pl.denials.note(channel, !allowed)
 }
 
 // denialRates keeps, per channel, an exponentially weighted rate of cap

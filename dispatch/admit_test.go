@@ -14,27 +14,27 @@ import (
 // reserve ahead.
 func TestSpeculationFollowsDenials(t *testing.T) {
 	t.Parallel()
-	d := &Dispatcher{o: Options{Now: time.Now}}
-	if !d.speculate("sms", true) || !d.speculate("push", false) {
+	d := wire(Options{Now: time.Now})
+	if !d.pipe.speculate("sms", true) || !d.pipe.speculate("push", false) {
 		t.Fatal("no denials yet: must reserve ahead")
 	}
 	for i := 0; i < 20; i++ {
-		d.noteCap("sms", false)
+		d.pipe.noteCap("sms", false)
 	}
-	if d.speculate("sms", true) {
-		t.Fatalf("after 20 denials in a row (rate %.2f): must not reserve ahead", d.denials.rate("sms"))
+	if d.pipe.speculate("sms", true) {
+		t.Fatalf("after 20 denials in a row (rate %.2f): must not reserve ahead", d.pipe.denials.rate("sms"))
 	}
-	if !d.speculate("sms", false) || !d.speculate("email", true) {
+	if !d.pipe.speculate("sms", false) || !d.pipe.speculate("email", true) {
 		t.Fatal("another channel, or no cap: must reserve ahead")
 	}
 	for i := 0; i < 400; i++ {
-		d.noteCap("sms", true)
+		d.pipe.noteCap("sms", true)
 	}
-	if !d.speculate("sms", true) {
-		t.Fatalf("after 400 allowed (rate %.3f): must reserve ahead again", d.denials.rate("sms"))
+	if !d.pipe.speculate("sms", true) {
+		t.Fatalf("after 400 allowed (rate %.3f): must reserve ahead again", d.pipe.denials.rate("sms"))
 	}
-	d.holdSlotsFor(time.Minute)
-	if d.speculate("push", false) {
+	d.be.holdSlotsFor(time.Minute)
+	if d.pipe.speculate("push", false) {
 		t.Fatal("while slots are held after a switch of limit sets: must not reserve ahead")
 	}
 }

@@ -2,26 +2,61 @@ package dispatch
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/notifier/notifier/internal/sleep"
 	"github.com/notifier/notifier/limits"
 )
 
+// backendSwitch keeps the limit set the pipeline runs on: the primary one
+// (Options.Limits, Redis for a fleet), the local fallback of
+// redis.on_failure: local while the primary is unreachable, or none while
+// holding for it; and the monitor that switches back once the primary
+// answers. It also keeps the limit backend's clock on this process's
+// (clockSync), which places every send slot.
+type backendSwitch struct {
+	*core
+	wg *sync.WaitGroup // the dispatcher's background loops: the monitor is one
+
+	// limits is the set in use now, nil while holding for an unreachable
+	// backend. Read without a lock (every job reads it several times);
+	// switched only under mu.
+	limits  atomic.Pointer[limits.Set]
+	mu      sync.Mutex    // guards the switches of limits, recover and monitor
+	recover chan struct{} // closed when the primary backend answers again
+	monitor context.CancelFunc
+	// credsResumed: the start's lifting of credential pauses was done
+	// (deferred to the backend's recovery when it was away at start).
+	credsResumed atomic.Bool
+	// notBefore (Unix ns) holds every new slot reservation after a switch
+	// of limit sets, until the slots the previous set handed out have run
+	// dry: the shared queue and a local one must never overlap.
+	notBefore atomic.Int64
+	clock     clockSync // the limit backend's clock on ours, for send slots
+}
+
+func newBackendSwitch(c *core, wg *sync.WaitGroup) *backendSwitch {
+	b := &backendSwitch{core: c, wg: wg}
+	b.limits.Store(c.o.Limits)
+	return b
+}
+
 // currentLimits is the limit set in use now; nil while holding for an
 // unreachable backend.
-func (d *Dispatcher) currentLimits() *limits.Set { return d.limits.Load() }
+func (b *backendSwitch) currentLimits() *limits.Set { return b.limits.Load() }
 
 // withBackend runs fn on the limit set in use. When the backend fails, the
 // dispatcher degrades (to the fallback, or to holding) and fn runs again;
 // meanwhile the job stays in its worker, heart-beaten. It returns only fn's
 // success or ctx's end.
-func (d *Dispatcher) withBackend(ctx context.Context, jb *job, fn func(*limits.Set) error) error {
+func (pl *pipeline) withBackend(ctx context.Context, jb *job, fn func(*limits.Set) error) error {
 	wait := 50 * time.Millisecond
 	for {
-		l := d.currentLimits()
+		l := pl.be.currentLimits()
 		if l == nil {
-			if err := d.waitForRecovery(ctx, jb); err != nil {
+			if err := pl.be.waitForRecovery(ctx, func() { pl.keepAlive(jb) }); err != nil {
 				return err
 			}
 			continue
@@ -33,10 +68,10 @@ func (d *Dispatcher) withBackend(ctx context.Context, jb *job, fn func(*limits.S
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		d.m.Deferrals.WithLabelValues(l.Name, "unavailable").Inc()
+		pl.m.Deferrals.WithLabelValues(l.Name, "unavailable").Inc()
 		jb.log().Warn("limit backend failed", "backend", l.Name, "err", err)
-		d.backendFailed(l, err)
-		if err := d.hold(ctx, jb, wait); err != nil {
+		pl.be.backendFailed(l, err)
+		if err := pl.hold(ctx, jb, wait); err != nil {
 			return err
 		}
 		wait = min(wait*2, time.Second)
@@ -46,36 +81,36 @@ func (d *Dispatcher) withBackend(ctx context.Context, jb *job, fn func(*limits.S
 // backendFailed switches away from a limit set whose backend failed: to the
 // fallback (redis.on_failure: local) or to holding (hold). It starts the
 // monitor that switches back once the primary backend answers.
-func (d *Dispatcher) backendFailed(l *limits.Set, err error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if l != d.limits.Load() || l != d.o.Limits {
+func (b *backendSwitch) backendFailed(l *limits.Set, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if l != b.limits.Load() || l != b.o.Limits {
 		return // already switched, or the fallback itself (in memory) failed
 	}
 	var fb *limits.Set
-	if d.o.Fallback != nil {
+	if b.o.Fallback != nil {
 		var ferr error
-		if fb, ferr = d.o.Fallback(); ferr != nil {
+		if fb, ferr = b.o.Fallback(); ferr != nil {
 			fb = nil
-			d.log.Error("build the local limits of redis.on_failure: local; holding jobs instead", "err", ferr)
+			b.log.Error("build the local limits of redis.on_failure: local; holding jobs instead", "err", ferr)
 		}
 	}
 	if fb != nil {
-		d.holdSlotsFor(d.live.Load().maxQueue + d.o.LateTolerance)
-		d.limits.Store(fb)
-		d.log.Warn("limit backend unreachable: continuing on local limits, each contract divided by the live instances",
+		b.holdSlotsFor(b.live.Load().maxQueue + b.o.LateTolerance)
+		b.limits.Store(fb)
+		b.log.Warn("limit backend unreachable: continuing on local limits, each contract divided by the live instances",
 			"backend", l.Name, "divisor", fb.RateDivisor, "err", err)
 	} else {
-		d.limits.Store(nil)
-		d.log.Warn("limit backend unreachable: holding jobs in JetStream until it answers", "backend", l.Name, "err", err)
+		b.limits.Store(nil)
+		b.log.Warn("limit backend unreachable: holding jobs in JetStream until it answers", "backend", l.Name, "err", err)
 	}
-	d.recover = make(chan struct{})
+	b.recover = make(chan struct{})
 	mctx, cancel := context.WithCancel(context.Background())
-	d.monitor = cancel
-	d.wg.Add(1)
+	b.monitor = cancel
+	b.wg.Add(1)
 	go func() {
-		defer d.wg.Done()
-		d.monitorBackend(mctx)
+		defer b.wg.Done()
+		b.monitorBackend(mctx)
 	}()
 }
 
@@ -84,35 +119,35 @@ func (d *Dispatcher) backendFailed(l *limits.Set, err error) {
 // then switches back to it. Coming from local limits, new reservations wait
 // until the local queues have run dry, so slots handed out locally and slots
 // from the shared queue never overlap.
-func (d *Dispatcher) monitorBackend(ctx context.Context) {
+func (b *backendSwitch) monitorBackend(ctx context.Context) {
 	wait := 100 * time.Millisecond
 	for {
 		if sleep.For(ctx, wait) != nil {
 			return
 		}
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		err := d.ping(pctx)
+		err := b.ping(pctx)
 		cancel()
 		if err == nil {
 			break
 		}
 		wait = min(wait*2, monitorMaxInterval)
 	}
-	d.mu.Lock()
-	if d.limits.Load() != nil {
+	b.mu.Lock()
+	if b.limits.Load() != nil {
 		// Back from local limits: their slots run up to the longest
 		// max_queue_delay ahead, and other processes may notice the
 		// recovery up to one ping interval later and still pace locally
 		// until then.
-		d.holdSlotsFor(d.live.Load().maxQueue + monitorMaxInterval + d.o.LateTolerance)
+		b.holdSlotsFor(b.live.Load().maxQueue + monitorMaxInterval + b.o.LateTolerance)
 	}
-	d.limits.Store(d.o.Limits)
-	close(d.recover)
-	d.monitor = nil
-	d.mu.Unlock()
-	d.log.Info("limit backend answers again; back on shared limits", "backend", d.o.Limits.Name)
-	if d.credsResumed.CompareAndSwap(false, true) {
-		d.resumeCredentialPauses(d.o.Limits, d.live.Load().providers)
+	b.limits.Store(b.o.Limits)
+	close(b.recover)
+	b.monitor = nil
+	b.mu.Unlock()
+	b.log.Info("limit backend answers again; back on shared limits", "backend", b.o.Limits.Name)
+	if b.credsResumed.CompareAndSwap(false, true) {
+		b.resumeCredentialPauses(b.o.Limits, b.live.Load().providers)
 	}
 }
 
@@ -122,27 +157,28 @@ func (d *Dispatcher) monitorBackend(ctx context.Context) {
 const monitorMaxInterval = time.Second
 
 // holdSlotsFor holds new slot reservations for d from now.
-func (d *Dispatcher) holdSlotsFor(dur time.Duration) {
-	d.notBefore.Store(d.now().Add(dur).UnixNano())
+func (b *backendSwitch) holdSlotsFor(dur time.Duration) {
+	b.notBefore.Store(b.now().Add(dur).UnixNano())
 }
 
-func (d *Dispatcher) ping(ctx context.Context) error {
-	if d.o.Limits.Ping == nil {
+func (b *backendSwitch) ping(ctx context.Context) error {
+	if b.o.Limits.Ping == nil {
 		return nil
 	}
-	return d.o.Limits.Ping(ctx)
+	return b.o.Limits.Ping(ctx)
 }
 
-// waitForRecovery holds a job until the primary backend is back.
-func (d *Dispatcher) waitForRecovery(ctx context.Context, jb *job) error {
-	d.mu.Lock()
-	ch := d.recover
-	d.mu.Unlock()
+// waitForRecovery holds a job until the primary backend is back, calling
+// keepAlive every AckWait/3 meanwhile.
+func (b *backendSwitch) waitForRecovery(ctx context.Context, keepAlive func()) error {
+	b.mu.Lock()
+	ch := b.recover
+	b.mu.Unlock()
 	for {
-		if d.currentLimits() != nil {
+		if b.currentLimits() != nil {
 			return nil
 		}
-		t := time.NewTimer(d.o.AckWait / 3)
+		t := time.NewTimer(b.o.AckWait / 3)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -150,18 +186,18 @@ func (d *Dispatcher) waitForRecovery(ctx context.Context, jb *job) error {
 		case <-ch:
 			t.Stop()
 		case <-t.C:
-			d.keepAlive(jb)
+			keepAlive()
 		}
 	}
 }
 
 // waitForBackend blocks the fetch loop while holding: no job is taken while
 // the limit backend is unreachable.
-func (d *Dispatcher) waitForBackend(ctx context.Context) error {
+func (b *backendSwitch) waitForBackend(ctx context.Context) error {
 	for {
-		d.mu.Lock()
-		l, ch := d.limits.Load(), d.recover
-		d.mu.Unlock()
+		b.mu.Lock()
+		l, ch := b.limits.Load(), b.recover
+		b.mu.Unlock()
 		if l != nil {
 			return nil
 		}
@@ -174,12 +210,12 @@ func (d *Dispatcher) waitForBackend(ctx context.Context) error {
 }
 
 // stopMonitor ends a running backend monitor (on a stop).
-func (d *Dispatcher) stopMonitor() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.monitor != nil {
-		d.monitor()
-		d.monitor = nil
+func (b *backendSwitch) stopMonitor() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.monitor != nil {
+		b.monitor()
+		b.monitor = nil
 	}
 }
 
@@ -187,7 +223,7 @@ func (d *Dispatcher) stopMonitor() {
 // name), "local" (the fallback), or "holding" while the backend is down and
 // there is no fallback.
 func (d *Dispatcher) LimitsName() string {
-	l := d.currentLimits()
+	l := d.be.currentLimits()
 	if l == nil {
 		return "holding"
 	}

@@ -56,7 +56,7 @@ func wantsOf(ws []queue.Want) map[string]int {
 // takes no more than 70 % of the budget (18 jobs) in all.
 func TestPlanKeepsTheReserveForTransactional(t *testing.T) {
 	reg := configs{{Name: "sms-gw", Channel: "sms", Rate: 100, Reserve: map[string]float64{"transactional": 0.3}}}
-	d := &Dispatcher{}
+	d := wire(Options{})
 	d.live.Store(&liveConfig{providers: reg, breakers: map[string]*breaker{}})
 	const mkt, trx = "notify.jobs.sms.marketing", "notify.jobs.sms"
 	mq := queue.Queue{Subject: mkt, Key: queue.Key{Channel: "sms", Category: queue.Marketing}, Stored: 1000}
@@ -64,17 +64,17 @@ func TestPlanKeepsTheReserveForTransactional(t *testing.T) {
 		return queue.Queue{Subject: trx, Key: queue.Key{Channel: "sms"}, Stored: stored}
 	}
 	hold := func(marketing, transactional int) {
-		d.busy.add("sms", marketing+transactional)
-		d.busy.add("sms"+marketingSuffix, marketing)
+		d.fetch.busy.add("sms", marketing+transactional)
+		d.fetch.busy.add("sms"+marketingSuffix, marketing)
 	}
-	if b := d.budget("sms", d.live.Load(), nil, 1); b != 26 || marketingCap(b, 0.3) != 18 {
+	if b := d.fetch.budget("sms", d.live.Load(), nil, 1); b != 26 || marketingCap(b, 0.3) != 18 {
 		t.Fatalf("budget %d, marketing cap %d: want 26 and 18", b, marketingCap(b, 0.3))
 	}
 	s := newScheduler(func(string) float64 { return 1 })
 
 	// Marketing alone: everything.
 	s.queues = []queue.Queue{mq}
-	if got := wantsOf(d.plan(s, 100)); got[mkt] != 26 {
+	if got := wantsOf(d.fetch.plan(s, 100)); got[mkt] != 26 {
 		t.Fatalf("marketing alone: plan %v, want 26 marketing jobs (the whole budget)", got)
 	}
 	hold(26, 0)
@@ -83,7 +83,7 @@ func TestPlanKeepsTheReserveForTransactional(t *testing.T) {
 	// to transactional jobs.
 	s.queues = []queue.Queue{tq(40), mq}
 	hold(-10, 0)
-	if got := wantsOf(d.plan(s, 100)); got[trx] != 10 || got[mkt] != 0 {
+	if got := wantsOf(d.fetch.plan(s, 100)); got[trx] != 10 || got[mkt] != 0 {
 		t.Fatalf("transactional waiting: plan %v, want the 10 free to transactional jobs", got)
 	}
 
@@ -92,7 +92,7 @@ func TestPlanKeepsTheReserveForTransactional(t *testing.T) {
 	// marketing held, 10 free: marketing may take 2 (18 in all), no more.
 	hold(0, 0)
 	s.short[trx] = true
-	if got := wantsOf(d.plan(s, 100)); got[mkt] != 2 || got[trx] != 0 {
+	if got := wantsOf(d.fetch.plan(s, 100)); got[mkt] != 2 || got[trx] != 0 {
 		t.Fatalf("transactional waiting, none to be had: plan %v, want 2 marketing (70 %% of 26 = 18 held)", got)
 	}
 
@@ -100,7 +100,7 @@ func TestPlanKeepsTheReserveForTransactional(t *testing.T) {
 	// way here): marketing takes everything again.
 	clear(s.short)
 	s.queues = []queue.Queue{tq(0), mq}
-	if got := wantsOf(d.plan(s, 100)); got[mkt] != 10 {
+	if got := wantsOf(d.fetch.plan(s, 100)); got[mkt] != 10 {
 		t.Fatalf("no transactional job waiting: plan %v, want the 10 free to marketing", got)
 	}
 
@@ -108,7 +108,7 @@ func TestPlanKeepsTheReserveForTransactional(t *testing.T) {
 	d.live.Store(&liveConfig{providers: configs{{Name: "sms-gw", Channel: "sms", Rate: 100}}, breakers: map[string]*breaker{}})
 	s.queues = []queue.Queue{tq(40), mq}
 	s.short[trx] = true
-	if got := wantsOf(d.plan(s, 100)); got[mkt] != 10 {
+	if got := wantsOf(d.fetch.plan(s, 100)); got[mkt] != 10 {
 		t.Fatalf("no reserve: plan %v, want the 10 free to marketing", got)
 	}
 }
@@ -118,14 +118,14 @@ func TestPlanKeepsTheReserveForTransactional(t *testing.T) {
 // marketing, behind its transactional lane.
 func TestPlanCategoryOfTheNormalLane(t *testing.T) {
 	reg := configs{{Name: "email-gw", Channel: "email", Rate: 100, Reserve: map[string]float64{"transactional": 0.5}}}
-	d := &Dispatcher{}
+	d := wire(Options{})
 	d.live.Store(&liveConfig{caps: limits.Caps{Defaults: map[string]queue.Category{"email": queue.Marketing}}, providers: reg, breakers: map[string]*breaker{}})
 	s := newScheduler(func(string) float64 { return 1 })
 	s.queues = []queue.Queue{
 		{Subject: "notify.jobs.email", Key: queue.Key{Channel: "email"}, Stored: 1000},
 		{Subject: "notify.jobs.email.transactional", Key: queue.Key{Channel: "email", Category: queue.Transactional}, Stored: 5},
 	}
-	got := wantsOf(d.plan(s, 100))
+	got := wantsOf(d.fetch.plan(s, 100))
 	if got["notify.jobs.email.transactional"] != 5 || got["notify.jobs.email"] != 13 {
 		t.Fatalf("plan %v, want the 5 transactional jobs, then marketing up to half the budget of 26 (13), the rest kept", got)
 	}

@@ -141,7 +141,7 @@ func (w *clusterWorld) start(node, workers int) *proc {
 		cancel()
 		w.t.Fatalf("new dispatcher: %v", err)
 	}
-	d.sentSlot = w.slots.add
+	d.pipe.sentSlot = w.slots.add
 	p := &proc{d: d, reg: preg, cancel: cancel, done: make(chan error, 1)}
 	go func() { p.done <- d.Run(ctx) }()
 	w.t.Cleanup(func() { p.stop(w.t) })

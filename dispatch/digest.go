@@ -57,11 +57,11 @@ func digesting(jb *job) bool {
 // digestCheck runs before the admission of a job whose cap digests: a
 // digest job (HeaderDigest) checked in the store is let past the cap; a job
 // that already went into a digest ends (ended true with e).
-func (d *Dispatcher) digestCheck(ctx context.Context, jb *job) (e end, ended bool, err error) {
+func (pl *pipeline) digestCheck(ctx context.Context, jb *job) (e end, ended bool, err error) {
 	key := digestKey(jb)
 	if id := jb.dl.Header.Get(HeaderDigest); id != "" && id == jb.j.ID {
 		var ok bool
-		err = d.withBackend(ctx, jb, func(l *limits.Set) (err error) {
+		err = pl.withBackend(ctx, jb, func(l *limits.Set) (err error) {
 			_, ok, err = l.Digests.Digest(ctx, key, id)
 			return err
 		})
@@ -74,7 +74,7 @@ func (d *Dispatcher) digestCheck(ctx context.Context, jb *job) (e end, ended boo
 		return end{}, false, nil
 	}
 	var m digest.Membership
-	if err := d.withBackend(ctx, jb, func(l *limits.Set) (err error) {
+	if err := pl.withBackend(ctx, jb, func(l *limits.Set) (err error) {
 		m, err = l.Digests.Of(ctx, key, jb.key)
 		return err
 	}); err != nil {
@@ -83,16 +83,16 @@ func (d *Dispatcher) digestCheck(ctx context.Context, jb *job) (e end, ended boo
 	if m.Digest == "" {
 		return end{}, false, nil
 	}
-	return d.digested(ctx, jb, m), true, nil
+	return pl.digested(ctx, jb, m), true, nil
 }
 
 // digestHold holds a job its cap refused for the user's next digest, and
 // hands it back until the window allows.
-func (d *Dispatcher) digestHold(ctx context.Context, jb *job, res userlimit.Result) end {
+func (pl *pipeline) digestHold(ctx context.Context, jb *job, res userlimit.Result) end {
 	var held int
 	var m digest.Membership
 	full := false
-	if err := d.withBackend(ctx, jb, func(l *limits.Set) (err error) {
+	if err := pl.withBackend(ctx, jb, func(l *limits.Set) (err error) {
 		held, m, err = l.Digests.Hold(ctx, digestKey(jb), jb.key, jb.j.ExpiresAt, digestTTL(jb.rule))
 		if errors.Is(err, digest.ErrTooManyHeld) {
 			full = true // the user's answer, not the backend's failure
@@ -107,20 +107,20 @@ func (d *Dispatcher) digestHold(ctx context.Context, jb *job, res userlimit.Resu
 			jb.j.Channel, jb.rule.Limit, jb.rule.Window, digest.MaxHeld))
 	}
 	if m.Digest != "" {
-		return d.digested(ctx, jb, m)
+		return pl.digested(ctx, jb, m)
 	}
-	d.m.Deferrals.WithLabelValues(LayerUser, "digest").Inc()
+	pl.m.Deferrals.WithLabelValues(LayerUser, "digest").Inc()
 	jb.debug("held for the user's next digest", "held", held, "for", res.RetryAfter.String())
-	return d.deferJob(ctx, jb, res.RetryAfter+d.jitter(res.RetryAfter/10+10*time.Millisecond), ledger.DeferDigest)
+	return pl.deferJob(ctx, jb, res.RetryAfter+pl.jitter(res.RetryAfter/10+10*time.Millisecond), ledger.DeferDigest)
 }
 
 // digestTake runs once the cap allowed a job whose cap digests: the user's
 // held jobs and this one go into a digest, published now in this job's
 // place (ended true); with none held, the job goes on alone.
-func (d *Dispatcher) digestTake(ctx context.Context, jb *job) (e end, ended bool) {
+func (pl *pipeline) digestTake(ctx context.Context, jb *job) (e end, ended bool) {
 	var t digest.Taken
 	key := digestKey(jb)
-	if err := d.withBackend(ctx, jb, func(l *limits.Set) (err error) {
+	if err := pl.withBackend(ctx, jb, func(l *limits.Set) (err error) {
 		// The jobs held since the cap allowed this one were refused
 		// because it took the cap: they wait for the next window's digest.
 		var allowed time.Time // zero: now
@@ -134,11 +134,11 @@ func (d *Dispatcher) digestTake(ctx context.Context, jb *job) (e end, ended bool
 	}
 	switch {
 	case t.Already:
-		return d.digested(ctx, jb, digest.Membership{Digest: t.Digest, State: digest.Published}), true
+		return pl.digested(ctx, jb, digest.Membership{Digest: t.Digest, State: digest.Published}), true
 	case t.Digest == "":
 		return end{}, false
 	}
-	return d.digested(ctx, jb, digest.Membership{Digest: t.Digest, State: digest.Pending, Count: len(t.Members), Members: t.Members}), true
+	return pl.digested(ctx, jb, digest.Membership{Digest: t.Digest, State: digest.Pending, Count: len(t.Members), Members: t.Members}), true
 }
 
 // digested ends a job that went into digest m, publishing the digest job
@@ -146,20 +146,20 @@ func (d *Dispatcher) digestTake(ctx context.Context, jb *job) (e end, ended bool
 // the duplicate window stores nothing, and the ledger sends it once), with
 // m's members in its data, whichever member publishes it. A failed publish
 // hands the job back, to try again.
-func (d *Dispatcher) digested(ctx context.Context, jb *job, m digest.Membership) end {
+func (pl *pipeline) digested(ctx context.Context, jb *job, m digest.Membership) end {
 	if m.State == digest.Pending {
-		if d.o.Jobs == nil {
+		if pl.o.Jobs == nil {
 			return stopped(fmt.Errorf("publish digest %s: no job publisher", m.Digest))
 		}
-		dj := d.digestJob(jb, m)
-		if _, err := d.o.Jobs.PublishJob(ctx, dj, false, map[string]string{HeaderDigest: m.Digest}); err != nil {
+		dj := pl.digestJob(jb, m)
+		if _, err := pl.o.Jobs.PublishJob(ctx, dj, false, map[string]string{HeaderDigest: m.Digest}); err != nil {
 			jb.log().Warn("publish a digest; the job comes back to try again", "digest", m.Digest, "err", err)
-			return end{kind: endDefer, delay: time.Second + d.jitter(time.Second), reason: ledger.DeferDigestUnpublished}
+			return end{kind: endDefer, delay: time.Second + pl.jitter(time.Second), reason: ledger.DeferDigestUnpublished}
 		}
-		if err := d.withBackend(ctx, jb, func(l *limits.Set) error { return l.Digests.Publish(ctx, digestKey(jb), m.Digest) }); err != nil {
+		if err := pl.withBackend(ctx, jb, func(l *limits.Set) error { return l.Digests.Publish(ctx, digestKey(jb), m.Digest) }); err != nil {
 			return stopped(err)
 		}
-		d.m.Digests.WithLabelValues(jb.j.Channel).Inc()
+		pl.m.Digests.WithLabelValues(jb.j.Channel).Inc()
 		jb.debug("digest published", "digest", m.Digest, "jobs", m.Count)
 	}
 	detail := "went into digest " + m.Digest
@@ -172,7 +172,7 @@ func (d *Dispatcher) digested(ctx context.Context, jb *job, m digest.Membership)
 // digestJob is the digest job that stands for m's jobs, made from jb (its
 // user, recipient, provider, tenant and category); its text is the cap's
 // digest template with {count}, its data the count and the members' ids.
-func (d *Dispatcher) digestJob(jb *job, m digest.Membership) *queue.Job {
+func (pl *pipeline) digestJob(jb *job, m digest.Membership) *queue.Job {
 	t := *jb.rule.WithDefaults().Digest
 	members := m.Members
 	ids := members
@@ -189,6 +189,6 @@ func (d *Dispatcher) digestJob(jb *job, m digest.Membership) *queue.Job {
 	return &queue.Job{
 		ID: m.Digest, UserID: jb.j.UserID, Channel: jb.j.Channel, To: jb.j.To,
 		Title: t.Text(t.Title, m.Count), Body: t.Text(t.Body, m.Count), Data: data,
-		Provider: jb.j.Provider, Tenant: jb.dl.Tenant, Category: jb.j.Category, CreatedAt: d.now().UTC(),
+		Provider: jb.j.Provider, Tenant: jb.dl.Tenant, Category: jb.j.Category, CreatedAt: pl.now().UTC(),
 	}
 }

@@ -168,62 +168,44 @@ func (o Options) withDefaults() Options {
 
 // Dispatcher runs the worker pool of one process. Create it with New and
 // call Run once.
+//
+// It is wiring: three parts that each own their state run the work. The
+// backend switch (backend.go) keeps the limit set in use (Redis, the local
+// fallback, or none while holding) and the limit backend's clock; the
+// fetcher (schedule.go) decides which queues to pull from and how much
+// (budgets, lanes, tenants by weight); the pipeline (job.go and the files
+// after it) takes each job from its message to its end. What they all read
+// (the options, the log, the metrics and the live configuration) is their
+// shared core.
 type Dispatcher struct {
-	o   Options
-	log *slog.Logger
-	m   *Metrics
+	*core
+	be    *backendSwitch
+	fetch *fetcher
+	pipe  *pipeline
 
-	horizons *horizonKeeper // nil without Options.Horizons
-
-	seq      atomic.Uint64
 	inFlight atomic.Int64
-	busy     inflight // jobs held, per channel: against the channels' budgets (and per channel + marketingSuffix: the marketing ones)
-	// marketing holds the deliveries counted as marketing in busy, to
-	// uncount them whatever the configuration says by then.
-	marketing sync.Map                      // *queue.Delivery → struct{}
-	seen      atomic.Pointer[[]queue.Queue] // the queues holding jobs, as the fetch loop last read them
-	lat       latencies                     // providers' send times: the budgets cover them
+	ready    atomic.Bool
+	stopping atomic.Bool
+	wg       sync.WaitGroup // background loops of Run
+}
 
-	// limits is the set in use now, nil while holding for an unreachable
-	// backend. Read without a lock (every job reads it several times);
-	// switched only under mu.
-	limits  atomic.Pointer[limits.Set]
-	mu      sync.Mutex    // guards the switches of limits, recover and monitor
-	recover chan struct{} // closed when the primary backend answers again
-	// credsResumed: the start's lifting of credential pauses was done
-	// (deferred to the backend's recovery when it was away at start).
-	credsResumed atomic.Bool
-	tracer       trace.Tracer
-	stepTrace    steptrace.Func // from Run's context (the bench); nil: none
-	monitor      context.CancelFunc
-	live         atomic.Pointer[liveConfig] // what a reload may change; each job reads it once
-	// notBefore (Unix ns) holds every new slot reservation after a switch
-	// of limit sets, until the slots the previous set handed out have run
-	// dry: the shared queue and a local one must never overlap.
-	notBefore atomic.Int64
-	denials   denialRates // per channel, for speculative reservations
-	probes    probes      // probes of providers paused for their credentials
-	clock     clockSync   // the limit backend's clock on ours, for send slots
-	activity  rolling     // recent outcomes and sends, for the fleet heartbeat
-	ready     atomic.Bool
-	stopping  atomic.Bool
-	wg        sync.WaitGroup // background loops of Run
-	settleQ   chan *job      // sent jobs for the settler; set by Run before any worker starts
-	// sentSlot, when set (by tests, before Run), is told the leaky slot
-	// (on the limit backend's clock, µs) and cost of every send just
-	// before it is made, so that pacing can be checked on the slots,
-	// which no late wake-up moves. It must be safe for concurrent use.
-	sentSlot func(provider string, slot int64, cost int)
+// core is what every part of a dispatcher reads: the options, the log, the
+// metrics, and the part of the configuration a reload may change.
+type core struct {
+	o    Options
+	log  *slog.Logger
+	m    *Metrics
+	live atomic.Pointer[liveConfig] // what a reload may change; each job reads it once
 }
 
 // now reads the dispatcher's clock, Options.Now.
-func (d *Dispatcher) now() time.Time { return d.o.Now() }
+func (c *core) now() time.Time { return c.o.Now() }
 
 // since is the time elapsed since t on the dispatcher's clock.
-func (d *Dispatcher) since(t time.Time) time.Duration { return d.o.Now().Sub(t) }
+func (c *core) since(t time.Time) time.Duration { return c.o.Now().Sub(t) }
 
 // until is the time left until t on the dispatcher's clock.
-func (d *Dispatcher) until(t time.Time) time.Duration { return t.Sub(d.o.Now()) }
+func (c *core) until(t time.Time) time.Duration { return t.Sub(c.o.Now()) }
 
 // New checks the options and returns a Dispatcher.
 func New(o Options) (*Dispatcher, error) {
@@ -244,13 +226,23 @@ func New(o Options) (*Dispatcher, error) {
 	if err := caps.Validate(); err != nil {
 		return nil, fmt.Errorf("dispatch: Options: %w", err)
 	}
-	d := &Dispatcher{o: o, log: o.Logger, m: o.Metrics, tracer: newTracer(o.Tracer)}
-	if o.Horizons != nil {
-		d.horizons = newHorizonKeeper(o.Horizons, o.Instance, o.Now)
-	}
-	d.limits.Store(o.Limits)
+	d := wire(o)
 	d.live.Store(d.newLive(caps, o.Providers, o.TenantWeights, nil))
 	return d, nil
+}
+
+// wire builds a dispatcher's parts on o, checked and with its defaults.
+func wire(o Options) *Dispatcher {
+	c := &core{o: o, log: o.Logger, m: o.Metrics}
+	d := &Dispatcher{core: c}
+	d.be = newBackendSwitch(c, &d.wg)
+	d.pipe = &pipeline{core: c, be: d.be, tracer: newTracer(o.Tracer)}
+	d.fetch = &fetcher{core: c, be: d.be, probes: &d.pipe.probes, inFlight: &d.inFlight}
+	d.pipe.fetch = d.fetch
+	if o.Horizons != nil {
+		d.pipe.horizons = newHorizonKeeper(o.Horizons, o.Instance, o.Now)
+	}
+	return d
 }
 
 // liveConfig is the part of the configuration a reload may change: the
@@ -306,7 +298,7 @@ func (d *Dispatcher) Reload(r Reload) error {
 	}
 	old := d.live.Load()
 	d.live.Store(d.newLive(caps, r.Providers, r.TenantWeights, old))
-	l := d.currentLimits()
+	l := d.be.currentLimits()
 	d.o.Limits.SetGlobal(r.Global)
 	if l != nil && l != d.o.Limits {
 		l.SetGlobal(r.Global) // the local fallback in use
@@ -319,7 +311,7 @@ func (d *Dispatcher) Reload(r Reload) error {
 // refused their credentials: a reload or a start is the operator's word
 // that they may be right now. The next send of each probes them (and pauses it again
 // if they are still refused).
-func (d *Dispatcher) resumeCredentialPauses(l *limits.Set, reg Registry) {
+func (c *core) resumeCredentialPauses(l *limits.Set, reg Registry) {
 	if l == nil || l.Reasons == nil || reg == nil {
 		return
 	}
@@ -330,17 +322,17 @@ func (d *Dispatcher) resumeCredentialPauses(l *limits.Set, reg Registry) {
 			continue
 		}
 		if _, err := l.Leaky.Resume(ctx, p.Name, l.ContractOf(p)); err != nil {
-			d.log.Warn("resume a provider paused for its credentials", "provider", p.Name, "err", err)
+			c.log.Warn("resume a provider paused for its credentials", "provider", p.Name, "err", err)
 			continue
 		}
 		if err := l.Reasons.Clear(ctx, p.Name); err != nil {
-			d.log.Warn("resume a provider paused for its credentials", "provider", p.Name, "err", err)
+			c.log.Warn("resume a provider paused for its credentials", "provider", p.Name, "err", err)
 		}
 		if l.Pauses != nil {
 			l.Pauses.Clear(p.Name)
 		}
-		d.setPaused(p.Name, "")
-		d.log.Info("provider paused for its credentials resumed (a reload or a start); its next send probes them", "provider", p.Name)
+		c.setPaused(p.Name, "")
+		c.log.Info("provider paused for its credentials resumed (a reload or a start); its next send probes them", "provider", p.Name)
 	}
 }
 
@@ -353,7 +345,7 @@ func (d *Dispatcher) Ready() error {
 	case !d.ready.Load():
 		return errors.New("not started")
 	}
-	if d.currentLimits() == nil {
+	if d.be.currentLimits() == nil {
 		return errors.New("limit backend unreachable: holding jobs in JetStream")
 	}
 	return nil
@@ -369,7 +361,7 @@ func (d *Dispatcher) InFlight() int { return int(d.inFlight.Load()) }
 // fetching, waiting jobs released to JetStream, sends at a provider allowed
 // to finish within StopTimeout. It returns nil after a clean stop.
 func (d *Dispatcher) Run(ctx context.Context) error {
-	d.stepTrace = steptrace.From(ctx)
+	d.pipe.stepTrace = steptrace.From(ctx)
 	// Sends get their own context: a stop does not cut a request to a
 	// provider halfway; only StopTimeout after the stop does.
 	sendCtx, cancelSends := context.WithCancel(context.WithoutCancel(ctx))
@@ -384,7 +376,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	defer cancelBg()
 	d.wg.Add(1)
 	go func() { defer d.wg.Done(); d.gaugeLoop(bgCtx) }()
-	if h := d.horizons; h != nil {
+	if h := d.pipe.horizons; h != nil {
 		// The fleet's horizons before the first reservation: until read,
 		// every queue without a trusted state starts cold.
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -421,9 +413,9 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	// (shared limits only); it stops once the workers have and its queue
 	// is empty, so every job a worker sent is acknowledged before Run
 	// returns.
-	d.settleQ = make(chan *job, d.o.Workers)
+	d.pipe.settleQ = make(chan *job, d.o.Workers)
 	settled := make(chan struct{})
-	go func() { defer close(settled); d.settleLoop(sendCtx, d.settleQ) }()
+	go func() { defer close(settled); d.pipe.settleLoop(sendCtx, d.pipe.settleQ) }()
 
 	jobs := make(chan *queue.Delivery)
 	slots := make(chan struct{}, d.o.Workers)
@@ -438,11 +430,8 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			for dl := range jobs {
 				d.inFlight.Add(1)
 				d.m.InFlight.Inc()
-				d.handle(ctx, sendCtx, dl)
-				d.busy.add(dl.Channel, -1)
-				if _, ok := d.marketing.LoadAndDelete(dl); ok {
-					d.busy.add(dl.Channel+marketingSuffix, -1)
-				}
+				d.pipe.handle(ctx, sendCtx, dl)
+				d.fetch.done(dl)
 				d.m.InFlight.Dec()
 				d.inFlight.Add(-1)
 				slots <- struct{}{}
@@ -454,25 +443,25 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	// failed operation: until it answers, the process holds (or runs on
 	// local limits) and says so, in its log and on /readyz.
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	if err := d.ping(pctx); err != nil && ctx.Err() == nil {
-		d.backendFailed(d.o.Limits, err)
+	if err := d.be.ping(pctx); err != nil && ctx.Err() == nil {
+		d.be.backendFailed(d.o.Limits, err)
 	}
 	cancel()
 	// A start, like a reload, is the operator's word that the credentials
 	// may be right now (a new secret in the environment needs a restart).
 	// With the backend away, the monitor does it once it answers.
-	if d.currentLimits() == d.o.Limits {
+	if d.be.currentLimits() == d.o.Limits {
 		d.resumeCredentialPauses(d.o.Limits, d.live.Load().providers)
-		d.credsResumed.Store(true)
+		d.be.credsResumed.Store(true)
 	}
 	d.ready.Store(true)
-	err := d.fetchLoop(ctx, jobs, slots)
+	err := d.fetch.fetchLoop(ctx, jobs, slots)
 	close(jobs)
 	workers.Wait()
-	close(d.settleQ)
+	close(d.pipe.settleQ)
 	<-settled
 	cancelBg()
-	d.stopMonitor()
+	d.be.stopMonitor()
 	d.wg.Wait()
 	d.ready.Store(false)
 	if err != nil && !errors.Is(err, context.Canceled) {
@@ -498,12 +487,12 @@ func (d *Dispatcher) gaugeLoop(ctx context.Context) {
 		}
 		d.m.Ready.Set(ready)
 		d.m.TenantQueued.Reset() // a tenant gone from the stream leaves no stale series
-		for ch, ts := range d.queuedByTenant() {
+		for ch, ts := range d.fetch.queuedByTenant() {
 			for t, n := range ts {
 				d.m.TenantQueued.WithLabelValues(ch, t).Set(float64(n))
 			}
 		}
-		l := d.currentLimits()
+		l := d.be.currentLimits()
 		if l == nil {
 			continue
 		}
@@ -513,12 +502,12 @@ func (d *Dispatcher) gaugeLoop(ctx context.Context) {
 				if ctx.Err() == nil {
 					// An idle process notices a lost backend here, within
 					// a second: it stops fetching (hold) or goes local.
-					d.backendFailed(l, err)
+					d.be.backendFailed(l, err)
 				}
 				break
 			}
 			d.m.QueueDepth.WithLabelValues(p.Name).Set(depth)
-			d.m.EffectiveRate.WithLabelValues(p.Name).Set(d.effectiveRate(ctx, l, p))
+			d.m.EffectiveRate.WithLabelValues(p.Name).Set(d.pipe.effectiveRate(ctx, l, p))
 			if paused, err := l.Leaky.PausedFor(ctx, p.Name); err == nil {
 				reason := ""
 				if paused > 0 {
@@ -526,7 +515,7 @@ func (d *Dispatcher) gaugeLoop(ctx context.Context) {
 				}
 				d.setPaused(p.Name, reason)
 				if reason == fleet.PauseCredentials && l.Reasons != nil {
-					d.maybeProbe(ctx, l, p.Name, probeInterval(p))
+					d.pipe.maybeProbe(ctx, l, p.Name, probeInterval(p))
 				}
 			}
 		}
@@ -536,8 +525,8 @@ func (d *Dispatcher) gaugeLoop(ctx context.Context) {
 // Activity is this process's recent work, per provider and per channel.
 func (d *Dispatcher) Activity() (map[string]fleet.ProviderActivity, map[string]fleet.ChannelActivity) {
 	now := d.now()
-	tenS := d.activity.sums(now, 10*time.Second)
-	minute := d.activity.sums(now, time.Minute)
+	tenS := d.pipe.activity.sums(now, 10*time.Second)
+	minute := d.pipe.activity.sums(now, time.Minute)
 	ps := map[string]fleet.ProviderActivity{}
 	live := d.live.Load()
 	for _, p := range live.providers.All() {
@@ -555,7 +544,7 @@ func (d *Dispatcher) Activity() (map[string]fleet.ProviderActivity, map[string]f
 		}
 		ps[p.Name] = pa
 	}
-	queued := d.queuedByTenant()
+	queued := d.fetch.queuedByTenant()
 	cs := map[string]fleet.ChannelActivity{}
 	for _, ch := range queue.Channels {
 		cs[ch] = fleet.ChannelActivity{

@@ -55,21 +55,21 @@ func stopped(err error) end { return end{kind: endStop, cause: err} }
 // or suppressed), handed back with a delay, or released on a stop, and
 // where the job's outcome is counted. Every end but a send and a stop first
 // gives up the job's ledger lease.
-func (d *Dispatcher) conclude(ctx, sendCtx context.Context, jb *job, e end) {
+func (pl *pipeline) conclude(ctx, sendCtx context.Context, jb *job, e end) {
 	switch e.kind {
 	case endSent:
-		d.settle(sendCtx, jb) // records "sent", which ends the lease
+		pl.settle(sendCtx, jb) // records "sent", which ends the lease
 		return
 	case endStop:
-		d.releaseOnStop(ctx, jb, e.cause)
+		pl.releaseOnStop(ctx, jb, e.cause)
 		return
 	}
-	d.releaseAt(ctx, jb, e)
+	pl.releaseAt(ctx, jb, e)
 	switch e.kind {
 	case endDuplicate:
-		_ = d.ackResult(ctx, jb, OutcomeDuplicate)
+		_ = pl.ackResult(ctx, jb, OutcomeDuplicate)
 	case endDead, endSuppressed:
-		d.finish(ctx, jb, e)
+		pl.finish(ctx, jb, e)
 	case endRetry:
 		if err := jb.dl.NakWithDelay(e.delay); err != nil {
 			jb.log().Warn("schedule retry", "err", err)
@@ -93,26 +93,26 @@ func (d *Dispatcher) conclude(ctx, sendCtx context.Context, jb *job, e end) {
 // the two leaves it to be redelivered, and the dead-letter stream drops the
 // second copy (its id derives from the job's stream sequence). A stop while
 // the dead-letter stream is away releases the job instead.
-func (d *Dispatcher) finish(ctx context.Context, jb *job, e end) {
+func (pl *pipeline) finish(ctx context.Context, jb *job, e end) {
 	o, outcome := queue.Dead, OutcomeDead
 	if e.kind == endSuppressed {
 		o, outcome = queue.Suppressed, OutcomeSuppressed
 	}
 	for {
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		err := d.o.DeadLetters.DeadLetter(pctx, jb.dl, o, e.reason, e.detail)
+		err := pl.o.DeadLetters.DeadLetter(pctx, jb.dl, o, e.reason, e.detail)
 		cancel()
 		if err == nil {
 			break
 		}
 		jb.log().Warn("write dead letter; holding the job", "reason", e.reason, "err", err)
-		if herr := d.hold(ctx, jb, time.Second); herr != nil {
-			d.releaseOnStop(ctx, jb, herr)
+		if herr := pl.hold(ctx, jb, time.Second); herr != nil {
+			pl.releaseOnStop(ctx, jb, herr)
 			return
 		}
 	}
 	jb.log().Info("job not sent", "outcome", outcome, "reason", e.reason, "detail", e.detail)
-	_ = d.ackResult(ctx, jb, outcome)
+	_ = pl.ackResult(ctx, jb, outcome)
 }
 
 // ackResult acknowledges the delivery and counts the outcome. A failed ack
@@ -122,9 +122,9 @@ func (d *Dispatcher) finish(ctx context.Context, jb *job, e end) {
 // round trip less per job): a lost ack only brings the job back to a ledger
 // that already knows it. On local limits the ledger is this process's own,
 // so the ack waits.
-func (d *Dispatcher) ackResult(ctx context.Context, jb *job, outcome string) error {
+func (pl *pipeline) ackResult(ctx context.Context, jb *job, outcome string) error {
 	var err error
-	if l := d.currentLimits(); l != nil && l.Shared() {
+	if l := pl.be.currentLimits(); l != nil && l.Shared() {
 		err = jb.dl.AckNoWait()
 	} else {
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -134,13 +134,13 @@ func (d *Dispatcher) ackResult(ctx context.Context, jb *job, outcome string) err
 	if err != nil {
 		jb.log().Warn("acknowledge job", "outcome", outcome, "err", err)
 	}
-	d.m.Jobs.WithLabelValues(jb.channel, jb.provider, outcome).Inc()
-	now := d.now()
-	d.activity.add(rollKey{channel: jb.channel, outcome: outcome}, now)
+	pl.m.Jobs.WithLabelValues(jb.channel, jb.provider, outcome).Inc()
+	now := pl.now()
+	pl.activity.add(rollKey{channel: jb.channel, outcome: outcome}, now)
 	if outcome == OutcomeSent {
-		tenant := d.tenantLabel(jb.dl.Tenant)
-		d.activity.add(rollKey{provider: jb.provider, tenant: tenant}, now)
-		d.m.TenantSent.WithLabelValues(jb.provider, tenant).Inc()
+		tenant := pl.fetch.tenantLabel(jb.dl.Tenant)
+		pl.activity.add(rollKey{provider: jb.provider, tenant: tenant}, now)
+		pl.m.TenantSent.WithLabelValues(jb.provider, tenant).Inc()
 		jb.debug("job sent")
 	}
 	return nil
@@ -151,12 +151,12 @@ func (d *Dispatcher) ackResult(ctx context.Context, jb *job, outcome string) err
 // may quote a provider) or a deferral (why, and for how long) is noted in
 // the record in the same script run, for `notifier explain`. A job that holds no lease has nothing to release
 // and nothing is noted: no round trip is added for it.
-func (d *Dispatcher) releaseAt(ctx context.Context, jb *job, e end) {
+func (pl *pipeline) releaseAt(ctx context.Context, jb *job, e end) {
 	if !jb.claimed {
 		return
 	}
 	jb.claimed = false
-	l := d.currentLimits()
+	l := pl.be.currentLimits()
 	if l == nil {
 		return // the lease expires by itself
 	}
@@ -181,9 +181,9 @@ func (d *Dispatcher) releaseAt(ctx context.Context, jb *job, e end) {
 // releaseOnStop gives a job back at once on a stop, for another process:
 // its ledger lease released (briefly tried), its message Nak'ed without a
 // delay. cause is the stop's error.
-func (d *Dispatcher) releaseOnStop(ctx context.Context, jb *job, cause error) {
+func (pl *pipeline) releaseOnStop(ctx context.Context, jb *job, cause error) {
 	if jb.claimed {
-		if l := d.currentLimits(); l != nil {
+		if l := pl.be.currentLimits(); l != nil {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 			_ = l.Ledger.Release(rctx, jb.key, jb.owner)
 			cancel()

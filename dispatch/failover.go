@@ -25,7 +25,7 @@ const (
 // reload). The job keeps its ledger lease and its per-user cap admission
 // (both are the job's, not the provider's) and goes through the fallback's
 // own queue; nothing was sent, so the ledger still sends it once.
-func (d *Dispatcher) failover(jb *job, reason string) bool {
+func (pl *pipeline) failover(jb *job, reason string) bool {
 	to := jb.pcfg.Fallback
 	if to == "" || to == jb.provider || slices.Contains(jb.tried, to) {
 		return false
@@ -39,7 +39,7 @@ func (d *Dispatcher) failover(jb *job, reason string) bool {
 	jb.prov, jb.pcfg, jb.provider = prov, pcfg, pcfg.Name
 	jb.cost = pcfg.Cost(jb.msg)
 	jb.lg = nil
-	d.m.Failovers.WithLabelValues(from, jb.provider, reason).Inc()
+	pl.m.Failovers.WithLabelValues(from, jb.provider, reason).Inc()
 	jb.log().Info("provider cannot send the job in time; failing over", "from", from, "reason", reason)
 	return true
 }
@@ -48,38 +48,38 @@ func (d *Dispatcher) failover(jb *job, reason string) bool {
 // lies after its expires_at: it fails over when a fallback can take it
 // (no end: the caller takes a slot there), else it is suppressed as
 // expired at once rather than waiting for a slot and then found stale.
-func (d *Dispatcher) tooLate(jb *job, earliest time.Time) (end, bool) {
-	if d.failover(jb, FailoverDeadline) {
+func (pl *pipeline) tooLate(jb *job, earliest time.Time) (end, bool) {
+	if pl.failover(jb, FailoverDeadline) {
 		return end{}, false
 	}
 	return suppressed(ledger.ReasonExpired, "expires_at "+jb.j.ExpiresAt.UTC().Format(time.RFC3339)+
-		" lies before the earliest send slot at "+jb.provider+" ("+d.until(earliest).Round(time.Millisecond).String()+" ahead)"), true
+		" lies before the earliest send slot at "+jb.provider+" ("+pl.until(earliest).Round(time.Millisecond).String()+" ahead)"), true
 }
 
 // earliestSlot is when a reservation's job could be sent at the soonest,
 // on this process's clock: its slot when it got one, else (a full queue)
 // the slot the queue would give after RetryAfter.
-func (d *Dispatcher) earliestSlot(jb *job, r leaky.Reservation) time.Time {
+func (pl *pipeline) earliestSlot(jb *job, r leaky.Reservation) time.Time {
 	if r.OK {
 		return jb.slotAt
 	}
-	return d.now().Add(r.RetryAfter + jb.pcfg.MaxQueueDelay)
+	return pl.now().Add(r.RetryAfter + jb.pcfg.MaxQueueDelay)
 }
 
 // pastDeadline reports whether the job has an expires_at before its
 // earliest slot with reservation r.
-func (d *Dispatcher) pastDeadline(jb *job, r leaky.Reservation) (time.Time, bool) {
+func (pl *pipeline) pastDeadline(jb *job, r leaky.Reservation) (time.Time, bool) {
 	if jb.j == nil || jb.j.ExpiresAt.IsZero() {
 		return time.Time{}, false
 	}
-	at := d.earliestSlot(jb, r)
+	at := pl.earliestSlot(jb, r)
 	return at, at.After(jb.j.ExpiresAt)
 }
 
 // effectiveRate is the rate the fleet paces p at now, as this process's
 // limits see it: the contract (divided among the instances on local
 // limits), or the adaptive rate the shared state holds.
-func (d *Dispatcher) effectiveRate(ctx context.Context, l *limits.Set, p providers.Config) float64 {
+func (pl *pipeline) effectiveRate(ctx context.Context, l *limits.Set, p providers.Config) float64 {
 	c := l.ContractOf(p)
 	if c.Adaptive == nil {
 		return c.Rate

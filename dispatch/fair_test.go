@@ -27,7 +27,7 @@ func configuredWeight(weights map[string]float64, t string) float64 {
 // weights, for the scheduler's unit tests: its weight function is the one
 // the fetch loop uses.
 func weightsDispatcher(weights map[string]float64, rate float64) *Dispatcher {
-	d := &Dispatcher{}
+	d := wire(Options{})
 	d.live.Store(&liveConfig{weights: weights, providers: configs{{Name: "sms-gw", Channel: "sms", Rate: rate}}, breakers: map[string]*breaker{}})
 	return d
 }
@@ -84,7 +84,7 @@ func checkFair(t *testing.T, seed uint64) {
 	}
 	tenants[0] = "" // the default tenant takes part too
 	d := weightsDispatcher(configured, 100)
-	weight := d.weight // the fetch loop's
+	weight := d.fetch.weight // the fetch loop's
 	q := newFairQueue()
 
 	// Phase 1: everyone waits. Shares converge to the configured weights
@@ -233,7 +233,7 @@ type simProc struct {
 func newSimProc(weights map[string]float64, rate float64, peers int) simProc {
 	d := weightsDispatcher(weights, rate)
 	d.o.Peers = func() int { return peers }
-	return simProc{d: d, s: newScheduler(d.weight)}
+	return simProc{d: d, s: newScheduler(d.fetch.weight)}
 }
 
 // round takes up to free jobs from st as the fetch loop does (read the
@@ -241,7 +241,7 @@ func newSimProc(weights map[string]float64, rate float64, peers int) simProc {
 func (p simProc) round(st *simStream, free int) []simJob {
 	p.s.queues = st.queues()
 	clear(p.s.short)
-	wants := p.d.plan(p.s, free)
+	wants := p.d.fetch.plan(p.s, free)
 	dls, jobs := st.fetch(wants)
 	p.s.settle(dls)
 	return jobs

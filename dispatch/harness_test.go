@@ -143,7 +143,7 @@ func (b *bundle) start(mutate func(*Options)) *proc {
 	if err != nil {
 		b.t.Fatalf("new dispatcher: %v", err)
 	}
-	d.sentSlot = b.slots.add
+	d.pipe.sentSlot = b.slots.add
 	p := &proc{d: d, reg: preg, cancel: cancel, done: make(chan error, 1)}
 	go func() { p.done <- d.Run(ctx) }()
 	b.t.Cleanup(func() { p.stop(b.t) })

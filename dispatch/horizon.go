@@ -168,18 +168,18 @@ func (h *horizonKeeper) run(ctx context.Context, live func() []providers.Config)
 
 // reserveContract is the contract a reservation in p's queue uses: l's,
 // with the cold start the horizons allow.
-func (d *Dispatcher) reserveContract(l *limits.Set, p providers.Config) leaky.Contract {
+func (pl *pipeline) reserveContract(l *limits.Set, p providers.Config) leaky.Contract {
 	c := l.ContractOf(p)
-	if d.horizons != nil {
-		c.ColdStart = d.horizons.coldStart(p.Name)
+	if pl.horizons != nil {
+		c.ColdStart = pl.horizons.coldStart(p.Name)
 	}
 	return c
 }
 
 // noteSlot records a reserved slot of jb's in the horizons.
-func (d *Dispatcher) noteSlot(jb *job) {
-	if d.horizons == nil || jb.pcfg.Rate <= 0 {
+func (pl *pipeline) noteSlot(jb *job) {
+	if pl.horizons == nil || jb.pcfg.Rate <= 0 {
 		return
 	}
-	d.horizons.note(jb.provider, jb.slotAt.Add(time.Duration(float64(jb.cost)/jb.pcfg.Rate*float64(time.Second))))
+	pl.horizons.note(jb.provider, jb.slotAt.Add(time.Duration(float64(jb.cost)/jb.pcfg.Rate*float64(time.Second))))
 }

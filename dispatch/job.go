@@ -6,10 +6,12 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/notifier/notifier/internal/steptrace"
 	"github.com/notifier/notifier/internal/text"
 	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/ledger"
@@ -19,6 +21,32 @@ import (
 	"github.com/notifier/notifier/suppress"
 	"github.com/notifier/notifier/userlimit"
 )
+
+// pipeline takes each job from its message to its end: decode, the
+// provider, the fleet bucket, the admission (ledger claim, suppression,
+// per-user cap, send slot), the waits for the slot, the send, and the end
+// (settle, defer, dead letter). Its steps follow the job in this order
+// through job.go, admit.go, waits.go, send.go, end.go and settle.go.
+type pipeline struct {
+	*core
+	be    *backendSwitch
+	fetch *fetcher // the budgets' counts and the providers' latencies
+
+	horizons *horizonKeeper // nil without Options.Horizons
+	seq      atomic.Uint64  // deliveries taken: each one's lease owner
+	denials  denialRates    // per channel, for speculative reservations
+	probes   probes         // probes of providers paused for their credentials
+	activity rolling        // recent outcomes and sends, for the fleet heartbeat
+	tracer   trace.Tracer
+	// stepTrace is from Run's context (the bench); nil: none.
+	stepTrace steptrace.Func
+	settleQ   chan *job // sent jobs for the settler; set by Run before any worker starts
+	// sentSlot, when set (by tests, before Run), is told the leaky slot
+	// (on the limit backend's clock, µs) and cost of every send just
+	// before it is made, so that pacing can be checked on the slots,
+	// which no late wake-up moves. It must be safe for concurrent use.
+	sentSlot func(provider string, slot int64, cost int)
+}
 
 // job is one delivery on its way through the pipeline, owned by one worker.
 type job struct {
@@ -85,16 +113,16 @@ func (jb *job) debug(msg string, args ...any) {
 // duplicate, suppressed, dead), handed back with a delay (retry, long
 // deferral), or released on a stop. The pipeline (process) decides the end;
 // conclude acts on it.
-func (d *Dispatcher) handle(ctx, sendCtx context.Context, dl *queue.Delivery) {
-	span := d.startJobSpan(dl)
+func (pl *pipeline) handle(ctx, sendCtx context.Context, dl *queue.Delivery) {
+	span := pl.startJobSpan(dl)
 	ctx, sendCtx = trace.ContextWithSpan(ctx, span), trace.ContextWithSpan(sendCtx, span)
-	jb := &job{dl: dl, lastBeat: d.now(), channel: "invalid", provider: "unknown", base: d.log}
-	e := d.process(ctx, sendCtx, jb)
+	jb := &job{dl: dl, lastBeat: pl.now(), channel: "invalid", provider: "unknown", base: pl.log}
+	e := pl.process(ctx, sendCtx, jb)
 	for e.kind == endAgain {
-		jb = &job{dl: dl, lastBeat: jb.lastBeat, channel: jb.channel, provider: jb.provider, base: d.log}
-		e = d.process(ctx, sendCtx, jb)
+		jb = &job{dl: dl, lastBeat: jb.lastBeat, channel: jb.channel, provider: jb.provider, base: pl.log}
+		e = pl.process(ctx, sendCtx, jb)
 	}
-	d.conclude(ctx, sendCtx, jb, e)
+	pl.conclude(ctx, sendCtx, jb, e)
 	endJobSpan(span, jb, e)
 }
 
@@ -102,7 +130,7 @@ func (d *Dispatcher) handle(ctx, sendCtx context.Context, dl *queue.Delivery) {
 // provider's answer, and returns its end, never the zero end. endAgain asks
 // for the job to go through again, as if it had just been delivered (after
 // a short deferral held in the worker).
-func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) end {
+func (pl *pipeline) process(ctx, sendCtx context.Context, jb *job) end {
 	dl := jb.dl
 	if queue.ChannelOf(dl.Subject) != "" && queue.IsChannel(queue.ChannelOf(dl.Subject)) {
 		jb.channel = queue.ChannelOf(dl.Subject)
@@ -114,12 +142,12 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) end {
 	jb.j = j
 	jb.key = queue.MsgID(dl.Tenant, j.ID)
 	jb.channel = j.Channel
-	jb.live = d.live.Load()
+	jb.live = pl.live.Load()
 	if jb.category, err = jb.live.caps.CategoryOf(j, dl.Lane); err != nil {
 		return dead(ledger.ReasonInvalid, err.Error())
 	}
 	if dl.Header.Get(ledger.HeaderReplayed) != "" && dl.NumDelivered == 1 {
-		d.m.Replays.WithLabelValues(j.Channel).Inc()
+		pl.m.Replays.WithLabelValues(j.Channel).Inc()
 	}
 
 	if j.Provider != "" {
@@ -145,19 +173,19 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) end {
 		Data: j.Data, Provider: j.Provider, ExpiresAt: timePtr(j.ExpiresAt), CreatedAt: timePtr(j.CreatedAt),
 	}
 	jb.cost = jb.pcfg.Cost(jb.msg)
-	jb.owner = ledger.OwnerToken(d.o.Instance, d.seq.Add(1))
-	if d.o.SuppressTTL > 0 {
+	jb.owner = ledger.OwnerToken(pl.o.Instance, pl.seq.Add(1))
+	if pl.o.SuppressTTL > 0 {
 		jb.toHash = suppress.Hash(j.Channel, j.To)
 	}
 
-	if d.expired(j) {
+	if pl.expired(j) {
 		return suppressed(ledger.ReasonExpired, "expires_at "+j.ExpiresAt.UTC().Format(time.RFC3339)+" passed before sending")
 	}
 
 	// The fleet bucket first: it protects the workers and what is behind
 	// them, so it counts every job taken, including those the checks below
 	// then suppress.
-	if err := d.waitGlobal(ctx, jb); err != nil {
+	if err := pl.waitGlobal(ctx, jb); err != nil {
 		return stopped(err)
 	}
 
@@ -166,7 +194,7 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) end {
 	// queue.
 	jb.rule, jb.capped, jb.capKey = jb.live.caps.CapFor(j.Channel, jb.category, j.UserID)
 	if digesting(jb) {
-		e, ended, err := d.digestCheck(ctx, jb)
+		e, ended, err := pl.digestCheck(ctx, jb)
 		if err != nil {
 			return stopped(err)
 		}
@@ -177,56 +205,56 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) end {
 	var adm admission
 	for {
 		var err error
-		adm, err = d.admit(ctx, jb, jb.rule, jb.capped)
+		adm, err = pl.admit(ctx, jb, jb.rule, jb.capped)
 		if err != nil {
 			return stopped(err)
 		}
 		c := adm.claim
 		if c.Status == ledger.Claimed {
-			jb.claimed, jb.claimAt = true, d.now()
+			jb.claimed, jb.claimAt = true, pl.now()
 			break
 		}
-		d.cancelSlot(ctx, jb, adm)
+		pl.cancelSlot(ctx, jb, adm)
 		if c.Status == ledger.AlreadySent {
-			if seq, differs := d.noteDuplicate(ctx, jb, adm.limits); differs {
+			if seq, differs := pl.noteDuplicate(ctx, jb, adm.limits); differs {
 				return dead(ledger.ReasonDuplicateID, fmt.Sprintf("job id %s was already sent (stream sequence %d) with other content: a job id is unique within its tenant; this message is not sent", jb.j.ID, seq))
 			}
 			return end{kind: endDuplicate}
 		}
-		d.m.Deferrals.WithLabelValues(LayerLedger, "busy").Inc()
-		if err := d.hold(ctx, jb, min(c.BusyFor, time.Second)); err != nil {
+		pl.m.Deferrals.WithLabelValues(LayerLedger, "busy").Inc()
+		if err := pl.hold(ctx, jb, min(c.BusyFor, time.Second)); err != nil {
 			return stopped(err)
 		}
 	}
 	if adm.suppressed {
-		d.cancelSlot(ctx, jb, adm)
-		return d.suppressedRecipient(ctx, jb, adm.limits)
+		pl.cancelSlot(ctx, jb, adm)
+		return pl.suppressedRecipient(ctx, jb, adm.limits)
 	}
-	if adm.claim.Attempts >= d.o.Retry.MaxAttempts {
-		d.cancelSlot(ctx, jb, adm)
+	if adm.claim.Attempts >= pl.o.Retry.MaxAttempts {
+		pl.cancelSlot(ctx, jb, adm)
 		return dead(ledger.ReasonMaxAttempts, fmt.Sprintf("%d transient provider failures", adm.claim.Attempts))
 	}
 	if jb.capped {
 		switch {
 		case adm.cap.Allowed && digesting(jb):
-			d.noteCap(j.Channel, true)
+			pl.noteCap(j.Channel, true)
 			jb.capAt = adm.cap.At.UnixMicro()
-			d.m.LimitDecisions.WithLabelValues(LayerUser, "allow").Inc()
-			if e, ended := d.digestTake(ctx, jb); ended {
-				d.cancelSlot(ctx, jb, adm)
+			pl.m.LimitDecisions.WithLabelValues(LayerUser, "allow").Inc()
+			if e, ended := pl.digestTake(ctx, jb); ended {
+				pl.cancelSlot(ctx, jb, adm)
 				return e
 			}
 		case adm.cap.Allowed:
-			d.noteCap(j.Channel, true)
+			pl.noteCap(j.Channel, true)
 			jb.capAt = adm.cap.At.UnixMicro()
-			d.m.LimitDecisions.WithLabelValues(LayerUser, "allow").Inc()
+			pl.m.LimitDecisions.WithLabelValues(LayerUser, "allow").Inc()
 		case jb.rule.Mode == userlimit.Shadow:
-			d.m.LimitDecisions.WithLabelValues(LayerUser, "allow").Inc() // it passes; shadowDenied counts what it would not have
-			d.shadowDenied(jb)
+			pl.m.LimitDecisions.WithLabelValues(LayerUser, "allow").Inc() // it passes; shadowDenied counts what it would not have
+			pl.shadowDenied(jb)
 		default:
-			d.noteCap(j.Channel, false)
-			d.cancelSlot(ctx, jb, adm)
-			return d.capDenied(ctx, jb, adm.cap, adm.limits)
+			pl.noteCap(j.Channel, false)
+			pl.cancelSlot(ctx, jb, adm)
+			return pl.capDenied(ctx, jb, adm.cap, adm.limits)
 		}
 	}
 
@@ -234,22 +262,22 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) end {
 	first := adm
 	for {
 		if jb.live.breakers[jb.provider].open() {
-			d.cancelSlot(ctx, jb, first)
+			pl.cancelSlot(ctx, jb, first)
 			first.slot = nil
-			if d.failover(jb, FailoverCircuitOpen) {
+			if pl.failover(jb, FailoverCircuitOpen) {
 				continue
 			}
-			d.m.Deferrals.WithLabelValues(LayerProvider, "circuit_open").Inc()
+			pl.m.Deferrals.WithLabelValues(LayerProvider, "circuit_open").Inc()
 			// Back to JetStream until the breaker lets a probe through:
 			// a failing provider holds no worker (its channel gets no
 			// budget meanwhile, so no more of its jobs are taken).
-			return end{kind: endDefer, delay: breakerOpen + d.jitter(breakerOpen/5), reason: ledger.DeferCircuitOpen}
+			return end{kind: endDefer, delay: breakerOpen + pl.jitter(breakerOpen/5), reason: ledger.DeferCircuitOpen}
 		}
-		if e := d.waitSlot(ctx, jb, first); e.ended() {
+		if e := pl.waitSlot(ctx, jb, first); e.ended() {
 			return e
 		}
 		first.slot = nil
-		if e := d.send(ctx, sendCtx, jb); e.ended() {
+		if e := pl.send(ctx, sendCtx, jb); e.ended() {
 			return e
 		}
 		// A late wake-up, a 429 or an open breaker: take a new slot.
@@ -258,27 +286,27 @@ func (d *Dispatcher) process(ctx, sendCtx context.Context, jb *job) end {
 
 // lease is how long a ledger claim lasts: the longest the job can sit in
 // the leaky queue, plus the send, plus a margin. Longer waits re-claim.
-func (d *Dispatcher) lease(jb *job) time.Duration {
-	return jb.pcfg.MaxQueueDelay + jb.pcfg.Timeout + d.o.AckWait
+func (pl *pipeline) lease(jb *job) time.Duration {
+	return jb.pcfg.MaxQueueDelay + jb.pcfg.Timeout + pl.o.AckWait
 }
 
-func (d *Dispatcher) expired(j *queue.Job) bool {
-	return !j.ExpiresAt.IsZero() && !d.now().Before(j.ExpiresAt)
+func (pl *pipeline) expired(j *queue.Job) bool {
+	return !j.ExpiresAt.IsZero() && !pl.now().Before(j.ExpiresAt)
 }
 
 // trace reports a step's duration to the steptrace hook of Run's context.
-func (d *Dispatcher) trace(step string, start time.Time) {
-	if d.stepTrace != nil {
-		d.stepTrace(step, d.since(start))
+func (pl *pipeline) trace(step string, start time.Time) {
+	if pl.stepTrace != nil {
+		pl.stepTrace(step, pl.since(start))
 	}
 }
 
 // jitter is a random duration in [0, d).
-func (d *Dispatcher) jitter(dur time.Duration) time.Duration {
+func (pl *pipeline) jitter(dur time.Duration) time.Duration {
 	if dur <= 0 {
 		return 0
 	}
-	return time.Duration(d.o.Rand() * float64(dur))
+	return time.Duration(pl.o.Rand() * float64(dur))
 }
 
 func timePtr(t time.Time) *time.Time {
@@ -301,7 +329,7 @@ func contentSum(data []byte) string {
 // the same id (differs, with the stream sequence of the one sent: it is
 // dead-lettered as duplicate_id). Neither names the content. On limits
 // without Redis there is no sent record to compare with: a redelivery.
-func (d *Dispatcher) noteDuplicate(ctx context.Context, jb *job, l *limits.Set) (sentSeq uint64, differs bool) {
+func (pl *pipeline) noteDuplicate(ctx context.Context, jb *job, l *limits.Set) (sentSeq uint64, differs bool) {
 	if l == nil {
 		jb.debug("job already sent: not sent again")
 		return 0, false

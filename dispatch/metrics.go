@@ -161,12 +161,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 // setPaused sets notifier_provider_paused of provider: 1 for reason, 0 for
 // the others ("": not paused).
-func (d *Dispatcher) setPaused(provider, reason string) {
+func (c *core) setPaused(provider, reason string) {
 	for _, r := range fleet.AllPauseReasons() {
 		v := 0.0
 		if r == reason {
 			v = 1
 		}
-		d.m.ProviderPaused.WithLabelValues(provider, r).Set(v)
+		c.m.ProviderPaused.WithLabelValues(provider, r).Set(v)
 	}
 }

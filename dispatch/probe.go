@@ -80,23 +80,23 @@ func (p *probes) due(provider string, now time.Time, next time.Time) bool {
 // maybeProbe, for a provider paused for its credentials, takes the fleet's
 // probe when its interval is due and arms it here: the channel then gets a
 // budget of one job, which goes through as the probe.
-func (d *Dispatcher) maybeProbe(ctx context.Context, l *limits.Set, provider string, interval time.Duration) {
-	now := d.now()
-	if !d.probes.due(provider, now, now.Add(interval/2+d.jitter(interval/2))) {
+func (pl *pipeline) maybeProbe(ctx context.Context, l *limits.Set, provider string, interval time.Duration) {
+	now := pl.now()
+	if !pl.probes.due(provider, now, now.Add(interval/2+pl.jitter(interval/2))) {
 		return
 	}
-	ok, err := l.Reasons.TryProbe(ctx, provider, interval-interval/10+d.jitter(interval/5))
+	ok, err := l.Reasons.TryProbe(ctx, provider, interval-interval/10+pl.jitter(interval/5))
 	if err != nil || !ok {
 		return
 	}
-	d.probes.arm(provider, now.Add(interval))
-	d.log.Info("provider paused for its credentials: letting one job through as a probe", "provider", provider)
+	pl.probes.arm(provider, now.Add(interval))
+	pl.log.Info("provider paused for its credentials: letting one job through as a probe", "provider", provider)
 }
 
 // probeSucceeded resumes, fleet-wide, a provider whose probe it accepted.
-func (d *Dispatcher) probeSucceeded(ctx context.Context, jb *job) {
-	d.m.Probes.WithLabelValues(jb.provider, "sent").Inc()
-	err := d.withBackend(ctx, jb, func(l *limits.Set) error {
+func (pl *pipeline) probeSucceeded(ctx context.Context, jb *job) {
+	pl.m.Probes.WithLabelValues(jb.provider, "sent").Inc()
+	err := pl.withBackend(ctx, jb, func(l *limits.Set) error {
 		if _, err := l.Leaky.Resume(ctx, jb.provider, l.ContractOf(jb.pcfg)); err != nil {
 			return err
 		}
@@ -109,7 +109,7 @@ func (d *Dispatcher) probeSucceeded(ctx context.Context, jb *job) {
 		jb.log().Warn("resume a provider whose probe it accepted", "err", err)
 		return
 	}
-	d.setPaused(jb.provider, "")
+	pl.setPaused(jb.provider, "")
 	jb.log().Info("provider accepted the probe: resumed fleet-wide")
 }
 

@@ -72,7 +72,7 @@ func TestReloadChangesContractsAndCaps(t *testing.T) {
 	if n := len(b.fake.AcceptedIDs()); n != 203 {
 		t.Fatalf("accepted %d, want 200 + 3 under the reloaded cap", n)
 	}
-	if l := p.d.currentLimits(); l.Bucket() == nil {
+	if l := p.d.be.currentLimits(); l.Bucket() == nil {
 		t.Fatal("the fleet bucket was not switched on by the reload")
 	}
 	t.Logf("most in 1 s: %d before the reload (contract 20), %d after (60); %d sent after it", before, b.fake.MaxInWindow(time.Second), after)

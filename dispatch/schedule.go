@@ -14,6 +14,33 @@ import (
 	"github.com/notifier/notifier/queue"
 )
 
+// fetcher is the fetch loop's part of a dispatcher: it decides which queues
+// to pull from and how many jobs (each channel's budget, the lanes, the
+// tenants by weight) and hands the jobs to the workers, never more than
+// workers are free. It owns the count of jobs held per channel that the
+// budgets are measured against.
+type fetcher struct {
+	*core
+	be       *backendSwitch
+	probes   *probes       // the pipeline's: a provider due for a probe is fetched for
+	inFlight *atomic.Int64 // the dispatcher's jobs in its workers
+
+	busy inflight // jobs held, per channel: against the channels' budgets (and per channel + marketingSuffix: the marketing ones)
+	// marketing holds the deliveries counted as marketing in busy, to
+	// uncount them whatever the configuration says by then.
+	marketing sync.Map                      // *queue.Delivery → struct{}
+	seen      atomic.Pointer[[]queue.Queue] // the queues holding jobs, as the fetch loop last read them
+	lat       latencies                     // providers' send times: the budgets cover them
+}
+
+// done uncounts a job of dl's a worker has finished with.
+func (f *fetcher) done(dl *queue.Delivery) {
+	f.busy.add(dl.Channel, -1)
+	if _, ok := f.marketing.LoadAndDelete(dl); ok {
+		f.busy.add(dl.Channel+marketingSuffix, -1)
+	}
+}
+
 // Scheduling between queues (see ARCHITECTURE.md, "Isolation and
 // fairness"). The job stream holds one queue per channel, tenant and lane.
 // The fetch loop gives each channel an in-flight budget, the jobs this
@@ -94,7 +121,7 @@ func (l *latencies) get(provider string) time.Duration {
 // divided between the fleet's live processes, plus one. 0 when every
 // provider of the channel is paused or failing: its jobs stay in
 // JetStream, holding no worker.
-func (d *Dispatcher) budget(ch string, live *liveConfig, l *limits.Set, peers int) int {
+func (f *fetcher) budget(ch string, live *liveConfig, l *limits.Set, peers int) int {
 	var rate float64
 	var lat time.Duration
 	configured, probe := false, false
@@ -107,11 +134,11 @@ func (d *Dispatcher) budget(ch string, live *liveConfig, l *limits.Set, peers in
 			continue
 		}
 		if l != nil && l.Pauses != nil && l.Pauses.PausedFor(p.Name) > 0 {
-			probe = probe || d.probes.isArmed(p.Name, d.now())
+			probe = probe || f.probes.isArmed(p.Name, f.now())
 			continue
 		}
 		rate += p.Rate
-		lat = max(lat, d.lat.get(p.Name))
+		lat = max(lat, f.lat.get(p.Name))
 	}
 	if !configured {
 		return strayBudget
@@ -232,10 +259,10 @@ func newScheduler(weights func(string) float64) *scheduler {
 // leaves, the tenants by weight (the priority lane first within a
 // tenant's share), transactional lanes before marketing ones. It returns
 // nothing when every channel with jobs waiting is at its budget.
-func (d *Dispatcher) plan(s *scheduler, free int) []queue.Want {
-	live := d.live.Load()
-	l := d.currentLimits()
-	peers := d.peers()
+func (f *fetcher) plan(s *scheduler, free int) []queue.Want {
+	live := f.live.Load()
+	l := f.be.currentLimits()
+	peers := f.peers()
 	clear(s.budgets)
 	clear(s.free)
 	clear(s.want)
@@ -250,8 +277,8 @@ func (d *Dispatcher) plan(s *scheduler, free int) []queue.Want {
 	for _, q := range s.queues {
 		ch := q.Key.Channel
 		if _, ok := s.budgets[ch]; !ok {
-			s.budgets[ch] = d.budget(ch, live, l, peers)
-			s.free[ch] = max(0, s.budgets[ch]-d.busy.get(ch))
+			s.budgets[ch] = f.budget(ch, live, l, peers)
+			s.free[ch] = max(0, s.budgets[ch]-f.busy.get(ch))
 			s.order = append(s.order, ch)
 		}
 		if kindOf(live.caps, q.Key) != kindMarketing {
@@ -262,7 +289,7 @@ func (d *Dispatcher) plan(s *scheduler, free int) []queue.Want {
 		}
 	}
 	for _, ch := range s.order {
-		s.mcap[ch] = d.marketingRoom(live, ch, s.budgets[ch], s.storedT[ch], peers)
+		s.mcap[ch] = f.marketingRoom(live, ch, s.budgets[ch], s.storedT[ch], peers)
 	}
 	// Free workers short of the budgets are shared between the channels
 	// one at a time, each to the channel furthest below its budget (the
@@ -500,13 +527,13 @@ func (s *scheduler) learn(dl *queue.Delivery) {
 // are stored than the fleet holds, as this process's count times peers
 // estimates it); then what marketingCap leaves above the marketing jobs
 // held.
-func (d *Dispatcher) marketingRoom(live *liveConfig, ch string, budget int, storedT uint64, peers int) int {
+func (f *fetcher) marketingRoom(live *liveConfig, ch string, budget int, storedT uint64, peers int) int {
 	share := reserve(live, ch)
 	if share <= 0 {
 		return -1
 	}
-	heldM := d.busy.get(ch + marketingSuffix)
-	heldT := d.busy.get(ch) - heldM
+	heldM := f.busy.get(ch + marketingSuffix)
+	heldT := f.busy.get(ch) - heldM
 	if storedT <= uint64(max(0, heldT)*peers) {
 		return -1 // no transactional job waits: marketing takes everything
 	}
@@ -515,15 +542,15 @@ func (d *Dispatcher) marketingRoom(live *liveConfig, ch string, budget int, stor
 
 // isMarketing reports whether dl's jobs count as marketing in the
 // channel's budget (its lane's category under the live configuration).
-func (d *Dispatcher) isMarketing(dl *queue.Delivery) bool {
-	return d.live.Load().caps.LaneCategory(dl.Channel, dl.Lane) == queue.Marketing
+func (f *fetcher) isMarketing(dl *queue.Delivery) bool {
+	return f.live.Load().caps.LaneCategory(dl.Channel, dl.Lane) == queue.Marketing
 }
 
 // tenantLabel is how tenant shows in metrics and status: its name when
 // tenants.weights names it, "default" for the default tenant (""), else
 // "other" (a label never takes an unbounded set of values).
-func (d *Dispatcher) tenantLabel(tenant string) string {
-	switch _, named := d.live.Load().weights[tenant]; {
+func (f *fetcher) tenantLabel(tenant string) string {
+	switch _, named := f.live.Load().weights[tenant]; {
 	case tenant == "":
 		return "default"
 	case named:
@@ -535,9 +562,9 @@ func (d *Dispatcher) tenantLabel(tenant string) string {
 
 // queuedByTenant is the jobs in the stream per channel and tenant label,
 // from the fetch loop's last look.
-func (d *Dispatcher) queuedByTenant() map[string]map[string]uint64 {
+func (f *fetcher) queuedByTenant() map[string]map[string]uint64 {
 	out := map[string]map[string]uint64{}
-	qs := d.seen.Load()
+	qs := f.seen.Load()
 	if qs == nil {
 		return out
 	}
@@ -550,7 +577,7 @@ func (d *Dispatcher) queuedByTenant() map[string]map[string]uint64 {
 			m = map[string]uint64{}
 			out[q.Key.Channel] = m
 		}
-		label := d.tenantLabel(q.Key.Tenant)
+		label := f.tenantLabel(q.Key.Tenant)
 		if q.Key.Fair {
 			label = "other" // a fair lane is shared: the named tenants' jobs there are counted with the others'
 		}
@@ -560,8 +587,8 @@ func (d *Dispatcher) queuedByTenant() map[string]map[string]uint64 {
 }
 
 // weight is a tenant's weight from the configuration (default 1).
-func (d *Dispatcher) weight(tenant string) float64 {
-	if w, ok := d.live.Load().weights[tenant]; ok && w > 0 {
+func (f *fetcher) weight(tenant string) float64 {
+	if w, ok := f.live.Load().weights[tenant]; ok && w > 0 {
 		return w
 	}
 	return 1
@@ -569,9 +596,9 @@ func (d *Dispatcher) weight(tenant string) float64 {
 
 // peers is how many processes of the fleet are live (Options.Peers, else
 // 1): each holds its share of a channel's budget.
-func (d *Dispatcher) peers() int {
-	if d.o.Peers != nil {
-		return max(1, d.o.Peers())
+func (f *fetcher) peers() int {
+	if f.o.Peers != nil {
+		return max(1, f.o.Peers())
 	}
 	return 1
 }
@@ -581,10 +608,10 @@ func (d *Dispatcher) peers() int {
 // budget allows (one job each), the default tenant's of configured
 // channels always among them; not a channel's marketing lanes while the
 // last plan left it no marketing room.
-func (d *Dispatcher) pollable(s *scheduler) []string {
-	live := d.live.Load()
-	l := d.currentLimits()
-	peers := d.peers()
+func (f *fetcher) pollable(s *scheduler) []string {
+	live := f.live.Load()
+	l := f.be.currentLimits()
+	peers := f.peers()
 	left := map[string]int{}
 	var out []string
 	seen := map[string]bool{}
@@ -597,7 +624,7 @@ func (d *Dispatcher) pollable(s *scheduler) []string {
 		}
 		n, ok := left[ch]
 		if !ok {
-			n = max(0, d.budget(ch, live, l, peers)-d.busy.get(ch))
+			n = max(0, f.budget(ch, live, l, peers)-f.busy.get(ch))
 		}
 		if n == 0 {
 			left[ch] = 0
@@ -637,8 +664,8 @@ func (d *Dispatcher) pollable(s *scheduler) []string {
 // this pull found. It returns the deliveries to hand to workers. Without a
 // router every delivery is handed on; such a job is still that tenant's
 // (counted, labelled).
-func (d *Dispatcher) moveNamed(ctx context.Context, s *scheduler, dls []*queue.Delivery) []*queue.Delivery {
-	if d.o.Router == nil {
+func (f *fetcher) moveNamed(ctx context.Context, s *scheduler, dls []*queue.Delivery) []*queue.Delivery {
+	if f.o.Router == nil {
 		return dls
 	}
 	// The default tenant's queues this pull delivered from: true for those
@@ -657,10 +684,10 @@ func (d *Dispatcher) moveNamed(ctx context.Context, s *scheduler, dls []*queue.D
 	if anyNamed || len(s.sweep) > 0 {
 		var moved int
 		var err error
-		rest, moved, err = d.o.Router.Move(ctx, dls, s.sweep)
-		d.m.Routed.Add(float64(moved))
+		rest, moved, err = f.o.Router.Move(ctx, dls, s.sweep)
+		f.m.Routed.Add(float64(moved))
 		if err != nil && ctx.Err() == nil {
-			d.log.Warn("move jobs naming their tenant to its fair lane", "err", err)
+			f.log.Warn("move jobs naming their tenant to its fair lane", "err", err)
 		}
 	}
 	for subject, n := range named {
@@ -677,15 +704,15 @@ func (d *Dispatcher) moveNamed(ctx context.Context, s *scheduler, dls []*queue.D
 // ends: it reads which queues hold jobs, plans what to pull within the
 // channels' budgets, pulls it in one round trip, and long-polls when the
 // plan is empty.
-func (d *Dispatcher) fetchLoop(ctx context.Context, jobs chan<- *queue.Delivery, slots chan struct{}) error {
-	s := newScheduler(d.weight)
+func (f *fetcher) fetchLoop(ctx context.Context, jobs chan<- *queue.Delivery, slots chan struct{}) error {
+	s := newScheduler(f.weight)
 	backoff := 100 * time.Millisecond
 	free := 0
 	failed := func(err error) bool {
 		if ctx.Err() != nil {
 			return true
 		}
-		d.log.Warn("fetch jobs", "err", err, "retry_in", backoff.String())
+		f.log.Warn("fetch jobs", "err", err, "retry_in", backoff.String())
 		if sleep.For(ctx, backoff) != nil {
 			return true
 		}
@@ -695,10 +722,10 @@ func (d *Dispatcher) fetchLoop(ctx context.Context, jobs chan<- *queue.Delivery,
 	hand := func(dls []*queue.Delivery) {
 		for _, dl := range dls {
 			free--
-			d.busy.add(dl.Channel, 1)
-			if d.isMarketing(dl) {
-				d.marketing.Store(dl, struct{}{})
-				d.busy.add(dl.Channel+marketingSuffix, 1)
+			f.busy.add(dl.Channel, 1)
+			if f.isMarketing(dl) {
+				f.marketing.Store(dl, struct{}{})
+				f.busy.add(dl.Channel+marketingSuffix, 1)
 			}
 			jobs <- dl
 		}
@@ -717,7 +744,7 @@ func (d *Dispatcher) fetchLoop(ctx context.Context, jobs chan<- *queue.Delivery,
 		// pull serves them all.
 		runtime.Gosched()
 	count:
-		for free < d.o.Workers {
+		for free < f.o.Workers {
 			select {
 			case <-slots:
 				free++
@@ -727,29 +754,29 @@ func (d *Dispatcher) fetchLoop(ctx context.Context, jobs chan<- *queue.Delivery,
 		}
 		// With the backend down and no fallback, take no jobs: they wait
 		// in JetStream.
-		if err := d.waitForBackend(ctx); err != nil {
+		if err := f.be.waitForBackend(ctx); err != nil {
 			return nil
 		}
-		if d.since(s.readAt) >= refreshEvery {
-			qs, err := d.o.Source.Queues(ctx)
+		if f.since(s.readAt) >= refreshEvery {
+			qs, err := f.o.Source.Queues(ctx)
 			if err != nil {
 				if failed(err) {
 					return nil
 				}
 				continue
 			}
-			s.queues, s.readAt = qs, d.now()
+			s.queues, s.readAt = qs, f.now()
 			clear(s.short)
-			d.seen.Store(&qs)
+			f.seen.Store(&qs)
 		}
-		if wants := d.plan(s, free); len(wants) > 0 {
-			dls, err := d.o.Source.FetchFrom(ctx, wants)
+		if wants := f.plan(s, free); len(wants) > 0 {
+			dls, err := f.o.Source.FetchFrom(ctx, wants)
 			got := s.got
 			clear(got)
 			for _, dl := range dls {
 				got[dl.Subject]++
 			}
-			dls = d.moveNamed(ctx, s, dls)
+			dls = f.moveNamed(ctx, s, dls)
 			s.settle(dls)
 			for _, w := range wants {
 				if got[w.Subject] < w.N {
@@ -769,9 +796,9 @@ func (d *Dispatcher) fetchLoop(ctx context.Context, jobs chan<- *queue.Delivery,
 		// Nothing to pull now: long-poll the queues with budget left, and
 		// come back soon if jobs are held (their budgets free up as they
 		// finish) or to look for new queues.
-		subjects := d.pollable(s)
+		subjects := f.pollable(s)
 		wait := idlePoll
-		if d.inFlight.Load() > 0 || len(s.queues) > 0 {
+		if f.inFlight.Load() > 0 || len(s.queues) > 0 {
 			wait = busyPoll
 		}
 		if len(subjects) == 0 {
@@ -789,8 +816,8 @@ func (d *Dispatcher) fetchLoop(ctx context.Context, jobs chan<- *queue.Delivery,
 			t.Stop()
 			continue
 		}
-		dls, err := d.o.Source.Poll(ctx, subjects, free, min(wait, d.o.FetchWait))
-		dls = d.moveNamed(ctx, s, dls)
+		dls, err := f.o.Source.Poll(ctx, subjects, free, min(wait, f.o.FetchWait))
+		dls = f.moveNamed(ctx, s, dls)
 		s.polled(dls)
 		hand(dls)
 		if len(dls) > 0 {

@@ -17,53 +17,53 @@ import (
 // sent, dead (refused, or attempts used up), a retry, or a stop. It returns
 // no end (the zero end) when the job must take a new slot: it woke too late
 // for its slot, the provider's breaker is open, or the provider paused it.
-func (d *Dispatcher) send(ctx, sendCtx context.Context, jb *job) end {
-	if late := d.since(jb.slotAt); late > d.o.LateTolerance {
+func (pl *pipeline) send(ctx, sendCtx context.Context, jb *job) end {
+	if late := pl.since(jb.slotAt); late > pl.o.LateTolerance {
 		// Sent now, this job could land in the same second as the sends
 		// of the slots after it: take a new slot instead.
-		d.m.Deferrals.WithLabelValues(LayerLeaky, "late").Inc()
+		pl.m.Deferrals.WithLabelValues(LayerLeaky, "late").Inc()
 		jb.debug("woke after the send slot; taking a new one", "late", late.String())
-		d.abandonSlot(ctx, jb)
+		pl.abandonSlot(ctx, jb)
 		return end{}
 	}
 	done, ok := jb.live.breakers[jb.provider].allow()
 	if !ok {
-		d.abandonSlot(ctx, jb)
+		pl.abandonSlot(ctx, jb)
 		// The provider failed every recent call: do not call it; the job
 		// waits (no attempt used) and takes a new slot after the probe.
-		d.m.Deferrals.WithLabelValues(LayerProvider, "circuit_open").Inc()
-		if err := d.hold(ctx, jb, breakerOpen/5+d.jitter(breakerOpen/5)); err != nil {
+		pl.m.Deferrals.WithLabelValues(LayerProvider, "circuit_open").Inc()
+		if err := pl.hold(ctx, jb, breakerOpen/5+pl.jitter(breakerOpen/5)); err != nil {
 			return stopped(err)
 		}
 		return end{}
 	}
 	jb.res, jb.resL = nil, nil // used: the request goes out
-	if d.sentSlot != nil {
-		d.sentSlot(jb.provider, jb.slot, jb.cost)
+	if pl.sentSlot != nil {
+		pl.sentSlot(jb.provider, jb.slot, jb.cost)
 	}
 	rctx, cancel := context.WithTimeout(sendCtx, jb.pcfg.Timeout)
-	rctx, span := d.startSendSpan(rctx, jb)
+	rctx, span := pl.startSendSpan(rctx, jb)
 	var budget *providers.Budget
 	rctx = providers.WithBudgetReport(rctx, func(b providers.Budget) { budget = &b })
-	start := d.now()
+	start := pl.now()
 	serr := jb.prov.Send(rctx, jb.msg)
 	cancel()
 	endSendSpan(span, serr)
-	d.trace("provider", start)
-	d.m.ProviderSeconds.WithLabelValues(jb.provider).Observe(d.since(start).Seconds())
-	d.lat.observe(jb.provider, d.since(start))
+	pl.trace("provider", start)
+	pl.m.ProviderSeconds.WithLabelValues(jb.provider).Observe(pl.since(start).Seconds())
+	pl.fetch.lat.observe(jb.provider, pl.since(start))
 	var rl *providers.RateLimitedError
 	switch {
 	case errors.As(serr, &rl):
-		d.m.ProviderRequests.WithLabelValues(jb.provider, "429").Inc()
+		pl.m.ProviderRequests.WithLabelValues(jb.provider, "429").Inc()
 	default:
-		d.m.ProviderRequests.WithLabelValues(jb.provider, providers.StatusClass(serr)).Inc()
+		pl.m.ProviderRequests.WithLabelValues(jb.provider, providers.StatusClass(serr)).Inc()
 	}
 	done(serr)
 	if budget != nil && budget.Spent() && rl == nil {
-		d.budgetSpent(ctx, jb, *budget)
+		pl.budgetSpent(ctx, jb, *budget)
 	}
-	return d.answer(ctx, jb, serr, rl)
+	return pl.answer(ctx, jb, serr, rl)
 }
 
 // budgetSpent pauses the provider fleet-wide until its allowance resets,
@@ -71,13 +71,13 @@ func (d *Dispatcher) send(ctx, sendCtx context.Context, jb *job) end {
 // before it meets a 429, not after. The job at hand is unaffected (it was
 // answered). A failing backend only loses the pause: the provider's 429s
 // would still pause it.
-func (d *Dispatcher) budgetSpent(ctx context.Context, jb *job, b providers.Budget) {
+func (pl *pipeline) budgetSpent(ctx context.Context, jb *job, b providers.Budget) {
 	pause := min(b.Reset, maxPause(jb.pcfg))
-	l := d.currentLimits()
+	l := pl.be.currentLimits()
 	if l == nil {
 		return
 	}
-	d.m.Deferrals.WithLabelValues(LayerProvider, "budget_spent").Inc()
+	pl.m.Deferrals.WithLabelValues(LayerProvider, "budget_spent").Inc()
 	jb.log().Info("provider says its allowance is spent; pausing it fleet-wide until it resets", "pause", pause.String())
 	if l.Pauses != nil {
 		l.Pauses.Note(jb.provider, pause)
@@ -88,28 +88,28 @@ func (d *Dispatcher) budgetSpent(ctx context.Context, jb *job, b providers.Budge
 		jb.log().Warn("pause a provider whose allowance is spent", "err", err)
 		return
 	}
-	d.setPaused(jb.provider, fleet.PauseRateLimited)
+	pl.setPaused(jb.provider, fleet.PauseRateLimited)
 }
 
 // answer acts on the provider's answer serr to a send (rl: serr as a 429)
 // and returns the job's end, or no end when the provider is paused and the
 // job must take a new slot.
-func (d *Dispatcher) answer(ctx context.Context, jb *job, serr error, rl *providers.RateLimitedError) end {
+func (pl *pipeline) answer(ctx context.Context, jb *job, serr error, rl *providers.RateLimitedError) end {
 	if jb.probe {
 		jb.probe = false
 		switch {
 		case serr == nil:
-			d.probeSucceeded(ctx, jb)
+			pl.probeSucceeded(ctx, jb)
 		case errors.Is(serr, providers.ErrSender):
-			d.m.Probes.WithLabelValues(jb.provider, "refused").Inc()
+			pl.m.Probes.WithLabelValues(jb.provider, "refused").Inc()
 			jb.log().Warn("probe: the provider still refuses the sender; it stays paused", "detail", detailOf(serr))
 		default:
-			d.m.Probes.WithLabelValues(jb.provider, "failed").Inc()
+			pl.m.Probes.WithLabelValues(jb.provider, "failed").Inc()
 		}
 	}
 	switch {
 	case serr == nil:
-		d.observeLatency(jb)
+		pl.observeLatency(jb)
 		return end{kind: endSent}
 
 	case rl != nil && rl.Scope == providers.ScopeRecipient:
@@ -121,10 +121,10 @@ func (d *Dispatcher) answer(ctx context.Context, jb *job, serr error, rl *provid
 		if !rl.Explicit && wait <= 0 {
 			wait = providers.DefaultRetryAfter
 		}
-		wait = min(max(wait, d.o.Retry.Backoff(int(jb.dl.NumDelivered), d.o.Rand)), maxPause(jb.pcfg))
-		d.m.Deferrals.WithLabelValues(LayerProvider, "recipient_throttled").Inc()
+		wait = min(max(wait, pl.o.Retry.Backoff(int(jb.dl.NumDelivered), pl.o.Rand)), maxPause(jb.pcfg))
+		pl.m.Deferrals.WithLabelValues(LayerProvider, "recipient_throttled").Inc()
 		jb.log().Info("provider throttled this recipient; deferring the job alone", "for", wait.String(), "detail", rl.Detail)
-		return end{kind: endDefer, delay: wait + d.jitter(wait/10), reason: ledger.DeferRecipientThrottled}
+		return end{kind: endDefer, delay: wait + pl.jitter(wait/10), reason: ledger.DeferRecipientThrottled}
 
 	case rl != nil:
 		pause := rl.RetryAfter
@@ -135,20 +135,20 @@ func (d *Dispatcher) answer(ctx context.Context, jb *job, serr error, rl *provid
 			if pause <= 0 {
 				pause = providers.DefaultRetryAfter
 			}
-			pause += d.jitter(pause)
+			pause += pl.jitter(pause)
 		}
 		var asked time.Duration
 		if max := maxPause(jb.pcfg); pause > max {
 			asked, pause = pause, max // one odd Retry-After does not stop the channel for long
 		}
-		d.m.Deferrals.WithLabelValues(LayerProvider, "rate_limited").Inc()
+		pl.m.Deferrals.WithLabelValues(LayerProvider, "rate_limited").Inc()
 		if asked > 0 {
 			jb.log().Warn("provider rate limited; pausing it fleet-wide for max_pause, less than it asked", "pause", pause.String(), "asked", asked.String(), "detail", rl.Detail)
 		} else {
 			jb.log().Warn("provider rate limited; pausing it fleet-wide", "pause", pause.String(), "detail", rl.Detail)
 		}
 		var lowered bool
-		if err := d.withBackend(ctx, jb, func(l *limits.Set) (err error) {
+		if err := pl.withBackend(ctx, jb, func(l *limits.Set) (err error) {
 			if l.Pauses != nil {
 				l.Pauses.Note(jb.provider, pause) // at once, before the announcement comes back
 			}
@@ -162,17 +162,17 @@ func (d *Dispatcher) answer(ctx context.Context, jb *job, serr error, rl *provid
 		if lowered {
 			jb.log().Info("adaptive contract: the fleet's rate for the provider lowered", "decrease", jb.pcfg.Adaptive.Decrease)
 		}
-		d.setPaused(jb.provider, fleet.PauseRateLimited)
+		pl.setPaused(jb.provider, fleet.PauseRateLimited)
 		return end{}
 
 	case errors.Is(serr, providers.ErrSender):
-		return d.senderRefused(ctx, jb, serr)
+		return pl.senderRefused(ctx, jb, serr)
 
 	case errors.Is(serr, providers.ErrRecipientGone):
 		// The provider says the recipient is gone for good: this job is
 		// dead, and the next ones to it are not sent (the suppression list).
 		jb.log().Info("provider refused the recipient as gone", "detail", detailOf(serr))
-		return dead(ledger.ReasonRejected, d.listGone(ctx, jb, detailOf(serr)))
+		return dead(ledger.ReasonRejected, pl.listGone(ctx, jb, detailOf(serr)))
 
 	case errors.Is(serr, providers.ErrPermanent):
 		jb.log().Info("provider refused job", "detail", detailOf(serr))
@@ -184,26 +184,26 @@ func (d *Dispatcher) answer(ctx context.Context, jb *job, serr error, rl *provid
 		if pe != nil && pe.Ambiguous {
 			// The provider may have accepted it: a retry may deliver the
 			// message twice.
-			d.m.Ambiguous.WithLabelValues(jb.provider).Inc()
+			pl.m.Ambiguous.WithLabelValues(jb.provider).Inc()
 			if !jb.pcfg.RetriesOnTimeout() {
 				jb.log().Warn("provider did not answer a request it received whole; not retrying it (retry_on_timeout: false)", "detail", detailOf(serr))
 				return dead(ledger.ReasonAmbiguous, "no answer to a request the provider received whole (it may have been delivered): "+detailOf(serr))
 			}
 		}
 		var attempts int
-		if err := d.withBackend(ctx, jb, func(l *limits.Set) (err error) {
+		if err := pl.withBackend(ctx, jb, func(l *limits.Set) (err error) {
 			attempts, err = l.Ledger.Failed(ctx, jb.key, jb.owner, providers.StatusClass(serr))
 			return err
 		}); err != nil {
 			return stopped(err)
 		}
 		jb.claimed = false
-		if attempts >= d.o.Retry.MaxAttempts {
+		if attempts >= pl.o.Retry.MaxAttempts {
 			jb.log().Warn("provider failed; attempts used up", "attempts", attempts, "detail", detailOf(serr))
 			return dead(ledger.ReasonMaxAttempts,
 				fmt.Sprintf("%d transient provider failures; last: %s", attempts, detailOf(serr)))
 		}
-		backoff := d.o.Retry.Backoff(attempts, d.o.Rand)
+		backoff := pl.o.Retry.Backoff(attempts, pl.o.Rand)
 		if pe != nil && pe.RetryAfter > backoff {
 			// The provider said when to come back: a 503's Retry-After, or
 			// its own guidance (APNs: 15 minutes after a 5xx). The job waits
@@ -212,10 +212,10 @@ func (d *Dispatcher) answer(ctx context.Context, jb *job, serr error, rl *provid
 			// back).
 			backoff = min(pe.RetryAfter, maxRetryAfter)
 			if !jb.j.ExpiresAt.IsZero() {
-				backoff = max(d.o.Retry.Backoff(attempts, d.o.Rand), min(backoff, d.until(jb.j.ExpiresAt)))
+				backoff = max(pl.o.Retry.Backoff(attempts, pl.o.Rand), min(backoff, pl.until(jb.j.ExpiresAt)))
 			}
 		}
-		d.m.Deferrals.WithLabelValues(LayerProvider, "retry").Inc()
+		pl.m.Deferrals.WithLabelValues(LayerProvider, "retry").Inc()
 		jb.log().Info("provider failed; retrying later", "attempts", attempts, "backoff", backoff.String(), "detail", detailOf(serr))
 		return end{kind: endRetry, delay: backoff}
 	}
@@ -226,12 +226,12 @@ func (d *Dispatcher) answer(ctx context.Context, jb *job, serr error, rl *provid
 // and none can be sent, so none is dead-lettered; this one takes a new slot
 // and, the pause being long, goes back to JetStream. After the pause one
 // send probes again; a reload or `notifier resume` lifts it at once.
-func (d *Dispatcher) senderRefused(ctx context.Context, jb *job, serr error) end {
+func (pl *pipeline) senderRefused(ctx context.Context, jb *job, serr error) end {
 	pause := maxPause(jb.pcfg)
-	d.m.Deferrals.WithLabelValues(LayerProvider, "credentials").Inc()
+	pl.m.Deferrals.WithLabelValues(LayerProvider, "credentials").Inc()
 	jb.log().Error("provider refused the sender (credentials, account or sender id); pausing it fleet-wide, jobs kept in JetStream until a reload, notifier resume, or a probe after the pause",
 		"pause", pause.String(), "detail", detailOf(serr))
-	if err := d.withBackend(ctx, jb, func(l *limits.Set) error {
+	if err := pl.withBackend(ctx, jb, func(l *limits.Set) error {
 		if l.Reasons != nil {
 			if err := l.Reasons.SetCredentials(ctx, jb.provider, pause); err != nil {
 				return err
@@ -244,7 +244,7 @@ func (d *Dispatcher) senderRefused(ctx context.Context, jb *job, serr error) end
 	}); err != nil {
 		return stopped(err)
 	}
-	d.setPaused(jb.provider, fleet.PauseCredentials)
+	pl.setPaused(jb.provider, fleet.PauseCredentials)
 	return end{}
 }
 
@@ -275,12 +275,12 @@ func detailOf(err error) string {
 // ahead, or a made-up time) would record a negative latency (2099 gave
 // −2.27e9 s): the publish time stands in for it, and the job is counted in
 // notifier_job_created_at_ignored_total.
-func (d *Dispatcher) observeLatency(jb *job) {
-	now := d.now()
+func (pl *pipeline) observeLatency(jb *job) {
+	now := pl.now()
 	from := jb.dl.Published
 	if c := jb.j.CreatedAt; !c.IsZero() {
 		if c.After(now) {
-			d.m.CreatedAtIgnored.WithLabelValues(jb.channel).Inc()
+			pl.m.CreatedAtIgnored.WithLabelValues(jb.channel).Inc()
 			jb.debug("created_at is after now; latency measured from the publish", "ahead", c.Sub(now).String())
 		} else {
 			from = c
@@ -289,5 +289,5 @@ func (d *Dispatcher) observeLatency(jb *job) {
 	if from.IsZero() || from.After(now) {
 		return
 	}
-	d.m.JobLatency.WithLabelValues(jb.channel, jb.provider).Observe(now.Sub(from).Seconds())
+	pl.m.JobLatency.WithLabelValues(jb.channel, jb.provider).Observe(now.Sub(from).Seconds())
 }

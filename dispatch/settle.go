@@ -15,25 +15,25 @@ import (
 // longer decide anything, leave the worker's path, and the settler records
 // every job handed to it meanwhile in one round trip. On local limits the
 // worker does both itself (the ack there waits for the server).
-func (d *Dispatcher) settle(ctx context.Context, jb *job) {
-	if l := d.currentLimits(); l != nil && l.Shared() && d.settleQ != nil {
-		d.settleQ <- jb
+func (pl *pipeline) settle(ctx context.Context, jb *job) {
+	if l := pl.be.currentLimits(); l != nil && l.Shared() && pl.settleQ != nil {
+		pl.settleQ <- jb
 		return
 	}
-	d.recordSent(ctx, []*job{jb}, nil)
-	_ = d.ackResult(ctx, jb, OutcomeSent)
+	pl.recordSent(ctx, []*job{jb}, nil)
+	_ = pl.ackResult(ctx, jb, OutcomeSent)
 }
 
 // settleLoop is the settler: it records and acknowledges the sent jobs
 // handed to it, as many at a time as have come in, until q is closed and
 // empty.
-func (d *Dispatcher) settleLoop(ctx context.Context, q <-chan *job) {
+func (pl *pipeline) settleLoop(ctx context.Context, q <-chan *job) {
 	var batch []*job
 	for jb := range q {
 		batch = takeQueued(append(batch[:0], jb), q)
-		batch = d.recordSent(ctx, batch, q)
+		batch = pl.recordSent(ctx, batch, q)
 		for _, jb := range batch {
-			_ = d.ackResult(ctx, jb, OutcomeSent)
+			_ = pl.ackResult(ctx, jb, OutcomeSent)
 		}
 	}
 }
@@ -61,13 +61,13 @@ func takeQueued(batch []*job, q <-chan *job) []*job {
 // none) taken in, and every job waiting for its record is kept alive with
 // InProgress, so that none is redelivered, and sent again, while Redis is
 // away. It returns the jobs it recorded, which the caller acknowledges.
-func (d *Dispatcher) recordSent(ctx context.Context, jobs []*job, q <-chan *job) []*job {
+func (pl *pipeline) recordSent(ctx context.Context, jobs []*job, q <-chan *job) []*job {
 	for attempt := 0; ; attempt++ {
-		l := d.currentLimits()
+		l := pl.be.currentLimits()
 		if l == nil {
-			l = d.o.Limits
+			l = pl.o.Limits
 		}
-		t0 := d.now()
+		t0 := pl.now()
 		sent := make([]limits.Sent, len(jobs))
 		for i, jb := range jobs {
 			sent[i] = limits.Sent{ID: jb.key, Owner: jb.owner, ShadowDenied: jb.shadowDenied, Channel: jb.j.Channel, User: jb.j.UserID}
@@ -76,8 +76,8 @@ func (d *Dispatcher) recordSent(ctx context.Context, jobs []*job, q <-chan *job)
 			}
 		}
 		var shadow limits.ShadowCounter
-		if d.o.Denials != nil {
-			shadow = shadowCounts{d.o.Denials}
+		if pl.o.Denials != nil {
+			shadow = shadowCounts{pl.o.Denials}
 		}
 		err := l.RecordSent(ctx, sent, shadow)
 		if l.Shared() && shadow != nil {
@@ -86,7 +86,7 @@ func (d *Dispatcher) recordSent(ctx context.Context, jobs []*job, q <-chan *job)
 			}
 		}
 		for range jobs {
-			d.trace("ledger_sent", t0)
+			pl.trace("ledger_sent", t0)
 		}
 		if err == nil {
 			for _, jb := range jobs {
@@ -100,17 +100,17 @@ func (d *Dispatcher) recordSent(ctx context.Context, jobs []*job, q <-chan *job)
 			}
 			return jobs
 		}
-		d.backendFailed(l, err)
+		pl.be.backendFailed(l, err)
 		if q != nil {
 			jobs = takeQueued(jobs, q)
 		}
 		wait := time.Duration(attempt+1) * 100 * time.Millisecond
-		for deadline := d.now().Add(wait); ; {
+		for deadline := pl.now().Add(wait); ; {
 			for _, jb := range jobs {
-				d.keepAlive(jb)
+				pl.keepAlive(jb)
 			}
-			left := d.until(deadline)
-			if left <= 0 || sleep.For(ctx, min(left, d.o.AckWait/3)) != nil {
+			left := pl.until(deadline)
+			if left <= 0 || sleep.For(ctx, min(left, pl.o.AckWait/3)) != nil {
 				break
 			}
 		}

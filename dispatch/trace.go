@@ -55,12 +55,12 @@ func newTracer(tp trace.TracerProvider) trace.Tracer {
 // startJobSpan starts the span of one delivery of a job, the child of the
 // trace context in its headers (a new trace when there is none). Without a
 // Tracer the span records nothing and carries the job's own trace context.
-func (d *Dispatcher) startJobSpan(dl *queue.Delivery) trace.Span {
+func (pl *pipeline) startJobSpan(dl *queue.Delivery) trace.Span {
 	pctx := context.Background()
 	if dl.Header != nil {
 		pctx = traceProp.Extract(pctx, natsCarrier(dl.Header))
 	}
-	_, span := d.tracer.Start(pctx, "notifier.job",
+	_, span := pl.tracer.Start(pctx, "notifier.job",
 		trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(
 			attribute.String("messaging.system", "nats"),
@@ -98,8 +98,8 @@ func endJobSpan(span trace.Span, jb *job, e end) {
 
 // startSendSpan starts the span of one provider call under the job's span
 // (in ctx).
-func (d *Dispatcher) startSendSpan(ctx context.Context, jb *job) (context.Context, trace.Span) {
-	return d.tracer.Start(ctx, "notifier.send",
+func (pl *pipeline) startSendSpan(ctx context.Context, jb *job) (context.Context, trace.Span) {
+	return pl.tracer.Start(ctx, "notifier.send",
 		trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String("notifier.provider", jb.provider)))
 }

@@ -15,42 +15,42 @@ import (
 
 // waitGlobal takes a token from the fleet bucket, heart-beating while the
 // bucket is empty. It fails only on a stop.
-func (d *Dispatcher) waitGlobal(ctx context.Context, jb *job) error {
-	start := d.now()
-	err := d.withBackend(ctx, jb, func(l *limits.Set) error {
+func (pl *pipeline) waitGlobal(ctx context.Context, jb *job) error {
+	start := pl.now()
+	err := pl.withBackend(ctx, jb, func(l *limits.Set) error {
 		g := l.Bucket()
 		if g == nil {
 			return nil
 		}
 		for {
-			wctx, cancel := context.WithTimeout(ctx, d.o.AckWait/3)
+			wctx, cancel := context.WithTimeout(ctx, pl.o.AckWait/3)
 			err := g.Wait(wctx)
 			cancel()
 			if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
 				return err
 			}
-			d.keepAlive(jb)
+			pl.keepAlive(jb)
 		}
 	})
-	d.trace("global", start)
+	pl.trace("global", start)
 	if err != nil {
 		return err
 	}
-	l := d.currentLimits()
+	l := pl.be.currentLimits()
 	if l == nil {
 		return nil
 	}
 	g, sb := l.Buckets()
 	if g != nil {
-		if d.since(start) > 5*time.Millisecond {
-			d.m.LimitDecisions.WithLabelValues(LayerGlobal, "deny").Inc()
-			d.m.Deferrals.WithLabelValues(LayerGlobal, "empty").Inc()
+		if pl.since(start) > 5*time.Millisecond {
+			pl.m.LimitDecisions.WithLabelValues(LayerGlobal, "deny").Inc()
+			pl.m.Deferrals.WithLabelValues(LayerGlobal, "empty").Inc()
 		} else {
-			d.m.LimitDecisions.WithLabelValues(LayerGlobal, "allow").Inc()
+			pl.m.LimitDecisions.WithLabelValues(LayerGlobal, "allow").Inc()
 		}
 	}
 	if sb != nil {
-		d.askShadowGlobal(ctx, jb, sb)
+		pl.askShadowGlobal(ctx, jb, sb)
 	}
 	return nil
 }
@@ -59,13 +59,13 @@ func (d *Dispatcher) waitGlobal(ctx context.Context, jb *job) error {
 // a token, never waiting: a job that finds it empty is counted (decision
 // shadow_deny) and goes on. Its round trips are the shadow bucket's
 // leases, not one per job (globallimit.Bucket.TryTake).
-func (d *Dispatcher) askShadowGlobal(ctx context.Context, jb *job, sb *globallimit.Bucket) {
+func (pl *pipeline) askShadowGlobal(ctx context.Context, jb *job, sb *globallimit.Bucket) {
 	ok, err := sb.TryTake(ctx)
 	switch {
 	case err != nil:
 		jb.debug("ask the fleet bucket's shadow", "err", err)
 	case !ok:
-		d.m.LimitDecisions.WithLabelValues(LayerGlobal, DecisionShadowDeny).Inc()
+		pl.m.LimitDecisions.WithLabelValues(LayerGlobal, DecisionShadowDeny).Inc()
 	}
 }
 
@@ -75,24 +75,24 @@ func (d *Dispatcher) askShadowGlobal(ctx context.Context, jb *job, sb *globallim
 // admission round trip. It returns no end (the zero end) when the job is at
 // its slot, ready to send; otherwise the job's end (a cap's denial, a lease
 // lost meanwhile, a stop).
-func (d *Dispatcher) waitSlot(ctx context.Context, jb *job, first admission) end {
-	queued := d.now()
+func (pl *pipeline) waitSlot(ctx context.Context, jb *job, first admission) end {
+	queued := pl.now()
 	for {
 		// The fleet's probe of a provider paused for its credentials goes
 		// now, past the pause and the queue: one request.
-		if d.probes.take(jb.provider, d.now()) {
+		if pl.probes.take(jb.provider, pl.now()) {
 			if first.slot != nil {
-				d.giveBack(ctx, jb, first.limits, *first.slot)
+				pl.giveBack(ctx, jb, first.limits, *first.slot)
 			}
-			jb.probe, jb.slotAt, jb.slot = true, d.now(), 0
+			jb.probe, jb.slotAt, jb.slot = true, pl.now(), 0
 			return end{}
 		}
 		// A provider paused for long (as this process knows, without a
 		// round trip when the pause watcher runs): back to JetStream now,
 		// rather than hold a slot (and the worker) until the pause ends.
-		if e, paused := d.longPause(ctx, jb); paused {
+		if e, paused := pl.longPause(ctx, jb); paused {
 			if first.slot != nil {
-				d.giveBack(ctx, jb, first.limits, *first.slot)
+				pl.giveBack(ctx, jb, first.limits, *first.slot)
 				first.slot = nil
 			}
 			return e
@@ -104,29 +104,29 @@ func (d *Dispatcher) waitSlot(ctx context.Context, jb *job, first admission) end
 			jb.slotAt = first.slotAt
 			first.slot = nil
 		} else {
-			if wait := d.until(time.Unix(0, d.notBefore.Load())); wait > 0 {
-				d.m.Deferrals.WithLabelValues(LayerLeaky, "switch").Inc()
-				if err := d.hold(ctx, jb, wait); err != nil {
+			if wait := pl.until(time.Unix(0, pl.be.notBefore.Load())); wait > 0 {
+				pl.m.Deferrals.WithLabelValues(LayerLeaky, "switch").Inc()
+				if err := pl.hold(ctx, jb, wait); err != nil {
 					return stopped(err)
 				}
 			}
-			t0 := d.now()
-			err := d.withBackend(ctx, jb, func(cur *limits.Set) (err error) {
+			t0 := pl.now()
+			err := pl.withBackend(ctx, jb, func(cur *limits.Set) (err error) {
 				l = cur
-				r, err = cur.Leaky.Reserve(ctx, jb.provider, d.reserveContract(cur, jb.pcfg), jb.cost)
+				r, err = cur.Leaky.Reserve(ctx, jb.provider, pl.reserveContract(cur, jb.pcfg), jb.cost)
 				return err
 			})
-			d.trace("leaky", t0)
+			pl.trace("leaky", t0)
 			if err != nil {
 				return stopped(err)
 			}
-			jb.slotAt = d.clock.slotTime(d.now(), r.Slot, r.Delay)
+			jb.slotAt = pl.be.clock.slotTime(pl.now(), r.Slot, r.Delay)
 		}
-		if at, late := d.pastDeadline(jb, r); late {
+		if at, late := pl.pastDeadline(jb, r); late {
 			if r.OK {
-				d.giveBack(ctx, jb, l, r)
+				pl.giveBack(ctx, jb, l, r)
 			}
-			if e, done := d.tooLate(jb, at); done {
+			if e, done := pl.tooLate(jb, at); done {
 				return e
 			}
 			continue // failed over: a slot at the fallback
@@ -134,17 +134,17 @@ func (d *Dispatcher) waitSlot(ctx context.Context, jb *job, first admission) end
 		if !r.OK && r.Quota >= 0 {
 			// A quota is spent until its next window: the fallback takes
 			// the job, or it waits in JetStream (never dropped).
-			d.m.LimitDecisions.WithLabelValues(LayerLeaky, "deny").Inc()
-			if d.failover(jb, FailoverQuota) {
+			pl.m.LimitDecisions.WithLabelValues(LayerLeaky, "deny").Inc()
+			if pl.failover(jb, FailoverQuota) {
 				continue
 			}
-			d.m.Deferrals.WithLabelValues(LayerLeaky, "quota").Inc()
+			pl.m.Deferrals.WithLabelValues(LayerLeaky, "quota").Inc()
 			wait := min(r.RetryAfter, maxQuotaWait)
-			return end{kind: endDefer, delay: wait + d.jitter(min(wait/10, 5*time.Second)), reason: ledger.DeferQuota}
+			return end{kind: endDefer, delay: wait + pl.jitter(min(wait/10, 5*time.Second)), reason: ledger.DeferQuota}
 		}
 		if !r.OK {
-			d.m.LimitDecisions.WithLabelValues(LayerLeaky, "deny").Inc()
-			d.m.Deferrals.WithLabelValues(LayerLeaky, "full").Inc()
+			pl.m.LimitDecisions.WithLabelValues(LayerLeaky, "deny").Inc()
+			pl.m.Deferrals.WithLabelValues(LayerLeaky, "full").Inc()
 			// The queue holds max_queue_delay of work: waking a little
 			// late costs no throughput, and spreads the workers' retries.
 			if r.Paused > holdPause {
@@ -154,64 +154,64 @@ func (d *Dispatcher) waitSlot(ctx context.Context, jb *job, first admission) end
 				// loop's top, rather than hold the worker through it (a
 				// probe may lift it long before; two jobs once slept
 				// through the resume, TestRefusedSenderIsProbedAndResumed).
-				d.m.Deferrals.WithLabelValues(LayerProvider, "paused").Inc()
-				return pausedEnd(d, r.Paused)
+				pl.m.Deferrals.WithLabelValues(LayerProvider, "paused").Inc()
+				return pausedEnd(pl, r.Paused)
 			}
 			wait := max(r.RetryAfter, jb.pcfg.MaxQueueDelay/20)
-			if err := d.hold(ctx, jb, wait+d.jitter(wait)); err != nil {
+			if err := pl.hold(ctx, jb, wait+pl.jitter(wait)); err != nil {
 				return stopped(err)
 			}
 			continue
 		}
-		d.m.LimitDecisions.WithLabelValues(LayerLeaky, "allow").Inc()
-		d.noteSlot(jb)
+		pl.m.LimitDecisions.WithLabelValues(LayerLeaky, "allow").Inc()
+		pl.noteSlot(jb)
 		// The per-user cap counts the job at its send slot.
 		var capRes userlimit.Result
-		if err := d.withBackend(ctx, jb, func(cur *limits.Set) (err error) {
-			capRes, err = d.capAtSlot(ctx, jb, cur, r)
+		if err := pl.withBackend(ctx, jb, func(cur *limits.Set) (err error) {
+			capRes, err = pl.capAtSlot(ctx, jb, cur, r)
 			return err
 		}); err != nil {
-			d.giveBack(ctx, jb, l, r)
+			pl.giveBack(ctx, jb, l, r)
 			return stopped(err)
 		}
 		if !capRes.Allowed {
-			d.giveBack(ctx, jb, l, r)
-			return d.capDenied(ctx, jb, capRes, l)
+			pl.giveBack(ctx, jb, l, r)
+			return pl.capDenied(ctx, jb, capRes, l)
 		}
-		d.noteSlotWait(ctx, jb, l)
+		pl.noteSlotWait(ctx, jb, l)
 		// Wake a little before the slot for the round trips below, so that
 		// they do not make the send late.
-		if err := d.hold(ctx, jb, d.until(jb.slotAt)-preSlot); err != nil {
-			d.giveBack(ctx, jb, l, r)
+		if err := pl.hold(ctx, jb, pl.until(jb.slotAt)-preSlot); err != nil {
+			pl.giveBack(ctx, jb, l, r)
 			return stopped(err)
 		}
 		// A 429 seen by any worker after this slot was reserved pauses
 		// the provider; a slot inside the pause must not be used.
 		var paused time.Duration
-		if err := d.withBackend(ctx, jb, func(cur *limits.Set) (err error) {
+		if err := pl.withBackend(ctx, jb, func(cur *limits.Set) (err error) {
 			paused, err = cur.PausedFor(ctx, jb.provider)
 			return err
 		}); err != nil {
 			return stopped(err)
 		}
 		if paused > 0 {
-			d.m.Deferrals.WithLabelValues(LayerProvider, "paused").Inc()
-			d.quotaGiveUp(ctx, jb, l, r)
+			pl.m.Deferrals.WithLabelValues(LayerProvider, "paused").Inc()
+			pl.quotaGiveUp(ctx, jb, l, r)
 			if paused > holdPause {
-				return pausedEnd(d, paused)
+				return pausedEnd(pl, paused)
 			}
-			if err := d.hold(ctx, jb, paused); err != nil {
+			if err := pl.hold(ctx, jb, paused); err != nil {
 				return stopped(err)
 			}
 			continue
 		}
-		if e := d.renewClaim(ctx, jb); e.ended() {
+		if e := pl.renewClaim(ctx, jb); e.ended() {
 			return e
 		}
-		if err := d.hold(ctx, jb, d.until(jb.slotAt)); err != nil {
+		if err := pl.hold(ctx, jb, pl.until(jb.slotAt)); err != nil {
 			return stopped(err)
 		}
-		d.m.QueueLatency.WithLabelValues(jb.provider).Observe(d.since(queued).Seconds())
+		pl.m.QueueLatency.WithLabelValues(jb.provider).Observe(pl.since(queued).Seconds())
 		jb.slot = r.Slot
 		jb.res, jb.resL = &r, l
 		return end{}
@@ -221,8 +221,8 @@ func (d *Dispatcher) waitSlot(ctx context.Context, jb *job, first admission) end
 // noteSlotWait notes in the ledger a job's wait for a send slot more than
 // slotNote away (for `notifier explain --job`): one round trip, paid only
 // by a job that has long to wait anyway.
-func (d *Dispatcher) noteSlotWait(ctx context.Context, jb *job, l *limits.Set) {
-	wait := d.until(jb.slotAt)
+func (pl *pipeline) noteSlotWait(ctx context.Context, jb *job, l *limits.Set) {
+	wait := pl.until(jb.slotAt)
 	if wait <= slotNote || l == nil || !jb.claimed {
 		return
 	}
@@ -249,8 +249,8 @@ const holdPause = time.Second
 // longPause reports whether the job's provider is paused for longer than
 // holdPause, as this process knows (its pause watcher, else the backend),
 // and the end that hands the job back until the pause ends.
-func (d *Dispatcher) longPause(ctx context.Context, jb *job) (end, bool) {
-	l := d.currentLimits()
+func (pl *pipeline) longPause(ctx context.Context, jb *job) (end, bool) {
+	l := pl.be.currentLimits()
 	if l == nil {
 		return end{}, false
 	}
@@ -258,8 +258,8 @@ func (d *Dispatcher) longPause(ctx context.Context, jb *job) (end, bool) {
 	if err != nil || paused <= holdPause {
 		return end{}, false // a failing backend shows on the reservation
 	}
-	d.m.Deferrals.WithLabelValues(LayerProvider, "paused").Inc()
-	return pausedEnd(d, paused), true
+	pl.m.Deferrals.WithLabelValues(LayerProvider, "paused").Inc()
+	return pausedEnd(pl, paused), true
 }
 
 // pausedEnd hands a job back to JetStream while its provider is paused,
@@ -268,9 +268,9 @@ func (d *Dispatcher) longPause(ctx context.Context, jb *job) (end, bool) {
 // back at the pause's end, or within handBackMax when the pause is longer:
 // a pause lifted early (`notifier resume`, a reload after a credentials
 // pause) then holds its jobs back no longer than that.
-func pausedEnd(d *Dispatcher, paused time.Duration) end {
+func pausedEnd(pl *pipeline, paused time.Duration) end {
 	wait := min(paused, handBackMax)
-	return end{kind: endDefer, delay: wait + d.jitter(min(wait/10, time.Second)), reason: ledger.DeferProviderPaused}
+	return end{kind: endDefer, delay: wait + pl.jitter(min(wait/10, time.Second)), reason: ledger.DeferProviderPaused}
 }
 
 // handBackMax is the longest a job handed back for a pause waits in
@@ -279,7 +279,7 @@ const handBackMax = 10 * time.Second
 
 // giveBack cancels a reservation the job will not use (see leaky.Queue's
 // Cancel: only when no later one followed it).
-func (d *Dispatcher) giveBack(ctx context.Context, jb *job, l *limits.Set, r leaky.Reservation) {
+func (pl *pipeline) giveBack(ctx context.Context, jb *job, l *limits.Set, r leaky.Reservation) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
 	if err := l.Leaky.Cancel(cctx, jb.provider, l.ContractOf(jb.pcfg), r, jb.cost); err != nil {
@@ -292,21 +292,21 @@ func (d *Dispatcher) giveBack(ctx context.Context, jb *job, l *limits.Set, r lea
 // breaker): under a contract with quotas its units go back to the quota's
 // window (leaky.Queue.Cancel), so unused slots do not eat a quota. Plain
 // contracts skip the round trip: nothing would change.
-func (d *Dispatcher) quotaGiveUp(ctx context.Context, jb *job, l *limits.Set, r leaky.Reservation) {
+func (pl *pipeline) quotaGiveUp(ctx context.Context, jb *job, l *limits.Set, r leaky.Reservation) {
 	if len(jb.pcfg.Quotas) == 0 || l == nil {
 		return
 	}
-	d.giveBack(ctx, jb, l, r)
+	pl.giveBack(ctx, jb, l, r)
 }
 
 // abandonSlot gives up the slot the job is at (see quotaGiveUp).
-func (d *Dispatcher) abandonSlot(ctx context.Context, jb *job) {
+func (pl *pipeline) abandonSlot(ctx context.Context, jb *job) {
 	if jb.res == nil {
 		return
 	}
 	r, l := *jb.res, jb.resL
 	jb.res, jb.resL = nil, nil
-	d.quotaGiveUp(ctx, jb, l, r)
+	pl.quotaGiveUp(ctx, jb, l, r)
 }
 
 // preSlot is how long before its send slot a worker wakes to check for a
@@ -318,13 +318,13 @@ const preSlot = 3 * time.Millisecond
 // job still holds the lease; otherwise the job's end: a duplicate (another
 // delivery sent it meanwhile), stepping aside (another delivery holds the
 // lease now), or a stop.
-func (d *Dispatcher) renewClaim(ctx context.Context, jb *job) end {
-	if d.since(jb.claimAt) < d.lease(jb)/2 {
+func (pl *pipeline) renewClaim(ctx context.Context, jb *job) end {
+	if pl.since(jb.claimAt) < pl.lease(jb)/2 {
 		return end{}
 	}
 	var c ledger.Claim
-	if err := d.withBackend(ctx, jb, func(l *limits.Set) (err error) {
-		c, err = l.Ledger.Claim(ctx, jb.key, jb.owner, d.lease(jb))
+	if err := pl.withBackend(ctx, jb, func(l *limits.Set) (err error) {
+		c, err = l.Ledger.Claim(ctx, jb.key, jb.owner, pl.lease(jb))
 		return err
 	}); err != nil {
 		return stopped(err)
@@ -340,7 +340,7 @@ func (d *Dispatcher) renewClaim(ctx context.Context, jb *job) end {
 		jb.log().Info("job leased to another worker meanwhile; releasing this delivery")
 		return end{kind: endStepAside, delay: c.BusyFor + time.Second}
 	}
-	jb.claimAt = d.now()
+	jb.claimAt = pl.now()
 	return end{}
 }
 
@@ -348,12 +348,12 @@ func (d *Dispatcher) renewClaim(ctx context.Context, jb *job) end {
 // worker when short (then endAgain: the ledger and the cap are asked anew),
 // handed back to JetStream when long (endDefer). why (a Defer* word) says
 // what put it off; the ledger notes it as it gives up the lease.
-func (d *Dispatcher) deferJob(ctx context.Context, jb *job, wait time.Duration, why string) end {
+func (pl *pipeline) deferJob(ctx context.Context, jb *job, wait time.Duration, why string) end {
 	e := end{kind: endDefer, delay: wait, reason: why}
-	d.releaseAt(ctx, jb, e)
-	if wait <= d.o.MaxHold {
+	pl.releaseAt(ctx, jb, e)
+	if wait <= pl.o.MaxHold {
 		jb.debug("job held", "why", why, "for", wait.String())
-		if err := d.hold(ctx, jb, wait); err != nil {
+		if err := pl.hold(ctx, jb, wait); err != nil {
 			return stopped(err)
 		}
 		return end{kind: endAgain}
@@ -363,12 +363,12 @@ func (d *Dispatcher) deferJob(ctx context.Context, jb *job, wait time.Duration, 
 
 // hold keeps a job in its worker for dur, heart-beating it with InProgress
 // so JetStream does not redeliver it. It returns ctx.Err() on a stop.
-func (d *Dispatcher) hold(ctx context.Context, jb *job, dur time.Duration) error {
-	deadline := d.now().Add(dur)
-	beat := d.o.AckWait / 3
+func (pl *pipeline) hold(ctx context.Context, jb *job, dur time.Duration) error {
+	deadline := pl.now().Add(dur)
+	beat := pl.o.AckWait / 3
 	for {
-		d.keepAlive(jb)
-		left := d.until(deadline)
+		pl.keepAlive(jb)
+		left := pl.until(deadline)
 		if left <= 0 {
 			return ctx.Err()
 		}
@@ -380,12 +380,12 @@ func (d *Dispatcher) hold(ctx context.Context, jb *job, dur time.Duration) error
 
 // keepAlive sends InProgress when a third of ack_wait has passed since the
 // last one.
-func (d *Dispatcher) keepAlive(jb *job) {
-	if d.since(jb.lastBeat) < d.o.AckWait/3 {
+func (pl *pipeline) keepAlive(jb *job) {
+	if pl.since(jb.lastBeat) < pl.o.AckWait/3 {
 		return
 	}
 	if err := jb.dl.InProgress(); err != nil {
 		jb.debug("heartbeat job", "err", err)
 	}
-	jb.lastBeat = d.now()
+	jb.lastBeat = pl.now()
 }
