@@ -63,42 +63,13 @@ if pause ~= nil and pause > now then
   paused = pause - now
 end
 
-local out = {}
-local dirty = false
-if nshape == 0 then
-  for i = 7, #ARGV do
-    whole('inc', ARGV[i], 1, EXACT / 4)
-  end
-  for i = 7, #ARGV do
-    local slot = math.max(now, tat)
-    if pause ~= nil and pause > slot then
-      slot = pause
-    end
-    local reserved = slot - now <= mqd
-    if reserved or not trusted then
-      seq = seq + 1
-      dirty = true
-    end
-    trusted = true
-    if reserved then
-      tat = slot + tonumber(ARGV[i])
-      out[#out + 1] = 1
-      out[#out + 1] = slot - now
-      out[#out + 1] = slot
-      out[#out + 1] = seq
-    else
-      out[#out + 1] = 0
-      out[#out + 1] = slot - now - mqd
-      out[#out + 1] = paused
-      out[#out + 1] = 0
-    end
-  end
-  if dirty then
-    redis.call('HSET', KEYS[1], 'tat', tat, 'seq', seq, 'node', node)
-    redis.call('PEXPIRE', KEYS[1], ttl_ms(math.ceil((tat - now + mqd) / 1000) + idle))
-  end
-  return out
-end
+-- A plain contract is a shaped one at its full rate with no quotas: nq and
+-- pq stay 0, and the one reservation step below serves both.
+local shaped = nshape > 0
+local nq = 0      -- the number of quotas
+local pq = 0      -- the pace in quanta, 0 at the full rate
+local keep = 0    -- µs the state must live for its quota windows and the climb
+local per, limit, qs, qu = {}, {}, {}, {}
 
 -- Shaped: the adaptive rate and the quotas, with the same integer
 -- arithmetic as shaping.go (every value an integer below 2^53).
@@ -117,49 +88,46 @@ end
 -- quanta at t0 µs, the target tg quanta; see shaping.lua) and, for quota
 -- j, q<j>s (the start of the window the latest slots count in, µs) and
 -- q<j>u (its units).
-
+--
 -- effective and climbed come from shaping.lua, idiv from internal/luapre's
 -- num.lua, both prepended.
+if shaped then
+  local rate = whole('rate', ARGV[7], 0, 1e13)
+  local minr, pace, incq, quiet, dcap, hold, convex = 0, 0, 0, 0, 0, 0, 1
+  if rate > 0 then
+    minr = whole('min', ARGV[8], 1, rate)
+    pace = arg('pace', ARGV[9], 0.5, 1)
+    incq = whole('increase', ARGV[10], 1, 9e9)
+    quiet = whole('quiet', ARGV[11], 0, EXACT / 4)
+    dcap = whole('dcap', ARGV[12], 0, EXACT)
+    hold = whole('hold', ARGV[13], 0, EXACT / 4)
+    convex = whole('convex', ARGV[14], 1, EXACT / 4)
+  end
+  nq = whole('nq', ARGV[15], 0, 4)
+  local fields = {'r0', 't0', 'tg'}
+  for j = 1, nq do
+    per[j] = whole('per', ARGV[14 + 2 * j], 1000000, 31622400000000)
+    limit[j] = whole('limit', ARGV[15 + 2 * j], 1, EXACT / 4)
+    fields[#fields + 1] = 'q' .. j .. 's'
+    fields[#fields + 1] = 'q' .. j .. 'u'
+  end
+  local sh = redis.call('HMGET', KEYS[1], unpack(fields))
+  for j = 1, nq do
+    qs[j] = tonumber(sh[2 + 2 * j]) or 0
+    qu[j] = tonumber(sh[3 + 2 * j]) or 0
+  end
 
-local rate = whole('rate', ARGV[7], 0, 1e13)
-local minr, pace, incq, quiet, dcap, hold, convex = 0, 0, 0, 0, 0, 0, 1
-if rate > 0 then
-  minr = whole('min', ARGV[8], 1, rate)
-  pace = arg('pace', ARGV[9], 0.5, 1)
-  incq = whole('increase', ARGV[10], 1, 9e9)
-  quiet = whole('quiet', ARGV[11], 0, EXACT / 4)
-  dcap = whole('dcap', ARGV[12], 0, EXACT)
-  hold = whole('hold', ARGV[13], 0, EXACT / 4)
-  convex = whole('convex', ARGV[14], 1, EXACT / 4)
-end
-local nq = whole('nq', ARGV[15], 0, 4)
-local per, limit = {}, {}
-local fields = {'r0', 't0', 'tg'}
-for j = 1, nq do
-  per[j] = whole('per', ARGV[14 + 2 * j], 1000000, 31622400000000)
-  limit[j] = whole('limit', ARGV[15 + 2 * j], 1, EXACT / 4)
-  fields[#fields + 1] = 'q' .. j .. 's'
-  fields[#fields + 1] = 'q' .. j .. 'u'
-end
-local sh = redis.call('HMGET', KEYS[1], unpack(fields))
-local qs, qu = {}, {}
-for j = 1, nq do
-  qs[j] = tonumber(sh[2 + 2 * j]) or 0
-  qu[j] = tonumber(sh[3 + 2 * j]) or 0
-end
-
--- the state must live until every quota window it counts in has ended
--- and the adaptive climb has reached the rate
-local keep = 0
-local pq = 0 -- the pace in quanta, 0 at the full rate
-if rate > 0 then
-  local r0, t0, tg = tonumber(sh[1]), tonumber(sh[2]), tonumber(sh[3])
-  if r0 ~= nil and r0 > 0 and t0 ~= nil then
-    local eff = effective(rate, minr, incq, quiet, dcap, hold, convex, r0, t0, tg, now)
-    if eff < rate then
-      pq = math.max(1, math.floor(eff * pace))
+  -- the state must live until every quota window it counts in has ended
+  -- and the adaptive climb has reached the rate
+  if rate > 0 then
+    local r0, t0, tg = tonumber(sh[1]), tonumber(sh[2]), tonumber(sh[3])
+    if r0 ~= nil and r0 > 0 and t0 ~= nil then
+      local eff = effective(rate, minr, incq, quiet, dcap, hold, convex, r0, t0, tg, now)
+      if eff < rate then
+        pq = math.max(1, math.floor(eff * pace))
+      end
+      keep = t0 + climbed(rate, r0, incq, quiet, dcap, hold) - now
     end
-    keep = t0 + climbed(rate, r0, incq, quiet, dcap, hold) - now
   end
 end
 
@@ -169,14 +137,26 @@ local function window(slot, j)
   return math.max(idiv(slot, per[j]) * per[j], qs[j])
 end
 
-local maxinc = 2251799813685248 -- 2^53 / 4
-local first = 7 + nshape
-for i = first, #ARGV, 2 do
-  whole('inc', ARGV[i], 1, EXACT / 4)
-  whole('cost', ARGV[i + 1], 1, EXACT / 4)
+-- The reservations: plain, one inc each; shaped, inc and cost each.
+local first, step = 7 + nshape, 1
+if shaped then
+  step = 2
 end
-for i = first, #ARGV, 2 do
-  local cost = tonumber(ARGV[i + 1])
+for i = first, #ARGV, step do
+  whole('inc', ARGV[i], 1, EXACT / 4)
+  if shaped then
+    whole('cost', ARGV[i + 1], 1, EXACT / 4)
+  end
+end
+
+local maxinc = 2251799813685248 -- 2^53 / 4
+local out = {}
+local dirty = false
+for i = first, #ARGV, step do
+  local cost = 0
+  if shaped then
+    cost = tonumber(ARGV[i + 1])
+  end
   local slot = math.max(now, tat)
   if pause ~= nil and pause > slot then
     slot = pause
@@ -227,13 +207,17 @@ for i = first, #ARGV, 2 do
     out[#out + 1] = slot - now
     out[#out + 1] = slot
     out[#out + 1] = seq
-    out[#out + 1] = inc
+    if shaped then
+      out[#out + 1] = inc
+    end
   else
     out[#out + 1] = 0
     out[#out + 1] = slot - now - mqd
     out[#out + 1] = paused
     out[#out + 1] = 0
-    out[#out + 1] = hit
+    if shaped then
+      out[#out + 1] = hit
+    end
   end
 end
 if dirty then
