@@ -1,0 +1,9 @@
+package fleet
+
+import (
+	"testing"
+
+	"github.com/notifier/notifier/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m, testenv.DyingConnections...) }
