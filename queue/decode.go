@@ -104,20 +104,19 @@ func decodeStrict(sub subjectOf, data []byte, fill func(*Job) error) (*Job, erro
 		return nil, err
 	}
 	d := fieldDecoder{members: members, errs: map[string]*InvalidError{}}
-	j := &Job{
-		ID:       d.str("id"),
-		UserID:   d.str("user_id"),
-		Channel:  d.str("channel"),
-		To:       d.str("to"),
-		Body:     d.str("body"),
-		Title:    d.str("title"),
-		Data:     d.data("data"),
-		Provider: d.str("provider"),
-		Tenant:   d.str("tenant"),
-		Category: Category(d.str("category")),
+	j := &Job{}
+	for _, f := range fields {
+		switch v := f.at(j).(type) {
+		case *string:
+			*v = d.str(f.name)
+		case *Category:
+			*v = Category(d.str(f.name))
+		case *map[string]string:
+			*v = d.data(f.name)
+		case *time.Time:
+			*v = d.time(f.name)
+		}
 	}
-	j.ExpiresAt = d.time("expires_at")
-	j.CreatedAt = d.time("created_at")
 	if fill != nil {
 		if err := fill(j); err != nil {
 			return nil, err
@@ -131,7 +130,7 @@ func decodeStrict(sub subjectOf, data []byte, fill func(*Job) error) (*Job, erro
 
 func isField(key string) bool {
 	for _, f := range fields {
-		if key == f {
+		if key == f.name {
 			return true
 		}
 	}

@@ -6,19 +6,14 @@ import (
 	jsonv2 "github.com/go-json-experiment/json"
 )
 
-// wireJob is a job as decodeFast reads it: every field as the JSON type it
-// must have; times as strings, parsed the way the strict path parses them.
+// wireJob is a job as decodeFast reads it: the job's strings straight into
+// Job through its json tags; the fields that are not JSON strings as the
+// JSON type they must have, shadowing Job's (a null data value is refused,
+// as the strict path does; times are strings, parsed the way the strict
+// path parses them).
 type wireJob struct {
-	ID        string             `json:"id"`
-	UserID    string             `json:"user_id"`
-	Channel   string             `json:"channel"`
-	To        string             `json:"to"`
-	Body      string             `json:"body"`
-	Title     string             `json:"title"`
-	Data      map[string]*string `json:"data"` // a null value is refused, as the strict path does
-	Provider  string             `json:"provider"`
-	Tenant    string             `json:"tenant"`
-	Category  string             `json:"category"`
+	Job
+	Data      map[string]*string `json:"data"`
 	ExpiresAt *string            `json:"expires_at"`
 	CreatedAt *string            `json:"created_at"`
 }
@@ -42,7 +37,7 @@ func decodeFast(sub subjectOf, data []byte, fill func(*Job) error) (j *Job, ok b
 	if jsonv2.Unmarshal(data, &w) != nil {
 		return nil, false, nil
 	}
-	j = &Job{ID: w.ID, UserID: w.UserID, Channel: w.Channel, To: w.To, Body: w.Body, Title: w.Title, Provider: w.Provider, Tenant: w.Tenant, Category: Category(w.Category)}
+	j = &w.Job
 	if len(w.Data) > 0 {
 		j.Data = make(map[string]string, len(w.Data))
 		for k, v := range w.Data {

@@ -15,64 +15,69 @@ import (
 // job is never longer than the message it was decoded from.
 func (j *Job) encode() ([]byte, error) {
 	b := make([]byte, 0, 128+len(j.To)+len(j.Body)+len(j.Title)+len(j.ID)+len(j.UserID))
-	b = append(b, `{"id":`...)
-	b = appendString(b, j.ID)
-	b = append(b, `,"user_id":`...)
-	b = appendString(b, j.UserID)
-	b = append(b, `,"channel":`...)
-	b = appendString(b, j.Channel)
-	b = append(b, `,"to":`...)
-	b = appendString(b, j.To)
-	b = append(b, `,"body":`...)
-	b = appendString(b, j.Body)
-	if j.Title != "" {
-		b = append(b, `,"title":`...)
-		b = appendString(b, j.Title)
-	}
-	if len(j.Data) > 0 {
-		b = append(b, `,"data":{`...)
-		keys := make([]string, 0, len(j.Data))
-		for k := range j.Data {
-			keys = append(keys, k)
+	for _, f := range fields {
+		sep := byte(',')
+		if len(b) == 0 {
+			sep = '{'
 		}
-		slices.Sort(keys)
-		for i, k := range keys {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendString(b, k)
-			b = append(b, ':')
-			b = appendString(b, j.Data[k])
-		}
-		b = append(b, '}')
+		b = appendField(b, sep, f.name, f.at(j))
 	}
-	if j.Provider != "" {
-		b = append(b, `,"provider":`...)
-		b = appendString(b, j.Provider)
-	}
-	if j.Tenant != "" {
-		b = append(b, `,"tenant":`...)
-		b = appendString(b, j.Tenant)
-	}
-	if j.Category != "" {
-		b = append(b, `,"category":`...)
-		b = appendString(b, string(j.Category))
-	}
-	if !j.ExpiresAt.IsZero() {
-		b = append(b, `,"expires_at":"`...)
-		b = j.ExpiresAt.UTC().AppendFormat(b, time.RFC3339Nano)
-		b = append(b, '"')
-	}
-	if !j.CreatedAt.IsZero() {
-		b = append(b, `,"created_at":"`...)
-		b = j.CreatedAt.UTC().AppendFormat(b, time.RFC3339Nano)
-		b = append(b, '"')
+	if len(b) == 0 {
+		b = append(b, '{')
 	}
 	b = append(b, '}')
 	if len(b) > MaxJobBytes {
 		return nil, invalid("", "encoded job is %d bytes, more than %d", len(b), MaxJobBytes)
 	}
 	return b, nil
+}
+
+// appendField appends sep and the member name: v, v a field of a job
+// (field.at), or nothing when v is empty (a valid job's required fields
+// never are).
+func appendField(b []byte, sep byte, name string, v any) []byte {
+	switch v := v.(type) {
+	case *string:
+		if *v != "" {
+			b = appendString(appendName(b, sep, name), *v)
+		}
+	case *Category:
+		if *v != "" {
+			b = appendString(appendName(b, sep, name), string(*v))
+		}
+	case *map[string]string:
+		if len(*v) > 0 {
+			b = append(appendName(b, sep, name), '{')
+			keys := make([]string, 0, len(*v))
+			for k := range *v {
+				keys = append(keys, k)
+			}
+			slices.Sort(keys)
+			for i, k := range keys {
+				if i > 0 {
+					b = append(b, ',')
+				}
+				b = appendString(b, k)
+				b = append(b, ':')
+				b = appendString(b, (*v)[k])
+			}
+			b = append(b, '}')
+		}
+	case *time.Time:
+		if !v.IsZero() {
+			b = append(appendName(b, sep, name), '"')
+			b = v.UTC().AppendFormat(b, time.RFC3339Nano)
+			b = append(b, '"')
+		}
+	}
+	return b
+}
+
+// appendName appends sep and "name":.
+func appendName(b []byte, sep byte, name string) []byte {
+	b = append(b, sep, '"')
+	b = append(b, name...)
+	return append(b, '"', ':')
 }
 
 // appendString appends s as a JSON string. s must be valid UTF-8 (the

@@ -70,10 +70,6 @@ var (
 	devicePatten = regexp.MustCompile(`^[A-Za-z0-9._:=+/~\[\]-]+$`)
 )
 
-// fields is the order in which a job's fields are checked: the first broken
-// rule in this order is the one reported.
-var fields = []string{"id", "user_id", "channel", "to", "body", "title", "data", "provider", "tenant", "category", "expires_at", "created_at"}
-
 // Validate checks a job built in Go against every rule of SPEC §2 that
 // Decode enforces, except the match with a subject (a Go-built job has
 // none), including that its encoding fits in 64 KiB. The error is an
@@ -144,103 +140,137 @@ func fromSubject(subject string) subjectOf {
 // field; such a field is reported in its place in the order.
 func (j *Job) validate(sub subjectOf, typeErrs map[string]*InvalidError) error {
 	for _, f := range fields {
-		if err := typeErrs[f]; err != nil {
+		if err := typeErrs[f.name]; err != nil {
 			return err
 		}
-		if err := j.check(f, sub); err != nil {
+		if err := f.check(j, sub); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (j *Job) check(field string, sub subjectOf) *InvalidError {
-	switch field {
-	case "id":
+// field is one field of a job (SPEC §2): its JSON name, where Job keeps it
+// and its rule. The strict decoder reads the fields, and the encoder
+// writes them, through this table; the fast decoder reads the job's
+// strings through Job's json tags (decode_fast.go). Adding a field to Job
+// is adding its row here, and its test.
+type field struct {
+	name string
+	// at is the field in j: a *string, *Category, *map[string]string
+	// (a JSON object of strings) or *time.Time (an RFC 3339 string).
+	at func(j *Job) any
+	// check is the field's rule, given the subject the job came on.
+	check func(j *Job, sub subjectOf) *InvalidError
+}
+
+// fields are a job's fields in the order in which their rules are checked
+// (the first broken rule in this order is the one reported) and encode
+// writes them.
+var fields = []field{
+	{"id", func(j *Job) any { return &j.ID }, func(j *Job, _ subjectOf) *InvalidError {
 		switch {
 		case j.ID == "":
-			return invalid(field, "required")
+			return invalid("id", "required")
 		case len(j.ID) > MaxIDLen:
-			return invalid(field, "must be at most %d characters, got %d", MaxIDLen, len(j.ID))
+			return invalid("id", "must be at most %d characters, got %d", MaxIDLen, len(j.ID))
 		case !idPattern.MatchString(j.ID):
-			return invalid(field, "must contain only A-Z a-z 0-9 . _ : -")
+			return invalid("id", "must contain only A-Z a-z 0-9 . _ : -")
 		}
-	case "user_id":
-		switch n := utf8.RuneCountInString(j.UserID); {
-		case j.UserID == "":
-			return invalid(field, "required")
-		case !utf8.ValidString(j.UserID):
-			return invalid(field, "must be valid UTF-8")
-		case n > MaxUserIDLen:
-			return invalid(field, "must be at most %d characters, got %d", MaxUserIDLen, n)
-		case hasControl(j.UserID):
-			return invalid(field, "must not contain control characters")
+		return nil
+	}},
+	{"user_id", func(j *Job) any { return &j.UserID }, func(j *Job, _ subjectOf) *InvalidError {
+		if j.UserID == "" {
+			return invalid("user_id", "required")
 		}
-	case "channel":
+		return checkName("user_id", j.UserID, MaxUserIDLen)
+	}},
+	{"channel", func(j *Job) any { return &j.Channel }, func(j *Job, sub subjectOf) *InvalidError {
 		switch {
 		case j.Channel == "":
-			return invalid(field, "required")
+			return invalid("channel", "required")
 		case sub.match && j.Channel != sub.channel:
-			return invalid(field, "%s does not match subject channel %s", echo(j.Channel), echo(sub.channel))
+			return invalid("channel", "%s does not match subject channel %s", echo(j.Channel), echo(sub.channel))
 		case !IsChannel(j.Channel):
-			return invalid(field, "%s is not one of %s", echo(j.Channel), strings.Join(Channels, ", "))
+			return invalid("channel", "%s is not one of %s", echo(j.Channel), strings.Join(Channels, ", "))
 		}
-	case "to":
+		return nil
+	}},
+	{"to", func(j *Job) any { return &j.To }, func(j *Job, _ subjectOf) *InvalidError {
 		return checkTo(j.Channel, j.To)
-	case "body":
+	}},
+	{"body", func(j *Job) any { return &j.Body }, func(j *Job, _ subjectOf) *InvalidError {
 		switch {
 		case j.Body == "":
-			return invalid(field, "required")
+			return invalid("body", "required")
 		case !utf8.ValidString(j.Body):
-			return invalid(field, "must be valid UTF-8")
+			return invalid("body", "must be valid UTF-8")
 		case len(j.Body) > MaxBodyBytes:
-			return invalid(field, "must be at most %d bytes, got %d", MaxBodyBytes, len(j.Body))
+			return invalid("body", "must be at most %d bytes, got %d", MaxBodyBytes, len(j.Body))
 		}
-	case "title":
+		return nil
+	}},
+	{"title", func(j *Job) any { return &j.Title }, func(j *Job, _ subjectOf) *InvalidError {
 		if !utf8.ValidString(j.Title) {
-			return invalid(field, "must be valid UTF-8")
+			return invalid("title", "must be valid UTF-8")
 		}
-	case "data":
+		return nil
+	}},
+	{"data", func(j *Job) any { return &j.Data }, func(j *Job, _ subjectOf) *InvalidError {
 		for k, v := range j.Data {
 			if !utf8.ValidString(k) || !utf8.ValidString(v) {
-				return invalid(field, "keys and values must be valid UTF-8")
+				return invalid("data", "keys and values must be valid UTF-8")
 			}
 		}
-	case "provider":
-		switch n := utf8.RuneCountInString(j.Provider); {
-		case !utf8.ValidString(j.Provider):
-			return invalid(field, "must be valid UTF-8")
-		case n > maxProvider:
-			return invalid(field, "must be at most %d characters, got %d", maxProvider, n)
-		case hasControl(j.Provider):
-			return invalid(field, "must not contain control characters")
-		}
-	case "tenant":
+		return nil
+	}},
+	{"provider", func(j *Job) any { return &j.Provider }, func(j *Job, _ subjectOf) *InvalidError {
+		return checkName("provider", j.Provider, maxProvider)
+	}},
+	{"tenant", func(j *Job) any { return &j.Tenant }, func(j *Job, sub subjectOf) *InvalidError {
 		switch {
 		case sub.byHeader && !ValidTenant(sub.tenant):
-			return invalid(field, "the %s header %s is not a tenant name (1 to %d characters of A-Z a-z 0-9 . _ -)", HeaderTenant, echo(sub.tenant), MaxTenantLen)
+			return invalid("tenant", "the %s header %s is not a tenant name (1 to %d characters of A-Z a-z 0-9 . _ -)", HeaderTenant, echo(sub.tenant), MaxTenantLen)
 		case j.Tenant == "":
 		case !ValidTenant(j.Tenant):
-			return invalid(field, "must be 1 to %d characters of A-Z a-z 0-9 . _ -", MaxTenantLen)
+			return invalid("tenant", "must be 1 to %d characters of A-Z a-z 0-9 . _ -", MaxTenantLen)
 		case sub.match && sub.tenantBound && sub.byHeader && j.Tenant != sub.tenant:
-			return invalid(field, "%s does not match the %s header %s", echo(j.Tenant), HeaderTenant, echo(sub.tenant))
+			return invalid("tenant", "%s does not match the %s header %s", echo(j.Tenant), HeaderTenant, echo(sub.tenant))
 		case sub.match && sub.tenantBound && j.Tenant != sub.tenant:
-			return invalid(field, "%s does not match the subject: it was published on tenant %s's subject (publish on %s)",
+			return invalid("tenant", "%s does not match the subject: it was published on tenant %s's subject (publish on %s)",
 				echo(j.Tenant), echo(sub.tenant), KeyFor(j.Channel, j.Tenant, false, j.Category).Subject())
 		}
-	case "category":
+		return nil
+	}},
+	{"category", func(j *Job) any { return &j.Category }, func(j *Job, sub subjectOf) *InvalidError {
 		switch {
 		case j.Category == "":
 		case !ValidCategory(j.Category):
-			return invalid(field, "%s is not one of transactional, marketing", echo(string(j.Category)))
+			return invalid("category", "%s is not one of transactional, marketing", echo(string(j.Category)))
 		case sub.match && sub.lane != "" && j.Category != sub.lane:
-			return invalid(field, "%s does not match the subject: it was published on the %s lane (publish on %s)",
+			return invalid("category", "%s does not match the subject: it was published on the %s lane (publish on %s)",
 				echo(string(j.Category)), sub.lane, KeyFor(j.Channel, j.Tenant, false, j.Category).Subject())
 		}
-	case "expires_at":
-		return checkTime(field, j.ExpiresAt)
-	case "created_at":
-		return checkTime(field, j.CreatedAt)
+		return nil
+	}},
+	{"expires_at", func(j *Job) any { return &j.ExpiresAt }, func(j *Job, _ subjectOf) *InvalidError {
+		return checkTime("expires_at", j.ExpiresAt)
+	}},
+	{"created_at", func(j *Job) any { return &j.CreatedAt }, func(j *Job, _ subjectOf) *InvalidError {
+		return checkTime("created_at", j.CreatedAt)
+	}},
+}
+
+// checkName checks a name (user_id, provider): valid UTF-8, at most most
+// characters, no control characters.
+func checkName(field, s string, most int) *InvalidError {
+	switch n := utf8.RuneCountInString(s); {
+	case !utf8.ValidString(s):
+		return invalid(field, "must be valid UTF-8")
+	case n > most:
+		return invalid(field, "must be at most %d characters, got %d", most, n)
+	case hasControl(s):
+		return invalid(field, "must not contain control characters")
 	}
 	return nil
 }
