@@ -2,20 +2,12 @@ package dispatch
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
-	"sort"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/notifier/notifier/internal/luapre"
-)
-
-var (
-	//go:embed top.lua
-	topLua    string
-	topScript = redis.NewScript(luapre.Num + topLua)
+	"github.com/notifier/notifier/internal/topn"
 )
 
 // Denials are counted per channel and UTC hour, kept TopRetention, at most
@@ -25,22 +17,28 @@ const (
 	TopMaxUsers  = 20_000
 )
 
+// denials is the series of one channel's cap denials (the ones a cap in
+// shadow mode would have made, when shadow).
+func denials(prefix, channel string, shadow bool) topn.Series {
+	kind := "top:"
+	if shadow {
+		kind = "top:shadow:"
+	}
+	return topn.Series{Prefix: prefix, Name: kind + channel, Retention: TopRetention, MaxMembers: TopMaxUsers}
+}
+
 // DenialsKey is the sorted set (user → count) of one channel's cap denials
 // in the UTC hour of t (the denials a cap in shadow mode would have made,
 // when shadow). All hours of a channel share one hash tag, so a window of
 // them can be summed with one ZUNION on Redis Cluster.
 func DenialsKey(prefix, channel string, shadow bool, t time.Time) string {
-	kind := "top:"
-	if shadow {
-		kind = "top:shadow:"
-	}
-	return "{" + prefix + kind + channel + "}:" + t.UTC().Format("2006010215")
+	return denials(prefix, channel, shadow).Key(t)
 }
 
-// Denials counts per-user cap denials in Redis, so that the users hitting
-// their caps most can be found: "a tenant hitting their limit continuously
-// is either abusing the API or has outgrown their plan". Never a metric
-// label: user ids stay in Redis.
+// Denials counts per-user cap denials in Redis (an internal/topn series per
+// channel), so that the users hitting their caps most can be found: "a
+// tenant hitting their limit continuously is either abusing the API or has
+// outgrown their plan". Never a metric label: user ids stay in Redis.
 type Denials struct {
 	rdb    redis.UniversalClient
 	prefix string
@@ -55,11 +53,9 @@ func NewDenials(rdb redis.UniversalClient, prefix string) *Denials {
 	return &Denials{rdb: rdb, prefix: prefix, now: time.Now}
 }
 
-// ledger.Record counts one denial of user's job on channel.
+// Record counts one denial of user's job on channel.
 func (d *Denials) Record(ctx context.Context, channel, user string) error {
-	err := topScript.Run(ctx, d.rdb, []string{DenialsKey(d.prefix, channel, false, d.now())},
-		user, TopRetention.Milliseconds(), TopMaxUsers).Err()
-	if err != nil {
+	if err := denials(d.prefix, channel, false).Add(ctx, d.rdb, d.now(), topn.Count{Member: user, N: 1}); err != nil {
 		return fmt.Errorf("count cap denial on %s: %w", channel, err)
 	}
 	return nil
@@ -67,12 +63,9 @@ func (d *Denials) Record(ctx context.Context, channel, user string) error {
 
 // recordShadowCmd queues in pipe the count of one denial a cap in shadow
 // mode would have made of user's job on channel (read with TopShadow); its
-// error is the command's, read after the pipeline ran. The script goes
-// whole (a pipelined EVALSHA of a script the server lost could not fall
-// back).
+// error is the command's, read after the pipeline ran.
 func (d *Denials) recordShadowCmd(ctx context.Context, pipe redis.Pipeliner, channel, user string) *redis.Cmd {
-	return topScript.Eval(ctx, pipe, []string{DenialsKey(d.prefix, channel, true, d.now())},
-		user, TopRetention.Milliseconds(), TopMaxUsers)
+	return denials(d.prefix, channel, true).AddCmd(ctx, pipe, d.now(), topn.Count{Member: user, N: 1})
 }
 
 // UserDenials is one row of Top.
@@ -93,29 +86,13 @@ func (d *Denials) TopShadow(ctx context.Context, channel string, window time.Dur
 }
 
 func (d *Denials) top(ctx context.Context, channel string, shadow bool, window time.Duration, limit int) ([]UserDenials, error) {
-	window = min(window, TopRetention)
-	now := d.now().UTC().Truncate(time.Hour)
-	var keys []string
-	for t := now; !t.Before(now.Add(-window + time.Hour)); t = t.Add(-time.Hour) {
-		keys = append(keys, DenialsKey(d.prefix, channel, shadow, t))
-	}
-	zs, err := d.rdb.ZUnionWithScores(ctx, redis.ZStore{Keys: keys}).Result()
+	rows, err := denials(d.prefix, channel, shadow).Top(ctx, d.rdb, d.now(), window, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read cap denials of %s: %w", channel, err)
 	}
-	out := make([]UserDenials, 0, len(zs))
-	for _, z := range zs {
-		user, _ := z.Member.(string)
-		out = append(out, UserDenials{User: user, Denials: int64(z.Score)})
-	}
-	sort.SliceStable(out, func(i, j int) bool {
-		if out[i].Denials != out[j].Denials {
-			return out[i].Denials > out[j].Denials
-		}
-		return out[i].User < out[j].User
-	})
-	if limit > 0 && len(out) > limit {
-		out = out[:limit]
+	out := make([]UserDenials, len(rows))
+	for i, r := range rows {
+		out[i] = UserDenials{User: r.Member, Denials: r.N}
 	}
 	return out, nil
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
-	"math"
-	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -13,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notifier/notifier/internal/luapre"
+	"github.com/notifier/notifier/internal/topn"
 )
 
 var (
@@ -23,10 +22,6 @@ var (
 	//go:embed authfail.lua
 	authFailLua    string
 	authFailScript = redis.NewScript(luapre.Num + authFailLua)
-
-	//go:embed rejections.lua
-	rejectionsLua    string
-	rejectionsScript = redis.NewScript(luapre.Num + rejectionsLua)
 )
 
 // The kinds of the gateway's buckets, which are also the policy names of
@@ -49,11 +44,12 @@ func BucketKey(prefix, kind, name string) string { return "{" + prefix + "gw}:" 
 // authentications: {<prefix>gwauth:<ip>}.
 func AuthFailKey(prefix, ip string) string { return "{" + prefix + "gwauth:" + ip + "}" }
 
-// rejectionsKey is the sorted set of the rejections in the hour of t. The
-// hours share one hash tag, so a window of them is summed with one ZUNION
-// on Redis Cluster.
-func rejectionsKey(prefix string, t time.Time) string {
-	return "{" + prefix + "gwtop}:" + t.UTC().Format("2006010215")
+// rejectionSeries is the hourly count of the rejections per key, in the
+// sorted sets {<prefix>gwtop}:<yyyymmddhh> (internal/topn). The members
+// are configured key names, so the sets stay as small as the
+// configuration.
+func rejectionSeries(prefix string) topn.Series {
+	return topn.Series{Prefix: prefix, Name: "gwtop", Retention: RejectionRetention}
 }
 
 // Bucket is one token bucket: its Redis key (BucketKey) and its limit.
@@ -171,11 +167,11 @@ func (r *rejections) flush(ctx context.Context) error {
 	if len(counts) == 0 {
 		return nil
 	}
-	args := []any{RejectionRetention.Milliseconds()}
+	rows := make([]topn.Count, 0, len(counts))
 	for name, n := range counts {
-		args = append(args, name, n)
+		rows = append(rows, topn.Count{Member: name, N: n})
 	}
-	if err := rejectionsScript.Run(ctx, r.rdb, []string{rejectionsKey(r.prefix, r.now())}, args...).Err(); err != nil {
+	if err := rejectionSeries(r.prefix).Add(ctx, r.rdb, r.now(), rows...); err != nil {
 		r.mu.Lock()
 		for name, n := range counts {
 			r.counts[name] += n
@@ -196,29 +192,13 @@ type KeyRejections struct {
 // hours overlapping the last window (at most RejectionRetention), most
 // first, as every gateway instance counted them.
 func TopRejected(ctx context.Context, rdb redis.Cmdable, prefix string, now time.Time, window time.Duration, limit int) ([]KeyRejections, error) {
-	window = min(window, RejectionRetention)
-	hour := now.UTC().Truncate(time.Hour)
-	var keys []string
-	for t := hour; !t.Before(hour.Add(-window + time.Hour)); t = t.Add(-time.Hour) {
-		keys = append(keys, rejectionsKey(prefix, t))
-	}
-	zs, err := rdb.ZUnionWithScores(ctx, redis.ZStore{Keys: keys}).Result()
+	rows, err := rejectionSeries(prefix).Top(ctx, rdb, now, window, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read gateway rejections: %w", err)
 	}
-	out := make([]KeyRejections, 0, len(zs))
-	for _, z := range zs {
-		name, _ := z.Member.(string)
-		out = append(out, KeyRejections{Key: name, Rejected: int64(math.Round(z.Score))})
-	}
-	sort.SliceStable(out, func(i, j int) bool {
-		if out[i].Rejected != out[j].Rejected {
-			return out[i].Rejected > out[j].Rejected
-		}
-		return out[i].Key < out[j].Key
-	})
-	if limit > 0 && len(out) > limit {
-		out = out[:limit]
+	out := make([]KeyRejections, len(rows))
+	for i, r := range rows {
+		out[i] = KeyRejections{Key: r.Member, Rejected: r.N}
 	}
 	return out, nil
 }
