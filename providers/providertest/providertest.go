@@ -695,13 +695,21 @@ func (s *suite) canceled(t *testing.T) {
 		hang(w, r)
 	})
 	p := s.target.New(t, url, 30*time.Second)
+	s.sendCanceled(t, p, s.target.Message, arrived)
+}
 
+// sendCanceled sends with p twice, with a context canceled before the send
+// and with one canceled once the request has arrived (a receive on
+// arrived), and checks that both fail as transient, wrapping
+// context.Canceled. It returns the two errors.
+func (s *suite) sendCanceled(t *testing.T, p providers.Provider, msg func() *providers.Message, arrived <-chan struct{}) (before, inFlight error) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	err := p.Send(ctx, s.target.Message())
-	s.checkError(t, err, providers.ErrTransient)
-	if !errors.Is(err, context.Canceled) {
-		t.Errorf("Send with a canceled context: %q does not wrap context.Canceled", err)
+	before = p.Send(ctx, msg())
+	s.checkError(t, before, providers.ErrTransient)
+	if !errors.Is(before, context.Canceled) {
+		t.Errorf("Send with a canceled context: %q does not wrap context.Canceled", before)
 	}
 
 	ctx, cancel = context.WithCancel(context.Background())
@@ -713,28 +721,35 @@ func (s *suite) canceled(t *testing.T) {
 		case <-ctx.Done():
 		}
 	}()
-	err = p.Send(ctx, s.target.Message())
-	s.checkError(t, err, providers.ErrTransient)
-	if !errors.Is(err, context.Canceled) {
-		t.Errorf("Send canceled in flight: %q does not wrap context.Canceled", err)
+	inFlight = p.Send(ctx, msg())
+	s.checkError(t, inFlight, providers.ErrTransient)
+	if !errors.Is(inFlight, context.Canceled) {
+		t.Errorf("Send canceled in flight: %q does not wrap context.Canceled", inFlight)
 	}
+	return before, inFlight
 }
 
 func (s *suite) concurrent(t *testing.T) {
 	t.Parallel()
 	url, hits := s.server(t, answer(s.target.Accepted))
-	p := s.target.New(t, url, 5*time.Second)
 	const n = 32
+	sendConcurrently(t, s.target.New(t, url, 5*time.Second), s.target.Message, n)
+	if got := hits.Load(); got != n {
+		t.Errorf("%d requests for %d sends", got, n)
+	}
+}
+
+// sendConcurrently makes n sends with p at once and fails t for each one
+// refused.
+func sendConcurrently(t *testing.T, p providers.Provider, msg func() *providers.Message, n int) {
+	t.Helper()
 	var wg sync.WaitGroup
 	for range n {
 		wg.Go(func() {
-			if err := p.Send(context.Background(), s.target.Message()); err != nil {
+			if err := p.Send(context.Background(), msg()); err != nil {
 				t.Errorf("concurrent Send: %v", err)
 			}
 		})
 	}
 	wg.Wait()
-	if got := hits.Load(); got != n {
-		t.Errorf("%d requests for %d sends", got, n)
-	}
 }

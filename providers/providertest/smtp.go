@@ -494,47 +494,16 @@ func (s *smtpSuite) canceled(t *testing.T) {
 	t.Parallel()
 	srv := s.serve(t, Script{".": Hang})
 	p := s.target.New(t, srv.addr, 30*time.Second)
-
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	err := p.Send(ctx, s.target.Message())
-	s.base.checkError(t, err, providers.ErrTransient)
-	if !errors.Is(err, context.Canceled) {
-		t.Errorf("Send with a canceled context: %q does not wrap context.Canceled", err)
-	}
-	wantAmbiguous(t, err, false)
-
-	ctx, cancel = context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-srv.arrived:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	err = p.Send(ctx, s.target.Message())
-	s.base.checkError(t, err, providers.ErrTransient)
-	if !errors.Is(err, context.Canceled) {
-		t.Errorf("Send canceled in flight: %q does not wrap context.Canceled", err)
-	}
-	wantAmbiguous(t, err, true) // canceled waiting for the reply to the end of DATA
+	before, inFlight := s.base.sendCanceled(t, p, s.target.Message, srv.arrived)
+	wantAmbiguous(t, before, false)
+	wantAmbiguous(t, inFlight, true) // canceled waiting for the reply to the end of DATA
 }
 
 func (s *smtpSuite) concurrent(t *testing.T) {
 	t.Parallel()
 	srv := s.serve(t, nil)
-	p := s.target.New(t, srv.addr, 5*time.Second)
 	const n = 32
-	var wg sync.WaitGroup
-	for range n {
-		wg.Go(func() {
-			if err := p.Send(context.Background(), s.target.Message()); err != nil {
-				t.Errorf("concurrent Send: %v", err)
-			}
-		})
-	}
-	wg.Wait()
+	sendConcurrently(t, s.target.New(t, srv.addr, 5*time.Second), s.target.Message, n)
 	if got := srv.delivered.Load(); got != n {
 		t.Errorf("%d mails delivered for %d sends", got, n)
 	}
