@@ -101,20 +101,13 @@ var fcmKind = kind{
 	name:     "fcm",
 	channel:  "push",
 	keys:     []string{"url", "project_id", "credentials_env", "credentials_file", "tls_ca_file"},
-	defaults: fcmDefaults,
+	defaults: urlDefault(defaultFCMURL),
 	validate: validateFCM,
 	build:    builder(newFCM),
 }
 
 // defaultFCMURL is the default url of kind fcm.
 const defaultFCMURL = "https://fcm.googleapis.com"
-
-// fcmDefaults fills in an fcm entry's url.
-func fcmDefaults(c *Config) {
-	if c.URL == "" {
-		c.URL = defaultFCMURL
-	}
-}
 
 // validateFCM checks an fcm entry's own keys.
 func validateFCM(c Config, p *problems) {

@@ -49,6 +49,15 @@ type kind struct {
 	build func(c Config, opts Options) (Provider, error)
 }
 
+// urlDefault is the defaults of a kind whose one default is its url.
+func urlDefault(url string) func(c *Config) {
+	return func(c *Config) {
+		if c.URL == "" {
+			c.URL = url
+		}
+	}
+}
+
 // kindNamed returns the entry of kinds named name.
 func kindNamed(name string) (kind, bool) {
 	i := slices.IndexFunc(kinds, func(k kind) bool { return k.name == name })

@@ -116,20 +116,13 @@ var twilioKind = kind{
 	channel: "sms",
 	keys: []string{"url", "credentials_env", "tls_ca_file", "account_sid", "from", "messaging_service_sid",
 		"status_callback_url"},
-	defaults: twilioDefaults,
+	defaults: urlDefault(defaultTwilioURL),
 	validate: validateTwilio,
 	build:    builder(newTwilio),
 }
 
 // defaultTwilioURL is the default url of kind twilio.
 const defaultTwilioURL = "https://api.twilio.com"
-
-// twilioDefaults fills in a twilio entry's url.
-func twilioDefaults(c *Config) {
-	if c.URL == "" {
-		c.URL = defaultTwilioURL
-	}
-}
 
 var (
 	e164RE = regexp.MustCompile(`^\+[1-9][0-9]{6,14}$`)
