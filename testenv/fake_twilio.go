@@ -265,6 +265,24 @@ type ServiceRequest struct {
 	Status int
 }
 
+// answered is a request a fake keeps (FakeRequest, ServiceRequest): its
+// status is the answer's, 0 for a request held by HangFor.
+type answered interface{ status() int }
+
+func (r FakeRequest) status() int    { return r.Status }
+func (r ServiceRequest) status() int { return r.Status }
+
+// countStatus counts the requests answered with status.
+func countStatus[R answered](requests []R, status int) int {
+	n := 0
+	for _, r := range requests {
+		if r.status() == status {
+			n++
+		}
+	}
+	return n
+}
+
 // fakeReply is an HTTP answer of a service fake.
 type fakeReply struct {
 	status int
@@ -323,13 +341,7 @@ func (f *httpFake) Requests() []ServiceRequest {
 func (f *httpFake) Count(status int) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	n := 0
-	for _, r := range f.requests {
-		if r.Status == status {
-			n++
-		}
-	}
-	return n
+	return countStatus(f.requests, status)
 }
 
 func (f *httpFake) serve(w http.ResponseWriter, r *http.Request) {

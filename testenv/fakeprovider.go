@@ -247,13 +247,7 @@ func (f *Fake) AcceptedIDs() []string {
 func (f *Fake) Count(status int) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	n := 0
-	for _, r := range f.requests {
-		if r.Status == status {
-			n++
-		}
-	}
-	return n
+	return countStatus(f.requests, status)
 }
 
 // Duplicates returns the keys (Idempotency-Key: a job's id within its
