@@ -200,11 +200,7 @@ func validateAPNs(c Config, p *problems) {
 // NewAPNs builds an apns provider from a kind apns entry, reading the .p8
 // signing key from key_file.
 func NewAPNs(cfg Config, opts Options) (*APNs, error) {
-	cfg, err := checkedEntry(cfg, "apns", "apns")
-	if err != nil {
-		return nil, err
-	}
-	return newAPNs(cfg, opts)
+	return newChecked(cfg, opts, "apns", "apns", newAPNs)
 }
 
 // newAPNs is NewAPNs for an entry already checked (kind apns,

@@ -125,11 +125,7 @@ func validateFCM(c Config, p *problems) {
 // token from credentials_env through opts.Getenv or the service-account key
 // from credentials_file.
 func NewFCM(cfg Config, opts Options) (*FCM, error) {
-	cfg, err := checkedEntry(cfg, "fcm", "fcm")
-	if err != nil {
-		return nil, err
-	}
-	return newFCM(cfg, opts)
+	return newChecked(cfg, opts, "fcm", "fcm", newFCM)
 }
 
 // newFCM is NewFCM for an entry already checked (kind fcm,

@@ -44,7 +44,7 @@ type kind struct {
 	// build makes the provider of an entry that passed Validate, its
 	// defaults applied. It must not call Validate or WithDefaults (they
 	// read kinds: an initialization cycle); the kind's exported
-	// constructor does, with checkedEntry, before calling the same
+	// constructor does, through newChecked, before calling the same
 	// function.
 	build func(c Config, opts Options) (Provider, error)
 }
@@ -148,17 +148,18 @@ func (p *problems) requiredURL(raw string) {
 	}
 }
 
-// checkedEntry is how the kinds' exported constructors (NewWebhook,
-// NewTwilio, …) start: it returns cfg with its defaults applied, after
-// checking that it is a valid entry of kind kind. what names the provider
-// in the errors, "new <what> <name>: …".
-func checkedEntry(cfg Config, kind, what string) (Config, error) {
+// newChecked is the kinds' exported constructors (NewWebhook, NewTwilio,
+// …): it applies cfg's defaults, checks that it is a valid entry of kind
+// kind, then builds the provider with newP. what names the provider in
+// the errors, "new <what> <name>: …".
+func newChecked[P any](cfg Config, opts Options, kind, what string, newP func(Config, Options) (P, error)) (P, error) {
+	var none P
 	cfg = cfg.WithDefaults()
 	if cfg.Kind != kind {
-		return cfg, fmt.Errorf("new %s %s: kind is %q, not %s", what, cfg.Name, cfg.Kind, kind)
+		return none, fmt.Errorf("new %s %s: kind is %q, not %s", what, cfg.Name, cfg.Kind, kind)
 	}
 	if err := cfg.Validate(); err != nil {
-		return cfg, fmt.Errorf("new %s %s: %w", what, cfg.Name, err)
+		return none, fmt.Errorf("new %s %s: %w", what, cfg.Name, err)
 	}
-	return cfg, nil
+	return newP(cfg, opts)
 }

@@ -48,11 +48,7 @@ var logKind = kind{name: "log", build: builder(newLog)}
 
 // NewLog builds a log provider from a kind log entry.
 func NewLog(cfg Config, opts Options) (*Log, error) {
-	cfg, err := checkedEntry(cfg, "log", "log provider")
-	if err != nil {
-		return nil, err
-	}
-	return newLog(cfg, opts)
+	return newChecked(cfg, opts, "log", "log provider", newLog)
 }
 
 // newLog is NewLog for an entry already checked (kind log,

@@ -175,11 +175,7 @@ func validateSMTP(c Config, p *problems) {
 // password from password_env through opts.Getenv when username is set.
 // It connects to nothing until the first Send.
 func NewSMTP(cfg Config, opts Options) (*SMTP, error) {
-	cfg, err := checkedEntry(cfg, "smtp", "smtp")
-	if err != nil {
-		return nil, err
-	}
-	return newSMTP(cfg, opts)
+	return newChecked(cfg, opts, "smtp", "smtp", newSMTP)
 }
 
 // newSMTP is NewSMTP for an entry already checked (kind smtp,

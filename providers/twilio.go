@@ -192,11 +192,7 @@ func twilioSender(from string) bool {
 // NewTwilio builds a twilio provider from a kind twilio entry, reading the
 // auth token from credentials_env through opts.Getenv.
 func NewTwilio(cfg Config, opts Options) (*Twilio, error) {
-	cfg, err := checkedEntry(cfg, "twilio", "twilio")
-	if err != nil {
-		return nil, err
-	}
-	return newTwilio(cfg, opts)
+	return newChecked(cfg, opts, "twilio", "twilio", newTwilio)
 }
 
 // newTwilio is NewTwilio for an entry already checked (kind twilio,

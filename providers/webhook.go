@@ -68,11 +68,7 @@ var webhookKind = kind{
 // bearer token (if credentials_env is set) and the signing secrets (if
 // signing_secret_env is set) through opts.Getenv.
 func NewWebhook(cfg Config, opts Options) (*Webhook, error) {
-	cfg, err := checkedEntry(cfg, "webhook", "webhook")
-	if err != nil {
-		return nil, err
-	}
-	return newWebhook(cfg, opts)
+	return newChecked(cfg, opts, "webhook", "webhook", newWebhook)
 }
 
 // newWebhook is NewWebhook for an entry already checked (kind webhook,
