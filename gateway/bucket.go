@@ -61,7 +61,8 @@ func (b *bucket) refusal(n, left int) *problem {
 		fmt.Sprintf("%d jobs asked for, %d left: %s %g jobs per second, %d at once; a batch is taken whole or not at all", n, left, what, b.Rate, b.Burst))
 }
 
-// em is the time x tokens take to refill: take.lua's em(x), ceil(x·10^6/rate) µs.
+// em is the time x tokens take to refill: globallimit's em(x) (take.lua's),
+// ceil(x·10^6/rate) µs.
 func (b *bucket) em(x int) time.Duration {
 	return time.Duration(math.Ceil(float64(x)*1e6/b.Rate)) * time.Microsecond
 }

@@ -44,7 +44,7 @@ const (
 // The ranges of the gateway's keys (SPEC §9), and what each bound protects.
 const (
 	// MinRate and MaxRate bound a bucket's rate (jobs per second). At
-	// most 10^6 a token costs at least 1 µs, the unit of take.lua's
+	// most 10^6 a token costs at least 1 µs, the unit of globallimit's take.lua's
 	// clock, so every rate is exact; at least 0.001 (one job in 1000 s).
 	MinRate = 0.001
 	MaxRate = 1_000_000
@@ -54,7 +54,8 @@ const (
 	// a bucket's state (its theoretical arrival time, µs) is at most this
 	// far ahead of now, so it stays an exact integer in Lua's doubles
 	// (now + 7 days ≈ 1.8e15 µs, far below 2^53 ≈ 9.0e15) and its key's
-	// expiry stays a week at most. take.lua clamps every state it reads
+	// expiry stays a week at most. globallimit's take.lua (TakeAll, with
+	// WithWindow(MaxWindow)) clamps every state it reads
 	// or writes to it, so no configuration, old or corrupt, can leave a
 	// key with a longer expiry.
 	MaxWindow = 7 * 24 * time.Hour

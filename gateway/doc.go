@@ -36,8 +36,9 @@
 // compared whole with every configured hash in constant time. A request
 // takes its jobs from its key's bucket (Key.Rate, Key.Burst), its tenant's
 // (Config.Tenants) and the whole intake's (Config.Capacity), all in one
-// EVALSHA of take.lua (GCRA on the Redis clock; keys {<prefix>gw}:<kind>:<name>,
-// one hash tag). Failed authentications are counted per client IP
+// EVALSHA of globallimit's take.lua (GCRA on the Redis clock, the fleet
+// bucket's script, all or nothing: globallimit.RedisStore.TakeAll; keys
+// {<prefix>gw}:<kind>:<name>, one hash tag). Failed authentications are counted per client IP
 // (authfail.lua, {<prefix>gwauth:<ip>}; like every per-address bound, an
 // IPv6 client's /64, addrKey); over Config.AuthFailures the IP is
 // blocked in memory until the window ends, and its requests are refused

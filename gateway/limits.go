@@ -4,21 +4,17 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/notifier/notifier/globallimit"
 	"github.com/notifier/notifier/internal/luapre"
 	"github.com/notifier/notifier/internal/topn"
 )
 
 var (
-	//go:embed take.lua
-	takeLua    string
-	takeScript = redis.NewScript(luapre.Now + luapre.Num + takeLua)
-
 	//go:embed authfail.lua
 	authFailLua    string
 	authFailScript = redis.NewScript(luapre.Num + authFailLua)
@@ -35,7 +31,7 @@ const (
 // BucketKey is the Redis key of one of the gateway's token buckets:
 // {<prefix>gw}:<kind>:<name> (kind key: an API key's, by its name; tenant:
 // a tenant's; capacity: the whole intake's, name ""). Every bucket shares
-// one hash tag, so that take.lua takes from a key's, its tenant's and the
+// one hash tag, so that globallimit's take.lua takes from a key's, its tenant's and the
 // capacity bucket in one atomic call on Redis Cluster too; with a capacity
 // bucket every request goes to that node anyway.
 func BucketKey(prefix, kind, name string) string { return "{" + prefix + "gw}:" + kind + ":" + name }
@@ -58,15 +54,14 @@ type Bucket struct {
 	Limit
 }
 
-// Take is one bucket's state after a take.
-type Take struct {
-	Remaining int           // whole tokens left
-	Wait      time.Duration // until the bucket holds the tokens asked for (0: it does)
-	Reset     time.Duration // until the bucket is full again
-}
+// Take is one bucket's state after a take: Remaining whole tokens left,
+// Wait until the bucket holds the tokens asked for (0: it does), Reset
+// until it is full again.
+type Take = globallimit.State
 
 // Buckets are the gateway's token buckets in Redis, shared by every
-// gateway instance, on the Redis clock. Safe for concurrent use.
+// gateway instance, on the Redis clock: globallimit's batch take, clamped
+// to MaxWindow. Safe for concurrent use.
 type Buckets struct {
 	rdb redis.Scripter
 	now func() time.Time // tests only: sent as the script's now
@@ -80,40 +75,12 @@ func NewBuckets(rdb redis.Scripter) *Buckets { return &Buckets{rdb: rdb} }
 // they were taken, and each bucket's state after the call (ts[i] is
 // bs[i]'s): when refused, the longest Wait is when a retry can succeed.
 func (b *Buckets) Take(ctx context.Context, n int, bs ...Bucket) (allowed bool, ts []Take, err error) {
-	keys := make([]string, len(bs))
-	now := ""
-	if b.now != nil {
-		now = strconv.FormatInt(b.now().UnixMicro(), 10)
-	}
-	args := make([]any, 0, 3+2*len(bs))
-	args = append(args, n, now, MaxWindow.Microseconds())
+	ls := make([]globallimit.Limit, len(bs))
 	for i, bk := range bs {
-		if n < 0 || n > bk.Burst {
-			return false, nil, fmt.Errorf("take %d tokens of %s: n must be from 0 to the burst %d", n, bk.Key, bk.Burst)
-		}
-		keys[i] = bk.Key
-		args = append(args, strconv.FormatFloat(bk.Rate, 'g', -1, 64), bk.Burst)
+		ls[i] = globallimit.Limit{Key: bk.Key, Rate: bk.Rate, Burst: bk.Burst}
 	}
-	v, err := takeScript.Run(ctx, b.rdb, keys, args...).Result()
-	if err != nil {
-		return false, nil, fmt.Errorf("take %d tokens of %d buckets: %w", n, len(bs), err)
-	}
-	a, ok := v.([]any)
-	if !ok || len(a) != 1+3*len(bs) {
-		return false, nil, fmt.Errorf("take tokens: unexpected script reply %v", v)
-	}
-	x := make([]int64, len(a))
-	for i := range a {
-		if x[i], ok = a[i].(int64); !ok || x[i] < 0 {
-			return false, nil, fmt.Errorf("take tokens: unexpected script reply %v", v)
-		}
-	}
-	ts = make([]Take, len(bs))
-	for i := range ts {
-		r := x[1+3*i:]
-		ts[i] = Take{Remaining: int(r[0]), Wait: time.Duration(r[1]) * time.Microsecond, Reset: time.Duration(r[2]) * time.Microsecond}
-	}
-	return x[0] == 1, ts, nil
+	store := globallimit.NewRedis(b.rdb, "", globallimit.WithNow(b.now), globallimit.WithWindow(MaxWindow))
+	return store.TakeAll(ctx, n, ls...)
 }
 
 // failAuth counts one failed authentication of ip and returns the failures

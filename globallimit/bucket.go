@@ -38,10 +38,11 @@ type options struct {
 	leaseTTL time.Duration
 	now      func() time.Time // nil: the default clock
 	sleep    func(ctx context.Context, d time.Duration) error
+	window   time.Duration // TakeAll's clamp
 }
 
 func buildOptions(opts []Option) options {
-	o := options{leaseTTL: DefaultLeaseTTL, sleep: sleep.For}
+	o := options{leaseTTL: DefaultLeaseTTL, sleep: sleep.For, window: MaxRefill}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -78,6 +79,19 @@ func WithLeaseTTL(d time.Duration) Option {
 // with MemoryStore), since with it a fleet no longer shares one clock.
 func WithNow(now func() time.Time) Option {
 	return func(o *options) { o.now = now }
+}
+
+// WithWindow sets the furthest a TakeAll bucket's state may be ahead of
+// now (default MaxRefill; at most luapre.MaxTTL): a rate slower than its
+// burst per d is taken as that, and no key is written with an expiry past
+// d (+1 s). A MemoryStore or a RedisStore reads it; Take ignores it (its
+// Config is held to MaxRefill).
+func WithWindow(d time.Duration) Option {
+	return func(o *options) {
+		if d >= time.Microsecond {
+			o.window = d
+		}
+	}
 }
 
 // WithSleeper sets how a Bucket's Wait sleeps until the store's next token

@@ -2,6 +2,12 @@
 // rate and a burst shared by every process through Redis. Over it, workers
 // stop taking work and the backlog waits in JetStream, not in worker memory.
 //
+// It is also the repository's one token bucket: the same script
+// (take.lua) and the same Go maths (MemoryStore, its twin) take a batch
+// from many buckets at once, all or nothing (Batcher.TakeAll), which is
+// how the gateway takes a request's jobs from its key's, its tenant's and
+// the intake's buckets.
+//
 // # The maths
 //
 // The bucket holds at most Burst tokens and refills at Rate tokens per
@@ -41,6 +47,22 @@
 // key and a full bucket are the same state. Losing the key (restart,
 // failover) lets the fleet take one burst early; that is the bucket's
 // definition of an idle fleet, so nothing more is done about it.
+//
+// # Batches
+//
+// TakeAll takes n tokens from every bucket of a list, or none: granted
+// only when em(n) <= room in every bucket, and then each bucket's tat
+// moves to base + em(n). It answers each bucket's State: the whole tokens
+// left, the wait until it holds n tokens (0 when granted), and the reset,
+// until it is full (tat − now); n = 0 only reads. Its buckets' limits are
+// not this package's Config but the caller's, so out-of-range values are
+// clamped, not refused: a rate slower than burst per window (WithWindow,
+// default MaxRefill) is taken as that, and a state further ahead than the
+// bucket's refill (written under a larger burst, or corrupt) is read, and
+// written back, as an empty bucket, where Take keeps a state as time owed
+// up to MaxRefill (the table "configuration changes apply to the same
+// state" of globallimittest). Every key of one TakeAll must share a hash
+// tag on Redis Cluster.
 //
 // # Leasing
 //

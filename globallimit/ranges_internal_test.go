@@ -42,7 +42,8 @@ func TestTakeRefusesArgumentsOutOfRange(t *testing.T) {
 		{"100", 500, 1, "1e20", "argument now out of range: 1e20"},
 	} {
 		key := Key(rangePrefix())
-		err := takeScript.Run(ctx, rdb, []string{key}, c.rate, c.burst, c.n, c.now).Err()
+		// the fleet's take: up to n, at least 1, ranges refused (clamp 0)
+		err := takeScript.Run(ctx, rdb, []string{key}, c.n, 1, c.now, MaxRefill.Microseconds(), 0, c.rate, c.burst).Err()
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("take rate %v burst %v n %v now %v: %v, want an error saying %q", c.rate, c.burst, c.n, c.now, err, c.want)
 		}

@@ -1,6 +1,8 @@
 // Package globallimittest is the conformance suite every globallimit.Store
 // passes: step tables on a fake clock, rounding, configuration changes,
-// validation and concurrent takes. Run it from a backend's tests:
+// validation and concurrent takes, and the same of its batch take
+// (globallimit.Batcher: all or nothing from many buckets). Run it from a
+// backend's tests:
 //
 //	globallimittest.Run(t, globallimittest.Backend{New: func(t *testing.T, opts ...globallimit.Option) globallimit.Store {
 //		return globallimit.NewMemory(opts...)
@@ -117,8 +119,121 @@ var Tables = []Table{
 	},
 }
 
+// BatchStep is one TakeAll of a batch table: advance the clock, take N
+// tokens from Buckets (their indices in the table's Limits), expect Taken
+// and each bucket's Remaining and Wait.
+type BatchStep struct {
+	Advance   time.Duration
+	N         int
+	Buckets   []int
+	Taken     bool
+	Remaining []int
+	Wait      []time.Duration
+	Reset     []time.Duration // nil: not checked
+}
+
+// BatchTable is a named sequence of batch steps on new buckets.
+type BatchTable struct {
+	Name   string
+	Limits []globallimit.Limit // Key is a name: the backend's prefix goes before it
+	Steps  []BatchStep
+}
+
+// BatchTables are the batch step tables every Batcher must reproduce.
+var BatchTables = []BatchTable{
+	{
+		// a request's wait is until its bucket holds the tokens asked
+		// for (not until it is full), and a take from several buckets is
+		// all or nothing (the gateway's TestTakeSteps)
+		Name: "a batch waits for its tokens, all or nothing",
+		Limits: []globallimit.Limit{
+			{Key: "key", Rate: 10, Burst: 50},
+			{Key: "tenant", Rate: 1, Burst: 3},
+		},
+		Steps: []BatchStep{
+			{N: 50, Buckets: []int{0}, Taken: true, Remaining: []int{0}, Wait: []time.Duration{0}},
+			{N: 1, Buckets: []int{0}, Remaining: []int{0}, Wait: []time.Duration{100 * ms}},
+			{N: 9, Buckets: []int{0}, Remaining: []int{0}, Wait: []time.Duration{900 * ms}},
+			{Advance: 100 * ms, N: 1, Buckets: []int{0}, Taken: true, Remaining: []int{0}, Wait: []time.Duration{0}},
+			{Advance: 250 * ms, N: 1, Buckets: []int{0}, Taken: true, Remaining: []int{1}, Wait: []time.Duration{0}},
+			{Advance: 5 * time.Second, N: 0, Buckets: []int{0}, Taken: true, Remaining: []int{50}, Wait: []time.Duration{0}, Reset: []time.Duration{0}},
+			// the tenant's 3 and the key's 50: 2 jobs, then 2 more that the
+			// tenant refuses, which leaves the key's bucket as it was
+			{N: 2, Buckets: []int{1, 0}, Taken: true, Remaining: []int{1, 48}, Wait: []time.Duration{0, 0}},
+			{N: 2, Buckets: []int{1, 0}, Remaining: []int{1, 48}, Wait: []time.Duration{time.Second, 0}},
+			{N: 1, Buckets: []int{0}, Taken: true, Remaining: []int{47}, Wait: []time.Duration{0}},
+			{Advance: time.Second, N: 2, Buckets: []int{1, 0}, Taken: true, Remaining: []int{0, 48}, Wait: []time.Duration{0, 0}},
+		},
+	},
+	{
+		// a state further ahead than the bucket's refill (its burst
+		// lowered from 10 to 2) reads as an empty bucket, not as the
+		// time owed that Take keeps
+		Name: "a state past the refill reads as an empty bucket",
+		Limits: []globallimit.Limit{
+			{Key: "b", Rate: 10, Burst: 10},
+			{Key: "b", Rate: 10, Burst: 2},
+		},
+		Steps: []BatchStep{
+			{N: 10, Buckets: []int{0}, Taken: true, Remaining: []int{0}, Wait: []time.Duration{0}, Reset: []time.Duration{time.Second}},
+			{N: 1, Buckets: []int{1}, Remaining: []int{0}, Wait: []time.Duration{100 * ms}, Reset: []time.Duration{200 * ms}},
+			{Advance: 100 * ms, N: 1, Buckets: []int{1}, Taken: true, Remaining: []int{0}, Wait: []time.Duration{0}, Reset: []time.Duration{200 * ms}},
+			{Advance: 150 * ms, N: 1, Buckets: []int{1}, Taken: true, Remaining: []int{0}, Wait: []time.Duration{0}, Reset: []time.Duration{150 * ms}},
+			{N: 1, Buckets: []int{1}, Remaining: []int{0}, Wait: []time.Duration{50 * ms}, Reset: []time.Duration{150 * ms}},
+		},
+	},
+}
+
 // Run runs the conformance suite against b.
 func Run(t *testing.T, b Backend) {
+	t.Run("BatchTables", func(t *testing.T) {
+		t.Parallel()
+		for _, tb := range BatchTables {
+			t.Run(tb.Name, func(t *testing.T) {
+				t.Parallel()
+				s, clock := b.start(t)
+				bs, ok := s.(globallimit.Batcher)
+				if !ok {
+					t.Fatalf("%T is no globallimit.Batcher", s)
+				}
+				prefix := "batch:" + strings.ReplaceAll(tb.Name, " ", "-") + ":"
+				for i, st := range tb.Steps {
+					clock.Advance(st.Advance)
+					ls := make([]globallimit.Limit, len(st.Buckets))
+					for j, k := range st.Buckets {
+						ls[j] = tb.Limits[k]
+						ls[j].Key = "{" + prefix + "}" + ls[j].Key
+					}
+					taken, states, err := bs.TakeAll(context.Background(), st.N, ls...)
+					if err != nil {
+						t.Fatalf("step %d: take %d: %v", i, st.N, err)
+					}
+					if taken != st.Taken || len(states) != len(ls) {
+						t.Fatalf("step %d: take %d: taken %v %+v, want %v", i, st.N, taken, states, st.Taken)
+					}
+					for j, x := range states {
+						if x.Remaining != st.Remaining[j] || x.Wait != st.Wait[j] || st.Reset != nil && x.Reset != st.Reset[j] {
+							t.Errorf("step %d, bucket %d: %+v, want remaining %d wait %s (reset %v)", i, j, x, st.Remaining[j], st.Wait[j], st.Reset)
+						}
+					}
+				}
+			})
+		}
+	})
+	t.Run("BatchInvalid", func(t *testing.T) {
+		t.Parallel()
+		s, _ := b.start(t)
+		bs, ok := s.(globallimit.Batcher)
+		if !ok {
+			t.Fatalf("%T is no globallimit.Batcher", s)
+		}
+		l := globallimit.Limit{Key: "{batch:invalid}", Rate: 10, Burst: 5}
+		for _, n := range []int{-1, 6} {
+			if _, _, err := bs.TakeAll(context.Background(), n, l); err == nil || !strings.Contains(err.Error(), "n must be from 0 to the burst 5") {
+				t.Errorf("take %d of a burst of 5: %v, want an error", n, err)
+			}
+		}
+	})
 	t.Run("Tables", func(t *testing.T) {
 		t.Parallel()
 		for _, tb := range Tables {
