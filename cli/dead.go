@@ -124,13 +124,18 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 	return t, nil
 }
 
-// openDeadLetters connects to NATS; the caller closes the connection.
-func openDeadLetters(ctx context.Context, cfg config.Config, name string) (*nats.Conn, *queue.DeadLetters, error) {
-	nc, js, err := config.ConnectJetStream(ctx, cfg, name, false)
+// openDeadLetters loads the configuration as loadConfig does and connects
+// to NATS as name; the caller closes the connection.
+func openDeadLetters(cmd *cobra.Command, path string, e *env, name string) (config.Config, *nats.Conn, *queue.DeadLetters, error) {
+	cfg, err := loadConfig(cmd, path, e)
 	if err != nil {
-		return nil, nil, err
+		return cfg, nil, nil, err
 	}
-	return nc, queue.NewDeadLetters(js, cfg.NATS), nil
+	nc, js, err := config.ConnectJetStream(cmd.Context(), cfg, name, false)
+	if err != nil {
+		return cfg, nil, nil, err
+	}
+	return cfg, nc, queue.NewDeadLetters(js, cfg.NATS), nil
 }
 
 // hintStream adds what to do about a missing stream.
@@ -163,11 +168,7 @@ recipient, body, title or data: use 'notifier dead show' for one job.`,
 		if err != nil {
 			return err
 		}
-		cfg, err := loadConfig(cmd, *path, e)
-		if err != nil {
-			return err
-		}
-		nc, r, err := openDeadLetters(cmd.Context(), cfg, "notifier dead list")
+		_, nc, r, err := openDeadLetters(cmd, *path, e, "notifier dead list")
 		if err != nil {
 			return err
 		}
@@ -247,16 +248,12 @@ a job id.`,
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	c.Flags().BoolVar(&byID, "id", false, "read the argument as a job id, even if it is all digits")
 	c.RunE = func(cmd *cobra.Command, args []string) error {
-		cfg, err := loadConfig(cmd, *path, e)
-		if err != nil {
-			return err
-		}
-		ctx := cmd.Context()
-		nc, r, err := openDeadLetters(ctx, cfg, "notifier dead show")
+		cfg, nc, r, err := openDeadLetters(cmd, *path, e, "notifier dead show")
 		if err != nil {
 			return err
 		}
 		defer nc.Close()
+		ctx := cmd.Context()
 		letters, err := inspect.FindDead(ctx, r, args[0], byID)
 		if err != nil {
 			return hintStream(err)
@@ -382,16 +379,12 @@ prints what would be replayed and changes nothing.`,
 		if err != nil {
 			return err
 		}
-		cfg, err := loadConfig(cmd, *path, e)
-		if err != nil {
-			return err
-		}
-		ctx := cmd.Context()
-		nc, r, err := openDeadLetters(ctx, cfg, "notifier dead replay")
+		cfg, nc, r, err := openDeadLetters(cmd, *path, e, "notifier dead replay")
 		if err != nil {
 			return err
 		}
 		defer nc.Close()
+		ctx := cmd.Context()
 		rp := &replayer{dead: r, flags: *rf, now: time.Now, in: e.stdin, out: e.stdout}
 		if !rf.dryRun {
 			rdb, err := config.ConnectRedis(ctx, cfg.Redis, 4)

@@ -67,16 +67,12 @@ stream) and changes nothing. Ask one question:
 		if c.Flags().Changed("scan") && *job == "" {
 			return &usageError{err: errors.New("--scan goes with --job")}
 		}
-		cfg, err := loadConfig(cmd, *path, e)
-		if err != nil {
-			return err
-		}
-		ctx := cmd.Context()
-		rdb, err := config.ConnectRedis(ctx, cfg.Redis, 4)
+		cfg, rdb, err := loadRedis(cmd, *path, e)
 		if err != nil {
 			return err
 		}
 		defer rdb.Close()
+		ctx := cmd.Context()
 		var js jetstream.JetStream
 		if q.Job != "" {
 			nc, j, err := config.ConnectJetStream(ctx, cfg, "notifier explain", false)

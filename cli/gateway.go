@@ -37,14 +37,12 @@ requests in flight finish, and exits 0.`,
 	path := configFlag(c)
 	logf := logFlags(c)
 	c.RunE = func(cmd *cobra.Command, _ []string) error {
-		cfg, err := config.Load(*path, e.getenv)
-		if err != nil {
-			return err
-		}
-		if cfg.Gateway == nil {
-			return &config.Error{File: *path, Problems: []error{errors.New("gateway: required by notifier gateway: at least gateway.keys (see `notifier gateway hash-key`)")}}
-		}
-		log, err := logf.logger(e.stderr)
+		cfg, log, err := logf.start(*path, e, func(cfg config.Config) error {
+			if cfg.Gateway == nil {
+				return &config.Error{File: *path, Problems: []error{errors.New("gateway: required by notifier gateway: at least gateway.keys (see `notifier gateway hash-key`)")}}
+			}
+			return nil
+		})
 		if err != nil {
 			return err
 		}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
 	"github.com/notifier/notifier/config"
@@ -128,4 +129,19 @@ func loadConfig(cmd *cobra.Command, path string, e *env) (config.Config, error) 
 		}
 	}
 	return config.Load(path, e.getenv)
+}
+
+// loadRedis loads the configuration as loadConfig does and connects to
+// the Redis it names, with a pool for an operator's read (4 connections).
+// The caller closes the client.
+func loadRedis(cmd *cobra.Command, path string, e *env) (config.Config, redis.UniversalClient, error) {
+	cfg, err := loadConfig(cmd, path, e)
+	if err != nil {
+		return cfg, nil, err
+	}
+	rdb, err := config.ConnectRedis(cmd.Context(), cfg.Redis, 4)
+	if err != nil {
+		return cfg, nil, err
+	}
+	return cfg, rdb, nil
 }

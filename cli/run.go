@@ -3,7 +3,6 @@ package cli
 import (
 	"github.com/spf13/cobra"
 
-	"github.com/notifier/notifier/config"
 	"github.com/notifier/notifier/worker"
 )
 
@@ -22,11 +21,7 @@ JetStream at once, lets the sends already at a provider finish, and exits 0.`,
 	path := configFlag(c)
 	logf := logFlags(c)
 	c.RunE = func(cmd *cobra.Command, _ []string) error {
-		cfg, err := config.Load(*path, e.getenv)
-		if err != nil {
-			return err
-		}
-		log, err := logf.logger(e.stderr)
+		cfg, log, err := logf.start(*path, e, nil)
 		if err != nil {
 			return err
 		}

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/notifier/notifier/config"
 )
 
 // logOptions are the --log-level and --log-format flags.
@@ -45,4 +47,24 @@ func (o *logOptions) logger(w io.Writer) (*slog.Logger, error) {
 		return slog.New(slog.NewTextHandler(w, opts)), nil
 	}
 	return nil, &usageError{err: fmt.Errorf("--log-format: %q is not one of json, text", o.format)}
+}
+
+// start loads the configuration at path, has need check it (nil: nothing
+// to check), then builds the logger on e's stderr: how a long-running
+// command (run, gateway) starts.
+func (o *logOptions) start(path string, e *env, need func(config.Config) error) (config.Config, *slog.Logger, error) {
+	cfg, err := config.Load(path, e.getenv)
+	if err != nil {
+		return cfg, nil, err
+	}
+	if need != nil {
+		if err := need(cfg); err != nil {
+			return cfg, nil, err
+		}
+	}
+	log, err := o.logger(e.stderr)
+	if err != nil {
+		return cfg, nil, err
+	}
+	return cfg, log, nil
 }

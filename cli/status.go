@@ -44,16 +44,12 @@ keeps its limits in its own memory, not in Redis: its status is its /status page
 	once := c.Flags().Bool("once", false, "print once and exit")
 	asJSON := c.Flags().Bool("json", false, "print as JSON (implies --once)")
 	c.RunE = func(cmd *cobra.Command, _ []string) error {
-		cfg, err := loadConfig(cmd, *path, e)
-		if err != nil {
-			return err
-		}
-		ctx := cmd.Context()
-		rdb, err := config.ConnectRedis(ctx, cfg.Redis, 4)
+		cfg, rdb, err := loadRedis(cmd, *path, e)
 		if err != nil {
 			return err
 		}
 		defer rdb.Close()
+		ctx := cmd.Context()
 		// With --nats, the stream's side too: the jobs waiting in it,
 		// which a fleet without heartbeats in Redis (a notifier dev) has.
 		var stream jetstream.Stream

@@ -1,17 +1,15 @@
 package cli
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/notifier/notifier/config"
-	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/gateway"
 	"github.com/notifier/notifier/inspect"
+	"github.com/notifier/notifier/limits"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/userlimit"
 )
@@ -47,7 +45,7 @@ adds its counts to Redis every 5 s.`,
 			if *channel != "" || *shadow {
 				return &usageError{err: fmt.Errorf("--channel and --shadow are for the per-user cap, not --gateway")}
 			}
-			return topGateway(cmd.Context(), e, *path, *window, *limit, *asJSON)
+			return topGateway(cmd, e, *path, *window, *limit, *asJSON)
 		}
 		if *channel == "" {
 			return &usageError{err: fmt.Errorf("--channel is required: sms, push or email")}
@@ -55,22 +53,18 @@ adds its counts to Redis every 5 s.`,
 		if !queue.IsChannel(*channel) {
 			return &usageError{err: fmt.Errorf("--channel must be sms, push or email, got %q", *channel)}
 		}
-		if *window < time.Hour || *window > dispatch.TopRetention || *limit < 1 {
-			return &usageError{err: fmt.Errorf("--window must be from 1h to %s and --limit at least 1", inspect.FormatDuration(dispatch.TopRetention))}
+		if *window < time.Hour || *window > limits.TopRetention || *limit < 1 {
+			return &usageError{err: fmt.Errorf("--window must be from 1h to %s and --limit at least 1", inspect.FormatDuration(limits.TopRetention))}
 		}
-		cfg, err := config.Load(*path, e.getenv)
-		if err != nil {
-			return err
-		}
-		ctx := cmd.Context()
-		rdb, err := config.ConnectRedis(ctx, cfg.Redis, 4)
+		cfg, rdb, err := loadRedis(cmd, *path, e)
 		if err != nil {
 			return err
 		}
 		defer rdb.Close()
-		top := dispatch.NewDenials(rdb, cfg.Redis.KeyPrefix).Top
+		ctx := cmd.Context()
+		top := limits.NewDenials(rdb, cfg.Redis.KeyPrefix).Top
 		if *shadow {
-			top = dispatch.NewDenials(rdb, cfg.Redis.KeyPrefix).TopShadow
+			top = limits.NewDenials(rdb, cfg.Redis.KeyPrefix).TopShadow
 		}
 		rows, err := top(ctx, *channel, *window, *limit)
 		if err != nil {
@@ -114,19 +108,16 @@ adds its counts to Redis every 5 s.`,
 
 // topGateway is `notifier top --gateway`: the API keys with the most
 // rejected requests over window, from the counts gateways keep in Redis.
-func topGateway(ctx context.Context, e *env, path string, window time.Duration, limit int, asJSON bool) error {
+func topGateway(cmd *cobra.Command, e *env, path string, window time.Duration, limit int, asJSON bool) error {
 	if window < time.Hour || window > gateway.RejectionRetention || limit < 1 {
 		return &usageError{err: fmt.Errorf("--window must be from 1h to %s and --limit at least 1", inspect.FormatDuration(gateway.RejectionRetention))}
 	}
-	cfg, err := config.Load(path, e.getenv)
-	if err != nil {
-		return err
-	}
-	rdb, err := config.ConnectRedis(ctx, cfg.Redis, 4)
+	cfg, rdb, err := loadRedis(cmd, path, e)
 	if err != nil {
 		return err
 	}
 	defer rdb.Close()
+	ctx := cmd.Context()
 	rows, err := gateway.TopRejected(ctx, rdb, cfg.Redis.KeyPrefix, time.Now(), window, limit)
 	if err != nil {
 		return err

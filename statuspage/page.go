@@ -217,30 +217,20 @@ func (p *Page) snapshot(now time.Time) statusJSON {
 	for i, s := range ss {
 		out.T[i] = s.at.UnixMilli()
 		for _, ps := range s.st.Providers {
-			k, ok := prov[ps.Name]
-			if !ok {
-				k = len(out.Providers)
-				prov[ps.Name] = k
-				out.Providers = append(out.Providers, providerSeries{
+			o := seriesOf(prov, &out.Providers, ps.Name, func() providerSeries {
+				return providerSeries{
 					Name: ps.Name, Sent: nanSeries(len(ss)), Contract: nanSeries(len(ss)), Delay: nanSeries(len(ss)),
 					MaxDelay: nanSeries(len(ss)), Depth: nanSeries(len(ss)), Paused: nanSeries(len(ss)),
-				})
-			}
-			o := &out.Providers[k]
+				}
+			})
 			o.Channel, o.Unit = ps.Channel, ps.Unit // the latest config names them
 			o.Sent[i], o.Contract[i], o.Delay[i] = ps.SentPerSec, ps.Contract, ps.QueueDelay
 			o.MaxDelay[i], o.Depth[i], o.Paused[i] = ps.MaxDelay, ps.QueueDepth, ps.PausedFor
 		}
 		for _, cs := range s.st.Channels {
-			k, ok := chans[cs.Channel]
-			if !ok {
-				k = len(out.Channels)
-				chans[cs.Channel] = k
-				out.Channels = append(out.Channels, channelSeries{
-					Channel: cs.Channel, Sent: nanSeries(len(ss)), Suppressed: nanSeries(len(ss)), Dead: nanSeries(len(ss)),
-				})
-			}
-			o := &out.Channels[k]
+			o := seriesOf(chans, &out.Channels, cs.Channel, func() channelSeries {
+				return channelSeries{Channel: cs.Channel, Sent: nanSeries(len(ss)), Suppressed: nanSeries(len(ss)), Dead: nanSeries(len(ss))}
+			})
 			o.Sent[i], o.Suppressed[i], o.Dead[i] = float64(cs.Sent), float64(cs.Suppressed), float64(cs.Dead)
 		}
 	}
@@ -250,6 +240,18 @@ func (p *Page) snapshot(now time.Time) statusJSON {
 		out.Table = Table{Providers: []ProviderRow{}, Channels: []ChannelRow{}, Instances: []InstanceRow{}, Tenants: []TenantRow{}, Shaping: []ShapingRow{}}
 	}
 	return out
+}
+
+// seriesOf is name's series in *all, indexed by at: made by mk and
+// appended the first time name is seen.
+func seriesOf[S any](at map[string]int, all *[]S, name string, mk func() S) *S {
+	k, ok := at[name]
+	if !ok {
+		k = len(*all)
+		at[name] = k
+		*all = append(*all, mk())
+	}
+	return &(*all)[k]
 }
 
 func nanSeries(n int) nums {
