@@ -113,7 +113,7 @@ type Options struct {
 	Tracer trace.TracerProvider
 	// Denials, when set, counts per-user cap denials in Redis for
 	// `notifier top` (not while on local limits).
-	Denials *Denials
+	Denials *limits.Denials
 	// Horizons keeps how far ahead the fleet handed out each provider's
 	// slots where a Redis wipe cannot lose it (queue.Horizons), so that a
 	// first start, or a start after the fleet was idle, does not wait a

@@ -6,7 +6,6 @@ import (
 
 	"github.com/notifier/notifier/internal/sleep"
 	"github.com/notifier/notifier/limits"
-	"github.com/redis/go-redis/v9"
 )
 
 // settle records a sent job in the ledger and then acknowledges it. On
@@ -77,7 +76,7 @@ func (pl *pipeline) recordSent(ctx context.Context, jobs []*job, q <-chan *job) 
 		}
 		var shadow limits.ShadowCounter
 		if pl.o.Denials != nil {
-			shadow = shadowCounts{pl.o.Denials}
+			shadow = pl.o.Denials
 		}
 		err := l.RecordSent(ctx, sent, shadow)
 		if l.Shared() && shadow != nil {
@@ -115,12 +114,4 @@ func (pl *pipeline) recordSent(ctx context.Context, jobs []*job, q <-chan *job) 
 			}
 		}
 	}
-}
-
-// shadowCounts counts the jobs a cap in shadow mode would have refused in
-// Denials, with their sent records (limits.ShadowCounter).
-type shadowCounts struct{ d *Denials }
-
-func (s shadowCounts) QueueShadow(ctx context.Context, pipe redis.Pipeliner, channel, user string) {
-	s.d.recordShadowCmd(ctx, pipe, channel, user)
 }

@@ -53,7 +53,7 @@ func TestShadowCapCountsWhatTheEnforcedCapDenies(t *testing.T) {
 			for range 2 {
 				procs = append(procs, b.start(func(o *Options) {
 					o.UserLimits = map[string]userlimit.Rule{"push": rule, "sms": shadow}
-					o.Denials = NewDenials(b.redis.Client(), b.prefix)
+					o.Denials = limits.NewDenials(b.redis.Client(), b.prefix)
 				}))
 			}
 			b.publish(jobs...)
@@ -89,7 +89,7 @@ func TestShadowCapCountsWhatTheEnforcedCapDenies(t *testing.T) {
 				}
 			}
 			b.acceptedOnceOf(smsIDs)
-			den := NewDenials(b.redis.Client(), b.prefix)
+			den := limits.NewDenials(b.redis.Client(), b.prefix)
 			enforced, err := den.Top(context.Background(), "push", time.Hour, 100)
 			if err != nil {
 				t.Fatal(err)

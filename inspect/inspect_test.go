@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/notifier/notifier/digest"
-	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/fleet"
 	"github.com/notifier/notifier/inspect"
 	"github.com/notifier/notifier/leaky"
@@ -109,11 +108,11 @@ func TestUserWithoutCapAndBadQuestions(t *testing.T) {
 }
 
 // TestDenialsReadWhatTopCounts: the denials explain reports are the ones
-// the dispatcher counts for `notifier top` (dispatch.Denials), per user.
+// the dispatcher counts for `notifier top` (limits.Denials), per user.
 func TestDenialsReadWhatTopCounts(t *testing.T) {
 	t.Parallel()
 	s := newSetup(t, inspect.Config{})
-	den := dispatch.NewDenials(s.srv.Client(), s.prefix)
+	den := limits.NewDenials(s.srv.Client(), s.prefix)
 	for _, u := range []string{"u42", "u42", "u42", "u7"} {
 		if err := den.Record(s.ctx, "sms", u); err != nil {
 			t.Fatal(err)

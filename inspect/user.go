@@ -9,7 +9,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notifier/notifier/digest"
-	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/limits"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/userlimit"
@@ -154,7 +153,7 @@ func (in *Inspector) denials(ctx context.Context, channel, user string, shadow b
 	pipe := in.rdb.Pipeline()
 	cmds := make([]*redis.FloatCmd, 24)
 	for i := range cmds {
-		cmds[i] = pipe.ZScore(ctx, dispatch.DenialsKey(in.cfg.Limits.Prefix, channel, shadow, hour.Add(-time.Duration(i)*time.Hour)), user)
+		cmds[i] = pipe.ZScore(ctx, limits.DenialsKey(in.cfg.Limits.Prefix, channel, shadow, hour.Add(-time.Duration(i)*time.Hour)), user)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return Denials{}, fmt.Errorf("explain user: read denials on %s: %w", channel, err)

@@ -168,7 +168,7 @@ type Sent struct {
 }
 
 // ShadowCounter counts a job a cap in shadow mode would have refused, in
-// a pipeline (dispatch's Denials, for `notifier top --shadow`).
+// a pipeline (Denials, for `notifier top --shadow`).
 type ShadowCounter interface {
 	QueueShadow(ctx context.Context, pipe redis.Pipeliner, channel, user string)
 }

@@ -92,7 +92,7 @@ func Run(ctx context.Context, cfg config.Config, o Options) error {
 		Horizons: horizons,
 		Fallback: fallback,
 		Peers:    hb.Live,
-		Denials:  dispatch.NewDenials(rdb, cfg.Redis.KeyPrefix),
+		Denials:  limits.NewDenials(rdb, cfg.Redis.KeyPrefix),
 		Status: func(ctx context.Context, _ *dispatch.Dispatcher) (inspect.FleetStatus, error) {
 			return ReadStatus(ctx, rdb, rl.current())
 		},
@@ -148,7 +148,7 @@ type Setup struct {
 	Horizons  dispatch.Horizons           // the slot horizons outside Redis; nil: none (every stateless queue starts cold)
 	Fallback  func() (*limits.Set, error) // redis.on_failure: local; nil: hold
 	Peers     func() int                  // live processes of the fleet; nil: this one alone
-	Denials   *dispatch.Denials           // per-user cap denials for `notifier top`; nil: not counted
+	Denials   *limits.Denials             // per-user cap denials for `notifier top`; nil: not counted
 	// Status is what the metrics port's /status page shows.
 	Status func(ctx context.Context, d *dispatch.Dispatcher) (inspect.FleetStatus, error)
 	// Explain serves the metrics port's /explain; nil: not served.

@@ -1,4 +1,4 @@
-package dispatch
+package limits
 
 import (
 	"context"
@@ -61,11 +61,12 @@ func (d *Denials) Record(ctx context.Context, channel, user string) error {
 	return nil
 }
 
-// recordShadowCmd queues in pipe the count of one denial a cap in shadow
-// mode would have made of user's job on channel (read with TopShadow); its
-// error is the command's, read after the pipeline ran.
-func (d *Denials) recordShadowCmd(ctx context.Context, pipe redis.Pipeliner, channel, user string) *redis.Cmd {
-	return denials(d.prefix, channel, true).AddCmd(ctx, pipe, d.now(), topn.Count{Member: user, N: 1})
+// QueueShadow queues in pipe the count of one denial a cap in shadow mode
+// would have made of user's job on channel (read with TopShadow); its error
+// is the command's, lost with the pipeline's: `top --shadow` may miss a
+// denial, never count one twice (ShadowCounter).
+func (d *Denials) QueueShadow(ctx context.Context, pipe redis.Pipeliner, channel, user string) {
+	denials(d.prefix, channel, true).AddCmd(ctx, pipe, d.now(), topn.Count{Member: user, N: 1})
 }
 
 // UserDenials is one row of Top.
