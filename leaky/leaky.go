@@ -192,7 +192,7 @@ const (
 	// the jitter of a send's arrival (5 ms of it for a late worker, the
 	// dispatcher's LateTolerance). 1 % left too little on a busy 2-core
 	// machine, where the HTTP path alone jitters by up to 9 ms. It is the
-	// dispatcher's default too (dispatch.LimitsConfig).
+	// dispatcher's default too (limits.Config).
 	DefaultHeadroom = 0.015
 	DefaultMaxCost  = 1              // the cold start leaves room for one unit
 	DefaultIdleTTL  = 24 * time.Hour // state outlives its drained queue by this
