@@ -47,37 +47,6 @@ func newBackendSwitch(c *core, wg *sync.WaitGroup) *backendSwitch {
 // unreachable backend.
 func (b *backendSwitch) currentLimits() *limits.Set { return b.limits.Load() }
 
-// withBackend runs fn on the limit set in use. When the backend fails, the
-// dispatcher degrades (to the fallback, or to holding) and fn runs again;
-// meanwhile the job stays in its worker, heart-beaten. It returns only fn's
-// success or ctx's end.
-func (pl *pipeline) withBackend(ctx context.Context, jb *job, fn func(*limits.Set) error) error {
-	wait := 50 * time.Millisecond
-	for {
-		l := pl.be.currentLimits()
-		if l == nil {
-			if err := pl.be.waitForRecovery(ctx, func() { pl.keepAlive(jb) }); err != nil {
-				return err
-			}
-			continue
-		}
-		err := fn(l)
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		pl.m.Deferrals.WithLabelValues(l.Name, "unavailable").Inc()
-		jb.log().Warn("limit backend failed", "backend", l.Name, "err", err)
-		pl.be.backendFailed(l, err)
-		if err := pl.hold(ctx, jb, wait); err != nil {
-			return err
-		}
-		wait = min(wait*2, time.Second)
-	}
-}
-
 // backendFailed switches away from a limit set whose backend failed: to the
 // fallback (redis.on_failure: local) or to holding (hold). It starts the
 // monitor that switches back once the primary backend answers.

@@ -284,6 +284,37 @@ func (pl *pipeline) process(ctx, sendCtx context.Context, jb *job) end {
 	}
 }
 
+// withBackend runs fn on the limit set in use. When the backend fails, the
+// dispatcher degrades (to the fallback, or to holding) and fn runs again;
+// meanwhile the job stays in its worker, heart-beaten. It returns only fn's
+// success or ctx's end.
+func (pl *pipeline) withBackend(ctx context.Context, jb *job, fn func(*limits.Set) error) error {
+	wait := 50 * time.Millisecond
+	for {
+		l := pl.be.currentLimits()
+		if l == nil {
+			if err := pl.be.waitForRecovery(ctx, func() { pl.keepAlive(jb) }); err != nil {
+				return err
+			}
+			continue
+		}
+		err := fn(l)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		pl.m.Deferrals.WithLabelValues(l.Name, "unavailable").Inc()
+		jb.log().Warn("limit backend failed", "backend", l.Name, "err", err)
+		pl.be.backendFailed(l, err)
+		if err := pl.hold(ctx, jb, wait); err != nil {
+			return err
+		}
+		wait = min(wait*2, time.Second)
+	}
+}
+
 // lease is how long a ledger claim lasts: the longest the job can sit in
 // the leaky queue, plus the send, plus a margin. Longer waits re-claim.
 func (pl *pipeline) lease(jb *job) time.Duration {
