@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/notifier/notifier/bench"
+	"github.com/notifier/notifier/internal/bench"
 )
 
 // benchFlags are the flags of `notifier bench`: the bench's Config and how

@@ -14,7 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/notifier/notifier/bench"
+	"github.com/notifier/notifier/internal/bench"
 	"github.com/notifier/notifier/internal/stats"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"

@@ -16,8 +16,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/notifier/notifier/internal/localenv"
 	"github.com/notifier/notifier/leaky"
-	"github.com/notifier/notifier/localenv"
 	"github.com/notifier/notifier/testenv"
 )
 

@@ -11,10 +11,10 @@ import (
 
 	"github.com/notifier/notifier/config"
 	"github.com/notifier/notifier/inspect"
+	"github.com/notifier/notifier/internal/service"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/userlimit"
-	"github.com/notifier/notifier/worker"
 )
 
 func checkCmd(e *env) *cobra.Command {
@@ -33,7 +33,7 @@ func checkCmd(e *env) *cobra.Command {
 		// the environment and the files they name. Only NATS and Redis
 		// (their addresses, credentials and TLS handshakes) are left to
 		// run, which needs the network for them.
-		reg, err := worker.BuildRegistry(*path, cfg.Providers, providers.Options{Version: version, Getenv: e.getenv, Stdout: io.Discard})
+		reg, err := service.BuildRegistry(*path, cfg.Providers, providers.Options{Version: version, Getenv: e.getenv, Stdout: io.Discard})
 		if err != nil {
 			return err
 		}

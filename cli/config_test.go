@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/notifier/notifier/config"
-	"github.com/notifier/notifier/worker"
+	"github.com/notifier/notifier/internal/service"
 )
 
 // minimal is the smallest valid configuration: only providers is required.
@@ -118,7 +118,7 @@ func TestTenantWeightsReachTheDispatcher(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]float64{"acme": 3, "Acme": 2, "Bank.eu": 0.5, "x_y-z": 1000}
-	if r := worker.ReloadOf(cfg, nil); !maps.Equal(r.TenantWeights, want) {
+	if r := service.ReloadOf(cfg, nil); !maps.Equal(r.TenantWeights, want) {
 		t.Fatalf("a reload hands the dispatcher %v, want %v", r.TenantWeights, want)
 	}
 	var b strings.Builder

@@ -21,7 +21,7 @@ import (
 	"github.com/notifier/notifier/config"
 	"github.com/notifier/notifier/inspect"
 	"github.com/notifier/notifier/internal/text"
-	"github.com/notifier/notifier/ledger"
+	"github.com/notifier/notifier/limits/ledger"
 	"github.com/notifier/notifier/queue"
 )
 

@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/notifier/notifier/demo"
+	"github.com/notifier/notifier/internal/demo"
 )
 
 func demoCmd(e *env) *cobra.Command {

@@ -15,9 +15,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/notifier/notifier/config"
-	"github.com/notifier/notifier/demo"
+	"github.com/notifier/notifier/internal/demo"
+	"github.com/notifier/notifier/internal/service"
 	"github.com/notifier/notifier/internal/text"
-	"github.com/notifier/notifier/worker"
 )
 
 // devFlags are the flags of `notifier dev`.
@@ -77,11 +77,11 @@ server 2.10.4 or newer and Redis.`,
 		if !f.sandbox && f.config == "" {
 			return &usageError{err: errors.New("--sandbox=false needs --config: without a configuration the only providers are the sandbox's")}
 		}
-		if _, _, err := worker.SplitListen(f.natsListen); err != nil {
+		if _, _, err := service.SplitListen(f.natsListen); err != nil {
 			return &usageError{err: fmt.Errorf("--nats-listen: %w", err)}
 		}
 		if f.metricsListen != "" && f.metricsListen != "off" {
-			if _, _, err := worker.SplitListen(f.metricsListen); err != nil {
+			if _, _, err := service.SplitListen(f.metricsListen); err != nil {
 				return &usageError{err: fmt.Errorf("--metrics-listen: %w", err)}
 			}
 		}
@@ -246,7 +246,7 @@ func (p *devPrinter) banner(s string) {
 	fmt.Fprint(p.w, s)
 }
 
-// runDev runs worker.Dev with the printer of what the sandbox answers and
+// runDev runs service.Dev with the printer of what the sandbox answers and
 // the banners.
 func runDev(ctx context.Context, f *devFlags, e *env) error {
 	log, err := f.log.logger(e.stderr)
@@ -270,8 +270,8 @@ func runDev(ctx context.Context, f *devFlags, e *env) error {
 	tick := make(chan struct{})
 	defer close(tick)
 	go out.flushEverySecond(tick)
-	dir, err := worker.Dev(ctx, cfg, worker.DevOptions{
-		Options:    worker.Options{Path: path, Version: version, Logger: log, Stdout: e.stdout, Getenv: e.getenv},
+	dir, err := service.Dev(ctx, cfg, service.DevOptions{
+		Options:    service.Options{Path: path, Version: version, Logger: log, Stdout: e.stdout, Getenv: e.getenv},
 		DataDir:    f.dataDir,
 		NATSListen: f.natsListen,
 		Sandbox:    f.sandbox,

@@ -13,9 +13,9 @@ import (
 
 	"github.com/notifier/notifier/config"
 	"github.com/notifier/notifier/inspect"
+	"github.com/notifier/notifier/internal/service"
 	"github.com/notifier/notifier/internal/text"
-	"github.com/notifier/notifier/ledger"
-	"github.com/notifier/notifier/worker"
+	"github.com/notifier/notifier/limits/ledger"
 )
 
 func explainCmd(e *env) *cobra.Command {
@@ -82,7 +82,7 @@ stream) and changes nothing. Ask one question:
 			defer nc.Close()
 			js = j
 		}
-		in, err := worker.NewInspector(rdb, js, cfg)
+		in, err := service.NewInspector(rdb, js, cfg)
 		if err != nil {
 			return err
 		}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/notifier/notifier/inspect"
 	"github.com/notifier/notifier/leaky"
-	"github.com/notifier/notifier/ledger"
+	"github.com/notifier/notifier/limits/ledger"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
 )

@@ -11,7 +11,7 @@ import (
 
 	"github.com/notifier/notifier/config"
 	"github.com/notifier/notifier/gateway"
-	"github.com/notifier/notifier/worker"
+	"github.com/notifier/notifier/internal/service"
 )
 
 func gatewayCmd(e *env) *cobra.Command {
@@ -46,7 +46,7 @@ requests in flight finish, and exits 0.`,
 		if err != nil {
 			return err
 		}
-		return worker.Gateway(cmd.Context(), cfg, version, log, func(addr string) {
+		return service.Gateway(cmd.Context(), cfg, version, log, func(addr string) {
 			fmt.Fprintf(e.stdout, "gateway listening on http://%s\n", addr)
 		})
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notifier/notifier/config"
-	"github.com/notifier/notifier/fleet"
+	"github.com/notifier/notifier/limits/fleet"
 	"github.com/notifier/notifier/queue"
 )
 

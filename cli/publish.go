@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/notifier/notifier/config"
-	"github.com/notifier/notifier/demo"
+	"github.com/notifier/notifier/internal/demo"
 	"github.com/notifier/notifier/queue"
 )
 

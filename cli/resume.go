@@ -9,9 +9,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/notifier/notifier/config"
-	"github.com/notifier/notifier/fleet"
 	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/limits"
+	"github.com/notifier/notifier/limits/fleet"
 )
 
 func resumeCmd(e *env) *cobra.Command {

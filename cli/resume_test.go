@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/notifier/notifier/fleet"
 	"github.com/notifier/notifier/leaky"
+	"github.com/notifier/notifier/limits/fleet"
 )
 
 // TestResumeLiftsAPause: `notifier resume <provider>` lifts a 429 pause (or

@@ -3,7 +3,7 @@ package cli
 import (
 	"github.com/spf13/cobra"
 
-	"github.com/notifier/notifier/worker"
+	"github.com/notifier/notifier/internal/service"
 )
 
 func runCmd(e *env) *cobra.Command {
@@ -25,7 +25,7 @@ JetStream at once, lets the sends already at a provider finish, and exits 0.`,
 		if err != nil {
 			return err
 		}
-		return worker.Run(cmd.Context(), cfg, worker.Options{Path: *path, Version: version, Logger: log, Stdout: e.stdout, Getenv: e.getenv})
+		return service.Run(cmd.Context(), cfg, service.Options{Path: *path, Version: version, Logger: log, Stdout: e.stdout, Getenv: e.getenv})
 	}
 	return c
 }

@@ -15,9 +15,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/notifier/notifier/config"
-	"github.com/notifier/notifier/localenv"
+	"github.com/notifier/notifier/internal/localenv"
+	"github.com/notifier/notifier/internal/service"
 	"github.com/notifier/notifier/providers"
-	"github.com/notifier/notifier/worker"
 )
 
 func sandboxCmd(e *env) *cobra.Command {
@@ -87,7 +87,7 @@ func sandboxLanes(ps []providers.Config, listen string) (addr string, lanes []sa
 			return "", nil, nil, errors.New("the configuration has no webhook provider: nothing for a sandbox to serve")
 		}
 	}
-	_, port, err := worker.SplitListen(addr)
+	_, port, err := service.SplitListen(addr)
 	if err != nil {
 		return "", nil, nil, fmt.Errorf("--listen: %w", err)
 	}

@@ -14,10 +14,10 @@ import (
 
 	"github.com/notifier/notifier/config"
 	"github.com/notifier/notifier/inspect"
+	"github.com/notifier/notifier/inspect/statuspage"
+	"github.com/notifier/notifier/internal/service"
 	"github.com/notifier/notifier/internal/text"
 	"github.com/notifier/notifier/queue"
-	"github.com/notifier/notifier/statuspage"
-	"github.com/notifier/notifier/worker"
 )
 
 func statusCmd(e *env) *cobra.Command {
@@ -65,7 +65,7 @@ keeps its limits in its own memory, not in Redis: its status is its /status page
 		}
 		tty := isTerminal(e.stdout)
 		for {
-			st, err := worker.ReadStatus(ctx, rdb, cfg)
+			st, err := service.ReadStatus(ctx, rdb, cfg)
 			if err != nil {
 				return err
 			}

@@ -20,10 +20,10 @@ import (
 
 	"github.com/notifier/notifier/config"
 	"github.com/notifier/notifier/inspect"
-	"github.com/notifier/notifier/statuspage"
+	"github.com/notifier/notifier/inspect/statuspage"
+	"github.com/notifier/notifier/internal/service"
 	"github.com/notifier/notifier/testenv"
 	"github.com/notifier/notifier/testenv/browser"
-	"github.com/notifier/notifier/worker"
 )
 
 // TestStatusTableMatchesPrint: the page's table has the numbers `notifier
@@ -110,7 +110,7 @@ func TestStatusTableMatchesPrint(t *testing.T) {
 
 // TestStatusScreenshot serves the page from a paced run: two `notifier
 // run` processes at a contract of 100/s with a backlog, sampled from Redis
-// with worker.ReadStatus as `notifier run` does. After about 20 s the page must
+// with service.ReadStatus as `notifier run` does. After about 20 s the page must
 // show what the fleet does: two instances, the contract, a sent rate near
 // it, a queue delay within max_queue_delay; its table must be the last
 // sample's numbers exactly; and its chart must draw the rate under the
@@ -138,7 +138,7 @@ func TestStatusScreenshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rdb.Close() })
-	p := statuspage.New(func(ctx context.Context) (inspect.FleetStatus, error) { return worker.ReadStatus(ctx, rdb, cfg) }, time.Second, 10*time.Minute)
+	p := statuspage.New(func(ctx context.Context) (inspect.FleetStatus, error) { return service.ReadStatus(ctx, rdb, cfg) }, time.Second, 10*time.Minute)
 	runCtx, stop := context.WithCancel(t.Context())
 	sampler := make(chan error, 1)
 	go func() { sampler <- p.Run(runCtx) }()

@@ -7,12 +7,12 @@ import (
 	"time"
 
 	"github.com/notifier/notifier/config"
-	"github.com/notifier/notifier/fleet"
+	"github.com/notifier/notifier/inspect/statuspage"
+	"github.com/notifier/notifier/internal/service"
 	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/limits"
+	"github.com/notifier/notifier/limits/fleet"
 	"github.com/notifier/notifier/providers"
-	"github.com/notifier/notifier/statuspage"
-	"github.com/notifier/notifier/worker"
 )
 
 // TestStatusNamesACredentialsPause: a provider paused because it refused
@@ -37,7 +37,7 @@ func TestStatusNamesACredentialsPause(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := worker.ReadStatus(ctx, rdb, cfg)
+	st, err := service.ReadStatus(ctx, rdb, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestStatusShowsAdaptiveRateAndQuotas(t *testing.T) {
 	if lowered, err := q.Backoff(ctx, "sms-gw", c, time.Millisecond); err != nil || !lowered {
 		t.Fatalf("backoff: lowered %v, %v", lowered, err)
 	}
-	st, err := worker.ReadStatus(ctx, rdb, cfg)
+	st, err := service.ReadStatus(ctx, rdb, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,9 +11,9 @@ import (
 
 	"github.com/notifier/notifier/config"
 	"github.com/notifier/notifier/internal/text"
+	"github.com/notifier/notifier/limits/suppress"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
-	"github.com/notifier/notifier/suppress"
 )
 
 func suppressionCmd(e *env) *cobra.Command {

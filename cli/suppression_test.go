@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/notifier/notifier/suppress"
+	"github.com/notifier/notifier/limits/suppress"
 )
 
 // TestSuppressionCommands: `suppression list` shows the listed recipients

@@ -12,9 +12,9 @@ import (
 
 	"github.com/notifier/notifier/dispatch"
 	"github.com/notifier/notifier/internal/text"
+	"github.com/notifier/notifier/limits/suppress"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
-	"github.com/notifier/notifier/suppress"
 )
 
 // Validate reports every problem at once, each naming its YAML key.

@@ -17,8 +17,8 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 
 	"github.com/notifier/notifier/dispatch"
-	"github.com/notifier/notifier/fleet"
 	"github.com/notifier/notifier/gateway"
+	"github.com/notifier/notifier/limits/fleet"
 	"github.com/notifier/notifier/providers"
 )
 

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/notifier/notifier/leaky"
-	"github.com/notifier/notifier/ledger"
 	"github.com/notifier/notifier/limits"
+	"github.com/notifier/notifier/limits/ledger"
 	"github.com/notifier/notifier/userlimit"
 )
 

@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/notifier/notifier/fleet"
-	"github.com/notifier/notifier/ledger"
+	"github.com/notifier/notifier/internal/localenv"
 	"github.com/notifier/notifier/limits"
-	"github.com/notifier/notifier/localenv"
+	"github.com/notifier/notifier/limits/fleet"
+	"github.com/notifier/notifier/limits/ledger"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/testenv"
 )

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/notifier/notifier/ledger"
+	"github.com/notifier/notifier/limits/ledger"
 	"github.com/notifier/notifier/queue"
 )
 

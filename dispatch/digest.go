@@ -8,10 +8,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/notifier/notifier/digest"
 	"github.com/notifier/notifier/internal/luapre"
-	"github.com/notifier/notifier/ledger"
 	"github.com/notifier/notifier/limits"
+	"github.com/notifier/notifier/limits/digest"
+	"github.com/notifier/notifier/limits/ledger"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/userlimit"
 )

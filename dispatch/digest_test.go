@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/notifier/notifier/digest"
-	"github.com/notifier/notifier/ledger"
+	"github.com/notifier/notifier/limits/digest"
+	"github.com/notifier/notifier/limits/ledger"
 	"github.com/notifier/notifier/testenv"
 	"github.com/notifier/notifier/userlimit"
 )

@@ -12,10 +12,10 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/notifier/notifier/fleet"
 	"github.com/notifier/notifier/globallimit"
 	"github.com/notifier/notifier/internal/steptrace"
 	"github.com/notifier/notifier/limits"
+	"github.com/notifier/notifier/limits/fleet"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/userlimit"

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/notifier/notifier/ledger"
+	"github.com/notifier/notifier/limits/ledger"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
 )

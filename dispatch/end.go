@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/notifier/notifier/ledger"
+	"github.com/notifier/notifier/limits/ledger"
 	"github.com/notifier/notifier/queue"
 )
 

@@ -14,8 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/notifier/notifier/fleet"
 	"github.com/notifier/notifier/limits"
+	"github.com/notifier/notifier/limits/fleet"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/testenv"
 )

@@ -14,11 +14,11 @@ import (
 	"github.com/notifier/notifier/internal/steptrace"
 	"github.com/notifier/notifier/internal/text"
 	"github.com/notifier/notifier/leaky"
-	"github.com/notifier/notifier/ledger"
 	"github.com/notifier/notifier/limits"
+	"github.com/notifier/notifier/limits/ledger"
+	"github.com/notifier/notifier/limits/suppress"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
-	"github.com/notifier/notifier/suppress"
 	"github.com/notifier/notifier/userlimit"
 )
 

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/notifier/notifier/fleet"
-	"github.com/notifier/notifier/ledger"
+	"github.com/notifier/notifier/limits/fleet"
+	"github.com/notifier/notifier/limits/ledger"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/testenv"
 )

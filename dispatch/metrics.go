@@ -1,7 +1,7 @@
 package dispatch
 
 import (
-	"github.com/notifier/notifier/fleet"
+	"github.com/notifier/notifier/limits/fleet"
 	"github.com/prometheus/client_golang/prometheus"
 )
 

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/notifier/notifier/leaky"
-	"github.com/notifier/notifier/ledger"
+	"github.com/notifier/notifier/limits/ledger"
 	"github.com/notifier/notifier/testenv"
 )
 

@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/notifier/notifier/fleet"
 	"github.com/notifier/notifier/internal/text"
-	"github.com/notifier/notifier/ledger"
 	"github.com/notifier/notifier/limits"
+	"github.com/notifier/notifier/limits/fleet"
+	"github.com/notifier/notifier/limits/ledger"
 	"github.com/notifier/notifier/providers"
 )
 

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/notifier/notifier/leaky"
-	"github.com/notifier/notifier/ledger"
+	"github.com/notifier/notifier/limits/ledger"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/testenv"
 )

@@ -7,7 +7,7 @@ import (
 
 	"github.com/notifier/notifier/internal/text"
 	"github.com/notifier/notifier/limits"
-	"github.com/notifier/notifier/suppress"
+	"github.com/notifier/notifier/limits/suppress"
 )
 
 // ReasonSuppressedRecipient: the job's recipient is on the suppression

@@ -10,8 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/notifier/notifier/ledger"
-	"github.com/notifier/notifier/suppress"
+	"github.com/notifier/notifier/limits/ledger"
+	"github.com/notifier/notifier/limits/suppress"
 	"github.com/notifier/notifier/testenv"
 )
 

@@ -8,8 +8,8 @@ import (
 	"github.com/notifier/notifier/globallimit"
 	"github.com/notifier/notifier/internal/sleep"
 	"github.com/notifier/notifier/leaky"
-	"github.com/notifier/notifier/ledger"
 	"github.com/notifier/notifier/limits"
+	"github.com/notifier/notifier/limits/ledger"
 	"github.com/notifier/notifier/userlimit"
 )
 

@@ -23,7 +23,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notifier/notifier/gateway"
-	"github.com/notifier/notifier/localenv"
+	"github.com/notifier/notifier/internal/localenv"
 	"github.com/notifier/notifier/queue"
 )
 

@@ -24,7 +24,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/notifier/notifier/gateway"
-	"github.com/notifier/notifier/localenv"
+	"github.com/notifier/notifier/internal/localenv"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
 )

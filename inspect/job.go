@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/notifier/notifier/ledger"
+	"github.com/notifier/notifier/limits/ledger"
 	"github.com/notifier/notifier/queue"
 )
 

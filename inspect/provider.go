@@ -6,8 +6,8 @@ import (
 	"sort"
 	"time"
 
-	"github.com/notifier/notifier/fleet"
 	"github.com/notifier/notifier/limits"
+	"github.com/notifier/notifier/limits/fleet"
 	"github.com/notifier/notifier/providers"
 )
 

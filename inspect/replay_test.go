@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/notifier/notifier/inspect"
-	"github.com/notifier/notifier/ledger"
+	"github.com/notifier/notifier/limits/ledger"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
 )

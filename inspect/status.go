@@ -5,10 +5,10 @@ import (
 	"sort"
 	"time"
 
-	"github.com/notifier/notifier/fleet"
 	"github.com/notifier/notifier/internal/text"
 	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/limits"
+	"github.com/notifier/notifier/limits/fleet"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
 )

@@ -8,8 +8,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/notifier/notifier/digest"
 	"github.com/notifier/notifier/limits"
+	"github.com/notifier/notifier/limits/digest"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/userlimit"
 )

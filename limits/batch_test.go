@@ -12,7 +12,7 @@ import (
 
 	"github.com/notifier/notifier/internal/roundtrip"
 	"github.com/notifier/notifier/leaky"
-	"github.com/notifier/notifier/ledger"
+	"github.com/notifier/notifier/limits/ledger"
 	"github.com/notifier/notifier/testenv"
 	"github.com/notifier/notifier/userlimit"
 )

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/notifier/notifier/ledger"
 	"github.com/notifier/notifier/limits"
+	"github.com/notifier/notifier/limits/ledger"
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/userlimit"
 )

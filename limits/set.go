@@ -8,13 +8,13 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/notifier/notifier/digest"
-	"github.com/notifier/notifier/fleet"
 	"github.com/notifier/notifier/globallimit"
 	"github.com/notifier/notifier/leaky"
-	"github.com/notifier/notifier/ledger"
+	"github.com/notifier/notifier/limits/digest"
+	"github.com/notifier/notifier/limits/fleet"
+	"github.com/notifier/notifier/limits/ledger"
+	"github.com/notifier/notifier/limits/suppress"
 	"github.com/notifier/notifier/providers"
-	"github.com/notifier/notifier/suppress"
 	"github.com/notifier/notifier/userlimit"
 )
 

@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/notifier/notifier/localenv"
+	"github.com/notifier/notifier/internal/localenv"
 	"github.com/notifier/notifier/testenv"
 )
 

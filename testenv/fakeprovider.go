@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/notifier/notifier/localenv"
+	"github.com/notifier/notifier/internal/localenv"
 )
 
 // FakeOption configures a fake provider.

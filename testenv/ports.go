@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/notifier/notifier/localenv"
+	"github.com/notifier/notifier/internal/localenv"
 )
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.

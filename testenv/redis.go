@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/notifier/notifier/localenv"
+	"github.com/notifier/notifier/internal/localenv"
 )
 
 // RedisOption configures a private Redis server.

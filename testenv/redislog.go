@@ -12,7 +12,7 @@ import (
 // around the failures that matter: the suite printed about 120 such lines.
 // testenv is imported only by tests, so its init quiets that logger for
 // every test binary; a test that starts `notifier run` in process still
-// routes them into its own log (worker.RouteRedisLogs sets the logger
+// routes them into its own log (service.RouteRedisLogs sets the logger
 // again).
 func init() { redis.SetLogger(quietRedis{}) }
 

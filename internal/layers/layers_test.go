@@ -14,14 +14,14 @@ const module = "github.com/notifier/notifier/"
 // layer is each package's layer; a package may import only lower layers.
 var layer = map[string]int{
 	"internal/luapre": 0, "internal/text": 0, "internal/stats": 0, "internal/steptrace": 0,
-	"internal/roundtrip": 0, "internal/sleep": 0, "localenv": 0,
-	"queue": 1, "providers": 1, "userlimit": 1, "globallimit": 1, "leaky": 1, "suppress": 1, "digest": 1,
-	"ledger": 1, "fleet": 1, "internal/topn": 1,
+	"internal/roundtrip": 0, "internal/sleep": 0, "internal/localenv": 0,
+	"queue": 1, "providers": 1, "userlimit": 1, "globallimit": 1, "leaky": 1, "internal/topn": 1,
+	"limits/ledger": 1, "limits/fleet": 1, "limits/digest": 1, "limits/suppress": 1,
 	"limits": 2, "client": 2, "gateway": 2,
 	"dispatch": 3,
 	"config":   4, "inspect": 4,
-	"statuspage": 5,
-	"worker":     6, "bench": 6, "demo": 6,
+	"inspect/statuspage": 5,
+	"internal/service":   6, "internal/bench": 6, "internal/demo": 6,
 	"cli": 7, "cmd/notifier": 8,
 	// test support: above what they test, never imported by production code
 	"testenv": 9, "testenv/browser": 9, "leaky/leakytest": 9, "userlimit/userlimittest": 9,
