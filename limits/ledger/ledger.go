@@ -128,7 +128,7 @@ var _ Ledger = (*Redis)(nil)
 // NewRedis returns a ledger that remembers each job for ttl
 // (dedup_ttl) after its last change.
 func NewRedis(rdb redis.Cmdable, prefix string, ttl time.Duration, opts ...Option) *Redis {
-	return &Redis{rdb: rdb, prefix: prefix, ttl: ttl, now: buildOptions(opts).now}
+	return &Redis{rdb: rdb, prefix: prefix, ttl: ttl, now: clockOf(opts)}
 }
 
 // Key is the Redis key of job id's ledger record.
@@ -491,12 +491,13 @@ type options struct {
 	now func() time.Time // nil: the ledger's own clock
 }
 
-func buildOptions(opts []Option) options {
+// clockOf is the clock opts give (WithNow), nil when none does.
+func clockOf(opts []Option) func() time.Time {
 	var o options
 	for _, opt := range opts {
 		opt(&o)
 	}
-	return o
+	return o.now
 }
 
 // WithNow sets the ledger's clock; nil keeps its own, as WithNow does
@@ -541,7 +542,7 @@ var _ Ledger = (*Memory)(nil)
 // NewMemory returns an in-process ledger that drops each job's record
 // ttl after its last change; its clock is WithNow's, else time.Now.
 func NewMemory(ttl time.Duration, opts ...Option) *Memory {
-	now := buildOptions(opts).now
+	now := clockOf(opts)
 	if now == nil {
 		now = time.Now
 	}
