@@ -45,21 +45,12 @@ func Load(path string, getenv func(string) string) (Config, error) {
 func NATSOnly(url string, getenv func(string) string) (Config, error) {
 	const source = "(--nats, no file)"
 	v := viper.New()
-	for _, k := range envKeys() {
-		if !strings.HasPrefix(k, "nats.") {
-			continue
-		}
-		if val := getenv(EnvPrefix + "_" + strings.ToUpper(strings.ReplaceAll(k, ".", "_"))); val != "" {
-			v.Set(k, val)
-		}
-	}
+	setFromEnv(v, "nats.", getenv)
 	v.Set("nats.url", url)
 	var nc queue.Config
-	dec, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
-		Result: &nc, ErrorUnused: true, DecodeHook: decodeHook, TagName: "mapstructure",
-	})
+	dec, err := newDecoder(&nc)
 	if err != nil {
-		return Config{}, fmt.Errorf("build config decoder: %w", err)
+		return Config{}, err
 	}
 	if err := dec.Decode(v.Get("nats")); err != nil {
 		return Config{}, &Error{File: source, Problems: prefixed("nats.", decodeProblems(err))}
@@ -88,21 +79,9 @@ func parseConfig(yaml []byte, file string, getenv func(string) string) (Config, 
 func decodeConfig(v *viper.Viper, yaml []byte, file string, getenv func(string) string) (Config, error) {
 	// Environment overrides: viper looks a key up in the environment only if
 	// it knows the key, so bind every scalar key of the schema.
-	for _, k := range envKeys() {
-		env := EnvPrefix + "_" + strings.ToUpper(strings.ReplaceAll(k, ".", "_"))
-		if val := getenv(env); val != "" {
-			v.Set(k, val)
-		}
-	}
+	setFromEnv(v, "", getenv)
 	var cfg Config
 	var problems []error
-	dc := &mapstructure.DecoderConfig{
-		Result:           &cfg,
-		ErrorUnused:      true,
-		WeaklyTypedInput: false,
-		DecodeHook:       decodeHook,
-		TagName:          "mapstructure",
-	}
 	// A value the decoder refuses (a bare-number duration, a word for a
 	// number) ends mapstructure's pass early and hides every problem after
 	// it, misspelt keys included; so each refused value is taken out and
@@ -120,9 +99,9 @@ func decodeConfig(v *viper.Viper, yaml []byte, file string, getenv func(string) 
 		}
 	}
 	for range 8 {
-		dec, err := mapstructure.NewDecoder(dc)
+		dec, err := newDecoder(&cfg)
 		if err != nil {
-			return Config{}, fmt.Errorf("build config decoder: %w", err)
+			return Config{}, err
 		}
 		cfg = Config{}
 		err = dec.Decode(settings)
@@ -157,6 +136,36 @@ func decodeConfig(v *viper.Viper, yaml []byte, file string, getenv func(string) 
 		return cfg, &Error{File: file, Problems: problems}
 	}
 	return cfg, nil
+}
+
+// setFromEnv sets in v each key of the schema under prefix ("" for all;
+// envKeys) whose NOTIFIER_ variable getenv finds set (not empty): the key
+// path in upper case with _ for . after EnvPrefix.
+func setFromEnv(v *viper.Viper, prefix string, getenv func(string) string) {
+	for _, k := range envKeys() {
+		if !strings.HasPrefix(k, prefix) {
+			continue
+		}
+		if val := getenv(EnvPrefix + "_" + strings.ToUpper(strings.ReplaceAll(k, ".", "_"))); val != "" {
+			v.Set(k, val)
+		}
+	}
+}
+
+// newDecoder decodes viper's settings into result as the file is read:
+// unknown keys refused, values through decodeHook, no weak typing.
+func newDecoder(result any) (*mapstructure.Decoder, error) {
+	dec, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
+		Result:           result,
+		ErrorUnused:      true,
+		WeaklyTypedInput: false,
+		DecodeHook:       decodeHook,
+		TagName:          "mapstructure",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("build config decoder: %w", err)
+	}
+	return dec, nil
 }
 
 // tenantMappings are the mappings keyed by tenant names: tenants.weights

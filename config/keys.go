@@ -22,9 +22,8 @@ func envKeys() []string {
 		}
 		for i := 0; i < t.NumField(); i++ {
 			f := t.Field(i)
-			opts := strings.Split(f.Tag.Get("mapstructure"), ",")
-			tag := opts[0]
-			if f.Anonymous && len(opts) > 1 && opts[1] == "squash" {
+			tag, squash := keyOf(f)
+			if squash {
 				walk(prefix, f.Type) // its keys are the section's own
 				continue
 			}
@@ -104,12 +103,11 @@ func structKeys(t reflect.Type) []string {
 	var keys []string
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
-		opts := strings.Split(f.Tag.Get("mapstructure"), ",")
-		switch {
-		case f.Anonymous && len(opts) > 1 && opts[1] == "squash":
+		switch tag, squash := keyOf(f); {
+		case squash:
 			keys = append(keys, structKeys(f.Type)...)
-		case opts[0] != "" && opts[0] != "-":
-			keys = append(keys, opts[0])
+		case tag != "" && tag != "-":
+			keys = append(keys, tag)
 		}
 	}
 	return keys
@@ -120,7 +118,7 @@ func fieldByTag(t reflect.Type, tag string) (reflect.StructField, bool) {
 		return reflect.StructField{}, false
 	}
 	for i := 0; i < t.NumField(); i++ {
-		if strings.Split(t.Field(i).Tag.Get("mapstructure"), ",")[0] == tag {
+		if k, _ := keyOf(t.Field(i)); k == tag {
 			return t.Field(i), true
 		}
 	}
@@ -160,4 +158,12 @@ func editDistance(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(b)]
+}
+
+// keyOf is the YAML key of struct field f (its mapstructure tag's name:
+// "" or "-" for none), and whether f is an embedded struct squashed into
+// its parent, whose keys are the parent's own (Cap's rule).
+func keyOf(f reflect.StructField) (key string, squash bool) {
+	opts := strings.Split(f.Tag.Get("mapstructure"), ",")
+	return opts[0], f.Anonymous && len(opts) > 1 && opts[1] == "squash"
 }

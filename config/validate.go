@@ -3,9 +3,10 @@ package config
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -44,7 +45,7 @@ func (c Config) Validate() error {
 	if c.Global != nil {
 		add("global.", c.Global.Validate())
 	}
-	for _, ch := range sortedKeys(c.UserLimits) {
+	for _, ch := range slices.Sorted(maps.Keys(c.UserLimits)) {
 		if !queue.IsChannel(ch) {
 			errs = append(errs, fmt.Errorf("user_limits.%s: %q is not a channel; use one of %s", ch, ch, strings.Join(queue.Channels, ", ")))
 			continue
@@ -63,7 +64,7 @@ func (c Config) Validate() error {
 			}
 		}
 	}
-	for _, ch := range sortedKeys(c.Categories) {
+	for _, ch := range slices.Sorted(maps.Keys(c.Categories)) {
 		switch cat := c.Categories[ch]; {
 		case !queue.IsChannel(ch):
 			errs = append(errs, fmt.Errorf("categories.%s: %q is not a channel; use one of %s", ch, ch, strings.Join(queue.Channels, ", ")))
@@ -71,7 +72,7 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("categories.%s: %q is not one of transactional, marketing", ch, cat))
 		}
 	}
-	for _, t := range sortedKeys(c.Tenants.Weights) {
+	for _, t := range slices.Sorted(maps.Keys(c.Tenants.Weights)) {
 		w := c.Tenants.Weights[t]
 		if !queue.ValidTenant(t) {
 			errs = append(errs, fmt.Errorf("%s: %q is not a tenant name: a tenant is 1 to %d characters of A-Z a-z 0-9 . _ -",
@@ -121,15 +122,6 @@ func providerPath(i int, name string) string {
 func validPort(p string) bool {
 	n, err := strconv.Atoi(p)
 	return err == nil && n >= 0 && n <= 65535
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
 }
 
 // maxTenantWeight is the largest weight tenants.weights allows: a weight
