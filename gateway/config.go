@@ -5,10 +5,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net"
 	"net/http"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -264,7 +265,7 @@ func (c Config) Validate() error {
 	for _, k := range c.Keys {
 		keyTenants[k.Tenant] = true
 	}
-	for _, t := range sortedTenants(c.Tenants) {
+	for _, t := range slices.Sorted(maps.Keys(c.Tenants)) {
 		p := tenantPath(t)
 		if !queue.ValidTenant(t) {
 			errs = append(errs, fmt.Errorf("%s: %q is not a tenant name: 1 to 64 characters of A-Z a-z 0-9 . _ - (the default tenant has no bucket of its own)", p, t))
@@ -316,15 +317,6 @@ func tenantPath(name string) string {
 		return "tenants." + name
 	}
 	return "tenants." + strconv.Quote(name)
-}
-
-func sortedTenants(m map[string]Limit) []string {
-	out := make([]string, 0, len(m))
-	for t := range m {
-		out = append(out, t)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // validate checks a bucket's rate and burst (the ranges of MinRate,

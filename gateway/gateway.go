@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/netip"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -179,7 +181,7 @@ func New(cfg Config, d Deps) (*Gateway, error) {
 		g.capacity = newBucket(d.KeyPrefix, KindCapacity, "", cfg.Capacity)
 	}
 	tenants := map[string]*bucket{}
-	for _, t := range sortedTenants(cfg.Tenants) {
+	for _, t := range slices.Sorted(maps.Keys(cfg.Tenants)) {
 		tenants[t] = newBucket(d.KeyPrefix, KindTenant, t, cfg.Tenants[t])
 	}
 	g.keys = make([]apiKey, len(cfg.Keys))
