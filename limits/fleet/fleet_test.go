@@ -64,9 +64,10 @@ func TestPauseReasonsAgree(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	clock := testenv.NewClock(time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC))
+	rdb := testenv.Redis(t).Client()
 	stores := map[string]PauseReasons{
 		"memory": MemoryPauseReasons(clock.Now),
-		"redis":  RedisPauseReasons(testenv.Redis(t).Client(), "pr:"),
+		"redis":  RedisPauseReasons(rdb, "pr:"),
 	}
 	for name, r := range stores {
 		t.Run(name, func(t *testing.T) {
@@ -119,5 +120,13 @@ func TestPauseReasonsAgree(t *testing.T) {
 	clock.Advance(200 * time.Millisecond)
 	if got, _ := m.Reason(ctx, "email"); got != PauseRateLimited {
 		t.Fatalf("2.1 s into a 1 s pause: %q, want %q", got, PauseRateLimited)
+	}
+	// Redis's reason key expires the same second after the pause's end, so
+	// a reason outlives no pause by more than that.
+	if err := stores["redis"].SetCredentials(ctx, "email", 3*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if ttl, err := rdb.PTTL(ctx, pauseReasonKey("pr:", "email")).Result(); err != nil || ttl <= 3*time.Second || ttl > 4*time.Second {
+		t.Fatalf("the reason's TTL after a 3 s credentials pause: %v, %v; want in (3 s, 4 s]", ttl, err)
 	}
 }
