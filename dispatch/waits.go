@@ -155,7 +155,7 @@ func (pl *pipeline) waitSlot(ctx context.Context, jb *job, first admission) end 
 				// probe may lift it long before; two jobs once slept
 				// through the resume, TestRefusedSenderIsProbedAndResumed).
 				pl.m.Deferrals.WithLabelValues(LayerProvider, "paused").Inc()
-				return pausedEnd(pl, r.Paused)
+				return pausedEnd(pl, jb, r.Paused)
 			}
 			wait := max(r.RetryAfter, jb.pcfg.MaxQueueDelay/20)
 			if err := pl.hold(ctx, jb, wait+pl.jitter(wait)); err != nil {
@@ -198,7 +198,7 @@ func (pl *pipeline) waitSlot(ctx context.Context, jb *job, first admission) end 
 			pl.m.Deferrals.WithLabelValues(LayerProvider, "paused").Inc()
 			pl.quotaGiveUp(ctx, jb, l, r)
 			if paused > holdPause {
-				return pausedEnd(pl, paused)
+				return pausedEnd(pl, jb, paused)
 			}
 			if err := pl.hold(ctx, jb, paused); err != nil {
 				return stopped(err)
@@ -259,7 +259,7 @@ func (pl *pipeline) longPause(ctx context.Context, jb *job) (end, bool) {
 		return end{}, false // a failing backend shows on the reservation
 	}
 	pl.m.Deferrals.WithLabelValues(LayerProvider, "paused").Inc()
-	return pausedEnd(pl, paused), true
+	return pausedEnd(pl, jb, paused), true
 }
 
 // pausedEnd hands a job back to JetStream while its provider is paused,
@@ -267,9 +267,12 @@ func (pl *pipeline) longPause(ctx context.Context, jb *job) (end, bool) {
 // budget meanwhile, so neither it nor more of its jobs are taken. It comes
 // back at the pause's end, or within handBackMax when the pause is longer:
 // a pause lifted early (`notifier resume`, a reload after a credentials
-// pause) then holds its jobs back no longer than that.
-func pausedEnd(pl *pipeline, paused time.Duration) end {
-	wait := min(paused, handBackMax)
+// pause) then holds its jobs back no longer than that. Nor longer than the
+// provider's probe_interval, how often a probe may lift a refused sender's
+// pause: a probe that succeeds has its provider's jobs back within one
+// interval, not handBackMax later.
+func pausedEnd(pl *pipeline, jb *job, paused time.Duration) end {
+	wait := min(paused, handBackMax, probeInterval(jb.pcfg))
 	return end{kind: endDefer, delay: wait + pl.jitter(min(wait/10, time.Second)), reason: ledger.DeferProviderPaused}
 }
 
