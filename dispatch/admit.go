@@ -2,15 +2,72 @@ package dispatch
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"sync"
 	"time"
 
+	"github.com/notifier/notifier/globallimit"
 	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/limits"
 	"github.com/notifier/notifier/limits/ledger"
 	"github.com/notifier/notifier/userlimit"
 )
+
+// waitGlobal takes a token from the fleet bucket, heart-beating while the
+// bucket is empty. It fails only on a stop.
+func (pl *pipeline) waitGlobal(ctx context.Context, jb *job) error {
+	start := pl.now()
+	err := pl.be.with(ctx, jb, func(l *limits.Set) error {
+		g := l.Bucket()
+		if g == nil {
+			return nil
+		}
+		for {
+			wctx, cancel := context.WithTimeout(ctx, pl.o.AckWait/3)
+			err := g.Wait(wctx)
+			cancel()
+			if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+				return err
+			}
+			pl.keepAlive(jb)
+		}
+	})
+	pl.trace("global", start)
+	if err != nil {
+		return err
+	}
+	l := pl.be.currentLimits()
+	if l == nil {
+		return nil
+	}
+	g, sb := l.Buckets()
+	if g != nil {
+		if pl.since(start) > 5*time.Millisecond {
+			pl.m.LimitDecisions.WithLabelValues(LayerGlobal, "deny").Inc()
+			pl.m.Deferrals.WithLabelValues(LayerGlobal, "empty").Inc()
+		} else {
+			pl.m.LimitDecisions.WithLabelValues(LayerGlobal, "allow").Inc()
+		}
+	}
+	if sb != nil {
+		pl.askShadowGlobal(ctx, jb, sb)
+	}
+	return nil
+}
+
+// askShadowGlobal asks the fleet bucket's shadow (global.shadow_rate) for
+// a token, never waiting: a job that finds it empty is counted (decision
+// shadow_deny) and goes on. Its round trips are the shadow bucket's
+// leases, not one per job (globallimit.Bucket.TryTake).
+func (pl *pipeline) askShadowGlobal(ctx context.Context, jb *job, sb *globallimit.Bucket) {
+	ok, err := sb.TryTake(ctx)
+	switch {
+	case err != nil:
+		jb.debug("ask the fleet bucket's shadow", "err", err)
+	case !ok:
+		pl.m.LimitDecisions.WithLabelValues(LayerGlobal, DecisionShadowDeny).Inc()
+	}
+}
 
 // admission is the answer of the round trip before a send: the ledger's
 // claim, the per-user cap's decision, and the send slot when it was
@@ -27,14 +84,14 @@ type admission struct {
 // admit asks the ledger, the per-user cap and (when it pays) the provider's
 // queue at once: one pipelined round trip on Redis (limits.Set.Admit). A
 // slot reserved for a job that then is not sent (a duplicate, a denial) is
-// given back with cancelSlot where it can be, and otherwise left empty: the
+// given back with admission.cancel where it can be, and otherwise left empty: the
 // contract is never exceeded, at worst one send slot goes unused. A script
 // missing from the server's cache (after a restart or failover) loads the
 // scripts and tries once more.
 func (pl *pipeline) admit(ctx context.Context, jb *job, rule userlimit.Rule, capped bool) (admission, error) {
 	var adm admission
 	t0 := pl.now()
-	err := pl.withBackend(ctx, jb, func(l *limits.Set) error {
+	err := pl.be.with(ctx, jb, func(l *limits.Set) error {
 		ask := limits.Ask{ID: jb.key, Owner: jb.owner, Lease: pl.lease(jb), Channel: jb.j.Channel, ToHash: jb.toHash,
 			Capped: capped, CapKey: jb.capKey, Rule: rule}
 		if pl.speculate(jb.channel, capped) {
@@ -50,7 +107,7 @@ func (pl *pipeline) admit(ctx context.Context, jb *job, rule userlimit.Rule, cap
 			if err == nil {
 				return nil
 			}
-			pl.cancelSlot(ctx, jb, adm)
+			adm.cancel(ctx, jb)
 			adm = admission{}
 			if attempt == 0 && limits.NotLoaded(err) {
 				if lerr := l.Load(ctx); lerr != nil {
@@ -65,91 +122,95 @@ func (pl *pipeline) admit(ctx context.Context, jb *job, rule userlimit.Rule, cap
 	return adm, err
 }
 
-// capTolerance is how far a job's send slot may lie from the instant its
-// per-user cap admission stands at before the admission is moved to the
-// slot. The cap counts sends by those instants, so at the provider it holds
-// to within this, plus a send's lateness and the network.
-const capTolerance = 20 * time.Millisecond
-
-// capAtSlot makes the job's per-user cap admission stand at its send slot
-// r: a job admitted now but sent from a provider's queue seconds later (or
-// after a pause, or on a slot taken again) must be counted when it is sent,
-// or a user could get twice the cap in one window at the provider. Within
-// capTolerance nothing is asked. Otherwise the cap decides the job again
-// for the slot (its admission moves there, one more pipelined round trip,
-// only for jobs that wait anyway). A denial there (res.Allowed false) is
-// the caller's to act on: give the slot back, then capDenied.
-func (pl *pipeline) capAtSlot(ctx context.Context, jb *job, l *limits.Set, r leaky.Reservation) (res userlimit.Result, err error) {
-	if !jb.capped || r.Slot == 0 {
-		return userlimit.Result{Allowed: true}, nil
+// admitted takes the job through its admission: the fleet bucket
+// (waitGlobal), a digest's check, then the round trip of admit: the
+// ledger's claim, held for while another delivery of the job holds its
+// lease; the suppression list; the attempts left; and the per-user cap
+// (capAdmission). It returns the admission, with its speculative slot when
+// one was reserved, or else the job's end, with that slot given back.
+func (pl *pipeline) admitted(ctx context.Context, jb *job) (admission, end) {
+	// The fleet bucket first: it protects the workers and what is behind
+	// them, so it counts every job taken, including those the checks below
+	// then suppress.
+	if err := pl.waitGlobal(ctx, jb); err != nil {
+		return admission{}, stopped(err)
 	}
-	if off := time.Duration(r.Slot-jb.capAt) * time.Microsecond; off >= -capTolerance && off <= capTolerance {
-		return userlimit.Result{Allowed: true}, nil
+	jb.rule, jb.capped, jb.capKey = jb.live.caps.CapFor(jb.j.Channel, jb.category, jb.j.UserID)
+	if jb.digesting() {
+		e, ended, err := pl.digestCheck(ctx, jb)
+		if err != nil {
+			return admission{}, stopped(err)
+		}
+		if ended {
+			return admission{}, e
+		}
 	}
-	res, err = l.AllowAt(ctx, jb.capKey, jb.key, jb.rule, time.UnixMicro(r.Slot))
-	if err != nil {
-		return res, err
+	// One round trip: the ledger (already sent? then take the send lease),
+	// the per-user cap, and, speculatively, the slot in the provider's
+	// queue.
+	var adm admission
+	for {
+		var err error
+		adm, err = pl.admit(ctx, jb, jb.rule, jb.capped)
+		if err != nil {
+			return adm, stopped(err)
+		}
+		c := adm.claim
+		if c.Status == ledger.Claimed {
+			jb.claimed, jb.claimAt = true, pl.now()
+			break
+		}
+		adm.cancel(ctx, jb)
+		if c.Status == ledger.AlreadySent {
+			if seq, differs := pl.noteDuplicate(ctx, jb, adm.limits); differs {
+				return adm, dead(ledger.ReasonDuplicateID, fmt.Sprintf("job id %s was already sent (stream sequence %d) with other content: a job id is unique within its tenant; this message is not sent", jb.j.ID, seq))
+			}
+			return adm, end{kind: endDuplicate}
+		}
+		pl.m.Deferrals.WithLabelValues(LayerLedger, "busy").Inc()
+		if err := pl.hold(ctx, jb, min(c.BusyFor, time.Second)); err != nil {
+			return adm, stopped(err)
+		}
 	}
-	if !res.Allowed && jb.rule.Mode == userlimit.Shadow {
-		pl.shadowDenied(jb)
-		return userlimit.Result{Allowed: true}, nil
+	if adm.suppressed {
+		adm.cancel(ctx, jb)
+		return adm, pl.suppressedRecipient(ctx, jb, adm.limits)
 	}
-	pl.noteCap(jb.j.Channel, res.Allowed)
-	if res.Allowed {
-		jb.capAt = res.At.UnixMicro()
+	if adm.claim.Attempts >= pl.o.Retry.MaxAttempts {
+		adm.cancel(ctx, jb)
+		return adm, dead(ledger.ReasonMaxAttempts, fmt.Sprintf("%d transient provider failures", adm.claim.Attempts))
 	}
-	return res, nil
+	return adm, pl.capAdmission(ctx, jb, adm)
 }
 
-// shadowDenied counts the denial of jb by a cap in shadow mode (the metric
-// decision shadow_deny; `notifier top --shadow` once the job is sent: its
-// count rides on the settler's pipeline with the sent record, no round trip
-// of its own) and lets the job go on as if allowed. The denied job is not
-// in the cap's state (a denial never is), so the state stays the one the
-// enforced cap would have; and the job is not asked about again (at its
-// slot), so each job counts at most once: the jobs the cap would have
-// refused at their first ask.
-func (pl *pipeline) shadowDenied(jb *job) {
-	jb.capped, jb.shadowDenied = false, true
-	pl.noteCap(jb.j.Channel, true) // it is sent: reserving its slot with the admission pays
-	pl.m.LimitDecisions.WithLabelValues(LayerUser, DecisionShadowDeny).Inc()
+// noteDuplicate tells a job whose id was already sent: a redelivery of
+// the message that was sent (logged at debug), or another message given
+// the same id (differs, with the stream sequence of the one sent: it is
+// dead-lettered as duplicate_id). Neither names the content. On limits
+// without Redis there is no sent record to compare with: a redelivery.
+func (pl *pipeline) noteDuplicate(ctx context.Context, jb *job, l *limits.Set) (sentSeq uint64, differs bool) {
+	if l == nil {
+		jb.debug("job already sent: not sent again")
+		return 0, false
+	}
+	seq, sum, ok, err := l.SentFrom(ctx, jb.key)
+	switch {
+	case err != nil || !ok:
+		jb.debug("job already sent: not sent again")
+	case sum != jb.contentSum() && seq != jb.dl.StreamSeq:
+		return seq, true
+	default:
+		jb.debug("job already sent: not sent again", "sent_seq", seq)
+	}
+	return seq, false
 }
 
-// capDenied acts on a per-user cap's denial of jb: defer it (on_exceed:
-// defer) or suppress it. It returns the job's end: endAgain, endDefer or
-// endSuppressed (or a stop's), never the zero end: the job is out of the
-// pipeline.
-func (pl *pipeline) capDenied(ctx context.Context, jb *job, res userlimit.Result, l *limits.Set) end {
-	pl.m.LimitDecisions.WithLabelValues(LayerUser, "deny").Inc()
-	pl.recordDenial(ctx, jb, l)
-	if digesting(jb) {
-		return pl.digestHold(ctx, jb, res)
-	}
-	if jb.rule.OnExceed == userlimit.Defer {
-		pl.m.Deferrals.WithLabelValues(LayerUser, "defer").Inc()
-		return pl.deferJob(ctx, jb, res.RetryAfter+pl.jitter(res.RetryAfter/10+10*time.Millisecond), ledger.DeferUserLimit)
-	}
-	return suppressed(ledger.ReasonUserLimit,
-		fmt.Sprintf("over the %s cap of %d per %s", jb.j.Channel, jb.rule.Limit, jb.rule.Window))
-}
-
-// recordDenial counts a cap denial for `notifier top` (shared limits only:
-// local ones have no Redis to count in).
-func (pl *pipeline) recordDenial(ctx context.Context, jb *job, l *limits.Set) {
-	if pl.o.Denials == nil || l == nil || !l.Shared() {
-		return
-	}
-	if err := pl.o.Denials.Record(ctx, jb.j.Channel, jb.j.UserID); err != nil {
-		jb.debug("count cap denial", "err", err)
-	}
-}
-
-// cancelSlot gives back a speculative reservation the job will not use.
-func (pl *pipeline) cancelSlot(ctx context.Context, jb *job, adm admission) {
+// cancel gives back a speculative reservation the job will not use.
+func (adm admission) cancel(ctx context.Context, jb *job) {
 	if adm.slot == nil || !adm.slot.OK || adm.limits == nil {
 		return
 	}
-	pl.giveBack(ctx, jb, adm.limits, *adm.slot)
+	jb.giveBack(ctx, adm.limits, *adm.slot)
 }
 
 // speculate says whether to reserve the send slot in the admission round
@@ -170,34 +231,3 @@ func (pl *pipeline) speculate(channel string, capped bool) bool {
 // speculateBelow is the recent denial rate of a channel's cap under which
 // the admission reserves the slot at once.
 const speculateBelow = 0.05
-
-// noteCap records a cap decision for speculate.
-func (pl *pipeline) noteCap(channel string, allowed bool) {
-	pl.denials.note(channel, !allowed)
-}
-
-// denialRates keeps, per channel, an exponentially weighted rate of cap
-// denials over roughly the last hundred decisions.
-type denialRates struct {
-	mu sync.Mutex
-	r  map[string]float64
-}
-
-func (dr *denialRates) note(channel string, denied bool) {
-	x := 0.0
-	if denied {
-		x = 1
-	}
-	dr.mu.Lock()
-	defer dr.mu.Unlock()
-	if dr.r == nil {
-		dr.r = map[string]float64{}
-	}
-	dr.r[channel] = 0.99*dr.r[channel] + 0.01*x
-}
-
-func (dr *denialRates) rate(channel string) float64 {
-	dr.mu.Lock()
-	defer dr.mu.Unlock()
-	return dr.r[channel]
-}

@@ -198,3 +198,34 @@ func (d *Dispatcher) LimitsName() string {
 	}
 	return l.Name
 }
+
+// with runs fn on the limit set in use for jb. When the backend fails, the
+// dispatcher degrades (to the fallback, or to holding) and fn runs again;
+// meanwhile the job stays in its worker, heart-beaten. It returns only fn's
+// success or ctx's end.
+func (b *backendSwitch) with(ctx context.Context, jb *job, fn func(*limits.Set) error) error {
+	wait := 50 * time.Millisecond
+	for {
+		l := b.currentLimits()
+		if l == nil {
+			if err := b.waitForRecovery(ctx, func() { b.keepAlive(jb) }); err != nil {
+				return err
+			}
+			continue
+		}
+		err := fn(l)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		b.m.Deferrals.WithLabelValues(l.Name, "unavailable").Inc()
+		jb.log().Warn("limit backend failed", "backend", l.Name, "err", err)
+		b.backendFailed(l, err)
+		if err := b.hold(ctx, jb, wait); err != nil {
+			return err
+		}
+		wait = min(wait*2, time.Second)
+	}
+}

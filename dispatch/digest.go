@@ -50,7 +50,7 @@ func digestTTL(r userlimit.Rule) time.Duration {
 }
 
 // digesting says whether the job's cap digests what it refuses.
-func digesting(jb *job) bool {
+func (jb *job) digesting() bool {
 	return jb.capped && jb.rule.OnExceed == userlimit.Digest && jb.rule.Mode != userlimit.Shadow
 }
 
@@ -61,7 +61,7 @@ func (pl *pipeline) digestCheck(ctx context.Context, jb *job) (e end, ended bool
 	key := digestKey(jb)
 	if id := jb.dl.Header.Get(HeaderDigest); id != "" && id == jb.j.ID {
 		var ok bool
-		err = pl.withBackend(ctx, jb, func(l *limits.Set) (err error) {
+		err = pl.be.with(ctx, jb, func(l *limits.Set) (err error) {
 			_, ok, err = l.Digests.Digest(ctx, key, id)
 			return err
 		})
@@ -74,7 +74,7 @@ func (pl *pipeline) digestCheck(ctx context.Context, jb *job) (e end, ended bool
 		return end{}, false, nil
 	}
 	var m digest.Membership
-	if err := pl.withBackend(ctx, jb, func(l *limits.Set) (err error) {
+	if err := pl.be.with(ctx, jb, func(l *limits.Set) (err error) {
 		m, err = l.Digests.Of(ctx, key, jb.key)
 		return err
 	}); err != nil {
@@ -92,7 +92,7 @@ func (pl *pipeline) digestHold(ctx context.Context, jb *job, res userlimit.Resul
 	var held int
 	var m digest.Membership
 	full := false
-	if err := pl.withBackend(ctx, jb, func(l *limits.Set) (err error) {
+	if err := pl.be.with(ctx, jb, func(l *limits.Set) (err error) {
 		held, m, err = l.Digests.Hold(ctx, digestKey(jb), jb.key, jb.j.ExpiresAt, digestTTL(jb.rule))
 		if errors.Is(err, digest.ErrTooManyHeld) {
 			full = true // the user's answer, not the backend's failure
@@ -120,7 +120,7 @@ func (pl *pipeline) digestHold(ctx context.Context, jb *job, res userlimit.Resul
 func (pl *pipeline) digestTake(ctx context.Context, jb *job) (e end, ended bool) {
 	var t digest.Taken
 	key := digestKey(jb)
-	if err := pl.withBackend(ctx, jb, func(l *limits.Set) (err error) {
+	if err := pl.be.with(ctx, jb, func(l *limits.Set) (err error) {
 		// The jobs held since the cap allowed this one were refused
 		// because it took the cap: they wait for the next window's digest.
 		var allowed time.Time // zero: now
@@ -156,7 +156,7 @@ func (pl *pipeline) digested(ctx context.Context, jb *job, m digest.Membership) 
 			jb.log().Warn("publish a digest; the job comes back to try again", "digest", m.Digest, "err", err)
 			return end{kind: endDefer, delay: time.Second + pl.jitter(time.Second), reason: ledger.DeferDigestUnpublished}
 		}
-		if err := pl.withBackend(ctx, jb, func(l *limits.Set) error { return l.Digests.Publish(ctx, digestKey(jb), m.Digest) }); err != nil {
+		if err := pl.be.with(ctx, jb, func(l *limits.Set) error { return l.Digests.Publish(ctx, digestKey(jb), m.Digest) }); err != nil {
 			return stopped(err)
 		}
 		pl.m.Digests.WithLabelValues(jb.j.Channel).Inc()

@@ -189,24 +189,6 @@ type Dispatcher struct {
 	wg       sync.WaitGroup // background loops of Run
 }
 
-// core is what every part of a dispatcher reads: the options, the log, the
-// metrics, and the part of the configuration a reload may change.
-type core struct {
-	o    Options
-	log  *slog.Logger
-	m    *Metrics
-	live atomic.Pointer[liveConfig] // what a reload may change; each job reads it once
-}
-
-// now reads the dispatcher's clock, Options.Now.
-func (c *core) now() time.Time { return c.o.Now() }
-
-// since is the time elapsed since t on the dispatcher's clock.
-func (c *core) since(t time.Time) time.Duration { return c.o.Now().Sub(t) }
-
-// until is the time left until t on the dispatcher's clock.
-func (c *core) until(t time.Time) time.Duration { return t.Sub(c.o.Now()) }
-
 // New checks the options and returns a Dispatcher.
 func New(o Options) (*Dispatcher, error) {
 	o = o.withDefaults()
@@ -361,7 +343,7 @@ func (d *Dispatcher) InFlight() int { return int(d.inFlight.Load()) }
 // fetching, waiting jobs released to JetStream, sends at a provider allowed
 // to finish within StopTimeout. It returns nil after a clean stop.
 func (d *Dispatcher) Run(ctx context.Context) error {
-	d.pipe.stepTrace = steptrace.From(ctx)
+	d.stepTrace = steptrace.From(ctx)
 	// Sends get their own context: a stop does not cut a request to a
 	// provider halfway; only StopTimeout after the stop does.
 	sendCtx, cancelSends := context.WithCancel(context.WithoutCancel(ctx))

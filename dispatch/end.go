@@ -115,37 +115,6 @@ func (pl *pipeline) finish(ctx context.Context, jb *job, e end) {
 	_ = pl.ackResult(ctx, jb, outcome)
 }
 
-// ackResult acknowledges the delivery and counts the outcome. A failed ack
-// is logged, not retried: the job comes back after ack_wait and the ledger
-// (or the dead-letter stream's dedup) makes the second pass a no-op. On the
-// shared limits the ack does not wait for the server's confirmation (one
-// round trip less per job): a lost ack only brings the job back to a ledger
-// that already knows it. On local limits the ledger is this process's own,
-// so the ack waits.
-func (pl *pipeline) ackResult(ctx context.Context, jb *job, outcome string) error {
-	var err error
-	if l := pl.be.currentLimits(); l != nil && l.Shared() {
-		err = jb.dl.AckNoWait()
-	} else {
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		err = jb.dl.Ack(actx)
-		cancel()
-	}
-	if err != nil {
-		jb.log().Warn("acknowledge job", "outcome", outcome, "err", err)
-	}
-	pl.m.Jobs.WithLabelValues(jb.channel, jb.provider, outcome).Inc()
-	now := pl.now()
-	pl.activity.add(rollKey{channel: jb.channel, outcome: outcome}, now)
-	if outcome == OutcomeSent {
-		tenant := pl.fetch.tenantLabel(jb.dl.Tenant)
-		pl.activity.add(rollKey{provider: jb.provider, tenant: tenant}, now)
-		pl.m.TenantSent.WithLabelValues(jb.provider, tenant).Inc()
-		jb.debug("job sent")
-	}
-	return nil
-}
-
 // releaseAt gives up the job's ledger lease at its end e without counting
 // anything; a dead or suppressed end (its reason, never its detail, which
 // may quote a provider) or a deferral (why, and for how long) is noted in
@@ -176,6 +145,23 @@ func (pl *pipeline) releaseAt(ctx context.Context, jb *job, e end) {
 	if err != nil {
 		jb.debug("release ledger lease", "err", err)
 	}
+}
+
+// deferJob puts a job off for wait without using an attempt: held in the
+// worker when short (then endAgain: the ledger and the cap are asked anew),
+// handed back to JetStream when long (endDefer). why (a Defer* word) says
+// what put it off; the ledger notes it as it gives up the lease.
+func (pl *pipeline) deferJob(ctx context.Context, jb *job, wait time.Duration, why string) end {
+	e := end{kind: endDefer, delay: wait, reason: why}
+	pl.releaseAt(ctx, jb, e)
+	if wait <= pl.o.MaxHold {
+		jb.debug("job held", "why", why, "for", wait.String())
+		if err := pl.hold(ctx, jb, wait); err != nil {
+			return stopped(err)
+		}
+		return end{kind: endAgain}
+	}
+	return e
 }
 
 // releaseOnStop gives a job back at once on a stop, for another process:

@@ -3,11 +3,8 @@ package dispatch
 import (
 	"context"
 	"slices"
-	"time"
 
-	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/limits"
-	"github.com/notifier/notifier/limits/ledger"
 	"github.com/notifier/notifier/providers"
 )
 
@@ -42,38 +39,6 @@ func (pl *pipeline) failover(jb *job, reason string) bool {
 	pl.m.Failovers.WithLabelValues(from, jb.provider, reason).Inc()
 	jb.log().Info("provider cannot send the job in time; failing over", "from", from, "reason", reason)
 	return true
-}
-
-// tooLate is the end of a job whose earliest send slot at its provider
-// lies after its expires_at: it fails over when a fallback can take it
-// (no end: the caller takes a slot there), else it is suppressed as
-// expired at once rather than waiting for a slot and then found stale.
-func (pl *pipeline) tooLate(jb *job, earliest time.Time) (end, bool) {
-	if pl.failover(jb, FailoverDeadline) {
-		return end{}, false
-	}
-	return suppressed(ledger.ReasonExpired, "expires_at "+jb.j.ExpiresAt.UTC().Format(time.RFC3339)+
-		" lies before the earliest send slot at "+jb.provider+" ("+pl.until(earliest).Round(time.Millisecond).String()+" ahead)"), true
-}
-
-// earliestSlot is when a reservation's job could be sent at the soonest,
-// on this process's clock: its slot when it got one, else (a full queue)
-// the slot the queue would give after RetryAfter.
-func (pl *pipeline) earliestSlot(jb *job, r leaky.Reservation) time.Time {
-	if r.OK {
-		return jb.slotAt
-	}
-	return pl.now().Add(r.RetryAfter + jb.pcfg.MaxQueueDelay)
-}
-
-// pastDeadline reports whether the job has an expires_at before its
-// earliest slot with reservation r.
-func (pl *pipeline) pastDeadline(jb *job, r leaky.Reservation) (time.Time, bool) {
-	if jb.j == nil || jb.j.ExpiresAt.IsZero() {
-		return time.Time{}, false
-	}
-	at := pl.earliestSlot(jb, r)
-	return at, at.After(jb.j.ExpiresAt)
 }
 
 // effectiveRate is the rate the fleet paces p at now, as this process's

@@ -11,7 +11,6 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/notifier/notifier/internal/steptrace"
 	"github.com/notifier/notifier/internal/text"
 	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/limits"
@@ -38,9 +37,7 @@ type pipeline struct {
 	probes   probes         // probes of providers paused for their credentials
 	activity rolling        // recent outcomes and sends, for the fleet heartbeat
 	tracer   trace.Tracer
-	// stepTrace is from Run's context (the bench); nil: none.
-	stepTrace steptrace.Func
-	settleQ   chan *job // sent jobs for the settler; set by Run before any worker starts
+	settleQ  chan *job // sent jobs for the settler; set by Run before any worker starts
 	// sentSlot, when set (by tests, before Run), is told the leaky slot
 	// (on the limit backend's clock, µs) and cost of every send just
 	// before it is made, so that pacing can be checked on the slots,
@@ -182,87 +179,16 @@ func (pl *pipeline) process(ctx, sendCtx context.Context, jb *job) end {
 		return suppressed(ledger.ReasonExpired, "expires_at "+j.ExpiresAt.UTC().Format(time.RFC3339)+" passed before sending")
 	}
 
-	// The fleet bucket first: it protects the workers and what is behind
-	// them, so it counts every job taken, including those the checks below
-	// then suppress.
-	if err := pl.waitGlobal(ctx, jb); err != nil {
-		return stopped(err)
-	}
-
-	// One round trip: the ledger (already sent? then take the send lease),
-	// the per-user cap, and, speculatively, the slot in the provider's
-	// queue.
-	jb.rule, jb.capped, jb.capKey = jb.live.caps.CapFor(j.Channel, jb.category, j.UserID)
-	if digesting(jb) {
-		e, ended, err := pl.digestCheck(ctx, jb)
-		if err != nil {
-			return stopped(err)
-		}
-		if ended {
-			return e
-		}
-	}
-	var adm admission
-	for {
-		var err error
-		adm, err = pl.admit(ctx, jb, jb.rule, jb.capped)
-		if err != nil {
-			return stopped(err)
-		}
-		c := adm.claim
-		if c.Status == ledger.Claimed {
-			jb.claimed, jb.claimAt = true, pl.now()
-			break
-		}
-		pl.cancelSlot(ctx, jb, adm)
-		if c.Status == ledger.AlreadySent {
-			if seq, differs := pl.noteDuplicate(ctx, jb, adm.limits); differs {
-				return dead(ledger.ReasonDuplicateID, fmt.Sprintf("job id %s was already sent (stream sequence %d) with other content: a job id is unique within its tenant; this message is not sent", jb.j.ID, seq))
-			}
-			return end{kind: endDuplicate}
-		}
-		pl.m.Deferrals.WithLabelValues(LayerLedger, "busy").Inc()
-		if err := pl.hold(ctx, jb, min(c.BusyFor, time.Second)); err != nil {
-			return stopped(err)
-		}
-	}
-	if adm.suppressed {
-		pl.cancelSlot(ctx, jb, adm)
-		return pl.suppressedRecipient(ctx, jb, adm.limits)
-	}
-	if adm.claim.Attempts >= pl.o.Retry.MaxAttempts {
-		pl.cancelSlot(ctx, jb, adm)
-		return dead(ledger.ReasonMaxAttempts, fmt.Sprintf("%d transient provider failures", adm.claim.Attempts))
-	}
-	if jb.capped {
-		switch {
-		case adm.cap.Allowed && digesting(jb):
-			pl.noteCap(j.Channel, true)
-			jb.capAt = adm.cap.At.UnixMicro()
-			pl.m.LimitDecisions.WithLabelValues(LayerUser, "allow").Inc()
-			if e, ended := pl.digestTake(ctx, jb); ended {
-				pl.cancelSlot(ctx, jb, adm)
-				return e
-			}
-		case adm.cap.Allowed:
-			pl.noteCap(j.Channel, true)
-			jb.capAt = adm.cap.At.UnixMicro()
-			pl.m.LimitDecisions.WithLabelValues(LayerUser, "allow").Inc()
-		case jb.rule.Mode == userlimit.Shadow:
-			pl.m.LimitDecisions.WithLabelValues(LayerUser, "allow").Inc() // it passes; shadowDenied counts what it would not have
-			pl.shadowDenied(jb)
-		default:
-			pl.noteCap(j.Channel, false)
-			pl.cancelSlot(ctx, jb, adm)
-			return pl.capDenied(ctx, jb, adm.cap, adm.limits)
-		}
+	adm, e := pl.admitted(ctx, jb)
+	if e.ended() {
+		return e
 	}
 
 	// The provider's queue and the send.
 	first := adm
 	for {
 		if jb.live.breakers[jb.provider].open() {
-			pl.cancelSlot(ctx, jb, first)
+			first.cancel(ctx, jb)
 			first.slot = nil
 			if pl.failover(jb, FailoverCircuitOpen) {
 				continue
@@ -284,60 +210,8 @@ func (pl *pipeline) process(ctx, sendCtx context.Context, jb *job) end {
 	}
 }
 
-// withBackend runs fn on the limit set in use. When the backend fails, the
-// dispatcher degrades (to the fallback, or to holding) and fn runs again;
-// meanwhile the job stays in its worker, heart-beaten. It returns only fn's
-// success or ctx's end.
-func (pl *pipeline) withBackend(ctx context.Context, jb *job, fn func(*limits.Set) error) error {
-	wait := 50 * time.Millisecond
-	for {
-		l := pl.be.currentLimits()
-		if l == nil {
-			if err := pl.be.waitForRecovery(ctx, func() { pl.keepAlive(jb) }); err != nil {
-				return err
-			}
-			continue
-		}
-		err := fn(l)
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		pl.m.Deferrals.WithLabelValues(l.Name, "unavailable").Inc()
-		jb.log().Warn("limit backend failed", "backend", l.Name, "err", err)
-		pl.be.backendFailed(l, err)
-		if err := pl.hold(ctx, jb, wait); err != nil {
-			return err
-		}
-		wait = min(wait*2, time.Second)
-	}
-}
-
-// lease is how long a ledger claim lasts: the longest the job can sit in
-// the leaky queue, plus the send, plus a margin. Longer waits re-claim.
-func (pl *pipeline) lease(jb *job) time.Duration {
-	return jb.pcfg.MaxQueueDelay + jb.pcfg.Timeout + pl.o.AckWait
-}
-
 func (pl *pipeline) expired(j *queue.Job) bool {
 	return !j.ExpiresAt.IsZero() && !pl.now().Before(j.ExpiresAt)
-}
-
-// trace reports a step's duration to the steptrace hook of Run's context.
-func (pl *pipeline) trace(step string, start time.Time) {
-	if pl.stepTrace != nil {
-		pl.stepTrace(step, pl.since(start))
-	}
-}
-
-// jitter is a random duration in [0, d).
-func (pl *pipeline) jitter(dur time.Duration) time.Duration {
-	if dur <= 0 {
-		return 0
-	}
-	return time.Duration(pl.o.Rand() * float64(dur))
 }
 
 func timePtr(t time.Time) *time.Time {
@@ -347,32 +221,10 @@ func timePtr(t time.Time) *time.Time {
 	return &t
 }
 
-// contentSum identifies a message's bytes in the ledger's sent record (never
-// the content itself).
-func contentSum(data []byte) string {
+// contentSum identifies the job's message bytes in the ledger's sent record
+// (never the content itself).
+func (jb *job) contentSum() string {
 	h := fnv.New64a()
-	h.Write(data)
+	h.Write(jb.dl.Data)
 	return strconv.FormatUint(h.Sum64(), 16)
-}
-
-// noteDuplicate tells a job whose id was already sent: a redelivery of
-// the message that was sent (logged at debug), or another message given
-// the same id (differs, with the stream sequence of the one sent: it is
-// dead-lettered as duplicate_id). Neither names the content. On limits
-// without Redis there is no sent record to compare with: a redelivery.
-func (pl *pipeline) noteDuplicate(ctx context.Context, jb *job, l *limits.Set) (sentSeq uint64, differs bool) {
-	if l == nil {
-		jb.debug("job already sent: not sent again")
-		return 0, false
-	}
-	seq, sum, ok, err := l.SentFrom(ctx, jb.key)
-	switch {
-	case err != nil || !ok:
-		jb.debug("job already sent: not sent again")
-	case sum != contentSum(jb.dl.Data) && seq != jb.dl.StreamSeq:
-		return seq, true
-	default:
-		jb.debug("job already sent: not sent again", "sent_seq", seq)
-	}
-	return seq, false
 }

@@ -96,7 +96,7 @@ func (pl *pipeline) maybeProbe(ctx context.Context, l *limits.Set, provider stri
 // probeSucceeded resumes, fleet-wide, a provider whose probe it accepted.
 func (pl *pipeline) probeSucceeded(ctx context.Context, jb *job) {
 	pl.m.Probes.WithLabelValues(jb.provider, "sent").Inc()
-	err := pl.withBackend(ctx, jb, func(l *limits.Set) error {
+	err := pl.be.with(ctx, jb, func(l *limits.Set) error {
 		if _, err := l.Leaky.Resume(ctx, jb.provider, l.ContractOf(jb.pcfg)); err != nil {
 			return err
 		}

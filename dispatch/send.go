@@ -11,6 +11,9 @@ import (
 	"github.com/notifier/notifier/limits/fleet"
 	"github.com/notifier/notifier/limits/ledger"
 	"github.com/notifier/notifier/providers"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // send calls the provider once and returns the job's end from its answer:
@@ -23,12 +26,12 @@ func (pl *pipeline) send(ctx, sendCtx context.Context, jb *job) end {
 		// of the slots after it: take a new slot instead.
 		pl.m.Deferrals.WithLabelValues(LayerLeaky, "late").Inc()
 		jb.debug("woke after the send slot; taking a new one", "late", late.String())
-		pl.abandonSlot(ctx, jb)
+		jb.abandonSlot(ctx)
 		return end{}
 	}
 	done, ok := jb.live.breakers[jb.provider].allow()
 	if !ok {
-		pl.abandonSlot(ctx, jb)
+		jb.abandonSlot(ctx)
 		// The provider failed every recent call: do not call it; the job
 		// waits (no attempt used) and takes a new slot after the probe.
 		pl.m.Deferrals.WithLabelValues(LayerProvider, "circuit_open").Inc()
@@ -148,7 +151,7 @@ func (pl *pipeline) answer(ctx context.Context, jb *job, serr error, rl *provide
 			jb.log().Warn("provider rate limited; pausing it fleet-wide", "pause", pause.String(), "detail", rl.Detail)
 		}
 		var lowered bool
-		if err := pl.withBackend(ctx, jb, func(l *limits.Set) (err error) {
+		if err := pl.be.with(ctx, jb, func(l *limits.Set) (err error) {
 			if l.Pauses != nil {
 				l.Pauses.Note(jb.provider, pause) // at once, before the announcement comes back
 			}
@@ -191,7 +194,7 @@ func (pl *pipeline) answer(ctx context.Context, jb *job, serr error, rl *provide
 			}
 		}
 		var attempts int
-		if err := pl.withBackend(ctx, jb, func(l *limits.Set) (err error) {
+		if err := pl.be.with(ctx, jb, func(l *limits.Set) (err error) {
 			attempts, err = l.Ledger.Failed(ctx, jb.key, jb.owner, providers.StatusClass(serr))
 			return err
 		}); err != nil {
@@ -231,7 +234,7 @@ func (pl *pipeline) senderRefused(ctx context.Context, jb *job, serr error) end 
 	pl.m.Deferrals.WithLabelValues(LayerProvider, "credentials").Inc()
 	jb.log().Error("provider refused the sender (credentials, account or sender id); pausing it fleet-wide, jobs kept in JetStream until a reload, notifier resume, or a probe after the pause",
 		"pause", pause.String(), "detail", detailOf(serr))
-	if err := pl.withBackend(ctx, jb, func(l *limits.Set) error {
+	if err := pl.be.with(ctx, jb, func(l *limits.Set) error {
 		if l.Reasons != nil {
 			if err := l.Reasons.SetCredentials(ctx, jb.provider, pause); err != nil {
 				return err
@@ -290,4 +293,22 @@ func (pl *pipeline) observeLatency(jb *job) {
 		return
 	}
 	pl.m.JobLatency.WithLabelValues(jb.channel, jb.provider).Observe(now.Sub(from).Seconds())
+}
+
+// startSendSpan starts the span of one provider call under the job's span
+// (in ctx).
+func (pl *pipeline) startSendSpan(ctx context.Context, jb *job) (context.Context, trace.Span) {
+	return pl.tracer.Start(ctx, "notifier.send",
+		trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("notifier.provider", jb.provider)))
+}
+
+// endSendSpan records the provider's answer (its class, never its text,
+// which may quote the recipient) and ends the span.
+func endSendSpan(span trace.Span, serr error) {
+	if serr != nil && span.IsRecording() {
+		span.SetAttributes(attribute.String("notifier.answer", providers.StatusClass(serr)))
+		span.SetStatus(codes.Error, providers.StatusClass(serr))
+	}
+	span.End()
 }

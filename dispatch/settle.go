@@ -23,6 +23,37 @@ func (pl *pipeline) settle(ctx context.Context, jb *job) {
 	_ = pl.ackResult(ctx, jb, OutcomeSent)
 }
 
+// ackResult acknowledges the delivery and counts the outcome. A failed ack
+// is logged, not retried: the job comes back after ack_wait and the ledger
+// (or the dead-letter stream's dedup) makes the second pass a no-op. On the
+// shared limits the ack does not wait for the server's confirmation (one
+// round trip less per job): a lost ack only brings the job back to a ledger
+// that already knows it. On local limits the ledger is this process's own,
+// so the ack waits.
+func (pl *pipeline) ackResult(ctx context.Context, jb *job, outcome string) error {
+	var err error
+	if l := pl.be.currentLimits(); l != nil && l.Shared() {
+		err = jb.dl.AckNoWait()
+	} else {
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		err = jb.dl.Ack(actx)
+		cancel()
+	}
+	if err != nil {
+		jb.log().Warn("acknowledge job", "outcome", outcome, "err", err)
+	}
+	pl.m.Jobs.WithLabelValues(jb.channel, jb.provider, outcome).Inc()
+	now := pl.now()
+	pl.activity.add(rollKey{channel: jb.channel, outcome: outcome}, now)
+	if outcome == OutcomeSent {
+		tenant := pl.fetch.tenantLabel(jb.dl.Tenant)
+		pl.activity.add(rollKey{provider: jb.provider, tenant: tenant}, now)
+		pl.m.TenantSent.WithLabelValues(jb.provider, tenant).Inc()
+		jb.debug("job sent")
+	}
+	return nil
+}
+
 // settleLoop is the settler: it records and acknowledges the sent jobs
 // handed to it, as many at a time as have come in, until q is closed and
 // empty.
@@ -71,7 +102,7 @@ func (pl *pipeline) recordSent(ctx context.Context, jobs []*job, q <-chan *job) 
 		for i, jb := range jobs {
 			sent[i] = limits.Sent{ID: jb.key, Owner: jb.owner, ShadowDenied: jb.shadowDenied, Channel: jb.j.Channel, User: jb.j.UserID}
 			if jb.dl != nil {
-				sent[i].Seq, sent[i].Sum = jb.dl.StreamSeq, contentSum(jb.dl.Data)
+				sent[i].Seq, sent[i].Sum = jb.dl.StreamSeq, jb.contentSum()
 			}
 		}
 		var shadow limits.ShadowCounter

@@ -36,7 +36,7 @@ func (pl *pipeline) listGone(ctx context.Context, jb *job, detail string) string
 	}
 	e := suppress.Entry{Channel: jb.j.Channel, Hash: jb.toHash, Provider: jb.provider, Detail: detail,
 		Job: jb.key, Tenant: jb.dl.Tenant, Category: string(jb.category)}
-	err := pl.withBackend(ctx, jb, func(l *limits.Set) error {
+	err := pl.be.with(ctx, jb, func(l *limits.Set) error {
 		if l.Suppress == nil {
 			return nil
 		}

@@ -10,7 +10,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/queue"
 )
 
@@ -92,24 +91,6 @@ func endJobSpan(span trace.Span, jb *job, e end) {
 	span.SetAttributes(attrs...)
 	if e.kind == endDead {
 		span.SetStatus(codes.Error, e.reason)
-	}
-	span.End()
-}
-
-// startSendSpan starts the span of one provider call under the job's span
-// (in ctx).
-func (pl *pipeline) startSendSpan(ctx context.Context, jb *job) (context.Context, trace.Span) {
-	return pl.tracer.Start(ctx, "notifier.send",
-		trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(attribute.String("notifier.provider", jb.provider)))
-}
-
-// endSendSpan records the provider's answer (its class, never its text,
-// which may quote the recipient) and ends the span.
-func endSendSpan(span trace.Span, serr error) {
-	if serr != nil && span.IsRecording() {
-		span.SetAttributes(attribute.String("notifier.answer", providers.StatusClass(serr)))
-		span.SetStatus(codes.Error, providers.StatusClass(serr))
 	}
 	span.End()
 }

@@ -2,72 +2,12 @@ package dispatch
 
 import (
 	"context"
-	"errors"
 	"time"
 
-	"github.com/notifier/notifier/globallimit"
-	"github.com/notifier/notifier/internal/sleep"
 	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/limits"
 	"github.com/notifier/notifier/limits/ledger"
-	"github.com/notifier/notifier/userlimit"
 )
-
-// waitGlobal takes a token from the fleet bucket, heart-beating while the
-// bucket is empty. It fails only on a stop.
-func (pl *pipeline) waitGlobal(ctx context.Context, jb *job) error {
-	start := pl.now()
-	err := pl.withBackend(ctx, jb, func(l *limits.Set) error {
-		g := l.Bucket()
-		if g == nil {
-			return nil
-		}
-		for {
-			wctx, cancel := context.WithTimeout(ctx, pl.o.AckWait/3)
-			err := g.Wait(wctx)
-			cancel()
-			if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
-				return err
-			}
-			pl.keepAlive(jb)
-		}
-	})
-	pl.trace("global", start)
-	if err != nil {
-		return err
-	}
-	l := pl.be.currentLimits()
-	if l == nil {
-		return nil
-	}
-	g, sb := l.Buckets()
-	if g != nil {
-		if pl.since(start) > 5*time.Millisecond {
-			pl.m.LimitDecisions.WithLabelValues(LayerGlobal, "deny").Inc()
-			pl.m.Deferrals.WithLabelValues(LayerGlobal, "empty").Inc()
-		} else {
-			pl.m.LimitDecisions.WithLabelValues(LayerGlobal, "allow").Inc()
-		}
-	}
-	if sb != nil {
-		pl.askShadowGlobal(ctx, jb, sb)
-	}
-	return nil
-}
-
-// askShadowGlobal asks the fleet bucket's shadow (global.shadow_rate) for
-// a token, never waiting: a job that finds it empty is counted (decision
-// shadow_deny) and goes on. Its round trips are the shadow bucket's
-// leases, not one per job (globallimit.Bucket.TryTake).
-func (pl *pipeline) askShadowGlobal(ctx context.Context, jb *job, sb *globallimit.Bucket) {
-	ok, err := sb.TryTake(ctx)
-	switch {
-	case err != nil:
-		jb.debug("ask the fleet bucket's shadow", "err", err)
-	case !ok:
-		pl.m.LimitDecisions.WithLabelValues(LayerGlobal, DecisionShadowDeny).Inc()
-	}
-}
 
 // waitSlot reserves the job's send slot in the provider's leaky queue and
 // sleeps until it, then makes sure no pause began meanwhile.
@@ -82,7 +22,7 @@ func (pl *pipeline) waitSlot(ctx context.Context, jb *job, first admission) end 
 		// now, past the pause and the queue: one request.
 		if pl.probes.take(jb.provider, pl.now()) {
 			if first.slot != nil {
-				pl.giveBack(ctx, jb, first.limits, *first.slot)
+				jb.giveBack(ctx, first.limits, *first.slot)
 			}
 			jb.probe, jb.slotAt, jb.slot = true, pl.now(), 0
 			return end{}
@@ -92,7 +32,7 @@ func (pl *pipeline) waitSlot(ctx context.Context, jb *job, first admission) end 
 		// rather than hold a slot (and the worker) until the pause ends.
 		if e, paused := pl.longPause(ctx, jb); paused {
 			if first.slot != nil {
-				pl.giveBack(ctx, jb, first.limits, *first.slot)
+				jb.giveBack(ctx, first.limits, *first.slot)
 				first.slot = nil
 			}
 			return e
@@ -111,7 +51,7 @@ func (pl *pipeline) waitSlot(ctx context.Context, jb *job, first admission) end 
 				}
 			}
 			t0 := pl.now()
-			err := pl.withBackend(ctx, jb, func(cur *limits.Set) (err error) {
+			err := pl.be.with(ctx, jb, func(cur *limits.Set) (err error) {
 				l = cur
 				r, err = cur.Leaky.Reserve(ctx, jb.provider, pl.reserveContract(cur, jb.pcfg), jb.cost)
 				return err
@@ -124,7 +64,7 @@ func (pl *pipeline) waitSlot(ctx context.Context, jb *job, first admission) end 
 		}
 		if at, late := pl.pastDeadline(jb, r); late {
 			if r.OK {
-				pl.giveBack(ctx, jb, l, r)
+				jb.giveBack(ctx, l, r)
 			}
 			if e, done := pl.tooLate(jb, at); done {
 				return e
@@ -166,29 +106,20 @@ func (pl *pipeline) waitSlot(ctx context.Context, jb *job, first admission) end 
 		pl.m.LimitDecisions.WithLabelValues(LayerLeaky, "allow").Inc()
 		pl.noteSlot(jb)
 		// The per-user cap counts the job at its send slot.
-		var capRes userlimit.Result
-		if err := pl.withBackend(ctx, jb, func(cur *limits.Set) (err error) {
-			capRes, err = pl.capAtSlot(ctx, jb, cur, r)
-			return err
-		}); err != nil {
-			pl.giveBack(ctx, jb, l, r)
-			return stopped(err)
-		}
-		if !capRes.Allowed {
-			pl.giveBack(ctx, jb, l, r)
-			return pl.capDenied(ctx, jb, capRes, l)
+		if e := pl.capSlot(ctx, jb, l, r); e.ended() {
+			return e
 		}
 		pl.noteSlotWait(ctx, jb, l)
 		// Wake a little before the slot for the round trips below, so that
 		// they do not make the send late.
 		if err := pl.hold(ctx, jb, pl.until(jb.slotAt)-preSlot); err != nil {
-			pl.giveBack(ctx, jb, l, r)
+			jb.giveBack(ctx, l, r)
 			return stopped(err)
 		}
 		// A 429 seen by any worker after this slot was reserved pauses
 		// the provider; a slot inside the pause must not be used.
 		var paused time.Duration
-		if err := pl.withBackend(ctx, jb, func(cur *limits.Set) (err error) {
+		if err := pl.be.with(ctx, jb, func(cur *limits.Set) (err error) {
 			paused, err = cur.PausedFor(ctx, jb.provider)
 			return err
 		}); err != nil {
@@ -196,7 +127,7 @@ func (pl *pipeline) waitSlot(ctx context.Context, jb *job, first admission) end 
 		}
 		if paused > 0 {
 			pl.m.Deferrals.WithLabelValues(LayerProvider, "paused").Inc()
-			pl.quotaGiveUp(ctx, jb, l, r)
+			jb.quotaGiveUp(ctx, l, r)
 			if paused > holdPause {
 				return pausedEnd(pl, jb, paused)
 			}
@@ -282,7 +213,7 @@ const handBackMax = 10 * time.Second
 
 // giveBack cancels a reservation the job will not use (see leaky.Queue's
 // Cancel: only when no later one followed it).
-func (pl *pipeline) giveBack(ctx context.Context, jb *job, l *limits.Set, r leaky.Reservation) {
+func (jb *job) giveBack(ctx context.Context, l *limits.Set, r leaky.Reservation) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
 	if err := l.Leaky.Cancel(cctx, jb.provider, l.ContractOf(jb.pcfg), r, jb.cost); err != nil {
@@ -295,21 +226,21 @@ func (pl *pipeline) giveBack(ctx context.Context, jb *job, l *limits.Set, r leak
 // breaker): under a contract with quotas its units go back to the quota's
 // window (leaky.Queue.Cancel), so unused slots do not eat a quota. Plain
 // contracts skip the round trip: nothing would change.
-func (pl *pipeline) quotaGiveUp(ctx context.Context, jb *job, l *limits.Set, r leaky.Reservation) {
+func (jb *job) quotaGiveUp(ctx context.Context, l *limits.Set, r leaky.Reservation) {
 	if len(jb.pcfg.Quotas) == 0 || l == nil {
 		return
 	}
-	pl.giveBack(ctx, jb, l, r)
+	jb.giveBack(ctx, l, r)
 }
 
 // abandonSlot gives up the slot the job is at (see quotaGiveUp).
-func (pl *pipeline) abandonSlot(ctx context.Context, jb *job) {
+func (jb *job) abandonSlot(ctx context.Context) {
 	if jb.res == nil {
 		return
 	}
 	r, l := *jb.res, jb.resL
 	jb.res, jb.resL = nil, nil
-	pl.quotaGiveUp(ctx, jb, l, r)
+	jb.quotaGiveUp(ctx, l, r)
 }
 
 // preSlot is how long before its send slot a worker wakes to check for a
@@ -326,7 +257,7 @@ func (pl *pipeline) renewClaim(ctx context.Context, jb *job) end {
 		return end{}
 	}
 	var c ledger.Claim
-	if err := pl.withBackend(ctx, jb, func(l *limits.Set) (err error) {
+	if err := pl.be.with(ctx, jb, func(l *limits.Set) (err error) {
 		c, err = l.Ledger.Claim(ctx, jb.key, jb.owner, pl.lease(jb))
 		return err
 	}); err != nil {
@@ -347,48 +278,34 @@ func (pl *pipeline) renewClaim(ctx context.Context, jb *job) end {
 	return end{}
 }
 
-// deferJob puts a job off for wait without using an attempt: held in the
-// worker when short (then endAgain: the ledger and the cap are asked anew),
-// handed back to JetStream when long (endDefer). why (a Defer* word) says
-// what put it off; the ledger notes it as it gives up the lease.
-func (pl *pipeline) deferJob(ctx context.Context, jb *job, wait time.Duration, why string) end {
-	e := end{kind: endDefer, delay: wait, reason: why}
-	pl.releaseAt(ctx, jb, e)
-	if wait <= pl.o.MaxHold {
-		jb.debug("job held", "why", why, "for", wait.String())
-		if err := pl.hold(ctx, jb, wait); err != nil {
-			return stopped(err)
-		}
-		return end{kind: endAgain}
+// pastDeadline reports whether the job has an expires_at before its
+// earliest slot with reservation r.
+func (pl *pipeline) pastDeadline(jb *job, r leaky.Reservation) (time.Time, bool) {
+	if jb.j == nil || jb.j.ExpiresAt.IsZero() {
+		return time.Time{}, false
 	}
-	return e
+	at := pl.earliestSlot(jb, r)
+	return at, at.After(jb.j.ExpiresAt)
 }
 
-// hold keeps a job in its worker for dur, heart-beating it with InProgress
-// so JetStream does not redeliver it. It returns ctx.Err() on a stop.
-func (pl *pipeline) hold(ctx context.Context, jb *job, dur time.Duration) error {
-	deadline := pl.now().Add(dur)
-	beat := pl.o.AckWait / 3
-	for {
-		pl.keepAlive(jb)
-		left := pl.until(deadline)
-		if left <= 0 {
-			return ctx.Err()
-		}
-		if err := sleep.For(ctx, min(left, beat)); err != nil {
-			return err
-		}
+// earliestSlot is when a reservation's job could be sent at the soonest,
+// on this process's clock: its slot when it got one, else (a full queue)
+// the slot the queue would give after RetryAfter.
+func (pl *pipeline) earliestSlot(jb *job, r leaky.Reservation) time.Time {
+	if r.OK {
+		return jb.slotAt
 	}
+	return pl.now().Add(r.RetryAfter + jb.pcfg.MaxQueueDelay)
 }
 
-// keepAlive sends InProgress when a third of ack_wait has passed since the
-// last one.
-func (pl *pipeline) keepAlive(jb *job) {
-	if pl.since(jb.lastBeat) < pl.o.AckWait/3 {
-		return
+// tooLate is the end of a job whose earliest send slot at its provider
+// lies after its expires_at: it fails over when a fallback can take it
+// (no end: the caller takes a slot there), else it is suppressed as
+// expired at once rather than waiting for a slot and then found stale.
+func (pl *pipeline) tooLate(jb *job, earliest time.Time) (end, bool) {
+	if pl.failover(jb, FailoverDeadline) {
+		return end{}, false
 	}
-	if err := jb.dl.InProgress(); err != nil {
-		jb.debug("heartbeat job", "err", err)
-	}
-	jb.lastBeat = pl.now()
+	return suppressed(ledger.ReasonExpired, "expires_at "+jb.j.ExpiresAt.UTC().Format(time.RFC3339)+
+		" lies before the earliest send slot at "+jb.provider+" ("+pl.until(earliest).Round(time.Millisecond).String()+" ahead)"), true
 }
