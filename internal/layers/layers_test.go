@@ -1,5 +1,6 @@
-// Package layers holds the test that keeps the module's packages in their
-// layers (docs/ARCHITECTURE.md): no package imports one above it.
+// Package layers holds the tests that keep the module's shape
+// (docs/ARCHITECTURE.md): no package imports one above it, and a job's walk
+// through dispatch goes down its pipeline's files in the order of the flow.
 package layers
 
 import (
