@@ -13,6 +13,67 @@ import (
 	"github.com/notifier/notifier/userlimit"
 )
 
+// admitted takes the job through its admission: the fleet bucket
+// (waitGlobal), a digest's check, then the round trip of admit: the
+// ledger's claim, held for while another delivery of the job holds its
+// lease; the suppression list; the attempts left; and the per-user cap
+// (capAdmission). It returns the admission, with its speculative slot when
+// one was reserved, or else the job's end, with that slot given back.
+func (pl *pipeline) admitted(ctx context.Context, jb *job) (admission, end) {
+	// The fleet bucket first: it protects the workers and what is behind
+	// them, so it counts every job taken, including those the checks below
+	// then suppress.
+	if err := pl.waitGlobal(ctx, jb); err != nil {
+		return admission{}, stopped(err)
+	}
+	jb.rule, jb.capped, jb.capKey = jb.live.caps.CapFor(jb.j.Channel, jb.category, jb.j.UserID)
+	if jb.digesting() {
+		e, ended, err := pl.digestCheck(ctx, jb)
+		if err != nil {
+			return admission{}, stopped(err)
+		}
+		if ended {
+			return admission{}, e
+		}
+	}
+	// One round trip: the ledger (already sent? then take the send lease),
+	// the per-user cap, and, speculatively, the slot in the provider's
+	// queue.
+	var adm admission
+	for {
+		var err error
+		adm, err = pl.admit(ctx, jb, jb.rule, jb.capped)
+		if err != nil {
+			return adm, stopped(err)
+		}
+		c := adm.claim
+		if c.Status == ledger.Claimed {
+			jb.claimed, jb.claimAt = true, pl.now()
+			break
+		}
+		adm.cancel(ctx, jb)
+		if c.Status == ledger.AlreadySent {
+			if seq, differs := pl.noteDuplicate(ctx, jb, adm.limits); differs {
+				return adm, dead(ledger.ReasonDuplicateID, fmt.Sprintf("job id %s was already sent (stream sequence %d) with other content: a job id is unique within its tenant; this message is not sent", jb.j.ID, seq))
+			}
+			return adm, end{kind: endDuplicate}
+		}
+		pl.m.Deferrals.WithLabelValues(LayerLedger, "busy").Inc()
+		if err := pl.hold(ctx, jb, min(c.BusyFor, time.Second)); err != nil {
+			return adm, stopped(err)
+		}
+	}
+	if adm.suppressed {
+		adm.cancel(ctx, jb)
+		return adm, pl.suppressedRecipient(ctx, jb, adm.limits)
+	}
+	if adm.claim.Attempts >= pl.o.Retry.MaxAttempts {
+		adm.cancel(ctx, jb)
+		return adm, dead(ledger.ReasonMaxAttempts, fmt.Sprintf("%d transient provider failures", adm.claim.Attempts))
+	}
+	return adm, pl.capAdmission(ctx, jb, adm)
+}
+
 // waitGlobal takes a token from the fleet bucket, heart-beating while the
 // bucket is empty. It fails only on a stop.
 func (pl *pipeline) waitGlobal(ctx context.Context, jb *job) error {
@@ -120,67 +181,6 @@ func (pl *pipeline) admit(ctx context.Context, jb *job, rule userlimit.Rule, cap
 	})
 	pl.trace("admit", t0)
 	return adm, err
-}
-
-// admitted takes the job through its admission: the fleet bucket
-// (waitGlobal), a digest's check, then the round trip of admit: the
-// ledger's claim, held for while another delivery of the job holds its
-// lease; the suppression list; the attempts left; and the per-user cap
-// (capAdmission). It returns the admission, with its speculative slot when
-// one was reserved, or else the job's end, with that slot given back.
-func (pl *pipeline) admitted(ctx context.Context, jb *job) (admission, end) {
-	// The fleet bucket first: it protects the workers and what is behind
-	// them, so it counts every job taken, including those the checks below
-	// then suppress.
-	if err := pl.waitGlobal(ctx, jb); err != nil {
-		return admission{}, stopped(err)
-	}
-	jb.rule, jb.capped, jb.capKey = jb.live.caps.CapFor(jb.j.Channel, jb.category, jb.j.UserID)
-	if jb.digesting() {
-		e, ended, err := pl.digestCheck(ctx, jb)
-		if err != nil {
-			return admission{}, stopped(err)
-		}
-		if ended {
-			return admission{}, e
-		}
-	}
-	// One round trip: the ledger (already sent? then take the send lease),
-	// the per-user cap, and, speculatively, the slot in the provider's
-	// queue.
-	var adm admission
-	for {
-		var err error
-		adm, err = pl.admit(ctx, jb, jb.rule, jb.capped)
-		if err != nil {
-			return adm, stopped(err)
-		}
-		c := adm.claim
-		if c.Status == ledger.Claimed {
-			jb.claimed, jb.claimAt = true, pl.now()
-			break
-		}
-		adm.cancel(ctx, jb)
-		if c.Status == ledger.AlreadySent {
-			if seq, differs := pl.noteDuplicate(ctx, jb, adm.limits); differs {
-				return adm, dead(ledger.ReasonDuplicateID, fmt.Sprintf("job id %s was already sent (stream sequence %d) with other content: a job id is unique within its tenant; this message is not sent", jb.j.ID, seq))
-			}
-			return adm, end{kind: endDuplicate}
-		}
-		pl.m.Deferrals.WithLabelValues(LayerLedger, "busy").Inc()
-		if err := pl.hold(ctx, jb, min(c.BusyFor, time.Second)); err != nil {
-			return adm, stopped(err)
-		}
-	}
-	if adm.suppressed {
-		adm.cancel(ctx, jb)
-		return adm, pl.suppressedRecipient(ctx, jb, adm.limits)
-	}
-	if adm.claim.Attempts >= pl.o.Retry.MaxAttempts {
-		adm.cancel(ctx, jb)
-		return adm, dead(ledger.ReasonMaxAttempts, fmt.Sprintf("%d transient provider failures", adm.claim.Attempts))
-	}
-	return adm, pl.capAdmission(ctx, jb, adm)
 }
 
 // noteDuplicate tells a job whose id was already sent: a redelivery of
