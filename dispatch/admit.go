@@ -44,7 +44,7 @@ func (pl *pipeline) admitted(ctx context.Context, jb *job) (admission, end) {
 		var err error
 		adm, err = pl.admit(ctx, jb, jb.rule, jb.capped)
 		if err != nil {
-			return adm, stopped(err)
+			return admission{}, stopped(err)
 		}
 		c := adm.claim
 		if c.Status == ledger.Claimed {
@@ -54,22 +54,22 @@ func (pl *pipeline) admitted(ctx context.Context, jb *job) (admission, end) {
 		adm.cancel(ctx, jb)
 		if c.Status == ledger.AlreadySent {
 			if seq, differs := pl.noteDuplicate(ctx, jb, adm.limits); differs {
-				return adm, dead(ledger.ReasonDuplicateID, fmt.Sprintf("job id %s was already sent (stream sequence %d) with other content: a job id is unique within its tenant; this message is not sent", jb.j.ID, seq))
+				return admission{}, dead(ledger.ReasonDuplicateID, fmt.Sprintf("job id %s was already sent (stream sequence %d) with other content: a job id is unique within its tenant; this message is not sent", jb.j.ID, seq))
 			}
-			return adm, end{kind: endDuplicate}
+			return admission{}, end{kind: endDuplicate}
 		}
 		pl.m.Deferrals.WithLabelValues(LayerLedger, "busy").Inc()
 		if err := pl.hold(ctx, jb, min(c.BusyFor, time.Second)); err != nil {
-			return adm, stopped(err)
+			return admission{}, stopped(err)
 		}
 	}
 	if adm.suppressed {
 		adm.cancel(ctx, jb)
-		return adm, pl.suppressedRecipient(ctx, jb, adm.limits)
+		return admission{}, pl.suppressedRecipient(ctx, jb, adm.limits)
 	}
 	if adm.claim.Attempts >= pl.o.Retry.MaxAttempts {
 		adm.cancel(ctx, jb)
-		return adm, dead(ledger.ReasonMaxAttempts, fmt.Sprintf("%d transient provider failures", adm.claim.Attempts))
+		return admission{}, dead(ledger.ReasonMaxAttempts, fmt.Sprintf("%d transient provider failures", adm.claim.Attempts))
 	}
 	return adm, pl.capAdmission(ctx, jb, adm)
 }

@@ -67,7 +67,7 @@ func (pl *pipeline) conclude(ctx, sendCtx context.Context, jb *job, e end) {
 	pl.releaseAt(ctx, jb, e)
 	switch e.kind {
 	case endDuplicate:
-		_ = pl.ackResult(ctx, jb, OutcomeDuplicate)
+		pl.ackResult(ctx, jb, OutcomeDuplicate)
 	case endDead, endSuppressed:
 		pl.finish(ctx, jb, e)
 	case endRetry:
@@ -112,7 +112,7 @@ func (pl *pipeline) finish(ctx context.Context, jb *job, e end) {
 		}
 	}
 	jb.log().Info("job not sent", "outcome", outcome, "reason", e.reason, "detail", e.detail)
-	_ = pl.ackResult(ctx, jb, outcome)
+	pl.ackResult(ctx, jb, outcome)
 }
 
 // releaseAt gives up the job's ledger lease at its end e without counting

@@ -20,7 +20,7 @@ func (pl *pipeline) settle(ctx context.Context, jb *job) {
 		return
 	}
 	pl.recordSent(ctx, []*job{jb}, nil)
-	_ = pl.ackResult(ctx, jb, OutcomeSent)
+	pl.ackResult(ctx, jb, OutcomeSent)
 }
 
 // ackResult acknowledges the delivery and counts the outcome. A failed ack
@@ -30,7 +30,7 @@ func (pl *pipeline) settle(ctx context.Context, jb *job) {
 // round trip less per job): a lost ack only brings the job back to a ledger
 // that already knows it. On local limits the ledger is this process's own,
 // so the ack waits.
-func (pl *pipeline) ackResult(ctx context.Context, jb *job, outcome string) error {
+func (pl *pipeline) ackResult(ctx context.Context, jb *job, outcome string) {
 	var err error
 	if l := pl.be.currentLimits(); l != nil && l.Shared() {
 		err = jb.dl.AckNoWait()
@@ -51,7 +51,6 @@ func (pl *pipeline) ackResult(ctx context.Context, jb *job, outcome string) erro
 		pl.m.TenantSent.WithLabelValues(jb.provider, tenant).Inc()
 		jb.debug("job sent")
 	}
-	return nil
 }
 
 // settleLoop is the settler: it records and acknowledges the sent jobs
@@ -63,7 +62,7 @@ func (pl *pipeline) settleLoop(ctx context.Context, q <-chan *job) {
 		batch = takeQueued(append(batch[:0], jb), q)
 		batch = pl.recordSent(ctx, batch, q)
 		for _, jb := range batch {
-			_ = pl.ackResult(ctx, jb, OutcomeSent)
+			pl.ackResult(ctx, jb, OutcomeSent)
 		}
 	}
 }
