@@ -53,15 +53,16 @@ vet:
 staticcheck:
 	$(GO) run $(STATICCHECK) $(PKGS)
 
-# One package at a time (-p 1): several packages assert pacing at a fake
-# provider, which two packages' servers and processes on two cores would
-# disturb. Within a package the pacing tests run alone, one after another;
-# the tests that call t.Parallel (those that mostly wait: on a breaker, a
-# pause, an ack_wait) then run three at a time (four loaded two cores
-# enough to stretch a breaker's outage past its test's patience). The
-# whole run takes about eight minutes on two cores.
+# Two packages at a time (-p 2). dispatch, the longest, bounds its own
+# tests' concurrency: at most two that measure pacing, a rate or a share at
+# a fake provider, beside at most three that mostly wait (on a breaker, a
+# pause, an ack_wait); see measures in dispatch/harness_test.go. The other
+# packages run beside it, their parallel tests three at a time (four loaded
+# two cores enough to stretch a breaker's outage past its test's patience).
+# The whole run takes about five minutes on two cores, under seven beside a
+# CPU burner (docs/development.md).
 race: chromium
-	$(GO) test -race -count=1 -p 1 -parallel 3 -timeout 30m $(PKGS)
+	$(GO) test -race -count=1 -p 2 -parallel 3 -timeout 30m $(PKGS)
 
 # The /status page's tests drive Debian's chromium headless. Installed here
 # where missing (as root, with apt-get); otherwise this fails with the command.

@@ -42,6 +42,7 @@ func TestSpeculationFollowsDenials(t *testing.T) {
 // TestMinRatesAgree: the configuration refuses the rates the leaky queue
 // cannot pace, so `check` catches what a run would fail on.
 func TestMinRatesAgree(t *testing.T) {
+	t.Parallel()
 	if providers.MinRate != leaky.MinRate {
 		t.Fatalf("providers.MinRate %g, leaky.MinRate %g: a rate check would pass what the queue refuses", providers.MinRate, leaky.MinRate)
 	}

@@ -87,7 +87,7 @@ func (a *asked) times(id string) []time.Time {
 // least what the provider asked and without using an attempt; the provider
 // is not paused and the other jobs go on meanwhile.
 func TestRecipientThrottleDefersThatJobAlone(t *testing.T) {
-	t.Parallel()
+	measures(t, 1)
 	b := setup(t, setupOpts{})
 	var a asked
 	var mu sync.Mutex
@@ -141,7 +141,7 @@ func TestRecipientThrottleDefersThatJobAlone(t *testing.T) {
 // when to come back (a 503's Retry-After, FCM UNAVAILABLE) is retried no
 // sooner, though the backoff alone would be far shorter (at most 200 ms).
 func TestTransientRetryAfterIsHonoured(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{})
 	var a asked
 	var mu sync.Mutex
@@ -177,7 +177,7 @@ func TestTransientRetryAfterIsHonoured(t *testing.T) {
 // not), its jobs wait in JetStream, and a reload lifts the pause at once:
 // every job is then sent once.
 func TestSenderRefusedPausesTheProviderAndKeepsItsJobs(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{})
 	for i := range b.pcfgs {
 		b.pcfgs[i].MaxPause = time.Hour
@@ -244,7 +244,7 @@ func TestSenderRefusedPausesTheProviderAndKeepsItsJobs(t *testing.T) {
 // paused for its credentials is asked again after max_pause; once they are
 // right again every job goes out, none dead-lettered.
 func TestSenderRefusedIsProbedAfterMaxPause(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{})
 	for i := range b.pcfgs {
 		b.pcfgs[i].MaxPause = 1500 * time.Millisecond
@@ -279,7 +279,7 @@ func TestSenderRefusedIsProbedAfterMaxPause(t *testing.T) {
 // however often the provider calls back; a report for a provider not
 // configured is refused.
 func TestReportDelivery(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{})
 	p := b.start(nil)
 	ctx := context.Background()
@@ -315,7 +315,7 @@ func TestReportDelivery(t *testing.T) {
 // secret in its environment, say) lifts a pause left for refused
 // credentials, fleet-wide, as a reload does; a 429's pause it leaves.
 func TestStartLiftsACredentialsPause(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{})
 	ctx := context.Background()
 	rdb := b.redis.Client()
@@ -345,7 +345,7 @@ func TestStartLiftsACredentialsPause(t *testing.T) {
 // dead-lettered, only a few requests were answered 401, and every job is
 // sent once within probe_interval (and its jitter) of the recovery.
 func TestRefusedSenderIsProbedAndResumed(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{getenv: envOf(map[string]string{"HOOK_TOKEN": "s3cret"})})
 	const probe = 3 * time.Second
 	for i := range b.pcfgs {
@@ -397,7 +397,7 @@ func TestRefusedSenderIsProbedAndResumed(t *testing.T) {
 // through the pause and a probe's resume (TestRefusedSenderIsProbedAndResumed
 // on a loaded machine).
 func TestAPauseNotHeardOfHoldsNoWorker(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{})
 	ctx := context.Background()
 	q := leakyRedis(t, b.redis.Client(), b.prefix)

@@ -55,6 +55,7 @@ func wantsOf(ws []queue.Want) map[string]int {
 // queue delivered less than asked: another process holds them), marketing
 // takes no more than 70 % of the budget (18 jobs) in all.
 func TestPlanKeepsTheReserveForTransactional(t *testing.T) {
+	t.Parallel()
 	reg := configs{{Name: "sms-gw", Channel: "sms", Rate: 100, Reserve: map[string]float64{"transactional": 0.3}}}
 	d := wire(Options{})
 	d.live.Store(&liveConfig{providers: reg, breakers: map[string]*breaker{}})
@@ -117,6 +118,7 @@ func TestPlanKeepsTheReserveForTransactional(t *testing.T) {
 // (categories.email: marketing) has its normal lane scheduled as
 // marketing, behind its transactional lane.
 func TestPlanCategoryOfTheNormalLane(t *testing.T) {
+	t.Parallel()
 	reg := configs{{Name: "email-gw", Channel: "email", Rate: 100, Reserve: map[string]float64{"transactional": 0.5}}}
 	d := wire(Options{})
 	d.live.Store(&liveConfig{caps: limits.Caps{Defaults: map[string]queue.Category{"email": queue.Marketing}}, providers: reg, breakers: map[string]*breaker{}})
@@ -137,7 +139,7 @@ func TestPlanCategoryOfTheNormalLane(t *testing.T) {
 // marketing; a job naming a category other than its channel's on the
 // normal lane is dead-lettered as invalid, naming the subject to use.
 func TestCategoryCaps(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{})
 	for i := range 3 {
 		m := newJob(fmt.Sprintf("sms-mkt-%d", i), "sms", "u1")
@@ -205,6 +207,7 @@ func TestCategoryCaps(t *testing.T) {
 // the same run: 300 transactional SMS alone, first, on the same
 // dispatchers (referenceRate).
 func TestReserveUnderMarketingBacklog(t *testing.T) {
+	measures(t, 1)
 	w := newIsolation(t, 100, 250)
 	w.pcfgs[0].Reserve = map[string]float64{"transactional": 0.3}
 	w.procs(2, 16)

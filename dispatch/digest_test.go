@@ -27,6 +27,7 @@ import (
 // is its members, and each of its members ended suppressed (digested).
 // NOTIFIER_PROPERTY_SEED replays one seed.
 func TestDigestProperties(t *testing.T) {
+	measures(t, 1)
 	const limit, window = 2, 600 * time.Millisecond
 	b := setup(t, setupOpts{rate: 2000})
 	rule := userlimit.Rule{Limit: limit, Window: window, OnExceed: userlimit.Digest}.WithDefaults()
@@ -166,7 +167,7 @@ func checkDigests(t *testing.T, b *bundle, seed uint64, limit int, window time.D
 // loaded machine: a held job that met the pending digest first published
 // it with its count and no ids.)
 func TestAPendingDigestCarriesItsMembersWhoeverPublishesIt(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{rate: 2000})
 	rule := userlimit.Rule{Limit: 1, Window: 10 * time.Second, OnExceed: userlimit.Digest}.WithDefaults()
 	b.start(func(o *Options) { o.UserLimits = map[string]userlimit.Rule{"sms": rule} })
@@ -207,7 +208,7 @@ func TestAPendingDigestCarriesItsMembersWhoeverPublishesIt(t *testing.T) {
 // (user_limit), its detail saying the digest is full, and the dispatcher
 // takes the store's answer as the user's, not as a failed backend.
 func TestAFullDigestEndsTheJobAsOverTheCap(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{rate: 2000})
 	rule := userlimit.Rule{Limit: 1, Window: time.Minute, OnExceed: userlimit.Digest}.WithDefaults()
 	p := b.start(func(o *Options) { o.UserLimits = map[string]userlimit.Rule{"sms": rule} })

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"strings"
 	"testing"
@@ -14,10 +15,20 @@ import (
 	"github.com/notifier/notifier/userlimit"
 )
 
-func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m, testenv.DyingConnections...) }
+// TestMain lifts -parallel past the number of tests: the tests bound their
+// own concurrency by kind (measures, waits), and one waiting for its place
+// must not hold a place of -parallel's that a test of the other kind
+// could have run in.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if err := flag.Set("test.parallel", "10000"); err != nil {
+		panic(err)
+	}
+	testenv.VerifyNoLeaks(m, testenv.DyingConnections...)
+}
 
 func TestSendsEveryJobOnce(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{})
 	ids := b.publishN("ok", "sms", 200, 50)
 	p := b.start(nil)
@@ -38,7 +49,7 @@ func TestSendsEveryJobOnce(t *testing.T) {
 // load: each is dead-lettered with the right reason and detail, the valid
 // ones are sent, and no worker dies.
 func TestBadInputIsDeadLettered(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{})
 	ctx := context.Background()
 	valid := b.publishN("good", "push", 40, 40)
@@ -95,7 +106,7 @@ func TestBadInputIsDeadLettered(t *testing.T) {
 }
 
 func TestExpiredJobsAreSuppressed(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{})
 	past := newJob("old-1", "sms", "u1")
 	past.ExpiresAt = time.Now().Add(-time.Minute)
@@ -114,7 +125,7 @@ func TestExpiredJobsAreSuppressed(t *testing.T) {
 }
 
 func TestUserCapDrop(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{})
 	var jobs []*queue.Job
 	for i := 0; i < 8; i++ {
@@ -150,7 +161,7 @@ func TestUserCapDrop(t *testing.T) {
 // TestUserCapDefer: over the cap with on_exceed: defer, a job waits until
 // its window allows, then is sent; it is never dropped.
 func TestUserCapDefer(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{})
 	var ids []string
 	var jobs []*queue.Job

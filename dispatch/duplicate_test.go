@@ -19,7 +19,7 @@ import (
 // of the same message is a duplicate, acknowledged unsent. Ids are unique
 // within a tenant: two tenants' jobs with the same id are both sent.
 func TestDuplicateIDWithOtherContentIsDeadLettered(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{})
 	p := b.start(nil)
 	first := newJob("same-id", "sms", "u1")

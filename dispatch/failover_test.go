@@ -26,8 +26,7 @@ import (
 // No window of 1 s − jitterBudget with more arrivals than the contract
 // (429s included), nothing lost, nothing sent twice.
 func TestRedisDownLocalMode(t *testing.T) {
-	// Not parallel: it measures pacing, and the package's other tests
-	// (run in parallel after it) would load the machine's two cores.
+	measures(t, 1)
 	b := setup(t, setupOpts{contract: 100, rate: 100, maxQueueDelay: time.Second})
 	ids := b.publishN("loc", "sms", 900, 200)
 	var procs []*proc
@@ -74,7 +73,7 @@ func TestRedisDownLocalMode(t *testing.T) {
 // breakerTrip failures, and is probed again; jobs are not dead-lettered for
 // it while the breaker is open.
 func TestCircuitBreakerStopsCalling(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{})
 	b.fake.FailFor(time.Hour, http.StatusBadGateway)
 	b.publishN("cb", "push", 40, 40)
@@ -193,7 +192,7 @@ func (p *stopOnSendProvider) Send(ctx context.Context, m *providers.Message) err
 // back they are recorded and acknowledged: no job is sent twice, and none
 // even comes back as a duplicate.
 func TestSentJobsKeptAliveWhileRedisIsDown(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{ackWait: time.Second})
 	ids := b.publishN("alive", "sms", 40, 40)
 	stopped := make(chan struct{})
@@ -234,7 +233,7 @@ func TestSentJobsKeptAliveWhileRedisIsDown(t *testing.T) {
 // that cannot be built leaves the process holding, as without one, and
 // says why.
 func TestFallbackThatFailsHolds(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{})
 	p := b.start(func(o *Options) {
 		o.Fallback = func() (*limits.Set, error) { return nil, errors.New("no local limits today") }

@@ -42,6 +42,7 @@ func weightsDispatcher(weights map[string]float64, rate float64) *Dispatcher {
 // that comes back from idling gets no burst for the time it was away.
 // NOTIFIER_PROPERTY_SEED replays one seed.
 func TestFairQueueProperties(t *testing.T) {
+	t.Parallel()
 	seeds := 200
 	first := uint64(1)
 	if s := os.Getenv("NOTIFIER_PROPERTY_SEED"); s != "" {
@@ -274,6 +275,7 @@ func shares(st *simStream, procs []simProc, rounds, free int, publish func(round
 // same shares hold across a fleet of 2 and of 8 processes, each scheduling
 // alone on the shared lanes.
 func TestSchedulerSharesByWeight(t *testing.T) {
+	t.Parallel()
 	weights := map[string]float64{"gold": 3, "bronze": 1}
 	for _, tc := range []struct {
 		name      string
@@ -319,6 +321,7 @@ func TestSchedulerSharesByWeight(t *testing.T) {
 // pair is the blast's own (2/(n(n−1)) of them: 1 in 105 with 15 lanes).
 // The same with 2 and 8 processes, each scheduling alone.
 func TestSchedulerSmallTenantsBehindABlast(t *testing.T) {
+	t.Parallel()
 	const lanes = queue.DefaultFairLanes
 	ba, bb := queue.LanePair("sms", "blast", lanes)
 	samePair := func(tenant string) bool {
@@ -396,6 +399,7 @@ func TestSchedulerSmallTenantsBehindABlast(t *testing.T) {
 // one per tenant ever seen. (charge alone used to prune, so this path grew
 // without bound: 300,000 tags here.)
 func TestFairQueueStaysBoundedUnderManyTenants(t *testing.T) {
+	t.Parallel()
 	q := newFairQueue()
 	most := 0
 	for i := range 300_000 {

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/notifier/notifier/internal/localenv"
 	"github.com/notifier/notifier/leaky"
@@ -21,6 +22,58 @@ import (
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
 )
+
+// The package's tests that start servers run in parallel in two kinds,
+// each holding a place of its own kind while it runs: those that measure
+// pacing, a rate or a share from arrivals at a fake provider (measures,
+// two places) and those that mostly wait, on a breaker, a pause or an
+// ack_wait, and use little CPU (waits, three places). So at most two
+// measure at once, beside at most three that wait: near the load each
+// test's tolerance was set for on two cores, where running the measuring
+// tests one after another, then the others three at a time, took eight
+// minutes. The tests without servers call t.Parallel alone. -parallel
+// does not bound them (TestMain lifts it): a test waiting for its place
+// holds one of -parallel's, which would keep a test of the other kind
+// from starting.
+var (
+	measuring = semaphore.NewWeighted(2)
+	waiting   = semaphore.NewWeighted(3)
+)
+
+// measures runs t in parallel as a test that measures, holding load of
+// measuring's two places until it ends; load 2 measures alone, for the
+// tests that keep a core busy and those that hold a rate near what the
+// machine gives (push at 250/s) to a reference taken earlier in the test,
+// which another test starting or ending between the two would skew. A test whose subtests run in parallel calls
+// it (or waits) in each subtest, never in the parent, which would hold
+// its place while its subtests wait for theirs.
+func measures(t *testing.T, load int64) {
+	t.Helper()
+	hold(t, measuring, load)
+}
+
+// waits runs t in parallel as a test that mostly waits, holding one of
+// waiting's three places until it ends.
+func waits(t *testing.T) {
+	t.Helper()
+	hold(t, waiting, 1)
+}
+
+// hold runs t in parallel once it has n of places, given back when it
+// ends; a failing test's log says how long it waited and ran.
+func hold(t *testing.T, places *semaphore.Weighted, n int64) {
+	t.Helper()
+	t.Parallel()
+	asked := time.Now()
+	if err := places.Acquire(t.Context(), n); err != nil {
+		t.Fatalf("wait for a place to run: %v", err)
+	}
+	got := time.Now()
+	t.Cleanup(func() {
+		places.Release(n)
+		t.Logf("waited %s for its place, then ran %s", got.Sub(asked).Round(time.Millisecond), time.Since(got).Round(time.Millisecond))
+	})
+}
 
 // bundle is one test's world: real NATS, real Redis, a fake provider.
 type bundle struct {

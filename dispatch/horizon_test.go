@@ -18,7 +18,7 @@ import (
 // contract needs. Without the horizons
 // (Options.Horizons nil) even the first start waits it.
 func TestFirstStartDoesNotWaitAColdStart(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{}) // max_queue_delay 2s
 	horizons, err := queue.OpenHorizons(context.Background(), b.js, 1)
 	if err != nil {
@@ -62,7 +62,7 @@ func TestFirstStartDoesNotWaitAColdStart(t *testing.T) {
 // TestFirstStartWithoutHorizonsWaits: without the horizons an empty Redis
 // cannot be told from a lost one, and the first job waits the cold start.
 func TestFirstStartWithoutHorizonsWaits(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{})
 	b.start(nil)
 	published := time.Now()

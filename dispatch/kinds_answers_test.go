@@ -23,7 +23,7 @@ import (
 // meanwhile, and the reload that follows the fix lifts the pause: every
 // job is then sent, once.
 func TestCredentialRotationGoneWrong(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	tw := testenv.FakeTwilio(t)
 	b := setup(t, setupOpts{
 		extra: []providers.Config{{Name: "tw", Channel: "sms", Kind: "twilio", URL: tw.URL(), AccountSID: tw.AccountSID(),
@@ -76,7 +76,7 @@ func TestCredentialRotationGoneWrong(t *testing.T) {
 // With retry_on_timeout: false it is not retried: it is dead-lettered with
 // reason ambiguous, and Twilio holds it once.
 func TestAmbiguousTimeout(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	retrying, strict := testenv.FakeTwilio(t), testenv.FakeTwilio(t)
 	no := false
 	tw := func(name string, f *testenv.TwilioFake, env string) providers.Config {
@@ -123,7 +123,7 @@ func TestAmbiguousTimeout(t *testing.T) {
 // device's push waits; the other devices' pushes go on at once, the
 // provider is not paused, and nothing is dead-lettered.
 func TestAPNsDeviceThrottleDefersThatDeviceAlone(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	ios := testenv.FakeAPNs(t)
 	b := setup(t, setupOpts{
 		extra: []providers.Config{{Name: "ios", Channel: "push", Kind: "apns", URL: ios.URL(), TLSCAFile: ios.CAFile(),

@@ -175,7 +175,7 @@ func envOf(vars map[string]string) func(string) string {
 // segments/s contract arrive at no more than 10 messages a second, which
 // its Twilio fake (enforcing 10 messages/s) accepts.
 func TestKindsEndToEnd(t *testing.T) {
-	t.Parallel()
+	measures(t, 1)
 	const segContract, segPerSecond = 30, 10
 	contract := testenv.WithContract(kindsContract)
 	tw, twSeg := testenv.FakeTwilio(t, contract), testenv.FakeTwilio(t, testenv.WithContract(segPerSecond))
@@ -346,7 +346,7 @@ func TestKindsEndToEnd(t *testing.T) {
 // own format, dead-letters the job with reason rejected and the provider's
 // reason in the detail; the other jobs are sent.
 func TestKindsRefusalsAreDeadLettered(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	tw, fcm, ios, mail := testenv.FakeTwilio(t), testenv.FakeFCM(t), testenv.FakeAPNs(t), testenv.FakeSMTP(t)
 	b := setup(t, setupOpts{extra: kindsConfigs(tw, fcm, ios, mail), getenv: kindsEnv(tw, fcm, mail)})
 	tw.RefuseNumber("+447700900666", providers.TwilioUnsubscribed)
@@ -420,7 +420,7 @@ func kindsEnv(tw *testenv.TwilioFake, fcm *testenv.FCMFake, mail *testenv.SMTPFa
 // access tokens issued for it, the APNs .p8 key and any JWT, the SMTP
 // password (and its AUTH PLAIN form).
 func TestKindsLogsCarryNoSecrets(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	tw, fcm, ios, mail := testenv.FakeTwilio(t), testenv.FakeFCM(t), testenv.FakeAPNs(t), testenv.FakeSMTP(t)
 	b := setup(t, setupOpts{extra: kindsConfigs(tw, fcm, ios, mail), getenv: kindsEnv(tw, fcm, mail)})
 	// A 5xx each (not APNs's: after one Apple asks for 15 minutes before a

@@ -16,7 +16,7 @@ import (
 // notifier_job_created_at_ignored_total; a job with a past created_at is
 // measured from it.
 func TestFutureCreatedAtDoesNotCorruptLatency(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{})
 	p := b.start(nil)
 	future := newJob("future", "sms", "u1")

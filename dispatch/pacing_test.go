@@ -193,8 +193,7 @@ func max429s(jobs int) int { return max(1, jobs/100) }
 // a provider that enforces the same contract, and at least 95 % of the
 // contract sustained.
 func TestPacingAcrossDispatchers(t *testing.T) {
-	// Not parallel: it measures pacing, and the package's other tests
-	// (run in parallel after it) would load the machine's two cores.
+	measures(t, 1)
 	b := setup(t, setupOpts{contract: 100, rate: 100, maxQueueDelay: time.Second})
 	ids := b.publishN("pace", "sms", 1200, 300)
 	var procs []*proc
@@ -230,8 +229,7 @@ func TestPacingAcrossDispatchers(t *testing.T) {
 // in the end, and 429s stay a small fraction of the jobs: a 429 pauses the
 // provider fleet-wide, no retry storm.
 func TestRateLimitedProviderNoStorm(t *testing.T) {
-	// Not parallel: it measures pacing, and the package's other tests
-	// (run in parallel after it) would load the machine's two cores.
+	measures(t, 1)
 	b := setup(t, setupOpts{contract: 50, rate: 100, maxQueueDelay: time.Second})
 	ids := b.publishN("half", "sms", 600, 100)
 	var procs []*proc
@@ -262,7 +260,7 @@ func TestRateLimitedProviderNoStorm(t *testing.T) {
 // and counted in the ledger across redeliveries; after max_attempts the job
 // is dead with reason max_attempts. Permanent refusals are dead at once.
 func TestTransientFailuresRetryThenDead(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{})
 	b.fake.FailNext(2, http.StatusServiceUnavailable)
 	b.publish(newJob("flaky-1", "sms", "u1"))
@@ -296,8 +294,7 @@ func TestTransientFailuresRetryThenDead(t *testing.T) {
 // TestRedisRestartHold: Redis restarts empty mid-run under redis.on_failure
 // hold. Nothing is lost, nothing sent twice, the contract holds.
 func TestRedisRestartHold(t *testing.T) {
-	// Not parallel: it measures pacing, and the package's other tests
-	// (run in parallel after it) would load the machine's two cores.
+	measures(t, 1)
 	b := setup(t, setupOpts{contract: 100, rate: 100, maxQueueDelay: time.Second})
 	ids := b.publishN("rr", "push", 600, 100)
 	for i := 0; i < 2; i++ {
@@ -326,7 +323,7 @@ func TestRedisRestartHold(t *testing.T) {
 // and suppressions, and greps every log line for the recipients, bodies and
 // secrets of the jobs.
 func TestLogsCarryNoPersonalData(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{})
 	b.fake.FailNext(3, http.StatusBadGateway)
 	for i := 0; i < 30; i++ {

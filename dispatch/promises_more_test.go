@@ -18,7 +18,7 @@ import (
 // tokens (2/s, burst 1, ack_wait 1 s): none is redelivered meanwhile (no
 // delivery 2 in any job's log line), each is sent once.
 func TestPromiseBucketWaitIsKeptAlive(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{ackWait: time.Second})
 	b.start(func(o *Options) {
 		o.Workers = 10
@@ -38,7 +38,7 @@ func TestPromiseBucketWaitIsKeptAlive(t *testing.T) {
 // the number of live instances it last saw". On local limits for a fleet of
 // 3, a bucket of 30/s (burst 3) lets this process take 10/s (burst 1).
 func TestPromiseLocalFleetBucketIsDivided(t *testing.T) {
-	t.Parallel()
+	measures(t, 1)
 	b := setup(t, setupOpts{})
 	b.start(func(o *Options) {
 		o.Limits = memoryLimits(t, limits.Config{DedupTTL: time.Hour, Global: &globallimit.Config{Rate: 30, Burst: 3}}, 3)
@@ -57,7 +57,7 @@ func TestPromiseLocalFleetBucketIsDivided(t *testing.T) {
 // pause (Retry-After: 1, with ack_wait 600 ms: held past ack_wait) are
 // heart-beaten, not redelivered, and each is sent once after it.
 func TestPromisePauseWaitIsKeptAlive(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{ackWait: 600 * time.Millisecond})
 	b.start(nil)
 	b.publish(newJob("warm", "sms", "u0"))
@@ -79,7 +79,7 @@ func TestPromisePauseWaitIsKeptAlive(t *testing.T) {
 // there, until the pause ends; nothing reaches it during the pause, and
 // each is sent once after it.
 func TestPromiseLongPauseHandsJobsBack(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{})
 	p := b.start(nil)
 	b.publish(newJob("warm", "sms", "u0"))
@@ -112,7 +112,7 @@ func TestPromiseLongPauseHandsJobsBack(t *testing.T) {
 // holds more than 3 (+1 being placed) units, sampled throughout, and
 // workers were held at the full queue.
 func TestPromiseQueueBoundedByMaxQueueDelay(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{rate: 10, maxQueueDelay: 300 * time.Millisecond})
 	p := b.start(func(o *Options) { o.Workers = 16 })
 	ids := b.publishN("mqd", "sms", 30, 30)
@@ -144,7 +144,7 @@ func TestPromiseQueueBoundedByMaxQueueDelay(t *testing.T) {
 // per worker, and the batch it is recording at most as many again). A
 // client-side buffer of the usual size (hundreds) would show at once.
 func TestPromisePullsNoMoreThanFreeWorkers(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{})
 	b.start(func(o *Options) { o.Workers = 3 })
 	b.publish(newJob("warm", "sms", "u0"))
@@ -170,7 +170,7 @@ func TestPromisePullsNoMoreThanFreeWorkers(t *testing.T) {
 // max_pause is 2 s for 2 s: the next request comes 2 s later, not in an
 // hour.
 func TestPromiseMaxPauseCapsRetryAfter(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{})
 	b.pcfgs[0].MaxPause = 2 * time.Second
 	b.start(nil)

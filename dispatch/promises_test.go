@@ -91,7 +91,7 @@ func (b *bundle) startOwnConn(mutate func(*Options)) (*proc, *nats.Conn) {
 // provider is not called again. It fails when the ledger does not record
 // the send.
 func TestPromiseDuplicateIsNotSentAgain(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{})
 	p := b.start(nil)
 	j := newJob("dup-1", "sms", "u1")
@@ -127,7 +127,7 @@ func TestPromiseDuplicateIsNotSentAgain(t *testing.T) {
 // finds it in the ledger: outcome duplicate, no second request. It fails
 // when the ledger does not record the send.
 func TestPromiseLostAckRedeliveryIsDuplicate(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{ackWait: 2 * time.Second})
 	b.fake.SlowFor(time.Hour, 700*time.Millisecond) // the answer comes after the cut
 	a, nc := b.startOwnConn(nil)
@@ -160,7 +160,7 @@ func TestPromiseLostAckRedeliveryIsDuplicate(t *testing.T) {
 // to another process meanwhile; that copy waits for the lease, then finds
 // the job sent: one request at the provider, one duplicate outcome.
 func TestPromiseLeaseHoldsRedeliveredCopy(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{ackWait: time.Second})
 	a := b.start(func(o *Options) { o.Workers = 1 }) // the redelivery cannot come back to it
 	b.publish(newJob("warm", "sms", "u0"))           // a fresh Redis starts the provider's queue cold
@@ -189,7 +189,7 @@ func TestPromiseLeaseHoldsRedeliveredCopy(t *testing.T) {
 // job comes back after ack_wait to another process and is sent exactly
 // once.
 func TestPromiseAckAfterProviderCall(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{ackWait: 2 * time.Second})
 	b.fake.HangFor(time.Hour)
 	_, nc := b.startOwnConn(nil)
@@ -217,7 +217,7 @@ func TestPromiseAckAfterProviderCall(t *testing.T) {
 // unacknowledged in JetStream until the ledger has recorded it, then it is
 // acknowledged once and the ledger says sent.
 func TestPromiseAckWaitsForSentRecord(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{})
 	// A client that gives up on a Redis that is down quickly.
 	opts := b.redis.Options()
@@ -253,7 +253,7 @@ func TestPromiseAckWaitsForSentRecord(t *testing.T) {
 // JetStream (not acknowledged, not dead-lettered) and it is sent on a
 // retry, once.
 func TestPromiseTransientFailureIsRetried(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{})
 	b.fake.FailNext(1, http.StatusServiceUnavailable)
 	b.fake.SlowFor(time.Hour, 300*time.Millisecond)
@@ -292,7 +292,7 @@ func TestPromiseTransientFailureIsRetried(t *testing.T) {
 // unacknowledged at the server, still in the stream); once the stream is
 // back its dead letter is written once and the job acknowledged.
 func TestPromiseDeadLetterBeforeAck(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{})
 	ctx := context.Background()
 	if err := b.js.DeleteStream(ctx, b.qcfg.DeadStream); err != nil {
@@ -332,7 +332,7 @@ func TestPromiseDeadLetterBeforeAck(t *testing.T) {
 // stops reach another process well before ack_wait, and every job is sent
 // once.
 func TestPromiseNakOnStop(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	const ackWait = 10 * time.Second
 	b := setup(t, setupOpts{rate: 1, maxQueueDelay: 3 * time.Second, ackWait: ackWait})
 	a := b.start(nil)
@@ -358,7 +358,7 @@ func TestPromiseNakOnStop(t *testing.T) {
 // that was sent". A send in flight when the process is told to stop is
 // answered, recorded in the ledger and acknowledged before Run returns.
 func TestPromiseStopFinishesSendsUnderWay(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{})
 	a := b.start(nil)
 	b.publish(newJob("warm", "sms", "u0")) // a fresh Redis starts the provider's queue cold
@@ -389,7 +389,7 @@ func TestPromiseStopFinishesSendsUnderWay(t *testing.T) {
 // JetStream, no redelivery storm". Jobs that wait for their send slots for
 // several times ack_wait are never redelivered, and each is sent once.
 func TestPromiseWaitingJobsAreKeptAlive(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{rate: 2, maxQueueDelay: time.Second, ackWait: time.Second})
 	p := b.start(nil)
 	ids := b.publishN("alive", "sms", 8, 8) // about 5 s at 2/s: several ack waits
@@ -417,7 +417,7 @@ func TestPromiseWaitingJobsAreKeptAlive(t *testing.T) {
 // new jobs (they wait in JetStream)". With Redis down nothing is fetched or
 // sent, /readyz says so, and once Redis is back every job is sent once.
 func TestPromiseHoldTakesNoJobs(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{})
 	p := b.start(nil)
 	b.publish(newJob("warm", "sms", "u0"))
@@ -457,7 +457,7 @@ func TestPromiseHoldTakesNoJobs(t *testing.T) {
 // it called itself ready (after 5 s of trying to lift credential pauses)
 // and fetched jobs until one's operation failed: with no job, for good.
 func TestPromiseHoldFromStart(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{})
 	b.redis.Freeze() // unreachable: its port accepts, nothing answers
 	p := b.start(func(o *Options) {
@@ -498,7 +498,7 @@ func TestPromiseHoldFromStart(t *testing.T) {
 // — or the local fallback in use)". With redis.on_failure: local and Redis
 // down, Ready is nil and jobs are sent.
 func TestPromiseReadyOnLocalFallback(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{})
 	p := b.start(func(o *Options) {
 		o.Fallback = func() (*limits.Set, error) { return limits.Memory(limits.Config{DedupTTL: time.Hour}, 1) }
@@ -522,7 +522,7 @@ func TestPromiseReadyOnLocalFallback(t *testing.T) {
 // waiting for their slots at a reload go to the old endpoint; jobs published
 // after it go to the new one; none is dropped or sent twice.
 func TestPromiseReloadKeepsJobsUnderWay(t *testing.T) {
-	t.Parallel()
+	measures(t, 1)
 	b := setup(t, setupOpts{rate: 1, maxQueueDelay: 3 * time.Second})
 	p := b.start(nil)
 	old := b.publishN("old", "sms", 3, 3)
@@ -583,7 +583,7 @@ func TestPromiseReloadKeepsJobsUnderWay(t *testing.T) {
 // dead-lettered, the provider sees about one request per job plus the
 // probes, and all are sent once it recovers.
 func TestPromiseBreakerSpendsNoAttempts(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{})
 	p := b.start(func(o *Options) {
 		o.Workers = 12
@@ -616,7 +616,7 @@ func TestPromiseBreakerSpendsNoAttempts(t *testing.T) {
 // at one process, no process calls the provider for at least 1 s, and the
 // paused job is sent within 2 s (+ tolerance).
 func TestPromiseDefaultPauseIsFleetWide(t *testing.T) {
-	t.Parallel()
+	measures(t, 1)
 	b := setup(t, setupOpts{})
 	b.start(func(o *Options) { o.Workers = 1 }) // it holds the paused job and takes no other
 	// A fresh Redis starts the provider's queue cold: the first send waits
@@ -658,7 +658,7 @@ func TestPromiseDefaultPauseIsFleetWide(t *testing.T) {
 // at most burst + rate·t (+ one lease per process) in any window t, measured
 // at the provider.
 func TestPromiseFleetBucketThroughDispatcher(t *testing.T) {
-	t.Parallel()
+	measures(t, 1)
 	const rate, burst = 20.0, 5
 	b := setup(t, setupOpts{})
 	b.start(func(o *Options) {
@@ -696,7 +696,7 @@ func TestPromiseFleetBucketThroughDispatcher(t *testing.T) {
 // dispatcher's limit sets hand out (shared on Redis, and local) are
 // ⌈1/(rate·(1−0.015))⌉ apart.
 func TestPromisePacedUnderContract(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	rd := testenv.Redis(t)
 	rdb := rd.Client()
 	ctx := context.Background()

@@ -17,7 +17,7 @@ import (
 // contract, a new per-user cap and a fleet bucket from Reload, without a
 // restart and without dropping a job.
 func TestReloadChangesContractsAndCaps(t *testing.T) {
-	t.Parallel()
+	measures(t, 1)
 	b := setup(t, setupOpts{rate: 20, maxQueueDelay: time.Second})
 	ids := b.publishN("rl", "sms", 200, 200)
 	p := b.start(func(o *Options) {
@@ -79,7 +79,7 @@ func TestReloadChangesContractsAndCaps(t *testing.T) {
 }
 
 func TestNewAndReloadRefuseInvalidCaps(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{})
 	bad := map[string]userlimit.Rule{"sms": {Limit: 500_000, Window: time.Hour, Algorithm: userlimit.SlidingLog}}
 	_, err := New(Options{Source: nil})

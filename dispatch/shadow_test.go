@@ -27,7 +27,7 @@ func TestShadowCapCountsWhatTheEnforcedCapDenies(t *testing.T) {
 	t.Parallel()
 	for _, alg := range []userlimit.Algorithm{userlimit.SlidingLog, userlimit.SlidingWindow, userlimit.FixedWindow, userlimit.TokenBucket} {
 		t.Run(string(alg), func(t *testing.T) {
-			t.Parallel()
+			waits(t)
 			b := setup(t, setupOpts{})
 			// The longest window: no window boundary falls in the run, so
 			// the two channels' decisions cannot differ by when they were
@@ -129,7 +129,7 @@ func (b *bundle) acceptedOnceOf(ids []string) {
 // bucket lets it, and the shadow bucket refuses what it would not have
 // granted: all but its burst of 10 and 2/s over the run (+ a lease).
 func TestShadowFleetRateCountsNeverHolds(t *testing.T) {
-	t.Parallel()
+	measures(t, 1)
 	b := setup(t, setupOpts{})
 	ids := b.publishN("shadowg", "push", 100, 100)
 	start := time.Now()

@@ -23,7 +23,7 @@ import (
 // removed from the list (`notifier suppression remove`), the next job to
 // it is sent.
 func TestSuppressedRecipientIsNotSentTo(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{})
 	p := b.start(func(o *Options) { o.SuppressTTL = time.Hour })
 	b.fake.FailNext(1, http.StatusGone)

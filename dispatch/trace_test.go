@@ -41,7 +41,7 @@ const (
 // provider call carries the job's traceparent unchanged, so a provider on
 // the webhook kind joins the publisher's trace.
 func TestTraceparentReachesTheWebhookWithoutTracing(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{})
 	b.start(nil)
 	b.publishTraced("traced-off", testTraceparent)
@@ -63,7 +63,7 @@ func TestTraceparentReachesTheWebhookWithoutTracing(t *testing.T) {
 // a "notifier.job" span, the child of the job's traceparent, and under it
 // a "notifier.send" span whose context the provider receives.
 func TestTracingContinuesTheJobsTrace(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{})
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))

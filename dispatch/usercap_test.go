@@ -149,9 +149,10 @@ func (b *bundle) publishInterleaved(prefix string, users, perUser int) []string 
 // cap counted when a job is admitted rather than when it is sent lets a
 // user through twice over (the bug this test was written for).
 func TestUserCapHeldAtTheProvider(t *testing.T) {
+	t.Parallel()
 	for _, alg := range []userlimit.Algorithm{userlimit.SlidingLog, userlimit.SlidingWindow, userlimit.FixedWindow, userlimit.TokenBucket} {
 		t.Run(string(alg), func(t *testing.T) {
-			t.Parallel()
+			measures(t, 1)
 			for _, onExceed := range []userlimit.OnExceed{userlimit.Defer, userlimit.Drop} {
 				for _, procs := range []int{1, 2} {
 					t.Run(fmt.Sprintf("%s/%dproc", onExceed, procs), func(t *testing.T) {
@@ -194,9 +195,10 @@ func TestUserCapHeldAtTheProvider(t *testing.T) {
 // slot must not count it against the jobs of its user admitted after it
 // (token_bucket did, and suppressed two of a user's three jobs).
 func TestUserCapBurstWithinTheCapIsSent(t *testing.T) {
+	t.Parallel()
 	for _, alg := range []userlimit.Algorithm{userlimit.SlidingLog, userlimit.SlidingWindow, userlimit.FixedWindow, userlimit.TokenBucket} {
 		t.Run(string(alg), func(t *testing.T) {
-			t.Parallel()
+			measures(t, 1)
 			rule := userlimit.Rule{Limit: 3, Window: 10 * time.Second, Algorithm: alg, OnExceed: userlimit.Drop}
 			b := setup(t, setupOpts{rate: 100, maxQueueDelay: 2 * time.Second})
 			var jobs []*queue.Job
@@ -228,7 +230,7 @@ func TestUserCapBurstWithinTheCapIsSent(t *testing.T) {
 // job once, at the send that reaches the provider, so no user gets more
 // than the cap in a window.
 func TestUserCapHeldThroughRedelivery(t *testing.T) {
-	t.Parallel()
+	measures(t, 1)
 	rule := userlimit.Rule{Limit: 2, Window: 2 * time.Second, Algorithm: userlimit.SlidingLog, OnExceed: userlimit.Defer}
 	b := setup(t, setupOpts{rate: 2000, ackWait: time.Second})
 	b.fake.HangFor(1500 * time.Millisecond) // the first sends hang past ack_wait and time out
@@ -260,7 +262,7 @@ func TestUserCapHeldThroughRedelivery(t *testing.T) {
 // algorithm's bound. Each scenario logs its seed; set
 // NOTIFIER_PROPERTY_SEED to replay one.
 func TestUserCapDispatchPathProperty(t *testing.T) {
-	t.Parallel()
+	measures(t, 1)
 	seed := time.Now().UnixNano()
 	if s := os.Getenv("NOTIFIER_PROPERTY_SEED"); s != "" {
 		if _, err := fmt.Sscan(s, &seed); err != nil {

@@ -18,7 +18,7 @@ import (
 // was held is handed back with the pause noted (provider_paused), and is
 // sent once the pause ends, its note left as history.
 func TestLedgerSaysWhyAJobWaits(t *testing.T) {
-	t.Parallel()
+	waits(t)
 	b := setup(t, setupOpts{rate: 1, maxQueueDelay: 8 * time.Second})
 	ctx := context.Background()
 	rdb := b.redis.Client()
