@@ -87,7 +87,7 @@ func (a *asked) times(id string) []time.Time {
 // least what the provider asked and without using an attempt; the provider
 // is not paused and the other jobs go on meanwhile.
 func TestRecipientThrottleDefersThatJobAlone(t *testing.T) {
-	measures(t, 1)
+	measures(t)
 	b := setup(t, setupOpts{})
 	var a asked
 	var mu sync.Mutex

@@ -207,7 +207,7 @@ func TestCategoryCaps(t *testing.T) {
 // the same run: 300 transactional SMS alone, first, on the same
 // dispatchers (referenceRate).
 func TestReserveUnderMarketingBacklog(t *testing.T) {
-	measures(t, 1)
+	measures(t)
 	w := newIsolation(t, 100, 250)
 	w.pcfgs[0].Reserve = map[string]float64{"transactional": 0.3}
 	w.procs(2, 16)

@@ -183,7 +183,7 @@ func (w *clusterWorld) remaining() int64 {
 // jitterBudget holds more than the contract's arrivals (429s included), and
 // the provider answers 429 at most max429s times.
 func TestClusterKillNATSNode(t *testing.T) {
-	measures(t, 1)
+	measures(t)
 	const contract, jobs = 100, 1000
 	w := setupCluster(t, contract)
 	ids := w.publishN("scale", jobs, 300)
@@ -246,7 +246,7 @@ func TestClusterKillNATSNode(t *testing.T) {
 // bound of consumers (each a Raft group of its own here): 4,000 tenants
 // cost the cluster no more Raft groups than one.
 func TestClusterTenantsThroughALeaderLoss(t *testing.T) {
-	measures(t, 2)
+	measuresAlone(t)
 	const jobs = 4_000
 	w := setupCluster(t, 0)
 	w.pcfgs[0].Rate = 5000
@@ -338,7 +338,7 @@ func explain429s(f *testenv.Fake, contract int) string {
 // master's address until go-redis's own reload a minute later: no send
 // for about 55 s.
 func TestRedisClusterFailoverResumesSending(t *testing.T) {
-	measures(t, 1)
+	measures(t)
 	const contract, jobs = 100, 900
 	w := setupClusterOn(t, contract, testenv.RedisClusterWithReplicas(t))
 	ids := w.publishN("fo", jobs, 300)

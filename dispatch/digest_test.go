@@ -27,7 +27,7 @@ import (
 // is its members, and each of its members ended suppressed (digested).
 // NOTIFIER_PROPERTY_SEED replays one seed.
 func TestDigestProperties(t *testing.T) {
-	measures(t, 1)
+	measures(t)
 	const limit, window = 2, 600 * time.Millisecond
 	b := setup(t, setupOpts{rate: 2000})
 	rule := userlimit.Rule{Limit: limit, Window: window, OnExceed: userlimit.Digest}.WithDefaults()

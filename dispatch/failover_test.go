@@ -26,7 +26,7 @@ import (
 // No window of 1 s − jitterBudget with more arrivals than the contract
 // (429s included), nothing lost, nothing sent twice.
 func TestRedisDownLocalMode(t *testing.T) {
-	measures(t, 1)
+	measures(t)
 	b := setup(t, setupOpts{contract: 100, rate: 100, maxQueueDelay: time.Second})
 	ids := b.publishN("loc", "sms", 900, 200)
 	var procs []*proc

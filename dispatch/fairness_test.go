@@ -85,7 +85,7 @@ func (b *bundle) waits(what string, published map[string]time.Time) ([]time.Dura
 // figure was 31 s), and within 1 s (the channel's budget), and the
 // provider stays busy meanwhile.
 func TestFairnessLateTenantNotBehindBlast(t *testing.T) {
-	measures(t, 1)
+	measures(t)
 	w := newIsolation(t, 100, 250)
 	w.procs(2, 64)
 	w.warm()
@@ -116,7 +116,7 @@ func TestFairnessLateTenantNotBehindBlast(t *testing.T) {
 // (within 10 points) while both wait, and use it (90 % of the rate the
 // default tenant's jobs reach alone first, in the same run).
 func TestFairnessWeights(t *testing.T) {
-	measures(t, 1)
+	measures(t)
 	w := newIsolation(t, 100, 250)
 	weights := map[string]float64{"gold": 3, "bronze": 1}
 	w.procs2(2, 16, weights)
@@ -160,7 +160,7 @@ func (w *isolation) procs2(n, workers int, weights map[string]float64) []*proc {
 // publish (the channel's budget keeps about 250 ms of normal jobs ahead of
 // it; without it, up to max_queue_delay's 3 s).
 func TestPriorityNotBehindBacklog(t *testing.T) {
-	measures(t, 1)
+	measures(t)
 	w := newIsolation(t, 100, 250)
 	w.procs(2, 16)
 	w.warm()

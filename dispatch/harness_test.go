@@ -25,52 +25,76 @@ import (
 
 // The package's tests that start servers run in parallel in two kinds,
 // each holding a place of its own kind while it runs: those that measure
-// pacing, a rate or a share from arrivals at a fake provider (measures,
-// two places) and those that mostly wait, on a breaker, a pause or an
-// ack_wait, and use little CPU (waits, three places). So at most two
-// measure at once, beside at most three that wait: near the load each
-// test's tolerance was set for on two cores, where running the measuring
-// tests one after another, then the others three at a time, took eight
-// minutes. The tests without servers call t.Parallel alone. -parallel
-// does not bound them (TestMain lifts it): a test waiting for its place
-// holds one of -parallel's, which would keep a test of the other kind
-// from starting.
+// pacing, a rate, a share or a cap's windows from arrivals at a fake
+// provider (measures, two places) and those that mostly wait, on a
+// breaker, a pause or an ack_wait, and use little CPU (waits, three
+// places). So at most two measure at once, beside at most three that
+// wait: near the load each test's tolerance was set for on two cores,
+// where running the measuring tests one after another, then the others
+// three at a time, took eight minutes. A few measure with the package to
+// themselves (measuresAlone). The tests without servers call t.Parallel
+// alone. -parallel does not bound them (TestMain lifts it): a test waiting
+// for its place holds one of -parallel's, which would keep a test of the
+// other kind from starting.
 var (
 	measuring = semaphore.NewWeighted(2)
 	waiting   = semaphore.NewWeighted(3)
 )
 
-// measures runs t in parallel as a test that measures, holding load of
-// measuring's two places until it ends; load 2 measures alone, for the
-// tests that keep a core busy and those that hold a rate near what the
-// machine gives (push at 250/s) to a reference taken earlier in the test,
-// which another test starting or ending between the two would skew. A test whose subtests run in parallel calls
-// it (or waits) in each subtest, never in the parent, which would hold
-// its place while its subtests wait for theirs.
-func measures(t *testing.T, load int64) {
+// measures runs t in parallel as a test that measures, holding one of
+// measuring's two places until it ends. A test whose subtests run in
+// parallel calls it (or waits) in each subtest, never in the parent, which
+// would hold its place while its subtests wait for theirs.
+func measures(t *testing.T) {
 	t.Helper()
-	hold(t, measuring, load)
+	hold(t, place{measuring, 1})
 }
 
 // waits runs t in parallel as a test that mostly waits, holding one of
 // waiting's three places until it ends.
 func waits(t *testing.T) {
 	t.Helper()
-	hold(t, waiting, 1)
+	hold(t, place{waiting, 1})
 }
 
-// hold runs t in parallel once it has n of places, given back when it
-// ends; a failing test's log says how long it waited and ran.
-func hold(t *testing.T, places *semaphore.Weighted, n int64) {
+// measuresAlone runs t in parallel as a test that measures with the
+// package to itself: it holds every place of both kinds until it ends. For
+// the tests that keep a core busy, and those that hold a rate near what
+// the machine gives (push at 250/s, over a second or two) to a reference
+// taken earlier in the test, which any test starting or ending between
+// the two would skew: beside other tests and a CPU burner they measured
+// 0.58–0.87 of their reference.
+func measuresAlone(t *testing.T) {
+	t.Helper()
+	hold(t, place{measuring, 2}, place{waiting, 3})
+}
+
+// place is n places of a kind.
+type place struct {
+	of *semaphore.Weighted
+	n  int64
+}
+
+// hold runs t in parallel once it has every place asked for, in order,
+// given back when it ends; a failing test's log says how long it waited
+// and ran.
+func hold(t *testing.T, places ...place) {
 	t.Helper()
 	t.Parallel()
 	asked := time.Now()
-	if err := places.Acquire(t.Context(), n); err != nil {
-		t.Fatalf("wait for a place to run: %v", err)
+	for i, p := range places {
+		if err := p.of.Acquire(t.Context(), p.n); err != nil {
+			for _, q := range places[:i] {
+				q.of.Release(q.n)
+			}
+			t.Fatalf("wait for a place to run: %v", err)
+		}
 	}
 	got := time.Now()
 	t.Cleanup(func() {
-		places.Release(n)
+		for _, p := range places {
+			p.of.Release(p.n)
+		}
 		t.Logf("waited %s for its place, then ran %s", got.Sub(asked).Round(time.Millisecond), time.Since(got).Round(time.Millisecond))
 	})
 }

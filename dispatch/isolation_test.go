@@ -152,7 +152,7 @@ func span(f *testenv.Fake, since time.Time) (first, last time.Time) {
 // against references in the same run: 500 push jobs alone, then 200 SMS
 // alone, first (referenceRate).
 func TestIsolationPushNotBehindSMSBacklog(t *testing.T) {
-	measures(t, 2)
+	measuresAlone(t)
 	w := newIsolation(t, 100, 250)
 	w.procs(2, 16)
 	w.warm()
@@ -193,7 +193,7 @@ func TestIsolationPushNotBehindSMSBacklog(t *testing.T) {
 // normal and priority, go at push's contract (at least 90 % of the rate
 // 400 push jobs alone reach first, in the same run). No SMS job is lost.
 func TestIsolationSickProvider(t *testing.T) {
-	measures(t, 2)
+	measuresAlone(t)
 	for _, tc := range []struct {
 		name string
 		sick func(f *testenv.Fake)

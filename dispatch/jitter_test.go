@@ -52,7 +52,7 @@ func delayingProxy(t *testing.T, target string, most time.Duration) *httptest.Se
 // no proxy) first, which paces at 100 × (1 − 1.5 %); the 50 ms budget
 // paces at 95.2/s, 0.967 of that, and the run must reach 90 % of it.
 func TestJitterBudgetHoldsTheContractThroughADelayingNetwork(t *testing.T) {
-	measures(t, 1)
+	measures(t)
 	b := setup(t, setupOpts{rate: 100, maxQueueDelay: time.Second})
 	proxy := delayingProxy(t, b.fake.URL(), 40*time.Millisecond)
 	b.pcfgs[0].URL = proxy.URL + "/send"
@@ -87,7 +87,7 @@ func TestJitterBudgetHoldsTheContractThroughADelayingNetwork(t *testing.T) {
 // slot instead. Measured on the slots and send times the
 // dispatchers record, with Redis on this machine's clock.
 func TestSendsLeaveWithinTheLateTolerance(t *testing.T) {
-	measures(t, 1)
+	measures(t)
 	b := setup(t, setupOpts{rate: 200, maxQueueDelay: time.Second})
 	ids := b.publishN("late", "sms", 400, 100)
 	for range 2 {

@@ -175,7 +175,7 @@ func envOf(vars map[string]string) func(string) string {
 // segments/s contract arrive at no more than 10 messages a second, which
 // its Twilio fake (enforcing 10 messages/s) accepts.
 func TestKindsEndToEnd(t *testing.T) {
-	measures(t, 1)
+	measures(t)
 	const segContract, segPerSecond = 30, 10
 	contract := testenv.WithContract(kindsContract)
 	tw, twSeg := testenv.FakeTwilio(t, contract), testenv.FakeTwilio(t, testenv.WithContract(segPerSecond))

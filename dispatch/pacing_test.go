@@ -193,7 +193,7 @@ func max429s(jobs int) int { return max(1, jobs/100) }
 // a provider that enforces the same contract, and at least 95 % of the
 // contract sustained.
 func TestPacingAcrossDispatchers(t *testing.T) {
-	measures(t, 1)
+	measures(t)
 	b := setup(t, setupOpts{contract: 100, rate: 100, maxQueueDelay: time.Second})
 	ids := b.publishN("pace", "sms", 1200, 300)
 	var procs []*proc
@@ -229,7 +229,7 @@ func TestPacingAcrossDispatchers(t *testing.T) {
 // in the end, and 429s stay a small fraction of the jobs: a 429 pauses the
 // provider fleet-wide, no retry storm.
 func TestRateLimitedProviderNoStorm(t *testing.T) {
-	measures(t, 1)
+	measures(t)
 	b := setup(t, setupOpts{contract: 50, rate: 100, maxQueueDelay: time.Second})
 	ids := b.publishN("half", "sms", 600, 100)
 	var procs []*proc
@@ -294,7 +294,7 @@ func TestTransientFailuresRetryThenDead(t *testing.T) {
 // TestRedisRestartHold: Redis restarts empty mid-run under redis.on_failure
 // hold. Nothing is lost, nothing sent twice, the contract holds.
 func TestRedisRestartHold(t *testing.T) {
-	measures(t, 1)
+	measures(t)
 	b := setup(t, setupOpts{contract: 100, rate: 100, maxQueueDelay: time.Second})
 	ids := b.publishN("rr", "push", 600, 100)
 	for i := 0; i < 2; i++ {

@@ -38,7 +38,7 @@ func TestPromiseBucketWaitIsKeptAlive(t *testing.T) {
 // the number of live instances it last saw". On local limits for a fleet of
 // 3, a bucket of 30/s (burst 3) lets this process take 10/s (burst 1).
 func TestPromiseLocalFleetBucketIsDivided(t *testing.T) {
-	measures(t, 1)
+	measures(t)
 	b := setup(t, setupOpts{})
 	b.start(func(o *Options) {
 		o.Limits = memoryLimits(t, limits.Config{DedupTTL: time.Hour, Global: &globallimit.Config{Rate: 30, Burst: 3}}, 3)

@@ -522,7 +522,7 @@ func TestPromiseReadyOnLocalFallback(t *testing.T) {
 // waiting for their slots at a reload go to the old endpoint; jobs published
 // after it go to the new one; none is dropped or sent twice.
 func TestPromiseReloadKeepsJobsUnderWay(t *testing.T) {
-	measures(t, 1)
+	measures(t)
 	b := setup(t, setupOpts{rate: 1, maxQueueDelay: 3 * time.Second})
 	p := b.start(nil)
 	old := b.publishN("old", "sms", 3, 3)
@@ -616,7 +616,7 @@ func TestPromiseBreakerSpendsNoAttempts(t *testing.T) {
 // at one process, no process calls the provider for at least 1 s, and the
 // paused job is sent within 2 s (+ tolerance).
 func TestPromiseDefaultPauseIsFleetWide(t *testing.T) {
-	measures(t, 1)
+	measures(t)
 	b := setup(t, setupOpts{})
 	b.start(func(o *Options) { o.Workers = 1 }) // it holds the paused job and takes no other
 	// A fresh Redis starts the provider's queue cold: the first send waits
@@ -658,7 +658,7 @@ func TestPromiseDefaultPauseIsFleetWide(t *testing.T) {
 // at most burst + rate·t (+ one lease per process) in any window t, measured
 // at the provider.
 func TestPromiseFleetBucketThroughDispatcher(t *testing.T) {
-	measures(t, 1)
+	measures(t)
 	const rate, burst = 20.0, 5
 	b := setup(t, setupOpts{})
 	b.start(func(o *Options) {

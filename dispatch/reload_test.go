@@ -17,7 +17,7 @@ import (
 // contract, a new per-user cap and a fleet bucket from Reload, without a
 // restart and without dropping a job.
 func TestReloadChangesContractsAndCaps(t *testing.T) {
-	measures(t, 1)
+	measures(t)
 	b := setup(t, setupOpts{rate: 20, maxQueueDelay: time.Second})
 	ids := b.publishN("rl", "sms", 200, 200)
 	p := b.start(func(o *Options) {

@@ -129,7 +129,7 @@ func (b *bundle) acceptedOnceOf(ids []string) {
 // bucket lets it, and the shadow bucket refuses what it would not have
 // granted: all but its burst of 10 and 2/s over the run (+ a lease).
 func TestShadowFleetRateCountsNeverHolds(t *testing.T) {
-	measures(t, 1)
+	measures(t)
 	b := setup(t, setupOpts{})
 	ids := b.publishN("shadowg", "push", 100, 100)
 	start := time.Now()

@@ -22,7 +22,7 @@ import (
 // when an answer says none is left, until the window resets: no request
 // meets a 429, and every job is sent once.
 func TestProviderBudgetPausesBeforeA429(t *testing.T) {
-	measures(t, 1)
+	measures(t)
 	b := setup(t, setupOpts{rate: 100})
 	b.fake = testenv.FakeProvider(t, testenv.WithBudget(20, 2*time.Second))
 	b.pcfgs[0].URL = b.fake.URL()
@@ -136,7 +136,7 @@ func TestQuotaExactThroughTheDispatcher(t *testing.T) {
 	}
 	for _, withFallback := range []bool{false, true} {
 		t.Run(fmt.Sprintf("fallback=%v", withFallback), func(t *testing.T) {
-			measures(t, 1)
+			measures(t)
 			fallback := testenv.FakeProvider(t)
 			b := setup(t, setupOpts{rate: 100, maxQueueDelay: 300 * time.Millisecond, extra: []providers.Config{{
 				Name: "sms-b", Channel: "sms", Kind: "webhook", URL: fallback.URL(),
@@ -295,7 +295,7 @@ func adaptiveRun(t *testing.T, jobs int, adaptive *providers.AdaptiveConfig) (n4
 // NOTIFIER_ADAPTIVE_JOBS=3000 NOTIFIER_ADAPTIVE_COMPARE=1 runs the
 // README's figures (58.0/s), with adaptive off beside it.
 func TestAdaptiveContractFindsTheRealLimit(t *testing.T) {
-	measures(t, 1)
+	measures(t)
 	jobs := 2000
 	if v, err := strconv.Atoi(os.Getenv("NOTIFIER_ADAPTIVE_JOBS")); err == nil && v > 0 {
 		jobs = v // the README's figures: 3000
@@ -338,7 +338,7 @@ func (b *bundle) fillQueue(provider string, n int) {
 // instead of the slot saw a job expiring in 400 ms sent 582 ms after its
 // expires_at, and no test fail.)
 func TestExpiredBeforeAGrantedSlotIsSuppressedAtOnce(t *testing.T) {
-	measures(t, 1)
+	measures(t)
 	b := setup(t, setupOpts{rate: 10, maxQueueDelay: 5 * time.Second})
 	// Another fleet's 20 sends at 10/s: the queue ends 2 s ahead, well
 	// within max_queue_delay: the next reservation is granted, 2 s on.

@@ -28,7 +28,7 @@ func (b *bundle) consumers() int {
 // dead-lettered, and the job stream holds at most queue.Consumers(15) =
 // 193 consumers throughout.
 func TestTenantsAtScale(t *testing.T) {
-	measures(t, 2)
+	measuresAlone(t)
 	const tenants = 10_000
 	b := setup(t, setupOpts{rate: 20_000, maxQueueDelay: 5 * time.Second, ackWait: 30 * time.Second})
 	ids := make([]string, 0, tenants)
@@ -97,7 +97,7 @@ func TestTenantsAtScale(t *testing.T) {
 // busy (70 % of the rate 1,000 jobs of the default tenant reach alone
 // first, in the same run), and every job is sent.
 func TestSmallTenantsBehindABlast(t *testing.T) {
-	measures(t, 2)
+	measuresAlone(t)
 	const contract, maxQueueDelay = 500, 2 * time.Second
 	b := setup(t, setupOpts{contract: contract, rate: contract, maxQueueDelay: maxQueueDelay, ackWait: 30 * time.Second})
 	for range 2 {
@@ -168,7 +168,7 @@ func TestSmallTenantsBehindABlast(t *testing.T) {
 // tenant's jobs (gold, weight 3, takes 75 % while both wait); counted
 // under its name.
 func TestTenantInTheJSONOnThePlainSubject(t *testing.T) {
-	measures(t, 1)
+	measures(t)
 	w := newIsolation(t, 100, 250)
 	ps := w.procs2(2, 16, map[string]float64{"gold": 3})
 	w.warm()
@@ -237,7 +237,7 @@ func TestTenantInTheJSONOnThePlainSubject(t *testing.T) {
 // sends for 5 s). The tenant's own priority jobs still go before its own
 // normal ones.
 func TestPriorityLaneCountsInTheTenantsShare(t *testing.T) {
-	measures(t, 1)
+	measures(t)
 	w := newIsolation(t, 100, 250)
 	w.procs(2, 16)
 	w.warm()

@@ -152,7 +152,7 @@ func TestUserCapHeldAtTheProvider(t *testing.T) {
 	t.Parallel()
 	for _, alg := range []userlimit.Algorithm{userlimit.SlidingLog, userlimit.SlidingWindow, userlimit.FixedWindow, userlimit.TokenBucket} {
 		t.Run(string(alg), func(t *testing.T) {
-			measures(t, 1)
+			measures(t)
 			for _, onExceed := range []userlimit.OnExceed{userlimit.Defer, userlimit.Drop} {
 				for _, procs := range []int{1, 2} {
 					t.Run(fmt.Sprintf("%s/%dproc", onExceed, procs), func(t *testing.T) {
@@ -198,7 +198,7 @@ func TestUserCapBurstWithinTheCapIsSent(t *testing.T) {
 	t.Parallel()
 	for _, alg := range []userlimit.Algorithm{userlimit.SlidingLog, userlimit.SlidingWindow, userlimit.FixedWindow, userlimit.TokenBucket} {
 		t.Run(string(alg), func(t *testing.T) {
-			measures(t, 1)
+			measures(t)
 			rule := userlimit.Rule{Limit: 3, Window: 10 * time.Second, Algorithm: alg, OnExceed: userlimit.Drop}
 			b := setup(t, setupOpts{rate: 100, maxQueueDelay: 2 * time.Second})
 			var jobs []*queue.Job
@@ -230,7 +230,7 @@ func TestUserCapBurstWithinTheCapIsSent(t *testing.T) {
 // job once, at the send that reaches the provider, so no user gets more
 // than the cap in a window.
 func TestUserCapHeldThroughRedelivery(t *testing.T) {
-	measures(t, 1)
+	measures(t)
 	rule := userlimit.Rule{Limit: 2, Window: 2 * time.Second, Algorithm: userlimit.SlidingLog, OnExceed: userlimit.Defer}
 	b := setup(t, setupOpts{rate: 2000, ackWait: time.Second})
 	b.fake.HangFor(1500 * time.Millisecond) // the first sends hang past ack_wait and time out
@@ -262,7 +262,7 @@ func TestUserCapHeldThroughRedelivery(t *testing.T) {
 // algorithm's bound. Each scenario logs its seed; set
 // NOTIFIER_PROPERTY_SEED to replay one.
 func TestUserCapDispatchPathProperty(t *testing.T) {
-	measures(t, 1)
+	measures(t)
 	seed := time.Now().UnixNano()
 	if s := os.Getenv("NOTIFIER_PROPERTY_SEED"); s != "" {
 		if _, err := fmt.Sscan(s, &seed); err != nil {
