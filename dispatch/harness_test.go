@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,42 +32,59 @@ import (
 // places). So at most two measure at once, beside at most three that
 // wait: near the load each test's tolerance was set for on two cores,
 // where running the measuring tests one after another, then the others
-// three at a time, took eight minutes. A few measure with the package to
-// themselves (measuresAlone). The tests without servers call t.Parallel
+// three at a time, took eight minutes. The few that need the machine to
+// themselves run last, one at a time (measuresAlone), when the package's
+// other tests are done and, as a rule, the other packages make test runs
+// beside this one (-p 2) too. The tests without servers call t.Parallel
 // alone. -parallel does not bound them (TestMain lifts it): a test waiting
 // for its place holds one of -parallel's, which would keep a test of the
 // other kind from starting.
 var (
 	measuring = semaphore.NewWeighted(2)
 	waiting   = semaphore.NewWeighted(3)
+	// others counts the tests under way or still to run that do not
+	// measure alone. Each adds itself before t.Parallel, while the
+	// package's tests are still being started one after another, so it
+	// is whole before any parallel test goes on.
+	others sync.WaitGroup
 )
 
 // measures runs t in parallel as a test that measures, holding one of
 // measuring's two places until it ends. A test whose subtests run in
-// parallel calls it (or waits) in each subtest, never in the parent, which
-// would hold its place while its subtests wait for theirs.
+// parallel calls group, and each subtest measures (or waits).
 func measures(t *testing.T) {
 	t.Helper()
-	hold(t, place{measuring, 1})
+	hold(t, false, place{measuring, 1})
 }
 
 // waits runs t in parallel as a test that mostly waits, holding one of
 // waiting's three places until it ends.
 func waits(t *testing.T) {
 	t.Helper()
-	hold(t, place{waiting, 1})
+	hold(t, false, place{waiting, 1})
+}
+
+// group runs t in parallel as the parent of subtests that run in parallel
+// (each calling measures or waits); it holds no place, which its subtests
+// would wait behind.
+func group(t *testing.T) {
+	t.Helper()
+	others.Add(1)
+	t.Cleanup(others.Done)
+	t.Parallel()
 }
 
 // measuresAlone runs t in parallel as a test that measures with the
-// package to itself: it holds every place of both kinds until it ends. For
-// the tests that keep a core busy, and those that hold a rate near what
-// the machine gives (push at 250/s, over a second or two) to a reference
-// taken earlier in the test, which any test starting or ending between
-// the two would skew: beside other tests and a CPU burner they measured
-// 0.58–0.87 of their reference.
+// machine as much to itself as make test gives: once every other test of
+// the package has ended, holding every place of both kinds. For the tests
+// that keep a core busy, and those that hold a rate near what the machine
+// gives (push at 250/s, over a second or two) to a reference taken
+// earlier in the test, which any test starting or ending between the two
+// would skew: beside other tests and a CPU burner they measured 0.58–0.87
+// of their reference.
 func measuresAlone(t *testing.T) {
 	t.Helper()
-	hold(t, place{measuring, 2}, place{waiting, 3})
+	hold(t, true, place{measuring, 2}, place{waiting, 3})
 }
 
 // place is n places of a kind.
@@ -75,13 +93,20 @@ type place struct {
 	n  int64
 }
 
-// hold runs t in parallel once it has every place asked for, in order,
-// given back when it ends; a failing test's log says how long it waited
-// and ran.
-func hold(t *testing.T, places ...place) {
+// hold runs t in parallel once it has every place asked for, in order
+// (and, alone, once the package's other tests have ended), given back
+// when it ends; a failing test's log says how long it waited and ran.
+func hold(t *testing.T, alone bool, places ...place) {
 	t.Helper()
+	if !alone {
+		others.Add(1)
+		t.Cleanup(others.Done)
+	}
 	t.Parallel()
 	asked := time.Now()
+	if alone {
+		others.Wait()
+	}
 	for i, p := range places {
 		if err := p.of.Acquire(t.Context(), p.n); err != nil {
 			for _, q := range places[:i] {

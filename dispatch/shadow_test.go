@@ -24,7 +24,7 @@ import (
 // --shadow) and in total (the metric's shadow_deny), are exactly the push
 // jobs the enforced cap suppressed.
 func TestShadowCapCountsWhatTheEnforcedCapDenies(t *testing.T) {
-	t.Parallel()
+	group(t)
 	for _, alg := range []userlimit.Algorithm{userlimit.SlidingLog, userlimit.SlidingWindow, userlimit.FixedWindow, userlimit.TokenBucket} {
 		t.Run(string(alg), func(t *testing.T) {
 			waits(t)

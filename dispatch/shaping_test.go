@@ -73,7 +73,7 @@ func TestFailoverWhenThePrimaryRefusesConnections(t *testing.T) {
 // once, not after waiting for a slot; with a fallback it goes there and is
 // sent instead.
 func TestExpiredBeforeItsSlotIsSuppressedAtOnce(t *testing.T) {
-	t.Parallel()
+	group(t)
 	for _, withFallback := range []bool{false, true} {
 		t.Run(fmt.Sprintf("fallback=%v", withFallback), func(t *testing.T) {
 			waits(t)
@@ -128,7 +128,7 @@ func TestExpiredBeforeItsSlotIsSuppressedAtOnce(t *testing.T) {
 // jobs over it wait in JetStream and are sent in later windows, each once.
 // With a fallback the jobs over the quota go there at once instead.
 func TestQuotaExactThroughTheDispatcher(t *testing.T) {
-	t.Parallel()
+	group(t)
 	limit, per, jobs, wait := 100, 4*time.Second, 260, 60*time.Second
 	if os.Getenv("NOTIFIER_QUOTA_MINUTE") != "" {
 		// The README's scenario: 500 a minute beside 100/s.

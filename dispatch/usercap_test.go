@@ -149,7 +149,7 @@ func (b *bundle) publishInterleaved(prefix string, users, perUser int) []string 
 // cap counted when a job is admitted rather than when it is sent lets a
 // user through twice over (the bug this test was written for).
 func TestUserCapHeldAtTheProvider(t *testing.T) {
-	t.Parallel()
+	group(t)
 	for _, alg := range []userlimit.Algorithm{userlimit.SlidingLog, userlimit.SlidingWindow, userlimit.FixedWindow, userlimit.TokenBucket} {
 		t.Run(string(alg), func(t *testing.T) {
 			measures(t)
@@ -195,7 +195,7 @@ func TestUserCapHeldAtTheProvider(t *testing.T) {
 // slot must not count it against the jobs of its user admitted after it
 // (token_bucket did, and suppressed two of a user's three jobs).
 func TestUserCapBurstWithinTheCapIsSent(t *testing.T) {
-	t.Parallel()
+	group(t)
 	for _, alg := range []userlimit.Algorithm{userlimit.SlidingLog, userlimit.SlidingWindow, userlimit.FixedWindow, userlimit.TokenBucket} {
 		t.Run(string(alg), func(t *testing.T) {
 			measures(t)
