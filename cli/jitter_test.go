@@ -27,7 +27,11 @@ func TestContractHeldWhileAWorkerStalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg = []byte(strings.Replace(string(cfg), "    timeout: 2s\n", "    timeout: 2s\n    jitter_budget: 80ms\n", 1))
+	world := "    jitter_budget: " + jitterBudget.String() + "\n"
+	if !strings.Contains(string(cfg), world) {
+		t.Fatalf("the world's configuration has no %q to raise", world)
+	}
+	cfg = []byte(strings.Replace(string(cfg), world, "    jitter_budget: 80ms\n", 1))
 	if err := os.WriteFile(w.config, cfg, 0o600); err != nil {
 		t.Fatal(err)
 	}
