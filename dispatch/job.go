@@ -165,10 +165,7 @@ func (pl *pipeline) process(ctx, sendCtx context.Context, jb *job) end {
 	}
 	jb.provider = jb.pcfg.Name
 	jb.lg = nil // a logger built before now lacks the job and the provider
-	jb.msg = &providers.Message{
-		ID: j.ID, Key: jb.key, UserID: j.UserID, Channel: j.Channel, To: j.To, Body: j.Body, Title: j.Title,
-		Data: j.Data, Provider: j.Provider, ExpiresAt: timePtr(j.ExpiresAt), CreatedAt: timePtr(j.CreatedAt),
-	}
+	jb.msg = &providers.Message{Job: *j, Key: jb.key}
 	jb.cost = jb.pcfg.Cost(jb.msg)
 	jb.owner = ledger.OwnerToken(pl.o.Instance, pl.seq.Add(1))
 	if pl.o.SuppressTTL > 0 {
@@ -212,13 +209,6 @@ func (pl *pipeline) process(ctx, sendCtx context.Context, jb *job) end {
 
 func (pl *pipeline) expired(j *queue.Job) bool {
 	return !j.ExpiresAt.IsZero() && !pl.now().Before(j.ExpiresAt)
-}
-
-func timePtr(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
-	}
-	return &t
 }
 
 // contentSum identifies the job's message bytes in the ledger's sent record

@@ -119,7 +119,7 @@ func warmUp(t *testing.T, warm map[string]*queue.Job) func(*Options) {
 			if !ok {
 				t.Fatalf("no provider %q", provider)
 			}
-			m := &providers.Message{ID: j.ID, UserID: j.UserID, Channel: j.Channel, To: j.To, Body: j.Body, Title: j.Title, Data: j.Data}
+			m := &providers.Message{Job: queue.Job{ID: j.ID, UserID: j.UserID, Channel: j.Channel, To: j.To, Body: j.Body, Title: j.Title, Data: j.Data}}
 			if err := p.Send(context.Background(), m); err != nil {
 				t.Fatalf("warm-up send through %s: %v", provider, err)
 			}

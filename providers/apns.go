@@ -327,8 +327,8 @@ func (a *APNs) maxPayload() int {
 // apnsExpiration is the apns-expiration header of a message expiring at
 // exp: its UNIX seconds (at least 1: 0 means something else), or 0 for a
 // message without an expiry (deliver once, do not store).
-func apnsExpiration(exp *time.Time) string {
-	if exp == nil {
+func apnsExpiration(exp time.Time) string {
+	if exp.IsZero() {
 		return "0"
 	}
 	return strconv.FormatInt(max(1, exp.Unix()), 10)

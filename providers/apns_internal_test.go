@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/notifier/notifier/queue"
 )
 
 // TestAPNsUnsignableTokenIsTheSender: a provider token the key cannot sign
@@ -36,7 +38,7 @@ func TestAPNsUnsignableTokenIsTheSender(t *testing.T) {
 			floor: DefaultRetryAfter, throttle: new(throttle)}, base: srv.URL + "/3/device/", topic: "com.example.app",
 			pushType: "alert", priority: "10", signer: signer}
 	}
-	m := &Message{ID: "job-42", Channel: "push", To: "a4f1c3", Body: "hello"}
+	m := &Message{Job: queue.Job{ID: "job-42", Channel: "push", To: "a4f1c3", Body: "hello"}}
 	ctx := context.Background()
 
 	// The first token.

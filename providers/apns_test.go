@@ -22,14 +22,15 @@ import (
 
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/providers/providertest"
+	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
 )
 
 const deviceToken = "a4f1c3d2e5b6a7980f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a6978"
 
 func iosMessage() *providers.Message {
-	return &providers.Message{ID: "job-42", UserID: "user-7", Channel: "push", To: deviceToken,
-		Title: "Hello", Body: "Your code is 493817", Data: map[string]string{"k": "v"}}
+	return &providers.Message{Job: queue.Job{ID: "job-42", UserID: "user-7", Channel: "push", To: deviceToken,
+		Title: "Hello", Body: "Your code is 493817", Data: map[string]string{"k": "v"}}}
 }
 
 // writeP8 writes a fresh .p8 key and returns its path and PEM text.
@@ -124,7 +125,7 @@ func TestAPNsAgainstFake(t *testing.T) {
 	ctx := context.Background()
 	exp := time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)
 	m := iosMessage()
-	m.ExpiresAt = &exp
+	m.ExpiresAt = exp
 	m.Data = map[string]string{"k": "v", "aps": "overridden?"}
 	if err := p.Send(ctx, m); err != nil {
 		t.Fatalf("Send: %v", err)

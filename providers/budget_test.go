@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/notifier/notifier/providers"
+	"github.com/notifier/notifier/queue"
 )
 
 func TestParseBudget(t *testing.T) {
@@ -63,7 +64,7 @@ func TestWebhookReportsBudget(t *testing.T) {
 	p, _, _ := reg.Get("w")
 	var got []providers.Budget
 	ctx := providers.WithBudgetReport(context.Background(), func(b providers.Budget) { got = append(got, b) })
-	if err := p.Send(ctx, &providers.Message{ID: "j1", UserID: "u", Channel: "sms", To: "+15550100", Body: "hi"}); err != nil {
+	if err := p.Send(ctx, &providers.Message{Job: queue.Job{ID: "j1", UserID: "u", Channel: "sms", To: "+15550100", Body: "hi"}}); err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != 1 || !got[0].Spent() || got[0].Reset != 2*time.Second {

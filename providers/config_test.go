@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/notifier/notifier/providers"
+	"github.com/notifier/notifier/queue"
 )
 
 func validWebhook() providers.Config {
@@ -243,7 +244,7 @@ func TestValidateAll(t *testing.T) {
 
 func TestCost(t *testing.T) {
 	t.Parallel()
-	long := &providers.Message{Body: strings.Repeat("a", 161)}
+	long := &providers.Message{Job: queue.Job{Body: strings.Repeat("a", 161)}}
 	sms := validWebhook().WithDefaults()
 	if got := sms.Cost(long); got != 1 {
 		t.Errorf("unit messages: cost %d, want 1", got)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/notifier/notifier/providers"
+	"github.com/notifier/notifier/queue"
 )
 
 func ExampleSegments() {
@@ -64,7 +65,7 @@ func ExampleNewRegistry() {
 	defer r.Close()
 
 	p, cfg, _ := r.Default("sms")
-	m := &providers.Message{ID: "j1", UserID: "u1", Channel: "sms", To: "+447911123456", Body: strings.Repeat("a", 200)}
+	m := &providers.Message{Job: queue.Job{ID: "j1", UserID: "u1", Channel: "sms", To: "+447911123456", Body: strings.Repeat("a", 200)}}
 	fmt.Println("cost:", cfg.Cost(m))
 	if err := p.Send(context.Background(), m); err != nil {
 		fmt.Println(err)

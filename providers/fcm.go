@@ -220,7 +220,7 @@ func (f *FCM) Send(ctx context.Context, m *Message) error {
 		return &Error{Provider: f.name, Class: ErrPermanent, Detail: detail + ", not sent"}
 	}
 	msg := fcmMessage{Token: m.To, Notification: fcmNotification{Title: m.Title, Body: m.Body}, Data: m.Data}
-	if m.ExpiresAt != nil {
+	if !m.ExpiresAt.IsZero() {
 		left := min(max(m.ExpiresAt.Sub(f.now()), 0), FCMMaxTTL) / time.Second
 		secs := strconv.FormatInt(int64(left), 10)
 		msg.Android = &fcmAndroid{TTL: secs + "s"}

@@ -13,14 +13,15 @@ import (
 
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/providers/providertest"
+	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
 )
 
 const fcmToken = "fcm-bearer-t0ken-value"
 
 func pushMessage() *providers.Message {
-	return &providers.Message{ID: "job-42", UserID: "user-7", Channel: "push", To: "dKx9-device:APA91b" + strings.Repeat("Q", 140),
-		Title: "Hello", Body: "Your code is 493817", Data: map[string]string{"k": "v"}}
+	return &providers.Message{Job: queue.Job{ID: "job-42", UserID: "user-7", Channel: "push", To: "dKx9-device:APA91b" + strings.Repeat("Q", 140),
+		Title: "Hello", Body: "Your code is 493817", Data: map[string]string{"k": "v"}}}
 }
 
 func newFCM(t *testing.T, cfg providers.Config, token string, opts providers.Options) *providers.FCM {
@@ -275,7 +276,7 @@ func TestFCMExpiry(t *testing.T) {
 	for _, c := range cases {
 		m := pushMessage()
 		exp := now.Add(c.left)
-		m.ExpiresAt = &exp
+		m.ExpiresAt = exp
 		if err := p.Send(context.Background(), m); err != nil {
 			t.Fatalf("expiry in %s: %v", c.left, err)
 		}

@@ -2,30 +2,25 @@ package providers
 
 import (
 	"context"
-	"time"
+
+	"github.com/notifier/notifier/queue"
 )
 
-// Message is what a provider sends. The dispatcher builds it from a queue
-// job; its JSON field names are those of the job (SPEC §2), so the webhook
-// body is the job as JSON.
+// Message is what a provider sends: the job (queue.Job, SPEC §2), whose
+// fields it carries as its own, and the key the dispatcher made unique
+// across tenants. A field added to the job reaches every provider with no
+// change here, and the webhook body, the Message as JSON, is the job as
+// JSON.
 type Message struct {
-	ID string `json:"id"`
+	queue.Job
 	// Key is the job's id made unique across tenants (a job id is unique
-	// only within its tenant; queue.MsgID: the id itself for the default
-	// tenant, "<tenant>/<id>" for another): the idempotency key. What a receiver, a provider or a
+	// only within its tenant; queue.MsgID of the tenant the job was
+	// delivered for: the id itself for the default tenant, "<tenant>/<id>"
+	// for another): the idempotency key. What a receiver, a provider or a
 	// device de-duplicates on is derived from it (Idempotency-Key,
 	// webhook-id, apns-id, apns-collapse-id, the mail's Message-ID); it
 	// falls back to ID when empty. It is in no body.
-	Key       string            `json:"-"`
-	UserID    string            `json:"user_id"`
-	Channel   string            `json:"channel"`
-	To        string            `json:"to"`
-	Body      string            `json:"body"`
-	Title     string            `json:"title,omitempty"`
-	Data      map[string]string `json:"data,omitempty"`
-	Provider  string            `json:"provider,omitempty"`
-	ExpiresAt *time.Time        `json:"expires_at,omitempty"`
-	CreatedAt *time.Time        `json:"created_at,omitempty"`
+	Key string `json:"-"`
 }
 
 // key is m's idempotency key: Key, or ID when Key is empty.

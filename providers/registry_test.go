@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/notifier/notifier/providers"
+	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
 )
 
@@ -66,7 +67,7 @@ func TestRegistry(t *testing.T) {
 		t.Errorf("registry webhook headers: %v", got)
 	}
 	push, _, _ := r.Default("push")
-	if err := push.Send(context.Background(), &providers.Message{ID: "p1", Channel: "push", To: "tok-123456789"}); err != nil {
+	if err := push.Send(context.Background(), &providers.Message{Job: queue.Job{ID: "p1", Channel: "push", To: "tok-123456789"}}); err != nil {
 		t.Fatalf("send through the registry's log provider: %v", err)
 	}
 	if !strings.Contains(out.String(), `"id":"p1"`) {
@@ -239,7 +240,7 @@ func TestLogProviderConcurrentLinesStayWhole(t *testing.T) {
 	const n = 50
 	for range n {
 		go func() {
-			done <- l.Send(context.Background(), &providers.Message{ID: "e", Channel: "email", To: "bob@example.com", Body: strings.Repeat("x", 500)})
+			done <- l.Send(context.Background(), &providers.Message{Job: queue.Job{ID: "e", Channel: "email", To: "bob@example.com", Body: strings.Repeat("x", 500)}})
 		}()
 	}
 	for range n {

@@ -3,6 +3,8 @@ package providers
 import (
 	"strings"
 	"testing"
+
+	"github.com/notifier/notifier/queue"
 )
 
 // TestScrubProviderErrorCorpus: error answers in the formats of real
@@ -12,9 +14,9 @@ import (
 // recipient and the body (issue: "recipients leak through provider error
 // text").
 func TestScrubProviderErrorCorpus(t *testing.T) {
-	sms := &Message{Channel: "sms", To: "+447700900777", Body: "Your verification code for Example Bank is 482913. Never share it."}
-	email := &Message{Channel: "email", To: "alice.smith@example.com", Title: "Your statement is ready", Body: "Dear Alice, your monthly statement for account ending 4411 is ready."}
-	push := &Message{Channel: "push", To: "f3a9c0d1e2b34a5f6c7d8e9fa0b1c2d3", Title: "Parcel out for delivery", Body: "Your parcel from Example Shop arrives today between 10:00 and 12:00."}
+	sms := &Message{Job: queue.Job{Channel: "sms", To: "+447700900777", Body: "Your verification code for Example Bank is 482913. Never share it."}}
+	email := &Message{Job: queue.Job{Channel: "email", To: "alice.smith@example.com", Title: "Your statement is ready", Body: "Dear Alice, your monthly statement for account ending 4411 is ready."}}
+	push := &Message{Job: queue.Job{Channel: "push", To: "f3a9c0d1e2b34a5f6c7d8e9fa0b1c2d3", Title: "Parcel out for delivery", Body: "Your parcel from Example Shop arrives today between 10:00 and 12:00."}}
 	for _, tc := range []struct {
 		name   string
 		m      *Message

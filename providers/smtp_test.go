@@ -11,14 +11,15 @@ import (
 
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/providers/providertest"
+	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
 )
 
 const smtpPassword = "smtp-pa55word-value"
 
 func emailMessage() *providers.Message {
-	return &providers.Message{ID: "job-42", UserID: "user-7", Channel: "email", To: "someone@example.org",
-		Title: "Your code", Body: "Your code is 493817"}
+	return &providers.Message{Job: queue.Job{ID: "job-42", UserID: "user-7", Channel: "email", To: "someone@example.org",
+		Title: "Your code", Body: "Your code is 493817"}}
 }
 
 // serverTLS is a server configuration with certs' server certificate and
@@ -99,13 +100,13 @@ func TestSMTPWireFormat(t *testing.T) {
 		name string
 		m    *providers.Message
 	}{
-		{"plain", &providers.Message{ID: "job-1", Channel: "email", To: "alice@example.org", Title: "Your code", Body: "Your code is 493817"}},
-		{"unicode", &providers.Message{ID: "job:2.b", Channel: "email", To: "Bob Müller <bob@example.org>",
-			Title: "Grüße aus Köln 🎉 — a title long enough to need more than one encoded-word, surely", Body: "Ünïcödé body 🎉\nsecond line"}},
-		{"dots and long lines", &providers.Message{ID: "job-3", Channel: "email", To: "carol@example.org",
-			Title: "", Body: ".\n..leading dots\n.\n" + long}},
-		{"header injection", &providers.Message{ID: "job-4", Channel: "email", To: "dave@example.org",
-			Title: "hi\r\nBcc: victim@example.org", Body: "x"}},
+		{"plain", &providers.Message{Job: queue.Job{ID: "job-1", Channel: "email", To: "alice@example.org", Title: "Your code", Body: "Your code is 493817"}}},
+		{"unicode", &providers.Message{Job: queue.Job{ID: "job:2.b", Channel: "email", To: "Bob Müller <bob@example.org>",
+			Title: "Grüße aus Köln 🎉 — a title long enough to need more than one encoded-word, surely", Body: "Ünïcödé body 🎉\nsecond line"}}},
+		{"dots and long lines", &providers.Message{Job: queue.Job{ID: "job-3", Channel: "email", To: "carol@example.org",
+			Title: "", Body: ".\n..leading dots\n.\n" + long}}},
+		{"header injection", &providers.Message{Job: queue.Job{ID: "job-4", Channel: "email", To: "dave@example.org",
+			Title: "hi\r\nBcc: victim@example.org", Body: "x"}}},
 	}
 	for _, c := range cases {
 		if err := p.Send(context.Background(), c.m); err != nil {

@@ -250,7 +250,7 @@ func (t *Twilio) Send(ctx context.Context, m *Message) error {
 	} else {
 		form.Set("From", t.from)
 	}
-	if m.ExpiresAt != nil {
+	if !m.ExpiresAt.IsZero() {
 		form.Set("ValidityPeriod", strconv.Itoa(twilioValidity(m.ExpiresAt.Sub(t.now()))))
 	}
 	if t.callback != "" {

@@ -155,7 +155,7 @@ func TestTwilioValidityPeriod(t *testing.T) {
 	for _, c := range cases {
 		m := smsMessage()
 		exp := now.Add(c.left)
-		m.ExpiresAt = &exp
+		m.ExpiresAt = exp
 		if err := p.Send(context.Background(), m); err != nil {
 			t.Fatalf("expiry in %s: %v", c.left, err)
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/providers/providertest"
+	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
 )
 
@@ -46,10 +47,10 @@ func newWebhook(t *testing.T, url string, timeout time.Duration, edits ...func(*
 func noRetryOnTimeout(c *providers.Config) { c.RetryOnTimeout = new(false) }
 
 func smsMessage() *providers.Message {
-	return &providers.Message{
+	return &providers.Message{Job: queue.Job{
 		ID: "job-42", UserID: "user-7", Channel: "sms", To: "+447700900123",
 		Body: "Your code is 493817", Data: map[string]string{"k": "v"},
-	}
+	}}
 }
 
 func TestWebhookConformance(t *testing.T) {
@@ -78,12 +79,12 @@ func TestWebhookWireProtocol(t *testing.T) {
 	w := newWebhook(t, fake.URL(), 5*time.Second)
 	exp := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	created := exp.Add(-time.Minute)
-	full := &providers.Message{
+	full := &providers.Message{Job: queue.Job{
 		ID: "job-1", UserID: "u-1", Channel: "push", To: "tok-abcdefghijkl", Body: "hello <b>&</b> ünïcode 🎉",
 		Title: "Hi", Data: map[string]string{"a": "1", "b": "2"}, Provider: "sms-gateway",
-		ExpiresAt: &exp, CreatedAt: &created,
-	}
-	minimal := &providers.Message{ID: "job-2", UserID: "u-2", Channel: "sms", To: "+447700900123", Body: "x"}
+		Tenant: "acme", Category: "transactional", ExpiresAt: exp, CreatedAt: created,
+	}}
+	minimal := &providers.Message{Job: queue.Job{ID: "job-2", UserID: "u-2", Channel: "sms", To: "+447700900123", Body: "x"}}
 	for _, m := range []*providers.Message{full, minimal} {
 		if err := w.Send(context.Background(), m); err != nil {
 			t.Fatalf("Send %s: %v", m.ID, err)
@@ -136,7 +137,7 @@ func TestWebhookWireProtocol(t *testing.T) {
 		slices.Sort(keys)
 		return keys
 	}
-	spec := []string{"body", "channel", "created_at", "data", "expires_at", "id", "provider", "title", "to", "user_id"}
+	spec := []string{"body", "category", "channel", "created_at", "data", "expires_at", "id", "provider", "tenant", "title", "to", "user_id"}
 	if got := keysOf(reqs[0].Body); !slices.Equal(got, spec) {
 		t.Errorf("full message keys %v, want %v", got, spec)
 	}

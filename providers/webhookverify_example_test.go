@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/notifier/notifier/providers"
+	"github.com/notifier/notifier/queue"
 )
 
 // The receiver's side of a signed webhook, as docs/providers.md shows it
@@ -96,7 +97,7 @@ func ExampleWebhook_signed() {
 		return
 	}
 	defer hook.Close()
-	err = hook.Send(context.Background(), &providers.Message{ID: "job-1", UserID: "u-1", Channel: "sms", To: "+15005550006", Body: "hi"})
+	err = hook.Send(context.Background(), &providers.Message{Job: queue.Job{ID: "job-1", UserID: "u-1", Channel: "sms", To: "+15005550006", Body: "hi"}})
 	fmt.Println("sent:", err)
 	// Output:
 	// verified webhook job-1
