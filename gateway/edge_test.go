@@ -937,6 +937,13 @@ func TestConnectionBounds(t *testing.T) {
 	if r := a2.exchange(validRequest(acmeKey)); r.status != http.StatusAccepted {
 		t.Errorf("the new connection: %d %v", r.status, r.err)
 	}
+	// The server counts a2 idle again once it waits for its next request,
+	// which can be after the client read the answer: wait for it, so that
+	// a2 is idle before bc, as the order below assumes.
+	testenv.WaitFor(t, 10*time.Second, "a2 idle again after its answer", func() bool {
+		_, n := b.gw.ConnStats()
+		return n == 1
+	})
 	bc := dial("127.0.0.2", 2)
 	cc := dial("127.0.0.3", 3)
 	dc := dial("127.0.0.4", 3) // over the 3: a2, idle longest, is closed
