@@ -110,7 +110,9 @@ func (b *bundle) referenceRate(f *testenv.Fake, prefix, channel string, n int) (
 // atLeastOf fails t unless got is at least 90 % of ref, the rate the same
 // dispatchers reached on a reference earlier in the same run
 // (referenceRate); what names the measure. A reference under half the
-// contract fails too: the dispatchers are broken, not the machine slow.
+// contract fails too: a share of it would measure nothing. Alone such a
+// reference runs at 95–99 % of its contract; in make test, beside the
+// other tests, it was seen at 29–43 % (with and without a CPU burner).
 func atLeastOf(t *testing.T, what string, got, ref, contract float64) {
 	t.Helper()
 	atLeastShareOf(t, what, got, ref, contract, 0.9)
@@ -123,7 +125,7 @@ func atLeastShareOf(t *testing.T, what string, got, ref, contract, share float64
 		t.Errorf("%s: %.1f/s, want at least %.0f %% of the %.1f/s the reference reached in this run (contract %g/s)", what, got, 100*share, ref, contract)
 	}
 	if ref < contract/2 {
-		t.Errorf("the reference ran at %.1f/s of a %g/s contract: the dispatchers are broken, not the machine slow", ref, contract)
+		t.Errorf("the reference ran at %.1f/s of a %g/s contract: too little to measure a share against (the dispatchers are broken, or starved of CPU by the tests beside them: alone such a reference runs at 95–99 %% of its contract)", ref, contract)
 	}
 }
 
