@@ -60,9 +60,9 @@ staticcheck:
 # packages run beside it, their parallel tests three at a time (four loaded
 # two cores enough to stretch a breaker's outage past its test's patience).
 # -trimpath: the compiled packages do not depend on the checkout's path, so
-# a fresh clone reuses the machine's build cache. The whole run takes about
-# five minutes on two cores, under seven beside a CPU burner
-# (docs/development.md).
+# a fresh clone reuses the machine's build cache. The whole of make test
+# takes 6–10 minutes on two cores (docs/development.md, which says which
+# tests a loaded machine still fails).
 race: chromium
 	$(GO) test -race -trimpath -count=1 -p 2 -parallel 3 -timeout 30m $(PKGS)
 
