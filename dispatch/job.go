@@ -166,6 +166,7 @@ func (pl *pipeline) process(ctx, sendCtx context.Context, jb *job) end {
 	jb.provider = jb.pcfg.Name
 	jb.lg = nil // a logger built before now lacks the job and the provider
 	jb.msg = &providers.Message{Job: *j, Key: jb.key}
+	jb.msg.Tenant = dl.Tenant // a job on its tenant's subject need not name it; what the provider is sent does
 	jb.cost = jb.pcfg.Cost(jb.msg)
 	jb.owner = ledger.OwnerToken(pl.o.Instance, pl.seq.Add(1))
 	if pl.o.SuppressTTL > 0 {
