@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/notifier/notifier/inspect"
+	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/limits/ledger"
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
@@ -199,7 +200,7 @@ func TestExplainProviderQueue(t *testing.T) {
 	// and a millisecond of clocks), not after it by more than one slot (a
 	// worker that wakes more than 5 ms late takes the next one), the 5 ms
 	// and an HTTP round trip on a busy machine (20 ms).
-	rate, h := 50.0, jitterBudget.Seconds()/(1+jitterBudget.Seconds()) // the world's jitter_budget's headroom
+	rate, h := 50.0, leaky.HeadroomFor(jitterBudget) // the world's jitter_budget's
 	slot := time.Duration(float64(time.Second) / (rate * (1 - h)))
 	if late < -4*time.Millisecond || late > slot+25*time.Millisecond {
 		t.Errorf("the probe reached the provider %s after the next free slot explain named", late)
@@ -278,7 +279,7 @@ func TestExplainJobAndEndpoint(t *testing.T) {
 	}
 	out, _, code = explainCLI(t, w, "--provider", "sms-gw")
 	t.Logf("explain --provider sms-gw:\n%s", out)
-	for _, s := range []string{"provider sms-gw (sms)", "contract     50 messages/s, max_queue_delay 1s (burst 50), headroom 4.76%" /* jitter_budget 50ms */, "next slot", "pause        none", "breaker      closed"} {
+	for _, s := range []string{"provider sms-gw (sms)", "contract     50 messages/s, max_queue_delay 1s (burst 50), headroom 4.76%" /* leaky.HeadroomFor(jitterBudget) */, "next slot", "pause        none", "breaker      closed"} {
 		if code != 0 || !strings.Contains(out, s) {
 			t.Errorf("explain --provider: want %q in\n%s", s, out)
 		}

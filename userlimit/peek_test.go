@@ -81,22 +81,23 @@ func TestPropertyPeekAgreesWithAllow(t *testing.T) {
 	})
 }
 
-// snap is every key under a prefix with its DUMP and its TTL, read at
-// taken.
+// snap is every key under a prefix with its DUMP and when its TTL, read
+// with it, runs out (zero for a key without one); listed is when KEYS
+// answered.
 type snap struct {
-	taken time.Time
-	dumps map[string]string
-	pttl  map[string]time.Duration
+	listed  time.Time
+	dumps   map[string]string
+	expires map[string]time.Time
 }
 
-// snapshot is every key under prefix with its DUMP and TTL.
+// snapshot is every key under prefix with its DUMP and expiry.
 func snapshot(rt *rapid.T, rdb *redis.Client, prefix string) snap {
 	ctx := context.Background()
-	s := snap{taken: time.Now(), dumps: map[string]string{}, pttl: map[string]time.Duration{}}
 	keys, err := rdb.Keys(ctx, "{"+prefix+"*").Result()
 	if err != nil {
 		rt.Fatalf("keys: %v", err)
 	}
+	s := snap{listed: time.Now(), dumps: map[string]string{}, expires: map[string]time.Time{}}
 	for _, k := range keys {
 		v, err := rdb.Dump(ctx, k).Result()
 		if err != nil && err != redis.Nil {
@@ -106,21 +107,24 @@ func snapshot(rt *rapid.T, rdb *redis.Client, prefix string) snap {
 		if err != nil {
 			rt.Fatalf("pttl %s: %v", k, err)
 		}
-		s.dumps[k], s.pttl[k] = v, ttl
+		s.dumps[k] = v
+		if ttl >= 0 {
+			// Read after the answer: no earlier than Redis's own expiry.
+			s.expires[k] = time.Now().Add(ttl)
+		}
 	}
 	return s
 }
 
 // same reports whether after holds what s held: the same keys with the
-// same values, but for keys whose TTL ran out on Redis's real clock
-// between the two (the limiters take a fake clock, Redis expires on its
-// own: a 3 ms window's keys live a few real ms, which a loaded machine can
-// spend between two snapshots).
+// same values, but for keys whose TTL had run out on Redis's real clock
+// before after's KEYS answered (the limiters take a fake clock, Redis
+// expires on its own: a 3 ms window's keys live a few real ms, which a
+// loaded machine can spend between two snapshots).
 func (s snap) same(after snap) bool {
-	expired := time.Since(s.taken) + time.Millisecond // PTTL's rounding
 	for k, v := range s.dumps {
 		got, ok := after.dumps[k]
-		if !ok && s.pttl[k] >= 0 && s.pttl[k] <= expired {
+		if exp, has := s.expires[k]; !ok && has && !exp.After(after.listed.Add(time.Millisecond)) { // PTTL's rounding
 			continue
 		}
 		if !ok || got != v {
