@@ -28,9 +28,18 @@ import (
 // kindsContract is the contract of the pacing tests, in units per second.
 const kindsContract = 20
 
+// smtpJitterBudget is the SMTP provider's jitter_budget in these tests. A
+// mail reaches the server's count at the end of DATA, after MAIL, RCPT and
+// DATA round trips over TLS, so it arrives later after its slot, and less
+// evenly, than an HTTP request: CI, under -race on a loaded machine, saw
+// 21 arrivals in a window of 1 s − 15.2 ms (the default budget) and two
+// 451s, the slots themselves paced. docs/providers.md advises a budget of
+// the transaction's p99 for smtp; 50 ms paces at 95.2 % of the contract.
+const smtpJitterBudget = 50 * time.Millisecond
+
 // paced checks a kind's fake against a contract of perSecond: no window of
-// 1 s − jitterBudget holds more of its arrivals (every send attempt it saw,
-// refusals included: arrivalsPaced), it refused (refused: its 429s, or
+// 1 s − budget (the provider's jitter_budget) holds more of its arrivals
+// (every send attempt it saw, refusals included: arrivalsPacedWithin), it refused (refused: its 429s, or
 // SMTP 451s) at most max429s of the sends, and the contract was reached:
 // between the first and the last accepted arrival, less the holds its
 // refusals ordered (pausedByRefusals), the queue ran at 90 % of it or
@@ -46,9 +55,9 @@ const kindsContract = 20
 // only and so can never exceed the contract the fake enforces, and to
 // demand no refusal at all, which one arrival a few ms late turns into a
 // flake; the arrival window is the promise.
-func paced(t *testing.T, name string, f arrivalCounter, accepted []time.Time, perSecond, refused int, late float64) {
+func paced(t *testing.T, name string, f arrivalCounter, accepted []time.Time, perSecond, refused int, late float64, budget time.Duration) {
 	t.Helper()
-	most := arrivalsPaced(t, name, f, perSecond)
+	most := arrivalsPacedWithin(t, name, f, perSecond, budget)
 	if len(accepted) < 2 {
 		t.Fatalf("%s: %d arrivals", name, len(accepted))
 	}
@@ -78,7 +87,7 @@ func paced(t *testing.T, name string, f arrivalCounter, accepted []time.Time, pe
 			name, slots, rate, late, paused.Round(time.Millisecond), perSecond)
 	}
 	t.Logf("%s: %d arrivals, sustained %.2f/s (%.2f slots/s with %v given up late) on a %d/s contract, most in a 1 s − %s window %d",
-		name, len(accepted), rate, slots, late, perSecond, jitterBudget.Round(100*time.Microsecond), most)
+		name, len(accepted), rate, slots, late, perSecond, budget.Round(100*time.Microsecond), most)
 }
 
 // exactlyOnce checks that got holds each of want once.
@@ -198,7 +207,8 @@ func TestKindsEndToEnd(t *testing.T) {
 			with(providers.Config{Name: "ios", Channel: "push", Kind: "apns", URL: ios.URL(), TLSCAFile: ios.CAFile(),
 				KeyFile: ios.KeyFile(), KeyID: ios.KeyID(), TeamID: ios.TeamID(), Topic: ios.Topic()}),
 			with(providers.Config{Name: "mail", Channel: "email", Kind: "smtp", Host: mail.Host(), Port: mail.Port(),
-				TLSCAFile: mail.CAFile(), From: "Notifier <no-reply@example.com>", Username: mail.Username(), PasswordEnv: "SMTP_PASSWORD"}),
+				TLSCAFile: mail.CAFile(), From: "Notifier <no-reply@example.com>", Username: mail.Username(), PasswordEnv: "SMTP_PASSWORD",
+				JitterBudget: smtpJitterBudget}),
 		},
 		getenv: envOf(map[string]string{"TWILIO_AUTH_TOKEN": tw.AuthToken(), "TWILIO_SEG_TOKEN": twSeg.AuthToken(),
 			"SMTP_PASSWORD": mail.Password()}),
@@ -235,7 +245,7 @@ func TestKindsEndToEnd(t *testing.T) {
 		}
 		exactlyOnce(t, "twilio", bodies, ids)
 		paced(t, "twilio", tw, arrivalsOf(tw.Messages()[1:], func(m testenv.TwilioMessage) time.Time { return m.At }),
-			kindsContract, tw.Count(http.StatusTooManyRequests), late())
+			kindsContract, tw.Count(http.StatusTooManyRequests), late(), jitterBudget)
 		testenv.WaitFor(t, 10*time.Second, "sent counted", func() bool {
 			return p.count(p.d.m.Jobs.WithLabelValues("sms", "tw", OutcomeSent)) == n
 		})
@@ -258,7 +268,7 @@ func TestKindsEndToEnd(t *testing.T) {
 		}
 		exactlyOnce(t, "twilio segments", got, ids)
 		paced(t, "twilio segments", twSeg, arrivalsOf(twSeg.Messages()[1:], func(m testenv.TwilioMessage) time.Time { return m.At }),
-			segPerSecond, twSeg.Count(http.StatusTooManyRequests), late())
+			segPerSecond, twSeg.Count(http.StatusTooManyRequests), late(), jitterBudget)
 	})
 
 	t.Run("fcm", func(t *testing.T) {
@@ -277,7 +287,7 @@ func TestKindsEndToEnd(t *testing.T) {
 		}
 		exactlyOnce(t, "fcm", got, ids)
 		paced(t, "fcm", fcm, arrivalsOf(fcm.Messages()[1:], func(m testenv.FCMMessage) time.Time { return m.At }),
-			kindsContract, fcm.Count(http.StatusTooManyRequests), late())
+			kindsContract, fcm.Count(http.StatusTooManyRequests), late(), jitterBudget)
 		if got := fcm.TokenRequests(); got != 1 {
 			t.Errorf("%d OAuth token requests for %d sends, want 1 (cached)", got, n+1)
 		}
@@ -297,7 +307,7 @@ func TestKindsEndToEnd(t *testing.T) {
 		}
 		exactlyOnce(t, "apns", got, apnsIDs)
 		paced(t, "apns", ios, arrivalsOf(ios.Notifications()[1:], func(n testenv.APNsNotification) time.Time { return n.At }),
-			kindsContract, ios.Count(http.StatusTooManyRequests), late())
+			kindsContract, ios.Count(http.StatusTooManyRequests), late(), jitterBudget)
 		if got := ios.ProviderTokens(); got != 1 {
 			t.Errorf("%d provider tokens, want 1", got)
 		}
@@ -329,7 +339,7 @@ func TestKindsEndToEnd(t *testing.T) {
 		exactlyOnce(t, "smtp", got, msgIDs)
 		// The SMTP fake answers 451 4.7.1 over its contract.
 		paced(t, "smtp", mail, arrivalsOf(mail.Messages()[1:], func(m testenv.SMTPMessage) time.Time { return m.At }),
-			kindsContract, mail.Count(451), late())
+			kindsContract, mail.Count(451), late(), smtpJitterBudget)
 		if c := mail.Connections(); c > 8 {
 			t.Errorf("%d SMTP connections for %d mails by 8 workers: sessions are not reused", c, n+1)
 		}

@@ -44,10 +44,17 @@ type arrivalCounter interface {
 // without any slot breaking the contract.
 func arrivalsPaced(t testing.TB, name string, f arrivalCounter, contract int) int {
 	t.Helper()
-	most := f.MaxArrivalsInWindow(time.Second, jitterBudget)
+	return arrivalsPacedWithin(t, name, f, contract, jitterBudget)
+}
+
+// arrivalsPacedWithin is arrivalsPaced for a provider configured with
+// jitter_budget: budget rather than the default.
+func arrivalsPacedWithin(t testing.TB, name string, f arrivalCounter, contract int, budget time.Duration) int {
+	t.Helper()
+	most := f.MaxArrivalsInWindow(time.Second, budget)
 	if most > contract {
 		t.Errorf("%s: %d arrivals (429s included) in a window of 1 s − %s jitter budget, contract %d/s",
-			name, most, jitterBudget.Round(100*time.Microsecond), contract)
+			name, most, budget.Round(100*time.Microsecond), contract)
 	}
 	return most
 }
