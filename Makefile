@@ -3,9 +3,10 @@
 #   make install the notifier command into $(go env GOPATH)/bin, stamped with its version
 #   make demo    the zero-set-up tour (embedded NATS, in-memory limits, sandbox provider)
 #   make dev     a local JetStream server and dispatcher to publish to (notifier dev)
-#   make test    everything CI runs: formatting, vet, staticcheck, and the race-enabled tests
+#   make test    everything CI runs: formatting, vet, staticcheck, the race-enabled tests
 #                against real servers (private redis-server processes, embedded NATS) and
-#                headless Chromium (the /status page; `make chromium` installs it where missing)
+#                headless Chromium (the /status page; `make chromium` installs it where missing),
+#                then the dispatcher's tests that measure, without -race (make measure)
 
 GO          ?= go
 # A tag's name when HEAD has one (git describe); otherwise none, and the
@@ -18,7 +19,7 @@ BUILDFLAGS  := -buildvcs=true -trimpath -ldflags "$(LDFLAGS)"
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 PKGS        := ./...
 
-.PHONY: all build install demo dev test lint fmt-check vet staticcheck race chromium fuzz bench mutate clean
+.PHONY: all build install demo dev test lint fmt-check vet staticcheck race measure chromium fuzz bench mutate clean
 
 all: build
 
@@ -40,7 +41,7 @@ demo:
 dev:
 	$(GO) run $(BUILDFLAGS) ./cmd/notifier dev
 
-test: chromium lint race
+test: chromium lint race measure
 
 lint: fmt-check vet staticcheck
 
@@ -65,6 +66,15 @@ staticcheck:
 # tests a loaded machine still fails).
 race: chromium
 	$(GO) test -race -trimpath -count=1 -p 2 -parallel 3 -timeout 30m $(PKGS)
+
+# The dispatcher's tests that measure pacing, a rate, a share or a latency
+# at a fake provider against a reference, or against the clock: without
+# -race, whose detector took half of such a test's CPU and left its
+# references at a third of the contract beside the rest of make test (race
+# skips them; dispatch's testsToRun says which runs where). Alone on the
+# machine, two at a time (dispatch/harness_test.go's places).
+measure:
+	NOTIFIER_TEST_MEASURES=only $(GO) test -trimpath -count=1 -timeout 20m ./dispatch/
 
 # The /status page's tests drive Debian's chromium headless. Installed here
 # where missing (as root, with apt-get); otherwise this fails with the command.

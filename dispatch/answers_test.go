@@ -345,7 +345,7 @@ func TestStartLiftsACredentialsPause(t *testing.T) {
 // dead-lettered, only a few requests were answered 401, and every job is
 // sent once within probe_interval (and its jitter) of the recovery.
 func TestRefusedSenderIsProbedAndResumed(t *testing.T) {
-	waits(t)
+	measures(t)
 	b := setup(t, setupOpts{getenv: envOf(map[string]string{"HOOK_TOKEN": "s3cret"})})
 	const probe = 3 * time.Second
 	for i := range b.pcfgs {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -54,6 +55,7 @@ var (
 // parallel calls group, and each subtest measures (or waits).
 func measures(t *testing.T) {
 	t.Helper()
+	skipUnlessMeasuring(t)
 	hold(t, false, place{measuring, 1})
 }
 
@@ -61,7 +63,39 @@ func measures(t *testing.T) {
 // waiting's three places until it ends.
 func waits(t *testing.T) {
 	t.Helper()
+	if testsToRun() == "only" {
+		t.Skip("waits: NOTIFIER_TEST_MEASURES=only runs the tests that measure alone; this one runs under -race (make race)")
+	}
 	hold(t, false, place{waiting, 1})
+}
+
+// testsToRun is NOTIFIER_TEST_MEASURES, which says which of the package's
+// tests that start servers run:
+//
+//   - "" (the default): under -race every one but those that measure;
+//     without -race every one.
+//   - "only": those that measure (measures, measuresAlone) alone: make
+//     measure, the second step of make test, without -race.
+//   - "all": every one, also those that measure under -race: make mutate,
+//     one mutation at a time on an otherwise idle machine.
+//
+// A test that measures pacing, a rate, a share or a latency against a
+// reference needs the CPU it measures with: under -race, beside the other
+// tests and packages of make test, the race detector's own functions took
+// 52 % of such a test's CPU and its references ran at 29–43 % of the
+// contract (95.8–98.5 % alone), so make test measures without -race, while
+// -race covers the same code paths through the package's other tests.
+func testsToRun() string {
+	return os.Getenv("NOTIFIER_TEST_MEASURES")
+}
+
+// skipUnlessMeasuring skips a test that measures under -race, unless
+// NOTIFIER_TEST_MEASURES=all.
+func skipUnlessMeasuring(t *testing.T) {
+	t.Helper()
+	if raceDetector && testsToRun() != "all" && testsToRun() != "only" {
+		t.Skip("measures: make test runs it without -race (make measure); NOTIFIER_TEST_MEASURES=all runs it under -race too")
+	}
 }
 
 // group runs t in parallel as the parent of subtests that run in parallel
@@ -84,6 +118,7 @@ func group(t *testing.T) {
 // of their reference.
 func measuresAlone(t *testing.T) {
 	t.Helper()
+	skipUnlessMeasuring(t)
 	hold(t, true, place{measuring, 2}, place{waiting, 3})
 }
 

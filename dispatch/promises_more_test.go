@@ -170,7 +170,7 @@ func TestPromisePullsNoMoreThanFreeWorkers(t *testing.T) {
 // max_pause is 2 s for 2 s: the next request comes 2 s later, not in an
 // hour.
 func TestPromiseMaxPauseCapsRetryAfter(t *testing.T) {
-	waits(t)
+	measures(t)
 	b := setup(t, setupOpts{})
 	b.pcfgs[0].MaxPause = 2 * time.Second
 	b.start(nil)

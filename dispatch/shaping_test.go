@@ -76,7 +76,7 @@ func TestExpiredBeforeItsSlotIsSuppressedAtOnce(t *testing.T) {
 	group(t)
 	for _, withFallback := range []bool{false, true} {
 		t.Run(fmt.Sprintf("fallback=%v", withFallback), func(t *testing.T) {
-			waits(t)
+			measures(t)
 			fallback := testenv.FakeProvider(t)
 			// The fallback's queue starts cold (no horizon keeper here):
 			// its first slot is max_queue_delay ahead, well within 1 s.

@@ -10,7 +10,8 @@
 # Each mutation is applied, as exact string replacements, to a scratch copy
 # of the repository (the files git tracks or would track, as they are in the
 # working tree now), never to the working tree itself. Then the tests of its
-# packages run (go test -race -count=1 -p 1, narrowed by its -run regexp).
+# packages run (go test -race -count=1 -p 1, narrowed by its -run regexp,
+# with NOTIFIER_TEST_MEASURES=all).
 # A mutation is CAUGHT when they fail, SURVIVED when they pass. A mutation
 # whose old string is not found exactly once, or whose code no longer
 # builds, is an ERROR: fix the list. The exit status is non-zero unless every
@@ -99,6 +100,9 @@ done | tar --null -T - -cf -) | tar -xf - -C "$scratch"
 # The same module in another directory: -trimpath lets the build cache
 # serve the packages a mutation does not touch.
 export GOFLAGS="${GOFLAGS:+$GOFLAGS }-trimpath"
+# dispatch's tests that measure run under -race too: one mutation at a time
+# leaves the machine to them (make test runs them without -race instead).
+export NOTIFIER_TEST_MEASURES=all
 echo "mutate: scratch copy of $root at $scratch"
 
 # apply FILE OLD NEW: replace the one occurrence of OLD in FILE (\n and \t
