@@ -63,7 +63,7 @@ func measures(t *testing.T) {
 // waiting's three places until it ends.
 func waits(t *testing.T) {
 	t.Helper()
-	if testsToRun() == "only" {
+	if testsToRun(t) == "only" {
 		t.Skip("waits: NOTIFIER_TEST_MEASURES=only runs the tests that measure alone; this one runs under -race (make race)")
 	}
 	hold(t, false, place{waiting, 1})
@@ -85,15 +85,22 @@ func waits(t *testing.T) {
 // 52 % of such a test's CPU and its references ran at 29–43 % of the
 // contract (95.8–98.5 % alone), so make test measures without -race, while
 // -race covers the same code paths through the package's other tests.
-func testsToRun() string {
-	return os.Getenv("NOTIFIER_TEST_MEASURES")
+// Any other value fails the test: a misspelt one would otherwise leave the
+// measuring tests unrun without a word.
+func testsToRun(t *testing.T) string {
+	t.Helper()
+	v := os.Getenv("NOTIFIER_TEST_MEASURES")
+	if v != "" && v != "only" && v != "all" {
+		t.Fatalf("NOTIFIER_TEST_MEASURES=%q: want only, all, or unset", v)
+	}
+	return v
 }
 
 // skipUnlessMeasuring skips a test that measures under -race, unless
 // NOTIFIER_TEST_MEASURES=all.
 func skipUnlessMeasuring(t *testing.T) {
 	t.Helper()
-	if raceDetector && testsToRun() != "all" && testsToRun() != "only" {
+	if testsToRun(t) == "" && raceDetector {
 		t.Skip("measures: make test runs it without -race (make measure); NOTIFIER_TEST_MEASURES=all runs it under -race too")
 	}
 }
