@@ -16,7 +16,7 @@ import (
 // after a cold start waits about max_queue_delay) holds its lease with the
 // wait noted (slot, until its slot); a job of a provider paused while it
 // was held is handed back with the pause noted (provider_paused), and is
-// sent once the pause ends, its note left as history.
+// sent once the pause ends, its notes left as history.
 func TestLedgerSaysWhyAJobWaits(t *testing.T) {
 	waits(t)
 	b := setup(t, setupOpts{rate: 1, maxQueueDelay: 8 * time.Second})
@@ -63,7 +63,11 @@ func TestLedgerSaysWhyAJobWaits(t *testing.T) {
 	for _, id := range []string{"s-1", "e-1"} {
 		testenv.WaitFor(t, 5*time.Second, id+"'s record says sent", func() bool { return record(id).Sent })
 	}
-	if r := record("e-1"); r.Why != ledger.DeferProviderPaused {
+	// Sent, its record keeps what it waited for last: the pause, or (on a
+	// loaded machine, when it came back to a queue whose next slot was
+	// then more than slotNote away) the slot it waited for after the
+	// pause; the deferral's count stays either way.
+	if r := record("e-1"); r.Deferrals < 1 || (r.Why != ledger.DeferProviderPaused && r.Why != ledger.WaitSlot) {
 		t.Fatalf("e-1 sent: %+v, want its deferral kept as history", r)
 	}
 }
