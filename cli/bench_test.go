@@ -51,7 +51,7 @@ func roundRatios(tp *bench.ThroughputResult, allLayers bool) []float64 {
 
 // checkPass checks one dispatcher pass's figures for sanity; ratios are
 // its rounds' ratios to their floors, whose median it must report.
-func checkPass(t *testing.T, p bench.PassResult, jobs int, ratios []float64) {
+func checkPass(t *testing.T, p bench.PassResult, jobs int, ratios []float64, cluster bool) {
 	t.Helper()
 	if p.Jobs != jobs || p.Outcomes["sent"] != jobs {
 		t.Errorf("%s: %d jobs, %d sent, want %d", p.Name, p.Jobs, p.Outcomes["sent"], jobs)
@@ -67,10 +67,18 @@ func checkPass(t *testing.T, p bench.PassResult, jobs int, ratios []float64) {
 		t.Fatalf("%s: no Redis figures", p.Name)
 	}
 	// A sent job needs the admission and the ledger's "sent", each shared
-	// with the other workers' of the moment; on a Redis Cluster a pipeline
-	// counts once per node it reaches.
-	if r.RoundTripsPerJob <= 0 || r.RoundTripsPerJob > 6 {
-		t.Errorf("%s: %v Redis round trips per job", p.Name, r.RoundTripsPerJob)
+	// with the other workers' of the moment: two round trips at most. On a
+	// Redis Cluster a pipeline counts once per node it reaches (the
+	// admission's claim, cap and slot may lie on three): four. The
+	// background's calls (health pings of every master, heartbeats, the
+	// pause watcher) count too, and a short pass on a loaded machine (200
+	// jobs) spreads them over few jobs: 6.02 was seen on a cluster.
+	most := 4.0
+	if cluster {
+		most = 8
+	}
+	if r.RoundTripsPerJob <= 0 || r.RoundTripsPerJob > most {
+		t.Errorf("%s: %v Redis round trips per job, more than %g", p.Name, r.RoundTripsPerJob, most)
 	}
 	if r.CommandsPerJob < r.RoundTripsPerJob {
 		t.Errorf("%s: %v commands per job, fewer than its %v round trips", p.Name, r.CommandsPerJob, r.RoundTripsPerJob)
@@ -135,8 +143,8 @@ func TestBenchJSON(t *testing.T) {
 		tp.WideOpen.JobsPerSecond != min(tp.Rounds[0].WideOpen, tp.Rounds[1].WideOpen) {
 		t.Errorf("median passes: floor %v, wide open %v, rounds %+v", tp.Floor.JobsPerSecond, tp.WideOpen.JobsPerSecond, tp.Rounds)
 	}
-	checkPass(t, tp.WideOpen, 500, roundRatios(tp, false))
-	checkPass(t, tp.AllLayers, 500, roundRatios(tp, true))
+	checkPass(t, tp.WideOpen, 500, roundRatios(tp, false), false)
+	checkPass(t, tp.AllLayers, 500, roundRatios(tp, true), false)
 	// The promise: at most two Redis round trips per sent job (each one
 	// shared with other workers' requests, so fewer), and one more for
 	// each new slot a worker took because it woke more than 5 ms late (on
@@ -178,7 +186,7 @@ func TestBenchJSON(t *testing.T) {
 // command that reproduces it.
 func TestBenchReport(t *testing.T) {
 	t.Parallel()
-	stdout, stderr, code := runCLI(t, nil, "", "bench", "--jobs", "300", "--workers", "8", "--rounds", "2")
+	stdout, stderr, code := runBinary(t, "bench", "--jobs", "300", "--workers", "8", "--rounds", "2")
 	if code != 0 {
 		t.Fatalf("bench: exit %d\n%s\n%s", code, stdout, stderr)
 	}
@@ -199,7 +207,7 @@ func TestBenchReport(t *testing.T) {
 // cluster (R3) and a Redis Cluster it starts.
 func TestBenchCluster(t *testing.T) {
 	t.Parallel()
-	stdout, stderr, code := runCLI(t, nil, "", "bench", "--cluster", "--jobs", "200", "--workers", "8", "--rounds", "1", "--json")
+	stdout, stderr, code := runBinary(t, "bench", "--cluster", "--jobs", "200", "--workers", "8", "--rounds", "1", "--json")
 	if code != 0 {
 		t.Fatalf("bench --cluster: exit %d\n%s\n%s", code, stdout, stderr)
 	}
@@ -210,8 +218,8 @@ func TestBenchCluster(t *testing.T) {
 	if !strings.HasPrefix(r.Throughput.Command, "notifier bench --cluster --jobs 200 --users 1000 --rounds 1") {
 		t.Errorf("reproduce: %q", r.Throughput.Command)
 	}
-	checkPass(t, r.Throughput.WideOpen, 200, roundRatios(r.Throughput, false))
-	checkPass(t, r.Throughput.AllLayers, 200, roundRatios(r.Throughput, true))
+	checkPass(t, r.Throughput.WideOpen, 200, roundRatios(r.Throughput, false), true)
+	checkPass(t, r.Throughput.AllLayers, 200, roundRatios(r.Throughput, true), true)
 }
 
 // TestBenchPacing runs the pacing bench from the binary (it starts itself
@@ -381,7 +389,7 @@ func TestBenchExternalServers(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	stdout, stderr, code := runCLI(t, nil, "", args...)
+	stdout, stderr, code := runBinary(t, args...)
 	if code != 0 {
 		t.Fatalf("bench on given servers: exit %d\n%s\n%s", code, stdout, stderr)
 	}
@@ -389,7 +397,7 @@ func TestBenchExternalServers(t *testing.T) {
 	if !strings.Contains(r.NATS, "--nats-url") || !strings.Contains(r.Redis, "--redis-addr") {
 		t.Errorf("servers: NATS %q, Redis %q", r.NATS, r.Redis)
 	}
-	checkPass(t, r.Throughput.WideOpen, 200, roundRatios(r.Throughput, false))
+	checkPass(t, r.Throughput.WideOpen, 200, roundRatios(r.Throughput, false), false)
 	if n, err := redisSrv.Client().DBSize(ctx).Result(); err != nil || n != 0 {
 		t.Errorf("keys left in Redis: %d (%v)", n, err)
 	}
@@ -402,7 +410,7 @@ func TestBenchExternalServers(t *testing.T) {
 // on with shadow limits that deny, measured and described like the others.
 func TestBenchShadow(t *testing.T) {
 	t.Parallel()
-	stdout, stderr, code := runCLI(t, nil, "", "bench", "--shadow", "--jobs", "500", "--users", "50", "--workers", "16", "--rounds", "1", "--json")
+	stdout, stderr, code := runBinary(t, "bench", "--shadow", "--jobs", "500", "--users", "50", "--workers", "16", "--rounds", "1", "--json")
 	if code != 0 {
 		t.Fatalf("bench --shadow: exit %d\n%s\n%s", code, stdout, stderr)
 	}
@@ -434,7 +442,7 @@ func TestBenchTenants(t *testing.T) {
 		if raw {
 			args = append(args, "--tenant-subjects")
 		}
-		stdout, stderr, code := runCLI(t, nil, "", args...)
+		stdout, stderr, code := runBinary(t, args...)
 		if code != 0 {
 			t.Fatalf("%v: exit %d\n%s\n%s", args, code, stdout, stderr)
 		}

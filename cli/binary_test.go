@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -47,6 +48,29 @@ func notifierBinary(t *testing.T) string {
 		t.Fatal(buildErr)
 	}
 	return binPath
+}
+
+// runBinary runs the notifier binary with args, as runCLI runs the
+// command in the test's process: for the bench's throughput passes, which
+// under -race would take minutes of the suite's CPU to measure a
+// dispatcher the race detector slows several times (their code runs under
+// -race in dispatch's and internal/bench's tests, and in TestBenchJSON).
+func runBinary(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var out, errb bytes.Buffer
+	cmd := exec.CommandContext(ctx, notifierBinary(t), args...)
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	case err != nil:
+		t.Fatalf("notifier %s: %v", strings.Join(args, " "), err)
+	}
+	return out.String(), errb.String(), code
 }
 
 // world is the servers a binary test runs the notifier against.

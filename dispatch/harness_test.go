@@ -41,7 +41,7 @@ import (
 // for its place holds one of -parallel's, which would keep a test of the
 // other kind from starting.
 var (
-	measuring = semaphore.NewWeighted(2)
+	measuring = semaphore.NewWeighted(measuringPlaces)
 	waiting   = semaphore.NewWeighted(3)
 	// others counts the tests under way or still to run that do not
 	// measure alone. Each adds itself before t.Parallel, while the
@@ -126,7 +126,7 @@ func group(t *testing.T) {
 func measuresAlone(t *testing.T) {
 	t.Helper()
 	skipUnlessMeasuring(t)
-	hold(t, true, place{measuring, 2}, place{waiting, 3})
+	hold(t, true, place{measuring, measuringPlaces}, place{waiting, 3})
 }
 
 // place is n places of a kind.
