@@ -48,11 +48,14 @@ lint: fmt-check vet staticcheck
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
+# -trimpath here too: without it the results are cached under the
+# checkout's path, and a fresh clone vets (75 s) and checks (67 s) the
+# whole module again beside a burner; with it, a second clone takes 1–2 s.
 vet:
-	$(GO) vet $(PKGS)
+	$(GO) vet -trimpath $(PKGS)
 
 staticcheck:
-	$(GO) run $(STATICCHECK) $(PKGS)
+	GOFLAGS="$$GOFLAGS -trimpath" $(GO) run $(STATICCHECK) $(PKGS)
 
 # Two packages at a time (-p 2). dispatch, the longest, bounds its own
 # tests' concurrency: at most two that measure pacing, a rate or a share at
