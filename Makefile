@@ -41,14 +41,7 @@ demo:
 dev:
 	$(GO) run $(BUILDFLAGS) ./cmd/notifier dev
 
-# The race step and the measure step run at once, the race step at the
-# lowest CPU priority (nice 19): the measure step's tests mostly wait on a
-# contract's pace (half a core between them) and get the CPU when they ask,
-# and the race step takes what they leave. One after the other they took
-# 378 + 242 s beside a CPU burner; each target's output is printed whole
-# when it ends.
-test: chromium lint
-	$(MAKE) --no-print-directory -j2 --output-sync=target RACE_NICE="nice -n 19" race measure
+test: chromium lint race measure
 
 lint: fmt-check vet staticcheck
 
@@ -72,18 +65,17 @@ staticcheck:
 # two cores enough to stretch a breaker's outage past its test's patience).
 # -trimpath: the compiled packages do not depend on the checkout's path, so
 # a fresh clone reuses the machine's build cache. The whole of make test
-# takes under 10 minutes on two cores beside a CPU burner
-# (docs/development.md).
-RACE_NICE ?=
+# takes 6–10 minutes on two cores (docs/development.md, which says which
+# tests a loaded machine still fails).
 race: chromium
-	$(RACE_NICE) $(GO) test -race -trimpath -count=1 -p 2 -parallel 3 -timeout 30m $(PKGS)
+	$(GO) test -race -trimpath -count=1 -p 2 -parallel 3 -timeout 30m $(PKGS)
 
 # The dispatcher's tests that measure pacing, a rate, a share or a latency
 # at a fake provider against a reference, or against the clock: without
 # -race, whose detector took half of such a test's CPU and left its
 # references at a third of the contract beside the rest of make test (race
-# skips them; dispatch's testsToRun says which runs where). Three at a time
-# (dispatch/harness_test.go's places), beside the race step at nice 19.
+# skips them; dispatch's testsToRun says which runs where). Alone on the
+# machine, two at a time (dispatch/harness_test.go's places).
 measure:
 	NOTIFIER_TEST_MEASURES=only $(GO) test -trimpath -count=1 -timeout 20m ./dispatch/
 
