@@ -65,8 +65,8 @@ staticcheck:
 # two cores enough to stretch a breaker's outage past its test's patience).
 # -trimpath: the compiled packages do not depend on the checkout's path, so
 # a fresh clone reuses the machine's build cache. The whole of make test
-# takes 6–10 minutes on two cores (docs/development.md, which says which
-# tests a loaded machine still fails).
+# took 667 s in CI, 10–11 minutes here beside a CPU burner
+# (docs/development.md).
 race: chromium
 	$(GO) test -race -trimpath -count=1 -p 2 -parallel 3 -timeout 30m $(PKGS)
 
@@ -75,7 +75,7 @@ race: chromium
 # -race, whose detector took half of such a test's CPU and left its
 # references at a third of the contract beside the rest of make test (race
 # skips them; dispatch's testsToRun says which runs where). Alone on the
-# machine, two at a time (dispatch/harness_test.go's places).
+# machine, three at a time (dispatch/harness_test.go's places).
 measure:
 	NOTIFIER_TEST_MEASURES=only $(GO) test -trimpath -count=1 -timeout 20m ./dispatch/
 
