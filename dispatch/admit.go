@@ -83,6 +83,9 @@ func (pl *pipeline) waitGlobal(ctx context.Context, jb *job) error {
 		if g == nil {
 			return nil
 		}
+		if lg, ok := g.(leasedTaker); ok && lg.TakeLeased() {
+			return nil // a token of the lease at hand: no wait, no timer
+		}
 		for {
 			wctx, cancel := context.WithTimeout(ctx, pl.o.AckWait/3)
 			err := g.Wait(wctx)
@@ -115,6 +118,10 @@ func (pl *pipeline) waitGlobal(ctx context.Context, jb *job) error {
 	}
 	return nil
 }
+
+// leasedTaker is a fleet bucket that can hand out a token of the lease it
+// holds without waiting (globallimit.Bucket.TakeLeased).
+type leasedTaker interface{ TakeLeased() bool }
 
 // askShadowGlobal asks the fleet bucket's shadow (global.shadow_rate) for
 // a token, never waiting: a job that finds it empty is counted (decision

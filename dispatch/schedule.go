@@ -98,7 +98,10 @@ func (f *inflight) get(ch string) int {
 type latencies struct{ m sync.Map } // provider → *atomic.Int64 (ns)
 
 func (l *latencies) observe(provider string, d time.Duration) {
-	v, _ := l.m.LoadOrStore(provider, new(atomic.Int64))
+	v, ok := l.m.Load(provider)
+	if !ok {
+		v, _ = l.m.LoadOrStore(provider, new(atomic.Int64)) // once per provider: not a new counter per send
+	}
 	a := v.(*atomic.Int64)
 	old := a.Load()
 	if old == 0 {

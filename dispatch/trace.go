@@ -8,7 +8,6 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/notifier/notifier/queue"
 )
@@ -43,10 +42,12 @@ func (c natsCarrier) Keys() []string {
 	return keys
 }
 
-// newTracer is the tracer of tp, or one that records nothing.
+// newTracer is the tracer of tp, or nil for none: without a Tracer a job
+// starts no span of its own (each would cost allocations for nothing) and
+// carries the span context its headers name.
 func newTracer(tp trace.TracerProvider) trace.Tracer {
 	if tp == nil {
-		tp = noop.NewTracerProvider()
+		return nil
 	}
 	return tp.Tracer(tracerName)
 }
@@ -58,6 +59,9 @@ func (pl *pipeline) startJobSpan(dl *queue.Delivery) trace.Span {
 	pctx := context.Background()
 	if dl.Header != nil {
 		pctx = traceProp.Extract(pctx, natsCarrier(dl.Header))
+	}
+	if pl.tracer == nil {
+		return trace.SpanFromContext(pctx) // records nothing; the headers' span context, or none
 	}
 	_, span := pl.tracer.Start(pctx, "notifier.job",
 		trace.WithSpanKind(trace.SpanKindConsumer),

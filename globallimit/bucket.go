@@ -195,6 +195,20 @@ func (b *Bucket) Wait(ctx context.Context) error {
 	}
 }
 
+// TakeLeased takes a token of the lease this process holds, if one is
+// left and unexpired, and never waits or calls the store: the path of
+// almost every job (one store call leases LeaseSize tokens). False means
+// only that no leased token was at hand: Wait or TryTake then asks.
+func (b *Bucket) TakeLeased() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.tokens > 0 && b.now().Before(b.expires) {
+		b.tokens--
+		return true
+	}
+	return false
+}
+
 // TryTake takes a token when one is on hand or the Store grants one now,
 // and otherwise says false at once: it never waits for a token. It is how
 // a shadow bucket is asked (Config.ShadowRate): the jobs it finds empty are

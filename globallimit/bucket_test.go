@@ -443,3 +443,38 @@ func TestTryTakeSharesAStoreError(t *testing.T) {
 		t.Fatalf("TryTake after the store recovered: %v, %v", ok, err)
 	}
 }
+
+// TestTakeLeasedNeverAsksTheStore: TakeLeased hands out the tokens of the
+// lease at hand, one each, and says false, without a Store call, when none
+// is left or the lease has expired; Wait then leases again.
+func TestTakeLeasedNeverAsksTheStore(t *testing.T) {
+	t.Parallel()
+	clock := testenv.NewClock(time.Now())
+	store := &fakeStore{answer: func(_ int, _ globallimit.Config, n int) (int, time.Duration, error) { return n, 0, nil }}
+	b := globallimit.New(store, cfg, globallimit.WithLeaseSize(3), globallimit.WithNow(clock.Now))
+	if b.TakeLeased() {
+		t.Fatal("a token taken before any lease")
+	}
+	ctx := context.Background()
+	if err := b.Wait(ctx); err != nil { // leases 3, takes 1
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if !b.TakeLeased() {
+			t.Fatalf("leased token %d of 2 left not taken", i+1)
+		}
+	}
+	if b.TakeLeased() {
+		t.Fatal("a fourth token taken from a lease of 3")
+	}
+	if err := b.Wait(ctx); err != nil { // leases 3 more
+		t.Fatal(err)
+	}
+	clock.Advance(time.Second) // the lease's default TTL
+	if b.TakeLeased() {
+		t.Fatal("a token taken from an expired lease")
+	}
+	if calls, _ := store.stats(); calls != 2 {
+		t.Fatalf("%d Store calls, want 2 (the two Waits')", calls)
+	}
+}
