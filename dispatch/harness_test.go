@@ -34,7 +34,7 @@ import (
 // wait: near the load each test's tolerance was set for on two cores,
 // where running the measuring tests one after another, then the others
 // three at a time, took eight minutes. The few that need the machine to
-// themselves run last, one at a time (measuresAlone), when the package's
+// themselves run last, one at a time (two without -race: measuresAlone), when the package's
 // other tests are done and, as a rule, the other packages make test runs
 // beside this one (-p 2) too. The tests without servers call t.Parallel
 // alone. -parallel does not bound them (TestMain lifts it): a test waiting
