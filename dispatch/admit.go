@@ -83,7 +83,7 @@ func (pl *pipeline) waitGlobal(ctx context.Context, jb *job) error {
 		if g == nil {
 			return nil
 		}
-		if lg, ok := g.(leasedTaker); ok && lg.TakeLeased() {
+		if g.TakeLeased() {
 			return nil // a token of the lease at hand: no wait, no timer
 		}
 		for {
@@ -118,10 +118,6 @@ func (pl *pipeline) waitGlobal(ctx context.Context, jb *job) error {
 	}
 	return nil
 }
-
-// leasedTaker is a fleet bucket that can hand out a token of the lease it
-// holds without waiting (globallimit.Bucket.TakeLeased).
-type leasedTaker interface{ TakeLeased() bool }
 
 // askShadowGlobal asks the fleet bucket's shadow (global.shadow_rate) for
 // a token, never waiting: a job that finds it empty is counted (decision

@@ -170,12 +170,10 @@ func (b *Bucket) Wait(ctx context.Context) error {
 			return err
 		}
 		b.mu.Lock()
-		if b.tokens > 0 && b.now().Before(b.expires) {
-			b.tokens--
+		if b.takeLeasedLocked(b.now()) {
 			b.mu.Unlock()
 			return nil
 		}
-		b.tokens = 0
 		if r := b.refill; r != nil {
 			b.mu.Unlock()
 			select {
@@ -202,10 +200,18 @@ func (b *Bucket) Wait(ctx context.Context) error {
 func (b *Bucket) TakeLeased() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.tokens > 0 && b.now().Before(b.expires) {
+	return b.takeLeasedLocked(b.now())
+}
+
+// takeLeasedLocked takes a token of the lease at now, or, when none is
+// left or the lease has expired, drops what is left of it (an expired
+// lease's tokens are never used). b.mu is held.
+func (b *Bucket) takeLeasedLocked(now time.Time) bool {
+	if b.tokens > 0 && now.Before(b.expires) {
 		b.tokens--
 		return true
 	}
+	b.tokens = 0
 	return false
 }
 
@@ -225,12 +231,10 @@ func (b *Bucket) TryTake(ctx context.Context) (bool, error) {
 		}
 		b.mu.Lock()
 		now := b.now()
-		if b.tokens > 0 && now.Before(b.expires) {
-			b.tokens--
+		if b.takeLeasedLocked(now) {
 			b.mu.Unlock()
 			return true, nil
 		}
-		b.tokens = 0
 		if now.Before(b.emptyUntil) {
 			b.mu.Unlock()
 			return false, nil

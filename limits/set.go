@@ -253,8 +253,11 @@ func Memory(c Config, divisor int) (*Set, error) {
 	return l, nil
 }
 
-// Waiter is the fleet bucket: globallimit.Bucket.
+// Waiter is the fleet bucket: globallimit.Bucket. TakeLeased is the path
+// of almost every job (a token of the lease at hand, no wait, no timer);
+// Wait, the rest.
 type Waiter interface {
+	TakeLeased() bool
 	Wait(ctx context.Context) error
 }
 
