@@ -34,8 +34,8 @@ import (
 // wait: near the load each test's tolerance was set for on two cores,
 // where running the measuring tests one after another, then the others
 // three at a time, took eight minutes. The few that need the machine to
-// themselves run last, one at a time (two without -race: measuresAlone), when the package's
-// other tests are done and, as a rule, the other packages make test runs
+// themselves run last (measuresAlone: aloneAtOnce at a time), when the
+// package's other tests are done and, as a rule, the other packages make test runs
 // beside this one (-p 2) too. The tests without servers call t.Parallel
 // alone. -parallel does not bound them (TestMain lifts it): a test waiting
 // for its place holds one of -parallel's, which would keep a test of the
@@ -43,7 +43,7 @@ import (
 var (
 	measuring = semaphore.NewWeighted(measuringPlaces)
 	waiting   = semaphore.NewWeighted(3)
-	alone     = semaphore.NewWeighted(2) // measuresAlone's, without -race
+	alone     = semaphore.NewWeighted(aloneAtOnce)
 	// others counts the tests under way or still to run that do not
 	// measure alone. Each adds itself before t.Parallel, while the
 	// package's tests are still being started one after another, so it
@@ -124,17 +124,12 @@ func group(t *testing.T) {
 // earlier in the test, which any test starting or ending between the two
 // would skew: beside other tests and a CPU burner they measured 0.58–0.87
 // of their reference.
-//
-// Without -race (make measure) two of them share the machine: each then
-// takes a fraction of a core, and one after another they were the last 82
-// s of the measure step.
+// Every other test has ended by then (hold waits for others), so the
+// only tests beside one are the others that measure alone: aloneAtOnce of
+// them.
 func measuresAlone(t *testing.T) {
 	t.Helper()
 	skipUnlessMeasuring(t)
-	if raceDetector {
-		hold(t, true, place{measuring, measuringPlaces}, place{waiting, 3})
-		return
-	}
 	hold(t, true, place{alone, 1})
 }
 
@@ -145,17 +140,17 @@ type place struct {
 }
 
 // hold runs t in parallel once it has every place asked for, in order
-// (and, alone, once the package's other tests have ended), given back
+// (and, when last, once the package's other tests have ended), given back
 // when it ends; a failing test's log says how long it waited and ran.
-func hold(t *testing.T, alone bool, places ...place) {
+func hold(t *testing.T, last bool, places ...place) {
 	t.Helper()
-	if !alone {
+	if !last {
 		others.Add(1)
 		t.Cleanup(others.Done)
 	}
 	t.Parallel()
 	asked := time.Now()
-	if alone {
+	if last {
 		others.Wait()
 	}
 	for i, p := range places {
