@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"math"
@@ -10,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -230,22 +228,11 @@ func TestBenchCluster(t *testing.T) {
 func TestBenchPacing(t *testing.T) {
 	// Not parallel: it measures pacing, and the package's other tests (run
 	// in parallel after it) would load the machine's two cores.
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, notifierBinary(t), "bench", "--processes", "2", "--contract", "50", "--jobs", "300", "--json")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	r := decodeBench(t, string(out))
+	out, stderr, code := runBinary(t, "bench", "--processes", "2", "--contract", "50", "--jobs", "300", "--json")
+	r := decodeBench(t, out)
 	p := r.Pacing
 	if r.Mode != "pacing" || p == nil || r.Throughput != nil {
-		t.Fatalf("exit %d, mode %q, pacing %+v\n%s", code, r.Mode, p, stderr.String())
+		t.Fatalf("exit %d, mode %q, pacing %+v\n%s", code, r.Mode, p, stderr)
 	}
 	if p.Command != "notifier bench --contract 50 --processes 2 --jobs 300 --workers 32" {
 		t.Errorf("reproduce: %q", p.Command)
@@ -265,7 +252,7 @@ func TestBenchPacing(t *testing.T) {
 	// allowed (each pauses the fleet for a second, so more is a storm).
 	held := p.MostInBudgetWindow <= 50
 	if p.ContractHeld != held || (code == 0) != held || p.JitterBudgetMs < 15 || p.JitterBudgetMs > 16 {
-		t.Fatalf("most in 1 s − %.1fms %d, 429s %d: contract_held %v, exit %d\n%s", p.JitterBudgetMs, p.MostInBudgetWindow, p.Answered429, p.ContractHeld, code, stderr.String())
+		t.Fatalf("most in 1 s − %.1fms %d, 429s %d: contract_held %v, exit %d\n%s", p.JitterBudgetMs, p.MostInBudgetWindow, p.Answered429, p.ContractHeld, code, stderr)
 	}
 	if !held || p.MostInOneSecond > 50 {
 		t.Errorf("the contract was broken: most in 1 s − %.1fms %d, in 1 s %d, of 50", p.JitterBudgetMs, p.MostInBudgetWindow, p.MostInOneSecond)
@@ -283,16 +270,11 @@ func TestBenchPacing(t *testing.T) {
 // figures are the ones its ratios are made of. How cheap a 429 is, is
 // measured (README), not asserted: this machine is shared and noisy.
 func TestBenchGateway(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, notifierBinary(t), "bench", "--gateway", "--jobs", "400", "--workers", "8", "--json")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("bench --gateway: %v\n%s", err, stderr.String())
+	out, stderr, code := runBinary(t, "bench", "--gateway", "--jobs", "400", "--workers", "8", "--json")
+	if code != 0 {
+		t.Fatalf("bench --gateway: exit %d\n%s", code, stderr)
 	}
-	r := decodeBench(t, string(out))
+	r := decodeBench(t, out)
 	g := r.Gateway
 	if r.Mode != "gateway" || g == nil || r.Throughput != nil || r.Pacing != nil {
 		t.Fatalf("mode %q, gateway %+v", r.Mode, g)
