@@ -37,11 +37,15 @@ func TestContractHeldWhileAWorkerStalls(t *testing.T) {
 	}
 	ids := w.publish(800)
 	stalled, _ := w.run(), w.run()
+	type stallRun struct {
+		n       int
+		longest time.Duration // the longest stop, SIGSTOP to SIGCONT as this test sent them
+	}
 	done := make(chan struct{})
-	stalls := make(chan int, 1)
+	stalls := make(chan stallRun, 1)
 	go func() {
-		n := 0
-		defer func() { stalls <- n }()
+		var r stallRun
+		defer func() { stalls <- r }()
 		for i := 0; ; i++ {
 			select {
 			case <-done:
@@ -51,20 +55,28 @@ func TestContractHeldWhileAWorkerStalls(t *testing.T) {
 			if stalled.cmd.Process.Signal(syscall.SIGSTOP) != nil {
 				return
 			}
+			stopped := time.Now()
 			time.Sleep(30*time.Millisecond + time.Duration(i%3)*10*time.Millisecond)
 			_ = stalled.cmd.Process.Signal(syscall.SIGCONT)
-			n++
+			r.longest = max(r.longest, time.Since(stopped))
+			r.n++
 		}
 	}()
 	testenv.WaitFor(t, 60*time.Second, "800 jobs sent", func() bool { return len(w.fake.AcceptedIDs()) >= len(ids) })
 	close(done)
-	n := <-stalls
+	st := <-stalls
 	if dups := w.delivered(ids); len(dups) > 0 {
 		t.Errorf("sent twice: %v", dups)
 	}
-	most := w.fake.MaxArrivalsInWindow(time.Second, 0)
+	// The budget covers stops of 50 ms at most. This test's own process
+	// can be late to send SIGCONT on a loaded machine (its sleep
+	// overshoots), and a longer stop makes arrivals that much later than
+	// the budget allows: only that overshoot, as measured, is forgiven.
+	over := max(0, st.longest-50*time.Millisecond)
+	most := w.fake.MaxArrivalsInWindow(time.Second, over)
 	if most > 100 {
-		t.Errorf("most arrivals in any 1 s window: %d, contract 100 (one process stopped %d times for 30-50ms)", most, n)
+		t.Errorf("most arrivals in any 1 s − %s window: %d, contract 100 (one process stopped %d times, the longest %s)", over.Round(100*time.Microsecond), most, st.n, st.longest.Round(time.Millisecond))
 	}
-	t.Logf("one of two processes stopped %d times for 30-50 ms; most arrivals in any 1 s window: %d (contract 100), 429s: %d", n, most, w.fake.Count(429))
+	t.Logf("one of two processes stopped %d times for 30-50 ms (the longest %s); most arrivals in any 1 s − %s window: %d (contract 100), in any 1 s: %d, 429s: %d",
+		st.n, st.longest.Round(time.Millisecond), over.Round(100*time.Microsecond), most, w.fake.MaxArrivalsInWindow(time.Second, 0), w.fake.Count(429))
 }
