@@ -25,8 +25,13 @@ func TestFutureCreatedAtDoesNotCorruptLatency(t *testing.T) {
 	past.CreatedAt = time.Now().Add(-time.Hour)
 	b.publish(future, past)
 	testenv.WaitFor(t, 20*time.Second, "both sent", func() bool { return len(b.fake.AcceptedIDs()) == 2 })
-	testenv.WaitFor(t, 5*time.Second, "both counted", func() bool {
-		return testutil.CollectAndCount(p.d.m.JobLatency) == 1 && p.count(p.d.m.CreatedAtIgnored.WithLabelValues("sms")) == 1
+	// The fake counts a job when its request arrives, the dispatcher its
+	// latency once the answer is back: wait for both observations.
+	testenv.WaitFor(t, 5*time.Second, "both counted, two latency observations", func() bool {
+		if testutil.CollectAndCount(p.d.m.JobLatency) != 1 || p.count(p.d.m.CreatedAtIgnored.WithLabelValues("sms")) != 1 {
+			return false
+		}
+		return histogramOf(t, p, "notifier_job_latency_seconds").GetSampleCount() >= 2
 	})
 	h := histogramOf(t, p, "notifier_job_latency_seconds")
 	if h.GetSampleCount() != 2 {
