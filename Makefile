@@ -74,10 +74,12 @@ race: chromium
 # at a fake provider against a reference, or against the clock: without
 # -race, whose detector took half of such a test's CPU and left its
 # references at a third of the contract beside the rest of make test (race
-# skips them; dispatch's testsToRun says which runs where). Alone on the
-# machine, three at a time (dispatch/harness_test.go's places).
+# skips them; dispatch's testsToRun says which runs where). Three at a
+# time (dispatch/harness_test.go's places); beside them cli's few that
+# measure a cap or a contract through `notifier run` processes, whose CPU
+# is the binaries' (cli/measure_test.go).
 measure:
-	NOTIFIER_TEST_MEASURES=only $(GO) test -trimpath -count=1 -timeout 20m ./dispatch/
+	NOTIFIER_TEST_MEASURES=only $(GO) test -trimpath -count=1 -timeout 20m ./dispatch/ ./cli/
 
 # The /status page's tests drive Debian's chromium headless. Installed here
 # where missing (as root, with apt-get); otherwise this fails with the command.

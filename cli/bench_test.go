@@ -228,6 +228,7 @@ func TestBenchCluster(t *testing.T) {
 func TestBenchPacing(t *testing.T) {
 	// Not parallel: it measures pacing, and the package's other tests (run
 	// in parallel after it) would load the machine's two cores.
+	measures(t)
 	out, stderr, code := runBinary(t, "bench", "--processes", "2", "--contract", "50", "--jobs", "300", "--json")
 	r := decodeBench(t, out)
 	p := r.Pacing

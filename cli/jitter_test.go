@@ -21,6 +21,7 @@ import (
 // (50 ms) and the scheduling delays of a loaded machine on top of it (30
 // ms; with a 50 ms budget a run beside other work saw 101 in a window).
 func TestContractHeldWhileAWorkerStalls(t *testing.T) {
+	measures(t)
 	t.Parallel()
 	w := newWorld(t, 100, "")
 	cfg, err := os.ReadFile(w.config)

@@ -8,5 +8,9 @@ import (
 
 // TestMain checks that the commands run in process (runCLI) leave no
 // goroutine behind: every server, client and sampler they start stops with
-// them.
-func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m, testenv.DyingConnections...) }
+// them. NOTIFIER_TEST_MEASURES=only runs the measuring tests alone
+// (measure_test.go).
+func TestMain(m *testing.M) {
+	selectMeasuring()
+	testenv.VerifyNoLeaks(m, testenv.DyingConnections...)
+}

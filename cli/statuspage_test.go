@@ -120,6 +120,7 @@ func TestStatusTableMatchesPrint(t *testing.T) {
 // that path (relative to the module's root); without it, nothing is
 // written.
 func TestStatusScreenshot(t *testing.T) {
+	measures(t)
 	t.Parallel()
 	// Writing the picture waits for the charts to fill most of their
 	// minute; the check alone needs 20 s of sending.

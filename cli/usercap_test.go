@@ -20,6 +20,7 @@ import (
 // measured from the arrival times at the provider, no user ever gets more
 // than 2 in any 3 s window (100 ms of jitter allowed).
 func TestUserCapScenario(t *testing.T) {
+	measures(t)
 	for _, tc := range []struct {
 		name  string
 		procs int

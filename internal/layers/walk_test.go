@@ -112,10 +112,12 @@ type walker struct {
 }
 
 // loadWalk parses and type-checks a package's non-test files, with its
-// imports read from the build cache's export data (go list -export).
+// imports read from the build cache's export data (go list -export;
+// -trimpath as make's steps build, so a fresh clone finds it in the
+// cache instead of compiling the module again).
 func loadWalk(t *testing.T, dir string) *walker {
 	t.Helper()
-	out, err := exec.Command("go", "list", "-export", "-deps", "-f", "{{.ImportPath}}\t{{.Export}}", dir).Output()
+	out, err := exec.Command("go", "list", "-trimpath", "-export", "-deps", "-f", "{{.ImportPath}}\t{{.Export}}", dir).Output()
 	if err != nil {
 		t.Fatalf("go list -export %s: %v", dir, err)
 	}

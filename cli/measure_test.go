@@ -1,0 +1,62 @@
+package cli
+
+import (
+	"flag"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// measuringTests are the package's tests that measure a promise at a fake
+// provider from arrival times through `notifier run` processes (a cap's
+// windows, a contract's, the pacing bench's), or wait out a paced run
+// (the status page's 20 s of samples). Their CPU is the binaries' and the
+// servers', not this package's code, so -race adds nothing to them but
+// load: make test runs them in its measure step, without -race, beside
+// dispatch's (make measure), where a loaded race step had put a cap's
+// arrivals 160 ms behind its decisions. Each calls measures.
+var measuringTests = []string{
+	"TestBenchPacing",
+	"TestContractHeldWhileAWorkerStalls",
+	"TestStatusScreenshot",
+	"TestUserCapScenario",
+}
+
+// testsToRun is NOTIFIER_TEST_MEASURES, as dispatch reads it: "" runs
+// every test but, under -race, those that measure; "only" runs those that
+// measure (make measure, without -race); "all" runs every one (make
+// mutate). Any other value fails: a misspelt one would leave the measuring
+// tests unrun without a word.
+func testsToRun() (string, bool) {
+	v := os.Getenv("NOTIFIER_TEST_MEASURES")
+	return v, v == "" || v == "only" || v == "all"
+}
+
+// measures skips t under -race unless NOTIFIER_TEST_MEASURES=all, and
+// fails a test that calls it without being among measuringTests (which
+// make measure selects them by).
+func measures(t *testing.T) {
+	t.Helper()
+	name, _, _ := strings.Cut(t.Name(), "/")
+	if !slices.Contains(measuringTests, name) {
+		t.Fatalf("%s measures but is not in measuringTests: make measure would never run it", name)
+	}
+	v, ok := testsToRun()
+	if !ok {
+		t.Fatalf("NOTIFIER_TEST_MEASURES=%q: want only, all, or unset", v)
+	}
+	if v == "" && raceDetector {
+		t.Skip("measures: make test runs it without -race (make measure); NOTIFIER_TEST_MEASURES=all runs it under -race too")
+	}
+}
+
+// selectMeasuring makes NOTIFIER_TEST_MEASURES=only run the measuring
+// tests alone (unless -run already chose), as make measure asks.
+func selectMeasuring() {
+	flag.Parse()
+	if v, _ := testsToRun(); v != "only" || flag.Lookup("test.run").Value.String() != "" {
+		return
+	}
+	_ = flag.Set("test.run", "^("+strings.Join(measuringTests, "|")+")$")
+}
