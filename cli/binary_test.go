@@ -317,6 +317,7 @@ func (w *world) delivered(ids []string) []string {
 func TestKilledWorkerLosesNothing(t *testing.T) {
 	// Not parallel: it asserts pacing at the provider, which the other
 	// tests' processes (run in parallel after it) would disturb.
+	measures(t)
 	w := newWorld(t, 100, "")
 	ids := w.publish(600)
 	procs := []*process{w.run(), w.run(), w.run()}
@@ -362,6 +363,7 @@ func TestKilledWorkerLosesNothing(t *testing.T) {
 func TestSIGTERMStopsCleanly(t *testing.T) {
 	// Not parallel: it asserts pacing at the provider, which the other
 	// tests' processes (run in parallel after it) would disturb.
+	measures(t)
 	w := newWorld(t, 100, "")
 	ids := w.publish(500)
 	a, b := w.run(), w.run()

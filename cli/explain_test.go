@@ -79,6 +79,7 @@ func acceptedAt(f *testenv.Fake, id string) time.Time {
 // explain says allowed again at T, not before, and a job published then is
 // sent. Timed: not parallel.
 func TestExplainUserAtTheCap(t *testing.T) {
+	measures(t)
 	w := newWorld(t, 50, `user_limits:
   sms: { limit: 2, window: 3s, algorithm: sliding_log, on_exceed: drop }
 `)
@@ -148,6 +149,7 @@ func TestExplainUserAtTheCap(t *testing.T) {
 // before they reserve, are in no queue yet (explain is asked until they
 // hold their slots). Timed: not parallel.
 func TestExplainProviderQueue(t *testing.T) {
+	measures(t)
 	const backlog = 12
 	w := newWorld(t, 50, "")
 	w.run()

@@ -10,15 +10,22 @@ import (
 
 // measuringTests are the package's tests that measure a promise at a fake
 // provider from arrival times through `notifier run` processes (a cap's
-// windows, a contract's, the pacing bench's), or wait out a paced run
-// (the status page's 20 s of samples). Their CPU is the binaries' and the
-// servers', not this package's code, so -race adds nothing to them but
-// load: make test runs them in its measure step, without -race, beside
-// dispatch's (make measure), where a loaded race step had put a cap's
-// arrivals 160 ms behind its decisions. Each calls measures.
+// windows, a contract's, a slot explain named, the pacing bench's), or
+// wait out a paced run (the status page's 20 s of samples). Their CPU is
+// the binaries' and the servers', not this package's code, so -race adds
+// nothing to them but load: make test runs them in its measure step,
+// without -race, beside dispatch's (make measure). In a loaded race step
+// a cap's arrivals fell 160 ms behind their decisions, and a probe took a
+// slot 7 ms before the one explain named (a backlog job woken past its
+// late tolerance gives its slot back). Each calls measures.
 var measuringTests = []string{
 	"TestBenchPacing",
 	"TestContractHeldWhileAWorkerStalls",
+	"TestExplainProviderQueue",
+	"TestExplainUserAtTheCap",
+	"TestKilledWorkerLosesNothing",
+	"TestReloadOnFileChangeAndSIGHUP",
+	"TestSIGTERMStopsCleanly",
 	"TestStatusScreenshot",
 	"TestUserCapScenario",
 }

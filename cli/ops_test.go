@@ -175,6 +175,7 @@ func TestTopFindsTheUsersHittingTheirCaps(t *testing.T) {
 func TestReloadOnFileChangeAndSIGHUP(t *testing.T) {
 	// Not parallel: it asserts pacing at the provider, which the other
 	// tests' processes (run in parallel after it) would disturb.
+	measures(t)
 	w := newWorld(t, 60, "") // the fake enforces 60/s; the configuration starts at 20/s
 	orig, err := os.ReadFile(w.config)
 	if err != nil {
