@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -196,7 +197,64 @@ func ConnectRedis(ctx context.Context, c Redis, workers int) (redis.UniversalCli
 		_ = rdb.Close()
 		return nil, fmt.Errorf("connect to redis at %s: %w", strings.Join(c.Addrs, ","), RedactErr(err, c.Password, c.SentinelPassword))
 	}
+	if err := checkRedisVersion(pctx, rdb); err != nil {
+		_ = rdb.Close()
+		return nil, fmt.Errorf("redis at %s: %w", strings.Join(c.Addrs, ","), err)
+	}
 	return rdb, nil
+}
+
+// MinRedisVersion is the oldest Redis the scripts run on: the per-user
+// cap's sliding log moves its expiry with PEXPIRE ... GT, new in 7.0.
+const MinRedisVersion = "7.0"
+
+// checkRedisVersion refuses a server (each master of a Cluster) older
+// than MinRedisVersion, which would otherwise fail the first cap decision
+// with a syntax error. A server that will not say (INFO refused by an
+// ACL) is let through: its version is unknown, not known to be old.
+func checkRedisVersion(ctx context.Context, rdb redis.UniversalClient) error {
+	check := func(ctx context.Context, c *redis.Client) error {
+		info, err := c.Info(ctx, "server").Result()
+		if err != nil {
+			return nil
+		}
+		if v := infoField(info, "redis_version"); !versionAtLeast(v, 7, 0) {
+			return fmt.Errorf("%s runs Redis %q; notifier needs Redis %s or newer (the per-user cap's script uses PEXPIRE ... GT)", c.Options().Addr, v, MinRedisVersion)
+		}
+		return nil
+	}
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, check)
+	case *redis.Client:
+		return check(ctx, c)
+	}
+	return nil
+}
+
+// infoField is field's value in an INFO reply ("" when absent).
+func infoField(info, field string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// versionAtLeast says whether v ("7.0.15", "8.2") is major.minor or newer;
+// one it cannot read is not.
+func versionAtLeast(v string, major, minor int) bool {
+	parts := strings.SplitN(v, ".", 3)
+	if len(parts) < 2 {
+		return false
+	}
+	ma, err1 := strconv.Atoi(parts[0])
+	mi, err2 := strconv.Atoi(parts[1])
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return ma > major || (ma == major && mi >= minor)
 }
 
 // RedactErr makes sure a secret never leaves in an error message.

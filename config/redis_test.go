@@ -96,3 +96,29 @@ func TestRedisSentinel(t *testing.T) {
 		t.Fatalf("cluster slot map read every %s, want %s", got, clusterStateReload)
 	}
 }
+
+// TestRedisVersionCheck: the server's redis_version is read from INFO and
+// anything older than 7.0 (PEXPIRE ... GT) is refused; a version that
+// cannot be read counts as too old.
+func TestRedisVersionCheck(t *testing.T) {
+	t.Parallel()
+	info := "# Server\r\nredis_version:7.0.15\r\nredis_git_sha1:00000000\r\n"
+	if v := infoField(info, "redis_version"); v != "7.0.15" {
+		t.Fatalf("infoField: %q", v)
+	}
+	for v, want := range map[string]bool{
+		"7.0.15": true, "7.2.4": true, "8.0.0": true, "10.1": true,
+		"6.2.14": false, "6.0.0": false, "5": false, "": false, "x.y": false,
+	} {
+		if got := versionAtLeast(v, 7, 0); got != want {
+			t.Errorf("versionAtLeast(%q, 7, 0) = %v, want %v", v, got, want)
+		}
+	}
+	// The machine's redis-server passes the check the client runs.
+	srv := testenv.Redis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer rdb.Close()
+	if err := checkRedisVersion(context.Background(), rdb); err != nil {
+		t.Fatalf("checkRedisVersion on %s: %v", srv.Addr(), err)
+	}
+}

@@ -3,11 +3,14 @@
 -- it: the decision a new job would get, with nothing written.
 --
 -- It declares a local `redis` that every line after it sees instead of the
--- server's: reads (GET, HGETALL, ZSCORE, ZCOUNT, ZRANGE, ZRANGEBYSCORE,
--- TIME) go to the server; writes (SET, DEL, HSET, HDEL, ZADD, ZREM,
--- ZREMRANGEBYSCORE, PEXPIRE) are dropped. A script never reads back what it
--- wrote, except sliding_log's ZRANGE of the newest entry after its ZADD
--- (for the log's TTL), which sees the dropped ZADD here.
+-- server's: reads (GET, HGETALL, ZSCORE, ZCARD, ZCOUNT, ZRANGE,
+-- ZRANGEBYSCORE, TIME) go to the server; writes (SET, DEL, HSET, HDEL,
+-- ZADD, ZREM, ZREMRANGEBYSCORE, PEXPIRE) are dropped. A script never reads
+-- back what it wrote, except sliding_log, which enters the job (ZADD NX)
+-- before it counts the entries in the window (ZCOUNT, ZCARD) and takes it
+-- out again when denied (ZREM): here the dropped entry is counted where it
+-- would lie, and a ZADD NX answers that it added it (the job id is one no
+-- job has).
 --
 -- KEYS, ARGV and the reply are decide.lua's; the job id passed is one no
 -- job can have (its state and marker keys hold nothing).
@@ -16,24 +19,43 @@ local writes = {
   SET = true, DEL = true, HSET = true, HDEL = true, ZADD = true, ZREM = true,
   ZREMRANGEBYSCORE = true, PEXPIRE = true,
 }
-local added = {} -- key -> {member, score} of a dropped ZADD
+local added = {} -- key -> {member, score} of a dropped ZADD, until its ZREM
+
+-- within says whether score lies inside a ZCOUNT bound: lo (true) or hi.
+local function within(score, bound, lo)
+  if bound == '-inf' or bound == '+inf' then return true end
+  local open = string.sub(bound, 1, 1) == '('
+  local b = tonumber(open and string.sub(bound, 2) or bound)
+  if lo then
+    return score > b or (not open and score == b)
+  end
+  return score < b or (not open and score == b)
+end
+
 local redis = {
   call = function(cmd, ...)
     local c = string.upper(cmd)
+    local args = {...}
     if writes[c] then
       if c == 'ZADD' then
-        local args = {...}
-        added[args[1]] = {args[3], args[2]}
+        local n = #args
+        added[args[1]] = {args[n], tonumber(args[n - 1])}
+        return 1
+      elseif c == 'ZREM' then
+        local a = added[args[1]]
+        if a and a[1] == args[2] then
+          added[args[1]] = nil
+          return 1
+        end
       end
       return 0
     end
     local reply = real.call(cmd, ...)
-    if c == 'ZRANGE' then
-      local key = ...
-      local a = added[key]
-      if a and (#reply < 2 or tonumber(reply[#reply]) < tonumber(a[2])) then
-        return a
-      end
+    local a = added[args[1]]
+    if a and c == 'ZCOUNT' and within(a[2], args[2], true) and within(a[2], args[3], false) then
+      return reply + 1
+    elseif a and c == 'ZCARD' then
+      return reply + 1
     end
     return reply
   end,

@@ -118,3 +118,38 @@ func TestScriptExpiriesAtTheEdges(t *testing.T) {
 		}
 	}
 }
+
+// TestSlidingLogExpiryFollowsTheNewestEntry: the log's expiry is one second
+// past its newest entry's window, whichever order the instants are decided
+// in: a first entry sets it, an entry ahead of the others moves it on
+// (PEXPIRE ... GT), one behind them leaves it.
+func TestSlidingLogExpiryFollowsTheNewestEntry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb := testenv.Redis(t).Client()
+	prefix := fmt.Sprintf("expiry:%d:", rangePrefixes.Add(1))
+	key := Keys(prefix, Key{Channel: "sms", User: "u"}, SlidingLog, "")[0]
+	window := 10 * time.Second
+	for _, step := range []struct {
+		job   string
+		ahead time.Duration // the instant decided for, after rangesNow
+		want  time.Duration // the log's TTL then: newest + window + 1 s
+	}{
+		{"first", 0, 11 * time.Second},
+		{"ahead", 5 * time.Second, 16 * time.Second},
+		{"behind", time.Second, 16 * time.Second},
+	} {
+		args := []any{rangesNow, 1, 100, window.Microseconds(), step.job, rangesNow + step.ahead.Microseconds()}
+		if err := script(SlidingLog).Run(ctx, rdb, []string{key}, args...).Err(); err != nil {
+			t.Fatalf("%s: %v", step.job, err)
+		}
+		ttl, err := rdb.PTTL(ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Read after the write: a loaded machine may take a while.
+		if ttl > step.want || ttl < step.want-2*time.Second {
+			t.Errorf("after %s: the log's TTL is %v, want %v (newest + window + 1 s)", step.job, ttl, step.want)
+		}
+	}
+}

@@ -16,35 +16,46 @@
 -- counts every entry after at - window, those ahead of at included: then
 -- no window holds more than limit entries, in whatever order the instants
 -- are decided. The log expires one second after its newest entry leaves
--- the window.
+-- the window (PEXPIRE ... GT: Redis 7.0 or newer).
 --
 -- internal/luapre's num.lua (prepended) defines str and ttl.
 
 local function decide(key, marker_key, limit, window, job, now, at, move)
   redis.call('ZREMRANGEBYSCORE', key, '-inf', str(now - window))
 
-  local had = redis.call('ZSCORE', key, job)
-  if had then
-    had = tonumber(had)
+  -- The job is entered first (NX: an entry it already has is kept), so
+  -- the common case, a new job, needs no ZSCORE: one already in the log
+  -- is then allowed again where it stands, or moved.
+  if redis.call('ZADD', key, 'NX', str(at), job) == 0 then
+    local had = tonumber(redis.call('ZSCORE', key, job))
     if not move or had == at then
       local remaining = limit - redis.call('ZCARD', key)
       if remaining < 0 then remaining = 0 end
       return 1, remaining, 0, had
     end
-    redis.call('ZREM', key, job)
+    redis.call('ZADD', key, str(at), job)
   end
 
+  -- The entries after at - window, the job's own included.
   local from = '(' .. str(at - window)
-  local count = redis.call('ZCOUNT', key, from, '+inf')
+  local count = redis.call('ZCOUNT', key, from, '+inf') - 1
   if count < limit then
-    redis.call('ZADD', key, str(at), job)
-    local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-    redis.call('PEXPIRE', key, ttl(tonumber(newest[2]) + window - now))
+    -- The log's expiry follows its newest entry. Alone after at - window,
+    -- the job is the newest (what lies before it expires sooner): set.
+    -- Otherwise the log held entries before this decision, and every
+    -- decision that leaves an entry sets an expiry, so it has one: GT
+    -- moves it only when the job is the newest.
+    if count == 0 then
+      redis.call('PEXPIRE', key, ttl(at + window - now))
+    else
+      redis.call('PEXPIRE', key, ttl(at + window - now), 'GT')
+    end
     return 1, limit - count - 1, 0, at
   end
 
-  -- Denied: allowed again when the entry that brings the count below limit
-  -- leaves the window.
+  -- Denied: the job leaves the log; allowed again when the entry that
+  -- brings the count below limit leaves the window.
+  redis.call('ZREM', key, job)
   local entry = redis.call('ZRANGEBYSCORE', key, from, '+inf', 'WITHSCORES', 'LIMIT', count - limit, 1)
   return 0, 0, tonumber(entry[2]) + window - now, 0
 end
