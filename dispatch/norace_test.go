@@ -10,10 +10,3 @@ const raceDetector = false
 // pace and use a fraction of a core, three (four ran a latency test
 // beside a burner at 0.72 of its reference).
 const measuringPlaces = 3
-
-// aloneAtOnce is how many tests that measure alone run at once
-// (measuresAlone): without -race, where each takes a fraction of a core,
-// two (one after another they were the last 82 s of the measure step;
-// two at a time, beside a burner, their ratios 0.84–1.09 of their
-// references).
-const aloneAtOnce = 2

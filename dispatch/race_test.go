@@ -8,7 +8,3 @@ const raceDetector = true
 // measuringPlaces is how many tests that measure run at once (measures):
 // under -race, whose detector takes half of such a test's CPU, two.
 const measuringPlaces = 2
-
-// aloneAtOnce is how many tests that measure alone run at once
-// (measuresAlone): under -race, one.
-const aloneAtOnce = 1
