@@ -65,8 +65,7 @@ staticcheck:
 # two cores enough to stretch a breaker's outage past its test's patience).
 # -trimpath: the compiled packages do not depend on the checkout's path, so
 # a fresh clone reuses the machine's build cache. The whole of make test
-# took 667 s in CI, 10–11 minutes here beside a CPU burner
-# (docs/development.md).
+# took 472 s in CI, 8 minutes here beside a CPU burner (docs/development.md).
 race: chromium
 	$(GO) test -race -trimpath -count=1 -p 2 -parallel 3 -timeout 30m $(PKGS)
 
