@@ -3,7 +3,6 @@ package dispatch
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"strconv"
 	"sync/atomic"
@@ -80,7 +79,15 @@ type job struct {
 	// resL, until it is sent or given up.
 	res  *leaky.Reservation
 	resL *limits.Set
+	// budget is what the provider's latest answer said of its allowance,
+	// when budgeted (ReportBudget).
+	budget   providers.Budget
+	budgeted bool
 }
+
+// ReportBudget notes the budget a provider's answer carried
+// (providers.BudgetReporter: the job is its send's reporter).
+func (jb *job) ReportBudget(b providers.Budget) { jb.budget, jb.budgeted = b, true }
 
 // log is the job's logger: its delivery, id, channel and provider as far as
 // known. It is built on the first line logged, so a job that logs nothing
@@ -112,7 +119,11 @@ func (jb *job) debug(msg string, args ...any) {
 // conclude acts on it.
 func (pl *pipeline) handle(ctx, sendCtx context.Context, dl *queue.Delivery) {
 	span := pl.startJobSpan(dl)
-	ctx, sendCtx = trace.ContextWithSpan(ctx, span), trace.ContextWithSpan(sendCtx, span)
+	// No span and no span context from the headers: nothing to carry (and
+	// two contexts fewer per job).
+	if span.IsRecording() || span.SpanContext().IsValid() {
+		ctx, sendCtx = trace.ContextWithSpan(ctx, span), trace.ContextWithSpan(sendCtx, span)
+	}
 	jb := &job{dl: dl, lastBeat: pl.now(), channel: "invalid", provider: "unknown", base: pl.log}
 	e := pl.process(ctx, sendCtx, jb)
 	for e.kind == endAgain {
@@ -215,7 +226,11 @@ func (pl *pipeline) expired(j *queue.Job) bool {
 // contentSum identifies the job's message bytes in the ledger's sent record
 // (never the content itself).
 func (jb *job) contentSum() string {
-	h := fnv.New64a()
-	h.Write(jb.dl.Data)
-	return strconv.FormatUint(h.Sum64(), 16)
+	// FNV-1a, 64 bits (hash/fnv's New64a, without a hasher to allocate).
+	const offset, prime = 14695981039346656037, 1099511628211
+	h := uint64(offset)
+	for _, c := range jb.dl.Data {
+		h = (h ^ uint64(c)) * prime
+	}
+	return strconv.FormatUint(h, 16)
 }

@@ -46,8 +46,8 @@ func (pl *pipeline) send(ctx, sendCtx context.Context, jb *job) end {
 	}
 	rctx, cancel := context.WithTimeout(sendCtx, jb.pcfg.Timeout)
 	rctx, span := pl.startSendSpan(rctx, jb)
-	var budget *providers.Budget
-	rctx = providers.WithBudgetReport(rctx, func(b providers.Budget) { budget = &b })
+	jb.budgeted = false
+	rctx = providers.WithBudgetReporter(rctx, jb)
 	start := pl.now()
 	serr := jb.prov.Send(rctx, jb.msg)
 	cancel()
@@ -63,8 +63,8 @@ func (pl *pipeline) send(ctx, sendCtx context.Context, jb *job) end {
 		pl.m.ProviderRequests.WithLabelValues(jb.provider, providers.StatusClass(serr)).Inc()
 	}
 	done(serr)
-	if budget != nil && budget.Spent() && rl == nil {
-		pl.budgetSpent(ctx, jb, *budget)
+	if jb.budgeted && jb.budget.Spent() && rl == nil {
+		pl.budgetSpent(ctx, jb, jb.budget)
 	}
 	return pl.answer(ctx, jb, serr, rl)
 }

@@ -29,18 +29,32 @@ type budgetKey struct{}
 // (webhook, twilio, fcm, apns) call fn with the budget of each answer that
 // carries rate-limit headers, whatever its status.
 func WithBudgetReport(ctx context.Context, fn func(Budget)) context.Context {
-	return context.WithValue(ctx, budgetKey{}, fn)
+	return WithBudgetReporter(ctx, budgetFunc(fn))
 }
+
+// BudgetReporter is told the budget of each answer (WithBudgetReporter).
+type BudgetReporter interface{ ReportBudget(Budget) }
+
+// WithBudgetReporter is WithBudgetReport with a reporter instead of a
+// function: a pointer the caller already has (the dispatcher's job) costs
+// no closure per request.
+func WithBudgetReporter(ctx context.Context, r BudgetReporter) context.Context {
+	return context.WithValue(ctx, budgetKey{}, r)
+}
+
+type budgetFunc func(Budget)
+
+func (f budgetFunc) ReportBudget(b Budget) { f(b) }
 
 // reportBudget reads h's rate-limit headers and reports them to the
 // context's listener, if any.
 func reportBudget(ctx context.Context, h http.Header, now func() time.Time) {
-	fn, _ := ctx.Value(budgetKey{}).(func(Budget))
-	if fn == nil {
+	r, _ := ctx.Value(budgetKey{}).(BudgetReporter)
+	if r == nil {
 		return
 	}
 	if b, ok := ParseBudget(h, now()); ok {
-		fn(b)
+		r.ReportBudget(b)
 	}
 }
 

@@ -177,7 +177,22 @@ func ParseJobSubject(subject string) (k Key, ok bool) {
 	if !found {
 		return Key{}, false
 	}
-	toks := strings.Split(rest, ".")
+	// Its tokens into an array (a subject has at most 4 after the
+	// prefix; a fifth means it is not one): no slice per message.
+	var arr [5]string
+	n := 0
+	for {
+		tok, after, more := strings.Cut(rest, ".")
+		if n == len(arr) {
+			return Key{}, false
+		}
+		arr[n], n = tok, n+1
+		if !more {
+			break
+		}
+		rest = after
+	}
+	toks := arr[:n]
 	if toks[0] == "" {
 		return Key{}, false
 	}

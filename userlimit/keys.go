@@ -9,9 +9,12 @@ import "strings"
 // '%', '{' and '}' in any part, and ':' in the channel, are percent-encoded,
 // so the tag always closes where intended and two different keys never share
 // a tag (channel "push", user "a:b" and channel "push:a", user "b" differ).
-func Tag(prefix string, key Key) string {
+func Tag(prefix string, key Key) string { return tagWith(prefix, key, "") }
+
+// tagWith is Tag followed by more, built as one string.
+func tagWith(prefix string, key Key, more string) string {
 	var b strings.Builder
-	b.Grow(len(prefix) + len(key.Channel) + len(key.User) + 6)
+	b.Grow(len(prefix) + len(key.Channel) + len(key.User) + 6 + len(more))
 	b.WriteByte('{')
 	escape(&b, prefix, false)
 	b.WriteString("u:")
@@ -19,6 +22,7 @@ func Tag(prefix string, key Key) string {
 	b.WriteByte(':')
 	escape(&b, key.User, false)
 	b.WriteByte('}')
+	b.WriteString(more)
 	return b.String()
 }
 
@@ -73,12 +77,18 @@ func suffix(a Algorithm) string {
 // from empty state instead of misreading another algorithm's. Every key
 // expires on its own once idle.
 func Keys(prefix string, key Key, alg Algorithm, jobID string) []string {
-	state := Tag(prefix, key) + suffix(alg)
+	return appendKeys(nil, prefix, key, alg, jobID)
+}
+
+// appendKeys appends Keys to dst (a group's keys, without a slice of
+// their own per decision).
+func appendKeys(dst []string, prefix string, key Key, alg Algorithm, jobID string) []string {
+	state := tagWith(prefix, key, suffix(alg))
 	switch alg {
 	case SlidingLog:
-		return []string{state}
+		return append(dst, state)
 	case TokenBucket:
-		return []string{state, state + ":log"}
+		return append(dst, state, state+":log")
 	}
-	return []string{state, state + ":j:" + jobID}
+	return append(dst, state, state+":j:"+jobID)
 }

@@ -144,6 +144,10 @@ type Group struct {
 	n    int // decisions queued
 	cmd  *redis.Cmd
 
+	limit               int // the latest decision's rule, boxed in limitArg and windowArg
+	window              int64
+	limitArg, windowArg any
+
 	once    sync.Once
 	replies []Result
 	err     error
@@ -194,8 +198,15 @@ func (g *Group) add(key Key, jobID string, rule Rule, at string) *Decision {
 	}
 	d.g, d.i = g, g.n
 	g.n++
-	g.keys = append(g.keys, Keys(g.r.prefix, key, rule.Algorithm, jobID)...)
-	g.args = append(g.args, rule.Limit, rule.windowMicros(), jobID, at)
+	g.keys = appendKeys(g.keys, g.r.prefix, key, rule.Algorithm, jobID)
+	// A group's decisions mostly share their rule: its limit and window
+	// are boxed once and the values reused (an interface holding an
+	// int64 is never written to).
+	if g.n == 1 || rule.Limit != g.limit || rule.windowMicros() != g.window {
+		g.limit, g.window = rule.Limit, rule.windowMicros()
+		g.limitArg, g.windowArg = g.limit, g.window
+	}
+	g.args = append(g.args, g.limitArg, g.windowArg, jobID, at)
 	return d
 }
 

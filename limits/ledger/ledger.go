@@ -170,6 +170,9 @@ type ClaimGroup struct {
 	args []any
 	cmd  *redis.Cmd
 
+	lease    int64 // the latest claim's lease (ms), boxed in leaseArg
+	leaseArg any
+
 	once    sync.Once
 	replies []Claim
 	err     error
@@ -184,7 +187,11 @@ func (l *Redis) ClaimGroup() *ClaimGroup {
 func (g *ClaimGroup) Add(id, owner string, lease time.Duration) *ClaimCmd {
 	g.ids = append(g.ids, id)
 	g.keys = append(g.keys, Key(g.l.prefix, id))
-	g.args = append(g.args, owner, lease.Milliseconds())
+	// The claims of a group mostly share their lease: boxed once.
+	if ms := lease.Milliseconds(); g.leaseArg == nil || ms != g.lease {
+		g.lease, g.leaseArg = ms, ms
+	}
+	g.args = append(g.args, owner, g.leaseArg)
 	return &ClaimCmd{g: g, i: len(g.ids) - 1}
 }
 
@@ -291,11 +298,13 @@ func (l *Redis) QueueSent(ctx context.Context, pipe redis.Pipeliner, id string) 
 // nothing beside s.
 func (l *Redis) QueueSentFrom(ctx context.Context, pipe redis.Pipeliner, id string, seq uint64, digest string) *SentCmd {
 	key := Key(l.prefix, id)
-	fields := []any{"s", "1"}
+	var set redis.Cmder
 	if seq > 0 {
-		fields = append(fields, "q", seq, "h", digest)
+		set = pipe.HSet(ctx, key, "s", "1", "q", seq, "h", digest)
+	} else {
+		set = pipe.HSet(ctx, key, "s", "1")
 	}
-	return &SentCmd{id: id, set: pipe.HSet(ctx, key, fields...), renew: pipe.PExpire(ctx, key, l.ttl)}
+	return &SentCmd{id: id, set: set, renew: pipe.PExpire(ctx, key, l.ttl)}
 }
 
 // SentFrom reads which message of job id was sent (QueueSentFrom): its
