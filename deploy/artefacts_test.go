@@ -343,7 +343,7 @@ type composeService struct {
 	} `yaml:"healthcheck"`
 }
 
-// TestComposeFile: NATS 2.10 or newer with JetStream, Redis, two run
+// TestComposeFile: NATS 2.10 or newer with JetStream, Redis 7 or newer, two run
 // processes, a gateway, the sandbox and Prometheus, each with its image or
 // build, the servers with healthchecks that the notifier's services wait
 // for; every file it mounts and its build context exist; every NOTIFIER_
@@ -381,6 +381,9 @@ func TestComposeFile(t *testing.T) {
 	}
 	if !strings.HasPrefix(cf.Services["redis"].Image, "redis:") || !strings.HasPrefix(cf.Services["prometheus"].Image, "prom/prometheus:") {
 		t.Errorf("images: redis %q, prometheus %q", cf.Services["redis"].Image, cf.Services["prometheus"].Image)
+	}
+	if m := regexp.MustCompile(`^redis:(\d+)`).FindStringSubmatch(cf.Services["redis"].Image); m == nil || mustAtoi(m[1]) < 7 {
+		t.Errorf("redis image %q: want redis:7 or newer (notifier run refuses older)", cf.Services["redis"].Image)
 	}
 	for _, name := range []string{"nats", "redis"} {
 		if hc := cf.Services[name].Healthcheck; hc == nil || len(hc.Test) < 2 || hc.Test[0] != "CMD" {

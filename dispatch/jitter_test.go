@@ -85,9 +85,12 @@ func TestJitterBudgetHoldsTheContractThroughADelayingNetwork(t *testing.T) {
 // the clock offset's estimate (a fast round trip) and the scheduling
 // between the check and the send: a worker that wakes later takes a new
 // slot instead. Measured on the slots and send times the
-// dispatchers record, with Redis on this machine's clock.
+// dispatchers record, with Redis on this machine's clock. It measures
+// alone: the allowance for scheduling is milliseconds, and beside the
+// other measuring tests, cli's and a CPU burner one send left 21.9 ms
+// after its slot (a goroutine descheduled between its check and its send).
 func TestSendsLeaveWithinTheLateTolerance(t *testing.T) {
-	measures(t)
+	measuresAlone(t)
 	b := setup(t, setupOpts{rate: 200, maxQueueDelay: time.Second})
 	ids := b.publishN("late", "sms", 400, 100)
 	for range 2 {
