@@ -2,10 +2,11 @@ package cli
 
 import (
 	"flag"
-	"os"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/notifier/notifier/testenv"
 )
 
 // measuringTests are the package's tests that measure a promise at a fake
@@ -30,16 +31,6 @@ var measuringTests = []string{
 	"TestUserCapScenario",
 }
 
-// testsToRun is NOTIFIER_TEST_MEASURES, as dispatch reads it: "" runs
-// every test but, under -race, those that measure; "only" runs those that
-// measure (make measure, without -race); "all" runs every one (make
-// mutate). Any other value fails: a misspelt one would leave the measuring
-// tests unrun without a word.
-func testsToRun() (string, bool) {
-	v := os.Getenv("NOTIFIER_TEST_MEASURES")
-	return v, v == "" || v == "only" || v == "all"
-}
-
 // measures skips t under -race unless NOTIFIER_TEST_MEASURES=all, and
 // fails a test that calls it without being among measuringTests (which
 // make measure selects them by).
@@ -49,9 +40,9 @@ func measures(t *testing.T) {
 	if !slices.Contains(measuringTests, name) {
 		t.Fatalf("%s measures but is not in measuringTests: make measure would never run it", name)
 	}
-	v, ok := testsToRun()
-	if !ok {
-		t.Fatalf("NOTIFIER_TEST_MEASURES=%q: want only, all, or unset", v)
+	v, err := testenv.TestsToRun()
+	if err != nil {
+		t.Fatal(err)
 	}
 	if v == "" && raceDetector {
 		t.Skip("measures: make test runs it without -race (make measure); NOTIFIER_TEST_MEASURES=all runs it under -race too")
@@ -62,7 +53,7 @@ func measures(t *testing.T) {
 // tests alone (unless -run already chose), as make measure asks.
 func selectMeasuring() {
 	flag.Parse()
-	if v, _ := testsToRun(); v != "only" || flag.Lookup("test.run").Value.String() != "" {
+	if v, _ := testenv.TestsToRun(); v != "only" || flag.Lookup("test.run").Value.String() != "" {
 		return
 	}
 	_ = flag.Set("test.run", "^("+strings.Join(measuringTests, "|")+")$")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -98,9 +97,9 @@ func waits(t *testing.T) {
 // measuring tests unrun without a word.
 func testsToRun(t *testing.T) string {
 	t.Helper()
-	v := os.Getenv("NOTIFIER_TEST_MEASURES")
-	if v != "" && v != "only" && v != "all" {
-		t.Fatalf("NOTIFIER_TEST_MEASURES=%q: want only, all, or unset", v)
+	v, err := testenv.TestsToRun()
+	if err != nil {
+		t.Fatal(err)
 	}
 	return v
 }
