@@ -3,6 +3,7 @@ package limits
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"time"
 
@@ -174,7 +175,9 @@ type ShadowCounter interface {
 }
 
 // RecordSent records jobs sent in the ledger: on Redis all of them in the
-// workers' shared pipeline, counting in shadow (when not nil) those a cap
+// workers' shared pipeline (one script run for every record of a batch,
+// ledger.SentGroup), loading the script and writing them once more when
+// the server lost it, counting in shadow (when not nil) those a cap
 // in shadow mode would have refused, once each; in memory one by one. A
 // count lost with a failed pipeline is not written again, so the caller
 // clears ShadowDenied once this returns: `top --shadow` may miss one,
@@ -187,18 +190,36 @@ func (l *Set) RecordSent(ctx context.Context, jobs []Sent, shadow ShadowCounter)
 		}
 		return err
 	}
-	cmds := make([]*ledger.SentCmd, len(jobs))
+	err := l.recordSent(ctx, jobs, shadow)
+	if err != nil && NotLoaded(err) {
+		// The server lost the script (a restart, a failover): load it and
+		// write the records again (they are idempotent; the shadow counts
+		// went with the first pipeline, or were lost with it).
+		if lerr := l.redis.load(ctx); lerr != nil {
+			return errors.Join(err, lerr)
+		}
+		err = l.recordSent(ctx, jobs, nil)
+	}
+	return err
+}
+
+// recordSent writes the records of jobs in the workers' shared pipeline,
+// one script run per group (per cluster slot).
+func (l *Set) recordSent(ctx context.Context, jobs []Sent, shadow ShadowCounter) error {
+	var groups []*ledger.SentGroup
 	l.redis.batch.do(ctx, func(bt *pipeBatch) {
-		for i, j := range jobs {
-			cmds[i] = l.redis.ledger.QueueSentFrom(ctx, bt.pipe, j.ID, j.Seq, j.Sum)
+		for _, j := range jobs {
+			if g := bt.sent(l.redis.ledger, j.ID, j.Seq, j.Sum); !slices.Contains(groups, g) {
+				groups = append(groups, g)
+			}
 			if j.ShadowDenied && shadow != nil {
 				shadow.QueueShadow(ctx, bt.pipe, j.Channel, j.User)
 			}
 		}
 	})
 	var errs []error
-	for _, sc := range cmds {
-		if err := sc.Err(); err != nil {
+	for _, g := range groups {
+		if err := g.Err(); err != nil {
 			errs = append(errs, err)
 		}
 	}

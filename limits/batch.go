@@ -25,7 +25,7 @@ import (
 // leader sends (after yielding once, so that workers woken with it join).
 //
 // A batch also merges what can be merged: the ledger claims of all its
-// jobs go in one script run, their per-user cap decisions in one per
+// jobs go in one script run, their "sent" records in another, their per-user cap decisions in one per
 // algorithm (on a Redis Cluster, one per cluster slot: a script's keys must
 // share one), and the slot reservations of all its jobs in one provider's
 // queue in one more.
@@ -48,6 +48,7 @@ type pipeBatch struct {
 	cluster  bool // group claims per cluster slot
 	requests int
 	claims   map[uint16]*ledger.ClaimGroup // by cluster slot (all 0 on a single server)
+	sents    map[uint16]*ledger.SentGroup  // by cluster slot, as claims
 	caps     map[capKey]*userlimit.Group
 	reserves map[reserveKey]*leaky.ReserveGroup
 	done     chan struct{} // closed once the pipeline's replies are in
@@ -139,6 +140,9 @@ func (b *pipeBatcher) do(ctx context.Context, fn func(bt *pipeBatch)) {
 	for _, g := range bt.caps {
 		g.Queue(ectx, bt.pipe)
 	}
+	for _, g := range bt.sents {
+		g.Queue(ectx, bt.pipe)
+	}
 	for _, g := range bt.reserves {
 		g.Queue(ectx, bt.pipe)
 	}
@@ -162,6 +166,25 @@ func (bt *pipeBatch) claim(l *ledger.Redis, id, owner string, lease time.Duratio
 		bt.claims[slot] = g
 	}
 	return g.Add(id, owner, lease)
+}
+
+// sent adds a job's "sent" record to the batch's group of its slot and
+// returns that group.
+func (bt *pipeBatch) sent(l *ledger.Redis, id string, seq uint64, sum string) *ledger.SentGroup {
+	var slot uint16
+	if bt.cluster {
+		slot = clusterSlot(l.KeyOf(id))
+	}
+	if bt.sents == nil {
+		bt.sents = map[uint16]*ledger.SentGroup{}
+	}
+	g := bt.sents[slot]
+	if g == nil {
+		g = l.SentGroup()
+		bt.sents[slot] = g
+	}
+	g.Add(id, seq, sum)
+	return g
 }
 
 // allow adds a per-user cap decision to the batch's group of its

@@ -149,7 +149,7 @@ func TestPipeBatcherMergesRequests(t *testing.T) {
 				t.Fatal(err)
 			}
 			b := newPipeBatcher(rdb)
-			rs := &redisSet{ledger: led, leaky: q, batch: b}
+			rs := &redisSet{ledger: led, users: users, leaky: q, batch: b}
 			const workers, rounds = 32, 20
 			type answer struct {
 				claim ledger.Claim
@@ -257,6 +257,19 @@ func TestPipeBatcherMergesRequests(t *testing.T) {
 			}
 			if seq, sum, ok, err := set.SentFrom(ctx, "w0-r0"); err != nil || !ok || seq != 7 || sum != "abc" {
 				t.Errorf("SentFrom after the batched sent: %d %q %v %v; want 7 \"abc\" true", seq, sum, ok, err)
+			}
+			// A server that lost the script (a restart, a failover): the
+			// records are written all the same, the script loaded again.
+			if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := set.RecordSent(ctx, []Sent{{ID: "w1-r0", Owner: "owner-w1-r0"}, {ID: "w2-r0", Owner: "owner-w2-r0", Seq: 9, Sum: "def"}}, nil); err != nil {
+				t.Fatalf("RecordSent after SCRIPT FLUSH: %v", err)
+			}
+			for _, id := range []string{"w1-r0", "w2-r0"} {
+				if got, err := led.Claim(ctx, id, "x", time.Minute); err != nil || got.Status != ledger.AlreadySent {
+					t.Errorf("claim of %s after SCRIPT FLUSH and RecordSent: %+v, %v; want ledger.AlreadySent", id, got, err)
+				}
 			}
 		})
 	}

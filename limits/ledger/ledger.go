@@ -111,6 +111,11 @@ var (
 	//go:embed reset.lua
 	ledgerResetLua    string
 	ledgerResetScript = redis.NewScript(ledgerResetLua)
+
+	// Jobs sent (Sent, SentGroup): the records of many jobs in one run.
+	//go:embed sent.lua
+	ledgerSentLua    string
+	ledgerSentScript = redis.NewScript(luapre.Num + ledgerSentLua)
 )
 
 // Redis keeps the ledger in Redis, one hash per job under the hash tag
@@ -141,7 +146,7 @@ func (l *Redis) KeyOf(id string) string { return Key(l.prefix, id) }
 // Load loads the ledger scripts, so they can be sent inside a pipeline
 // (where a NOSCRIPT reply does not fall back to EVAL).
 func (l *Redis) Load(ctx context.Context) error {
-	for _, s := range []*redis.Script{ledgerClaimScript, ledgerFailedScript, ledgerReleaseScript, ledgerResetScript} {
+	for _, s := range []*redis.Script{ledgerClaimScript, ledgerFailedScript, ledgerReleaseScript, ledgerResetScript, ledgerSentScript} {
 		if err := s.Load(ctx, l.rdb).Err(); err != nil {
 			return fmt.Errorf("load ledger script: %w", err)
 		}
@@ -270,44 +275,82 @@ func (l *Redis) settle(ctx context.Context, script *redis.Script, op, id string,
 
 // Sent implements Ledger.
 func (l *Redis) Sent(ctx context.Context, id, owner string) error {
-	pipe := l.rdb.Pipeline()
-	sc := l.QueueSent(ctx, pipe, id)
-	_, _ = pipe.Exec(ctx)
-	return sc.Err()
+	g := l.SentGroup()
+	g.Add(id, 0, "")
+	g.cmd = ledgerSentScript.Run(ctx, l.rdb, g.keys, g.args...)
+	return g.Err()
 }
 
-// SentCmd is a Sent queued on a pipeline; its Err is ready after the
-// pipeline's Exec.
-type SentCmd struct {
-	id         string
-	set, renew redis.Cmder
+// SentGroup is the "sent" records of several jobs written by one script
+// run: s = 1 (which every later claim reads first, so the lease fields
+// left beside it mean nothing any more), the message sent when it is
+// known, and the record kept dedup_ttl more, atomically for each job. On
+// Redis Cluster the jobs of one group must hash to one slot (KeyOf). Add
+// and Queue are not safe for concurrent use; Err is, once the pipeline has
+// run.
+type SentGroup struct {
+	l    *Redis
+	ids  []string
+	keys []string
+	args []any
+	cmd  *redis.Cmd
 }
 
-// QueueSent queues a Sent on pipe. It needs no script: "sent" is not a
-// decision but a fact, so it is two plain commands, s = 1 (which every
-// later claim reads first, so the lease fields left beside it mean nothing
-// any more) and the record's TTL renewed for dedup_ttl. A claim running
-// between the two sees the job sent.
-func (l *Redis) QueueSent(ctx context.Context, pipe redis.Pipeliner, id string) *SentCmd {
-	return l.QueueSentFrom(ctx, pipe, id, 0, "")
+// SentGroup starts a group of sent records.
+func (l *Redis) SentGroup() *SentGroup {
+	return &SentGroup{l: l, args: []any{l.ttl.Milliseconds()}}
 }
 
-// QueueSentFrom is QueueSent that also records which message was sent: its
-// stream sequence (q) and a digest of its bytes (h), so that a later
-// message with the same id can be told apart (SentFrom). 0 and "" record
-// nothing beside s.
-func (l *Redis) QueueSentFrom(ctx context.Context, pipe redis.Pipeliner, id string, seq uint64, digest string) *SentCmd {
-	key := Key(l.prefix, id)
-	var set redis.Cmder
-	if seq > 0 {
-		set = pipe.HSet(ctx, key, "s", "1", "q", seq, "h", digest)
-	} else {
-		set = pipe.HSet(ctx, key, "s", "1")
+// Add adds the record of job id, sent as the message of stream sequence
+// seq whose bytes have digest, so that a later message with the same id
+// can be told apart (SentFrom); 0 and "" record nothing beside s.
+func (g *SentGroup) Add(id string, seq uint64, digest string) {
+	g.ids = append(g.ids, id)
+	g.keys = append(g.keys, Key(g.l.prefix, id))
+	if seq == 0 {
+		g.args = append(g.args, "", "")
+		return
 	}
-	return &SentCmd{id: id, set: set, renew: pipe.PExpire(ctx, key, l.ttl)}
+	g.args = append(g.args, seq, digest)
 }
 
-// SentFrom reads which message of job id was sent (QueueSentFrom): its
+// Len is the number of records added.
+func (g *SentGroup) Len() int { return len(g.ids) }
+
+// Queue queues the group's script on pipe (EVALSHA only: call Load first,
+// and again when Err says ErrNotLoaded). An empty group queues nothing.
+func (g *SentGroup) Queue(ctx context.Context, pipe redis.Pipeliner) {
+	if len(g.ids) > 0 {
+		g.cmd = ledgerSentScript.EvalSha(ctx, pipe, g.keys, g.args...)
+	}
+}
+
+// Err is the group's error once its pipeline has run: nil when every
+// record was written; a script missing from the server's cache wraps
+// ErrNotLoaded.
+func (g *SentGroup) Err() error {
+	var err error
+	switch {
+	case len(g.ids) == 0:
+		return nil
+	case g.cmd == nil:
+		err = errors.New("not queued")
+	default:
+		err = g.cmd.Err()
+		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			err = ErrNotLoaded
+		}
+	}
+	if err == nil {
+		return nil
+	}
+	if len(g.ids) == 1 {
+		return fmt.Errorf("record sent for job %s: %w", g.ids[0], err)
+	}
+	return fmt.Errorf("record sent for %d jobs (%s, ...): %w", len(g.ids), g.ids[0], err)
+}
+
+// SentFrom reads which message of job id was sent (SentGroup.Add): its
 // stream sequence and digest; ok is false when the record holds none.
 func (l *Redis) SentFrom(ctx context.Context, id string) (seq uint64, digest string, ok bool, err error) {
 	vals, err := l.rdb.HMGet(ctx, Key(l.prefix, id), "q", "h").Result()
@@ -324,18 +367,6 @@ func (l *Redis) SentFrom(ctx context.Context, id string) (seq uint64, digest str
 		return 0, "", false, fmt.Errorf("read the sent record of job %s: sequence %q: %w", id, q, err)
 	}
 	return seq, h, true, nil
-}
-
-// Err is the pipelined Sent's error.
-func (c *SentCmd) Err() error {
-	err := c.set.Err()
-	if err == nil {
-		err = c.renew.Err()
-	}
-	if err != nil {
-		return fmt.Errorf("record sent for job %s: %w", c.id, err)
-	}
-	return nil
 }
 
 // Failed implements Ledger.

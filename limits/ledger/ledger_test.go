@@ -2,7 +2,9 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -215,5 +217,85 @@ func TestRedisLedgerResetForReplay(t *testing.T) {
 	}
 	if sent, err := l.ResetForReplay(ctx, "never-seen"); err != nil || sent {
 		t.Fatalf("reset of an unknown job: %v %v", sent, err)
+	}
+}
+
+// TestSentGroupRecordsEachJob checks the records of one script run: each
+// job sent (a claim finds it so), its message (q, h) when given, its TTL
+// dedup_ttl, and an argument out of range refused before anything is
+// written.
+func TestSentGroupRecordsEachJob(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := testenv.Redis(t).Client()
+	l := NewRedis(c, "sg:", time.Hour)
+	if err := l.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := l.Claim(ctx, "a", "owner-a", time.Minute); err != nil || got.Status != Claimed {
+		t.Fatalf("claim a = %+v, %v", got, err)
+	}
+	g := l.SentGroup()
+	g.Add("a", 41, "sum-a")
+	g.Add("b", 0, "")
+	g.Add("c", 18446744073709551615, "sum-c")
+	if g.Len() != 3 {
+		t.Fatalf("Len = %d, want 3", g.Len())
+	}
+	pipe := c.Pipeline()
+	g.Queue(ctx, pipe)
+	_, _ = pipe.Exec(ctx)
+	if err := g.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []struct {
+		id  string
+		seq uint64
+		sum string
+		ok  bool
+	}{{"a", 41, "sum-a", true}, {"b", 0, "", false}, {"c", 18446744073709551615, "sum-c", true}} {
+		if got, err := l.Claim(ctx, w.id, "someone", time.Minute); err != nil || got.Status != AlreadySent {
+			t.Errorf("claim %s after its record = %+v, %v; want AlreadySent", w.id, got, err)
+		}
+		seq, sum, ok, err := l.SentFrom(ctx, w.id)
+		if err != nil || ok != w.ok || seq != w.seq || sum != w.sum {
+			t.Errorf("SentFrom(%s) = %d %q %v %v; want %d %q %v", w.id, seq, sum, ok, err, w.seq, w.sum, w.ok)
+		}
+		if ttl, err := c.PTTL(ctx, Key("sg:", w.id)).Result(); err != nil || ttl <= 59*time.Minute || ttl > time.Hour {
+			t.Errorf("PTTL of %s = %s, %v; want dedup_ttl (1h)", w.id, ttl, err)
+		}
+	}
+
+	// A sequence that is not a decimal integer from 1 stops the run before
+	// any record is written, and the error names it.
+	for _, bad := range []any{"0", "-1", "1e3", "123456789012345678901"} {
+		keys := []string{Key("sg:", "x"), Key("sg:", "y")}
+		err := ledgerSentScript.Run(ctx, c, keys, 3600000, "5", "s", bad, "s").Err()
+		if err == nil || !strings.Contains(err.Error(), "argument sequence out of range") {
+			t.Errorf("sequence %v: err %v; want the sequence named", bad, err)
+		}
+		if n, err := c.Exists(ctx, keys...).Result(); err != nil || n != 0 {
+			t.Errorf("sequence %v: %d records written, %v; want none", bad, n, err)
+		}
+	}
+	if err := ledgerSentScript.Run(ctx, c, []string{Key("sg:", "x")}, 3600000, "5").Err(); err == nil || !strings.Contains(err.Error(), "wrong number of arguments") {
+		t.Errorf("a record without its digest: err %v; want wrong number of arguments", err)
+	}
+
+	// The script gone from the server's cache: Err says so.
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	g = l.SentGroup()
+	g.Add("d", 1, "sum-d")
+	pipe = c.Pipeline()
+	g.Queue(ctx, pipe)
+	_, _ = pipe.Exec(ctx)
+	if err := g.Err(); !errors.Is(err, ErrNotLoaded) || !strings.Contains(err.Error(), "record sent for job d") {
+		t.Errorf("after SCRIPT FLUSH: %v; want ErrNotLoaded naming job d", err)
+	}
+	// Sent (one job, no pipeline) falls back to EVAL.
+	if err := l.Sent(ctx, "d", "o"); err != nil {
+		t.Fatalf("Sent after SCRIPT FLUSH: %v", err)
 	}
 }
