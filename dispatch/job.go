@@ -56,6 +56,7 @@ type job struct {
 	prov     providers.Provider
 	pcfg     providers.Config
 	msg      *providers.Message
+	msgVal   providers.Message // what msg points to
 	cost     int
 	lastBeat time.Time // last InProgress (or the fetch)
 	base     *slog.Logger
@@ -176,7 +177,8 @@ func (pl *pipeline) process(ctx, sendCtx context.Context, jb *job) end {
 	}
 	jb.provider = jb.pcfg.Name
 	jb.lg = nil // a logger built before now lacks the job and the provider
-	jb.msg = &providers.Message{Job: *j, Key: jb.key}
+	jb.msgVal = providers.Message{Job: *j, Key: jb.key}
+	jb.msg = &jb.msgVal       // in the job's own allocation
 	jb.msg.Tenant = dl.Tenant // a job on its tenant's subject need not name it; what the provider is sent does
 	jb.cost = jb.pcfg.Cost(jb.msg)
 	jb.owner = ledger.OwnerToken(pl.o.Instance, pl.seq.Add(1))

@@ -55,9 +55,9 @@ func (pl *pipeline) send(ctx, sendCtx context.Context, jb *job) end {
 	pl.trace("provider", start)
 	pl.m.ProviderSeconds.WithLabelValues(jb.provider).Observe(pl.since(start).Seconds())
 	pl.fetch.lat.observe(jb.provider, pl.since(start))
-	var rl *providers.RateLimitedError
+	rl := rateLimited(serr)
 	switch {
-	case errors.As(serr, &rl):
+	case rl != nil:
 		pl.m.ProviderRequests.WithLabelValues(jb.provider, "429").Inc()
 	default:
 		pl.m.ProviderRequests.WithLabelValues(jb.provider, providers.StatusClass(serr)).Inc()
@@ -67,6 +67,20 @@ func (pl *pipeline) send(ctx, sendCtx context.Context, jb *job) end {
 		pl.budgetSpent(ctx, jb, jb.budget)
 	}
 	return pl.answer(ctx, jb, serr, rl)
+}
+
+// rateLimited is err as a provider's 429, nil when it is none (a
+// function of its own, so that a send that succeeded allocates nothing
+// for the question).
+func rateLimited(err error) *providers.RateLimitedError {
+	if err == nil {
+		return nil
+	}
+	var rl *providers.RateLimitedError
+	if errors.As(err, &rl) {
+		return rl
+	}
+	return nil
 }
 
 // budgetSpent pauses the provider fleet-wide until its allowance resets,

@@ -9,6 +9,25 @@ import (
 	"github.com/notifier/notifier/limits/ledger"
 )
 
+// reserve reserves the job's send slot in its provider's queue, on the
+// limits in use (waiting for a backend that is away). A function of its
+// own, so that the closure's variables escape only on this path, not for
+// every job that waitSlot takes through.
+func (pl *pipeline) reserve(ctx context.Context, jb *job) (leaky.Reservation, *limits.Set, error) {
+	var (
+		r leaky.Reservation
+		l *limits.Set
+	)
+	t0 := pl.now()
+	err := pl.be.with(ctx, jb, func(cur *limits.Set) (err error) {
+		l = cur
+		r, err = cur.Leaky.Reserve(ctx, jb.provider, pl.reserveContract(cur, jb.pcfg), jb.cost)
+		return err
+	})
+	pl.trace("leaky", t0)
+	return r, l, err
+}
+
 // waitSlot reserves the job's send slot in the provider's leaky queue and
 // sleeps until it, then makes sure no pause began meanwhile.
 // first, when its slot is not nil, is a reservation already made by the
@@ -50,14 +69,8 @@ func (pl *pipeline) waitSlot(ctx context.Context, jb *job, first admission) end 
 					return stopped(err)
 				}
 			}
-			t0 := pl.now()
-			err := pl.be.with(ctx, jb, func(cur *limits.Set) (err error) {
-				l = cur
-				r, err = cur.Leaky.Reserve(ctx, jb.provider, pl.reserveContract(cur, jb.pcfg), jb.cost)
-				return err
-			})
-			pl.trace("leaky", t0)
-			if err != nil {
+			var err error
+			if r, l, err = pl.reserve(ctx, jb); err != nil {
 				return stopped(err)
 			}
 			jb.slotAt = pl.be.clock.slotTime(pl.now(), r.Slot, r.Delay)

@@ -176,6 +176,10 @@ type ReserveGroup struct {
 	incs     []int64
 	costs    []int // shaped contracts only
 	cmd      *redis.Cmd
+	// handles holds the ReserveCmds Add returns (a ReserveCmd never
+	// changes once made, so a pointer into a slice that grew since still
+	// reads right).
+	handles []ReserveCmd
 
 	once     sync.Once
 	replies  []Reservation
@@ -185,26 +189,31 @@ type ReserveGroup struct {
 // ReserveGroup starts a group of reservations in provider's queue under c.
 func (q *Redis) ReserveGroup(provider string, c Contract) *ReserveGroup {
 	p, sp, err := q.o.plan(&c, 1)
-	return &ReserveGroup{q: q, provider: provider, c: c, plan: p, shape: sp, err: err}
+	return &ReserveGroup{q: q, provider: provider, c: c, plan: p, shape: sp, err: err,
+		incs: make([]int64, 0, groupCap), handles: make([]ReserveCmd, 0, groupCap)}
 }
+
+// groupCap is the reservations a group makes room for at its start (it
+// grows past it as a slice does): a pipeline's group is a few to a few
+// dozen jobs, and growing from nothing would cost an allocation every
+// doubling.
+const groupCap = 16
 
 // Add adds a reservation of cost units to the group and returns its handle.
 func (g *ReserveGroup) Add(cost int) *ReserveCmd {
-	rc := &ReserveCmd{g: g, i: len(g.incs)}
-	if g.err != nil {
-		rc.err = g.err
-		return rc
+	rc := ReserveCmd{g: g, i: len(g.incs), err: g.err}
+	if rc.err == nil {
+		if p, sp, err := g.q.o.plan(&g.c, cost); err != nil {
+			rc.err = err
+		} else {
+			g.incs = append(g.incs, p.inc)
+			if sp != nil {
+				g.costs = append(g.costs, cost)
+			}
+		}
 	}
-	p, sp, err := g.q.o.plan(&g.c, cost)
-	if err != nil {
-		rc.err = err
-		return rc
-	}
-	g.incs = append(g.incs, p.inc)
-	if sp != nil {
-		g.costs = append(g.costs, cost)
-	}
-	return rc
+	g.handles = append(g.handles, rc)
+	return &g.handles[len(g.handles)-1]
 }
 
 // Len is the number of reservations added.

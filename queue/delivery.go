@@ -47,12 +47,28 @@ type Delivery struct {
 }
 
 func newDelivery(m jetstream.Msg) *Delivery {
-	d := &Delivery{
-		Subject: m.Subject(),
-		Data:    m.Data(),
-		Header:  m.Headers(),
-		msg:     m,
-	}
+	d := new(Delivery)
+	d.init(m)
+	return d
+}
+
+// pulledDelivery is a delivery and its message in one allocation.
+type pulledDelivery struct {
+	Delivery
+	pm pulledMsg
+}
+
+// newPulledDelivery is the delivery of m, received by nc on one of our
+// pull-request inboxes.
+func newPulledDelivery(m *nats.Msg, nc *nats.Conn) *Delivery {
+	pd := &pulledDelivery{pm: pulledMsg{m: m, nc: nc}}
+	pd.init(&pd.pm)
+	return &pd.Delivery
+}
+
+// init fills d from m: what every delivery pays for once.
+func (d *Delivery) init(m jetstream.Msg) {
+	d.Subject, d.Data, d.Header, d.msg = m.Subject(), m.Data(), m.Headers(), m
 	k, ok := ParseJobSubject(d.Subject) // once: every delivery pays for it
 	d.High, d.Fair = ok && k.High, ok && k.Fair
 	d.Tenant, d.badTenant = tenantOf(k, d.Header, d.Data)
@@ -63,13 +79,18 @@ func newDelivery(m jetstream.Msg) *Delivery {
 		d.Lane = k.Category
 	}
 	d.Channel = ChannelOf(d.Subject)
+	if pm, ok := m.(*pulledMsg); ok {
+		if stream, seq, delivered, published, ok := ackMetadata(pm.m.Reply); ok {
+			d.Stream, d.StreamSeq, d.NumDelivered, d.Published = stream, seq, delivered, published
+		}
+		return
+	}
 	if md, err := m.Metadata(); err == nil {
 		d.Stream = md.Stream
 		d.StreamSeq = md.Sequence.Stream
 		d.NumDelivered = md.NumDelivered
 		d.Published = md.Timestamp
 	}
-	return d
 }
 
 // jobTenant is whose job a message of the job stream on subject is, ""

@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -49,6 +50,42 @@ func (p *pulledMsg) Metadata() (*jetstream.MsgMetadata, error) {
 		Consumer:     md.Consumer,
 		Domain:       md.Domain,
 	}, nil
+}
+
+// ackMetadata is what a delivery keeps of the JetStream metadata in a
+// message's $JS.ACK reply subject, read as nats.Msg.Metadata reads it
+// (both forms: $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<tm>.<pending>,
+// and the newer one with <domain>.<account hash> after $JS.ACK and a token
+// at the end), without the two structs that Metadata allocates for every
+// message. ok is false when the subject is not one.
+func ackMetadata(reply string) (stream string, streamSeq, delivered uint64, published time.Time, ok bool) {
+	const prefix = "$JS.ACK."
+	n := strings.Count(reply, ".") + 1
+	if n < 9 || (n > 9 && n < 11) || !strings.HasPrefix(reply, prefix) {
+		return "", 0, 0, time.Time{}, false
+	}
+	rest := reply[len(prefix):]
+	if n > 9 {
+		_, rest, _ = strings.Cut(rest, ".") // domain
+		_, rest, _ = strings.Cut(rest, ".") // account hash
+	}
+	var tok [6]string // stream, consumer, delivered, sseq, cseq, tm
+	for i := range tok {
+		tok[i], rest, _ = strings.Cut(rest, ".")
+	}
+	return tok[0], ackNum(tok[3]), ackNum(tok[2]), time.Unix(0, int64(ackNum(tok[5]))), true
+}
+
+// ackNum is a number token of an ack subject, 0 when it is not one (as
+// nats.go reads them).
+func ackNum(d string) (n uint64) {
+	for _, c := range []byte(d) {
+		if c < '0' || c > '9' {
+			return 0
+		}
+		n = n*10 + uint64(c-'0')
+	}
+	return n
 }
 
 func (p *pulledMsg) Data() []byte         { return p.m.Data }

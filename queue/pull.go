@@ -380,7 +380,7 @@ func gone(m *nats.Msg) bool {
 func (c *Consumer) deliveries(msgs []*nats.Msg) []*Delivery {
 	out := make([]*Delivery, len(msgs))
 	for i, m := range msgs {
-		out[i] = newDelivery(&pulledMsg{m: m, nc: c.nc})
+		out[i] = newPulledDelivery(m, c.nc)
 	}
 	return out
 }

@@ -147,6 +147,10 @@ type Group struct {
 	limit               int // the latest decision's rule, boxed in limitArg and windowArg
 	window              int64
 	limitArg, windowArg any
+	// handles holds the Decisions Add returns (a Decision never changes
+	// once made, so a pointer into a slice that grew since still reads
+	// right).
+	handles []Decision
 
 	once    sync.Once
 	replies []Result
@@ -167,8 +171,17 @@ func (r *Redis) Group(alg Algorithm) *Group {
 	if alg == SlidingLog {
 		nkeys = 1
 	}
-	return &Group{r: r, alg: alg, args: []any{now, nkeys}}
+	args := make([]any, 2, 2+4*groupCap)
+	args[0], args[1] = now, nkeys
+	return &Group{r: r, alg: alg, args: args, keys: make([]string, 0, nkeys*groupCap),
+		handles: make([]Decision, 0, groupCap)}
 }
+
+// groupCap is the decisions a group makes room for at its start (it grows
+// past it as a slice does): a pipeline's group is a few to a few dozen
+// jobs, and growing from nothing would cost an allocation every doubling
+// of each of its slices.
+const groupCap = 16
 
 // Add adds the decision of one job for now and returns its handle. An
 // invalid request, or a rule of another algorithm than the group's, is not
@@ -189,14 +202,14 @@ func (g *Group) AddAt(key Key, jobID string, rule Rule, at time.Time) *Decision 
 
 func (g *Group) add(key Key, jobID string, rule Rule, at string) *Decision {
 	rule, err := prepare(key, jobID, rule)
-	d := &Decision{key: key, rule: rule, err: err}
 	if err == nil && rule.Algorithm != g.alg {
-		d.err = wrapDecide(key, rule, fmt.Errorf("a %s decision in a group of %s", rule.Algorithm, g.alg))
+		err = wrapDecide(key, rule, fmt.Errorf("a %s decision in a group of %s", rule.Algorithm, g.alg))
 	}
-	if d.err != nil {
-		return d
+	if err != nil {
+		return &Decision{key: key, rule: rule, err: err}
 	}
-	d.g, d.i = g, g.n
+	g.handles = append(g.handles, Decision{key: key, rule: rule, g: g, i: g.n})
+	d := &g.handles[len(g.handles)-1]
 	g.n++
 	g.keys = appendKeys(g.keys, g.r.prefix, key, rule.Algorithm, jobID)
 	// A group's decisions mostly share their rule: its limit and window

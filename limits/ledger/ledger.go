@@ -177,15 +177,25 @@ type ClaimGroup struct {
 
 	lease    int64 // the latest claim's lease (ms), boxed in leaseArg
 	leaseArg any
+	handles  []ClaimCmd
 
 	once    sync.Once
 	replies []Claim
 	err     error
 }
 
+// groupCap is the claims or records a group makes room for at its start
+// (it grows past it as a slice does): a pipeline's group is a few to a
+// few dozen jobs, and growing from nothing would cost an allocation every
+// doubling of each of its slices.
+const groupCap = 16
+
 // ClaimGroup starts a group of claims.
 func (l *Redis) ClaimGroup() *ClaimGroup {
-	return &ClaimGroup{l: l, args: []any{l.ttl.Milliseconds(), l.nowArg()}}
+	args := make([]any, 2, 2+2*groupCap)
+	args[0], args[1] = l.ttl.Milliseconds(), l.nowArg()
+	return &ClaimGroup{l: l, args: args, ids: make([]string, 0, groupCap), keys: make([]string, 0, groupCap),
+		handles: make([]ClaimCmd, 0, groupCap)}
 }
 
 // Add adds the claim of job id by owner for lease and returns its handle.
@@ -197,7 +207,10 @@ func (g *ClaimGroup) Add(id, owner string, lease time.Duration) *ClaimCmd {
 		g.lease, g.leaseArg = ms, ms
 	}
 	g.args = append(g.args, owner, g.leaseArg)
-	return &ClaimCmd{g: g, i: len(g.ids) - 1}
+	// The handle lives in the group's own slice (it never changes once
+	// made, so a pointer into a slice that grew since still reads right).
+	g.handles = append(g.handles, ClaimCmd{g: g, i: len(g.ids) - 1})
+	return &g.handles[len(g.handles)-1]
 }
 
 // Len is the number of claims added.
@@ -298,7 +311,9 @@ type SentGroup struct {
 
 // SentGroup starts a group of sent records.
 func (l *Redis) SentGroup() *SentGroup {
-	return &SentGroup{l: l, args: []any{l.ttl.Milliseconds()}}
+	args := make([]any, 1, 1+2*groupCap)
+	args[0] = l.ttl.Milliseconds()
+	return &SentGroup{l: l, args: args, ids: make([]string, 0, groupCap), keys: make([]string, 0, groupCap)}
 }
 
 // Add adds the record of job id, sent as the message of stream sequence
