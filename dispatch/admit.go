@@ -138,11 +138,12 @@ func (pl *pipeline) askShadowGlobal(ctx context.Context, jb *job, sb *globallimi
 // reserved speculatively.
 type admission struct {
 	claim      ledger.Claim
-	suppressed bool               // the recipient is on the suppression list
-	cap        userlimit.Result   // when the channel has a cap
-	slot       *leaky.Reservation // nil: not reserved yet (no speculation)
-	slotAt     time.Time          // when the slot is, on this process's clock (fixed when the reply came)
-	limits     *limits.Set        // the set the decisions were made on
+	suppressed bool              // the recipient is on the suppression list
+	cap        userlimit.Result  // when the channel has a cap
+	slot       leaky.Reservation // when reserved
+	reserved   bool              // false: not reserved yet (no speculation), or given up
+	slotAt     time.Time         // when the slot is, on this process's clock (fixed when the reply came)
+	limits     *limits.Set       // the set the decisions were made on
 }
 
 // admit asks the ledger, the per-user cap and (when it pays) the provider's
@@ -164,8 +165,8 @@ func (pl *pipeline) admit(ctx context.Context, jb *job, rule userlimit.Rule, cap
 		for attempt := 0; ; attempt++ {
 			got, err := l.Admit(ctx, ask)
 			replied := pl.now()
-			adm = admission{claim: got.Claim, suppressed: got.Suppressed, cap: got.Cap, slot: got.Slot, limits: l}
-			if got.Slot != nil {
+			adm = admission{claim: got.Claim, suppressed: got.Suppressed, cap: got.Cap, slot: got.Slot, reserved: got.Reserved, limits: l}
+			if got.Reserved {
 				adm.slotAt = pl.be.clock.slotTime(replied, got.Slot.Slot, got.Slot.Delay)
 			}
 			if err == nil {
@@ -210,10 +211,10 @@ func (pl *pipeline) noteDuplicate(ctx context.Context, jb *job, l *limits.Set) (
 
 // cancel gives back a speculative reservation the job will not use.
 func (adm admission) cancel(ctx context.Context, jb *job) {
-	if adm.slot == nil || !adm.slot.OK || adm.limits == nil {
+	if !adm.reserved || !adm.slot.OK || adm.limits == nil {
 		return
 	}
-	jb.giveBack(ctx, adm.limits, *adm.slot)
+	jb.giveBack(ctx, adm.limits, adm.slot)
 }
 
 // speculate says whether to reserve the send slot in the admission round

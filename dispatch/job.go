@@ -77,8 +77,9 @@ type job struct {
 	capAt        int64    // µs on the limit backend's clock: where the job's cap admission stands
 	tried        []string // providers this delivery failed over from
 	// res is the reservation of the slot the job is at (waitSlot's), on
-	// resL, until it is sent or given up.
-	res  *leaky.Reservation
+	// resL (not nil while there is one), until it is sent or given up. A
+	// value in the job, not a pointer: nothing to allocate per job.
+	res  leaky.Reservation
 	resL *limits.Set
 	// budget is what the provider's latest answer said of its allowance,
 	// when budgeted (ReportBudget).
@@ -200,7 +201,7 @@ func (pl *pipeline) process(ctx, sendCtx context.Context, jb *job) end {
 	for {
 		if jb.live.breakers[jb.provider].open() {
 			first.cancel(ctx, jb)
-			first.slot = nil
+			first.reserved = false
 			if pl.failover(jb, FailoverCircuitOpen) {
 				continue
 			}
@@ -213,7 +214,7 @@ func (pl *pipeline) process(ctx, sendCtx context.Context, jb *job) end {
 		if e := pl.waitSlot(ctx, jb, first); e.ended() {
 			return e
 		}
-		first.slot = nil
+		first.reserved = false
 		if e := pl.send(ctx, sendCtx, jb); e.ended() {
 			return e
 		}

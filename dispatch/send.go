@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/notifier/notifier/internal/text"
+	"github.com/notifier/notifier/leaky"
 	"github.com/notifier/notifier/limits"
 	"github.com/notifier/notifier/limits/fleet"
 	"github.com/notifier/notifier/limits/ledger"
@@ -40,7 +41,7 @@ func (pl *pipeline) send(ctx, sendCtx context.Context, jb *job) end {
 		}
 		return end{}
 	}
-	jb.res, jb.resL = nil, nil // used: the request goes out
+	jb.res, jb.resL = leaky.Reservation{}, nil // used: the request goes out
 	if pl.sentSlot != nil {
 		pl.sentSlot(jb.provider, jb.slot, jb.cost)
 	}

@@ -40,8 +40,8 @@ func (pl *pipeline) waitSlot(ctx context.Context, jb *job, first admission) end 
 		// The fleet's probe of a provider paused for its credentials goes
 		// now, past the pause and the queue: one request.
 		if pl.probes.take(jb.provider, pl.now()) {
-			if first.slot != nil {
-				jb.giveBack(ctx, first.limits, *first.slot)
+			if first.reserved {
+				jb.giveBack(ctx, first.limits, first.slot)
 			}
 			jb.probe, jb.slotAt, jb.slot = true, pl.now(), 0
 			return end{}
@@ -50,18 +50,18 @@ func (pl *pipeline) waitSlot(ctx context.Context, jb *job, first admission) end 
 		// round trip when the pause watcher runs): back to JetStream now,
 		// rather than hold a slot (and the worker) until the pause ends.
 		if e, paused := pl.longPause(ctx, jb); paused {
-			if first.slot != nil {
-				jb.giveBack(ctx, first.limits, *first.slot)
-				first.slot = nil
+			if first.reserved {
+				jb.giveBack(ctx, first.limits, first.slot)
+				first.reserved = false
 			}
 			return e
 		}
 		var r leaky.Reservation
 		var l *limits.Set
-		if first.slot != nil {
-			r, l = *first.slot, first.limits
+		if first.reserved {
+			r, l = first.slot, first.limits
 			jb.slotAt = first.slotAt
-			first.slot = nil
+			first.reserved = false
 		} else {
 			if wait := pl.until(time.Unix(0, pl.be.notBefore.Load())); wait > 0 {
 				pl.m.Deferrals.WithLabelValues(LayerLeaky, "switch").Inc()
@@ -157,7 +157,7 @@ func (pl *pipeline) waitSlot(ctx context.Context, jb *job, first admission) end 
 		}
 		pl.m.QueueLatency.WithLabelValues(jb.provider).Observe(pl.since(queued).Seconds())
 		jb.slot = r.Slot
-		jb.res, jb.resL = &r, l
+		jb.res, jb.resL = r, l
 		return end{}
 	}
 }
@@ -248,11 +248,11 @@ func (jb *job) quotaGiveUp(ctx context.Context, l *limits.Set, r leaky.Reservati
 
 // abandonSlot gives up the slot the job is at (see quotaGiveUp).
 func (jb *job) abandonSlot(ctx context.Context) {
-	if jb.res == nil {
+	if jb.resL == nil {
 		return
 	}
-	r, l := *jb.res, jb.resL
-	jb.res, jb.resL = nil, nil
+	r, l := jb.res, jb.resL
+	jb.res, jb.resL = leaky.Reservation{}, nil
 	jb.quotaGiveUp(ctx, l, r)
 }
 

@@ -39,9 +39,12 @@ type Ask struct {
 // reservation made before the error was seen: the caller gives it back.
 type Admission struct {
 	Claim      ledger.Claim
-	Suppressed bool               // the recipient is on the suppression list
-	Cap        userlimit.Result   // when Capped
-	Slot       *leaky.Reservation // when Reserve and it was reserved
+	Suppressed bool             // the recipient is on the suppression list
+	Cap        userlimit.Result // when Capped
+	// Slot is the reservation when Reserved (Reserve was asked and it was
+	// made; Slot.OK says whether a slot was given).
+	Slot     leaky.Reservation
+	Reserved bool
 }
 
 // Admit answers a: on Redis in one pipeline shared with the other
@@ -95,7 +98,7 @@ func (l *Set) Admit(ctx context.Context, a Ask) (Admission, error) {
 		if res, err := rc.Result(); err != nil {
 			errs = append(errs, err)
 		} else {
-			adm.Slot = &res
+			adm.Slot, adm.Reserved = res, true
 		}
 	}
 	return adm, errors.Join(errs...)
@@ -130,7 +133,7 @@ func (l *Set) admitInOrder(ctx context.Context, a Ask) (Admission, error) {
 		if err != nil {
 			return Admission{}, err
 		}
-		adm.Slot = &r
+		adm.Slot, adm.Reserved = r, true
 	}
 	return adm, nil
 }

@@ -30,7 +30,7 @@ func ExampleSet_Admit() {
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println("claimed:", adm.Claim.Status == ledger.Claimed, "cap allows:", adm.Cap.Allowed, "slot reserved:", adm.Slot != nil && adm.Slot.OK)
+	fmt.Println("claimed:", adm.Claim.Status == ledger.Claimed, "cap allows:", adm.Cap.Allowed, "slot reserved:", adm.Reserved && adm.Slot.OK)
 	_ = set.RecordSent(ctx, []limits.Sent{{ID: "order-42", Owner: "web-1/1"}}, nil)
 
 	ask.ID, ask.Owner = "order-43", "web-1/2"
