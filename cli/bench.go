@@ -44,6 +44,11 @@ func benchCmd(e *env) *cobra.Command {
   notifier bench --gateway                      the HTTP gateway: requests/s and p50/p99 latency of a 202 (the job
                                                 published and acknowledged), requests/s of the 429 path, and each
                                                 path's CPU per request (this process and redis-server) with the ratio
+  notifier bench --naive                        the fleet beside a naive dispatcher: --processes notifier run
+                                                processes (default 2) of --workers workers (default 64), limits
+                                                wide open, and a naive pull-POST-ack loop of processes × workers
+                                                goroutines, each sending to the sandbox over loopback HTTP; the
+                                                rate of each and their ratio (the median of --rounds rounds)
   notifier bench --cluster                      the same on a 3-node embedded JetStream cluster (streams at 3
                                                 replicas) and a 3-master Redis Cluster it starts itself (with
                                                 --contract, the pacing run on them)
@@ -63,7 +68,8 @@ object with every figure instead of the report. It exits 1 when a pacing run bro
 	fl.StringVar(&f.NATSURL, "nats-url", "", "use this NATS server (comma-separated for a cluster) instead of an embedded one")
 	fl.StringVar(&f.RedisAddr, "redis-addr", "", "use this Redis (host:port; comma-separated seeds of a Redis Cluster) instead of a private redis-server")
 	fl.IntVar(&f.Contract, "contract", 0, "pacing run: the provider's contract in sends per second")
-	fl.IntVar(&f.Processes, "processes", 3, "pacing run: notifier run processes")
+	fl.IntVar(&f.Processes, "processes", 3, "pacing run: notifier run processes (the naive run's: default 2)")
+	fl.BoolVar(&f.Naive, "naive", false, "the fleet (--processes × --workers, limits wide open) beside a naive pull-POST-ack dispatcher")
 	fl.BoolVar(&f.Cluster, "cluster", false, "run on a 3-node JetStream cluster (R3) and a 3-master Redis Cluster")
 	fl.BoolVar(&f.json, "json", false, "print one JSON object with every figure instead of the report")
 	fl.BoolVar(&f.Gateway, "gateway", false, "measure the HTTP gateway's 202 and 429 paths (--jobs requests each, --workers clients)")
@@ -89,8 +95,10 @@ func (f *benchFlags) check(cmd *cobra.Command) error {
 		return fmt.Errorf("--workers must be from 1 to 4096, got %d", f.Workers)
 	case f.Contract < 0 || f.Contract > 100_000:
 		return fmt.Errorf("--contract must be from 1 to 100000 sends per second, got %d", f.Contract)
-	case f.Contract == 0 && cmd.Flags().Changed("processes"):
-		return fmt.Errorf("--processes is for the pacing run: give --contract too")
+	case f.Naive && (f.Contract > 0 || f.Gateway || f.Shadow || len(f.Tenants) > 0):
+		return fmt.Errorf("--naive is a run of its own: it takes --jobs, --users, --workers, --processes, --rounds, --cluster, --nats-url, --redis-addr and --json")
+	case f.Contract == 0 && !f.Naive && cmd.Flags().Changed("processes"):
+		return fmt.Errorf("--processes is for the pacing and naive runs: give --contract or --naive too")
 	case f.Processes < 1 || f.Processes > 64:
 		return fmt.Errorf("--processes must be from 1 to 64, got %d", f.Processes)
 	case f.Rounds < 1 || f.Rounds > 99:
@@ -113,6 +121,14 @@ func (f *benchFlags) check(cmd *cobra.Command) error {
 			return fmt.Errorf("--tenants takes numbers of tenants from 1 to 10000000, got %d", n)
 		}
 	}
+	if f.Naive {
+		if !cmd.Flags().Changed("processes") {
+			f.Processes = 2
+		}
+		if !cmd.Flags().Changed("workers") {
+			f.Workers = 64
+		}
+	}
 	if f.Contract > 0 && !cmd.Flags().Changed("jobs") {
 		f.Jobs = max(300, 30*f.Contract)
 	}
@@ -127,7 +143,7 @@ func (f *benchFlags) check(cmd *cobra.Command) error {
 func runBench(ctx context.Context, f *benchFlags, e *env) error {
 	cfg := f.Config
 	cfg.Version, cfg.Progress, cfg.ProgressTTY = version, e.stderr, isTerminal(e.stderr)
-	if cfg.Contract > 0 || cfg.Gateway {
+	if cfg.Contract > 0 || cfg.Gateway || cfg.Naive {
 		exe, err := notifierExecutable()
 		if err != nil {
 			return err
@@ -150,15 +166,16 @@ func runBench(ctx context.Context, f *benchFlags, e *env) error {
 	return err
 }
 
-// notifierExecutable is this binary, which the pacing run starts as
-// `notifier run`; a test binary cannot be.
+// notifierExecutable is this binary, which the pacing and naive runs
+// start as `notifier run` (the gateway run as its clients); a test binary
+// cannot be.
 func notifierExecutable() (string, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return "", fmt.Errorf("find this binary to start notifier run: %w", err)
 	}
 	if strings.HasSuffix(exe, ".test") || strings.HasSuffix(exe, ".test.exe") {
-		return "", fmt.Errorf("the pacing run starts this binary as `notifier run`, and %s is a test binary: run a built notifier", filepath.Base(exe))
+		return "", fmt.Errorf("the pacing, gateway and naive runs start this binary (as `notifier run`, or the gateway's clients), and %s is a test binary: run a built notifier", filepath.Base(exe))
 	}
 	return exe, nil
 }

@@ -265,6 +265,43 @@ func TestBenchPacing(t *testing.T) {
 		p.SustainedPerSecond, 100*p.SustainedFraction, p.MostInOneSecond, p.Answered429, p.GapP1Ms, p.GapP50Ms, p.GapP99Ms)
 }
 
+// TestBenchNaive runs `bench --naive` from the binary (it starts itself as
+// `notifier run`): every job of every pass reaches the sink, none twice,
+// and the report's ratios are the ones its rates make. How the fleet
+// compares with the naive dispatcher is measured (docs/benchmarks.md), not
+// asserted: this machine is shared and noisy.
+func TestBenchNaive(t *testing.T) {
+	out, stderr, code := runBinary(t, "bench", "--naive", "--jobs", "400", "--rounds", "2", "--workers", "8", "--json")
+	if code != 0 {
+		t.Fatalf("bench --naive: exit %d\n%s", code, stderr)
+	}
+	r := decodeBench(t, out)
+	nv := r.Naive
+	if r.Mode != "naive" || nv == nil || r.Throughput != nil || r.Pacing != nil {
+		t.Fatalf("mode %q, naive %+v", r.Mode, nv)
+	}
+	if nv.Command != "notifier bench --naive --processes 2 --jobs 400 --users 1000 --rounds 2 --workers 8" {
+		t.Errorf("reproduce: %q", nv.Command)
+	}
+	if nv.Processes != 2 || nv.WorkersPerProcess != 8 || nv.NaiveGoroutines != 16 || nv.Jobs != 400 || len(nv.Rounds) != 2 {
+		t.Errorf("naive run: %+v", nv)
+	}
+	if nv.FleetLost != 0 || nv.FleetSentTwice != 0 {
+		t.Errorf("the fleet lost %d jobs and sent %d twice", nv.FleetLost, nv.FleetSentTwice)
+	}
+	var ratios []float64
+	for i, rd := range nv.Rounds {
+		if rd.NaivePerSecond <= 0 || rd.FleetPerSecond <= 0 || rd.Ratio != rd.FleetPerSecond/rd.NaivePerSecond {
+			t.Errorf("round %d: %+v", i+1, rd)
+		}
+		ratios = append(ratios, rd.Ratio)
+	}
+	if want := (ratios[0] + ratios[1]) / 2; math.Abs(nv.Ratio-want) > 1e-12 {
+		t.Errorf("fleet/naive %v, want the median of the rounds' %v", nv.Ratio, ratios)
+	}
+	t.Logf("naive %.0f/s, fleet %.0f/s: %.2f", nv.NaivePerSecond, nv.FleetPerSecond, nv.Ratio)
+}
+
 // TestBenchGateway runs `bench --gateway` from the binary (its HTTP
 // clients are a child process): every request of each pass gets the
 // status its path promises (the bench fails otherwise), and the report's
@@ -320,6 +357,9 @@ func TestBenchUsageAndSetUpErrors(t *testing.T) {
 		{"bench", "--tenants", "0"},
 		{"bench", "--tenants", "10", "--gateway"},
 		{"bench", "--tenant-subjects"},
+		{"bench", "--naive", "--contract", "50"},
+		{"bench", "--naive", "--gateway"},
+		{"bench", "--naive", "--tenants", "10"},
 	} {
 		if _, stderr, code := runCLI(t, nil, "", args...); code != 2 {
 			t.Errorf("%v: exit %d, want 2\n%s", args, code, stderr)
@@ -328,6 +368,9 @@ func TestBenchUsageAndSetUpErrors(t *testing.T) {
 	_, stderr, code := runCLI(t, nil, "", "bench", "--contract", "50", "--jobs", "300")
 	if code != 1 || !strings.Contains(stderr, "test binary") {
 		t.Errorf("pacing from a test binary: exit %d\n%s", code, stderr)
+	}
+	if _, stderr, code := runCLI(t, nil, "", "bench", "--naive", "--jobs", "300"); code != 1 || !strings.Contains(stderr, "test binary") {
+		t.Errorf("the naive run from a test binary: exit %d\n%s", code, stderr)
 	}
 	port := testenv.FreePort(t)
 	_, stderr, code = runCLI(t, nil, "", "bench", "--jobs", "100", "--redis-addr", "127.0.0.1:"+strconv.Itoa(port))

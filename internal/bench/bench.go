@@ -49,6 +49,11 @@ type Config struct {
 	Cluster             bool // a 3-node JetStream cluster (R3) and a 3-master Redis Cluster
 	Gateway             bool // measure the HTTP gateway's 202 and 429 paths instead
 	Shadow              bool // throughput: add a pass with shadow limits that deny
+	// Naive makes the run the naive run: Processes `notifier run`
+	// processes of Workers workers, the limits wide open, beside a naive
+	// consume-POST-ack dispatcher of Processes × Workers goroutines, both
+	// sending to the sandbox over loopback HTTP.
+	Naive bool
 	// Tenants, when set, makes the run the tenants run: a pass with every
 	// layer on per number of tenants the jobs are spread over, each beside
 	// the first (the cost per job as the tenant count grows).
@@ -80,6 +85,9 @@ func (f *Config) command(pacing bool) string {
 	}
 	if f.RedisAddr != "" {
 		args = append(args, "--redis-addr", f.RedisAddr)
+	}
+	if f.Naive {
+		args = append(args, "--naive", "--processes", strconv.Itoa(f.Processes))
 	}
 	if pacing {
 		args = append(args, "--contract", strconv.Itoa(f.Contract), "--processes", strconv.Itoa(f.Processes))
@@ -121,6 +129,7 @@ type Result struct {
 	Pacing     *PacingResult     `json:"pacing,omitempty"`
 	Gateway    *GatewayResult    `json:"gateway,omitempty"`
 	Tenants    *TenantsResult    `json:"tenants,omitempty"`
+	Naive      *NaiveResult      `json:"naive,omitempty"`
 }
 
 // ThroughputResult is the throughput section: the floor and the two
@@ -218,6 +227,9 @@ func Run(ctx context.Context, f Config) (*Result, error) {
 	if (f.Contract > 0 || f.Gateway) && f.Executable == "" {
 		return nil, errors.New("bench: the pacing and gateway runs start the notifier binary: Config.Executable is required")
 	}
+	if f.Naive && f.Executable == "" {
+		return nil, errNaiveNeedsBinary
+	}
 	exe := f.Executable
 	prog := newProgress(f.Progress, f.ProgressTTY)
 	defer prog.close()
@@ -284,6 +296,15 @@ func Run(ctx context.Context, f Config) (*Result, error) {
 			return nil, err
 		}
 		res.Tenants = t
+	} else if f.Naive {
+		res.Mode = "naive"
+		res.Sink = "the sandbox provider in this process (webhook over loopback HTTP), accepting every request"
+		res.Rounds = f.Rounds
+		r, err := w.naiveRun(ctx, exe)
+		if err != nil {
+			return nil, err
+		}
+		res.Naive = r
 	} else if f.Gateway {
 		res.Mode = "gateway"
 		res.Sink = "none: the gateway publishes to the job stream, no dispatcher runs"
@@ -385,6 +406,9 @@ func Print(w io.Writer, r *Result) {
 	fmt.Fprintf(w, "  NATS   %s\n", r.NATS)
 	fmt.Fprintf(w, "  Redis  %s\n", r.Redis)
 	fmt.Fprintf(w, "  sink   %s\n", r.Sink)
+	if nv := r.Naive; nv != nil {
+		printNaive(w, r, nv)
+	}
 	if t := r.Throughput; t != nil {
 		fmt.Fprintf(w, "  jobs   %d per pass for %d users, %d workers, each pass after a warm-up of %d jobs\n", r.Jobs, r.Users, r.Workers, r.Warmup)
 		if r.Rounds > 1 {

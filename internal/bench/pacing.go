@@ -82,44 +82,12 @@ func (w *benchWorld) pacingPass(ctx context.Context, exe string, n int) (*Pacing
 	w.prog.set(fmt.Sprintf("pacing: %d processes, contract %d/s", w.f.Processes, w.f.Contract), n, func() int {
 		return w.sb.Accepted(pacingLane)
 	})
-	var children []*benchChild
-	defer func() {
-		for _, c := range children {
-			c.stop()
-		}
-	}()
-	for i := range w.f.Processes {
-		c, err := startBenchChild(exe, cfgPath)
-		if err != nil {
-			return nil, fmt.Errorf("start notifier run %d: %w", i+1, err)
-		}
-		children = append(children, c)
-	}
-	last, lastMove := -1, time.Now()
-	for {
-		got := w.sb.Accepted(pacingLane)
-		if got >= n {
-			break
-		}
-		if got != last {
-			last, lastMove = got, time.Now()
-		}
-		for i, c := range children {
-			if c.exited() {
-				return nil, fmt.Errorf("notifier run %d exited early (%v); its last lines:\n%s", i+1, c.err, c.tail())
-			}
-		}
-		if time.Since(lastMove) > time.Minute {
-			return nil, fmt.Errorf("pacing stalled: %d of %d jobs sent, none for a minute; the first process's last lines:\n%s", got, n, children[0].tail())
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	children, err := w.drain(ctx, exe, cfgPath, pacingLane, n)
 	for _, c := range children {
 		c.stop()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pacing: %w", err)
 	}
 
 	st := w.sb.Stats(pacingLane)
