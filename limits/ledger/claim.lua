@@ -11,6 +11,8 @@
 -- Fields: s = 1 once sent; a = transient provider failures so far;
 --         o = lease owner; l = lease end (µs of the Redis clock).
 --
+-- A claim keeps the record dedup_ttl + lease from now.
+--
 -- Reply: three integers per job, in KEYS' order: status, attempts, busy_ms
 --   status 0 = claimed by the caller (a new lease, or the caller's own lease extended)
 --   status 1 = already sent: the caller must not send
@@ -19,7 +21,7 @@
 -- Prepended (ledger.go): internal/luapre's now.lua (now_us) and num.lua
 -- (whole, ttl_ms): every argument is checked before anything is written.
 local now = now_us(ARGV[2])
-local keep = ttl_ms(whole('dedup_ttl', ARGV[1], 1, MAX_TTL_MS))
+local keep = whole('dedup_ttl', ARGV[1], 1, MAX_TTL_MS)
 local leases = {}
 for i = 1, #KEYS do
   leases[i] = whole('lease', ARGV[2 + 2 * i], 1, MAX_TTL_MS)
@@ -38,7 +40,10 @@ for i, key in ipairs(KEYS) do
     out[n + 1], out[n + 2], out[n + 3] = 2, attempts, math.ceil((lease_end - now) / 1000)
   else
     redis.call('HSET', key, 'o', me, 'l', now + leases[i] * 1000)
-    redis.call('PEXPIRE', key, keep)
+    -- Kept dedup_ttl past the lease's end: the job is sent within its
+    -- lease, so the record outlives the send by dedup_ttl, and the sent
+    -- record written on it (ledger_sent.lua) need not move its expiry.
+    redis.call('PEXPIRE', key, ttl_ms(keep + leases[i]))
     out[n + 1], out[n + 2], out[n + 3] = 0, attempts, 0
   end
 end

@@ -131,7 +131,8 @@ type Redis struct {
 var _ Ledger = (*Redis)(nil)
 
 // NewRedis returns a ledger that remembers each job for ttl
-// (dedup_ttl) after its last change.
+// (dedup_ttl) after its last change; a claim keeps it ttl past its lease's
+// end, which the sent record written within that lease leaves as it is.
 func NewRedis(rdb redis.Cmdable, prefix string, ttl time.Duration, opts ...Option) *Redis {
 	return &Redis{rdb: rdb, prefix: prefix, ttl: ttl, now: clockOf(opts)}
 }
@@ -295,9 +296,11 @@ func (l *Redis) Sent(ctx context.Context, id, owner string) error {
 }
 
 // SentGroup is the "sent" records of several jobs written by one script
-// run: s = 1 (which every later claim reads first, so the lease fields
-// left beside it mean nothing any more), the message sent when it is
-// known, and the record kept dedup_ttl more, atomically for each job. On
+// run: s = 1 (which every later claim reads first), the message sent when
+// it is known and the lease ended, atomically for each job. A job is sent
+// within the lease of its latest claim, which keeps the record dedup_ttl
+// past the lease's end, so the record outlives the send by dedup_ttl as it
+// is; a record no claim wrote is kept dedup_ttl from the write. On
 // Redis Cluster the jobs of one group must hash to one slot (KeyOf). Add
 // and Queue are not safe for concurrent use; Err is, once the pipeline has
 // run.
@@ -595,7 +598,9 @@ type ledgerRec struct {
 var _ Ledger = (*Memory)(nil)
 
 // NewMemory returns an in-process ledger that drops each job's record
-// ttl after its last change; its clock is WithNow's, else time.Now.
+// ttl after its last change (a claim: ttl past its lease's end, which a
+// sent record leaves as it is), as Redis does; its clock is WithNow's,
+// else time.Now.
 func NewMemory(ttl time.Duration, opts ...Option) *Memory {
 	now := clockOf(opts)
 	if now == nil {
@@ -640,7 +645,8 @@ func (l *Memory) Claim(_ context.Context, id, owner string, lease time.Duration)
 		busy := (r.leaseEnd.Sub(now) + time.Millisecond - 1).Truncate(time.Millisecond) // ceil, as the script does
 		return Claim{Status: Busy, Attempts: r.attempts, BusyFor: busy}, nil
 	}
-	r.owner, r.leaseEnd, r.expiresAt = owner, now.Add(lease), now.Add(l.ttl)
+	// Kept dedup_ttl past the lease's end, as ledger_claim.lua does.
+	r.owner, r.leaseEnd, r.expiresAt = owner, now.Add(lease), now.Add(l.ttl+lease)
 	return Claim{Status: Claimed, Attempts: r.attempts}, nil
 }
 
@@ -650,7 +656,12 @@ func (l *Memory) Sent(_ context.Context, id, _ string) error {
 	defer l.mu.Unlock()
 	now := l.now()
 	r := l.get(id, now, true)
-	r.sent, r.owner, r.expiresAt = true, "", now.Add(l.ttl)
+	// As ledger_sent.lua: a record a claim holds keeps its expiry (dedup_ttl
+	// past the lease's end), any other is kept dedup_ttl from now.
+	if r.owner == "" && !r.sent {
+		r.expiresAt = now.Add(l.ttl)
+	}
+	r.sent, r.owner = true, ""
 	return nil
 }
 

@@ -221,9 +221,10 @@ func TestRedisLedgerResetForReplay(t *testing.T) {
 }
 
 // TestSentGroupRecordsEachJob checks the records of one script run: each
-// job sent (a claim finds it so), its message (q, h) when given, its TTL
-// dedup_ttl, and an argument out of range refused before anything is
-// written.
+// job sent (a claim finds it so), its message (q, h) when given, its
+// expiry (a claimed job's left where its claim put it, dedup_ttl past the
+// lease's end; a record no claim wrote dedup_ttl from now), and an
+// argument out of range refused before anything is written.
 func TestSentGroupRecordsEachJob(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -234,6 +235,9 @@ func TestSentGroupRecordsEachJob(t *testing.T) {
 	}
 	if got, err := l.Claim(ctx, "a", "owner-a", time.Minute); err != nil || got.Status != Claimed {
 		t.Fatalf("claim a = %+v, %v", got, err)
+	}
+	if ttl, err := c.PTTL(ctx, Key("sg:", "a")).Result(); err != nil || ttl <= time.Hour || ttl > time.Hour+time.Minute {
+		t.Fatalf("PTTL of a claimed record = %s, %v; want dedup_ttl + the lease (1h1m)", ttl, err)
 	}
 	g := l.SentGroup()
 	g.Add("a", 41, "sum-a")
@@ -249,11 +253,16 @@ func TestSentGroupRecordsEachJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, w := range []struct {
-		id  string
-		seq uint64
-		sum string
-		ok  bool
-	}{{"a", 41, "sum-a", true}, {"b", 0, "", false}, {"c", 18446744073709551615, "sum-c", true}} {
+		id       string
+		seq      uint64
+		sum      string
+		ok       bool
+		min, max time.Duration // its PTTL
+	}{
+		{"a", 41, "sum-a", true, time.Hour, time.Hour + time.Minute},            // as its claim left it
+		{"b", 0, "", false, 59 * time.Minute, time.Hour},                        // no claim: dedup_ttl from now
+		{"c", 18446744073709551615, "sum-c", true, 59 * time.Minute, time.Hour}, // no claim
+	} {
 		if got, err := l.Claim(ctx, w.id, "someone", time.Minute); err != nil || got.Status != AlreadySent {
 			t.Errorf("claim %s after its record = %+v, %v; want AlreadySent", w.id, got, err)
 		}
@@ -261,8 +270,8 @@ func TestSentGroupRecordsEachJob(t *testing.T) {
 		if err != nil || ok != w.ok || seq != w.seq || sum != w.sum {
 			t.Errorf("SentFrom(%s) = %d %q %v %v; want %d %q %v", w.id, seq, sum, ok, err, w.seq, w.sum, w.ok)
 		}
-		if ttl, err := c.PTTL(ctx, Key("sg:", w.id)).Result(); err != nil || ttl <= 59*time.Minute || ttl > time.Hour {
-			t.Errorf("PTTL of %s = %s, %v; want dedup_ttl (1h)", w.id, ttl, err)
+		if ttl, err := c.PTTL(ctx, Key("sg:", w.id)).Result(); err != nil || ttl <= w.min || ttl > w.max {
+			t.Errorf("PTTL of %s = %s, %v; want in (%s, %s]", w.id, ttl, err, w.min, w.max)
 		}
 	}
 

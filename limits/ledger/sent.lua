@@ -1,8 +1,14 @@
 -- sent: record that jobs were sent, one or several in one script run (the
 -- records of many jobs that share a Redis node and slot). "Sent" is not a
--- decision but a fact: s = 1, which every later claim reads first (the
--- lease fields left beside it mean nothing any more), the message that was
--- sent when it is known, and the record kept dedup_ttl more.
+-- decision but a fact: s = 1, which every later claim reads first, the
+-- message that was sent when it is known, and the lease ended (l = 0).
+--
+-- The record's expiry: a job is sent within the lease of its latest claim,
+-- which kept the record dedup_ttl past the lease's end (ledger_claim.lua),
+-- so the record already outlives the send by dedup_ttl and is left as it
+-- is. A record the claim did not write (no lease end: gone meanwhile,
+-- released, or written with no claim at all) is kept dedup_ttl from now:
+-- HSET says so, since every field it writes is then new.
 --
 -- KEYS[i]     the ledger hash of job i, {<prefix>j:<id>}
 -- ARGV[1]     record TTL (dedup_ttl), integer milliseconds
@@ -27,11 +33,14 @@ for i = 1, #KEYS do
 end
 for i, key in ipairs(KEYS) do
   local seq = ARGV[2 * i]
+  local added, fields
   if seq ~= '' then
-    redis.call('HSET', key, 's', '1', 'q', seq, 'h', ARGV[2 * i + 1])
+    added, fields = redis.call('HSET', key, 's', '1', 'q', seq, 'h', ARGV[2 * i + 1], 'l', '0'), 4
   else
-    redis.call('HSET', key, 's', '1')
+    added, fields = redis.call('HSET', key, 's', '1', 'l', '0'), 2
   end
-  redis.call('PEXPIRE', key, keep)
+  if added == fields then
+    redis.call('PEXPIRE', key, keep)
+  end
 end
 return #KEYS
