@@ -192,6 +192,21 @@ func (w *benchWorld) publishJobs(ctx context.Context, tag string, n int, subject
 	return nil
 }
 
+// scratchStream creates a stream of the bench's own with the job stream's
+// settings on subjects, and returns the function that deletes it.
+func (w *benchWorld) scratchStream(ctx context.Context, name, subjects, description string) (drop func(), err error) {
+	sc := queue.JobStreamConfig(w.qcfg, w.nats.replicas)
+	sc.Name, sc.Subjects, sc.Description = name, []string{subjects}, description
+	if _, err := w.js.CreateOrUpdateStream(ctx, sc); err != nil {
+		return nil, fmt.Errorf("create stream %s: %w", name, err)
+	}
+	return func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = w.js.DeleteStream(dctx, name)
+	}, nil
+}
+
 // floorPass moves n messages through a bare JetStream pull-consume-and-ack
 // loop: a stream with the job stream's settings, a durable pull consumer
 // with the lanes' settings, and --workers goroutines that each acknowledge
@@ -199,16 +214,11 @@ func (w *benchWorld) publishJobs(ctx context.Context, tag string, n int, subject
 // dispatcher does), fed by one loop that pulls as many messages as there
 // are free workers, as a dispatcher's fetch loop does.
 func (w *benchWorld) floorPass(ctx context.Context, tag string, n int) (PassResult, error) {
-	sc := queue.JobStreamConfig(w.qcfg, w.nats.replicas)
-	sc.Name, sc.Subjects, sc.Description = floorStream, []string{"bench.floor.*"}, "notifier bench: the bare JetStream floor"
-	if _, err := w.js.CreateOrUpdateStream(ctx, sc); err != nil {
-		return PassResult{}, fmt.Errorf("create stream %s: %w", floorStream, err)
+	drop, err := w.scratchStream(ctx, floorStream, "bench.floor.*", "notifier bench: the bare JetStream floor")
+	if err != nil {
+		return PassResult{}, err
 	}
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		_ = w.js.DeleteStream(dctx, floorStream)
-	}()
+	defer drop()
 	cons, err := w.js.CreateOrUpdateConsumer(ctx, floorStream, jetstream.ConsumerConfig{
 		Durable:       "bench-floor",
 		FilterSubject: floorSubject,
