@@ -19,9 +19,11 @@ type httpBase struct {
 	name      string
 	timeout   time.Duration
 	userAgent string
-	client    *http.Client
-	transport *http.Transport // nil when Options.HTTPClient was given
-	now       func() time.Time
+	// userAgentValue is the User-Agent header's value, made once.
+	userAgentValue []string
+	client         *http.Client
+	transport      *http.Transport // nil when Options.HTTPClient was given
+	now            func() time.Time
 	// strict is retry_on_timeout: false: no request is ever resent by the
 	// transport, and a failure without an answer after the request was
 	// written whole is ambiguous whatever it is (see post).
@@ -39,6 +41,7 @@ type httpBase struct {
 func newHTTPBase(cfg Config, opts Options, http2Only bool) (httpBase, error) {
 	b := httpBase{name: cfg.Name, timeout: cfg.Timeout, userAgent: "notifier/" + opts.Version, now: opts.Now,
 		strict: !cfg.RetriesOnTimeout(), floor: DefaultRetryAfter, throttle: new(throttle)}
+	b.userAgentValue = []string{b.userAgent}
 	if opts.HTTPClient != nil {
 		b.client = opts.HTTPClient
 		return b, nil
@@ -83,7 +86,8 @@ func (b *httpBase) post(ctx context.Context, url string, header http.Header, bod
 	start := b.now()
 	rctx, cancel := context.WithTimeout(ctx, b.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(rctx, http.MethodPost, url, bytes.NewReader(body))
+	wrote := newWriteTrace()
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(rctx, &wrote.trace), http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return &Error{Provider: b.name, Class: ErrPermanent, Detail: "build request: " + causeDetail(err, s), Err: err}
 	}
@@ -91,8 +95,7 @@ func (b *httpBase) post(ctx context.Context, url string, header http.Header, bod
 		req.GetBody = nil
 	}
 	req.Header = header
-	req.Header.Set("User-Agent", b.userAgent)
-	req, wrote := traceWrite(req)
+	req.Header["User-Agent"] = b.userAgentValue // shared: nothing changes a request's header in place
 	resp, err := b.client.Do(req)
 	if err != nil {
 		e := transportError(ctx, b.name, b.timeout, err, s)
@@ -103,27 +106,39 @@ func (b *httpBase) post(ctx context.Context, url string, header http.Header, bod
 	return b.classify(resp, s, read, start, wrote.Load())
 }
 
-// traceWrite returns req with a client trace that reports whether the
-// request was written whole to its connection (headers and body, no write
-// error: httptrace's WroteRequest) in the last attempt the transport made
-// (it may make another on a new connection, for one that cannot have been
-// acted on: a pooled connection the server had closed, an HTTP/2 stream
+// writeTrace is a client trace that reports whether the request was
+// written whole to its connection (headers and body, no write error:
+// httptrace's WroteRequest) in the last attempt the transport made (it may
+// make another on a new connection, for one that cannot have been acted
+// on: a pooled connection the server had closed, an HTTP/2 stream
 // refused; GetConn starts each attempt). A failure after that, with no
 // response, is ambiguous: the provider may have received the request and
 // acted on it. A failure before it (dial, TLS, a write error) is not: the
-// provider cannot have acted on a request it did not receive whole.
-func traceWrite(req *http.Request) (*http.Request, *atomic.Bool) {
-	wrote := new(atomic.Bool)
-	trace := &httptrace.ClientTrace{
-		GetConn: func(string) { wrote.Store(false) },
-		WroteRequest: func(info httptrace.WroteRequestInfo) {
-			if info.Err == nil {
-				wrote.Store(true)
-			}
-		},
-	}
-	return req.WithContext(httptrace.WithClientTrace(req.Context(), trace)), wrote
+// provider cannot have acted on a request it did not receive whole. The
+// flag and the trace are one allocation, set on the request's context from
+// the start (no copy of the request).
+type writeTrace struct {
+	wrote atomic.Bool
+	trace httptrace.ClientTrace
 }
+
+func newWriteTrace() *writeTrace {
+	w := new(writeTrace)
+	w.trace.GetConn = w.getConn
+	w.trace.WroteRequest = w.wroteRequest
+	return w
+}
+
+func (w *writeTrace) getConn(string) { w.wrote.Store(false) }
+
+func (w *writeTrace) wroteRequest(info httptrace.WroteRequestInfo) {
+	if info.Err == nil {
+		w.wrote.Store(true)
+	}
+}
+
+// Load says whether the last attempt's request was written whole.
+func (w *writeTrace) Load() bool { return w.wrote.Load() }
 
 // Errors after which the server cannot have acted on a request, whatever
 // was written: an HTTP/2 stream the server refused (RFC 9113 §8.7,
@@ -132,7 +147,7 @@ func traceWrite(req *http.Request) (*http.Request, *atomic.Bool) {
 var unprocessed = []string{"REFUSED_STREAM", "http2: Transport received Server's graceful shutdown GOAWAY"}
 
 // ambiguous reports whether a round trip that failed with err after the
-// trace of traceWrite saw wrote is ambiguous. An HTTP/2 stream the server
+// trace of writeTrace saw wrote is ambiguous. An HTTP/2 stream the server
 // says it did not process is not. Otherwise, unless strict, net/http's
 // "server closed idle connection" is not either: the server closed the
 // pooled connection before the request reached it (its FIN crossed the
