@@ -4,10 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"io"
 	"net/http"
 	"net/http/httptrace"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"time"
 )
 
@@ -86,24 +87,30 @@ func (b *httpBase) post(ctx context.Context, url string, header http.Header, bod
 	start := b.now()
 	rctx, cancel := context.WithTimeout(ctx, b.timeout)
 	defer cancel()
-	wrote := newWriteTrace()
-	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(rctx, &wrote.trace), http.MethodPost, url, bytes.NewReader(body))
+	wrote := newWriteTrace(body)
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(rctx, &wrote.trace), http.MethodPost, url, wrote)
 	if err != nil {
 		return &Error{Provider: b.name, Class: ErrPermanent, Detail: "build request: " + causeDetail(err, s), Err: err}
 	}
-	if b.strict {
-		req.GetBody = nil
+	req.ContentLength = int64(len(body))
+	if len(body) == 0 {
+		req.Body = http.NoBody
+	}
+	if !b.strict {
+		// The transport may resend the request on a new connection (see
+		// above): the body again, counted as the first was.
+		req.GetBody = func() (io.ReadCloser, error) { return wrote.again(), nil }
 	}
 	req.Header = header
 	req.Header["User-Agent"] = b.userAgentValue // shared: nothing changes a request's header in place
 	resp, err := b.client.Do(req)
 	if err != nil {
 		e := transportError(ctx, b.name, b.timeout, err, s)
-		e.Ambiguous = ambiguous(wrote.Load(), err, b.strict)
+		e.Ambiguous = ambiguous(wrote.whole(), err, b.strict)
 		return e
 	}
 	reportBudget(ctx, resp.Header, b.now)
-	return b.classify(resp, s, read, start, wrote.Load())
+	return b.classify(resp, s, read, start, wrote.whole)
 }
 
 // writeTrace is a client trace that reports whether the request was
@@ -114,31 +121,142 @@ func (b *httpBase) post(ctx context.Context, url string, header http.Header, bod
 // refused; GetConn starts each attempt). A failure after that, with no
 // response, is ambiguous: the provider may have received the request and
 // acted on it. A failure before it (dial, TLS, a write error) is not: the
-// provider cannot have acted on a request it did not receive whole. The
-// flag and the trace are one allocation, set on the request's context from
-// the start (no copy of the request).
+// provider cannot have acted on a request it did not receive whole. It is
+// one allocation, set on the request's context from the start (no copy of
+// the request).
 type writeTrace struct {
-	wrote atomic.Bool
 	trace httptrace.ClientTrace
+	raw   []byte       // the request's body
+	body  bytes.Reader // reads raw: the writeTrace is the request's body
+
+	mu        sync.Mutex
+	bodyRead  bool          // the transport read the attempt's body to its end
+	connected bool          // the attempt's GotConn came: its write will be reported
+	reported  bool          // the attempt's WroteRequest came
+	written   bool          // ... and said the request was written whole
+	wait      chan struct{} // closed by WroteRequest for whole, which waits
 }
 
-func newWriteTrace() *writeTrace {
-	w := new(writeTrace)
+func newWriteTrace(body []byte) *writeTrace {
+	w := &writeTrace{raw: body}
+	w.body.Reset(body)
 	w.trace.GetConn = w.getConn
+	w.trace.GotConn = w.gotConn
 	w.trace.WroteRequest = w.wroteRequest
 	return w
 }
 
-func (w *writeTrace) getConn(string) { w.wrote.Store(false) }
-
-func (w *writeTrace) wroteRequest(info httptrace.WroteRequestInfo) {
-	if info.Err == nil {
-		w.wrote.Store(true)
-	}
+func (w *writeTrace) getConn(string) {
+	w.mu.Lock()
+	w.connected, w.reported, w.written = false, false, false
+	w.mu.Unlock()
 }
 
-// Load says whether the last attempt's request was written whole.
-func (w *writeTrace) Load() bool { return w.wrote.Load() }
+// Read reads the body for the transport, noting when all of it was read.
+func (w *writeTrace) Read(p []byte) (int, error) {
+	n, err := w.body.Read(p)
+	if w.body.Len() == 0 {
+		w.mu.Lock()
+		w.bodyRead = true
+		w.mu.Unlock()
+	}
+	return n, err
+}
+
+// Close implements io.Closer for the transport (the body needs no
+// closing).
+func (w *writeTrace) Close() error { return nil }
+
+// again is the body of a resent request: the same bytes, read anew (the
+// transport resends only after the attempt before it ended).
+func (w *writeTrace) again() io.ReadCloser {
+	w.mu.Lock()
+	w.bodyRead = false
+	w.mu.Unlock()
+	return &bodyAgain{r: bytes.NewReader(w.raw), w: w}
+}
+
+// bodyAgain is a resent request's body, its end noted as the first's.
+type bodyAgain struct {
+	r *bytes.Reader
+	w *writeTrace
+}
+
+func (b *bodyAgain) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if b.r.Len() == 0 {
+		b.w.mu.Lock()
+		b.w.bodyRead = true
+		b.w.mu.Unlock()
+	}
+	return n, err
+}
+
+func (b *bodyAgain) Close() error { return nil }
+
+func (w *writeTrace) gotConn(httptrace.GotConnInfo) {
+	w.mu.Lock()
+	w.connected = true
+	w.mu.Unlock()
+}
+
+func (w *writeTrace) wroteRequest(info httptrace.WroteRequestInfo) {
+	w.mu.Lock()
+	// HTTP/2 stops writing a request's body once the server has answered
+	// ("aborting request body write"), and reports that, also when every
+	// byte of the body was already read and sent and only the stream's
+	// end was still to go: a server that reads the whole body answers
+	// then. The request counts as written whole when the transport had
+	// read all of its body.
+	w.reported, w.written = true, info.Err == nil || (w.bodyRead && isBodyWriteStopped(info.Err))
+	if w.wait != nil {
+		close(w.wait)
+		w.wait = nil
+	}
+	w.mu.Unlock()
+}
+
+// isBodyWriteStopped says whether err is HTTP/2's report of a request body
+// write it stopped because the server had answered (net/http's
+// unexported errStopReqBodyWrite, told by its text).
+func isBodyWriteStopped(err error) bool {
+	return err.Error() == "http2: aborting request body write"
+}
+
+// writeReportWait bounds how long whole waits for the transport's report:
+// far more than the moment between a response's arrival and the writer's
+// report, which is all it waits for (an HTTP/2 stream cancelled before its
+// headers went out is never reported: it was not written).
+const writeReportWait = 250 * time.Millisecond
+
+// whole says whether the last attempt's request was written whole, once
+// the round trip has returned. The transport may return before it reports
+// the write: HTTP/2 writes a request from a goroutine of its own, and a
+// response (or a failure) can come back before that goroutine says it
+// finished. whole waits for the report then, up to writeReportWait, when
+// the attempt had its connection (before that, nothing was written; a
+// transport that traces nothing, such as a test's RoundTripper, is not
+// waited for). Called only where the answer matters (a failure, a 502 or
+// a 504), so a send that succeeds never waits.
+func (w *writeTrace) whole() bool {
+	w.mu.Lock()
+	if w.reported || !w.connected {
+		defer w.mu.Unlock()
+		return w.written
+	}
+	ch := make(chan struct{})
+	w.wait = ch
+	w.mu.Unlock()
+	t := time.NewTimer(writeReportWait)
+	select {
+	case <-ch:
+	case <-t.C:
+	}
+	t.Stop()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.reported && w.written
+}
 
 // Errors after which the server cannot have acted on a request, whatever
 // was written: an HTTP/2 stream the server refused (RFC 9113 §8.7,
@@ -216,14 +334,15 @@ func classByStatus(status int) error {
 
 // classify maps a response to nil (2xx) or the error of its class, and
 // always drains (bounded) and closes the body. start is when the request
-// was made, wrote whether it was written whole. A Retry-After header is
+// was made, wrote says whether it was written whole (asked only of a 502
+// or a 504). A Retry-After header is
 // honoured on a rate limit and kept as a hint on a transient error; a
 // provider-wide rate limit pauses for the throttle's backoff from the
 // kind's floor, or its Retry-After when that is longer (never shorter: a
 // Retry-After of 0 or a past date pauses the backoff). A 502 or 504 to a request written whole is
 // ambiguous: a gateway answered, and may have passed the request on before
 // its upstream failed or timed out.
-func (b *httpBase) classify(resp *http.Response, s scrubber, read readAnswer, start time.Time, wrote bool) error {
+func (b *httpBase) classify(resp *http.Response, s scrubber, read readAnswer, start time.Time, wrote func() bool) error {
 	status := resp.StatusCode
 	if status >= 200 && status <= 299 {
 		drainClose(resp.Body)
@@ -286,7 +405,7 @@ func (b *httpBase) classify(resp *http.Response, s scrubber, read readAnswer, st
 		if e.RetryAfter > 0 {
 			e.Detail += ", retry after " + e.RetryAfter.String()
 		}
-		if class == ErrTransient && (status == http.StatusBadGateway || status == http.StatusGatewayTimeout) && wrote {
+		if class == ErrTransient && (status == http.StatusBadGateway || status == http.StatusGatewayTimeout) && wrote() {
 			e.Ambiguous = true
 			e.Detail += " (a gateway may have passed the request on)"
 		}
