@@ -88,7 +88,7 @@ func (b *httpBase) post(ctx context.Context, url string, header http.Header, bod
 	rctx, cancel := context.WithTimeout(ctx, b.timeout)
 	defer cancel()
 	wrote := newWriteTrace(body)
-	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(rctx, &wrote.trace), http.MethodPost, url, wrote)
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(rctx, &wrote.trace), http.MethodPost, url, &wrote.body)
 	if err != nil {
 		return &Error{Provider: b.name, Class: ErrPermanent, Detail: "build request: " + causeDetail(err, s), Err: err}
 	}
@@ -126,8 +126,8 @@ func (b *httpBase) post(ctx context.Context, url string, header http.Header, bod
 // the request).
 type writeTrace struct {
 	trace httptrace.ClientTrace
-	raw   []byte       // the request's body
-	body  bytes.Reader // reads raw: the writeTrace is the request's body
+	raw   []byte      // the request's body
+	body  countedBody // the first attempt's reader of raw
 
 	mu        sync.Mutex
 	bodyRead  bool          // the transport read the attempt's body to its end
@@ -139,7 +139,7 @@ type writeTrace struct {
 
 func newWriteTrace(body []byte) *writeTrace {
 	w := &writeTrace{raw: body}
-	w.body.Reset(body)
+	w.body.init(w)
 	w.trace.GetConn = w.getConn
 	w.trace.GotConn = w.gotConn
 	w.trace.WroteRequest = w.wroteRequest
@@ -152,47 +152,42 @@ func (w *writeTrace) getConn(string) {
 	w.mu.Unlock()
 }
 
-// Read reads the body for the transport, noting when all of it was read.
-func (w *writeTrace) Read(p []byte) (int, error) {
-	n, err := w.body.Read(p)
-	if w.body.Len() == 0 {
-		w.mu.Lock()
-		w.bodyRead = true
-		w.mu.Unlock()
+// again is the body of a resent request: the same bytes, read anew by a
+// reader of their own, their end noted as the first's.
+func (w *writeTrace) again() io.ReadCloser {
+	w.mu.Lock()
+	w.bodyRead = false
+	w.mu.Unlock()
+	c := new(countedBody)
+	c.init(w)
+	return c
+}
+
+// countedBody reads a request's body for the transport and notes in its
+// writeTrace when all of it was read.
+type countedBody struct {
+	r bytes.Reader
+	w *writeTrace
+}
+
+func (c *countedBody) init(w *writeTrace) {
+	c.r.Reset(w.raw)
+	c.w = w
+}
+
+func (c *countedBody) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if c.r.Len() == 0 {
+		c.w.mu.Lock()
+		c.w.bodyRead = true
+		c.w.mu.Unlock()
 	}
 	return n, err
 }
 
 // Close implements io.Closer for the transport (the body needs no
 // closing).
-func (w *writeTrace) Close() error { return nil }
-
-// again is the body of a resent request: the same bytes, read anew (the
-// transport resends only after the attempt before it ended).
-func (w *writeTrace) again() io.ReadCloser {
-	w.mu.Lock()
-	w.bodyRead = false
-	w.mu.Unlock()
-	return &bodyAgain{r: bytes.NewReader(w.raw), w: w}
-}
-
-// bodyAgain is a resent request's body, its end noted as the first's.
-type bodyAgain struct {
-	r *bytes.Reader
-	w *writeTrace
-}
-
-func (b *bodyAgain) Read(p []byte) (int, error) {
-	n, err := b.r.Read(p)
-	if b.r.Len() == 0 {
-		b.w.mu.Lock()
-		b.w.bodyRead = true
-		b.w.mu.Unlock()
-	}
-	return n, err
-}
-
-func (b *bodyAgain) Close() error { return nil }
+func (c *countedBody) Close() error { return nil }
 
 func (w *writeTrace) gotConn(httptrace.GotConnInfo) {
 	w.mu.Lock()

@@ -46,7 +46,7 @@ func TestWriteTraceWholeRequest(t *testing.T) {
 	t.Parallel()
 	stopped := errors.New("http2: aborting request body write")
 	readAll := func(w *writeTrace) {
-		if _, err := io.ReadAll(w); err != nil {
+		if _, err := io.ReadAll(&w.body); err != nil {
 			t.Fatal(err)
 		}
 	}
