@@ -3,7 +3,6 @@ package limits
 import (
 	"context"
 	"errors"
-	"slices"
 	"strings"
 	"time"
 
@@ -209,19 +208,19 @@ func (l *Set) RecordSent(ctx context.Context, jobs []Sent, shadow ShadowCounter)
 // recordSent writes the records of jobs in the workers' shared pipeline,
 // one script run per group (per cluster slot).
 func (l *Set) recordSent(ctx context.Context, jobs []Sent, shadow ShadowCounter) error {
-	var groups []*ledger.SentGroup
+	// The groups the records went to, each once (on a Redis Cluster as
+	// many as the jobs' slots: a set, not a search of a list per job).
+	groups := map[*ledger.SentGroup]struct{}{}
 	l.redis.batch.do(ctx, func(bt *pipeBatch) {
 		for _, j := range jobs {
-			if g := bt.sent(l.redis.ledger, j.ID, j.Seq, j.Sum); !slices.Contains(groups, g) {
-				groups = append(groups, g)
-			}
+			groups[bt.sent(l.redis.ledger, j.ID, j.Seq, j.Sum)] = struct{}{}
 			if j.ShadowDenied && shadow != nil {
 				shadow.QueueShadow(ctx, bt.pipe, j.Channel, j.User)
 			}
 		}
 	})
 	var errs []error
-	for _, g := range groups {
+	for g := range groups {
 		if err := g.Err(); err != nil {
 			errs = append(errs, err)
 		}

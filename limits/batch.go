@@ -151,38 +151,40 @@ func (b *pipeBatcher) do(ctx context.Context, fn func(bt *pipeBatch)) {
 	close(bt.done)
 }
 
+// groupOf is the group in *m under k, started with start (and the map
+// made) when there is none yet: each kind of request of a batch is
+// merged into one group per key (a cluster slot, an algorithm, a
+// provider's contract).
+func groupOf[K comparable, G any](m *map[K]*G, k K, start func() *G) *G {
+	if *m == nil {
+		*m = map[K]*G{}
+	}
+	g := (*m)[k]
+	if g == nil {
+		g = start()
+		(*m)[k] = g
+	}
+	return g
+}
+
+// ledgerSlot is the cluster slot a job's ledger record groups by (0 on a
+// single server).
+func (bt *pipeBatch) ledgerSlot(l *ledger.Redis, id string) uint16 {
+	if !bt.cluster {
+		return 0
+	}
+	return clusterSlot(l.KeyOf(id))
+}
+
 // claim adds a ledger claim to the batch's claim group of its slot.
 func (bt *pipeBatch) claim(l *ledger.Redis, id, owner string, lease time.Duration) *ledger.ClaimCmd {
-	var slot uint16
-	if bt.cluster {
-		slot = clusterSlot(l.KeyOf(id))
-	}
-	if bt.claims == nil {
-		bt.claims = map[uint16]*ledger.ClaimGroup{}
-	}
-	g := bt.claims[slot]
-	if g == nil {
-		g = l.ClaimGroup()
-		bt.claims[slot] = g
-	}
-	return g.Add(id, owner, lease)
+	return groupOf(&bt.claims, bt.ledgerSlot(l, id), l.ClaimGroup).Add(id, owner, lease)
 }
 
 // sent adds a job's "sent" record to the batch's group of its slot and
 // returns that group.
 func (bt *pipeBatch) sent(l *ledger.Redis, id string, seq uint64, sum string) *ledger.SentGroup {
-	var slot uint16
-	if bt.cluster {
-		slot = clusterSlot(l.KeyOf(id))
-	}
-	if bt.sents == nil {
-		bt.sents = map[uint16]*ledger.SentGroup{}
-	}
-	g := bt.sents[slot]
-	if g == nil {
-		g = l.SentGroup()
-		bt.sents[slot] = g
-	}
+	g := groupOf(&bt.sents, bt.ledgerSlot(l, id), l.SentGroup)
 	g.Add(id, seq, sum)
 	return g
 }
@@ -195,14 +197,7 @@ func (bt *pipeBatch) allow(users *userlimit.Redis, key userlimit.Key, jobID stri
 	if bt.cluster {
 		k.slot = clusterSlot(users.Tag(key))
 	}
-	if bt.caps == nil {
-		bt.caps = map[capKey]*userlimit.Group{}
-	}
-	g := bt.caps[k]
-	if g == nil {
-		g = users.Group(k.alg)
-		bt.caps[k] = g
-	}
+	g := groupOf(&bt.caps, k, func() *userlimit.Group { return users.Group(k.alg) })
 	if !at.IsZero() {
 		return g.AddAt(key, jobID, rule, at)
 	}
@@ -212,14 +207,6 @@ func (bt *pipeBatch) allow(users *userlimit.Redis, key userlimit.Key, jobID stri
 // reserve adds a slot reservation to the batch's group of the provider's
 // queue.
 func (bt *pipeBatch) reserve(q *leaky.Redis, provider string, c leaky.Contract, cost int) *leaky.ReserveCmd {
-	if bt.reserves == nil {
-		bt.reserves = map[reserveKey]*leaky.ReserveGroup{}
-	}
-	k := reserveKeyOf(provider, c)
-	g := bt.reserves[k]
-	if g == nil {
-		g = q.ReserveGroup(provider, c)
-		bt.reserves[k] = g
-	}
+	g := groupOf(&bt.reserves, reserveKeyOf(provider, c), func() *leaky.ReserveGroup { return q.ReserveGroup(provider, c) })
 	return g.Add(cost)
 }
