@@ -99,6 +99,18 @@ func TestPromiseDuplicateIsNotSentAgain(t *testing.T) {
 	testenv.WaitFor(t, 20*time.Second, "the job sent and acknowledged", func() bool {
 		return p.count(p.d.m.Jobs.WithLabelValues("sms", "sms-gw", OutcomeSent)) == 1 && b.remaining() == 0
 	})
+	// The sent record outlives the send by dedup_ttl (1h here), its expiry
+	// left where the claim put it (ledger_sent.lua): checked against the
+	// instant the request reached the provider.
+	reqs := requestsFor(b.fake, "dup-1")
+	if len(reqs) != 1 {
+		t.Fatalf("%d requests for dup-1, want 1", len(reqs))
+	}
+	before := time.Now()
+	ttl, err := b.redis.Client().PTTL(context.Background(), ledger.Key(b.prefix, "dup-1")).Result()
+	if expires := before.Add(ttl); err != nil || expires.Before(reqs[0].At.Add(time.Hour-time.Millisecond)) {
+		t.Fatalf("the sent record expires %s after the send (PTTL %s, %v); want at least dedup_ttl, 1h", expires.Sub(reqs[0].At), ttl, err)
+	}
 	data, err := j.Marshal()
 	if err != nil {
 		t.Fatal(err)

@@ -10,11 +10,13 @@
 -- transient failure.
 --
 -- a = a + 1, e = the class when there is one, the lease (o, l) cleared when
--- the caller holds it; the record then lives dedup_ttl more.
+-- the caller holds it; the record then lives dedup_ttl more (or longer
+-- while another lease holds it: keep.lua).
 --
 -- Reply: attempts after this failure (integer)
 --
--- Prepended (ledger.go): internal/luapre's num.lua (whole, ttl_ms).
+-- Prepended (ledger.go): internal/luapre's num.lua (whole, ttl_ms) and
+-- keep.lua (keep_record).
 local keep = ttl_ms(whole('dedup_ttl', ARGV[2], 1, MAX_TTL_MS))
 local key = KEYS[1]
 redis.call('HINCRBY', key, 'a', 1)
@@ -24,5 +26,5 @@ end
 if redis.call('HGET', key, 'o') == ARGV[1] then
   redis.call('HDEL', key, 'o', 'l')
 end
-redis.call('PEXPIRE', key, keep)
+keep_record(key, keep)
 return tonumber(redis.call('HGET', key, 'a')) or 0

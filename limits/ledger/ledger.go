@@ -100,13 +100,17 @@ var (
 	// counted (Failed), the lease given up with or without an end noted
 	// (Release, Ended), the record of an unsent job forgotten
 	// (ResetForReplay).
+	// keep_record, the expiry after a change that may leave a lease.
+	//go:embed keep.lua
+	ledgerKeepLua string
+
 	//go:embed failed.lua
 	ledgerFailedLua    string
-	ledgerFailedScript = redis.NewScript(luapre.Num + ledgerFailedLua)
+	ledgerFailedScript = redis.NewScript(luapre.Num + ledgerKeepLua + ledgerFailedLua)
 
 	//go:embed release.lua
 	ledgerReleaseLua    string
-	ledgerReleaseScript = redis.NewScript(luapre.Now + luapre.Num + ledgerReleaseLua)
+	ledgerReleaseScript = redis.NewScript(luapre.Now + luapre.Num + ledgerKeepLua + ledgerReleaseLua)
 
 	//go:embed reset.lua
 	ledgerResetLua    string
@@ -678,7 +682,7 @@ func (l *Memory) Failed(_ context.Context, id, owner, class string) (int, error)
 	if r.owner == owner {
 		r.owner = ""
 	}
-	r.expiresAt = now.Add(l.ttl)
+	l.keep(r, now)
 	return r.attempts, nil
 }
 
@@ -707,7 +711,7 @@ func (l *Memory) Ended(_ context.Context, id, owner, kind, reason string) error 
 	if !r.sent {
 		r.outcome, r.reason = kind, reason
 	}
-	r.expiresAt = now.Add(l.ttl)
+	l.keep(r, now)
 	return nil
 }
 
@@ -738,7 +742,15 @@ func (l *Memory) note(id, owner, why string, delay time.Duration, release bool) 
 			r.deferrals++
 		}
 	}
-	r.expiresAt = now.Add(l.ttl)
+	l.keep(r, now)
+}
+
+// keep makes r live the ledger's ttl more, never shortening its expiry
+// while it holds a lease or was sent, as keep.lua does.
+func (l *Memory) keep(r *ledgerRec, now time.Time) {
+	if (r.owner == "" && !r.sent) || r.expiresAt.Before(now.Add(l.ttl)) {
+		r.expiresAt = now.Add(l.ttl)
+	}
 }
 
 // Record reads job id's record (see Redis.Record; Seq is not kept

@@ -134,6 +134,12 @@ func TestLedgerNotesDeferrals(t *testing.T) {
 			if r.Owner != "w2/1" || r.Why != WaitSlot || !r.Until.Equal(clock.Now().Add(5*time.Second)) || r.Deferrals != 1 {
 				t.Fatalf("waiting for a slot: %+v, want the lease kept, why slot until +5s, still 1 deferral", r)
 			}
+			// The wait keeps the lease, and the expiry its claim set
+			// (dedup_ttl past the lease's end: the send under this lease
+			// leaves it there), which a wait never shortens.
+			if r.TTL <= time.Hour {
+				t.Fatalf("waiting for a slot: ttl %s, want the claim's (over 1h: dedup_ttl past the lease's end)", r.TTL)
+			}
 			if err := l.Deferred(ctx, "job-1", "w2/1", DeferProviderPaused, 10*time.Second); err != nil {
 				t.Fatal(err)
 			}
@@ -149,6 +155,10 @@ func TestLedgerNotesDeferrals(t *testing.T) {
 			}
 			if r := read("job-1", "a stranger's deferral"); r.Owner != "w3/1" {
 				t.Fatalf("a stranger's deferral: %+v, want w3/1's lease kept", r)
+			}
+			// ... and its expiry: the lease's send must outlive dedup_ttl.
+			if r := read("job-1", "a stranger's deferral"); r.TTL <= time.Hour {
+				t.Fatalf("a stranger's deferral: ttl %s, want the live claim's (over 1h)", r.TTL)
 			}
 			// A sent job takes no note.
 			if err := l.Sent(ctx, "job-2", "w1/3"); err != nil {

@@ -1,7 +1,7 @@
 -- release: give up the caller's lease of a job without counting anything
 -- (a deferral, a shutdown) and, for an end, note how the job left the
 -- pipeline unsent; for a deferral, note why the job was put off and until
--- when. (A sent job needs no script: RedisLedger.SentCmd sets s = 1.)
+-- when. (A sent job's record is ledger_sent.lua's.)
 --
 -- KEYS[1]  the job's ledger hash, {<prefix>j:<id>}
 -- ARGV[1]  owner token of the caller
@@ -26,12 +26,13 @@
 -- The lease (o, l) is cleared when the caller holds it (but for a wait);
 -- an end also sets x and r, a deferral or a wait w and u (a deferral counts
 -- in n), unless the job was sent (a sent job's record is kept as it is).
--- The record then lives dedup_ttl more.
+-- The record then lives dedup_ttl more, or longer while it holds a lease
+-- (keep.lua: a wait, another owner's lease, a sent record).
 --
 -- Reply: attempts so far (integer)
 --
 -- Prepended (ledger.go): internal/luapre's now.lua (now_us) and num.lua
--- (whole, ttl_ms): every argument is checked before anything is written.
+-- (whole, ttl_ms), and keep.lua (keep_record): every argument is checked before anything is written.
 local keep = ttl_ms(whole('dedup_ttl', ARGV[2], 1, MAX_TTL_MS))
 local key = KEYS[1]
 local note = ARGV[3]
@@ -54,5 +55,5 @@ if note ~= nil and redis.call('HGET', key, 's') ~= '1' then
     end
   end
 end
-redis.call('PEXPIRE', key, keep)
+keep_record(key, keep)
 return tonumber(redis.call('HGET', key, 'a')) or 0
