@@ -17,7 +17,7 @@
 --
 -- Prepended (ledger.go): internal/luapre's num.lua (whole, ttl_ms) and
 -- keep.lua (keep_record).
-local keep = ttl_ms(whole('dedup_ttl', ARGV[2], 1, MAX_TTL_MS))
+local keep = whole('dedup_ttl', ARGV[2], 1, MAX_TTL_MS)
 local key = KEYS[1]
 redis.call('HINCRBY', key, 'a', 1)
 if ARGV[3] and ARGV[3] ~= '' then

@@ -2,8 +2,8 @@
 -- num.lua): the record's expiry after a change that may leave a lease in
 -- place.
 --
--- keep_record(key, keep) makes the record live keep ms more (a ttl_ms
--- string), except that while it holds a lease field (l: a live lease, or
+-- keep_record(key, keep) makes the record live keep ms more (dedup_ttl,
+-- an integer), except that while it holds a lease field (l: a live lease, or
 -- the 0 of a sent record) it never shortens the expiry: a claim kept the
 -- record dedup_ttl past its lease's end, and the job sent under that lease
 -- has its sent record leave the expiry there (ledger_sent.lua), so the
@@ -13,9 +13,9 @@
 local function keep_record(key, keep)
   if redis.call('HEXISTS', key, 'l') == 1 then
     local left = redis.call('PTTL', key) -- -1: no expiry
-    if left >= 0 and left >= tonumber(keep) then
+    if left >= 0 and left >= keep then
       return
     end
   end
-  redis.call('PEXPIRE', key, keep)
+  redis.call('PEXPIRE', key, ttl_ms(keep))
 end

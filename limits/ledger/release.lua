@@ -33,7 +33,7 @@
 --
 -- Prepended (ledger.go): internal/luapre's now.lua (now_us) and num.lua
 -- (whole, ttl_ms), and keep.lua (keep_record): every argument is checked before anything is written.
-local keep = ttl_ms(whole('dedup_ttl', ARGV[2], 1, MAX_TTL_MS))
+local keep = whole('dedup_ttl', ARGV[2], 1, MAX_TTL_MS)
 local key = KEYS[1]
 local note = ARGV[3]
 local until_us
