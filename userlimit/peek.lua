@@ -10,7 +10,9 @@
 -- before it counts the entries in the window (ZCOUNT, ZCARD) and takes it
 -- out again when denied (ZREM): here the dropped entry is counted where it
 -- would lie, and a ZADD NX answers that it added it (the job id is one no
--- job has).
+-- job has). A dropped trim (ZREMRANGEBYSCORE from -inf) is remembered
+-- too: a ZCARD of its key after it counts what the trim would have left
+-- (a ZCOUNT above its bound), as sliding_log relies on.
 --
 -- KEYS, ARGV and the reply are decide.lua's; the job id passed is one no
 -- job can have (its state and marker keys hold nothing).
@@ -20,6 +22,7 @@ local writes = {
   ZREMRANGEBYSCORE = true, PEXPIRE = true,
 }
 local added = {} -- key -> {member, score} of a dropped ZADD, until its ZREM
+local trimmed = {} -- key -> the ZCOUNT lower bound of what a dropped trim leaves
 
 -- within says whether score lies inside a ZCOUNT bound: lo (true) or hi.
 local function within(score, bound, lo)
@@ -41,6 +44,13 @@ local redis = {
         local n = #args
         added[args[1]] = {args[n], tonumber(args[n - 1])}
         return 1
+      elseif c == 'ZREMRANGEBYSCORE' and args[2] == '-inf' then
+        local hi = args[3]
+        if string.sub(hi, 1, 1) == '(' then
+          trimmed[args[1]] = string.sub(hi, 2)
+        else
+          trimmed[args[1]] = '(' .. hi
+        end
       elseif c == 'ZREM' then
         local a = added[args[1]]
         if a and a[1] == args[2] then
@@ -50,7 +60,12 @@ local redis = {
       end
       return 0
     end
-    local reply = real.call(cmd, ...)
+    local reply
+    if c == 'ZCARD' and trimmed[args[1]] then
+      reply = real.call('ZCOUNT', args[1], trimmed[args[1]], '+inf')
+    else
+      reply = real.call(cmd, ...)
+    end
     local a = added[args[1]]
     if a and c == 'ZCOUNT' and within(a[2], args[2], true) and within(a[2], args[3], false) then
       return reply + 1

@@ -20,25 +20,46 @@
 --
 -- internal/luapre's num.lua (prepended) defines str and ttl.
 
+-- The decisions of one run mostly share their instants (now, and the
+-- rule's window): each bound is formatted once per run (string.format is
+-- what a decision spends most on outside Redis's own commands; ttl is
+-- memoized alike in num.lua).
+local bounds = {}
+local function bound(n)
+  local v = bounds[n]
+  if v == nil then
+    v = str(n)
+    bounds[n] = v
+  end
+  return v
+end
+
 local function decide(key, marker_key, limit, window, job, now, at, move)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', str(now - window))
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', bound(now - window))
 
   -- The job is entered first (NX: an entry it already has is kept), so
   -- the common case, a new job, needs no ZSCORE: one already in the log
   -- is then allowed again where it stands, or moved.
-  if redis.call('ZADD', key, 'NX', str(at), job) == 0 then
+  if redis.call('ZADD', key, 'NX', bound(at), job) == 0 then
     local had = tonumber(redis.call('ZSCORE', key, job))
     if not move or had == at then
       local remaining = limit - redis.call('ZCARD', key)
       if remaining < 0 then remaining = 0 end
       return 1, remaining, 0, had
     end
-    redis.call('ZADD', key, str(at), job)
+    redis.call('ZADD', key, bound(at), job)
   end
 
   -- The entries after at - window, the job's own included.
-  local from = '(' .. str(at - window)
-  local count = redis.call('ZCOUNT', key, from, '+inf') - 1
+  -- Decided for now, they are every entry the trim above left: ZCARD,
+  -- O(1), where ZCOUNT walks the log (peek.lua keeps this true of its
+  -- dropped trim).
+  local count
+  if at == now then
+    count = redis.call('ZCARD', key) - 1
+  else
+    count = redis.call('ZCOUNT', key, '(' .. bound(at - window), '+inf') - 1
+  end
   if count < limit then
     -- The log's expiry follows its newest entry. Alone after at - window,
     -- the job is the newest (what lies before it expires sooner): set.
@@ -56,6 +77,6 @@ local function decide(key, marker_key, limit, window, job, now, at, move)
   -- Denied: the job leaves the log; allowed again when the entry that
   -- brings the count below limit leaves the window.
   redis.call('ZREM', key, job)
-  local entry = redis.call('ZRANGEBYSCORE', key, from, '+inf', 'WITHSCORES', 'LIMIT', count - limit, 1)
+  local entry = redis.call('ZRANGEBYSCORE', key, '(' .. bound(at - window), '+inf', 'WITHSCORES', 'LIMIT', count - limit, 1)
   return 0, 0, tonumber(entry[2]) + window - now, 0
 end

@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -28,6 +29,15 @@ func eval(t *testing.T, rdb *redis.Client, body string, args ...any) any {
 		t.Fatalf("%s: %v", body, err)
 	}
 	return v
+}
+
+// toAny is ss as eval's arguments.
+func toAny(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
 }
 
 func TestPreambles(t *testing.T) {
@@ -143,6 +153,41 @@ func TestPreambles(t *testing.T) {
 			if d, err := rdb.PTTL(ctx, k).Result(); err != nil || d <= luapre.MaxTTL-time.Minute || d > luapre.MaxTTL {
 				t.Errorf("PTTL of %s written with 1e21 = %v, %v; want at most %v", k, d, err, luapre.MaxTTL)
 			}
+		}
+	})
+
+	// ttl_ms keeps what it formatted for the rest of the run: one run
+	// asking for many expiries, repeats, NaN and clamped ones among them,
+	// gets each the answer a run of its own gets.
+	t.Run("memo", func(t *testing.T) {
+		args := []string{"86400000", "1.5", "86400000", "0.2", "nan", "1e300", "2", "1.5", "nan", "-5", "3600000", "2", "1e300"}
+		var want []any
+		for _, a := range args {
+			body := "return ttl_ms(tonumber(ARGV[1]))"
+			if a == "nan" {
+				body = "return ttl_ms(0/0)"
+			}
+			want = append(want, eval(t, rdb, body, a))
+		}
+		all := "local out = {}; for i = 1, #ARGV do local n = tonumber(ARGV[i]); if ARGV[i] == 'nan' then n = 0/0 end; out[i] = ttl_ms(n) end; return out"
+		got, err := rdb.Eval(ctx, luapre.Num+all, nil, toAny(args)...).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("ttl_ms in one run of %v = %v, in a run each %v", args, got, want)
+		}
+		us := []string{"3600000000", "1000", "3600000000", "7200000000", "1000"}
+		var wantUS []any
+		for _, a := range us {
+			wantUS = append(wantUS, eval(t, rdb, "return ttl(tonumber(ARGV[1]))", a))
+		}
+		got, err = rdb.Eval(ctx, luapre.Num+"local out = {}; for i = 1, #ARGV do out[i] = ttl(tonumber(ARGV[i])) end; return out", nil, toAny(us)...).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, wantUS) {
+			t.Errorf("ttl in one run of %v = %v, in a run each %v", us, got, wantUS)
 		}
 	})
 

@@ -24,11 +24,20 @@ local function idiv(a, b)
 end
 
 -- ttl_ms is an expiry of ms milliseconds, as str, held to [1, MAX_TTL_MS]
--- (a NaN to MAX_TTL_MS: a limiter's state is never dropped early).
+-- (a NaN to MAX_TTL_MS: a limiter's state is never dropped early). The
+-- expiries of one script run mostly repeat (one per rule or lease, not
+-- per job), so each is formatted once a run: string.format is what a
+-- script spends most on outside Redis's commands (docs/benchmarks.md).
+local ttl_memo = {}
 local function ttl_ms(ms)
-  if not (ms <= MAX_TTL_MS) then ms = MAX_TTL_MS end
-  if ms < 1 then ms = 1 end
-  return str(math.ceil(ms))
+  local v = ttl_memo[ms]
+  if v ~= nil then return v end
+  local c = ms
+  if not (c <= MAX_TTL_MS) then c = MAX_TTL_MS end
+  if c < 1 then c = 1 end
+  v = str(math.ceil(c))
+  if ms == ms then ttl_memo[ms] = v end -- a NaN is no table key
+  return v
 end
 
 -- ttl is the expiry, ms as str, of a key that matters for us more µs: one

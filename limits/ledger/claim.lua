@@ -26,6 +26,16 @@ local leases = {}
 for i = 1, #KEYS do
   leases[i] = whole('lease', ARGV[2 + 2 * i], 1, MAX_TTL_MS)
 end
+-- The lease ends as strings, made once per lease length (the claims of
+-- one run mostly share theirs; formatting is the costly part, and
+-- ttl_ms is memoized alike).
+local ends = {}
+for i = 1, #KEYS do
+  local l = leases[i]
+  if ends[l] == nil then
+    ends[l] = str(now + l * 1000)
+  end
+end
 local out = {}
 for i, key in ipairs(KEYS) do
   local me = ARGV[1 + 2 * i]
@@ -39,7 +49,7 @@ for i, key in ipairs(KEYS) do
   elseif owner and owner ~= me and lease_end > now then
     out[n + 1], out[n + 2], out[n + 3] = 2, attempts, math.ceil((lease_end - now) / 1000)
   else
-    redis.call('HSET', key, 'o', me, 'l', now + leases[i] * 1000)
+    redis.call('HSET', key, 'o', me, 'l', ends[leases[i]])
     -- Kept dedup_ttl past the lease's end: the job is sent within its
     -- lease, so the record outlives the send by dedup_ttl, and the sent
     -- record written on it (ledger_sent.lua) need not move its expiry.
