@@ -21,7 +21,7 @@ func (pl *pipeline) reserve(ctx context.Context, jb *job) (leaky.Reservation, *l
 	t0 := pl.now()
 	err := pl.be.with(ctx, jb, func(cur *limits.Set) (err error) {
 		l = cur
-		r, err = cur.Leaky.Reserve(ctx, jb.provider, pl.reserveContract(cur, jb.pcfg), jb.cost)
+		r, err = cur.Reserve(ctx, jb.provider, pl.reserveContract(cur, jb.pcfg), jb.cost)
 		return err
 	})
 	pl.trace("leaky", t0)

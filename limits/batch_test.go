@@ -3,6 +3,7 @@ package limits
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -269,6 +270,41 @@ func TestPipeBatcherMergesRequests(t *testing.T) {
 			for _, id := range []string{"w1-r0", "w2-r0"} {
 				if got, err := led.Claim(ctx, id, "x", time.Minute); err != nil || got.Status != ledger.AlreadySent {
 					t.Errorf("claim of %s after SCRIPT FLUSH and RecordSent: %+v, %v; want ledger.AlreadySent", id, got, err)
+				}
+			}
+			// A slot taken alone (a job that woke too late for its first)
+			// rides the batch too: workers asking together share round
+			// trips, and their slots follow the last one handed out at the
+			// contract's interval, the script loaded again after a flush.
+			set.Leaky = q
+			if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := set.Reserve(ctx, "p", c, 1); err != nil {
+				t.Fatalf("Reserve after SCRIPT FLUSH: %v", err)
+			}
+			slots := make([]int64, workers)
+			trips0 = trips.Count()
+			for w := range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					r, err := set.Reserve(ctx, "p", c, 1)
+					if err != nil || !r.OK {
+						t.Errorf("Reserve: %+v, %v; want a slot", r, err)
+						return
+					}
+					slots[w] = r.Slot
+				}()
+			}
+			wg.Wait()
+			if used := trips.Count() - trips0; used*4 > workers {
+				t.Errorf("%d round trips for %d lone reservations: they did not ride a batch", used, workers)
+			}
+			slices.Sort(slots)
+			for i, s := range slots {
+				if want := last + 10*int64(i+2); s != want {
+					t.Fatalf("lone reservation %d at %d µs, want %d (10 µs after the one before)", i, s, want)
 				}
 			}
 		})
