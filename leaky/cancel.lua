@@ -25,17 +25,13 @@
 -- come closer than the contract. Its units then leave every quota's count:
 -- nothing followed it, so each quota's window (q<j>s, q<j>u, see reserve.lua)
 -- is still the one it counted in.
+-- Prepended (redis.go): runid.lua (run_id).
 local slot = tonumber(ARGV[1])
 local inc = tonumber(ARGV[2])
 local seq = tonumber(ARGV[3])
 local st = redis.call('HMGET', KEYS[1], 'tat', 'seq', 'node')
-if ARGV[4] == '1' then
-  -- This server run's id, read as reserve.lua reads it.
-  local info = redis.call('INFO', 'server')
-  local at = string.find(info, 'run_id:', 1, true)
-  if st[3] ~= (at and string.match(info, '^%x+', at + 7)) then
-    return 0
-  end
+if ARGV[4] == '1' and st[3] ~= run_id() then
+  return 0
 end
 local rolled = tonumber(st[1]) == slot + inc and tonumber(st[2]) == seq
 if rolled then

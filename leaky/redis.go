@@ -15,21 +15,26 @@ import (
 )
 
 // Each script is its .lua file with what its header says comes prepended:
-// the shared preambles of internal/luapre (now_us; str, idiv, ttl) and
-// shaping.lua.
+// the shared preambles of internal/luapre (now_us; str, idiv, ttl),
+// shaping.lua and runid.lua.
 var (
 	// shapingLua is the adaptive-rate arithmetic reserve.lua and pause.lua
 	// share: prepended to each, after luapre.Num (its idiv).
 	//go:embed shaping.lua
 	shapingLua string
 
+	// runIDLua is the failover guard's run_id(), prepended to reserve.lua
+	// and cancel.lua.
+	//go:embed runid.lua
+	runIDLua string
+
 	//go:embed reserve.lua
 	reserveLua    string
-	reserveScript = redis.NewScript(luapre.Now + luapre.Num + shapingLua + reserveLua)
+	reserveScript = redis.NewScript(luapre.Now + luapre.Num + shapingLua + runIDLua + reserveLua)
 
 	//go:embed cancel.lua
 	cancelLua    string
-	cancelScript = redis.NewScript(cancelLua)
+	cancelScript = redis.NewScript(runIDLua + cancelLua)
 
 	//go:embed pause.lua
 	pauseLua    string

@@ -38,7 +38,7 @@
 --
 -- Prepended (redis.go): internal/luapre's now.lua (now_us) and num.lua
 -- (idiv, ttl_ms, whole, arg), then shaping.lua (adaptive, effective,
--- climbed).
+-- climbed) and runid.lua (run_id).
 local mqd = whole('mqd', ARGV[1], 0, EXACT / 4)
 local cold = whole('cold', ARGV[2], 0, EXACT / 2)
 local idle = whole('idle', ARGV[3], 0, MAX_TTL_MS)
@@ -47,13 +47,7 @@ local guard = ARGV[5] == '1'
 local nshape = whole('n', ARGV[6], 0, 17)
 local node = '-'
 if guard then
-  -- The run id: found as plain text, then read where it starts (a pattern
-  -- searched through all of INFO server cost as much as INFO itself:
-  -- about 30,000 instructions a call, counted under callgrind). No run id
-  -- (a server that does not say) trusts no state, as before.
-  local info = redis.call('INFO', 'server')
-  local at = string.find(info, 'run_id:', 1, true)
-  node = at and string.match(info, '^%x+', at + 7)
+  node = run_id()
 end
 
 local st = redis.call('HMGET', KEYS[1], 'tat', 'seq', 'node')

@@ -141,19 +141,8 @@ func (l *Set) admitInOrder(ctx context.Context, a Ask) (Admission, error) {
 // (userlimit.Limiter.AllowAt): on Redis in the workers' shared pipeline,
 // loading the scripts and asking once more when the server lost them.
 func (l *Set) AllowAt(ctx context.Context, key userlimit.Key, id string, rule userlimit.Rule, at time.Time) (userlimit.Result, error) {
-	if l.redis == nil {
-		return l.Users.AllowAt(ctx, key, id, rule, at)
-	}
-	var dc *userlimit.Decision
-	l.redis.batch.do(ctx, func(bt *pipeBatch) { dc = bt.allow(l.redis.users, key, id, rule, at) })
-	res, err := dc.Result()
-	if err != nil && NotLoaded(err) {
-		if lerr := l.redis.load(ctx); lerr != nil {
-			return res, lerr
-		}
-		res, err = l.Users.AllowAt(ctx, key, id, rule, at)
-	}
-	return res, err
+	return inBatch(ctx, l, func(bt *pipeBatch) result[userlimit.Result] { return bt.allow(l.redis.users, key, id, rule, at) },
+		func() (userlimit.Result, error) { return l.Users.AllowAt(ctx, key, id, rule, at) })
 }
 
 // Reserve takes cost units' send slot in provider's queue under c
@@ -163,17 +152,29 @@ func (l *Set) AllowAt(ctx context.Context, key userlimit.Key, id string, rule us
 // than a round trip of its own; the scripts loaded and the slot asked once
 // more when the server lost them.
 func (l *Set) Reserve(ctx context.Context, provider string, c leaky.Contract, cost int) (leaky.Reservation, error) {
+	return inBatch(ctx, l, func(bt *pipeBatch) result[leaky.Reservation] { return bt.reserve(l.redis.leaky, provider, c, cost) },
+		func() (leaky.Reservation, error) { return l.Leaky.Reserve(ctx, provider, c, cost) })
+}
+
+// result is a command queued in a batch, its answer read once the batch
+// is back.
+type result[T any] interface{ Result() (T, error) }
+
+// inBatch queues one request in the workers' shared pipeline and returns
+// its answer; when the server lost the scripts (a restart, a failover) it
+// loads them and asks once more alone. In memory it asks alone.
+func inBatch[T any](ctx context.Context, l *Set, queue func(bt *pipeBatch) result[T], alone func() (T, error)) (T, error) {
 	if l.redis == nil {
-		return l.Leaky.Reserve(ctx, provider, c, cost)
+		return alone()
 	}
-	var rc *leaky.ReserveCmd
-	l.redis.batch.do(ctx, func(bt *pipeBatch) { rc = bt.reserve(l.redis.leaky, provider, c, cost) })
-	res, err := rc.Result()
+	var cmd result[T]
+	l.redis.batch.do(ctx, func(bt *pipeBatch) { cmd = queue(bt) })
+	res, err := cmd.Result()
 	if err != nil && NotLoaded(err) {
 		if lerr := l.redis.load(ctx); lerr != nil {
 			return res, lerr
 		}
-		res, err = l.Leaky.Reserve(ctx, provider, c, cost)
+		res, err = alone()
 	}
 	return res, err
 }

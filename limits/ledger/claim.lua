@@ -22,16 +22,13 @@
 -- (whole, ttl_ms): every argument is checked before anything is written.
 local now = now_us(ARGV[2])
 local keep = whole('dedup_ttl', ARGV[1], 1, MAX_TTL_MS)
-local leases = {}
-for i = 1, #KEYS do
-  leases[i] = whole('lease', ARGV[2 + 2 * i], 1, MAX_TTL_MS)
-end
 -- The lease ends as strings, made once per lease length (the claims of
--- one run mostly share theirs; formatting is the costly part, and
--- ttl_ms is memoized alike).
-local ends = {}
+-- one run mostly share theirs; formatting is the costly part, and ttl_ms
+-- is memoized alike).
+local leases, ends = {}, {}
 for i = 1, #KEYS do
-  local l = leases[i]
+  local l = whole('lease', ARGV[2 + 2 * i], 1, MAX_TTL_MS)
+  leases[i] = l
   if ends[l] == nil then
     ends[l] = str(now + l * 1000)
   end
