@@ -155,7 +155,7 @@ local dirty = false
 for i = first, #ARGV, step do
   local cost = 0
   if shaped then
-    cost = tonumber(ARGV[i + 1])
+    cost = num(ARGV[i + 1])
   end
   local slot = math.max(now, tat)
   if pause ~= nil and pause > slot then
@@ -195,7 +195,7 @@ for i = first, #ARGV, step do
         qu[j] = cost
       end
     end
-    local inc = tonumber(ARGV[i])
+    local inc = num(ARGV[i])
     if pq > 0 then
       local a = math.min(idiv(cost * 1000000000000 + pq - 1, pq), maxinc)
       if a > inc then

@@ -45,17 +45,15 @@ for a = 3, #ARGV, 4 do
   end
 end
 local out = {}
-local first = 1
+local first, o = 1, 0
 for a = 3, #ARGV, 4 do
   local at, move = now, false
   if ARGV[a + 3] ~= '' then
-    at, move = math.max(tonumber(ARGV[a + 3]), now), true
+    at, move = math.max(num(ARGV[a + 3]), now), true
   end
-  local allowed, remaining, retry, stands = decide(KEYS[first], KEYS[first + 1], tonumber(ARGV[a]), tonumber(ARGV[a + 1]), ARGV[a + 2], now, at, move)
-  out[#out + 1] = allowed
-  out[#out + 1] = remaining
-  out[#out + 1] = retry
-  out[#out + 1] = stands
+  local allowed, remaining, retry, stands = decide(KEYS[first], KEYS[first + 1], num(ARGV[a]), num(ARGV[a + 1]), ARGV[a + 2], now, at, move)
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4] = allowed, remaining, retry, stands
+  o = o + 4
   first = first + nkeys
 end
 return out

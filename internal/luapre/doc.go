@@ -24,7 +24,8 @@ var (
 	// Num defines the integer helpers: str(n), n as a decimal integer
 	// string; idiv(a, b), floor(a / b) exactly; ttl(us), a key's expiry in
 	// ms (as str) one second past us µs from now, and ttl_ms(ms), an
-	// expiry given in ms, both held to [1 ms, MaxTTL]; and the argument
+	// expiry given in ms, both held to [1 ms, MaxTTL]; num(v), tonumber(v)
+	// memoized for the script run; and the argument
 	// checks arg(name, v, lo, hi) and whole(name, v, lo, hi), which return
 	// v as a number within [lo, hi] (whole: an integer) or stop the script
 	// with an error naming it, its value and the range. EXACT is 2^53 and
