@@ -3,7 +3,6 @@ package queue
 import (
 	"fmt"
 	"net/mail"
-	"regexp"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -64,11 +63,59 @@ func invalid(field, format string, args ...any) *InvalidError {
 	return &InvalidError{Field: field, Rule: fmt.Sprintf(format, args...)}
 }
 
+// The character classes of SPEC §2's rules, checked a byte at a time: each
+// is ASCII, so a byte outside it (any byte of a multi-byte UTF-8
+// character, or of invalid UTF-8) fails, as the equivalent regular
+// expression would (queue's tests hold the two equal). A regexp match was
+// about 1 % of a worker's CPU, for every job decoded.
 var (
-	idPattern    = regexp.MustCompile(`^[A-Za-z0-9._:-]+$`) // ValidID's
-	e164Pattern  = regexp.MustCompile(`^\+[1-9][0-9]{6,14}$`)
-	devicePatten = regexp.MustCompile(`^[A-Za-z0-9._:=+/~\[\]-]+$`)
+	idChars     = newCharset("A-Za-z0-9._:-")       // ValidID's
+	deviceChars = newCharset("A-Za-z0-9._:=+/~[]-") // a push token's
 )
+
+// charset is a set of bytes.
+type charset [256]bool
+
+// newCharset is the set of spec's bytes, where "a-z" stands for the bytes
+// from a to z and a '-' at either end for itself.
+func newCharset(spec string) *charset {
+	var c charset
+	for i := 0; i < len(spec); i++ {
+		if i+2 < len(spec) && spec[i+1] == '-' {
+			for b := int(spec[i]); b <= int(spec[i+2]); b++ {
+				c[b] = true
+			}
+			i += 2
+			continue
+		}
+		c[spec[i]] = true
+	}
+	return &c
+}
+
+// holds reports whether s is not empty and every byte of s is in c.
+func (c *charset) holds(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if !c[s[i]] {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// isE164 reports whether s is an E.164 number as SPEC §2 writes it: '+',
+// then 7 to 15 digits, the first not 0 (`^\+[1-9][0-9]{6,14}$`).
+func isE164(s string) bool {
+	if len(s) < 8 || len(s) > 16 || s[0] != '+' || s[1] == '0' {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
 
 // Validate checks a job built in Go against every rule of SPEC §2 that
 // Decode enforces, except the match with a subject (a Go-built job has
@@ -91,6 +138,14 @@ func (j *Job) Marshal() ([]byte, error) {
 	if err := j.validate(subjectOf{}, nil); err != nil {
 		return nil, err
 	}
+	return j.encode()
+}
+
+// JSON encodes the job as Marshal does (the same bytes), without
+// validating it first: for a job already valid, decoded or built and
+// checked, such as the one a provider sends. It fails only when the
+// encoding is larger than MaxJobBytes.
+func (j *Job) JSON() ([]byte, error) {
 	return j.encode()
 }
 
@@ -174,7 +229,7 @@ var fields = []field{
 			return invalid("id", "required")
 		case len(j.ID) > MaxIDLen:
 			return invalid("id", "must be at most %d characters, got %d", MaxIDLen, len(j.ID))
-		case !idPattern.MatchString(j.ID):
+		case !idChars.holds(j.ID):
 			return invalid("id", "must contain only A-Z a-z 0-9 . _ : -")
 		}
 		return nil
@@ -283,11 +338,11 @@ func checkTo(channel, to string) *InvalidError {
 	}
 	switch channel {
 	case "sms":
-		if !e164Pattern.MatchString(to) {
+		if !isE164(to) {
 			return invalid(field, "must be an E.164 phone number: + then 7 to 15 digits, the first not 0")
 		}
 	case "push":
-		if len(to) < minDeviceLen || len(to) > maxDeviceLen || !devicePatten.MatchString(to) {
+		if len(to) < minDeviceLen || len(to) > maxDeviceLen || !deviceChars.holds(to) {
 			return invalid(field, "must be a device token: %d to %d characters of A-Z a-z 0-9 . _ : = + / ~ [ ] -", minDeviceLen, maxDeviceLen)
 		}
 	case "email":
@@ -345,7 +400,7 @@ func echo(s string) string {
 // ValidID applies SPEC §2's rule for a job id: 1 to MaxIDLen characters of
 // [A-Za-z0-9._:-]. It is the one place the rule is written.
 func ValidID(id string) bool {
-	return id != "" && len(id) <= MaxIDLen && idPattern.MatchString(id)
+	return id != "" && len(id) <= MaxIDLen && idChars.holds(id)
 }
 
 // MsgID is the Nats-Msg-Id of a job: a job id is unique within its tenant
