@@ -50,3 +50,17 @@ func ExampleJobSubject() {
 	// push
 	// notify.dead.email notify.suppressed.email
 }
+
+// A job's encoding: the fields it has in SPEC §2's order, data keys sorted,
+// times in UTC. JSON does not validate (Marshal does, then encodes alike).
+func ExampleJob_JSON() {
+	j := queue.Job{ID: "otp-42", UserID: "u-7", Channel: "sms", To: "+14155550123", Body: "<b>Your code</b>",
+		Data: map[string]string{"z": "1", "a": "2"}}
+	data, err := j.JSON()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(string(data))
+	// Output: {"id":"otp-42","user_id":"u-7","channel":"sms","to":"+14155550123","body":"<b>Your code</b>","data":{"a":"2","z":"1"}}
+}
