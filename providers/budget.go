@@ -3,6 +3,7 @@ package providers
 import (
 	"context"
 	"net/http"
+	"net/textproto"
 	"strconv"
 	"strings"
 	"time"
@@ -62,25 +63,52 @@ func reportBudget(ctx context.Context, h http.Header, now func() time.Time) {
 // a Retry-After: an absurd value must not stop a provider for days.
 const maxBudgetReset = MaxRetryAfter
 
+// The rate-limit headers ParseBudget reads, by their canonical names, made
+// once: http.Header.Get canonicalizes its key on every call, and most of
+// these names are not canonical as written ("RateLimit-Remaining" is
+// "Ratelimit-Remaining"), which allocated four strings an answer.
+var (
+	budgetHeader = textproto.CanonicalMIMEHeaderKey("RateLimit")
+	budgetFields = [...]struct{ remaining, reset string }{
+		{textproto.CanonicalMIMEHeaderKey("RateLimit-Remaining"), textproto.CanonicalMIMEHeaderKey("RateLimit-Reset")},
+		{textproto.CanonicalMIMEHeaderKey("X-RateLimit-Remaining"), textproto.CanonicalMIMEHeaderKey("X-RateLimit-Reset")},
+	}
+)
+
+// xRateLimit is the index in budgetFields of the X-RateLimit- form.
+const xRateLimit = 1
+
+// headerValue is h.Get(key) for a key already canonical.
+func headerValue(h http.Header, key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
 // ParseBudget reads the rate-limit headers of an answer. The draft
 // structured field RateLimit wins, then RateLimit-Remaining/-Reset, then
 // X-RateLimit-Remaining/-Reset. A reset is delta seconds; in the
 // X-RateLimit form a value above 10^9 is a Unix time (SendGrid, GitHub),
 // taken against now. ok is false when no remaining count could be read.
 func ParseBudget(h http.Header, now time.Time) (Budget, bool) {
-	if v := h.Get("RateLimit"); v != "" {
+	if v := headerValue(h, budgetHeader); v != "" {
 		if b, ok := parseStructuredRateLimit(v); ok {
 			return b, true
 		}
 	}
-	for _, prefix := range []string{"RateLimit-", "X-RateLimit-"} {
-		rem, err := strconv.ParseInt(strings.TrimSpace(h.Get(prefix+"Remaining")), 10, 64)
+	for i, f := range budgetFields {
+		v := strings.TrimSpace(headerValue(h, f.remaining))
+		if v == "" {
+			continue // the usual answer: no error to make
+		}
+		rem, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
 			continue
 		}
 		b := Budget{Remaining: rem}
-		if r, err := strconv.ParseFloat(strings.TrimSpace(h.Get(prefix+"Reset")), 64); err == nil && r > 0 && r < 1e15 {
-			if prefix == "X-RateLimit-" && r > 1e9 {
+		if r, err := strconv.ParseFloat(strings.TrimSpace(headerValue(h, f.reset)), 64); err == nil && r > 0 && r < 1e15 {
+			if i == xRateLimit && r > 1e9 {
 				b.Reset = time.Unix(0, int64(r*1e9)).Sub(now)
 			} else {
 				b.Reset = time.Duration(r * float64(time.Second))

@@ -89,3 +89,16 @@ func FuzzParseBudget(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkParseBudget is the read of every 2xx answer's headers when the
+// dispatcher listens for budgets: an answer without rate-limit headers,
+// the usual case.
+func BenchmarkParseBudget(b *testing.B) {
+	h := http.Header{"Content-Type": {"application/json"}, "Date": {"Mon, 07 Dec 2026 12:00:00 GMT"}, "Content-Length": {"2"}}
+	now := time.Now()
+	for b.Loop() {
+		if _, ok := providers.ParseBudget(h, now); ok {
+			b.Fatal("a budget from no rate-limit header")
+		}
+	}
+}
