@@ -255,8 +255,8 @@ func TestPromiseAckWaitsForSentRecord(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if s, err := b.redis.Client().HGet(ctx, ledger.Key(b.prefix, "rec-1"), "s").Result(); err != nil || s != "1" {
-		t.Fatalf("the ledger's record of the sent job: %q, %v; want \"1\"", s, err)
+	if r, err := ledger.NewRedis(b.redis.Client(), b.prefix, time.Hour).Record(ctx, "rec-1"); err != nil || !r.Sent {
+		t.Fatalf("the ledger's record of the sent job: %+v, %v; want sent", r, err)
 	}
 	b.acceptedOnce([]string{"warm", "rec-1"})
 }
@@ -389,8 +389,8 @@ func TestPromiseStopFinishesSendsUnderWay(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if s, err := b.redis.Client().HGet(ctx, ledger.Key(b.prefix, "inflight"), "s").Result(); err != nil || s != "1" {
-		t.Fatalf("the ledger's record of the job sent during the stop: %q, %v; want \"1\"", s, err)
+	if r, err := ledger.NewRedis(b.redis.Client(), b.prefix, time.Hour).Record(ctx, "inflight"); err != nil || !r.Sent {
+		t.Fatalf("the ledger's record of the job sent during the stop: %+v, %v; want sent", r, err)
 	}
 	testenv.WaitFor(t, 5*time.Second, "the job acknowledged", func() bool { return b.remaining() == 0 })
 	b.acceptedOnce([]string{"warm", "inflight"})

@@ -34,6 +34,7 @@ func BenchmarkRedisCostPerJob(b *testing.B) {
 		n       int  // jobs a batch
 	}{
 		{"ledger/batch32", false, false, 32},
+		{"ledger/batch8", false, false, 8},
 		{"ledger+slot/batch32", true, false, 32},
 		{"ledger+slot+cap/batch32", true, true, 32},
 		{"ledger+slot+cap/batch8", true, true, 8},

@@ -1,12 +1,12 @@
 -- failed: count one transient provider failure of a job, note its class,
 -- and give up the caller's lease.
 --
--- KEYS[1]  the job's ledger hash, {<prefix>j:<id>}
+-- KEYS[1]  the job's ledger record, {<prefix>j:<id>} (record.lua)
 -- ARGV[1]  owner token of the caller
 -- ARGV[2]  record TTL (dedup_ttl), integer milliseconds
 -- ARGV[3]  the failure's class ("5xx", "error"; '' or absent: none)
 --
--- Fields beside claim's (ledger_claim.lua): e = the class of the last
+-- Fields beside claim's (claim.lua): e = the class of the last
 -- transient failure.
 --
 -- a = a + 1, e = the class when there is one, the lease (o, l) cleared when
@@ -15,16 +15,19 @@
 --
 -- Reply: attempts after this failure (integer)
 --
--- Prepended (ledger.go): internal/luapre's num.lua (whole, ttl_ms) and
--- keep.lua (keep_record).
+-- Prepended (ledger.go): internal/luapre's num.lua (whole, ttl_ms, str),
+-- record.lua (load, store) and keep.lua (keep_record).
 local keep = whole('dedup_ttl', ARGV[2], 1, MAX_TTL_MS)
 local key = KEYS[1]
-redis.call('HINCRBY', key, 'a', 1)
+local rec = load(key) or {}
+local attempts = (tonumber(rec.a) or 0) + 1
+rec.a = attempts
 if ARGV[3] and ARGV[3] ~= '' then
-  redis.call('HSET', key, 'e', ARGV[3])
+  rec.e = ARGV[3]
 end
-if redis.call('HGET', key, 'o') == ARGV[1] then
-  redis.call('HDEL', key, 'o', 'l')
+if rec.o == ARGV[1] then
+  rec.o, rec.l = nil, nil
 end
-keep_record(key, keep)
-return tonumber(redis.call('HGET', key, 'a')) or 0
+store(key, rec)
+keep_record(key, rec, keep)
+return attempts

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -92,9 +93,17 @@ const (
 )
 
 var (
+	// record.lua, the record's string form (lenstr, entry, encode, parse,
+	// convert), prepended to every ledger script; update.lua (load, store)
+	// to those that rewrite a record.
+	//go:embed record.lua
+	ledgerRecordLua string
+	//go:embed update.lua
+	ledgerUpdateLua string
+
 	//go:embed claim.lua
 	ledgerClaimLua    string
-	ledgerClaimScript = redis.NewScript(luapre.Now + luapre.Num + ledgerClaimLua)
+	ledgerClaimScript = redis.NewScript(luapre.Now + luapre.Num + ledgerRecordLua + ledgerClaimLua)
 
 	// The record's other decisions, one script each: a transient failure
 	// counted (Failed), the lease given up with or without an end noted
@@ -106,25 +115,27 @@ var (
 
 	//go:embed failed.lua
 	ledgerFailedLua    string
-	ledgerFailedScript = redis.NewScript(luapre.Num + ledgerKeepLua + ledgerFailedLua)
+	ledgerFailedScript = redis.NewScript(luapre.Num + ledgerRecordLua + ledgerUpdateLua + ledgerKeepLua + ledgerFailedLua)
 
 	//go:embed release.lua
 	ledgerReleaseLua    string
-	ledgerReleaseScript = redis.NewScript(luapre.Now + luapre.Num + ledgerKeepLua + ledgerReleaseLua)
+	ledgerReleaseScript = redis.NewScript(luapre.Now + luapre.Num + ledgerRecordLua + ledgerUpdateLua + ledgerKeepLua + ledgerReleaseLua)
 
 	//go:embed reset.lua
 	ledgerResetLua    string
-	ledgerResetScript = redis.NewScript(ledgerResetLua)
+	ledgerResetScript = redis.NewScript(luapre.Num + ledgerRecordLua + ledgerUpdateLua + ledgerResetLua)
 
 	// Jobs sent (Sent, SentGroup): the records of many jobs in one run.
 	//go:embed sent.lua
 	ledgerSentLua    string
-	ledgerSentScript = redis.NewScript(luapre.Num + ledgerSentLua)
+	ledgerSentScript = redis.NewScript(luapre.Num + ledgerRecordLua + ledgerSentLua)
 )
 
-// Redis keeps the ledger in Redis, one hash per job under the hash tag
-// {<prefix>j:<id>}, so it runs unchanged on Redis Cluster. Every operation
-// is one atomic script reading the Redis clock.
+// Redis keeps the ledger in Redis, one string per job (record.lua) under
+// the hash tag {<prefix>j:<id>}, so it runs unchanged on Redis Cluster.
+// Every operation is one atomic script reading the Redis clock; a record
+// an earlier version kept as a hash is read as it is and rewritten as a
+// string by the first script that meets it.
 type Redis struct {
 	rdb    redis.Cmdable
 	prefix string
@@ -375,12 +386,11 @@ func (g *SentGroup) Err() error {
 // SentFrom reads which message of job id was sent (SentGroup.Add): its
 // stream sequence and digest; ok is false when the record holds none.
 func (l *Redis) SentFrom(ctx context.Context, id string) (seq uint64, digest string, ok bool, err error) {
-	vals, err := l.rdb.HMGet(ctx, Key(l.prefix, id), "q", "h").Result()
+	fields, err := l.fields(ctx, id)
 	if err != nil {
 		return 0, "", false, fmt.Errorf("read the sent record of job %s: %w", id, err)
 	}
-	q, _ := vals[0].(string)
-	h, _ := vals[1].(string)
+	q, h := fields["q"], fields["h"]
 	if q == "" {
 		return 0, "", false, nil
 	}
@@ -389,6 +399,57 @@ func (l *Redis) SentFrom(ctx context.Context, id string) (seq uint64, digest str
 		return 0, "", false, fmt.Errorf("read the sent record of job %s: sequence %q: %w", id, q, err)
 	}
 	return seq, h, true, nil
+}
+
+// fields reads job id's record, field -> value (empty when there is none),
+// in either form: the string of this version (record.lua) or the hash of
+// an earlier one, which only a script rewrites.
+func (l *Redis) fields(ctx context.Context, id string) (map[string]string, error) {
+	key := Key(l.prefix, id)
+	v, err := l.rdb.Get(ctx, key).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return nil, nil
+	case isWrongType(err):
+		return l.rdb.HGetAll(ctx, key).Result()
+	case err != nil:
+		return nil, err
+	}
+	return ParseRecord(v)
+}
+
+// isWrongType says whether err is Redis's WRONGTYPE: the key holds
+// another type (a ledger record of an earlier version, a hash).
+func isWrongType(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "WRONGTYPE")
+}
+
+// ParseRecord reads a ledger record string (record.lua: entries of a
+// field's one-letter name, its value's length in bytes, ':' and the
+// value, a later entry of a field overriding an earlier one, an empty
+// value clearing it) into its fields. A string that is not one gives an
+// error saying where it breaks.
+func ParseRecord(s string) (map[string]string, error) {
+	fields := map[string]string{}
+	for i := 0; i < len(s); {
+		c := strings.IndexByte(s[i+1:], ':')
+		if c < 0 {
+			return nil, fmt.Errorf("ledger record malformed at byte %d: no length", i)
+		}
+		c += i + 1
+		n, err := strconv.Atoi(s[i+1 : c])
+		if err != nil || n < 0 || n > len(s)-c-1 {
+			return nil, fmt.Errorf("ledger record malformed at byte %d: length %q", i, s[i+1:c])
+		}
+		f, v := s[i:i+1], s[c+1:c+1+n]
+		if v == "" {
+			delete(fields, f)
+		} else {
+			fields[f] = v
+		}
+		i = c + 1 + n
+	}
+	return fields, nil
 }
 
 // Failed implements Ledger.
@@ -483,24 +544,40 @@ type Record struct {
 	TTL time.Duration
 }
 
-// Record reads job id's ledger record in one round trip, changing nothing.
-// The lease shows only while it lasts, on the Redis clock.
+// Record reads job id's ledger record in one round trip (two for a record
+// an earlier version wrote), changing nothing. The lease shows only while
+// it lasts, on the Redis clock.
 func (l *Redis) Record(ctx context.Context, id string) (Record, error) {
 	key := Key(l.prefix, id)
 	pipe := l.rdb.Pipeline()
-	all := pipe.HGetAll(ctx, key)
+	get := pipe.Get(ctx, key)
 	ttl := pipe.PTTL(ctx, key)
 	now := pipe.Time(ctx)
-	if _, err := pipe.Exec(ctx); err != nil {
+	_, _ = pipe.Exec(ctx) // each command carries its error
+	if err := errors.Join(ttl.Err(), now.Err()); err != nil {
 		return Record{}, fmt.Errorf("read the ledger record of job %s: %w", id, err)
+	}
+	var fields map[string]string
+	switch v, err := get.Result(); {
+	case errors.Is(err, redis.Nil):
+	case isWrongType(err):
+		if fields, err = l.rdb.HGetAll(ctx, key).Result(); err != nil {
+			return Record{}, fmt.Errorf("read the ledger record of job %s: %w", id, err)
+		}
+	case err != nil:
+		return Record{}, fmt.Errorf("read the ledger record of job %s: %w", id, err)
+	default:
+		if fields, err = ParseRecord(v); err != nil {
+			return Record{}, fmt.Errorf("read the ledger record of job %s: %w", id, err)
+		}
 	}
 	if l.now != nil {
 		now.SetVal(l.now())
 	}
-	return parseRecord(id, all.Val(), ttl.Val(), now.Val())
+	return parseRecord(id, fields, ttl.Val(), now.Val())
 }
 
-// parseRecord decodes a ledger hash read at now.
+// parseRecord decodes a ledger record's fields read at now.
 func parseRecord(id string, h map[string]string, ttl time.Duration, now time.Time) (Record, error) {
 	if len(h) == 0 {
 		return Record{}, nil

@@ -1,9 +1,9 @@
 -- release: give up the caller's lease of a job without counting anything
 -- (a deferral, a shutdown) and, for an end, note how the job left the
 -- pipeline unsent; for a deferral, note why the job was put off and until
--- when. (A sent job's record is ledger_sent.lua's.)
+-- when. (A sent job's record is sent.lua's.)
 --
--- KEYS[1]  the job's ledger hash, {<prefix>j:<id>}
+-- KEYS[1]  the job's ledger record, {<prefix>j:<id>} (record.lua)
 -- ARGV[1]  owner token of the caller
 -- ARGV[2]  record TTL (dedup_ttl), integer milliseconds
 -- ARGV[3]  absent for a plain release; else what to note:
@@ -18,7 +18,7 @@
 -- ARGV[6]  a deferral or a wait: now, integer microseconds (tests only;
 --          '' reads TIME)
 --
--- Fields beside claim's (ledger_claim.lua): x = the outcome of a job that
+-- Fields beside claim's (claim.lua): x = the outcome of a job that
 -- was not sent (dead | suppressed), r = its reason; w = why the job was
 -- last put off, u = until when (µs of the Redis clock), n = how many times
 -- it was put off.
@@ -32,7 +32,8 @@
 -- Reply: attempts so far (integer)
 --
 -- Prepended (ledger.go): internal/luapre's now.lua (now_us) and num.lua
--- (whole, ttl_ms), and keep.lua (keep_record): every argument is checked before anything is written.
+-- (whole, ttl_ms), record.lua (load, store) and keep.lua (keep_record):
+-- every argument is checked before anything is written.
 local keep = whole('dedup_ttl', ARGV[2], 1, MAX_TTL_MS)
 local key = KEYS[1]
 local note = ARGV[3]
@@ -42,18 +43,21 @@ if note == 'deferred' or note == 'waiting' then
 elseif note ~= nil and note ~= 'dead' and note ~= 'suppressed' then
   return redis.error_reply('ERR release: unknown note ' .. tostring(note))
 end
-if note ~= 'waiting' and redis.call('HGET', key, 'o') == ARGV[1] then
-  redis.call('HDEL', key, 'o', 'l')
+local rec = load(key) or {}
+if note ~= 'waiting' and rec.o == ARGV[1] then
+  rec.o, rec.l = nil, nil
 end
-if note ~= nil and redis.call('HGET', key, 's') ~= '1' then
+if note ~= nil and rec.s ~= '1' then
   if until_us == nil then
-    redis.call('HSET', key, 'x', note, 'r', ARGV[4])
+    rec.x, rec.r = note, ARGV[4]
   else
-    redis.call('HSET', key, 'w', ARGV[4], 'u', until_us)
+    rec.w, rec.u = ARGV[4], until_us
     if note == 'deferred' then
-      redis.call('HINCRBY', key, 'n', 1)
+      rec.n = (tonumber(rec.n) or 0) + 1
     end
   end
 end
-keep_record(key, keep)
-return tonumber(redis.call('HGET', key, 'a')) or 0
+if store(key, rec) then
+  keep_record(key, rec, keep)
+end
+return tonumber(rec.a) or 0

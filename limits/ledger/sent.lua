@@ -1,16 +1,22 @@
 -- sent: record that jobs were sent, one or several in one script run (the
 -- records of many jobs that share a Redis node and slot). "Sent" is not a
 -- decision but a fact: s = 1, which every later claim reads first, the
--- message that was sent when it is known, and the lease ended (l = 0).
+-- message that was sent when it is known, and the lease ended (l = 0, no
+-- owner).
 --
--- The record's expiry: a job is sent within the lease of its latest claim,
--- which kept the record dedup_ttl past the lease's end (ledger_claim.lua),
--- so the record already outlives the send by dedup_ttl and is left as it
--- is. A record the claim did not write (no lease end: gone meanwhile,
--- released, or written with no claim at all) is kept dedup_ttl from now:
--- HSET says so, since every field it writes is then new.
+-- One APPEND a job: the sent entries go after the record's (record.lua:
+-- a later entry overrides an earlier one), the owner cleared, whatever else
+-- the record holds (attempts, a failure's class, notes) kept, and nothing
+-- read back. Growing only by a send recorded, the record stays small.
 --
--- KEYS[i]     the ledger hash of job i, {<prefix>j:<id>}
+-- The record's expiry: never less than dedup_ttl from the send. A job is
+-- sent within the lease of its latest claim, which kept the record
+-- dedup_ttl past the lease's end (claim.lua), so its expiry is already
+-- later and stays (PEXPIRE ... GT); a record the claim did not write
+-- (gone meanwhile, released, or written with no claim at all) gets
+-- dedup_ttl from now.
+--
+-- KEYS[i]     the ledger record of job i, {<prefix>j:<id>} (record.lua)
 -- ARGV[1]     record TTL (dedup_ttl), integer milliseconds
 -- ARGV[2i]    the stream sequence of the message sent as job i (q), a
 --             decimal integer from 1; '' records none
@@ -20,7 +26,8 @@
 --
 -- Every argument is checked before anything is written.
 --
--- Prepended (ledger.go): internal/luapre's num.lua (whole, ttl_ms).
+-- Prepended (ledger.go): internal/luapre's num.lua (whole, ttl_ms) and
+-- record.lua (lenstr, convert).
 local keep = ttl_ms(whole('dedup_ttl', ARGV[1], 1, MAX_TTL_MS))
 if #ARGV ~= 1 + 2 * #KEYS then
   error({err = 'ERR wrong number of arguments: ' .. #ARGV .. ' for ' .. #KEYS .. ' records (want ' .. (1 + 2 * #KEYS) .. ')'})
@@ -32,15 +39,22 @@ for i = 1, #KEYS do
   end
 end
 for i, key in ipairs(KEYS) do
-  local seq = ARGV[2 * i]
-  local added, fields
+  local seq, sum = ARGV[2 * i], ARGV[2 * i + 1]
+  local sent
   if seq ~= '' then
-    added, fields = redis.call('HSET', key, 's', '1', 'q', seq, 'h', ARGV[2 * i + 1], 'l', '0'), 4
+    sent = 's1:1q' .. lenstr(#seq) .. ':' .. seq .. 'h' .. lenstr(#sum) .. ':' .. sum .. 'l1:0o0:'
   else
-    added, fields = redis.call('HSET', key, 's', '1', 'l', '0'), 2
+    sent = 's1:1l1:0o0:'
   end
-  if added == fields then
-    redis.call('PEXPIRE', key, keep)
+  local n = redis.pcall('APPEND', key, sent)
+  if type(n) == 'table' then -- WRONGTYPE: a hash of an earlier version
+    convert(key)
+    n = redis.call('APPEND', key, sent)
+  end
+  if n == #sent then
+    redis.call('PEXPIRE', key, keep) -- no record before: none had an expiry
+  else
+    redis.call('PEXPIRE', key, keep, 'GT')
   end
 end
 return #KEYS

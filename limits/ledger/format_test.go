@@ -1,0 +1,241 @@
+package ledger
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/notifier/notifier/testenv"
+)
+
+// TestRecordIsOneString: a claim writes the record as one string with its
+// expiry (dedup_ttl past the lease's end), the sent record is appended to
+// it (s, q, h, l = 0 and the owner cleared), keeping the rest (attempts
+// counted before) and the expiry, and every reader sees the same fields.
+func TestRecordIsOneString(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := testenv.Redis(t).Client()
+	l := NewRedis(c, "fmt:", time.Hour)
+	if err := l.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := l.Claim(ctx, "a", "host-a/1", time.Minute); err != nil || got.Status != Claimed {
+		t.Fatalf("claim = %+v, %v", got, err)
+	}
+	key := Key("fmt:", "a")
+	v, err := c.Get(ctx, key).Result()
+	if err != nil || !strings.HasPrefix(v, "o8:host-a/1l16:") || len(v) != len("o8:host-a/1l16:")+16 {
+		t.Fatalf("the claimed record = %q, %v; want o8:host-a/1l16:<16-digit µs>", v, err)
+	}
+	if ttl, err := c.PTTL(ctx, key).Result(); err != nil || ttl <= time.Hour || ttl > time.Hour+time.Minute {
+		t.Fatalf("PTTL of the claimed record = %s, %v; want dedup_ttl + the lease", ttl, err)
+	}
+	if n, err := l.Failed(ctx, "a", "host-a/1", "5xx"); err != nil || n != 1 {
+		t.Fatalf("Failed = %d, %v", n, err)
+	}
+	if got, err := l.Claim(ctx, "a", "host-b/7", time.Minute); err != nil || got.Status != Claimed || got.Attempts != 1 {
+		t.Fatalf("claim after a failure = %+v, %v; want claimed with 1 attempt", got, err)
+	}
+	g := l.SentGroup()
+	g.Add("a", 42, "d1g")
+	pipe := c.Pipeline()
+	g.Queue(ctx, pipe)
+	_, _ = pipe.Exec(ctx)
+	if err := g.Err(); err != nil {
+		t.Fatal(err)
+	}
+	v, _ = c.Get(ctx, key).Result()
+	if !strings.HasSuffix(v, "s1:1q2:42h3:d1gl1:0o0:") {
+		t.Errorf("the sent record = %q; want the sent entries appended (s1:1q2:42h3:d1gl1:0o0:)", v)
+	}
+	want := map[string]string{"s": "1", "a": "1", "l": "0", "q": "42", "h": "d1g", "e": "5xx"}
+	if fields, err := ParseRecord(v); err != nil || !equalFields(fields, want) {
+		t.Errorf("the sent record's fields = %v, %v; want %v (owner gone, attempts and class kept)", fields, err, want)
+	}
+	r, err := l.Record(ctx, "a")
+	if err != nil || !r.Sent || r.Attempts != 1 || r.Seq != 42 || r.LastError != "5xx" || r.Owner != "" {
+		t.Errorf("Record = %+v, %v", r, err)
+	}
+	if seq, sum, ok, err := l.SentFrom(ctx, "a"); err != nil || !ok || seq != 42 || sum != "d1g" {
+		t.Errorf("SentFrom = %d %q %v %v", seq, sum, ok, err)
+	}
+	if ttl, err := c.PTTL(ctx, key).Result(); err != nil || ttl <= time.Hour || ttl > time.Hour+time.Minute {
+		t.Errorf("PTTL of the sent record = %s, %v; want where the claim put it", ttl, err)
+	}
+
+	// A script that rewrites the record reads its latest entries: the
+	// owner cleared and the lease ended by the sent record stay so.
+	if n, err := l.Failed(ctx, "a", "other/9", ""); err != nil || n != 2 {
+		t.Fatalf("Failed after the send = %d, %v", n, err)
+	}
+	v, _ = c.Get(ctx, key).Result()
+	want["a"] = "2"
+	if fields, err := ParseRecord(v); err != nil || !equalFields(fields, want) {
+		t.Errorf("the record rewritten after the send = %q: %v, %v; want %v", v, fields, err, want)
+	}
+	if ttl, err := c.PTTL(ctx, key).Result(); err != nil || ttl <= time.Hour || ttl > time.Hour+time.Minute {
+		t.Errorf("PTTL of the rewritten sent record = %s, %v; want where the claim put it", ttl, err)
+	}
+}
+
+// TestEarlierHashRecords: a record an earlier version kept as a hash is
+// honoured by every operation as it was written (a sent job is not sent
+// again, a lease still held is respected, attempts carry on), and the
+// first script that meets it rewrites it as a string with its expiry
+// kept.
+func TestEarlierHashRecords(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := testenv.Redis(t).Client()
+	clock := newFakeClock()
+	l := NewRedis(c, "old:", time.Hour, WithNow(clock.Now))
+	if err := l.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	now := clock.Now().UnixMicro()
+	hash := func(id string, ttl time.Duration, fields ...any) string {
+		t.Helper()
+		key := Key("old:", id)
+		if err := c.HSet(ctx, key, fields...).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.PExpire(ctx, key, ttl).Err(); err != nil {
+			t.Fatal(err)
+		}
+		return key
+	}
+	isString := func(key string, ttl time.Duration) {
+		t.Helper()
+		if typ, err := c.Type(ctx, key).Result(); err != nil || typ != "string" {
+			t.Errorf("%s is a %s (%v) after a script met it; want a string", key, typ, err)
+		}
+		if left, err := c.PTTL(ctx, key).Result(); err != nil || left <= ttl-time.Minute || left > ttl {
+			t.Errorf("%s: PTTL %s, %v; want its expiry kept, about %s", key, left, err, ttl)
+		}
+	}
+
+	// Sent: read as sent by Record and SentFrom (no script runs), never
+	// claimed again, kept by a reset.
+	sent := hash("sent", 50*time.Minute, "s", "1", "q", "9", "h", "sum", "l", "0", "a", "2")
+	if r, err := l.Record(ctx, "sent"); err != nil || !r.Sent || r.Attempts != 2 || r.Seq != 9 {
+		t.Errorf("Record of a sent hash = %+v, %v", r, err)
+	}
+	if seq, sum, ok, err := l.SentFrom(ctx, "sent"); err != nil || !ok || seq != 9 || sum != "sum" {
+		t.Errorf("SentFrom of a sent hash = %d %q %v %v", seq, sum, ok, err)
+	}
+	if got, err := l.Claim(ctx, "sent", "me", time.Minute); err != nil || got.Status != AlreadySent || got.Attempts != 2 {
+		t.Errorf("claim of a sent hash = %+v, %v; want AlreadySent, 2 attempts", got, err)
+	}
+	isString(sent, 50*time.Minute)
+	resent := hash("resent", 50*time.Minute, "s", "1", "l", "0")
+	if was, err := l.ResetForReplay(ctx, "resent"); err != nil || !was {
+		t.Errorf("reset of a sent hash = %v, %v; want kept as sent", was, err)
+	}
+	isString(resent, 50*time.Minute)
+
+	// Leased by another owner: busy until the lease ends.
+	leased := hash("leased", 40*time.Minute, "o", "other/1", "l", now+30_000_000, "a", "1")
+	if got, err := l.Claim(ctx, "leased", "me", time.Minute); err != nil || got.Status != Busy || got.Attempts != 1 || got.BusyFor != 30*time.Second {
+		t.Errorf("claim of a hash leased for 30 s more = %+v, %v; want busy for 30s, 1 attempt", got, err)
+	}
+	isString(leased, 40*time.Minute)
+
+	// Failures carry on counting; a note is kept.
+	failed := hash("failed", 30*time.Minute, "a", "3", "e", "5xx")
+	if n, err := l.Failed(ctx, "failed", "me", "error"); err != nil || n != 4 {
+		t.Errorf("Failed on a hash with 3 attempts = %d, %v; want 4", n, err)
+	}
+	if typ, _ := c.Type(ctx, failed).Result(); typ != "string" {
+		t.Errorf("%s is a %s after Failed", failed, typ)
+	}
+	_ = hash("deferred", 30*time.Minute, "o", "me", "l", now+60_000_000, "n", "2")
+	if err := l.Deferred(ctx, "deferred", "me", DeferUserLimit, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := l.Record(ctx, "deferred"); err != nil || r.Deferrals != 3 || r.Owner != "" || r.Why != DeferUserLimit {
+		t.Errorf("Record after a deferral of a hash = %+v, %v; want 3 deferrals, no owner", r, err)
+	}
+
+	// The sent record of a job claimed under the earlier version.
+	claimed := hash("claimed", 61*time.Minute, "o", "me", "l", now+60_000_000)
+	g := l.SentGroup()
+	g.Add("claimed", 5, "s5")
+	pipe := c.Pipeline()
+	g.Queue(ctx, pipe)
+	_, _ = pipe.Exec(ctx)
+	if err := g.Err(); err != nil {
+		t.Fatal(err)
+	}
+	isString(claimed, 61*time.Minute)
+	if seq, _, ok, err := l.SentFrom(ctx, "claimed"); err != nil || !ok || seq != 5 {
+		t.Errorf("SentFrom after the sent record of a hash = %d %v %v", seq, ok, err)
+	}
+}
+
+// TestParseRecord: the Go reader of record strings takes what record.lua
+// writes, the later entry of a field winning and an empty one clearing
+// it, and refuses a malformed string with the byte it breaks at.
+func TestParseRecord(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		in   string
+		want map[string]string
+		err  bool
+	}{
+		{"", map[string]string{}, false},
+		{"s1:1q2:42h3:a:bl1:0", map[string]string{"s": "1", "q": "42", "h": "a:b", "l": "0"}, false},
+		{"o3:a;bo0:a1:2", map[string]string{"a": "2"}, false},
+		{"o3:abcl1:5o3:xyz", map[string]string{"o": "xyz", "l": "5"}, false},
+		{"o", nil, true},
+		{"o3:ab", nil, true},
+		{"ox:abc", nil, true},
+		{"o-1:", nil, true},
+		{"o99999999999999999999:x", nil, true},
+	} {
+		got, err := ParseRecord(c.in)
+		if (err != nil) != c.err {
+			t.Errorf("ParseRecord(%q) error %v; want error %v", c.in, err, c.err)
+			continue
+		}
+		if !c.err && !equalFields(got, c.want) {
+			t.Errorf("ParseRecord(%q) = %v; want %v", c.in, got, c.want)
+		}
+	}
+}
+
+func equalFields(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// FuzzParseRecord: no input panics ParseRecord, and a record re-encoded
+// from what it read reads back the same.
+func FuzzParseRecord(f *testing.F) {
+	for _, s := range []string{"", "s1:1q2:42h3:a:bl1:0", "o8:host-a/1l16:1765110000000000", "o3:a;bo0:a1:2", "o3:ab", "o-1:"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		fields, err := ParseRecord(s)
+		if err != nil {
+			return
+		}
+		var b strings.Builder
+		for k, v := range fields {
+			b.WriteString(k + strconv.Itoa(len(v)) + ":" + v)
+		}
+		again, err := ParseRecord(b.String())
+		if err != nil || !equalFields(fields, again) {
+			t.Fatalf("ParseRecord(%q) = %v; re-encoded %q reads %v, %v", s, fields, b.String(), again, err)
+		}
+	})
+}
