@@ -87,7 +87,7 @@ local function convert(key)
     return
   end
   if left > 0 then
-    redis.call('SET', key, table.concat(parts), 'PX', left)
+    redis.call('SET', key, table.concat(parts), 'PX', ttl_ms(left))
   else
     redis.call('SET', key, table.concat(parts))
   end
