@@ -100,7 +100,7 @@ func TestPromiseDuplicateIsNotSentAgain(t *testing.T) {
 		return p.count(p.d.m.Jobs.WithLabelValues("sms", "sms-gw", OutcomeSent)) == 1 && b.remaining() == 0
 	})
 	// The sent record outlives the send by dedup_ttl (1h here), its expiry
-	// left where the claim put it (ledger_sent.lua): checked against the
+	// left where the claim put it (limits/ledger/sent.lua): checked against the
 	// instant the request reached the provider.
 	reqs := requestsFor(b.fake, "dup-1")
 	if len(reqs) != 1 {

@@ -44,18 +44,29 @@ for i, key in ipairs(KEYS) do
   local px = ttl_ms(keep + lease)
   local fresh = 'o' .. lenstr(#me) .. ':' .. me .. lease_entries[lease]
   local old = redis.pcall('SET', key, fresh, 'NX', 'PX', px, 'GET')
-  if type(old) == 'table' then -- WRONGTYPE: a hash of an earlier version
-    convert(key)
-    old = redis.call('SET', key, fresh, 'NX', 'PX', px, 'GET')
+  local rec
+  if type(old) == 'table' and wrongtype(old) then
+    -- A hash of an earlier version, read as it is. It becomes a string
+    -- only when this claim is granted (SET replaces it): a sent job's
+    -- hash, or one whose lease another owner holds, is left for that
+    -- owner, a process of the earlier build, to write its sent record to.
+    local h = redis.call('HGETALL', key)
+    rec = {}
+    for j = 1, #h, 2 do
+      if h[j + 1] ~= '' then
+        rec[h[j]] = h[j + 1]
+      end
+    end
+  elseif old then
+    rec = parse(old, key)
   end
   local n = #out
-  if not old then
+  if rec == nil then
     -- No record: the SET wrote the lease, kept dedup_ttl past its end
     -- (the job is sent within its lease, so the record outlives the send
     -- by dedup_ttl: sent.lua need not move the expiry).
     out[n + 1], out[n + 2], out[n + 3] = 0, 0, 0
   else
-    local rec = parse(old, key)
     local attempts = tonumber(rec.a) or 0
     local lease_end = tonumber(rec.l) or 0
     if rec.s == '1' then

@@ -83,9 +83,10 @@ func TestRecordIsOneString(t *testing.T) {
 
 // TestEarlierHashRecords: a record an earlier version kept as a hash is
 // honoured by every operation as it was written (a sent job is not sent
-// again, a lease still held is respected, attempts carry on), and the
-// first script that meets it rewrites it as a string with its expiry
-// kept.
+// again, a lease still held is respected, attempts carry on). A claim that
+// is refused leaves the hash for its owner, a process of the earlier build
+// that can still write its sent record to it; a claim that is granted, and
+// every other script that changes a record, rewrites it as a string.
 func TestEarlierHashRecords(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -107,18 +108,18 @@ func TestEarlierHashRecords(t *testing.T) {
 		}
 		return key
 	}
-	isString := func(key string, ttl time.Duration) {
+	typeIs := func(key, want string, min, max time.Duration) {
 		t.Helper()
-		if typ, err := c.Type(ctx, key).Result(); err != nil || typ != "string" {
-			t.Errorf("%s is a %s (%v) after a script met it; want a string", key, typ, err)
+		if typ, err := c.Type(ctx, key).Result(); err != nil || typ != want {
+			t.Errorf("%s is a %s (%v); want a %s", key, typ, err, want)
 		}
-		if left, err := c.PTTL(ctx, key).Result(); err != nil || left <= ttl-time.Minute || left > ttl {
-			t.Errorf("%s: PTTL %s, %v; want its expiry kept, about %s", key, left, err, ttl)
+		if left, err := c.PTTL(ctx, key).Result(); err != nil || left <= min || left > max {
+			t.Errorf("%s: PTTL %s, %v; want in (%s, %s]", key, left, err, min, max)
 		}
 	}
 
-	// Sent: read as sent by Record and SentFrom (no script runs), never
-	// claimed again, kept by a reset.
+	// Sent: read as sent by Record and SentFrom, never claimed again (the
+	// hash left as it is), kept by a reset (which rewrites it).
 	sent := hash("sent", 50*time.Minute, "s", "1", "q", "9", "h", "sum", "l", "0", "a", "2")
 	if r, err := l.Record(ctx, "sent"); err != nil || !r.Sent || r.Attempts != 2 || r.Seq != 9 {
 		t.Errorf("Record of a sent hash = %+v, %v", r, err)
@@ -129,28 +130,44 @@ func TestEarlierHashRecords(t *testing.T) {
 	if got, err := l.Claim(ctx, "sent", "me", time.Minute); err != nil || got.Status != AlreadySent || got.Attempts != 2 {
 		t.Errorf("claim of a sent hash = %+v, %v; want AlreadySent, 2 attempts", got, err)
 	}
-	isString(sent, 50*time.Minute)
-	resent := hash("resent", 50*time.Minute, "s", "1", "l", "0")
-	if was, err := l.ResetForReplay(ctx, "resent"); err != nil || !was {
+	typeIs(sent, "hash", 49*time.Minute, 50*time.Minute)
+	if was, err := l.ResetForReplay(ctx, "sent"); err != nil || !was {
 		t.Errorf("reset of a sent hash = %v, %v; want kept as sent", was, err)
 	}
-	isString(resent, 50*time.Minute)
+	typeIs(sent, "string", 49*time.Minute, 50*time.Minute)
 
-	// Leased by another owner: busy until the lease ends.
+	// Leased by a process of the earlier build: busy until its lease ends,
+	// and its sent record, written to the hash meanwhile, makes the next
+	// claim a duplicate.
 	leased := hash("leased", 40*time.Minute, "o", "other/1", "l", now+30_000_000, "a", "1")
 	if got, err := l.Claim(ctx, "leased", "me", time.Minute); err != nil || got.Status != Busy || got.Attempts != 1 || got.BusyFor != 30*time.Second {
 		t.Errorf("claim of a hash leased for 30 s more = %+v, %v; want busy for 30s, 1 attempt", got, err)
 	}
-	isString(leased, 40*time.Minute)
+	typeIs(leased, "hash", 39*time.Minute, 40*time.Minute)
+	if err := c.HSet(ctx, leased, "s", "1", "l", "0").Err(); err != nil {
+		t.Fatalf("the earlier build's sent record: %v", err)
+	}
+	if got, err := l.Claim(ctx, "leased", "me", time.Minute); err != nil || got.Status != AlreadySent {
+		t.Errorf("claim after the earlier build's sent record = %+v, %v; want AlreadySent", got, err)
+	}
 
-	// Failures carry on counting; a note is kept.
+	// A lease that ended: the claim is granted and the record becomes a
+	// string kept dedup_ttl past the new lease, its attempts carried on.
+	ended := hash("ended", 20*time.Minute, "o", "other/2", "l", now-1, "a", "3", "e", "5xx")
+	if got, err := l.Claim(ctx, "ended", "me", time.Minute); err != nil || got.Status != Claimed || got.Attempts != 3 {
+		t.Errorf("claim of a hash whose lease ended = %+v, %v; want claimed, 3 attempts", got, err)
+	}
+	typeIs(ended, "string", time.Hour, time.Hour+time.Minute)
+	if r, err := l.Record(ctx, "ended"); err != nil || r.Owner != "me" || r.Attempts != 3 || r.LastError != "5xx" {
+		t.Errorf("Record after the claim = %+v, %v", r, err)
+	}
+
+	// Failures carry on counting; a deferral's count too.
 	failed := hash("failed", 30*time.Minute, "a", "3", "e", "5xx")
 	if n, err := l.Failed(ctx, "failed", "me", "error"); err != nil || n != 4 {
 		t.Errorf("Failed on a hash with 3 attempts = %d, %v; want 4", n, err)
 	}
-	if typ, _ := c.Type(ctx, failed).Result(); typ != "string" {
-		t.Errorf("%s is a %s after Failed", failed, typ)
-	}
+	typeIs(failed, "string", 59*time.Minute, time.Hour)
 	_ = hash("deferred", 30*time.Minute, "o", "me", "l", now+60_000_000, "n", "2")
 	if err := l.Deferred(ctx, "deferred", "me", DeferUserLimit, time.Minute); err != nil {
 		t.Fatal(err)
@@ -169,9 +186,40 @@ func TestEarlierHashRecords(t *testing.T) {
 	if err := g.Err(); err != nil {
 		t.Fatal(err)
 	}
-	isString(claimed, 61*time.Minute)
+	typeIs(claimed, "string", time.Hour, 61*time.Minute)
 	if seq, _, ok, err := l.SentFrom(ctx, "claimed"); err != nil || !ok || seq != 5 {
 		t.Errorf("SentFrom after the sent record of a hash = %d %v %v", seq, ok, err)
+	}
+}
+
+// TestScriptErrorsAreNotTakenForAnEarlierHash: only WRONGTYPE sends a
+// script to the hash of an earlier version; any other error (here out of
+// memory) comes back as it is, and nothing is written.
+func TestScriptErrorsAreNotTakenForAnEarlierHash(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := testenv.Redis(t).Client()
+	l := NewRedis(c, "oom:", time.Hour)
+	if err := l.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := l.Claim(ctx, "held", "me", time.Minute); err != nil || got.Status != Claimed {
+		t.Fatalf("claim = %+v, %v", got, err)
+	}
+	if err := c.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer c.ConfigSet(ctx, "maxmemory", "0")
+	for _, id := range []string{"held", "new"} {
+		if got, err := l.Claim(ctx, id, "you", time.Minute); err == nil || !strings.Contains(err.Error(), "OOM") {
+			t.Errorf("claim of %s out of memory = %+v, %v; want the OOM error", id, got, err)
+		}
+	}
+	if err := l.Sent(ctx, "held", "me"); err == nil || !strings.Contains(err.Error(), "OOM") {
+		t.Errorf("sent record out of memory: %v; want the OOM error", err)
+	}
+	if n, err := c.Exists(ctx, Key("oom:", "new")).Result(); err != nil || n != 0 {
+		t.Errorf("a record for the refused claim: %d, %v; want none", n, err)
 	}
 }
 

@@ -484,7 +484,7 @@ func (l *Redis) Waiting(ctx context.Context, id, owner, why string, delay time.D
 	return l.note(ctx, "wait", "waiting", id, owner, why, delay)
 }
 
-// note runs ledger_release.lua's note of kind ("deferred": the lease
+// note runs release.lua's note of kind ("deferred": the lease
 // given up; "waiting": kept), why and until now + delay.
 func (l *Redis) note(ctx context.Context, op, kind, id, owner, why string, delay time.Duration) error {
 	_, err := l.settle(ctx, ledgerReleaseScript, op, id, owner, l.ttl.Milliseconds(), kind, why, max(delay, 0).Milliseconds(), l.nowArg())
@@ -726,7 +726,7 @@ func (l *Memory) Claim(_ context.Context, id, owner string, lease time.Duration)
 		busy := (r.leaseEnd.Sub(now) + time.Millisecond - 1).Truncate(time.Millisecond) // ceil, as the script does
 		return Claim{Status: Busy, Attempts: r.attempts, BusyFor: busy}, nil
 	}
-	// Kept dedup_ttl past the lease's end, as ledger_claim.lua does.
+	// Kept dedup_ttl past the lease's end, as claim.lua does.
 	r.owner, r.leaseEnd, r.expiresAt = owner, now.Add(lease), now.Add(l.ttl+lease)
 	return Claim{Status: Claimed, Attempts: r.attempts}, nil
 }
@@ -737,10 +737,10 @@ func (l *Memory) Sent(_ context.Context, id, _ string) error {
 	defer l.mu.Unlock()
 	now := l.now()
 	r := l.get(id, now, true)
-	// As ledger_sent.lua: a record a claim holds keeps its expiry (dedup_ttl
-	// past the lease's end), any other is kept dedup_ttl from now.
-	if r.owner == "" && !r.sent {
-		r.expiresAt = now.Add(l.ttl)
+	// As sent.lua: the record is kept at least dedup_ttl from now (one a
+	// claim holds already is, dedup_ttl past its lease's end).
+	if e := now.Add(l.ttl); r.expiresAt.Before(e) {
+		r.expiresAt = e
 	}
 	r.sent, r.owner = true, ""
 	return nil
@@ -804,7 +804,7 @@ func (l *Memory) Waiting(_ context.Context, id, owner, why string, delay time.Du
 	return nil
 }
 
-// note records a deferral (release) or a wait, as ledger_release.lua does.
+// note records a deferral (release) or a wait, as release.lua does.
 func (l *Memory) note(id, owner, why string, delay time.Duration, release bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

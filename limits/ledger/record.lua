@@ -60,9 +60,10 @@ local function parse(s, key)
   local rec, i, n = {}, 1, #s
   while i <= n do
     local c = string.find(s, ':', i + 1, true)
-    local len = c and num(string.sub(s, i + 1, c - 1))
-    if not len or len < 0 or len ~= math.floor(len) or c + len > n then
-      error({err = 'ERR ledger record ' .. key .. ' is malformed at byte ' .. i})
+    local digits = c and string.sub(s, i + 1, c - 1)
+    local len = digits and string.find(digits, '^%d+$') and num(digits)
+    if not len or c + len > n then
+      error({err = 'ERR ledger record ' .. key .. ' is malformed at byte ' .. (i - 1)})
     end
     local v = string.sub(s, c + 1, c + len)
     if v == '' then v = nil end
@@ -70,6 +71,19 @@ local function parse(s, key)
     i = c + len + 1
   end
   return rec
+end
+
+-- wrongtype says whether r, a redis.pcall reply, is a WRONGTYPE error (the
+-- key holds a hash of an earlier version); any other error stops the
+-- script with it (out of memory, a read-only replica), as redis.call would.
+local function wrongtype(r)
+  if type(r) ~= 'table' or r.err == nil then
+    return false
+  end
+  if string.sub(r.err, 1, 9) == 'WRONGTYPE' then
+    return true
+  end
+  error(r)
 end
 
 -- convert rewrites the hash record of an earlier version at key as a
@@ -86,7 +100,7 @@ local function convert(key)
   if #parts == 0 then
     return
   end
-  if left > 0 then
+  if left >= 0 then -- 0: due within the run, which Redis still sees (ttl_ms makes it 1 ms)
     redis.call('SET', key, table.concat(parts), 'PX', ttl_ms(left))
   else
     redis.call('SET', key, table.concat(parts))

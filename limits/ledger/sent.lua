@@ -47,7 +47,7 @@ for i, key in ipairs(KEYS) do
     sent = 's1:1l1:0o0:'
   end
   local n = redis.pcall('APPEND', key, sent)
-  if type(n) == 'table' then -- WRONGTYPE: a hash of an earlier version
+  if type(n) == 'table' and wrongtype(n) then -- a hash of an earlier version
     convert(key)
     n = redis.call('APPEND', key, sent)
   end

@@ -6,7 +6,7 @@
 -- load is the record at key as a table, or nil when there is none.
 local function load(key)
   local v = redis.pcall('GET', key)
-  if type(v) == 'table' then -- WRONGTYPE: a hash of an earlier version
+  if wrongtype(v) then -- a hash of an earlier version
     convert(key)
     v = redis.call('GET', key)
   end
