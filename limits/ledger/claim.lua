@@ -50,13 +50,7 @@ for i, key in ipairs(KEYS) do
     -- only when this claim is granted (SET replaces it): a sent job's
     -- hash, or one whose lease another owner holds, is left for that
     -- owner, a process of the earlier build, to write its sent record to.
-    local h = redis.call('HGETALL', key)
-    rec = {}
-    for j = 1, #h, 2 do
-      if h[j + 1] ~= '' then
-        rec[h[j]] = h[j + 1]
-      end
-    end
+    rec = hash_record(key)
   elseif old then
     rec = parse(old, key)
   end

@@ -401,27 +401,26 @@ func (l *Redis) SentFrom(ctx context.Context, id string) (seq uint64, digest str
 	return seq, h, true, nil
 }
 
-// fields reads job id's record, field -> value (empty when there is none),
-// in either form: the string of this version (record.lua) or the hash of
-// an earlier one, which only a script rewrites.
+// fields reads job id's record, field -> value (empty when there is none).
 func (l *Redis) fields(ctx context.Context, id string) (map[string]string, error) {
 	key := Key(l.prefix, id)
-	v, err := l.rdb.Get(ctx, key).Result()
+	return l.fieldsOf(ctx, key, l.rdb.Get(ctx, key))
+}
+
+// fieldsOf reads the record at key from get, a GET of it that has run, in
+// either form: the string of this version (record.lua), or the hash of an
+// earlier one (WRONGTYPE: read with HGETALL), which only a script rewrites.
+func (l *Redis) fieldsOf(ctx context.Context, key string, get *redis.StringCmd) (map[string]string, error) {
+	v, err := get.Result()
 	switch {
 	case errors.Is(err, redis.Nil):
 		return nil, nil
-	case isWrongType(err):
+	case redis.HasErrorPrefix(err, "WRONGTYPE"):
 		return l.rdb.HGetAll(ctx, key).Result()
 	case err != nil:
 		return nil, err
 	}
 	return ParseRecord(v)
-}
-
-// isWrongType says whether err is Redis's WRONGTYPE: the key holds
-// another type (a ledger record of an earlier version, a hash).
-func isWrongType(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "WRONGTYPE")
 }
 
 // ParseRecord reads a ledger record string (record.lua: entries of a
@@ -557,19 +556,9 @@ func (l *Redis) Record(ctx context.Context, id string) (Record, error) {
 	if err := errors.Join(ttl.Err(), now.Err()); err != nil {
 		return Record{}, fmt.Errorf("read the ledger record of job %s: %w", id, err)
 	}
-	var fields map[string]string
-	switch v, err := get.Result(); {
-	case errors.Is(err, redis.Nil):
-	case isWrongType(err):
-		if fields, err = l.rdb.HGetAll(ctx, key).Result(); err != nil {
-			return Record{}, fmt.Errorf("read the ledger record of job %s: %w", id, err)
-		}
-	case err != nil:
+	fields, err := l.fieldsOf(ctx, key, get)
+	if err != nil {
 		return Record{}, fmt.Errorf("read the ledger record of job %s: %w", id, err)
-	default:
-		if fields, err = ParseRecord(v); err != nil {
-			return Record{}, fmt.Errorf("read the ledger record of job %s: %w", id, err)
-		}
 	}
 	if l.now != nil {
 		now.SetVal(l.now())

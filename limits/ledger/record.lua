@@ -48,7 +48,7 @@ local function encode(rec)
     end
     if v ~= '' then
       k = k + 1
-      parts[k] = f .. lenstr(#v) .. ':' .. v
+      parts[k] = entry(f, v)
     end
   end
   return table.concat(parts)
@@ -86,23 +86,31 @@ local function wrongtype(r)
   error(r)
 end
 
+-- hash_record is the hash record of an earlier version at key as a table,
+-- field -> value, its empty fields left out (as parse leaves them).
+local function hash_record(key)
+  local h = redis.call('HGETALL', key)
+  local rec = {}
+  for j = 1, #h, 2 do
+    if h[j + 1] ~= '' then
+      rec[h[j]] = h[j + 1]
+    end
+  end
+  return rec
+end
+
 -- convert rewrites the hash record of an earlier version at key as a
 -- string, its expiry kept.
 local function convert(key)
-  local h = redis.call('HGETALL', key)
-  local parts = {}
-  for j = 1, #h, 2 do
-    local v = h[j + 1]
-    parts[#parts + 1] = h[j] .. lenstr(#v) .. ':' .. v
-  end
+  local v = encode(hash_record(key))
   local left = redis.call('PTTL', key)
   redis.call('DEL', key)
-  if #parts == 0 then
+  if v == '' then
     return
   end
   if left >= 0 then -- 0: due within the run, which Redis still sees (ttl_ms makes it 1 ms)
-    redis.call('SET', key, table.concat(parts), 'PX', ttl_ms(left))
+    redis.call('SET', key, v, 'PX', ttl_ms(left))
   else
-    redis.call('SET', key, table.concat(parts))
+    redis.call('SET', key, v)
   end
 end
