@@ -287,3 +287,27 @@ func FuzzParseRecord(f *testing.F) {
 		}
 	})
 }
+
+// TestMemorySentKeepsDedupTTL: the in-memory ledger keeps a sent record at
+// least dedup_ttl from the send, as sent.lua does, also when the send
+// comes after its claim's lease ended (the claim's expiry then nearer).
+func TestMemorySentKeepsDedupTTL(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := newFakeClock()
+	l := NewMemory(time.Hour, WithNow(clock.Now))
+	if got, err := l.Claim(ctx, "late", "me", time.Minute); err != nil || got.Status != Claimed {
+		t.Fatalf("claim = %+v, %v", got, err)
+	}
+	clock.Advance(time.Hour) // the lease ended 59 min ago; the record is due in 1 min
+	if err := l.Sent(ctx, "late", "me"); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := l.Record(ctx, "late"); err != nil || !r.Sent || r.TTL < time.Hour {
+		t.Errorf("Record after a late send = %+v, %v; want sent, kept at least dedup_ttl (1h)", r, err)
+	}
+	clock.Advance(59 * time.Minute)
+	if got, err := l.Claim(ctx, "late", "you", time.Minute); err != nil || got.Status != AlreadySent {
+		t.Errorf("claim 59 min after the send = %+v, %v; want AlreadySent", got, err)
+	}
+}
