@@ -199,6 +199,9 @@ type Consumer struct {
 	lanes    map[string]*lane // by subject
 	defaults []*lane          // the queues made at start: the default tenant's and the fair lanes
 	onDemand int              // queues made since, alive as far as this process knows
+
+	inboxMu sync.Mutex
+	inboxes []*pullInbox // pull inboxes kept between fetches (pull.go)
 }
 
 // NewConsumer creates or updates the durable queue consumers on the job

@@ -66,10 +66,12 @@
 // than asked: the caller asks for as many as it has free workers, so no
 // message ages past its ack wait in a client-side buffer (buffered
 // messages are redelivered to another process while still waiting here).
-// A request is only ever withdrawn by draining its private inbox: the
-// server drops a waiting request whose inbox has no interest, and the
-// drain still receives anything it sent before, so nothing in flight is
-// left to its ack wait. Pull requests go to the consumers' API subject
+// A request is only ever withdrawn by draining its inbox: the server
+// drops a waiting request whose inbox has no interest, and the drain
+// still receives anything it sent before, so nothing in flight is left to
+// its ack wait. A fetch's requests are answered on an inbox kept from one
+// fetch to the next while every request on it ends (no subscription made
+// and removed per fetch and lane); one withdrawn is drained and dropped. Pull requests go to the consumers' API subject
 // directly rather than through jetstream.Consumer.Fetch, which can neither
 // bound a no-wait request held open at MaxAckPending nor withdraw one
 // without racing a delivery.

@@ -59,21 +59,37 @@ func (p *pulledMsg) Metadata() (*jetstream.MsgMetadata, error) {
 // at the end), without the two structs that Metadata allocates for every
 // message. ok is false when the subject is not one.
 func ackMetadata(reply string) (stream string, streamSeq, delivered uint64, published time.Time, ok bool) {
+	tok, ok := ackTokens(reply)
+	if !ok {
+		return "", 0, 0, time.Time{}, false
+	}
+	return tok[0], ackNum(tok[3]), ackNum(tok[2]), time.Unix(0, int64(ackNum(tok[5]))), true
+}
+
+// ackConsumer is the stream and consumer a message was delivered by, read
+// from its $JS.ACK reply subject as ackMetadata reads it.
+func ackConsumer(reply string) (stream, consumer string, ok bool) {
+	tok, ok := ackTokens(reply)
+	return tok[0], tok[1], ok
+}
+
+// ackTokens splits an ack subject: stream, consumer, delivered, sseq,
+// cseq, tm.
+func ackTokens(reply string) (tok [6]string, ok bool) {
 	const prefix = "$JS.ACK."
 	n := strings.Count(reply, ".") + 1
 	if n < 9 || (n > 9 && n < 11) || !strings.HasPrefix(reply, prefix) {
-		return "", 0, 0, time.Time{}, false
+		return tok, false
 	}
 	rest := reply[len(prefix):]
 	if n > 9 {
 		_, rest, _ = strings.Cut(rest, ".") // domain
 		_, rest, _ = strings.Cut(rest, ".") // account hash
 	}
-	var tok [6]string // stream, consumer, delivered, sseq, cseq, tm
 	for i := range tok {
 		tok[i], rest, _ = strings.Cut(rest, ".")
 	}
-	return tok[0], ackNum(tok[3]), ackNum(tok[2]), time.Unix(0, int64(ackNum(tok[5]))), true
+	return tok, true
 }
 
 // ackNum is a number token of an ack subject, 0 when it is not one (as

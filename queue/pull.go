@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -172,45 +173,48 @@ wait:
 // are returned with it (the first lane's error first); if ctx ends they are
 // handed back and only the error returned. A lane whose consumer is gone
 // (deleted after its inactive threshold) is forgotten, to be created again.
+//
+// The requests are answered on a pull inbox (takeInbox), each on a subject
+// of its own; an inbox whose requests all ended is kept for the next
+// fetch, one that was withdrawn is drained and dropped.
 func (c *Consumer) fetchNow(ctx context.Context, wants []pullWant) ([][]*nats.Msg, error) {
 	total := 0
 	for _, w := range wants {
 		total += w.n
 	}
-	ch := make(chan *nats.Msg, total+8)
-	subs := make([]*nats.Subscription, 0, len(wants))
-	unsubscribe := func() {
-		for _, s := range subs {
-			_ = s.Unsubscribe()
-		}
+	in, err := c.takeInbox(total)
+	if err != nil {
+		return nil, err
 	}
-	for range wants {
-		sub, err := c.subscribe(ch)
-		if err != nil {
-			unsubscribe()
-			return nil, err
-		}
-		subs = append(subs, sub)
-	}
+	replies := make([]string, len(wants))
 	for i, w := range wants {
-		if err := c.request(w.lane, subs[i].Subject, pullRequest{Batch: w.n, NoWait: true}); err != nil {
+		replies[i] = in.next()
+		if err := c.request(w.lane, replies[i], pullRequest{Batch: w.n, NoWait: true}); err != nil {
 			// The lanes asked before may be delivering already: take in
 			// what they sent and hand it back, rather than leave it to its
 			// ack wait.
-			nakAll(c.nc, drain(ch, subs...))
+			nakAll(c.nc, in.withdraw())
 			return nil, err
 		}
 	}
-	lanes := make([]*lane, len(wants))
-	for i, w := range wants {
-		lanes[i] = w.lane
-	}
-	got := make([][]*nats.Msg, len(lanes))
-	errs := make([]error, len(lanes))
-	ended := make([]bool, len(lanes))
+	got := make([][]*nats.Msg, len(wants))
+	errs := make([]error, len(wants))
+	ended := make([]bool, len(wants))
+	// A stored message comes with its own subject: its ack subject names
+	// the consumer, the lane, that sent it (one request per lane). A
+	// status comes on the subject of the request it ends.
 	laneOf := func(m *nats.Msg) int {
-		for i, s := range subs {
-			if m.Sub == s {
+		if m.Reply != "" {
+			stream, consumer, ok := ackConsumer(m.Reply)
+			for i, w := range wants {
+				if ok && consumer == w.lane.name && stream == c.cfg.Stream {
+					return i
+				}
+			}
+			return -1
+		}
+		for i, r := range replies {
+			if m.Subject == r {
 				return i
 			}
 		}
@@ -218,11 +222,12 @@ func (c *Consumer) fetchNow(ctx context.Context, wants []pullWant) ([][]*nats.Ms
 	}
 	stuck := time.NewTimer(stuckAfter)
 	defer stuck.Stop()
-	for open := len(lanes); open > 0; {
+	for open := len(wants); open > 0; {
 		select {
-		case m := <-ch:
+		case m := <-in.ch:
 			i := laneOf(m)
 			if i < 0 || ended[i] {
+				c.stray(m)
 				continue
 			}
 			isStatus, end, serr := status(m)
@@ -236,23 +241,18 @@ func (c *Consumer) fetchNow(ctx context.Context, wants []pullWant) ([][]*nats.Ms
 			}
 			// The request is complete: nothing more can come.
 			ended[i], open = true, open-1
-			_ = subs[i].Unsubscribe()
 			if serr != nil {
-				errs[i] = fmt.Errorf("pull from %s: %w", lanes[i].name, serr)
+				errs[i] = fmt.Errorf("pull from %s: %w", wants[i].lane.name, serr)
 				if gone(m) {
-					c.forget(lanes[i])
+					c.forget(wants[i].lane)
 				}
 			}
 		case <-stuck.C:
-			var waiting []*nats.Subscription
-			for i, s := range subs {
-				if !ended[i] {
-					waiting = append(waiting, s)
-				}
-			}
-			for _, m := range drain(ch, waiting...) {
-				if i := laneOf(m); i >= 0 {
+			for _, m := range in.withdraw() {
+				if i := laneOf(m); i >= 0 && !ended[i] {
 					got[i] = append(got[i], m)
+				} else {
+					c.stray(m)
 				}
 			}
 			return got, errors.Join(errs...)
@@ -261,11 +261,104 @@ func (c *Consumer) fetchNow(ctx context.Context, wants []pullWant) ([][]*nats.Ms
 			for _, g := range got {
 				all = append(all, g...)
 			}
-			nakAll(c.nc, append(all, drain(ch, subs...)...))
+			nakAll(c.nc, append(all, in.withdraw()...))
 			return nil, ctx.Err()
 		}
 	}
+	c.putInbox(in)
 	return got, errors.Join(errs...)
+}
+
+// A pull inbox answers the no-wait requests of one fetch at a time: one
+// subscription to a wildcard inbox, each request answered on a subject of
+// its own under it. A fetch used to subscribe an inbox of its own for each
+// lane it pulled from and unsubscribe it after, a SUB and an UNSUB (a
+// subscription made and removed on the server) for every few jobs; an
+// inbox whose requests have all ended has nothing more coming and is kept
+// for the next fetch (a Consumer keeps up to maxIdleInboxes, one per fetch
+// running at once). A message on it that answers none of the current
+// fetch's requests is a stray (stray).
+type pullInbox struct {
+	sub    *nats.Subscription
+	ch     chan *nats.Msg
+	prefix string // "<inbox>.", the requests' subjects are prefix + a counter
+	seq    uint64
+	pooled bool // taken from or made for the pool: its channel holds pullInboxRoom
+}
+
+const (
+	// pullInboxRoom is how many messages a kept inbox's channel holds (a
+	// fetch of more gets an inbox of its own, dropped after). A full
+	// channel would drop what the server sends (nats.go's slow consumer):
+	// a fetch never asks for more than its inbox holds.
+	pullInboxRoom = 1024
+	// pullInboxSlack is the room an inbox has beyond what its fetch asks
+	// for, for the status messages that end requests.
+	pullInboxSlack = 64
+	// maxIdleInboxes bounds the inboxes a Consumer keeps between fetches.
+	maxIdleInboxes = 4
+)
+
+// next is the subject of the inbox's next request.
+func (in *pullInbox) next() string {
+	in.seq++
+	return in.prefix + strconv.FormatUint(in.seq, 10)
+}
+
+// withdraw ends every request still open on the inbox: draining it (rather
+// than unsubscribing) receives whatever the server sent before it dropped
+// them, which it returns. The inbox is not used again.
+func (in *pullInbox) withdraw() []*nats.Msg {
+	return drain(in.ch, in.sub)
+}
+
+// takeInbox returns an inbox for a fetch of up to n messages: one kept
+// from an earlier fetch, or a new one.
+func (c *Consumer) takeInbox(n int) (*pullInbox, error) {
+	pooled := n <= pullInboxRoom
+	if pooled {
+		c.inboxMu.Lock()
+		if k := len(c.inboxes); k > 0 {
+			in := c.inboxes[k-1]
+			c.inboxes = c.inboxes[:k-1]
+			c.inboxMu.Unlock()
+			return in, nil
+		}
+		c.inboxMu.Unlock()
+		n = pullInboxRoom
+	}
+	in := &pullInbox{ch: make(chan *nats.Msg, n+pullInboxSlack), prefix: c.nc.NewInbox() + ".", pooled: pooled}
+	sub, err := c.nc.ChanSubscribe(in.prefix+"*", in.ch)
+	if err != nil {
+		return nil, fmt.Errorf("subscribe pull inbox: %w", err)
+	}
+	in.sub = sub
+	return in, nil
+}
+
+// putInbox keeps an inbox whose requests have all ended for a later
+// fetch, or unsubscribes it.
+func (c *Consumer) putInbox(in *pullInbox) {
+	if in.pooled && in.sub.IsValid() {
+		c.inboxMu.Lock()
+		if len(c.inboxes) < maxIdleInboxes {
+			c.inboxes = append(c.inboxes, in)
+			c.inboxMu.Unlock()
+			return
+		}
+		c.inboxMu.Unlock()
+	}
+	_ = in.sub.Unsubscribe()
+}
+
+// stray handles a message on a pull inbox that answers none of the
+// current fetch's requests (a request that ended, or one of an earlier
+// fetch): a stored message goes back to the stream at once rather than
+// wait out its ack wait; a status is dropped.
+func (c *Consumer) stray(m *nats.Msg) {
+	if isStatus, _, _ := status(m); !isStatus {
+		nakAll(c.nc, []*nats.Msg{m})
+	}
 }
 
 // longPoll asks each of lanes for one message, held by the server up to

@@ -1,0 +1,158 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/notifier/notifier/internal/localenv"
+	"github.com/notifier/notifier/testenv"
+)
+
+// pullSetup is a Consumer over a fresh server with n jobs on the router's
+// lane (a tenant's own subject), pulled with fetchNow as the fetch loop
+// pulls its lanes.
+func pullSetup(t *testing.T, n int, ackWait time.Duration) (context.Context, *Consumer) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	srv := testenv.NATS(t)
+	js, err := jetstream.New(srv.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{URL: srv.URL(), AckWait: ackWait}.WithDefaults()
+	if err := EnsureStreams(ctx, js, cfg, 1); err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewConsumer(ctx, js, cfg, ConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		m := nats.NewMsg("notify.jobs.sms.t.acme")
+		m.Data = fmt.Appendf(nil, `{"id":"j-%d","user_id":"u","channel":"sms","to":"+14155550123","body":"b"}`, i)
+		if _, err := js.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ctx, c
+}
+
+// pullN fetches until it has n messages from the router's lane (a no-wait
+// pull right after a publish may find the consumer not caught up yet).
+func pullN(ctx context.Context, t *testing.T, c *Consumer, n int) []*nats.Msg {
+	t.Helper()
+	var got []*nats.Msg
+	err := localenv.WaitFor(5*time.Second, func() error {
+		g, err := c.fetchNow(ctx, []pullWant{{lane: c.route, n: n - len(got)}})
+		if err != nil {
+			return err
+		}
+		got = append(got, g[0]...)
+		if len(got) < n {
+			return fmt.Errorf("%d of %d delivered", len(got), n)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("pull %d: %v", n, err)
+	}
+	return got
+}
+
+// TestFetchKeepsItsInbox: fetches one after another answer on one kept
+// inbox, with no subscription of their own (a SUB and an UNSUB for every
+// fetch and lane before), and each gets what it asked for, no job twice.
+func TestFetchKeepsItsInbox(t *testing.T) {
+	t.Parallel()
+	ctx, c := pullSetup(t, 40, time.Minute)
+	seen := map[string]bool{}
+	take := func() {
+		for _, m := range pullN(ctx, t, c, 4) {
+			if seen[string(m.Data)] {
+				t.Fatalf("%s delivered twice", m.Data)
+			}
+			seen[string(m.Data)] = true
+			if err := m.Ack(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	take()
+	subs := c.nc.NumSubscriptions()
+	for range 9 {
+		take()
+		if n := c.nc.NumSubscriptions(); n != subs {
+			t.Fatalf("subscriptions %d after a fetch, want %d as after the first: the inbox was not kept", n, subs)
+		}
+	}
+	if len(seen) != 40 {
+		t.Errorf("%d jobs pulled, want 40", len(seen))
+	}
+	c.inboxMu.Lock()
+	kept := len(c.inboxes)
+	c.inboxMu.Unlock()
+	if kept != 1 {
+		t.Errorf("%d inboxes kept, want 1", kept)
+	}
+}
+
+// TestFetchHandsBackStrays: a message on a kept inbox that answers none
+// of the current fetch's requests (a stored message of another lane, a
+// status for a request of an earlier fetch) does not end the fetch or
+// count as its own; a stored one goes back to the stream at once (nak),
+// not after its ack wait.
+func TestFetchHandsBackStrays(t *testing.T) {
+	t.Parallel()
+	ctx, c := pullSetup(t, 3, time.Minute) // an ack wait far past the test's waits
+	other, err := c.laneFor(ctx, "notify.jobs.sms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := nats.NewMsg("notify.jobs.sms")
+	m.Data = []byte(`{"id":"o-1","user_id":"u","channel":"sms","to":"+14155550123","body":"b"}`)
+	if _, err := c.js.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	var stray *nats.Msg
+	if err := localenv.WaitFor(5*time.Second, func() error {
+		g, err := c.fetchNow(ctx, []pullWant{{lane: other, n: 1}})
+		if err == nil && len(g[0]) == 0 {
+			err = errors.New("nothing delivered yet")
+		}
+		if err == nil {
+			stray = g[0][0]
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c.inboxMu.Lock()
+	in := c.inboxes[0]
+	c.inboxMu.Unlock()
+	// Late arrivals on the kept inbox: the other lane's job, as if its
+	// request had delivered it after the fetch ended, and a status for a
+	// request of an earlier fetch.
+	in.ch <- &nats.Msg{Subject: in.prefix + "0", Header: nats.Header{"Status": {"404"}}}
+	in.ch <- stray
+	got := pullN(ctx, t, c, 2)
+	for _, m := range got {
+		if string(m.Data) == string(stray.Data) {
+			t.Fatalf("the stray %s was taken as the router lane's", stray.Data)
+		}
+	}
+	// The stray was handed back: its lane delivers it again now.
+	g, err := c.fetchNow(ctx, []pullWant{{lane: other, n: 1}})
+	if err != nil || len(g[0]) != 1 || string(g[0][0].Data) != string(stray.Data) {
+		t.Fatalf("pull the other lane again: %v, %v; want the stray back at once", g, err)
+	}
+	if md, err := g[0][0].Metadata(); err != nil || md.NumDelivered != 2 {
+		t.Errorf("the stray's metadata %+v, %v: want its second delivery", md, err)
+	}
+}
