@@ -36,6 +36,8 @@ func BenchmarkRedisCostPerJob(b *testing.B) {
 		{"ledger/batch32", false, false, 32},
 		{"ledger/batch8", false, false, 8},
 		{"ledger+slot/batch32", true, false, 32},
+		{"ledger+slot/batch8", true, false, 8},
+		{"ledger+cap/batch8", false, true, 8},
 		{"ledger+slot+cap/batch32", true, true, 32},
 		{"ledger+slot+cap/batch8", true, true, 8},
 	} {
