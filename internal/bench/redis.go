@@ -239,14 +239,29 @@ func (r *benchRedis) cleanup(ctx context.Context, prefix string) {
 	if r.private {
 		return
 	}
+	// One pipeline of single-key UNLINKs per page of the scan (a page's
+	// keys may lie in several cluster slots), where a DEL a key took a
+	// round trip each: a bench leaves tens of thousands.
 	del := func(ctx context.Context, c *redis.Client) error {
 		for _, pattern := range []string{prefix + "*", "{" + prefix + "*"} {
-			it := c.Scan(ctx, 0, pattern, 1000).Iterator()
-			for it.Next(ctx) {
-				c.Del(ctx, it.Val())
-			}
-			if err := it.Err(); err != nil {
-				return err
+			var cursor uint64
+			for {
+				keys, next, err := c.Scan(ctx, cursor, pattern, 1000).Result()
+				if err != nil {
+					return err
+				}
+				if len(keys) > 0 {
+					pipe := c.Pipeline()
+					for _, k := range keys {
+						pipe.Unlink(ctx, k)
+					}
+					if _, err := pipe.Exec(ctx); err != nil {
+						return err
+					}
+				}
+				if cursor = next; cursor == 0 {
+					break
+				}
 			}
 		}
 		return nil

@@ -3,7 +3,7 @@ package bench
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/notifier/notifier/testenv"
 )
 
 // TestRedisStatsDiff: the commands between two snapshots, less the
@@ -27,4 +27,4 @@ func TestRedisStatsDiff(t *testing.T) {
 	}
 }
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m) }
