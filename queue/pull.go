@@ -173,11 +173,17 @@ wait:
 // are returned with it (the first lane's error first); if ctx ends they are
 // handed back and only the error returned. A lane whose consumer is gone
 // (deleted after its inactive threshold) is forgotten, to be created again.
+// A lane wanted twice is asked once, for the sum; its messages come in its
+// first entry.
 //
 // The requests are answered on a pull inbox (takeInbox), each on a subject
-// of its own; an inbox whose requests all ended is kept for the next
-// fetch, one that was withdrawn is drained and dropped.
+// of its own. An inbox is kept for the next fetch only when every request
+// on it ended the ordinary way (all it asked for, or a 404 or 408) and
+// nothing else came on it; one withdrawn, or that saw an error status (a
+// 409 at a leader change can come before the old leader's deliveries) or a
+// stray, is drained and dropped.
 func (c *Consumer) fetchNow(ctx context.Context, wants []pullWant) ([][]*nats.Msg, error) {
+	wants, first := mergeWants(wants)
 	total := 0
 	for _, w := range wants {
 		total += w.n
@@ -186,6 +192,56 @@ func (c *Consumer) fetchNow(ctx context.Context, wants []pullWant) ([][]*nats.Ms
 	if err != nil {
 		return nil, err
 	}
+	got, err := c.pullOn(ctx, in, wants)
+	if got == nil || first == nil {
+		return got, err
+	}
+	out := make([][]*nats.Msg, len(first))
+	for i, j := range first {
+		if j >= 0 {
+			out[i] = got[j]
+		}
+	}
+	return out, err
+}
+
+// mergeWants asks each lane once: the wants with a lane's repeats added to
+// its first, and for each original entry the index of its merged want (-1
+// for a repeat). first is nil when no lane repeats.
+func mergeWants(wants []pullWant) (merged []pullWant, first []int) {
+	at := func(ws []pullWant, l *lane) int {
+		for j, w := range ws {
+			if w.lane == l {
+				return j
+			}
+		}
+		return -1
+	}
+	repeats := false
+	for i, w := range wants {
+		if at(wants[:i], w.lane) >= 0 {
+			repeats = true
+		}
+	}
+	if !repeats {
+		return wants, nil
+	}
+	first = make([]int, len(wants))
+	for i, w := range wants {
+		if j := at(merged, w.lane); j >= 0 {
+			merged[j].n += w.n
+			first[i] = -1
+			continue
+		}
+		first[i] = len(merged)
+		merged = append(merged, w)
+	}
+	return merged, first
+}
+
+// pullOn is fetchNow's requests, each lane once, on in.
+func (c *Consumer) pullOn(ctx context.Context, in *pullInbox, wants []pullWant) ([][]*nats.Msg, error) {
+	keep := true // every request ends the ordinary way, nothing else comes
 	replies := make([]string, len(wants))
 	for i, w := range wants {
 		replies[i] = in.next()
@@ -227,6 +283,7 @@ func (c *Consumer) fetchNow(ctx context.Context, wants []pullWant) ([][]*nats.Ms
 		case m := <-in.ch:
 			i := laneOf(m)
 			if i < 0 || ended[i] {
+				keep = false
 				c.stray(m)
 				continue
 			}
@@ -241,6 +298,9 @@ func (c *Consumer) fetchNow(ctx context.Context, wants []pullWant) ([][]*nats.Ms
 			}
 			// The request is complete: nothing more can come.
 			ended[i], open = true, open-1
+			if isStatus && m.Header.Get("Status") != "404" && m.Header.Get("Status") != "408" {
+				keep = false
+			}
 			if serr != nil {
 				errs[i] = fmt.Errorf("pull from %s: %w", wants[i].lane.name, serr)
 				if gone(m) {
@@ -265,7 +325,13 @@ func (c *Consumer) fetchNow(ctx context.Context, wants []pullWant) ([][]*nats.Ms
 			return nil, ctx.Err()
 		}
 	}
-	c.putInbox(in)
+	if keep {
+		c.putInbox(in)
+	} else {
+		for _, m := range in.withdraw() {
+			c.stray(m)
+		}
+	}
 	return got, errors.Join(errs...)
 }
 
@@ -322,6 +388,11 @@ func (c *Consumer) takeInbox(n int) (*pullInbox, error) {
 			in := c.inboxes[k-1]
 			c.inboxes = c.inboxes[:k-1]
 			c.inboxMu.Unlock()
+			// Nothing is expected on a kept inbox; anything there is
+			// none of this fetch's (and this fetch is its only reader).
+			for len(in.ch) > 0 {
+				c.stray(<-in.ch)
+			}
 			return in, nil
 		}
 		c.inboxMu.Unlock()

@@ -156,3 +156,86 @@ func TestFetchHandsBackStrays(t *testing.T) {
 		t.Errorf("the stray's metadata %+v, %v: want its second delivery", md, err)
 	}
 }
+
+// TestFetchHandsBackWhatWaitsOnAKeptInbox: a stored message found on a
+// kept inbox when a fetch takes it (one its lane sent after an earlier
+// request had ended, as after a leader change) is not counted as the new
+// request's, even from the same lane: it goes back to the stream at once.
+func TestFetchHandsBackWhatWaitsOnAKeptInbox(t *testing.T) {
+	t.Parallel()
+	ctx, c := pullSetup(t, 3, time.Minute)
+	late := pullN(ctx, t, c, 1)[0]
+	c.inboxMu.Lock()
+	in := c.inboxes[0]
+	c.inboxMu.Unlock()
+	in.ch <- late
+	// Handed back, it comes again at once (its second delivery), with
+	// the two jobs not yet pulled.
+	redelivered := 0
+	for _, m := range pullN(ctx, t, c, 3) {
+		if m == late {
+			t.Fatalf("the late %s was counted as the new request's", late.Data)
+		}
+		if string(m.Data) == string(late.Data) {
+			if md, err := m.Metadata(); err != nil || md.NumDelivered != 2 {
+				t.Fatalf("the late job again: %+v, %v; want its second delivery", md, err)
+			}
+			redelivered++
+		}
+	}
+	if redelivered != 1 {
+		t.Fatalf("the late job came back %d times, want once", redelivered)
+	}
+}
+
+// TestFetchDropsAnInboxAfterAnError: an inbox on which a request ended
+// with an error status is not kept (a 409 at a leader change can come
+// before the old leader's deliveries), and the next fetch works on a new
+// one.
+func TestFetchDropsAnInboxAfterAnError(t *testing.T) {
+	t.Parallel()
+	ctx, c := pullSetup(t, 2, time.Minute)
+	pullN(ctx, t, c, 1)
+	c.inboxMu.Lock()
+	kept := c.inboxes[0]
+	c.inboxMu.Unlock()
+	if err := c.js.DeleteConsumer(ctx, c.cfg.Stream, c.route.name); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.fetchNow(ctx, []pullWant{{lane: c.route, n: 1}}); err == nil {
+		t.Fatal("a pull from a deleted consumer succeeded")
+	}
+	c.inboxMu.Lock()
+	n := len(c.inboxes)
+	c.inboxMu.Unlock()
+	if n != 0 || kept.sub.IsValid() {
+		t.Fatalf("%d inboxes kept (the first still subscribed: %v) after an error status, want none", n, kept.sub.IsValid())
+	}
+}
+
+// TestFetchAsksALaneOnce: a lane wanted twice in one fetch is asked once,
+// for the sum (two requests of one consumer could not be told apart), all
+// of it in the lane's first entry.
+func TestFetchAsksALaneOnce(t *testing.T) {
+	t.Parallel()
+	ctx, c := pullSetup(t, 4, time.Minute)
+	var got [][]*nats.Msg
+	err := localenv.WaitFor(5*time.Second, func() error {
+		g, err := c.fetchNow(ctx, []pullWant{{lane: c.route, n: 2}, {lane: c.route, n: 2}})
+		if err != nil {
+			return err
+		}
+		got = g
+		if len(g) != 2 || len(g[0])+len(g[1]) < 4 {
+			nakAll(c.nc, append(g[0], g[1]...))
+			return fmt.Errorf("%d and %d delivered", len(g[0]), len(g[1]))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got[0]) != 4 || len(got[1]) != 0 {
+		t.Fatalf("%d and %d delivered, want all 4 in the first entry", len(got[0]), len(got[1]))
+	}
+}
