@@ -21,7 +21,8 @@
 --   status 2 = another owner holds an unexpired lease; busy_ms until it ends
 --
 -- Prepended (ledger.go): internal/luapre's now.lua (now_us) and num.lua
--- (whole, ttl_ms), and record.lua (entry, parse, encode, convert): every
+-- (whole, ttl_ms, str), and record.lua (lenstr, entry, parse, encode,
+-- wrongtype, hash_record): every
 -- argument is checked before anything is written.
 local now = now_us(ARGV[2])
 local keep = whole('dedup_ttl', ARGV[1], 1, MAX_TTL_MS)
@@ -45,7 +46,7 @@ for i, key in ipairs(KEYS) do
   local fresh = 'o' .. lenstr(#me) .. ':' .. me .. lease_entries[lease]
   local old = redis.pcall('SET', key, fresh, 'NX', 'PX', px, 'GET')
   local rec
-  if type(old) == 'table' and wrongtype(old) then
+  if type(old) == 'table' and wrongtype(old) then -- (the type test first: no call for the usual reply)
     -- A hash of an earlier version, read as it is. It becomes a string
     -- only when this claim is granted (SET replaces it): a sent job's
     -- hash, or one whose lease another owner holds, is left for that

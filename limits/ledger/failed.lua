@@ -16,7 +16,7 @@
 -- Reply: attempts after this failure (integer)
 --
 -- Prepended (ledger.go): internal/luapre's num.lua (whole, ttl_ms, str),
--- record.lua (load, store) and keep.lua (keep_record).
+-- record.lua, update.lua (load, store) and keep.lua (keep_record).
 local keep = whole('dedup_ttl', ARGV[2], 1, MAX_TTL_MS)
 local key = KEYS[1]
 local rec = load(key) or {}

@@ -240,7 +240,13 @@ func TestParseRecord(t *testing.T) {
 		{"o", nil, true},
 		{"o3:ab", nil, true},
 		{"ox:abc", nil, true},
+		{"h12:ab:3:cd:efgh", map[string]string{"h": "ab:3:cd:efgh"}, false},
+		{"w6:h\u00e9llo", map[string]string{"w": "h\u00e9llo"}, false},
+		{"w5:h\u00e9llo", nil, true},
 		{"o-1:", nil, true},
+		{"o+3:abc", nil, true},
+		{"o-0:", nil, true},
+		{"o:x", nil, true},
 		{"o99999999999999999999:x", nil, true},
 	} {
 		got, err := ParseRecord(c.in)
@@ -250,6 +256,34 @@ func TestParseRecord(t *testing.T) {
 		}
 		if !c.err && !equalFields(got, c.want) {
 			t.Errorf("ParseRecord(%q) = %v; want %v", c.in, got, c.want)
+		}
+	}
+}
+
+// TestParsersAgree: a record string the Go reader takes, the scripts take
+// too, and one it refuses, they refuse (a record one side reads and the
+// other does not would show in inspect and stop every script, or the
+// reverse).
+func TestParsersAgree(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := testenv.Redis(t).Client()
+	l := NewRedis(c, "agree:", time.Hour)
+	if err := l.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range []string{
+		"a1:2", "h12:ab:3:cd:efgh", "w6:h\u00e9llo", "o3:abcl1:5o3:xyz",
+		"w5:h\u00e9llo", "o+3:abc", "o-0:", "o:x", "ox:abc", "o3:ab", "o", "o99999999999999999999:x",
+	} {
+		id := strconv.Itoa(i)
+		if err := c.Set(ctx, Key("agree:", id), s, time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+		_, goErr := ParseRecord(s)
+		_, luaErr := l.Claim(ctx, id, "me", time.Minute)
+		if (goErr != nil) != (luaErr != nil) {
+			t.Errorf("record %q: Go reads it with error %v, the claim script with %v; want both to take or both to refuse it", s, goErr, luaErr)
 		}
 	}
 }

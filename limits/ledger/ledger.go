@@ -436,8 +436,12 @@ func ParseRecord(s string) (map[string]string, error) {
 			return nil, fmt.Errorf("ledger record malformed at byte %d: no length", i)
 		}
 		c += i + 1
-		n, err := strconv.Atoi(s[i+1 : c])
-		if err != nil || n < 0 || n > len(s)-c-1 {
+		// Decimal digits only, as record.lua's parse takes them (Atoi
+		// alone would take a sign, and the scripts would then refuse a
+		// record this reads).
+		digits := s[i+1 : c]
+		n, err := strconv.Atoi(digits)
+		if digits == "" || strings.Trim(digits, "0123456789") != "" || err != nil || n > len(s)-c-1 {
 			return nil, fmt.Errorf("ledger record malformed at byte %d: length %q", i, s[i+1:c])
 		}
 		f, v := s[i:i+1], s[c+1:c+1+n]

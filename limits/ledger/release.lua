@@ -32,7 +32,7 @@
 -- Reply: attempts so far (integer)
 --
 -- Prepended (ledger.go): internal/luapre's now.lua (now_us) and num.lua
--- (whole, ttl_ms), record.lua (load, store) and keep.lua (keep_record):
+-- (whole, ttl_ms), record.lua, update.lua (load, store) and keep.lua (keep_record):
 -- every argument is checked before anything is written.
 local keep = whole('dedup_ttl', ARGV[2], 1, MAX_TTL_MS)
 local key = KEYS[1]

@@ -7,7 +7,8 @@
 -- Reply: -1 when the job was sent (its record kept), else 0 (forgotten, or
 -- there was none)
 --
--- Prepended (ledger.go): internal/luapre's num.lua and record.lua (load).
+-- Prepended (ledger.go): internal/luapre's num.lua, record.lua and
+-- update.lua (load).
 local rec = load(KEYS[1])
 if rec ~= nil and rec.s == '1' then
   return -1

@@ -27,7 +27,7 @@
 -- Every argument is checked before anything is written.
 --
 -- Prepended (ledger.go): internal/luapre's num.lua (whole, ttl_ms) and
--- record.lua (lenstr, convert).
+-- record.lua (lenstr, wrongtype, convert).
 local keep = ttl_ms(whole('dedup_ttl', ARGV[1], 1, MAX_TTL_MS))
 if #ARGV ~= 1 + 2 * #KEYS then
   error({err = 'ERR wrong number of arguments: ' .. #ARGV .. ' for ' .. #KEYS .. ' records (want ' .. (1 + 2 * #KEYS) .. ')'})
@@ -47,7 +47,7 @@ for i, key in ipairs(KEYS) do
     sent = 's1:1l1:0o0:'
   end
   local n = redis.pcall('APPEND', key, sent)
-  if type(n) == 'table' and wrongtype(n) then -- a hash of an earlier version
+  if type(n) == 'table' and wrongtype(n) then -- a hash of an earlier version (no call for the usual integer)
     convert(key)
     n = redis.call('APPEND', key, sent)
   end
