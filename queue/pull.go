@@ -424,10 +424,12 @@ func (c *Consumer) putInbox(in *pullInbox) {
 
 // stray handles a message on a pull inbox that answers none of the
 // current fetch's requests (a request that ended, or one of an earlier
-// fetch): a stored message goes back to the stream at once rather than
-// wait out its ack wait; a status is dropped.
+// fetch): a stored message of the job stream goes back to it at once
+// rather than wait out its ack wait; anything else is dropped, a status or
+// a message some client published to the inbox (it names no job, and its
+// reply subject is not ours to answer).
 func (c *Consumer) stray(m *nats.Msg) {
-	if isStatus, _, _ := status(m); !isStatus {
+	if stream, _, ok := ackConsumer(m.Reply); ok && stream == c.cfg.Stream {
 		nakAll(c.nc, []*nats.Msg{m})
 	}
 }

@@ -141,10 +141,21 @@ func TestFetchHandsBackStrays(t *testing.T) {
 	// request of an earlier fetch.
 	in.ch <- &nats.Msg{Subject: in.prefix + "0", Header: nats.Header{"Status": {"404"}}}
 	in.ch <- stray
+	// And a message some client published to the inbox: no job, and its
+	// reply subject is not answered.
+	forged, err := c.nc.SubscribeSync("forged.reply")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = forged.Unsubscribe() }()
+	in.ch <- &nats.Msg{Subject: in.prefix + "1", Reply: "forged.reply", Data: []byte(`{"id":"forged"}`)}
 	got := pullN(ctx, t, c, 2)
+	if m, err := forged.NextMsg(200 * time.Millisecond); err == nil {
+		t.Errorf("answered a forged message's reply subject: %q", m.Data)
+	}
 	for _, m := range got {
-		if string(m.Data) == string(stray.Data) {
-			t.Fatalf("the stray %s was taken as the router lane's", stray.Data)
+		if string(m.Data) == string(stray.Data) || string(m.Data) == `{"id":"forged"}` {
+			t.Fatalf("the stray %s was taken as the router lane's", m.Data)
 		}
 	}
 	// The stray was handed back: its lane delivers it again now.
