@@ -21,7 +21,9 @@
 // tenants may use the same id; an id the client chose is recorded with its
 // job's content for Config.IdempotencyTTL (idem.lua), so the same id with
 // another job is answered 409 and not published; a job NATS refused before
-// it left (nothing stored) gives its claimed id back (unclaim.lua). The
+// it left (nothing stored) gives its claimed id back (unclaim.lua), unless
+// a retry of the same job found the id meanwhile and may have stored it
+// (the retry deletes the first request's claim token). The
 // tenant is the API key's: a body naming another tenant is refused (400,
 // field tenant), never published as that tenant.
 //

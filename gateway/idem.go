@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	_ "embed"
 	"encoding/hex"
@@ -29,6 +30,23 @@ var (
 // tenant's (no named tenant is empty), so two tenants' ids never meet.
 func IDKey(prefix, tenant, id string) string { return "{" + prefix + "gwid:" + tenant + "}:" + id }
 
+// idClaimKey is the key of the claim beside a job id's record,
+// {<prefix>gwid:<tenant>}c:<id>: the token of the request that wrote the
+// record, while that request alone holds the id and may give it back
+// (idem.lua, unclaim.lua). Its own key, not the record's value, so that a
+// record stays the job's hash alone, as every gateway version reads it.
+func idClaimKey(prefix, tenant, id string) string {
+	return "{" + prefix + "gwid:" + tenant + "}c:" + id
+}
+
+// claimSlack is how much longer than the publish a claim is kept: a
+// request gives its ids back after its publish failed, within
+// publish_timeout, and one Redis call.
+const claimSlack = 10 * time.Second
+
+// newClaimToken is a request's claim token: 128 random bits.
+func newClaimToken() string { return rand.Text() }
+
 // What a claim found of a job's id (idem.lua's reply).
 type idClaim int
 
@@ -54,20 +72,21 @@ func contentHash(high bool, data []byte) string {
 	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
-// claimIDs claims the ids of a request's jobs (keys[i] for the job of
-// hashes[i]) in one round trip.
-func claimIDs(ctx context.Context, rdb redis.Scripter, keys, hashes []string, ttl time.Duration) ([]idClaim, error) {
-	args := make([]any, 0, 1+len(hashes))
-	args = append(args, ttl.Milliseconds())
+// claimIDs claims the ids of a request's jobs in one round trip: the
+// record keys[2i] and its claim keys[2i+1] for the job of hashes[i], the
+// records kept ttl, the claims hold under token.
+func claimIDs(ctx context.Context, rdb redis.Scripter, keys, hashes []string, token string, ttl, hold time.Duration) ([]idClaim, error) {
+	args := make([]any, 0, 3+len(hashes))
+	args = append(args, ttl.Milliseconds(), hold.Milliseconds(), token)
 	for _, h := range hashes {
 		args = append(args, h)
 	}
 	v, err := idemScript.Run(ctx, rdb, keys, args...).Result()
 	if err != nil {
-		return nil, fmt.Errorf("claim %d job ids: %w", len(keys), err)
+		return nil, fmt.Errorf("claim %d job ids: %w", len(hashes), err)
 	}
 	a, ok := v.([]any)
-	if !ok || len(a) != len(keys) {
+	if !ok || len(a) != len(hashes) {
 		return nil, fmt.Errorf("claim job ids: unexpected script reply %v", v)
 	}
 	out := make([]idClaim, len(a))
@@ -81,17 +100,20 @@ func claimIDs(ctx context.Context, rdb redis.Scripter, keys, hashes []string, tt
 	return out, nil
 }
 
-// unclaimIDs releases the ids a request claimed (claimIDs answered idNew)
-// for jobs that were never sent (notSent): each record keys[i] is deleted
-// only while it still holds hashes[i]. It returns how many were deleted.
-func unclaimIDs(ctx context.Context, rdb redis.Scripter, keys, hashes []string) (int, error) {
-	args := make([]any, len(hashes))
-	for i, h := range hashes {
-		args[i] = h
+// unclaimIDs releases the ids a request claimed under token (claimIDs
+// answered idNew) for jobs that were never sent (notSent): each record
+// keys[2i] is deleted, with its claim keys[2i+1], only while the claim
+// still holds token and the record hashes[i]. It returns how many were
+// deleted.
+func unclaimIDs(ctx context.Context, rdb redis.Scripter, keys, hashes []string, token string) (int, error) {
+	args := make([]any, 0, 1+len(hashes))
+	args = append(args, token)
+	for _, h := range hashes {
+		args = append(args, h)
 	}
 	n, err := unclaimScript.Run(ctx, rdb, keys, args...).Int()
 	if err != nil {
-		return 0, fmt.Errorf("release %d job ids: %w", len(keys), err)
+		return 0, fmt.Errorf("release %d job ids: %w", len(hashes), err)
 	}
 	return n, nil
 }

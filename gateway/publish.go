@@ -44,8 +44,8 @@ func (g *Gateway) accept(ctx context.Context, c *fasthttp.RequestCtx, k *apiKey,
 	results := make([]itemResult, len(items))
 	msgs := make([]queue.OutMsg, 0, len(items))
 	at := make([]int, 0, len(items)) // msgs[i] is item at[i]
-	var idKeys, idHashes []string    // of the msgs with a client-chosen id
-	var idAt []int                   // idKeys[j] is msgs[idAt[j]]'s
+	var idKeys, idHashes []string    // of the msgs with a client-chosen id: a record and its claim each, a hash each
+	var idAt []int                   // idHashes[j] and idKeys[2j:2j+2] are msgs[idAt[j]]'s
 	for i, item := range items {
 		results[i].Index = i
 		if len(item) > queue.MaxJobBytes {
@@ -85,7 +85,7 @@ func (g *Gateway) accept(ctx context.Context, c *fasthttp.RequestCtx, k *apiKey,
 		}
 		results[i].ID = j.ID
 		if chosen {
-			idKeys = append(idKeys, IDKey(g.prefix, j.Tenant, j.ID))
+			idKeys = append(idKeys, IDKey(g.prefix, j.Tenant, j.ID), idClaimKey(g.prefix, j.Tenant, j.ID))
 			idHashes = append(idHashes, contentHash(high, data))
 			idAt = append(idAt, len(msgs))
 		}
@@ -113,8 +113,10 @@ func (g *Gateway) accept(ctx context.Context, c *fasthttp.RequestCtx, k *apiKey,
 	for i := range claims {
 		claims[i] = idNoRecord
 	}
+	var token string // this request's claim on the ids it writes
 	if len(idKeys) > 0 {
-		got, err := claimIDs(ctx, g.rdb, idKeys, idHashes, g.cfg.IdempotencyTTL)
+		token = newClaimToken()
+		got, err := claimIDs(ctx, g.rdb, idKeys, idHashes, token, g.cfg.IdempotencyTTL, g.cfg.PublishTimeout+claimSlack)
 		if err != nil {
 			g.throttledWarn(" redis", "job ids not claimed: answered 503", "key", k.Name, "err", err)
 			g.write(c, k.Name, answer{status: http.StatusServiceUnavailable, retryAfter: time.Second,
@@ -160,7 +162,7 @@ func (g *Gateway) accept(ctx context.Context, c *fasthttp.RequestCtx, k *apiKey,
 		}
 	}
 	if failed > 0 {
-		g.unclaimUnsent(ctx, k, claims, at, results, idKeys, idHashes, idAt)
+		g.unclaimUnsent(ctx, k, claims, at, results, idKeys, idHashes, idAt, token)
 		var detail string
 		switch {
 		case maybeStored:
@@ -226,20 +228,22 @@ func (g *Gateway) publish(ctx context.Context, k *apiKey, msgs []queue.OutMsg, p
 // names no job, and a retry, with the same body or a corrected one, must
 // be a new job rather than a duplicate or a 409 for idempotency_ttl. The
 // ids it found held by the same job (idSame) are kept: the first request
-// may have stored it. claims[m] and at[m] are msgs[m]'s; idKeys[j] and
-// idHashes[j] are msgs[idAt[j]]'s record. A failure is logged: the answer
+// may have stored it, and so are those a retry of the same job found
+// meanwhile (unclaim.lua: the retry deleted this request's claim). claims[m]
+// and at[m] are msgs[m]'s; idKeys[2j:2j+2] and idHashes[j] are
+// msgs[idAt[j]]'s record and claim. A failure is logged: the answer
 // is a 503 anyway.
-func (g *Gateway) unclaimUnsent(ctx context.Context, k *apiKey, claims []idClaim, at []int, results []itemResult, idKeys, idHashes []string, idAt []int) {
+func (g *Gateway) unclaimUnsent(ctx context.Context, k *apiKey, claims []idClaim, at []int, results []itemResult, idKeys, idHashes []string, idAt []int, token string) {
 	var keys, hashes []string
 	for j, m := range idAt {
 		if claims[m] == idNew && results[at[m]].unsent {
-			keys, hashes = append(keys, idKeys[j]), append(hashes, idHashes[j])
+			keys, hashes = append(keys, idKeys[2*j], idKeys[2*j+1]), append(hashes, idHashes[j])
 		}
 	}
 	if len(keys) == 0 {
 		return
 	}
-	if _, err := unclaimIDs(ctx, g.rdb, keys, hashes); err != nil {
+	if _, err := unclaimIDs(ctx, g.rdb, keys, hashes, token); err != nil {
 		g.throttledWarn(" redis", "job ids of unsent jobs not released: a retry within idempotency_ttl is answered as a duplicate (same body) or 409", "key", k.Name, "err", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -72,12 +73,15 @@ func TestScriptsClampExpiries(t *testing.T) {
 	if ttl, err := rdb.PTTL(ctx, AuthFailKey("clamp:", "192.0.2.1")).Result(); err != nil || ttl > maxAuthFailuresWindow {
 		t.Fatalf("failure count expires in %s (%v), want at most %s", ttl, err, maxAuthFailuresWindow)
 	}
-	key := IDKey("clamp:", "acme", "x")
-	if _, err := claimIDs(ctx, rdb, []string{key}, []string{"h"}, 365*24*time.Hour); err != nil {
+	key, claim := IDKey("clamp:", "acme", "x"), idClaimKey("clamp:", "acme", "x")
+	if _, err := claimIDs(ctx, rdb, []string{key, claim}, []string{"h"}, "t", 365*24*time.Hour, time.Minute+claimSlack); err != nil {
 		t.Fatal(err)
 	}
 	if ttl, err := rdb.PTTL(ctx, key).Result(); err != nil || ttl > maxIdempotencyTTL {
 		t.Fatalf("id record expires in %s (%v), want at most %s", ttl, err, maxIdempotencyTTL)
+	}
+	if ttl, err := rdb.PTTL(ctx, claim).Result(); err != nil || ttl <= 0 || ttl > time.Minute+claimSlack {
+		t.Fatalf("claim expires in %s (%v), want within %s", ttl, err, time.Minute+claimSlack)
 	}
 }
 
@@ -115,26 +119,84 @@ func TestLocalRefusalSteps(t *testing.T) {
 }
 
 // TestUnclaimDeletesOnlyItsOwnRecord: unclaim.lua deletes a record only
-// while it holds the hash the request wrote; one that names another job
-// by then is kept.
+// while it holds the hash the request wrote and its claim the request's
+// token; one that names another job by then, or that another request
+// claimed, is kept.
 func TestUnclaimDeletesOnlyItsOwnRecord(t *testing.T) {
 	t.Parallel()
 	rdb := testenv.Redis(t).Client()
 	ctx := context.Background()
-	mine, theirs := IDKey("unclaim:", "acme", "a"), IDKey("unclaim:", "acme", "b")
-	if _, err := claimIDs(ctx, rdb, []string{mine, theirs}, []string{"h1", "h2"}, time.Hour); err != nil {
-		t.Fatal(err)
+	pair := func(id string) []string {
+		return []string{IDKey("unclaim:", "acme", id), idClaimKey("unclaim:", "acme", id)}
 	}
-	n, err := unclaimIDs(ctx, rdb, []string{mine, theirs, IDKey("unclaim:", "acme", "none")}, []string{"h1", "h1", "h1"})
+	mine, theirs, none := pair("a"), pair("b"), pair("none")
+	if got, err := claimIDs(ctx, rdb, append(slices.Clone(mine), theirs...), []string{"h1", "h2"}, "t1", time.Hour, time.Minute); err != nil || !slices.Equal(got, []idClaim{idNew, idNew}) {
+		t.Fatalf("claim: %v %v, want two new", got, err)
+	}
+	if n, err := unclaimIDs(ctx, rdb, mine, []string{"h1"}, "t2"); err != nil || n != 0 {
+		t.Fatalf("unclaim under another token: %d deleted (%v), want none", n, err)
+	}
+	n, err := unclaimIDs(ctx, rdb, slices.Concat(mine, theirs, none), []string{"h1", "h1", "h1"}, "t1")
 	if err != nil || n != 1 {
 		t.Fatalf("unclaim: %d deleted (%v), want 1", n, err)
 	}
-	if rdb.Exists(ctx, mine).Val() != 0 || rdb.Get(ctx, theirs).Val() != "h2" {
-		t.Errorf("after unclaim: %s exists %d, %s holds %q; want the first gone, the second h2",
-			mine, rdb.Exists(ctx, mine).Val(), theirs, rdb.Get(ctx, theirs).Val())
+	if rdb.Exists(ctx, mine...).Val() != 0 || rdb.Get(ctx, theirs[0]).Val() != "h2" {
+		t.Errorf("after unclaim: %v exist %d, %s holds %q; want the first record and claim gone, the second h2",
+			mine, rdb.Exists(ctx, mine...).Val(), theirs[0], rdb.Get(ctx, theirs[0]).Val())
 	}
-	if _, err := unclaimIDs(ctx, rdb, []string{mine}, nil); err == nil {
+	if _, err := unclaimIDs(ctx, rdb, mine, nil, "t1"); err == nil {
 		t.Error("keys without their hashes were taken")
+	}
+	if _, err := unclaimIDs(ctx, rdb, mine[:1], []string{"h1"}, "t1"); err == nil {
+		t.Error("a record without its claim was taken")
+	}
+	if _, err := claimIDs(ctx, rdb, mine[:1], []string{"h1"}, "t1", time.Hour, time.Minute); err == nil {
+		t.Error("a claim of a record without its claim key was taken")
+	}
+}
+
+// TestUnclaimKeepsAnIDARetryFound: a retry of the same job that finds the
+// id claimed (idSame) may store the job while the first request's publish
+// fails; the first request's unclaim must then keep the record, whichever
+// of the two comes first, or the stored job's id would be free for another
+// job within idempotency_ttl. An unclaim that comes before the retry's
+// claim frees the id, and the retry is the job's new holder.
+func TestUnclaimKeepsAnIDARetryFound(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.Redis(t).Client()
+	ctx := context.Background()
+	keys := []string{IDKey("rejoin:", "acme", "j"), idClaimKey("rejoin:", "acme", "j")}
+	claim := func(token string) idClaim {
+		t.Helper()
+		got, err := claimIDs(ctx, rdb, keys, []string{"h"}, token, time.Hour, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got[0]
+	}
+	if a, b := claim("first"), claim("retry"); a != idNew || b != idSame {
+		t.Fatalf("first and retry: %d, %d, want new, same", a, b)
+	}
+	if n, err := unclaimIDs(ctx, rdb, keys, []string{"h"}, "first"); err != nil || n != 0 {
+		t.Fatalf("the first request's unclaim after the retry's claim: %d deleted (%v), want none", n, err)
+	}
+	if v := rdb.Get(ctx, keys[0]).Val(); v != "h" {
+		t.Fatalf("record after the unclaim: %q, want h (the retry may have stored the job)", v)
+	}
+	if err := rdb.Del(ctx, keys...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if a := claim("first"); a != idNew {
+		t.Fatalf("first: %d, want new", a)
+	}
+	if n, err := unclaimIDs(ctx, rdb, keys, []string{"h"}, "first"); err != nil || n != 1 {
+		t.Fatalf("unclaim with no retry: %d deleted (%v), want 1", n, err)
+	}
+	if b := claim("retry"); b != idNew {
+		t.Fatalf("a retry after the unclaim: %d, want new (it holds the id now)", b)
+	}
+	if v := rdb.Get(ctx, keys[1]).Val(); v != "retry" {
+		t.Fatalf("claim after the retry: %q, want the retry's token", v)
 	}
 }
 
