@@ -573,10 +573,11 @@ func TestNATSDownSaysNothingWasPublished(t *testing.T) {
 }
 
 // TestAnUnsentJobLeavesItsIDFree: a job NATS refused before it left
-// (NATS down: nothing stored) does not keep the id it claimed. Once NATS
-// is back, its retry with the same Idempotency-Key is stored and answered
-// 202 as a new job (no "duplicate"), and a retry with a corrected body is
-// stored too, not refused 409 for idempotency_ttl.
+// (NATS down: nothing stored) does not keep the id it claimed, nor does an
+// array naming one id twice (its second item finds the first's claim, its
+// own). Once NATS is back, a retry with the same Idempotency-Key is stored
+// and answered 202 as a new job (no "duplicate"), and a retry with a
+// corrected body is stored too, not refused 409 for idempotency_ttl.
 func TestAnUnsentJobLeavesItsIDFree(t *testing.T) {
 	t.Parallel()
 	b := setup(t, gateway.Config{})
@@ -595,6 +596,13 @@ func TestAnUnsentJobLeavesItsIDFree(t *testing.T) {
 			t.Errorf("%s: the id's record is kept after a 503 that published nothing (%v)", id, err)
 		}
 	}
+	twice := smsJob(`,"id":"order-3"`)
+	if r := b.post(t, acmeKey, "["+twice+","+twice+"]"); r.status != http.StatusServiceUnavailable || !strings.Contains(string(r.body), "nothing was published") {
+		t.Fatalf("an array naming order-3 twice with NATS down: %d %s, want 503 nothing was published", r.status, r.body)
+	}
+	if err := b.rdb.Get(ctx(t), gateway.IDKey(b.prefix, "acme", "order-3")).Err(); err != redis.Nil {
+		t.Errorf("order-3: the id's record is kept after a 503 that published nothing (%v)", err)
+	}
 	b.nats.Start()
 	testenv.WaitFor(t, 10*time.Second, "a 202 once NATS is back", func() bool {
 		return b.post(t, acmeKey, smsJob("")).status == http.StatusAccepted
@@ -602,6 +610,7 @@ func TestAnUnsentJobLeavesItsIDFree(t *testing.T) {
 	for _, c := range []struct{ id, body string }{
 		{"order-1", smsJob("")},                      // the same body again
 		{"order-2", smsJob(`,"data":{"fixed":"1"}`)}, // a corrected body
+		{"order-3", smsJob(`,"id":"order-3","data":{"fixed":"1"}`)},
 	} {
 		r := b.post(t, acmeKey, c.body, "Idempotency-Key", c.id)
 		var a struct {
@@ -619,7 +628,7 @@ func TestAnUnsentJobLeavesItsIDFree(t *testing.T) {
 	for _, m := range b.stored(t) {
 		in[m.Header.Get(jetstream.MsgIDHeader)]++
 	}
-	for _, id := range []string{"acme/order-1", "acme/order-2"} {
+	for _, id := range []string{"acme/order-1", "acme/order-2", "acme/order-3"} {
 		if in[id] != 1 {
 			t.Errorf("job %s is in the stream %d times, want once", id, in[id])
 		}

@@ -15,7 +15,8 @@
 -- duplicate window or the dispatcher's ledger makes the two one job); 2
 -- another job holds it. A retry deletes the claim: two requests hold the
 -- id now, and the first one's failure must not release it while the retry
--- may have stored the job.
+-- may have stored the job. The same id found twice in one request (an
+-- array naming it twice) leaves the request's own claim in place.
 --
 -- Prepended (idem.go): internal/luapre's num.lua (whole, ttl_ms): an
 -- argument that is not a whole number of ms stops the script with an error.
@@ -35,7 +36,9 @@ for i = 1, #KEYS / 2 do
     redis.call('SET', claim, token, 'PX', hold)
     out[i] = 0
   elseif v == hash then
-    redis.call('DEL', claim)
+    if redis.call('GET', claim) ~= token then -- (the same id twice in one request: its own claim stays)
+      redis.call('DEL', claim)
+    end
     out[i] = 1
   else
     out[i] = 2
