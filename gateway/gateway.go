@@ -232,6 +232,13 @@ func (g *Gateway) MaxConns() int { return g.maxConns }
 // content): no request ends the process.
 func (g *Gateway) Handle(c *fasthttp.RequestCtx) {
 	defer g.recoverPanic(c)
+	defer func() {
+		// On every route: the server reuses the request's headers (and their
+		// address, the key of g.declared) for the next request it reads.
+		if c.Request.Header.ContentLength() > MaxRequestBytes {
+			g.declared.Delete(&c.Request.Header) // see headerReceived
+		}
+	}()
 	var allow string
 	switch string(c.Path()) {
 	case "/v1/notifications":

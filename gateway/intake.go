@@ -50,9 +50,6 @@ func (g *Gateway) notifications(c *fasthttp.RequestCtx) {
 	bodyRead := false
 	defer func() {
 		if !bodyRead {
-			if c.Request.Header.ContentLength() > MaxRequestBytes {
-				g.declared.Delete(&c.Request.Header) // see headerReceived
-			}
 			finishUnread(c)
 		}
 	}()
