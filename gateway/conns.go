@@ -168,7 +168,9 @@ func (l *connLimiter) admit(c net.Conn) *trackedConn {
 			victims = append(victims, v)
 		}
 	}
-	if l.total >= l.max {
+	// Another address's idle connection is closed only for a newcomer that
+	// then takes the place: not for one its own address's bound refuses.
+	if ic := l.byIP[ip]; (ic == nil || ic.n < l.perIP) && l.total >= l.max {
 		if v := l.evictLocked(nil); v != nil {
 			victims = append(victims, v)
 		}

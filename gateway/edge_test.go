@@ -979,6 +979,45 @@ func TestConnectionBounds(t *testing.T) {
 	wg.Wait()
 }
 
+// TestARefusedConnectionClosesNoOtherOne: a connection its address's bound
+// refuses (its one connection busy) is answered 429 without closing
+// another address's idle connection at max_conns: that closing would give
+// no one the place, and one address holding its bound of slow requests
+// could close every other client's keep-alive connection, one a connect.
+func TestARefusedConnectionClosesNoOtherOne(t *testing.T) {
+	t.Parallel()
+	b := setup(t, gateway.Config{HeaderTimeout: time.Minute, ReadTimeout: time.Minute,
+		Shed: gateway.Shed{MaxConns: 2, MaxConnsPerIP: 1}})
+	addr := hostOf(b.srv.URL)
+	dial := func(from string) *rawConn {
+		t.Helper()
+		c, err := dialFrom(from, addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	busy := dial("127.0.0.2") // a body that has not all arrived
+	body := `{"user_id":"u1","channel":"sms","to":"+14155550123","body":"hi"}`
+	if _, err := io.WriteString(busy, "POST /v1/notifications HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "+acmeKey+
+		"\r\nContent-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body[:10]); err != nil {
+		t.Fatal(err)
+	}
+	idle := dial("127.0.0.3")
+	testenv.WaitFor(t, 10*time.Second, "2 open, 1 idle", func() bool {
+		open, idle := b.gw.ConnStats()
+		return open == 2 && idle == 1
+	})
+	if r := dial("127.0.0.2").read(); r.status != http.StatusTooManyRequests {
+		t.Fatalf("a second connection of the busy address: %d %v, want 429", r.status, r.err)
+	}
+	if idle.closedByServer() {
+		t.Errorf("another address's idle connection was closed for a connection that was then refused")
+	}
+	_, _ = io.WriteString(busy, body[10:])
+}
+
 // TestIdleConnectionsCannotStopTheGateway: 20,000 idle connections (the
 // issue's; GATEWAY_IDLE_CONNS to change it) to a gateway process, with the
 // default limit of open files, under `ulimit -n 1024`, and under that
