@@ -750,6 +750,34 @@ func TestLargeDeclaredBodyIsRefusedAtOnce(t *testing.T) {
 	}
 }
 
+// TestAMalformedChunkIsAMalformedRequest: a chunk size that is not one
+// (hex past 64 bits, a sign, not hex), or a chunked body that ends early,
+// is answered 400 malformed-request as SPEC §9 lists it, although the
+// handler, not the server, meets it (the body is streamed).
+func TestAMalformedChunkIsAMalformedRequest(t *testing.T) {
+	t.Parallel()
+	b := setup(t, gateway.Config{})
+	job := `{"user_id":"u1","channel":"sms","to":"+14155550123","body":"hi"}`
+	head := "POST /v1/notifications HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + acmeKey +
+		"\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+	for _, chunks := range []string{
+		"ffffffffffffffff1\r\n" + job + "\r\n0\r\n\r\n",
+		"-1\r\n" + job + "\r\n0\r\n\r\n",
+		"zz\r\n" + job + "\r\n0\r\n\r\n",
+		"10\r\n" + job[:16] + "\r\n", // then the connection ends
+	} {
+		var r rawResponse
+		if strings.HasSuffix(chunks, "0\r\n\r\n") {
+			r = rawExchange(hostOf(b.srv.URL), head+chunks, 5*time.Second)
+		} else {
+			r = rawHalfClose(t, hostOf(b.srv.URL), head+chunks)
+		}
+		if r.status != http.StatusBadRequest || !strings.Contains(r.body, gateway.TypeMalformed) {
+			t.Errorf("chunks %q: %d %s, want 400 %s", chunks[:min(len(chunks), 20)], r.status, r.body, gateway.TypeMalformed)
+		}
+	}
+}
+
 // TestChunkedBodyTimingOutIs408: a chunked body that stops arriving is
 // answered 408 request-timeout once read_timeout passes, not 400.
 func TestChunkedBodyTimingOutIs408(t *testing.T) {

@@ -137,6 +137,32 @@ func rawExchange(addr, req string, timeout time.Duration) rawResponse {
 	return rawResponse{status: resp.StatusCode, header: resp.Header, body: string(b), err: err}
 }
 
+// rawHalfClose sends req, as is, on a new connection to addr, ends its
+// sending side (the server reads the end of the request there) and reads
+// one answer within 5 s.
+func rawHalfClose(t *testing.T, addr, req string) rawResponse {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return rawResponse{err: err}
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, req); err != nil {
+		return rawResponse{err: err}
+	}
+	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+		return rawResponse{err: err}
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return rawResponse{err: err}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return rawResponse{status: resp.StatusCode, header: resp.Header, body: string(b), err: err}
+}
+
 // hostOf is a server URL's host:port.
 func hostOf(url string) string { return strings.TrimPrefix(url, "http://") }
 

@@ -137,8 +137,13 @@ func (g *Gateway) notifications(c *fasthttp.RequestCtx) {
 				body: problemOf(http.StatusRequestTimeout, TypeRequestTimeout, "Request timeout",
 					fmt.Sprintf("the body did not arrive whole within %s (gateway.read_timeout)", g.cfg.ReadTimeout))})
 		default:
-			g.write(c, k.Name, answer{status: http.StatusBadRequest,
-				body: problemOf(http.StatusBadRequest, TypeInvalidJob, "Unreadable body", "the body could not be read")})
+			// The body is streamed, so a malformed chunk or a body that
+			// ends early shows here, not in the server's ErrorHandler: the
+			// same answer as there (SPEC §9: 400 malformed-request), and the
+			// connection closed, as the rest of it cannot be read.
+			status, typ, reason := classify(err)
+			c.SetConnectionClose()
+			g.write(c, k.Name, answer{status: status, body: problemOf(status, typ, http.StatusText(status), reason)})
 		}
 		return
 	}
