@@ -187,7 +187,9 @@ func TestTenantKeysShareOneBucketAllOrNothing(t *testing.T) {
 
 // TestPriorityLaneIsAPermission: ?priority=high with a key without
 // priority: true is 403 priority-not-allowed, costs no token and
-// publishes nothing; with it, the job takes the priority lane.
+// publishes nothing; with it, the job takes the priority lane. Another
+// priority is 400 invalid-job; both answers carry the key's RateLimit
+// fields, as every answer of the handler does (SPEC §9).
 func TestPriorityLaneIsAPermission(t *testing.T) {
 	t.Parallel()
 	b := setup(t, gateway.Config{Keys: keys(0.01, 1)})
@@ -200,6 +202,14 @@ func TestPriorityLaneIsAPermission(t *testing.T) {
 	if r.status != http.StatusForbidden || p.Type != gateway.TypePriorityNotAllowed {
 		t.Fatalf("priority=high without the permission: %d %s, want 403 priority-not-allowed", r.status, r.body)
 	}
+	if left := rateHeaders(t, r, "key"); left != 1 {
+		t.Errorf("the 403 says %d left, want the key's 1", left)
+	}
+	r = postURL(t, b.srv.URL+"/v1/notifications?priority=urgent", otherKey, smsJob(""))
+	if r.status != http.StatusBadRequest || !strings.Contains(string(r.body), gateway.TypeInvalidJob) {
+		t.Fatalf("priority=urgent: %d %s, want 400 invalid-job", r.status, r.body)
+	}
+	rateHeaders(t, r, "key")
 	if r := b.post(t, otherKey, smsJob("")); r.status != http.StatusAccepted {
 		t.Fatalf("the same key's one token after the 403: %d %s (the 403 took it?)", r.status, r.body)
 	}
@@ -788,6 +798,10 @@ func TestChunkedBodyTimingOutIs408(t *testing.T) {
 	r := rawExchange(hostOf(b.srv.URL), req, 10*time.Second)
 	if r.err != nil || r.status != http.StatusRequestTimeout || !strings.Contains(r.body, gateway.TypeRequestTimeout) {
 		t.Fatalf("a chunked body that stalls: %d %q %v, want 408 request-timeout", r.status, r.body, r.err)
+	}
+	if !policyRe.MatchString(r.header.Get("RateLimit-Policy")) || !limitRe.MatchString(r.header.Get("RateLimit")) {
+		t.Errorf("the 408 carries RateLimit-Policy %q, RateLimit %q; want the key's (SPEC §9: every answer of the handler)",
+			r.header.Get("RateLimit-Policy"), r.header.Get("RateLimit"))
 	}
 }
 

@@ -91,6 +91,7 @@ func (g *Gateway) notifications(c *fasthttp.RequestCtx) {
 	case "", "normal":
 	case "high":
 		if !k.Priority {
+			g.peekHeaders(ctx, &c.Response.Header, k)
 			g.write(c, k.Name, answer{status: http.StatusForbidden,
 				body: problemOf(http.StatusForbidden, TypePriorityNotAllowed, "Priority lane not allowed",
 					"this key may not use ?priority=high (gateway.keys[].priority); send without it")})
@@ -98,6 +99,7 @@ func (g *Gateway) notifications(c *fasthttp.RequestCtx) {
 		}
 		high = true
 	default:
+		g.peekHeaders(ctx, &c.Response.Header, k)
 		g.write(c, k.Name, answer{status: http.StatusBadRequest, body: invalidProblem(&queue.InvalidError{Field: "priority", Rule: "must be high or normal"})})
 		return
 	}
@@ -133,6 +135,7 @@ func (g *Gateway) notifications(c *fasthttp.RequestCtx) {
 			tooLarge(fmt.Sprintf("the body is more than %d bytes", MaxRequestBytes))
 		case errors.As(err, &ne) && ne.Timeout():
 			c.SetConnectionClose()
+			g.peekHeaders(ctx, h, k)
 			g.write(c, k.Name, answer{status: http.StatusRequestTimeout,
 				body: problemOf(http.StatusRequestTimeout, TypeRequestTimeout, "Request timeout",
 					fmt.Sprintf("the body did not arrive whole within %s (gateway.read_timeout)", g.cfg.ReadTimeout))})
