@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/notifier/notifier/internal/text"
@@ -18,11 +19,13 @@ const maxReason = 160
 // Patterns of what a provider's error text may quote of a recipient, in
 // whatever form: any e-mail address (any case), and any phone-like run — a
 // run of digits with the spaces, dots, dashes and parentheses people write
-// numbers with, 7 or more digits in all (which catches other long numbers
-// too, a date among them: harmless).
+// numbers with (any Unicode dash among them), 7 or more digits in all
+// (which catches other long numbers too, a date among them: harmless).
+// scrub matches them on the text with its spaces made plain: a no-break
+// space or a tab between a number's groups would otherwise hide it.
 var (
 	emailLike = regexp.MustCompile(`[A-Za-z0-9._%+'-]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}`)
-	phoneLike = regexp.MustCompile(`\+?[0-9][0-9 ().-]*[0-9]`)
+	phoneLike = regexp.MustCompile(`\+?[0-9][0-9 ().\p{Pd}]*[0-9]`)
 )
 
 // quoteMin is the shortest stretch of a message's body or title that is
@@ -146,6 +149,12 @@ func (s scrubber) scrub(text string) string {
 	for _, h := range s.hide {
 		text = scrubQuotes(text, h)
 	}
+	// The patterns below see plain spaces (a no-break space, a tab, a line
+	// break each become one) and no invisible characters, as the detail's
+	// reader does once OneLine has made it one line: a number quoted with
+	// other spaces, or zero-width ones, between its groups must not slip
+	// past them.
+	text = strings.Join(strings.FieldsFunc(strings.Map(dropFormat, text), isSpace), " ")
 	if len(s.to) >= 3 {
 		masked := Mask(s.channel, s.to)
 		text = strings.ReplaceAll(text, s.to, masked)
@@ -224,4 +233,18 @@ func reasonDetail(status int, reason string, s scrubber) string {
 // causeDetail is a one-line description of a transport error, scrubbed.
 func causeDetail(err error, s scrubber) string {
 	return text.OneLine(s.scrub(fmt.Sprint(err)), 2*maxReason)
+}
+
+// isSpace is what scrub takes for a space: Unicode's, and the controls
+// text.Printable turns into one.
+func isSpace(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }
+
+// dropFormat removes the invisible format characters (a zero-width space
+// or joiner, a direction mark: Unicode's Cf) that could sit between a
+// number's digits unseen.
+func dropFormat(r rune) rune {
+	if unicode.Is(unicode.Cf, r) {
+		return -1
+	}
+	return r
 }

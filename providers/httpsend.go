@@ -112,6 +112,13 @@ func (b *httpBase) post(ctx context.Context, url string, header http.Header, bod
 		e.Ambiguous = ambiguous(wrote.whole(), err, b.strict)
 		return e
 	}
+	if resp.StatusCode < 200 {
+		// A 101 (the only 1xx net/http returns): its body is the raw
+		// connection, which neither the timeout nor ctx governs. Read
+		// nothing of it: a transient error (classByStatus).
+		_ = resp.Body.Close()
+		resp.Body = http.NoBody
+	}
 	reportBudget(ctx, resp.Header, b.now)
 	return b.classify(resp, s, read, start, wrote.whole)
 }
@@ -243,8 +250,14 @@ func (w *writeTrace) whole() bool {
 // Errors after which the server cannot have acted on a request, whatever
 // was written: an HTTP/2 stream the server refused (RFC 9113 §8.7,
 // REFUSED_STREAM) or that lay past the last stream its GOAWAY said it
-// would process. net/http resends them itself when it can (GetBody set).
-var unprocessed = []string{"REFUSED_STREAM", "http2: Transport received Server's graceful shutdown GOAWAY"}
+// would process: net/http's text for such a stream after a GOAWAY with
+// NO_ERROR, and for the connection's first stream after one with an error
+// code (h2_bundle.go, setGoAway: only streams past LastStreamID; a stream
+// the server took whose connection then closes reads "server sent GOAWAY
+// and closed the connection", which stays ambiguous). net/http resends
+// them itself when it can (GetBody set).
+var unprocessed = []string{"REFUSED_STREAM", "http2: Transport received Server's graceful shutdown GOAWAY",
+	"http2: Transport received GOAWAY from server ErrCode"}
 
 // ambiguous reports whether a round trip that failed with err after the
 // trace of writeTrace saw wrote is ambiguous. An HTTP/2 stream the server

@@ -213,6 +213,13 @@ type ctxTransport struct {
 
 func (c *ctxTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := c.rt.RoundTrip(req.WithContext(c.ctx))
+	if err == nil && resp.StatusCode < 200 {
+		// A 101 (the only 1xx net/http returns): its body is the raw
+		// connection, which no context governs, and the library reads it
+		// to its end.
+		_ = resp.Body.Close()
+		resp, err = nil, errors.New("the token endpoint answered "+resp.Status)
+	}
 	c.err = err
 	return resp, err
 }

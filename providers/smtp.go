@@ -111,9 +111,29 @@ type watchConn struct {
 	net.Conn
 	written atomic.Int64 // bytes written without error
 	failed  atomic.Bool  // a write failed since the last mark
+	unread  atomic.Int64 // bytes read since the client last wrote
+}
+
+// maxReplyBytes bounds what the server may send between two writes of the
+// client: a reply (RFC 5321 §4.5.3.1.5: 512 octets a line; go-smtp bounds
+// a line, not how many there are) or a TLS handshake's flight. A server
+// sending more, an endless multi-line greeting say, would otherwise have
+// the send buffer it all until the timeout: hundreds of MiB.
+const maxReplyBytes = 1 << 20
+
+var errReplyTooLong = errors.New("the server sent over 1 MiB without a request")
+
+func (c *watchConn) Read(b []byte) (int, error) {
+	if c.unread.Load() >= maxReplyBytes {
+		return 0, errReplyTooLong
+	}
+	n, err := c.Conn.Read(b)
+	c.unread.Add(int64(n))
+	return n, err
 }
 
 func (c *watchConn) Write(b []byte) (int, error) {
+	c.unread.Store(0)
 	n, err := c.Conn.Write(b)
 	c.written.Add(int64(n))
 	if err != nil {
@@ -306,8 +326,11 @@ func (p *SMTP) session(ctx context.Context, fresh bool) (*smtpSession, bool, err
 func (p *SMTP) takeIdle() *smtpSession {
 	var stale []*smtpSession
 	defer func() {
+		// Closed, not QUIT: a server that went silent while the session
+		// idled would hold this send a second a session (quit's wait),
+		// outside its timeout and ctx.
 		for _, s := range stale {
-			s.quit()
+			s.close()
 		}
 	}()
 	p.mu.Lock()
@@ -409,6 +432,12 @@ func (p *SMTP) deliver(ctx context.Context, s *smtpSession, rcpt string, utf8 bo
 	// mail, whatever happens to the reply.
 	at := s.conn.mark()
 	if err := w.Close(); err != nil {
+		var se *smtp.SMTPError
+		if errors.As(err, &se) && se.Code >= 200 && se.Code <= 299 {
+			// go-smtp wants exactly 250; any 2yz is a positive completion
+			// (RFC 5321 §4.2.1): the server took the mail.
+			return "", true, nil
+		}
 		return "data", s.conn.wroteSince(at), err
 	}
 	return "", true, nil
@@ -456,6 +485,10 @@ func (p *SMTP) fail(parent, rctx context.Context, err error, s scrubber) error {
 	if errors.As(err, &se) {
 		e := &Error{Provider: p.name, Class: ErrTransient, Status: se.Code, Detail: stage + ": " + smtpReply(se, s)}
 		switch {
+		case se.Code < 400 && st != nil && st.sent:
+			// Neither a completion nor a refusal (a 1yz or 3yz) to a final
+			// dot that went out whole: the server may have the mail.
+			e.Ambiguous = true
 		case se.Code >= 500 && se.Code <= 599 && senderRefused(stage, se, p.password != nil):
 			e.Class = ErrSender
 			if stage == "rcpt" {

@@ -1,0 +1,386 @@
+package providers_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+
+	"github.com/notifier/notifier/providers"
+	"github.com/notifier/notifier/testenv"
+)
+
+// Answers of hostile or broken endpoints that a review found mishandled:
+// each test names what went wrong before.
+
+// newSwitcher starts a server that answers every request with
+// "101 Switching Protocols" (Upgrade and Connection headers) and then says
+// nothing more, holding the connection until the test ends.
+func newSwitcher(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	t.Cleanup(func() { close(done); _ = l.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer c.Close()
+				if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+					return
+				}
+				_, _ = c.Write([]byte("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"))
+				<-done
+			})
+		}
+	})
+	return "http://" + l.Addr().String()
+}
+
+// sendWithin runs send and fails the test when it has not returned within
+// limit (it is left to end with the test's cleanup).
+func sendWithin(t *testing.T, limit time.Duration, send func() error) error {
+	t.Helper()
+	errc := make(chan error, 1)
+	go func() { errc <- send() }()
+	select {
+	case err := <-errc:
+		return err
+	case <-time.After(limit):
+		t.Errorf("Send still running after %v", limit)
+		return nil
+	}
+}
+
+// Test101SwitchingProtocolsEndsAtTheTimeout: a receiver that answers
+// the POST with 101 Switching Protocols and then goes silent holds Send
+// (and its goroutine) past the provider's timeout and past the caller's
+// context, until the receiver closes the connection: net/http hands a 101's
+// connection to the caller (the body is the raw connection, which no
+// context governs), and classify reads up to reasonLimit from it.
+func Test101SwitchingProtocolsEndsAtTheTimeout(t *testing.T) {
+	w := newWebhook(t, newSwitcher(t), 500*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	err := sendWithin(t, 3*time.Second, func() error { return w.Send(ctx, smsMessage()) })
+	if !errors.Is(err, providers.ErrTransient) {
+		t.Errorf("Send = %v, want ErrTransient", err)
+	}
+}
+
+// Test101FromTheOAuthTokenEndpointEndsAtTheTimeout: the same answer from a service
+// account's token_uri holds the send, and the fetch holds the oauth
+// source's semaphore, so every later send of the provider waits for it.
+func Test101FromTheOAuthTokenEndpointEndsAtTheTimeout(t *testing.T) {
+	fake := testenv.FakeFCM(t)
+	key, err := os.ReadFile(fake.ServiceAccountFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "key.json")
+	if err := os.WriteFile(path, []byte(strings.Replace(string(key), fake.TokenURL(), newSwitcher(t)+"/token", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := newFCM(t, providers.Config{URL: fake.URL(), CredentialsFile: path, Timeout: 500 * time.Millisecond}, "", providers.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	err = sendWithin(t, 3*time.Second, func() error { return p.Send(ctx, pushMessage()) })
+	if !errors.Is(err, providers.ErrTransient) {
+		t.Errorf("Send = %v, want ErrTransient", err)
+	}
+}
+
+// TestH2GoAwayWithAnErrorCodeIsNotAmbiguous: a server that reads the whole
+// first stream of a connection, then answers GOAWAY with an error code
+// and LastStreamID 0, says it processed no stream (RFC 9113 §6.8: streams
+// above the last stream id "were not or will not be processed"). The
+// failure is transient and not ambiguous (docs/providers.md: "nor is an
+// HTTP/2 stream the server says it did not process (REFUSED_STREAM, a
+// stream past its GOAWAY)"), so retry_on_timeout: false retries it rather
+// than dead-lettering it as ambiguous.
+func TestH2GoAwayWithAnErrorCodeIsNotAmbiguous(t *testing.T) {
+	certs := testenv.NewCerts(t)
+	cfg := serverTLS(t, certs)
+	cfg.NextProtos = []string{"h2"}
+	l, err := tls.Listen("tcp", "127.0.0.1:0", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { _ = l.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() { goAwayAfterFirstStream(c) })
+		}
+	})
+	w := newWebhook(t, "https://"+l.Addr().String(), 2*time.Second, noRetryOnTimeout,
+		func(c *providers.Config) { c.TLSCAFile = certs.CAFile })
+	err = w.Send(context.Background(), smsMessage())
+	var e *providers.Error
+	if !errors.As(err, &e) || !errors.Is(err, providers.ErrTransient) || e.Ambiguous {
+		t.Errorf("Send = %v (ambiguous %v), want ErrTransient, not ambiguous", err, e != nil && e.Ambiguous)
+	}
+}
+
+// goAwayAfterFirstStream speaks just enough HTTP/2 to read one request
+// whole, then sends GOAWAY(last stream 0, INTERNAL_ERROR) and closes.
+func goAwayAfterFirstStream(c net.Conn) {
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if tc, ok := c.(*tls.Conn); ok && tc.Handshake() != nil {
+		return
+	}
+	preface := make([]byte, len(http2.ClientPreface))
+	if _, err := io.ReadFull(c, preface); err != nil {
+		return
+	}
+	fr := http2.NewFramer(c, c)
+	if fr.WriteSettings() != nil {
+		return
+	}
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			return
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if !f.IsAck() {
+				_ = fr.WriteSettingsAck()
+			}
+		case *http2.HeadersFrame:
+			if f.StreamID == 1 && f.StreamEnded() {
+				goto whole
+			}
+		case *http2.DataFrame:
+			if f.StreamID == 1 && f.StreamEnded() {
+				goto whole
+			}
+		}
+	}
+whole:
+	_ = fr.WriteGoAway(0, http2.ErrCodeInternal, []byte("shutting down"))
+	time.Sleep(100 * time.Millisecond)
+}
+
+// replySMTPServer is a minimal STARTTLS + AUTH PLAIN submission server:
+// dot is its reply to the end of DATA, and with ignoreQuit it never
+// answers QUIT (it holds the session open until the test ends).
+type replySMTPServer struct {
+	addr       string
+	dot        string
+	ignoreQuit bool
+	mails      atomic.Int32
+}
+
+func startReplySMTP(t *testing.T, cfg *tls.Config, dot string, ignoreQuit bool) *replySMTPServer {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &replySMTPServer{addr: l.Addr().String(), dot: dot, ignoreQuit: ignoreQuit}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	t.Cleanup(func() { close(done); _ = l.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer c.Close()
+				srv.session(c, cfg, done)
+			})
+			wg.Go(func() { <-done; _ = c.Close() })
+		}
+	})
+	return srv
+}
+
+func (s *replySMTPServer) session(c net.Conn, cfg *tls.Config, done <-chan struct{}) {
+	r := bufio.NewReader(c)
+	say := func(lines ...string) { _, _ = c.Write([]byte(strings.Join(lines, "\r\n") + "\r\n")) }
+	say("220 fake ESMTP")
+	secure := false
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return
+		}
+		verb, _, _ := strings.Cut(strings.ToUpper(strings.TrimSpace(line)), " ")
+		switch verb {
+		case "EHLO":
+			if secure {
+				say("250-fake", "250-ENHANCEDSTATUSCODES", "250 AUTH PLAIN")
+			} else {
+				say("250-fake", "250 STARTTLS")
+			}
+		case "STARTTLS":
+			say("220 go ahead")
+			tc := tls.Server(c, cfg)
+			if tc.Handshake() != nil {
+				return
+			}
+			c, r, secure = tc, bufio.NewReader(tc), true
+		case "AUTH":
+			say("235 2.7.0 ok")
+		case "DATA":
+			say("354 go ahead")
+			for {
+				l, err := r.ReadString('\n')
+				if err != nil {
+					return
+				}
+				if l == ".\r\n" {
+					break
+				}
+			}
+			s.mails.Add(1)
+			time.Sleep(200 * time.Millisecond) // lets concurrent sends take a session each
+			say(s.dot)
+		case "QUIT":
+			if s.ignoreQuit {
+				<-done
+				return
+			}
+			say("221 bye")
+			return
+		default:
+			say("250 2.0.0 ok")
+		}
+	}
+}
+
+func replySMTPProvider(t *testing.T, certs *testenv.Certs, addr string, timeout time.Duration, noRetry bool) *providers.SMTP {
+	host, port := splitHostPort(t, addr)
+	cfg := providers.Config{Host: host, Port: port, Timeout: timeout, TLSCAFile: certs.CAFile, Username: "notifier"}
+	if noRetry {
+		cfg.RetryOnTimeout = new(false)
+	}
+	return newSMTP(t, cfg, smtpPassword)
+}
+
+// TestSMTPPositiveReplyToTheDotIsSent: a 2yz reply to the end of DATA is a
+// positive completion (RFC 5321 §4.2.1): the server took the mail. It must
+// not come back as a plain transient failure, which is retried (even with
+// retry_on_timeout: false) and sends the mail a second time.
+func TestSMTPPositiveReplyToTheDotIsSent(t *testing.T) {
+	certs := testenv.NewCerts(t)
+	srv := startReplySMTP(t, serverTLS(t, certs), "251 2.1.5 queued, will forward", false)
+	p := replySMTPProvider(t, certs, srv.addr, 2*time.Second, true)
+	if err := p.Send(context.Background(), emailMessage()); err != nil || srv.mails.Load() != 1 {
+		t.Errorf("Send = %v after the server took the mail (%d taken), want nil: a retry would send it again", err, srv.mails.Load())
+	}
+}
+
+// TestSMTPOddReplyToTheDotIsAmbiguous: a reply to the end of DATA that is
+// neither a completion nor a refusal (a 3yz) leaves the mail possibly
+// taken: ambiguous, so that retry_on_timeout: false does not send it again.
+func TestSMTPOddReplyToTheDotIsAmbiguous(t *testing.T) {
+	certs := testenv.NewCerts(t)
+	srv := startReplySMTP(t, serverTLS(t, certs), "354 go ahead, again", false)
+	p := replySMTPProvider(t, certs, srv.addr, 2*time.Second, true)
+	err := p.Send(context.Background(), emailMessage())
+	var e *providers.Error
+	if !errors.As(err, &e) || !errors.Is(err, providers.ErrTransient) || !e.Ambiguous {
+		t.Errorf("Send = %v, want a transient, ambiguous error", err)
+	}
+}
+
+// TestSMTPStaleSessionsAreClosedNotQuit: a send that finds idle sessions
+// past SMTPIdleTimeout quits each of them (QUIT, up to a second for its
+// reply) before it even dials, outside its timeout and its context. Against
+// a server that leaves QUIT unanswered (a silent peer, a dead NAT entry),
+// a send with a 1 s timeout takes one second per stale session.
+func TestSMTPStaleSessionsAreClosedNotQuit(t *testing.T) {
+	certs := testenv.NewCerts(t)
+	srv := startReplySMTP(t, serverTLS(t, certs), "250 2.0.0 queued", true)
+	p := replySMTPProvider(t, certs, srv.addr, time.Second, false)
+	var wg sync.WaitGroup
+	for range 6 {
+		wg.Go(func() {
+			if err := p.Send(context.Background(), emailMessage()); err != nil {
+				t.Errorf("Send = %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	n := providers.AgeIdleSMTPSessions(p, time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	start := time.Now()
+	err := p.Send(ctx, emailMessage())
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Send with a 1s timeout and a 1s context took %v (%d stale idle sessions), err %v", d, n, err)
+	}
+}
+
+// TestSMTPEndlessGreetingIsBounded: a server (or anyone on the path:
+// the greeting comes before STARTTLS) that answers with an endless
+// multi-line greeting ("220-…" lines that never reach a last "220 " line)
+// makes the client buffer all of it until the timeout: go-smtp caps each
+// line at 2,000 bytes, but not the number of lines of one reply
+// (net/textproto.ReadResponse appends every one to the message). With the
+// default 5 s timeout one Send reads ~150-200 MiB and the heap peaks near
+// 400 MiB.
+func TestSMTPEndlessGreetingIsBounded(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sent atomic.Int64
+	var wg sync.WaitGroup
+	t.Cleanup(func() { _ = l.Close(); wg.Wait() })
+	wg.Go(func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		chunk := []byte(strings.Repeat("220-"+strings.Repeat("x", 120)+"\r\n", 512))
+		_ = c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		for {
+			n, err := c.Write(chunk)
+			sent.Add(int64(n))
+			if err != nil {
+				return
+			}
+		}
+	})
+	certs := testenv.NewCerts(t)
+	p := replySMTPProvider(t, certs, l.Addr().String(), 5*time.Second, false)
+	err = p.Send(context.Background(), emailMessage())
+	if !errors.Is(err, providers.ErrTransient) {
+		t.Errorf("Send = %v, want ErrTransient", err)
+	}
+	_ = l.Close()
+	wg.Wait()
+	if n := sent.Load(); n > 16<<20 {
+		t.Errorf("the client took %d MiB of one greeting before giving up (%v)", n>>20, err)
+	}
+}
