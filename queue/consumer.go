@@ -202,6 +202,7 @@ type Consumer struct {
 
 	inboxMu sync.Mutex
 	inboxes []*pullInbox // pull inboxes kept between fetches (pull.go)
+	closed  bool         // Close was called: no inbox is kept any more
 }
 
 // NewConsumer creates or updates the durable queue consumers on the job

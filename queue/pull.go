@@ -412,7 +412,7 @@ func (c *Consumer) takeInbox(n int) (*pullInbox, error) {
 func (c *Consumer) putInbox(in *pullInbox) {
 	if in.pooled && in.sub.IsValid() {
 		c.inboxMu.Lock()
-		if len(c.inboxes) < maxIdleInboxes {
+		if !c.closed && len(c.inboxes) < maxIdleInboxes {
 			c.inboxes = append(c.inboxes, in)
 			c.inboxMu.Unlock()
 			return
@@ -420,6 +420,24 @@ func (c *Consumer) putInbox(in *pullInbox) {
 		c.inboxMu.Unlock()
 	}
 	_ = in.sub.Unsubscribe()
+}
+
+// Close unsubscribes the pull inboxes the Consumer keeps between fetches
+// (at most maxIdleInboxes), and keeps none after: a Consumer that is done
+// with, on a connection that lives on, leaves no subscription behind. The
+// durable consumers on the server are not touched, and a fetch still in
+// progress, or one after, works (on an inbox of its own). Safe to call more
+// than once.
+func (c *Consumer) Close() {
+	c.inboxMu.Lock()
+	kept := c.inboxes
+	c.inboxes, c.closed = nil, true
+	c.inboxMu.Unlock()
+	for _, in := range kept {
+		for _, m := range in.withdraw() {
+			c.stray(m)
+		}
+	}
 }
 
 // stray handles a message on a pull inbox that answers none of the

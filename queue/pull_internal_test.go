@@ -103,6 +103,34 @@ func TestFetchKeepsItsInbox(t *testing.T) {
 	}
 }
 
+// TestCloseDropsTheKeptInboxes: Close unsubscribes the inbox a fetch
+// kept, and a fetch after it still works, on an inbox it does not keep.
+func TestCloseDropsTheKeptInboxes(t *testing.T) {
+	t.Parallel()
+	ctx, c := pullSetup(t, 8, time.Minute)
+	before := c.nc.NumSubscriptions()
+	ack := func(n int) {
+		for _, m := range pullN(ctx, t, c, n) {
+			if err := m.Ack(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	ack(4)
+	if n := c.nc.NumSubscriptions(); n != before+1 {
+		t.Fatalf("subscriptions %d after a fetch, want %d (its inbox kept)", n, before+1)
+	}
+	c.Close()
+	if n := c.nc.NumSubscriptions(); n != before {
+		t.Errorf("subscriptions %d after Close, want %d", n, before)
+	}
+	ack(4)
+	if n := c.nc.NumSubscriptions(); n != before {
+		t.Errorf("subscriptions %d after a fetch after Close, want %d (nothing kept)", n, before)
+	}
+	c.Close() // a second time: nothing to do
+}
+
 // TestFetchHandsBackStrays: a message on a kept inbox that answers none
 // of the current fetch's requests (a stored message of another lane, a
 // status for a request of an earlier fetch) does not end the fetch or

@@ -444,6 +444,7 @@ func (w *benchWorld) dispatchPass(ctx context.Context, tag, name string, kind pa
 	if err != nil {
 		return PassResult{}, err
 	}
+	defer cons.Close() // its kept pull inboxes: the connection serves the next pass
 	// Only the every-layer pass is traced (the latency section is its): the
 	// wide-open pass measures the dispatcher as it runs in production.
 	tr := newTracer()
