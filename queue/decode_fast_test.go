@@ -32,6 +32,57 @@ func FuzzDecodeFastPath(f *testing.F) {
 	})
 }
 
+// FuzzTenantFieldAgreesWithDecode: whenever a job on a plain subject
+// decodes, the tenant a delivery is taken to be (tenantField: the ledger
+// key, the provider's tenant, the fair lane) is the tenant the decoder
+// read. A name written with escapes, or another member repeated, made
+// tenantField read none while the decoder read the tenant: the job was
+// handled as the default tenant's (found in review).
+func FuzzTenantFieldAgreesWithDecode(f *testing.F) {
+	for _, s := range decodeSeeds() {
+		f.Add([]byte(s))
+	}
+	for _, s := range tenantFieldSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		j, err := Decode("notify.jobs.sms", data)
+		if err != nil {
+			return
+		}
+		if got := tenantField(data); got != j.Tenant {
+			t.Fatalf("tenantField %q, the decoder %q, of %q", got, j.Tenant, data)
+		}
+	})
+}
+
+// tenantFieldSeeds name a tenant in the ways a JSON encoder may write it.
+var tenantFieldSeeds = []string{
+	`{"id":"x","user_id":"u","channel":"sms","to":"+447700900124","body":"b","tenant":"acme"}`,
+	`{"id":"x","user_id":"u","channel":"sms","to":"+447700900124","body":"b","tena\u006et":"acme"}`,
+	`{"id":"x","user_id":"u","channel":"sms","to":"+447700900124","body":"b","\u0074enant":"\u0061cme"}`,
+	`{"id":"x","user_id":"u","channel":"sms","to":"+447700900124","body":"b","tenant":"acme","note":"a","note":"b"}`,
+	`{"id":"x","user_id":"u","channel":"sms","to":"+447700900124","body":"\ud800 b","tenant":"acme"}`,
+	`{"id":"x","user_id":"u","channel":"sms","to":"+447700900124","body":"b","data":{"tenant":"other"}}`,
+	`{"id":"x","user_id":"u","channel":"sms","to":"+447700900124","body":"b","Tenant":"acme"}`,
+	` { "tenant" : "acme" , "id":"x","user_id":"u","channel":"sms","to":"+447700900124","body":"b" } `,
+}
+
+// TestTenantFieldAgreesWithDecode runs FuzzTenantFieldAgreesWithDecode's
+// seeds in every test run, and checks that each seed decodes.
+func TestTenantFieldAgreesWithDecode(t *testing.T) {
+	for _, s := range tenantFieldSeeds {
+		j, err := Decode("notify.jobs.sms", []byte(s))
+		if err != nil {
+			t.Errorf("seed %s: %v", s, err)
+			continue
+		}
+		if got := tenantField([]byte(s)); got != j.Tenant {
+			t.Errorf("tenantField %q, the decoder %q, of %s", got, j.Tenant, s)
+		}
+	}
+}
+
 // decodeSeeds are messages worth starting from: valid jobs and the
 // corner cases the strict path was written for.
 func decodeSeeds() []string {

@@ -3,10 +3,10 @@ package queue
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
-	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -121,20 +121,31 @@ func tenantOf(k Key, h nats.Header, data []byte) (tenant, bad string) {
 	return t, ""
 }
 
-// tenantField reads a job's top-level "tenant" string without decoding
+// tenantField reads a job's top-level "tenant" string without checking
 // the rest: "" when it names none (the usual job of the default tenant
-// costs one search of its bytes), or is not a JSON object with one.
+// costs one search of its bytes), or is not a JSON object with one. It
+// reads the members as the strict decoder does (objectMembers), so the
+// two never disagree on whose job it is: a name written with escapes
+// ("tena\u006et") is "tenant" to both, and a member repeated elsewhere in
+// the object does not hide it (the job's ledger key and the provider's
+// tenant follow this answer).
 func tenantField(data []byte) string {
-	if !bytes.Contains(data, []byte(`"tenant"`)) {
+	if !bytes.Contains(data, []byte(`"tenant"`)) && !bytes.Contains(data, []byte(`\u`)) {
 		return ""
 	}
-	var probe struct {
-		Tenant string `json:"tenant"`
-	}
-	if jsonv2.Unmarshal(data, &probe, jsonv2.RejectUnknownMembers(false)) != nil {
+	members, err := objectMembers(data, func(string) bool { return false })
+	if err != nil {
 		return ""
 	}
-	return probe.Tenant
+	raw, ok := members["tenant"]
+	if !ok {
+		return ""
+	}
+	var t string
+	if json.Unmarshal(raw, &t) != nil {
+		return ""
+	}
+	return t
 }
 
 // Ack acknowledges the delivery and waits for the server to confirm it
