@@ -137,9 +137,13 @@ func Replay(ctx context.Context, dead *queue.DeadLetters, led ReplayLedger, p Re
 func replayOne(ctx context.Context, dead *queue.DeadLetters, led ReplayLedger, d *queue.DeadLetter, keep bool, now time.Time) ReplayResult {
 	r := ReplayResult{Letter: d}
 	id := d.JobID
-	msgID := id + ":replay:" + strconv.FormatInt(now.UnixNano(), 10)
+	// The job's ledger record and message ids are its tenant's, as the
+	// dispatcher keys them (<tenant>/<id>): the bare id is the default
+	// tenant's job of that id.
+	key := queue.MsgID(d.Tenant, id)
+	msgID := key + ":replay:" + strconv.FormatInt(now.UnixNano(), 10)
 	if id != "" {
-		sent, err := led.ResetForReplay(ctx, id)
+		sent, err := led.ResetForReplay(ctx, key)
 		if err != nil {
 			r.Outcome, r.Err = Failed, err
 			return r

@@ -106,3 +106,56 @@ func TestReplayRepublishesOnceAndNeverASentJob(t *testing.T) {
 		t.Errorf("a replay on an ended context: %v, want context.Canceled", err)
 	}
 }
+
+// TestReplayOfATenantsJobUsesItsOwnLedgerRecord: a named tenant's dead
+// job is replayed against its own ledger record (<tenant>/<id>), as the
+// dispatcher keys it: its failures are reset, and the default tenant's
+// job of the same id, sent, neither stops the replay nor is touched.
+func TestReplayOfATenantsJobUsesItsOwnLedgerRecord(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	js, err := jetstream.New(testenv.NATS(t).Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := queue.Config{}.WithDefaults()
+	if err := queue.EnsureStreams(ctx, js, cfg, 1); err != nil {
+		t.Fatal(err)
+	}
+	pub, dead := queue.NewPublisher(js), queue.NewDeadLetters(js, cfg)
+	led := ledger.NewRedis(testenv.Redis(t).Client(), newPrefix(t.Name()), time.Hour)
+	for range 3 {
+		if _, err := led.Failed(ctx, queue.MsgID("acme", "x"), "", "5xx"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := led.Sent(ctx, "x", ""); err != nil { // the default tenant's x
+		t.Fatal(err)
+	}
+	data := `{"id":"x","user_id":"u1","channel":"sms","to":"+15550000000","body":"hi"}`
+	d := &queue.Delivery{Subject: "notify.jobs.sms.t.acme", Data: []byte(data), Channel: "sms", Stream: cfg.Stream, StreamSeq: 7, Published: time.Now()}
+	if err := pub.DeadLetter(ctx, d, queue.Dead, ledger.ReasonMaxAttempts, "test"); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := inspect.PlanReplay(ctx, dead, queue.DeadFilter{Tenant: "acme"}, inspect.ReplayOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Todo) != 1 || plan.Todo[0].Tenant != "acme" {
+		t.Fatalf("plan: %+v", plan.Summary)
+	}
+	var results []inspect.ReplayResult
+	if _, err := inspect.Replay(ctx, dead, led, plan, inspect.ReplayOptions{}, func(r inspect.ReplayResult) { results = append(results, r) }); err != nil {
+		t.Fatal(err)
+	}
+	if len(results) != 1 || results[0].Outcome != inspect.Replayed {
+		t.Errorf("acme's dead job x: %+v, want replayed", results)
+	}
+	if rec, err := led.Record(ctx, queue.MsgID("acme", "x")); err != nil || rec.Attempts != 0 {
+		t.Errorf("acme/x's record after the replay: %d attempts (%v), want its attempts reset", rec.Attempts, err)
+	}
+	if rec, err := led.Record(ctx, "x"); err != nil || !rec.Sent {
+		t.Errorf("the default tenant's x after the replay: %+v (%v), want it untouched, sent", rec, err)
+	}
+}
