@@ -137,7 +137,10 @@ func runSandbox(ctx context.Context, e *env, addr string, lanes []sandboxLane, s
 	if err != nil {
 		return fmt.Errorf("sandbox: listen on %s: %w", addr, err)
 	}
-	srv := &http.Server{Handler: sb, ReadHeaderTimeout: 5 * time.Second}
+	// Timeouts, so that idle or slow clients cannot hold descriptors for
+	// good; idle longer than the providers' clients keep a connection (90 s).
+	srv := &http.Server{Handler: sb, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 

@@ -68,7 +68,10 @@ func StartSandbox(o SandboxOptions) (*Sandbox, error) {
 		return nil, fmt.Errorf("sandbox provider: %w", err)
 	}
 	s := &Sandbox{o: o, ln: ln, lanes: map[string]*sandboxLane{}}
-	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 5 * time.Second}
+	// Timeouts, so that idle or slow clients cannot hold descriptors for
+	// good; idle longer than the providers' clients keep a connection (90 s).
+	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
 	go func() { _ = s.srv.Serve(ln) }()
 	return s, nil
 }

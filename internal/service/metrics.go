@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/net/netutil"
 )
 
 // metricsServer serves /metrics, /healthz and /readyz.
@@ -57,12 +58,24 @@ func startMetricsServer(listen string, reg *prometheus.Registry, ready func() er
 		mux.Handle("GET /status.json", status)
 		mux.Handle("GET /status/", status)
 	}
-	return &metricsServer{ln: ln, srv: &http.Server{
+	// The port shares the process's file descriptors with Redis, NATS and
+	// the providers' connections, and may face the internet (Twilio's
+	// callbacks): a bounded number of connections, each closed once idle
+	// or slow, so that no client can starve the dispatcher of descriptors
+	// (a connection past the bound waits in the listen backlog).
+	return &metricsServer{ln: netutil.LimitListener(ln, maxMetricsConns), srv: &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second, // /explain may take 10 s
+		IdleTimeout:       30 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}}, nil
 }
+
+// maxMetricsConns bounds the metrics port's open connections: scrapes,
+// status pages and callbacks need a few.
+const maxMetricsConns = 64
 
 // Addr is the bound address (useful with port 0).
 func (m *metricsServer) Addr() string { return m.ln.Addr().String() }
