@@ -18,7 +18,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 )
 
@@ -39,7 +38,7 @@ type Entry struct {
 // byte and its address. The same address on another channel is another
 // recipient.
 //
-// An email address is lower-cased whole first, so Bob@Example.com and
+// An email address has its ASCII letters lower-cased first, so Bob@Example.com and
 // bob@example.com are one recipient. Its domain is case-insensitive (DNS);
 // its local part may be case-sensitive by RFC 5321 §2.4, which also
 // discourages relying on it, and mailbox providers do not: they deliver
@@ -49,15 +48,34 @@ type Entry struct {
 // remove` miss it); folding it can only confuse two mailboxes a host tells
 // apart by case alone, which no mainstream host does. Phone numbers (E.164)
 // have no case; device tokens are case-sensitive and kept as they are.
+// Only ASCII letters are folded: Unicode's folding maps other characters
+// onto ASCII ones (the Kelvin sign K onto k), and a gone address spelled so
+// would list another, real mailbox for every tenant.
 func Hash(channel, to string) string {
 	if channel == "email" {
-		to = strings.ToLower(to)
+		to = asciiLower(to)
 	}
 	h := sha256.New()
 	h.Write([]byte(channel))
 	h.Write([]byte{0})
 	h.Write([]byte(to))
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// asciiLower is s with A-Z lower-cased, every other byte as it is.
+func asciiLower(s string) string {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c >= 'A' && c <= 'Z' {
+			b := []byte(s)
+			for j := i; j < len(b); j++ {
+				if c := b[j]; c >= 'A' && c <= 'Z' {
+					b[j] = c + 'a' - 'A'
+				}
+			}
+			return string(b)
+		}
+	}
+	return s
 }
 
 // ValidHash reports whether h is a Hash (64 lower-case hex digits).

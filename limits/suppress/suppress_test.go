@@ -207,8 +207,8 @@ func TestListKeepsTheNewest(t *testing.T) {
 }
 
 // TestEmailHashIgnoresCase: an email address is one recipient whatever its
-// case (local part and domain); a device token's case matters, and a
-// channel's hash is still its own.
+// ASCII letters' case (local part and domain); a device token's case
+// matters, and a channel's hash is still its own.
 func TestEmailHashIgnoresCase(t *testing.T) {
 	lower := suppress.Hash("email", "bob@example.com")
 	for _, to := range []string{"Bob@Example.com", "BOB@EXAMPLE.COM", "bob@Example.COM"} {
@@ -218,6 +218,14 @@ func TestEmailHashIgnoresCase(t *testing.T) {
 	}
 	if suppress.Hash("email", "alice@example.com") == lower {
 		t.Error("two addresses, one hash")
+	}
+	// Only ASCII letters fold: Unicode's folding maps the Kelvin sign (K)
+	// and the long s (ſ) onto k and s, and a gone address spelled with them
+	// would list another, real mailbox (found in review).
+	for _, pair := range [][2]string{{"\u212Aate@example.com", "kate@example.com"}, {"bo\u017F@example.com", "bos@example.com"}} {
+		if suppress.Hash("email", pair[0]) == suppress.Hash("email", pair[1]) {
+			t.Errorf("%q and %q, two mailboxes, one hash", pair[0], pair[1])
+		}
 	}
 	if suppress.Hash("push", "AbCdEf0123456789") == suppress.Hash("push", "abcdef0123456789") {
 		t.Error("a device token's case folded")
