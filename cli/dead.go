@@ -121,6 +121,16 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, fmt.Errorf("%q is neither a duration (90m, 2h, 7d) nor an RFC 3339 time (2026-01-02T15:04:05Z)", s)
 	}
+	switch {
+	case t.After(now.Add(time.Minute)): // a minute of clock skew
+		// JetStream's start time is int64 nanoseconds: one past 2262 wrapped
+		// round and selected every letter (a replay of all of them).
+		return time.Time{}, fmt.Errorf("%q is in the future", s)
+	case t.Before(time.Unix(0, 0)):
+		// Before any letter, and before what a start time can say
+		// (int64 nanoseconds wrapped round and selected none): every letter.
+		return time.Time{}, nil
+	}
 	return t, nil
 }
 
