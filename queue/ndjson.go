@@ -53,31 +53,21 @@ func (b *Batch) PublishNDJSON(ctx context.Context, in io.Reader, o NDJSON) (skip
 		case !json.Valid(raw):
 			skip("not JSON (one job object per line)")
 		default:
-			var probe struct {
-				Channel  string `json:"channel"`
-				Tenant   any    `json:"tenant"`
-				Category any    `json:"category"`
-			}
-			_ = json.Unmarshal(raw, &probe)
-			if !IsChannel(probe.Channel) {
-				skip("channel: must be one of sms, push, email")
+			// The line's channel, tenant and category as the decoder reads
+			// them (member names exactly: "Tenant" names no tenant here, as
+			// it names none to the dispatcher or the gateway), then the line
+			// checked again on the subject they name.
+			j, derr := Decode("", raw)
+			if derr != nil {
+				skip("%v", derr)
 				break
 			}
-			// A line's own tenant, when it is one, names the subject; one
-			// that is not (a number, bad characters) is left to Decode to
-			// name, on the subject the line would otherwise take.
 			lineTenant := o.Tenant
-			if t, ok := probe.Tenant.(string); ok && ValidTenant(t) {
-				lineTenant = t
+			if j.Tenant != "" {
+				lineTenant = j.Tenant
 			}
-			// A line's category, when it is one, names its lane.
-			var lineCategory Category
-			if c, ok := probe.Category.(string); ok && ValidCategory(Category(c)) {
-				lineCategory = Category(c)
-			}
-			k := KeyFor(probe.Channel, lineTenant, o.High, lineCategory)
-			j, derr := Decode(k.Subject(), raw)
-			if derr != nil {
+			k := KeyFor(j.Channel, lineTenant, o.High, j.Category)
+			if _, derr := Decode(k.Subject(), raw); derr != nil {
 				skip("%v", derr)
 				break
 			}

@@ -61,3 +61,32 @@ func TestPublishNDJSON(t *testing.T) {
 		t.Errorf("queues %v, want %s", got, want)
 	}
 }
+
+// TestNDJSONLineTenantIsCaseSensitive: a line's "Tenant" is no tenant
+// field (SPEC §2 matches member names exactly, as the dispatcher and the
+// gateway do): the line is --tenant's, on its lane and with its message
+// id, not the tenant "Tenant" names (the probe read names as encoding/json
+// does, case-insensitively; found in review).
+func TestNDJSONLineTenantIsCaseSensitive(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	in := `{"id":"n1","user_id":"u1","channel":"sms","to":"+15550000001","body":"hi","Tenant":"acme","Category":"marketing"}`
+	batch := queue.NewPublisher(b.js).NewBatch(8, 0)
+	if n, err := batch.PublishNDJSON(ctx(t), strings.NewReader(in), queue.NDJSON{Tenant: "bank"}); err != nil || n != 0 {
+		t.Fatalf("skipped %d, %v", n, err)
+	}
+	if res, err := batch.Wait(ctx(t)); err != nil || res.Stored != 1 {
+		t.Fatalf("stored %d (%v)", res.Stored, err)
+	}
+	s, err := b.js.Stream(ctx(t), "NOTIFY")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.GetMsg(ctx(t), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, id := m.Header.Get(queue.HeaderTenant), m.Header.Get("Nats-Msg-Id"); got != "bank" || id != "bank/n1" || strings.HasSuffix(m.Subject, ".marketing") {
+		t.Errorf("the line was published as tenant %q's on %s (Nats-Msg-Id %q), want bank's on a transactional lane", got, m.Subject, id)
+	}
+}
