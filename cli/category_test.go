@@ -111,6 +111,22 @@ func TestPublishCategoryLanes(t *testing.T) {
 	if code != 2 || !strings.Contains(stderr, "priority lane is for transactional jobs") {
 		t.Fatalf("--category marketing --high: exit %d, %s", code, stderr)
 	}
+	// With --file, --category was ignored (exit 0, the line on the
+	// transactional lane); an absurd --in-flight panicked (found in review).
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--file", "-", "--category", "marketing"}, "--category is for one job or --count"},
+		{[]string{"--count", "3", "--channel", "sms", "--in-flight", "100000000000000"}, "--in-flight must be from 1 to 65536"},
+		{[]string{"--count", "3", "--channel", "sms", "--in-flight", "0"}, "--in-flight must be from 1 to 65536"},
+	} {
+		line := `{"id":"c1","user_id":"u1","channel":"sms","to":"+447700900123","body":"one"}`
+		_, stderr, code := runCLI(t, nil, line, append([]string{"publish", "--config", w.config, "--quiet"}, c.args...)...)
+		if code != 2 || !strings.HasPrefix(stderr, "Error: ") || !strings.Contains(stderr, c.want) || strings.Contains(stderr, "panic") {
+			t.Errorf("publish %v: exit %d, %s; want exit 2 saying %q", c.args, code, stderr, c.want)
+		}
+	}
 }
 
 // TestExplainCategoryCapAgreesWithTheDispatcher: through the binary's

@@ -715,3 +715,20 @@ func TestDeadReplaySuppressed(t *testing.T) {
 		t.Fatalf("the provider accepted %d jobs, want 2 (c1 and c2)", n)
 	}
 }
+
+// TestDeadShowZeroAndHugeLimit: "0" is a valid job id, and no dead letter
+// has sequence 0, so `dead show 0` falls back to the job id as any other
+// all-digit argument does (it failed on the server's "bad request"); a
+// --limit as large as an int lists everything (its batch size overflowed).
+// Both found in review.
+func TestDeadShowZeroAndHugeLimit(t *testing.T) {
+	t.Parallel()
+	b := newDeadBench(t, 100, "")
+	b.store(t, queue.Dead, "notify.jobs.sms", deadJob("sms", "0", ""), "rejected", "x")
+	if out, errOut, code := b.dead(t, "", "show", "0"); code != 0 || !strings.Contains(out, "job id:    0") {
+		t.Errorf("dead show 0: exit %d\n%s%s", code, out, errOut)
+	}
+	if out, errOut, code := b.dead(t, "", "list", "--limit", "9223372036854775807"); code != 0 || tableIDs(out) != "0" {
+		t.Errorf("dead list --limit 9223372036854775807: exit %d, listed %q\n%s%s", code, tableIDs(out), out, errOut)
+	}
+}

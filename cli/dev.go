@@ -153,6 +153,9 @@ func (p *devPrinter) answered(path string, body []byte, status int) {
 		Tenant string `json:"tenant"`
 	}
 	_ = json.Unmarshal(body, &j)
+	// What any client of the port sent, printed on the operator's terminal:
+	// no control characters (an escape sequence would drive the terminal).
+	j.ID, j.UserID, j.Tenant = text.OneLine(j.ID, 80), text.OneLine(j.UserID, 80), text.OneLine(j.Tenant, 80)
 	what := "sent"
 	switch status {
 	case http.StatusOK:

@@ -342,6 +342,21 @@ func TestPublishNATSFlagNeedsNoFile(t *testing.T) {
 	}
 }
 
+// TestDevPrinterPrintsNoControlCharacters: the line a sandbox prints for
+// a job carries no control character of the body's id, user_id or tenant
+// (any client of its port could drive the operator's terminal with an
+// escape sequence; found in review).
+func TestDevPrinterPrintsNoControlCharacters(t *testing.T) {
+	t.Parallel()
+	var b bytes.Buffer
+	p := &devPrinter{w: &b, names: map[string]string{"/sms": "sms-sandbox"}}
+	p.answered("/sms", []byte(`{"id":"x\u001b]0;owned\u0007\u001b[2J","user_id":"u\u001b[31m","tenant":"t\u009b1m"}`), http.StatusOK)
+	p.flush()
+	if s := b.String(); strings.ContainsAny(s, "\x1b\x07\u009b") || !strings.Contains(s, "job x ]0;owned") {
+		t.Errorf("the line holds a client's control characters: %q", s)
+	}
+}
+
 // TestDevPrinterLimitsItsLines: dev prints a line a job up to 10 a second,
 // then counts the rest in one line; on a terminal no line is wider than it.
 func TestDevPrinterLimitsItsLines(t *testing.T) {

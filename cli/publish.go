@@ -107,6 +107,10 @@ const (
 	publishLoad
 )
 
+// maxInFlightPublishes bounds --in-flight: each publish awaiting its
+// acknowledgement holds a place in the batch's buffers.
+const maxInFlightPublishes = 65536
+
 // mode checks that exactly one way of publishing was asked for, and the
 // flags all modes share.
 func (f *publishFlags) mode() (publishMode, error) {
@@ -116,6 +120,9 @@ func (f *publishFlags) mode() (publishMode, error) {
 	}
 	if f.category != "" && !queue.ValidCategory(queue.Category(f.category)) {
 		return 0, fmt.Errorf("--category must be transactional or marketing, got %q", f.category)
+	}
+	if f.inFlight < 1 || f.inFlight > maxInFlightPublishes {
+		return 0, fmt.Errorf("--in-flight must be from 1 to %d, got %d", maxInFlightPublishes, f.inFlight)
 	}
 	if f.category == string(queue.Marketing) && f.high {
 		return 0, errors.New("--category marketing and --high do not go together: the priority lane is for transactional jobs")
@@ -131,6 +138,9 @@ func (f *publishFlags) mode() (publishMode, error) {
 	case n > 1:
 		return 0, errors.New("give one of: a job's flags (--channel --user --to --body), --file, or --count")
 	case f.file != "":
+		if f.category != "" {
+			return 0, errors.New("--category is for one job or --count: a --file line names its own category (its \"category\" field)")
+		}
 		return publishFile, nil
 	case f.count > 0:
 		if !queue.IsChannel(f.channel) {

@@ -42,7 +42,7 @@ func RowOf(d *queue.DeadLetter) DeadRow {
 // FindDead finds the dead letter at sequence arg (unless byID), or those
 // of job id arg.
 func FindDead(ctx context.Context, r *queue.DeadLetters, arg string, byID bool) ([]*queue.DeadLetter, error) {
-	if seq, err := strconv.ParseUint(arg, 10, 64); err == nil && !byID {
+	if seq, err := strconv.ParseUint(arg, 10, 64); err == nil && seq > 0 && !byID { // no message has sequence 0: "0" is a job id
 		d, err := r.Get(ctx, seq)
 		if err == nil {
 			return []*queue.DeadLetter{d}, nil

@@ -168,8 +168,8 @@ func (r *DeadLetters) List(ctx context.Context, f DeadFilter) (letters []*DeadLe
 		return nil, false, nil
 	}
 	batch := readBatch
-	if f.Limit > 0 {
-		batch = min(batch, f.Limit+1)
+	if f.Limit > 0 && f.Limit < batch { // (f.Limit+1 overflows at the largest int)
+		batch = f.Limit + 1
 	}
 	it, err := cons.Messages(jetstream.PullMaxMessages(batch))
 	if err != nil {
