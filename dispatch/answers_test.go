@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"slices"
@@ -276,7 +277,9 @@ func TestSenderRefusedIsProbedAfterMaxPause(t *testing.T) {
 // TestReportDelivery: a provider's delivery reports are counted by status
 // (an unknown status as "other"); a job reported undelivered or failed is
 // dead-lettered with reason undelivered and the provider's detail, once
-// however often the provider calls back; a report for a provider not
+// however often the provider calls back, and as its tenant's (another
+// tenant's job of the same id is another letter; the two collapsed into
+// one, the tenant lost: found in review); a report for a provider not
 // configured is refused.
 func TestReportDelivery(t *testing.T) {
 	waits(t)
@@ -284,29 +287,38 @@ func TestReportDelivery(t *testing.T) {
 	p := b.start(nil)
 	ctx := context.Background()
 	detail := "Twilio error 30003: Unreachable destination handset"
-	for _, r := range []struct{ id, status string }{
-		{"otp-1", "sent"}, {"otp-1", "delivered"}, {"otp-2", "sent"}, {"otp-2", "undelivered"},
-		{"otp-2", "undelivered"}, {"otp-3", "failed"}, {"otp-4", "teleported"},
+	for _, r := range []struct{ tenant, id, status string }{
+		{"", "otp-1", "sent"}, {"", "otp-1", "delivered"}, {"", "otp-2", "sent"}, {"", "otp-2", "undelivered"},
+		{"", "otp-2", "undelivered"}, {"", "otp-3", "failed"}, {"", "otp-4", "teleported"}, {"acme", "otp-2", "undelivered"},
 	} {
-		if err := p.d.ReportDelivery(ctx, "sms-gw", r.id, r.status, 30003, detail); err != nil {
+		if err := p.d.ReportDelivery(ctx, "sms-gw", r.tenant, r.id, r.status, 30003, detail); err != nil {
 			t.Fatalf("report %s %s: %v", r.id, r.status, err)
 		}
 	}
-	for status, want := range map[string]float64{"sent": 2, "delivered": 1, "undelivered": 2, "failed": 1, "other": 1} {
+	for status, want := range map[string]float64{"sent": 2, "delivered": 1, "undelivered": 3, "failed": 1, "other": 1} {
 		if got := p.count(p.d.m.Deliveries.WithLabelValues("sms-gw", status)); got != want {
 			t.Errorf("deliveries{sms-gw,%s} = %v, want %v", status, got, want)
 		}
 	}
 	dl := b.deadLetters()
-	if len(dl) != 2 {
-		t.Fatalf("%d dead letters, want 2 (otp-2 once, otp-3): %v", len(dl), dl)
+	if len(dl) != 3 {
+		t.Fatalf("%d dead letters, want 3 (otp-2 once, otp-3, acme's otp-2): %v", len(dl), dl)
 	}
+	tenants := map[string]int{}
 	for _, d := range dl {
 		if d.Subject != "notify.dead.sms" || d.Reason != ledger.ReasonUndelivered || d.Detail != detail {
 			t.Errorf("dead letter %s reason %q detail %q", d.Subject, d.Reason, d.Detail)
 		}
+		var body struct{ ID, Tenant string }
+		if err := json.Unmarshal(d.Data, &body); err != nil {
+			t.Fatal(err)
+		}
+		tenants[body.Tenant+"/"+body.ID]++
 	}
-	if err := p.d.ReportDelivery(ctx, "fax-gw", "x", "failed", 0, ""); err == nil {
+	if tenants["acme/otp-2"] != 1 || tenants["/otp-2"] != 1 || tenants["/otp-3"] != 1 {
+		t.Errorf("dead letters by tenant/id: %v, want acme/otp-2, /otp-2 and /otp-3 once each", tenants)
+	}
+	if err := p.d.ReportDelivery(ctx, "fax-gw", "", "x", "failed", 0, ""); err == nil {
 		t.Error("a report for an unknown provider was taken")
 	}
 }

@@ -34,7 +34,7 @@ var undeliveredStatuses = map[string]bool{"undelivered": true, "failed": true}
 // delivered (undelivered, failed) stores a dead letter with reason
 // undelivered and the provider's detail, so that `notifier dead list`
 // shows it. A report for a provider not configured is refused.
-func (d *Dispatcher) ReportDelivery(ctx context.Context, provider, jobID, status string, errorCode int, detail string) error {
+func (d *Dispatcher) ReportDelivery(ctx context.Context, provider, tenant, jobID, status string, errorCode int, detail string) error {
 	_, pcfg, ok := d.live.Load().providers.Get(provider)
 	if !ok {
 		return fmt.Errorf("delivery report for %s: no such provider", provider)
@@ -51,10 +51,10 @@ func (d *Dispatcher) ReportDelivery(ctx context.Context, provider, jobID, status
 	if !ok {
 		return errors.New("delivery report: the dead letters cannot store a report")
 	}
-	r := queue.Report{Channel: pcfg.Channel, JobID: jobID, Provider: provider, Status: status, ErrorCode: errorCode}
+	r := queue.Report{Channel: pcfg.Channel, Tenant: tenant, JobID: jobID, Provider: provider, Status: status, ErrorCode: errorCode}
 	if err := dr.DeadReport(ctx, r, ledger.ReasonUndelivered, detail); err != nil {
 		return fmt.Errorf("delivery report for %s: %w", provider, err)
 	}
-	d.log.Info("provider reports a sent job undelivered", "provider", provider, "job", jobID, "status", status, "detail", detail)
+	d.log.Info("provider reports a sent job undelivered", "provider", provider, "job", queue.MsgID(tenant, jobID), "status", status, "detail", detail)
 	return nil
 }

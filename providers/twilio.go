@@ -254,7 +254,9 @@ func (t *Twilio) Send(ctx context.Context, m *Message) error {
 		form.Set("ValidityPeriod", strconv.Itoa(twilioValidity(m.ExpiresAt.Sub(t.now()))))
 	}
 	if t.callback != "" {
-		form.Set("StatusCallback", t.callback+"?provider="+url.QueryEscape(t.name)+"&job="+url.QueryEscape(m.ID))
+		// The job's key (<tenant>/<id>, the id alone for the default
+		// tenant): a job id is unique only within its tenant.
+		form.Set("StatusCallback", t.callback+"?provider="+url.QueryEscape(t.name)+"&job="+url.QueryEscape(m.key()))
 	}
 	header := http.Header{}
 	header.Set("Content-Type", "application/x-www-form-urlencoded")

@@ -10,13 +10,16 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/notifier/notifier/queue"
 )
 
 // DeliveryReport is what a provider reported, after accepting a message,
 // about its delivery: one Twilio status callback.
 type DeliveryReport struct {
 	Provider string // the provider's configured name
-	JobID    string // the message's (the job's) id
+	Tenant   string // the job's tenant, "" the default tenant's
+	JobID    string // the message's (the job's) id, within its tenant
 	// Status is Twilio's MessageStatus: queued, sending, sent, delivered,
 	// undelivered, failed, read… (lower case, as Twilio sends it).
 	Status string
@@ -87,6 +90,15 @@ func (r *Registry) TwilioCallbacks(report func(ctx context.Context, d DeliveryRe
 			Status: req.PostForm.Get("MessageStatus")}
 		if d.Status == "" {
 			d.Status = req.PostForm.Get("SmsStatus")
+		}
+		// job is the job's key: <tenant>/<id>, or the id alone for the
+		// default tenant (no tenant or id holds a '/').
+		if tenant, id, named := strings.Cut(d.JobID, "/"); named {
+			if !queue.ValidTenant(tenant) {
+				http.Error(w, "job names no tenant", http.StatusBadRequest)
+				return
+			}
+			d.Tenant, d.JobID = tenant, id
 		}
 		if d.JobID == "" || !statusRE.MatchString(d.Status) {
 			http.Error(w, "job or MessageStatus missing or malformed", http.StatusBadRequest)

@@ -85,14 +85,16 @@ func (cs *callbackSetup) post(t *testing.T, method, query string, form url.Value
 }
 
 // TestTwilioCallbacksEndToEnd: a message sent with status_callback_url asks
-// for its callback; the fake posts it, signed; the handler reports it.
+// for its callback, naming the job by its key (<tenant>/<id>: an id is
+// unique only within its tenant); the fake posts it, signed; the handler
+// reports it with the job's tenant and id.
 func TestTwilioCallbacksEndToEnd(t *testing.T) {
 	t.Parallel()
 	cs := newCallbackSetup(t)
 	t.Cleanup(http.DefaultClient.CloseIdleConnections)
 	p, _, _ := cs.reg.Get("sms.tw")
 	m := smsMessage()
-	m.ID = "job 42/&x"
+	m.ID, m.Tenant, m.Key = "job 42&x", "acme", "acme/job 42&x"
 	if err := p.Send(context.Background(), m); err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +103,7 @@ func TestTwilioCallbacksEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	msgs := cs.fake.Messages()
-	if want := cs.base + "?provider=sms.tw&job=job+42%2F%26x"; msgs[0].StatusCallback != want || msgs[1].StatusCallback != "" {
+	if want := cs.base + "?provider=sms.tw&job=acme%2Fjob+42%26x"; msgs[0].StatusCallback != want || msgs[1].StatusCallback != "" {
 		t.Fatalf("StatusCallback %q and %q, want %q and none", msgs[0].StatusCallback, msgs[1].StatusCallback, want)
 	}
 	if n, err := cs.fake.Deliver("sent", 0); n != 1 || err != nil {
@@ -112,8 +114,8 @@ func TestTwilioCallbacksEndToEnd(t *testing.T) {
 	}
 	got := cs.got()
 	want := []providers.DeliveryReport{
-		{Provider: "sms.tw", JobID: "job 42/&x", Status: "sent", MessageSID: msgs[0].SID},
-		{Provider: "sms.tw", JobID: "job 42/&x", Status: "undelivered", ErrorCode: 30003, MessageSID: msgs[0].SID,
+		{Provider: "sms.tw", Tenant: "acme", JobID: "job 42&x", Status: "sent", MessageSID: msgs[0].SID},
+		{Provider: "sms.tw", Tenant: "acme", JobID: "job 42&x", Status: "undelivered", ErrorCode: 30003, MessageSID: msgs[0].SID,
 			Detail: "Twilio error 30003: Unreachable destination handset"},
 	}
 	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
@@ -157,6 +159,8 @@ func TestTwilioCallbacksRefuse(t *testing.T) {
 		{"not twilio", http.MethodPost, "provider=hook&job=j-1", form, token, http.StatusNotFound},
 		{"twilio without a callback url", http.MethodPost, "provider=tw-quiet&job=j-1", form, token, http.StatusNotFound},
 		{"no job", http.MethodPost, "provider=sms.tw", form, token, http.StatusBadRequest},
+		{"a job naming no tenant", http.MethodPost, "provider=sms.tw&job=not+a+tenant%2Fj-1", form, token, http.StatusBadRequest},
+		{"a tenant's job without its id", http.MethodPost, "provider=sms.tw&job=acme%2F", form, token, http.StatusBadRequest},
 		{"no status", http.MethodPost, query, url.Values{"MessageSid": {"SM1"}}, token, http.StatusBadRequest},
 		{"odd status", http.MethodPost, query, url.Values{"MessageStatus": {"Delivered\n"}}, token, http.StatusBadRequest},
 		{"odd error code", http.MethodPost, query, url.Values{"MessageStatus": {"failed"}, "ErrorCode": {"30x"}}, token, http.StatusBadRequest},

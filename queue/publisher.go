@@ -195,7 +195,8 @@ func isWord(s string) bool {
 // callback "undelivered" or "failed").
 type Report struct {
 	Channel   string // the provider's channel: the dead letter's subject is notify.dead.<channel>
-	JobID     string // the job's id, as the callback named it
+	Tenant    string // the job's tenant, "" the default tenant's
+	JobID     string // the job's id within its tenant, as the callback named it
 	Provider  string // the provider's configured name
 	Status    string // the provider's delivery status ("undelivered", "failed")
 	ErrorCode int    // the provider's error code (Twilio 30xxx), 0 when none
@@ -216,20 +217,24 @@ func (p *Publisher) DeadReport(ctx context.Context, r Report, reason, detail str
 	if r.Channel == "" || subjectToken(r.Channel) != r.Channel {
 		return fmt.Errorf("dead report of %s: channel %q is not a subject token", r.JobID, r.Channel)
 	}
+	if r.Tenant != "" && !ValidTenant(r.Tenant) {
+		return fmt.Errorf("dead report of %s: tenant %q is not a tenant name", r.JobID, r.Tenant)
+	}
 	body, err := json.Marshal(struct {
 		ID        string `json:"id"`
+		Tenant    string `json:"tenant,omitempty"` // whose letter it is (a dead letter's tenant is its job's field)
 		Channel   string `json:"channel"`
 		Provider  string `json:"provider"`
 		Status    string `json:"status"`
 		ErrorCode int    `json:"error_code,omitempty"`
-	}{r.JobID, r.Channel, r.Provider, r.Status, r.ErrorCode})
+	}{r.JobID, r.Tenant, r.Channel, r.Provider, r.Status, r.ErrorCode})
 	if err != nil {
 		return fmt.Errorf("dead report of %s: %w", r.JobID, err)
 	}
 	m := &nats.Msg{Subject: DeadSubject(r.Channel), Data: body, Header: nats.Header{}}
 	m.Header.Set(HeaderReason, reason)
 	m.Header.Set(HeaderDetail, text.OneLine(detail, MaxDetailBytes))
-	id := "report:" + r.Provider + ":" + r.JobID + ":" + r.Status
+	id := "report:" + r.Provider + ":" + MsgID(r.Tenant, r.JobID) + ":" + r.Status
 	if _, err := p.js.PublishMsg(ctx, m, msgIDOpt(id)...); err != nil {
 		return fmt.Errorf("dead report of %s to %s: %w", r.JobID, m.Subject, err)
 	}

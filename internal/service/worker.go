@@ -258,7 +258,7 @@ func Dispatch(ctx context.Context, s Setup) error {
 // counted, and an undelivered one dead-lettered (dispatch.ReportDelivery).
 func twilioCallbacks(d *dispatch.Dispatcher) http.Handler {
 	report := func(ctx context.Context, r providers.DeliveryReport) error {
-		return d.ReportDelivery(ctx, r.Provider, r.JobID, r.Status, r.ErrorCode, r.Detail)
+		return d.ReportDelivery(ctx, r.Provider, r.Tenant, r.JobID, r.Status, r.ErrorCode, r.Detail)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		reg, ok := d.Providers().(*providers.Registry)
