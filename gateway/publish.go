@@ -249,10 +249,14 @@ func (g *Gateway) unclaimUnsent(ctx context.Context, k *apiKey, claims []idClaim
 }
 
 // notSent reports whether a publish failed before its message left (NATS
-// disconnected or closed) or found no stream: then nothing was stored.
+// closed, reconnecting with no room to buffer it) or found no stream: then
+// nothing was stored. Not nats.ErrDisconnected: nats.go fails every publish
+// still awaiting its acknowledgement with it when the connection comes
+// back, those it had sent, which may be stored, and those it buffered
+// while away and sends on reconnecting, which will be.
 func notSent(err error) bool {
 	for _, e := range []error{nats.ErrConnectionClosed, nats.ErrConnectionReconnecting, nats.ErrReconnectBufExceeded,
-		nats.ErrDisconnected, nats.ErrNoResponders, jetstream.ErrNoStreamResponse, nats.ErrConnectionDraining} {
+		nats.ErrNoResponders, jetstream.ErrNoStreamResponse, nats.ErrConnectionDraining} {
 		if errors.Is(err, e) {
 			return true
 		}

@@ -2,11 +2,15 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/netip"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/notifier/notifier/testenv"
 )
@@ -197,6 +201,28 @@ func TestUnclaimKeepsAnIDARetryFound(t *testing.T) {
 	}
 	if v := rdb.Get(ctx, keys[1]).Val(); v != "retry" {
 		t.Fatalf("claim after the retry: %q, want the retry's token", v)
+	}
+}
+
+// TestNotSentOnlyWhenNothingLeft: an id is given back (and the 503 says
+// nothing was published) only for errors that mean the message never left
+// or found no stream. nats.ErrDisconnected is not one: nats.go fails every
+// publish awaiting its acknowledgement with it when the connection comes
+// back, sent (maybe stored) or buffered (to be sent) alike (found in review).
+func TestNotSentOnlyWhenNothingLeft(t *testing.T) {
+	t.Parallel()
+	for err, want := range map[error]bool{
+		nats.ErrConnectionClosed:                         true,
+		fmt.Errorf("publish: %w", nats.ErrNoResponders):  true,
+		jetstream.ErrNoStreamResponse:                    true,
+		nats.ErrDisconnected:                             false,
+		fmt.Errorf("publish: %w", nats.ErrDisconnected):  false,
+		context.DeadlineExceeded:                         false,
+		fmt.Errorf("ack: %w", jetstream.ErrInvalidJSAck): false,
+	} {
+		if got := notSent(err); got != want {
+			t.Errorf("notSent(%v) = %v, want %v", err, got, want)
+		}
 	}
 }
 
