@@ -80,9 +80,18 @@ type Client struct {
 type Option func(*Client)
 
 // WithFairLanes places named tenants' jobs on n fair lanes: the fleet's
-// tenants.lanes (default queue.DefaultFairLanes, 15). Every publisher and
-// process of a fleet must use the same number.
-func WithFairLanes(n int) Option { return func(c *Client) { c.lanes = n } }
+// tenants.lanes (default queue.DefaultFairLanes, 15; 0 or less is that
+// default, as an unset tenants.lanes is; more than queue.MaxFairLanes is
+// that many). Every publisher and process of a fleet must use the same
+// number.
+func WithFairLanes(n int) Option {
+	return func(c *Client) {
+		if n <= 0 {
+			n = queue.DefaultFairLanes
+		}
+		c.lanes = n
+	}
+}
 
 // WithPropagator writes a job's trace context with p instead of the W3C
 // trace-context propagator (propagation.TraceContext): the dispatcher
@@ -188,7 +197,12 @@ func (c *Client) prepare(ctx context.Context, j *Job, opts []PublishOption) (que
 		_, err = queue.Decode(k.Subject(), data)
 	}
 	if err != nil {
-		return queue.OutMsg{}, res, fmt.Errorf("publish job %s: %w", job.ID, err)
+		// The id is named only when it is one: an invalid id may hold
+		// anything (a recipient, a line break) and be of any length.
+		if queue.ValidID(job.ID) {
+			return queue.OutMsg{}, res, fmt.Errorf("publish job %s: %w", job.ID, err)
+		}
+		return queue.OutMsg{}, res, fmt.Errorf("publish job: %w", err)
 	}
 	subject, header := c.pub.Place(ctx, k)
 	if header == nil {
@@ -222,13 +236,14 @@ func (h natsCarrier) Keys() []string {
 }
 
 // EnsureStreams creates the job and dead-letter streams with their
-// default names and settings (queue.EnsureStreams: what `notifier run`
-// does at start) if they do not exist yet, with replicas replicas (1 for a
-// single server, 3 on a JetStream cluster): for an application that may
-// publish before the fleet first started. Safe to call from many
-// processes at once.
+// default names and settings (those `notifier run` makes at start) if they
+// do not exist yet, with replicas replicas (1 for a single server, 3 on a
+// JetStream cluster): for an application that may publish before the fleet
+// first started. A stream that exists is left as it is: the fleet's
+// settings (its replicas among them) are the fleet's. Safe to call from
+// many processes at once.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, replicas int) error {
-	return queue.EnsureStreams(ctx, js, queue.Config{}.WithDefaults(), replicas)
+	return queue.CreateMissingStreams(ctx, js, queue.Config{}.WithDefaults(), replicas)
 }
 
 // newID is a job id for a job published without one: a NATS unique id,

@@ -255,7 +255,7 @@ func (g *Gateway) unclaimUnsent(ctx context.Context, k *apiKey, claims []idClaim
 // back, those it had sent, which may be stored, and those it buffered
 // while away and sends on reconnecting, which will be.
 func notSent(err error) bool {
-	for _, e := range []error{nats.ErrConnectionClosed, nats.ErrConnectionReconnecting, nats.ErrReconnectBufExceeded,
+	for _, e := range []error{queue.ErrNotSent, nats.ErrConnectionClosed, nats.ErrConnectionReconnecting, nats.ErrReconnectBufExceeded,
 		nats.ErrNoResponders, jetstream.ErrNoStreamResponse, nats.ErrConnectionDraining} {
 		if errors.Is(err, e) {
 			return true

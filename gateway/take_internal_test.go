@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
 )
 
@@ -212,13 +213,14 @@ func TestUnclaimKeepsAnIDARetryFound(t *testing.T) {
 func TestNotSentOnlyWhenNothingLeft(t *testing.T) {
 	t.Parallel()
 	for err, want := range map[error]bool{
-		nats.ErrConnectionClosed:                         true,
-		fmt.Errorf("publish: %w", nats.ErrNoResponders):  true,
-		jetstream.ErrNoStreamResponse:                    true,
-		nats.ErrDisconnected:                             false,
-		fmt.Errorf("publish: %w", nats.ErrDisconnected):  false,
-		context.DeadlineExceeded:                         false,
-		fmt.Errorf("ack: %w", jetstream.ErrInvalidJSAck): false,
+		nats.ErrConnectionClosed: true,
+		fmt.Errorf("publish: %w: %w", queue.ErrNotSent, context.Canceled): true,
+		fmt.Errorf("publish: %w", nats.ErrNoResponders):                   true,
+		jetstream.ErrNoStreamResponse:                                     true,
+		nats.ErrDisconnected:                                              false,
+		fmt.Errorf("publish: %w", nats.ErrDisconnected):                   false,
+		context.DeadlineExceeded:                                          false,
+		fmt.Errorf("ack: %w", jetstream.ErrInvalidJSAck):                  false,
 	} {
 		if got := notSent(err); got != want {
 			t.Errorf("notSent(%v) = %v, want %v", err, got, want)

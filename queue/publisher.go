@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -241,6 +242,10 @@ func (p *Publisher) DeadReport(ctx context.Context, r Report, reason, detail str
 	return nil
 }
 
+// ErrNotSent marks a publish of PublishMsgs that was not sent at all (its
+// ctx had ended): nothing was stored.
+var ErrNotSent = errors.New("not sent")
+
 // OutMsg is one message for PublishMsgs: data published as is on Subject,
 // with Nats-Msg-Id MsgID (none when empty) and the extra Header (nil for
 // none; Nats-Msg-Id in it is replaced by MsgID).
@@ -277,6 +282,14 @@ func (p *Publisher) PublishMsgs(ctx context.Context, msgs []OutMsg) []PubResult 
 			for k, v := range m.Header {
 				nm.Header[k] = append([]string(nil), v...)
 			}
+		}
+		// A ctx that has ended sends nothing more: a message sent would be
+		// stored while its caller is told it failed, and the sends past the
+		// publishes that may await their acknowledgement at once (4,000)
+		// wait 200 ms each for room, past ctx.
+		if err := ctx.Err(); err != nil {
+			results[i].Err = fmt.Errorf("publish %s: %w: %w", m.Subject, ErrNotSent, err)
+			continue
 		}
 		f, err := p.js.PublishMsgAsync(nm, msgIDOpt(m.MsgID)...)
 		if err != nil {

@@ -95,6 +95,32 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg Config, repl
 	return nil
 }
 
+// CreateMissingStreams creates the job and dead-letter streams of cfg that
+// do not exist, with replicas replicas, and leaves those that do exist as
+// they are, whatever their settings: for a process that publishes but does
+// not run the fleet (an application's client), which must not change the
+// fleet's streams (EnsureStreams would update them to its own replicas and
+// settings at each start). Safe to call from many processes at once.
+func CreateMissingStreams(ctx context.Context, js jetstream.JetStream, cfg Config, replicas int) error {
+	for _, sc := range []jetstream.StreamConfig{JobStreamConfig(cfg, replicas), DeadStreamConfig(cfg, replicas)} {
+		err := retryStart(ctx, "stream "+sc.Name, func(ctx context.Context) error {
+			_, err := apiCall(ctx, func(ctx context.Context) (jetstream.Stream, error) { return js.Stream(ctx, sc.Name) })
+			if !errors.Is(err, jetstream.ErrStreamNotFound) {
+				return err // there (nil), or not known yet
+			}
+			_, err = apiCall(ctx, func(ctx context.Context) (jetstream.Stream, error) { return js.CreateStream(ctx, sc) })
+			if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+				return nil // another process made it meanwhile
+			}
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // ensureStream is read, else update-else-create, retried when another
 // process wins a race between the two. A stream already as wanted is only
 // read: processes starting together do not all rewrite it (an update
