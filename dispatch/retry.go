@@ -55,10 +55,11 @@ func (c RetryConfig) Backoff(attempt int, rnd func() float64) time.Duration {
 	if attempt < 1 {
 		attempt = 1
 	}
-	if attempt <= 40 { // beyond that the shift overflows and the cap rules anyway
-		if d := c.BaseDelay << (attempt - 1); d > 0 && d < ceiling {
-			ceiling = d
-		}
+	// base·2^(attempt−1) when it is under the cap: tested against the cap
+	// shifted down, as the product itself can wrap round in int64 (and a
+	// wrapped positive value would pass for a ceiling below the cap).
+	if shift := attempt - 1; shift < 63 && c.BaseDelay > 0 && c.BaseDelay <= ceiling>>shift {
+		ceiling = c.BaseDelay << shift
 	}
 	return time.Duration(rnd() * float64(ceiling))
 }

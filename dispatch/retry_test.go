@@ -32,6 +32,27 @@ func TestBackoffFullJitterBounds(t *testing.T) {
 	}
 }
 
+// TestBackoffCeilingNeverWrapsBelowTheCap: with a base delay whose
+// doublings pass int64 before attempt 40, the ceiling still grows to the
+// cap and stays there (base_delay 137439ms: attempt 28's ceiling wrapped to
+// 1h44m under a 24h cap; found in review).
+func TestBackoffCeilingNeverWrapsBelowTheCap(t *testing.T) {
+	t.Parallel()
+	r := RetryConfig{MaxAttempts: 1000, BaseDelay: 137439 * time.Millisecond, MaxDelay: 24 * time.Hour}
+	top := func() float64 { return 1 - 1e-9 }
+	prev := time.Duration(0)
+	for attempt := 1; attempt <= 1000; attempt++ {
+		got := r.Backoff(attempt, top)
+		if got < prev {
+			t.Fatalf("attempt %d: ceiling %s, below attempt %d's %s", attempt, got, attempt-1, prev)
+		}
+		prev = got
+	}
+	if prev < 24*time.Hour*99/100 {
+		t.Errorf("the ceiling ends at %s, want the cap, 24h", prev)
+	}
+}
+
 func TestRetryConfigValidate(t *testing.T) {
 	t.Parallel()
 	if err := (RetryConfig{}).WithDefaults().Validate(); err != nil {
