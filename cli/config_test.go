@@ -77,7 +77,7 @@ func TestCheckRunsRunsValidation(t *testing.T) {
 func TestCheckReportsTenantWeights(t *testing.T) {
 	t.Parallel()
 	stdout, stderr, code := runCLI(t, nil, "", "check", "--config", writeConfig(t, minimal+"tenants:\n  weights: {acme: 0, \"a b\": 2, Bank: 2}\n"))
-	if code != 2 || !strings.Contains(stderr, "tenants.weights.acme: must be a number greater than 0 and at most 1000 (a tenant left out weighs 1), got 0") ||
+	if code != 2 || !strings.Contains(stderr, "tenants.weights.acme: must be a number from 0.001 to 1000 (a tenant left out weighs 1), got 0") ||
 		!strings.Contains(stderr, `tenants.weights."a b": "a b" is not a tenant name`) || !strings.Contains(stderr, "2 problems") {
 		t.Fatalf("check with bad weights: exit %d\n%s%s", code, stdout, stderr)
 	}

@@ -347,6 +347,7 @@ func TestTenantWeights(t *testing.T) {
     big: 1001
     nan: .nan
     inf: .inf
+    tiny: 1e-300
     word: three
     list: [1]
     dur: 3s
@@ -358,11 +359,12 @@ func TestTenantWeights(t *testing.T) {
 	}
 	for _, w := range []string{
 		`tenants.weights."bad name": "bad name" is not a tenant name: a tenant is 1 to 64 characters of A-Z a-z 0-9 . _ -`,
-		"tenants.weights.ok: must be a number greater than 0 and at most 1000 (a tenant left out weighs 1), got 0",
-		"tenants.weights.neg: must be a number greater than 0 and at most 1000 (a tenant left out weighs 1), got -1",
-		"tenants.weights.big: must be a number greater than 0 and at most 1000 (a tenant left out weighs 1), got 1001",
-		"tenants.weights.nan: must be a number greater than 0 and at most 1000 (a tenant left out weighs 1), got NaN",
-		"tenants.weights.inf: must be a number greater than 0 and at most 1000 (a tenant left out weighs 1), got +Inf",
+		"tenants.weights.ok: must be a number from 0.001 to 1000 (a tenant left out weighs 1), got 0",
+		"tenants.weights.neg: must be a number from 0.001 to 1000 (a tenant left out weighs 1), got -1",
+		"tenants.weights.big: must be a number from 0.001 to 1000 (a tenant left out weighs 1), got 1001",
+		"tenants.weights.nan: must be a number from 0.001 to 1000 (a tenant left out weighs 1), got NaN",
+		"tenants.weights.inf: must be a number from 0.001 to 1000 (a tenant left out weighs 1), got +Inf",
+		"tenants.weights.tiny: must be a number from 0.001 to 1000 (a tenant left out weighs 1), got 1e-300",
 		`tenants.weights.word: must be a number, got "three"`,
 		"tenants.weights.list: has the wrong type",
 		`tenants.weights.dur: must be a number, got "3s"`,
@@ -371,8 +373,8 @@ func TestTenantWeights(t *testing.T) {
 			t.Errorf("report lacks %q:\n%s", w, err)
 		}
 	}
-	if len(ce.Problems) != 9 || strings.Contains(err.Error(), "Fine") {
-		t.Errorf("want the 9 problems alone, got %d:\n%s", len(ce.Problems), err)
+	if len(ce.Problems) != 10 || strings.Contains(err.Error(), "Fine") {
+		t.Errorf("want the 10 problems alone, got %d:\n%s", len(ce.Problems), err)
 	}
 	for y, w := range map[string]string{
 		"tenants:\n  weights: 5\n":        "tenants.weights: must be a mapping of tenant names to weights, such as {acme: 3, bank: 1}, got a number",

@@ -78,9 +78,9 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s: %q is not a tenant name: a tenant is 1 to %d characters of A-Z a-z 0-9 . _ -",
 				tenantPath(t), t, queue.MaxTenantLen))
 		}
-		if math.IsNaN(w) || math.IsInf(w, 0) || w <= 0 || w > maxTenantWeight {
-			errs = append(errs, fmt.Errorf("%s: must be a number greater than 0 and at most %d (a tenant left out weighs 1), got %v",
-				tenantPath(t), maxTenantWeight, w))
+		if math.IsNaN(w) || math.IsInf(w, 0) || w < minTenantWeight || w > maxTenantWeight {
+			errs = append(errs, fmt.Errorf("%s: must be a number from %g to %d (a tenant left out weighs 1), got %v",
+				tenantPath(t), minTenantWeight, maxTenantWeight, w))
 		}
 	}
 	if t := c.Suppression.TTL; t != nil && (*t < 0 || *t > suppress.MaxTTL || *t > 0 && *t < time.Minute) {
@@ -128,6 +128,12 @@ func validPort(p string) bool {
 // is a share against the default 1, and a thousandfold share is already
 // all of a contract to any tenant it competes with.
 const maxTenantWeight = 1000
+
+// minTenantWeight is the smallest: a millionth of the largest. The fair
+// queue's tags grow by 1/weight a pick, and a tenant of weight 1e-300 made
+// them so large that the others' increments were lost in rounding (the
+// first of them took every pick: found in review).
+const minTenantWeight = 0.001
 
 // Ranges of the keys of the file's own (SPEC §4 says why).
 const (
