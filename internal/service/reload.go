@@ -174,6 +174,8 @@ func restartKeys(a, b config.Config) []string {
 	}{
 		{"nats", a.NATS, b.NATS}, {"redis", a.Redis, b.Redis}, {"workers", a.Workers, b.Workers},
 		{"metrics", a.Metrics, b.Metrics}, {"dedup_ttl", a.DedupTTL, b.DedupTTL}, {"retry", a.Retry, b.Retry},
+		{"tenants.lanes", a.Tenants.Lanes, b.Tenants.Lanes}, {"suppression", a.Suppression, b.Suppression},
+		{"tracing", a.Tracing, b.Tracing},
 	} {
 		if !reflect.DeepEqual(c.x, c.y) {
 			out = append(out, c.key)
