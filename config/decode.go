@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -14,7 +16,9 @@ import (
 	"github.com/spf13/viper"
 	yamlv3 "go.yaml.in/yaml/v3"
 
+	"github.com/notifier/notifier/internal/text"
 	"github.com/notifier/notifier/queue"
+	"github.com/notifier/notifier/userlimit"
 )
 
 // EnvPrefix prefixes every environment override: NOTIFIER_ + the key path in
@@ -318,6 +322,19 @@ func explicitZeros(settings map[string]any) []error {
 			out = append(out, zero(path, v, r))
 		}
 	}
+	// A cap's limit or window given as zero: Cap.Own reads a channel cap
+	// that is all zeros as none, so `sms: {limit: 0, marketing: {...}}`
+	// would leave the channel uncapped rather than be refused (found in
+	// review).
+	caps, _ := settings["user_limits"].(map[string]any)
+	for _, ch := range slices.Sorted(maps.Keys(caps)) {
+		for _, key := range []string{"limit", "window"} { // (a category's cap is checked whole: Rule.Validate)
+			if v, ok := lookupKeyPath(mapOf(caps[ch]), key); ok && isZeroValue(v) {
+				out = append(out, fmt.Errorf("user_limits.%s.%s: %v is not allowed: a cap's limit is at least 1 and its window at least %s; leave the cap out for none",
+					ch, key, v, text.Duration(userlimit.MinWindow)))
+			}
+		}
+	}
 	list, _ := settings["providers"].([]any)
 	for i, e := range list {
 		m, _ := e.(map[string]any)
@@ -431,4 +448,10 @@ func deleteTenantWeight(settings map[string]any, path string) bool {
 	}
 	delete(w, name)
 	return true
+}
+
+// mapOf is v as a mapping, nil when it is none.
+func mapOf(v any) map[string]any {
+	m, _ := v.(map[string]any)
+	return m
 }

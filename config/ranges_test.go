@@ -248,3 +248,30 @@ func TestRangesWithinMaxTTL(t *testing.T) {
 		}
 	}
 }
+
+// TestACapOfLimitZeroIsRefused: a channel cap's limit or window given as
+// zero is refused, beside a category's cap too (all zeros read as no
+// channel cap, and the channel went uncapped; found in review), from the
+// file and from the environment.
+func TestACapOfLimitZeroIsRefused(t *testing.T) {
+	t.Parallel()
+	const provider = `
+providers:
+  - { name: sms-gw, channel: sms, default: true, kind: log, rate: 10 }
+`
+	for _, c := range []struct {
+		yaml string
+		env  map[string]string
+		want string
+	}{
+		{"user_limits:\n  sms: { limit: 0, marketing: { limit: 1, window: 24h } }\n", nil, "user_limits.sms.limit: 0 is not allowed"},
+		{"user_limits:\n  sms: { limit: 0, window: 0s, marketing: { limit: 1, window: 24h } }\n", nil, "user_limits.sms.window: 0s is not allowed"},
+		{"user_limits:\n  sms: { limit: 5, window: 1h, marketing: { limit: 0, window: 24h } }\n", nil, "user_limits.sms.marketing.limit: must be a whole number of at least 1"},
+		{"user_limits:\n  sms: { limit: 5, window: 1h, marketing: { limit: 1, window: 24h } }\n", map[string]string{"NOTIFIER_USER_LIMITS_SMS_LIMIT": "0"}, "user_limits.sms.limit: 0 is not allowed"},
+	} {
+		_, err := Parse([]byte(c.yaml+provider), func(k string) string { return c.env[k] })
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s%v: %v, want %q", c.yaml, c.env, err, c.want)
+		}
+	}
+}
