@@ -31,6 +31,9 @@ func (pl *pipeline) failover(jb *job, reason string) bool {
 	if !ok || pcfg.Channel != jb.channel {
 		return false
 	}
+	if _, _, over := pcfg.OverQuota(pcfg.Cost(jb.msg)); over {
+		return false // no window of the fallback's contract could hold it
+	}
 	from := jb.provider
 	jb.tried = append(jb.tried, from)
 	jb.prov, jb.pcfg, jb.provider = prov, pcfg, pcfg.Name

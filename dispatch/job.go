@@ -182,6 +182,12 @@ func (pl *pipeline) process(ctx, sendCtx context.Context, jb *job) end {
 	jb.msg = &jb.msgVal       // in the job's own allocation
 	jb.msg.Tenant = dl.Tenant // a job on its tenant's subject need not name it; what the provider is sent does
 	jb.cost = jb.pcfg.Cost(jb.msg)
+	if i, limit, over := jb.pcfg.OverQuota(jb.cost); over {
+		// No window of the contract can hold it: its reservation would
+		// fail at every try (and read as the backend failing).
+		return dead(ledger.ReasonRejected, fmt.Sprintf("%d segments, more than provider %s's quotas[%d] allows in a window (%d): it could never be sent",
+			jb.cost, jb.provider, i, limit))
+	}
 	jb.owner = ledger.OwnerToken(pl.o.Instance, pl.seq.Add(1))
 	if pl.o.SuppressTTL > 0 {
 		jb.toHash = suppress.Hash(j.Channel, j.To)

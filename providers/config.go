@@ -508,6 +508,18 @@ func EntryPath(i int, name string) string {
 // TransactionalReserve is reserve.transactional (0: none).
 func (c Config) TransactionalReserve() float64 { return c.Reserve["transactional"] }
 
+// OverQuota reports a quota of c whose window cannot hold cost units at
+// all, its index, and ok: such a job could never be reserved a slot (a
+// long SMS of more segments than a segments quota's limit).
+func (c Config) OverQuota(cost int) (i int, limit int64, ok bool) {
+	for i, q := range c.Quotas {
+		if int64(cost) > q.Limit {
+			return i, q.Limit, true
+		}
+	}
+	return 0, 0, false
+}
+
 // RetriesOnTimeout reports whether an ambiguous send (Error.Ambiguous) is
 // retried: retry_on_timeout, true when it is not set.
 func (c Config) RetriesOnTimeout() bool { return c.RetryOnTimeout == nil || *c.RetryOnTimeout }
