@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"regexp"
 	"sort"
 	"strconv"
@@ -122,10 +123,11 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("%q is neither a duration (90m, 2h, 7d) nor an RFC 3339 time (2026-01-02T15:04:05Z)", s)
 	}
 	switch {
-	case t.After(now.Add(time.Minute)): // a minute of clock skew
+	case t.After(time.Unix(0, math.MaxInt64)):
 		// JetStream's start time is int64 nanoseconds: one past 2262 wrapped
-		// round and selected every letter (a replay of all of them).
-		return time.Time{}, fmt.Errorf("%q is in the future", s)
+		// round and selected every letter (a replay of all of them). One
+		// ahead of now before that selects none, as it says.
+		return time.Time{}, fmt.Errorf("%q is past 2262-04-11, the latest start a stream can be read from", s)
 	case t.Before(time.Unix(0, 0)):
 		// Before any letter, and before what a start time can say
 		// (int64 nanoseconds wrapped round and selected none): every letter.
