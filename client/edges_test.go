@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/notifier/notifier/client"
@@ -129,5 +130,24 @@ func TestWithFairLanesZeroIsTheDefault(t *testing.T) {
 		if k, _ := queue.ParseJobSubject(res.Subject); k.Index != a && k.Index != b {
 			t.Errorf("%s's job on %s, not on its pair f.%d/f.%d of the default %d lanes", tenant, res.Subject, a, b, queue.DefaultFairLanes)
 		}
+	}
+}
+
+// TestPublishOnAClosedConnectionSaysSo: a publish on a connection closed
+// before its JetStream's first publish keeps nats.ErrConnectionClosed in
+// its error chain (nats.go words it into text there; found in review).
+func TestPublishOnAClosedConnectionSaysSo(t *testing.T) {
+	t.Parallel()
+	nc := testenv.NATS(t).Conn()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := client.New(js)
+	nc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := c.Publish(ctx, sms("cc1")); !errors.Is(err, nats.ErrConnectionClosed) {
+		t.Errorf("publish on a closed connection: %v, want nats.ErrConnectionClosed in its chain", err)
 	}
 }

@@ -293,6 +293,12 @@ func (p *Publisher) PublishMsgs(ctx context.Context, msgs []OutMsg) []PubResult 
 		}
 		f, err := p.js.PublishMsgAsync(nm, msgIDOpt(m.MsgID)...)
 		if err != nil {
+			// nats.go words a closed connection met when the first async
+			// publish sets up its reply subscription with %s: keep the cause
+			// in the chain (the gateway and callers test for it).
+			if nc := p.js.Conn(); nc != nil && nc.IsClosed() && !errors.Is(err, nats.ErrConnectionClosed) {
+				err = fmt.Errorf("%w: %v", nats.ErrConnectionClosed, err)
+			}
 			results[i].Err = fmt.Errorf("publish %s: %w", m.Subject, err)
 			continue
 		}
