@@ -61,11 +61,33 @@ var tenantFieldSeeds = []string{
 	`{"id":"x","user_id":"u","channel":"sms","to":"+447700900124","body":"b","tenant":"acme"}`,
 	`{"id":"x","user_id":"u","channel":"sms","to":"+447700900124","body":"b","tena\u006et":"acme"}`,
 	`{"id":"x","user_id":"u","channel":"sms","to":"+447700900124","body":"b","\u0074enant":"\u0061cme"}`,
+	`{"id":"x","user_id":"u","channel":"sms","to":"+447700900124","body":"b","t\u0065\u006Eant":"acme"}`,
+	`{"id":"x","user_id":"u","channel":"sms","to":"+447700900124","body":"fish \u0026 chips","tenant":"acme"}`,
+	`{"id":"x","user_id":"u","channel":"sms","to":"+447700900124","body":"fish \u0026 chips \u003cb\u003e"}`,
 	`{"id":"x","user_id":"u","channel":"sms","to":"+447700900124","body":"b","tenant":"acme","note":"a","note":"b"}`,
 	`{"id":"x","user_id":"u","channel":"sms","to":"+447700900124","body":"\ud800 b","tenant":"acme"}`,
 	`{"id":"x","user_id":"u","channel":"sms","to":"+447700900124","body":"b","data":{"tenant":"other"}}`,
 	`{"id":"x","user_id":"u","channel":"sms","to":"+447700900124","body":"b","Tenant":"acme"}`,
 	` { "tenant" : "acme" , "id":"x","user_id":"u","channel":"sms","to":"+447700900124","body":"b" } `,
+}
+
+// TestTenantFieldReadsLittle: a default tenant's job, escapes in its body
+// included (Go's encoder writes & < > as U+0026 U+003C U+003E escapes),
+// costs tenantField a search of its bytes and no allocation: every such
+// job takes this path.
+func TestTenantFieldReadsLittle(t *testing.T) {
+	data := []byte(`{"id":"x","user_id":"u","channel":"sms","to":"+447700900124","body":"fish \u0026 chips \u003cb\u003e \u00e9t\u00e9"}`)
+	if n := testing.AllocsPerRun(100, func() { _ = tenantField(data) }); n != 0 {
+		t.Errorf("tenantField of a job naming no tenant: %v allocations, want 0", n)
+	}
+	for _, esc := range []string{`\u0074`, `\u0065`, `\u006e`, `\u006E`, `\u0061`} {
+		if !escapesATenantLetter([]byte(`{"` + esc + `"`)) {
+			t.Errorf("%s: not taken for an escaped letter of tenant", esc)
+		}
+	}
+	if escapesATenantLetter(data) {
+		t.Error("an escaped & < > or é taken for an escaped letter of tenant")
+	}
 }
 
 // TestTenantFieldAgreesWithDecode runs FuzzTenantFieldAgreesWithDecode's

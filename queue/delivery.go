@@ -130,7 +130,7 @@ func tenantOf(k Key, h nats.Header, data []byte) (tenant, bad string) {
 // the object does not hide it (the job's ledger key and the provider's
 // tenant follow this answer).
 func tenantField(data []byte) string {
-	if !bytes.Contains(data, []byte(`"tenant"`)) && !bytes.Contains(data, []byte(`\u`)) {
+	if !bytes.Contains(data, []byte(`"tenant"`)) && !escapesATenantLetter(data) {
 		return ""
 	}
 	members, err := objectMembers(data, func(string) bool { return false })
@@ -146,6 +146,25 @@ func tenantField(data []byte) string {
 		return ""
 	}
 	return t
+}
+
+// escapesATenantLetter reports whether data holds a \u escape of one of
+// the letters of "tenant" (\u0074, \u0065, \u006e, \u0061, any case):
+// the only way a member name can spell "tenant" without the plain word.
+// Other escapes, common in bodies (Go's encoder writes & as \u0026), keep
+// a job off the full read.
+func escapesATenantLetter(data []byte) bool {
+	for {
+		i := bytes.Index(data, []byte(`\u00`))
+		if i < 0 || i+6 > len(data) {
+			return false
+		}
+		switch hi, lo := data[i+4], data[i+5]|0x20; {
+		case hi == '7' && lo == '4', hi == '6' && (lo == '5' || lo == 'e' || lo == '1'):
+			return true
+		}
+		data = data[i+4:]
+	}
 }
 
 // Ack acknowledges the delivery and waits for the server to confirm it
