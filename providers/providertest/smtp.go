@@ -41,8 +41,14 @@ const (
 )
 
 // Script overrides the scripted server's reply to steps: a reply line
-// ("451 4.3.0 try later", several lines joined with \r\n), Hang or Drop.
+// ("451 4.3.0 try later", several lines joined with \r\n), Hang or Drop;
+// and under DotDelay, a duration the server waits before it answers the end
+// of DATA (so that concurrent sends each hold a session of their own).
 type Script map[string]string
+
+// DotDelay is the Script key of the wait before the reply to the end of
+// DATA ("200ms").
+const DotDelay = "<dot delay>"
 
 // RunSMTP runs the conformance suite against an SMTP kind: every outcome of
 // a mail submission (each reply class at each step, malformed replies, no
@@ -72,6 +78,7 @@ func RunSMTP(t *testing.T, target SMTPTarget) {
 	t.Run("RcptNotAuthorized", s.rcptNotAuthorized)
 	t.Run("PermanentCarriesReason", s.permanentReason)
 	t.Run("NoLeakInDetail", s.noLeak)
+	t.Run("DotReplies", s.dotReplies)
 	t.Run("MalformedReply", s.malformed)
 	t.Run("NoSTARTTLS", s.noSTARTTLS)
 	t.Run("Timeout", s.timeout)
@@ -84,6 +91,16 @@ func RunSMTP(t *testing.T, target SMTPTarget) {
 type smtpSuite struct {
 	target SMTPTarget
 	base   *suite // for checkError
+}
+
+// ServeSMTP starts the suite's scripted SMTP server (STARTTLS with
+// serverTLS, the dialogue's replies overridden by script) for a test of a
+// kind's own behaviour, and returns its address. It stops when the test
+// ends.
+func ServeSMTP(t *testing.T, serverTLS *tls.Config, script Script) string {
+	t.Helper()
+	s := &smtpSuite{target: SMTPTarget{ServerTLS: serverTLS}}
+	return s.serve(t, script).addr
 }
 
 // smtpServer is a scripted SMTP server.
@@ -216,6 +233,9 @@ func (s *smtpSuite) session(c net.Conn, script Script, srv *smtpServer) {
 					break
 				}
 			}
+			if d, err := time.ParseDuration(script[DotDelay]); err == nil {
+				time.Sleep(d)
+			}
 			text, ok := script["."]
 			if !ok || strings.HasPrefix(text, "250") {
 				srv.delivered.Add(1)
@@ -252,6 +272,22 @@ func (s *smtpSuite) accepted(t *testing.T) {
 	}
 	if got := providers.StatusClass(err); got != "2xx" {
 		t.Errorf("StatusClass(nil) = %q", got)
+	}
+}
+
+// dotReplies: any 2yz reply to the end of DATA is a positive completion
+// (RFC 5321 §4.2.1: the server took the mail), not a failure to retry (the
+// mail would go twice); one that is neither a completion nor a refusal (a
+// 3yz) leaves the mail possibly taken: ErrTransient and Ambiguous.
+func (s *smtpSuite) dotReplies(t *testing.T) {
+	t.Parallel()
+	if _, err := s.send(t, 5*time.Second, Script{".": "251 2.1.5 queued, will forward"}); err != nil {
+		t.Errorf("a 251 to the end of DATA: Send = %v, want nil", err)
+	}
+	_, err := s.send(t, 5*time.Second, Script{".": "354 go ahead, again"})
+	var e *providers.Error
+	if !errors.As(err, &e) || !errors.Is(err, providers.ErrTransient) || !e.Ambiguous {
+		t.Errorf("a 354 to the end of DATA: Send = %v, want ErrTransient, Ambiguous", err)
 	}
 }
 
