@@ -15,15 +15,22 @@ import (
 	"github.com/notifier/notifier/testenv"
 )
 
-// TestReplayRepublishesOnceAndNeverASentJob: a plan skips an invalid and
-// an expired job unless asked; a replay republishes the others once with
-// their bytes, resets their ledger records, deletes their dead letters
-// (keeps them with Keep), never republishes a job the ledger says was
-// sent, and a second replay of the same selection finds nothing to do.
-func TestReplayRepublishesOnceAndNeverASentJob(t *testing.T) {
-	t.Parallel()
+// replayEnv is a JetStream server with the notifier's streams, a
+// publisher and the dead letters on them, and a ledger in a private Redis;
+// ctx ends with the test (a minute at most).
+type replayEnv struct {
+	ctx  context.Context
+	js   jetstream.JetStream
+	cfg  queue.Config
+	pub  *queue.Publisher
+	dead *queue.DeadLetters
+	led  *ledger.Redis
+}
+
+func replaySetup(t *testing.T) replayEnv {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	js, err := jetstream.New(testenv.NATS(t).Conn())
 	if err != nil {
 		t.Fatal(err)
@@ -32,8 +39,19 @@ func TestReplayRepublishesOnceAndNeverASentJob(t *testing.T) {
 	if err := queue.EnsureStreams(ctx, js, cfg, 1); err != nil {
 		t.Fatal(err)
 	}
-	pub, dead := queue.NewPublisher(js), queue.NewDeadLetters(js, cfg)
-	led := ledger.NewRedis(testenv.Redis(t).Client(), newPrefix(t.Name()), time.Hour)
+	return replayEnv{ctx: ctx, js: js, cfg: cfg, pub: queue.NewPublisher(js), dead: queue.NewDeadLetters(js, cfg),
+		led: ledger.NewRedis(testenv.Redis(t).Client(), newPrefix(t.Name()), time.Hour)}
+}
+
+// TestReplayRepublishesOnceAndNeverASentJob: a plan skips an invalid and
+// an expired job unless asked; a replay republishes the others once with
+// their bytes, resets their ledger records, deletes their dead letters
+// (keeps them with Keep), never republishes a job the ledger says was
+// sent, and a second replay of the same selection finds nothing to do.
+func TestReplayRepublishesOnceAndNeverASentJob(t *testing.T) {
+	t.Parallel()
+	e := replaySetup(t)
+	ctx, js, cfg, pub, dead, led := e.ctx, e.js, e.cfg, e.pub, e.dead, e.led
 	store := func(seq uint64, o queue.Outcome, id, reason string) {
 		t.Helper()
 		data := fmt.Sprintf(`{"id":%q,"user_id":"u1","channel":"sms","to":"+15550000000","body":"hi"}`, id)
@@ -113,18 +131,8 @@ func TestReplayRepublishesOnceAndNeverASentJob(t *testing.T) {
 // job of the same id, sent, neither stops the replay nor is touched.
 func TestReplayOfATenantsJobUsesItsOwnLedgerRecord(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	js, err := jetstream.New(testenv.NATS(t).Conn())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := queue.Config{}.WithDefaults()
-	if err := queue.EnsureStreams(ctx, js, cfg, 1); err != nil {
-		t.Fatal(err)
-	}
-	pub, dead := queue.NewPublisher(js), queue.NewDeadLetters(js, cfg)
-	led := ledger.NewRedis(testenv.Redis(t).Client(), newPrefix(t.Name()), time.Hour)
+	e := replaySetup(t)
+	ctx, cfg, pub, dead, led := e.ctx, e.cfg, e.pub, e.dead, e.led
 	for range 3 {
 		if _, err := led.Failed(ctx, queue.MsgID("acme", "x"), "", "5xx"); err != nil {
 			t.Fatal(err)
