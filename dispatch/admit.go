@@ -180,6 +180,12 @@ func (pl *pipeline) admit(ctx context.Context, jb *job, rule userlimit.Rule, cap
 				}
 				continue
 			}
+			if !ask.Alone && limits.Refused(err) {
+				// The batch's jobs share script runs: asked alone, a
+				// refusal is this job's own, and another's is not.
+				ask.Alone = true
+				continue
+			}
 			return err
 		}
 	})

@@ -8,6 +8,7 @@ import (
 
 	"github.com/notifier/notifier/internal/sleep"
 	"github.com/notifier/notifier/limits"
+	"github.com/notifier/notifier/limits/ledger"
 )
 
 // backendSwitch keeps the limit set the pipeline runs on: the primary one
@@ -219,6 +220,14 @@ func (b *backendSwitch) with(ctx context.Context, jb *job, fn func(*limits.Set) 
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if limits.Refused(err) {
+			// The server answered: the job's own data (a record, a key,
+			// an argument) is what it refused. Not the backend failing:
+			// the job is handed back (stopped), the fleet goes on.
+			b.m.Deferrals.WithLabelValues(l.Name, ledger.DeferRefused).Inc()
+			jb.log().Error("the limit backend refused this job's data; handing the job back to JetStream", "backend", l.Name, "err", err)
+			return err
 		}
 		b.m.Deferrals.WithLabelValues(l.Name, "unavailable").Inc()
 		jb.log().Warn("limit backend failed", "backend", l.Name, "err", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/notifier/notifier/limits"
 	"github.com/notifier/notifier/limits/ledger"
 	"github.com/notifier/notifier/queue"
 )
@@ -47,8 +48,17 @@ func suppressed(reason, detail string) end {
 	return end{kind: endSuppressed, reason: reason, detail: detail}
 }
 
-// stopped is the end on a stop, err being ctx's.
-func stopped(err error) end { return end{kind: endStop, cause: err} }
+// stopped is the end on a stop, err being ctx's, or on a request of the
+// job's that Redis refused (limits.Refused, which backendSwitch.with
+// returns at once): then the job is handed back to JetStream, no attempt
+// used, for the retry backoff of its delivery count (conclude: an operator
+// may mend the key meanwhile), and every other job goes on.
+func stopped(err error) end {
+	if limits.Refused(err) {
+		return end{kind: endDefer, reason: ledger.DeferRefused}
+	}
+	return end{kind: endStop, cause: err}
+}
 
 // conclude takes a job to its end e: the one place where the JetStream
 // message is acknowledged (settled when sent; dead-lettered first when dead
@@ -56,6 +66,11 @@ func stopped(err error) end { return end{kind: endStop, cause: err} }
 // where the job's outcome is counted. Every end but a send and a stop first
 // gives up the job's ledger lease.
 func (pl *pipeline) conclude(ctx, sendCtx context.Context, jb *job, e end) {
+	if e.kind == endDefer && e.reason == ledger.DeferRefused {
+		// Refused (stopped): retried as a transient failure would be,
+		// never sooner than the base delay.
+		e.delay = max(pl.o.Retry.BaseDelay, pl.o.Retry.Backoff(int(jb.dl.NumDelivered), pl.o.Rand))
+	}
 	switch e.kind {
 	case endSent:
 		pl.settle(sendCtx, jb) // records "sent", which ends the lease

@@ -82,6 +82,22 @@ func takeQueued(batch []*job, q <-chan *job) []*job {
 	}
 }
 
+// recordSentAlone writes the sent records of jobs one by one, after Redis
+// refused a record of their batch (limits.Refused: a key written by
+// something else where a record was): not the backend failing, and the
+// records of one script run fail together, so each is written alone and
+// only the one refused is lost. Every job is acknowledged, that one too:
+// it was sent, and a redelivery's claim of its refused record is refused
+// in turn (handed back, never sent again).
+func (pl *pipeline) recordSentAlone(ctx context.Context, l *limits.Set, jobs []*job, sent []limits.Sent) {
+	for i, jb := range jobs {
+		if err := l.RecordSent(ctx, sent[i:i+1], nil); err != nil {
+			jb.log().Error("record sent job in the ledger; acknowledging anyway", "err", err)
+		}
+		jb.claimed = false
+	}
+}
+
 // recordSent writes "sent" to the ledger for jobs the provider accepted
 // (one round trip on Redis, however many), retrying briefly: the ack that
 // follows removes each job from JetStream, so the record only matters if
@@ -121,6 +137,10 @@ func (pl *pipeline) recordSent(ctx context.Context, jobs []*job, q <-chan *job) 
 			for _, jb := range jobs {
 				jb.claimed = false
 			}
+			return jobs
+		}
+		if limits.Refused(err) {
+			pl.recordSentAlone(ctx, l, jobs, sent)
 			return jobs
 		}
 		if attempt >= 20 || ctx.Err() != nil {

@@ -32,6 +32,10 @@ type Ask struct {
 	Provider string
 	Contract leaky.Contract
 	Cost     int
+	// Alone sends the request in a pipeline of its own, whose script runs
+	// hold no other job: how a request Refused in a shared batch is asked
+	// again, so that a refusal is known to be this job's.
+	Alone bool
 }
 
 // Admission is the answer to an Ask. On an error, Slot may still hold a
@@ -64,7 +68,11 @@ func (l *Set) Admit(ctx context.Context, a Ask) (Admission, error) {
 		dc  *userlimit.Decision
 		rc  *leaky.ReserveCmd
 	)
-	r.batch.do(ctx, func(bt *pipeBatch) {
+	do := r.batch.do
+	if a.Alone {
+		do = r.batch.doAlone
+	}
+	do(ctx, func(bt *pipeBatch) {
 		cc = bt.claim(r.ledger, a.ID, a.Owner, a.Lease)
 		if a.ToHash != "" {
 			sc = r.suppress.HasCmd(ctx, bt.pipe, a.Channel, a.ToHash)
@@ -282,3 +290,32 @@ func NotLoaded(err error) bool {
 
 // isNoScript reports a NOSCRIPT reply that a backend did not wrap.
 func isNoScript(err error) bool { return strings.Contains(err.Error(), "NOSCRIPT") }
+
+// Refused says whether err is Redis refusing a request's own data rather
+// than the backend failing: a limit script's check of an argument ("ERR
+// argument ... out of range"), a stored record it cannot read ("ERR ledger
+// record ... is malformed"), or a key of another type where a script keeps
+// its own (WRONGTYPE: a key written by something else). The server
+// answered, so switching to local limits or holding every job would not
+// help, and asking again with the same data is refused again. An error
+// joined from several (errors.Join) is Refused only when each is.
+func Refused(err error) bool {
+	switch e := err.(type) {
+	case nil:
+		return false
+	case redis.Error:
+		msg := e.Error()
+		return strings.HasPrefix(msg, "ERR argument ") || strings.HasPrefix(msg, "ERR ledger record ") || strings.HasPrefix(msg, "WRONGTYPE ")
+	case interface{ Unwrap() []error }:
+		errs := e.Unwrap()
+		for _, x := range errs {
+			if !Refused(x) {
+				return false
+			}
+		}
+		return len(errs) > 0
+	case interface{ Unwrap() error }:
+		return Refused(e.Unwrap())
+	}
+	return false
+}

@@ -83,6 +83,7 @@ const (
 	DeferRecipientThrottled = "recipient_throttled" // the provider throttles this recipient
 	DeferQuota              = "quota"               // the provider's quota is spent until its next window
 	DeferProviderPaused     = "provider_paused"     // the provider is paused (a 429, a refused sender, notifier pause)
+	DeferRefused            = "refused"             // Redis refused the job's own data (limits.Refused): a record or key it cannot read
 	WaitSlot                = "slot"                // waiting in the provider's leaky queue for its send slot
 )
 
