@@ -36,7 +36,8 @@ every second:
   instances     every live notifier run (from its heartbeat), its version and jobs in flight.
 
 --once prints one view and exits; --json prints it as JSON. --nats URL also reads the
-job stream on that server and prints the jobs waiting in it by channel. A notifier dev
+job stream on that server and prints the jobs waiting in it by channel (the jobs on
+tenants' own subjects, not routed to the fair lanes yet, as one number). A notifier dev
 keeps its limits in its own memory, not in Redis: its status is its /status page.`,
 		Args: cobra.NoArgs,
 	}
@@ -171,19 +172,35 @@ func printStatus(w io.Writer, st inspect.FleetStatus, live bool, width int) {
 	}, rows)
 }
 
+// waitingFilters are the subject filters printWaiting counts by channel:
+// the default tenant's queues (three and four tokens) and the fair lanes,
+// as the dispatcher's Consumer.Queues reads them. Their answers hold as
+// many subjects as there are lanes, whatever the number of tenants; a
+// tenant's own subjects (notify.jobs.<channel>.t.<tenant>, one per tenant)
+// are counted together, from the stream's total, never listed.
+var waitingFilters = []string{"notify.jobs.*", "notify.jobs.*.*", "notify.jobs.*.f.>"}
+
 // printWaiting prints the jobs waiting in the job stream, by channel, as
-// the stream counts them by subject.
+// the stream counts them by subject; the jobs on tenants' own subjects
+// (not routed to a fair lane yet) as one number.
 func printWaiting(ctx context.Context, w io.Writer, stream jetstream.Stream, cfg config.Config) error {
-	info, err := stream.Info(ctx, jetstream.WithSubjectFilter("notify.jobs.>"))
+	all, err := stream.Info(ctx)
 	if err != nil {
 		return fmt.Errorf("stream %s: %w", cfg.NATS.Stream, err)
 	}
 	by := map[string]uint64{}
-	var total uint64
-	for subject, n := range info.State.Subjects {
-		by[queue.ChannelOf(subject)] += n
-		total += n
+	var lanes uint64
+	for _, f := range waitingFilters {
+		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(f))
+		if err != nil {
+			return fmt.Errorf("stream %s: %w", cfg.NATS.Stream, err)
+		}
+		for subject, n := range info.State.Subjects {
+			by[queue.ChannelOf(subject)] += n
+			lanes += n
+		}
 	}
+	total := max(all.State.Msgs, lanes)
 	channels := make([]string, 0, len(by))
 	for c := range by {
 		channels = append(channels, c)
@@ -192,6 +209,9 @@ func printWaiting(ctx context.Context, w io.Writer, stream jetstream.Stream, cfg
 	parts := make([]string, len(channels))
 	for i, c := range channels {
 		parts[i] = fmt.Sprintf("%s %d", c, by[c])
+	}
+	if unrouted := total - lanes; unrouted > 0 {
+		parts = append(parts, fmt.Sprintf("%d on tenants' own subjects, not routed yet", unrouted))
 	}
 	if len(parts) == 0 {
 		parts = []string{"none"}

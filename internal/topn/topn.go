@@ -85,7 +85,12 @@ func (s Series) args(counts []Count) []any {
 // Unioner is what Top needs of a client (redis.Cmdable has it).
 type Unioner interface {
 	ZUnionWithScores(ctx context.Context, store redis.ZStore) *redis.ZSliceCmd
+	Pipeline() redis.Pipeliner
 }
+
+// minDepth is the fewest members Top reads of each hour of a series with
+// MaxMembers, 10 times its limit when that is more.
+const minDepth = 200
 
 // Top returns the limit members (all when limit <= 0) counted most in the
 // hours overlapping the window ending at t (at most Retention), most
@@ -97,7 +102,13 @@ func (s Series) Top(ctx context.Context, rdb Unioner, t time.Time, window time.D
 	for h := hour; !h.Before(hour.Add(-window + time.Hour)); h = h.Add(-time.Hour) {
 		keys = append(keys, s.Key(h))
 	}
-	zs, err := rdb.ZUnionWithScores(ctx, redis.ZStore{Keys: keys}).Result()
+	var zs []redis.Z
+	var err error
+	if limit > 0 && s.MaxMembers > 0 {
+		zs, err = s.candidates(ctx, rdb, keys, limit)
+	} else {
+		zs, err = rdb.ZUnionWithScores(ctx, redis.ZStore{Keys: keys}).Result()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", s.Key(hour), err)
 	}
@@ -116,4 +127,67 @@ func (s Series) Top(ctx context.Context, rdb Unioner, t time.Time, window time.D
 		out = out[:limit]
 	}
 	return out, nil
+}
+
+// candidates are Top's members of a series whose hours hold up to
+// MaxMembers each (a million users over 50 hours): not the union of every
+// hour (one ZUNION of them all kept redis-server busy for seconds and
+// returned every member), but each hour's depth most counted members
+// (depth = max(minDepth, 10 limit)), summed, and for the 4 limit members
+// first by those partial sums their counts in every hour of the window
+// (ZMSCORE): the counts shown are exact; a member is missed only when it
+// is in no hour's top depth, as an hour's least counted half is dropped
+// when it outgrows MaxMembers (and where an hour's read is cut among equal
+// counts, Redis keeps the members last in order: which of those is shown
+// is not said). Redis reads at most hours x depth members,
+// whatever the number counted.
+func (s Series) candidates(ctx context.Context, rdb Unioner, keys []string, limit int) ([]redis.Z, error) {
+	depth := int64(max(minDepth, 10*limit))
+	pipe := rdb.Pipeline()
+	tops := make([]*redis.ZSliceCmd, len(keys))
+	for i, k := range keys {
+		tops[i] = pipe.ZRevRangeWithScores(ctx, k, 0, depth-1)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, err
+	}
+	partial := map[string]float64{}
+	for _, c := range tops {
+		for _, z := range c.Val() {
+			m, _ := z.Member.(string)
+			partial[m] += z.Score
+		}
+	}
+	cands := make([]string, 0, len(partial))
+	for m := range partial {
+		cands = append(cands, m)
+	}
+	sort.Slice(cands, func(i, j int) bool {
+		if a, b := partial[cands[i]], partial[cands[j]]; a != b {
+			return a > b
+		}
+		return cands[i] < cands[j]
+	})
+	cands = cands[:min(len(cands), 4*limit)]
+	if len(cands) == 0 {
+		return nil, nil
+	}
+	pipe = rdb.Pipeline()
+	scores := make([]*redis.FloatSliceCmd, len(keys))
+	for i, k := range keys {
+		scores[i] = pipe.ZMScore(ctx, k, cands...)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, err
+	}
+	zs := make([]redis.Z, len(cands))
+	for i, m := range cands {
+		zs[i].Member = m
+		for _, c := range scores {
+			if v := c.Val(); i < len(v) {
+				zs[i].Score += v[i]
+			}
+		}
+	}
+	return zs, nil
 }

@@ -2,6 +2,7 @@ package topn_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -98,5 +99,40 @@ func TestAddChecksItsArguments(t *testing.T) {
 	}
 	if n, err := rdb.Exists(ctx, s.Key(now)).Result(); err != nil || n != 0 {
 		t.Errorf("the set was written (%d, %v)", n, err)
+	}
+}
+
+// TestTopCountsItsMembersInEveryHour: a series with MaxMembers reads each
+// hour's most counted members only (Top's candidates), but counts the
+// members it shows exactly, in every hour of the window: "steady", first
+// in one hour and below the 200 read of two others, is shown with all
+// its 110, not the 100 of the hour it led.
+func TestTopCountsItsMembersInEveryHour(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb := testenv.Redis(t).Client()
+	s := topn.Series{Prefix: "deep:", Name: "top:sms", Retention: 8 * 24 * time.Hour, MaxMembers: 20_000}
+	now := time.Date(2030, 1, 2, 15, 30, 0, 0, time.UTC)
+	if err := s.Add(ctx, rdb, now, topn.Count{Member: "steady", N: 100}); err != nil {
+		t.Fatal(err)
+	}
+	crowd := make([]topn.Count, 0, 251)
+	for i := range 250 {
+		crowd = append(crowd, topn.Count{Member: fmt.Sprintf("x-%03d", i), N: 10})
+	}
+	crowd = append(crowd, topn.Count{Member: "steady", N: 5})
+	for _, ago := range []time.Duration{time.Hour, 2 * time.Hour} {
+		if err := s.Add(ctx, rdb, now.Add(-ago), crowd...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.Top(ctx, rdb, now, 24*time.Hour, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The second: one of the crowd, each 20 (an hour's read is cut among
+	// equal counts, so which one is not said).
+	if len(got) != 2 || got[0] != (topn.Count{Member: "steady", N: 110}) || !strings.HasPrefix(got[1].Member, "x-") || got[1].N != 20 {
+		t.Fatalf("top 2 of 24 h: %v, want steady 110, then one of the crowd with 20", got)
 	}
 }

@@ -1,0 +1,102 @@
+package cli
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/notifier/notifier/config"
+	"github.com/notifier/notifier/internal/localenv"
+	"github.com/notifier/notifier/queue"
+)
+
+// scaleNATS is a private JetStream server with the notifier's streams that
+// does not sync every write (testenv's does), so that 100,000 messages are
+// stored in seconds; a connection to it and its JetStream context.
+func scaleNATS(t *testing.T) (*nats.Conn, jetstream.JetStream, queue.Config) {
+	t.Helper()
+	n, err := localenv.StartNATS(localenv.WithNATSName("scale"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	nc, err := nats.Connect(n.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := queue.Config{URL: n.URL()}.WithDefaults()
+	if err := queue.EnsureStreams(testCtx(t), js, cfg, 1); err != nil {
+		t.Fatal(err)
+	}
+	return nc, js, cfg
+}
+
+// publishAll publishes n messages, msg(i), asynchronously, and waits for
+// every acknowledgement.
+func publishAll(t *testing.T, js jetstream.JetStream, n int, msg func(i int) *nats.Msg) {
+	t.Helper()
+	ctx := testCtx(t)
+	wait := func() {
+		select {
+		case <-js.PublishAsyncComplete():
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		}
+	}
+	for i := range n {
+		if _, err := js.PublishMsgAsync(msg(i)); err != nil {
+			t.Fatal(err)
+		}
+		if i%2048 == 2047 {
+			wait()
+		}
+	}
+	wait()
+}
+
+// TestStatusWaitingDoesNotListEveryTenant: `notifier status --nats` prints
+// the jobs waiting in the job stream by channel, every second. Jobs
+// published on tenants' own subjects (notify.jobs.<channel>.t.<tenant>,
+// SPEC §3) wait there until the router moves them to the fair lanes: while
+// the fleet is stopped, or behind, with 100,000 tenants that is 100,000
+// subjects. printWaiting asks the stream for the count of every subject
+// under notify.jobs.>, which the server answers subject by subject (pages
+// of 100,000): the bytes read grow with the tenants, to print three
+// numbers. The dispatcher's own look (Consumer.Queues) asks only the
+// bounded filters.
+func TestStatusWaitingDoesNotListEveryTenant(t *testing.T) {
+	nc, js, qcfg := scaleNATS(t)
+	const tenants = 100_000
+	publishAll(t, js, tenants, func(i int) *nats.Msg {
+		subject := queue.JobSubjectFor("sms", fmt.Sprintf("tenant-%d", i), false)
+		return &nats.Msg{Subject: subject, Data: fmt.Appendf(nil, `{"id":"j%d","user_id":"u","channel":"sms","to":"+15550000000","body":"x"}`, i)}
+	})
+	stream, err := js.Stream(testCtx(t), qcfg.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Config{NATS: qcfg}
+	var out strings.Builder
+	before := nc.Stats()
+	if err := printWaiting(testCtx(t), &out, stream, cfg); err != nil {
+		t.Fatal(err)
+	}
+	after := nc.Stats()
+	if !strings.Contains(out.String(), fmt.Sprintf(": %d (%d on tenants' own subjects", tenants, tenants)) {
+		t.Fatalf("printWaiting printed %q, want %d sms jobs waiting", out.String(), tenants)
+	}
+	read := after.InBytes - before.InBytes
+	t.Logf("%d tenants with a job waiting: printWaiting read %d bytes in %d replies", tenants, read, after.InMsgs-before.InMsgs)
+	if read > 64<<10 {
+		t.Errorf("printWaiting read %d bytes (%d replies) for %d tenants' subjects: it grows with the tenants (status --nats does it every second)",
+			read, after.InMsgs-before.InMsgs, tenants)
+	}
+}
