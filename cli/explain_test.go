@@ -241,6 +241,18 @@ func TestExplainJobAndEndpoint(t *testing.T) {
 		explainJSON(t, w, &supp, "--job", "j-supp")
 		return len(dead.DeadLetters) == 1 && len(supp.DeadLetters) == 1
 	})
+	// --scan N looks for a job's dead letters among the newest N letters
+	// only: with 1, the older of the two letters is not listed.
+	older, newer := "j-dead", "j-supp"
+	if supp.DeadLetters[0].Seq < dead.DeadLetters[0].Seq {
+		older, newer = newer, older
+	}
+	var o, n inspect.JobAnswer
+	explainJSON(t, w, &o, "--job", older, "--scan", "1")
+	explainJSON(t, w, &n, "--job", newer, "--scan", "1")
+	if len(o.DeadLetters) != 0 || len(n.DeadLetters) != 1 {
+		t.Errorf("--scan 1: %d dead letters of %s (the older), %d of %s; want 0 and 1", len(o.DeadLetters), older, len(n.DeadLetters), newer)
+	}
 	var sent inspect.JobAnswer
 	explainJSON(t, w, &sent, "--job", "j-sent")
 	if sent.State != "sent" || !sent.Ledger.Sent || sent.Ledger.SentSeq == 0 || len(sent.DeadLetters) != 0 || sent.Ledger.LeaseOwner != "" {

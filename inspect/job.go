@@ -121,9 +121,9 @@ func (in *Inspector) JobOf(ctx context.Context, tenant, id string) (JobAnswer, e
 // JobScan answers for tenant's job id ("" the default tenant's): its
 // ledger record, its dead letters and, when the ledger does not place it
 // (neither sent nor under way), where it waits in the job stream, reading
-// at most scan messages of it (0: DefaultScan; negative: all). Finding
-// the dead letters reads the whole dead-letter stream (as `notifier dead
-// show <id>` does).
+// at most scan messages of it (0: DefaultScan; negative: all). Its dead
+// letters are looked for among the newest scan letters of the dead-letter
+// stream alike (`notifier dead show <id>` reads them all).
 func (in *Inspector) JobScan(ctx context.Context, tenant, id string, scan int) (JobAnswer, error) {
 	if !queue.ValidID(id) {
 		return JobAnswer{}, fmt.Errorf("explain job: a job id is 1 to 128 of A-Z a-z 0-9 . _ : -: %w", ErrInvalid)
@@ -150,8 +150,19 @@ func (in *Inspector) JobScan(ctx context.Context, tenant, id string, scan int) (
 		u := rec.Until.UTC()
 		a.Ledger.DueAt = &u
 	}
+	limit := scan // the messages each stream's read takes at most (0: all)
+	switch {
+	case scan == 0:
+		limit = DefaultScan
+	case scan < 0:
+		limit = 0
+	}
 	if in.dead != nil {
-		letters, _, err := in.dead.List(ctx, queue.DeadFilter{JobID: id})
+		// The newest limit letters: the dead-letter subjects name only
+		// the channel, so the reader matches the job id, and a read of
+		// the whole stream would cost every letter kept (a request to the
+		// metrics port's /explain too).
+		letters, _, err := in.dead.List(ctx, queue.DeadFilter{JobID: id, Last: limit})
 		if err != nil {
 			return a, fmt.Errorf("explain job %s: %w", id, err)
 		}
@@ -162,13 +173,6 @@ func (in *Inspector) JobScan(ctx context.Context, tenant, id string, scan int) (
 		}
 	}
 	if !a.Ledger.Sent && in.cfg.FindWaiting != nil {
-		limit := scan
-		switch {
-		case scan == 0:
-			limit = DefaultScan
-		case scan < 0:
-			limit = 0
-		}
 		s, err := in.cfg.FindWaiting(ctx, tenant, id, limit)
 		if err != nil {
 			return a, fmt.Errorf("explain job %s: %w", id, err)

@@ -63,6 +63,12 @@ type DeadFilter struct {
 	UserID  string    // this user's jobs only (user_id), or "" for all
 	Tenant  string    // this tenant's jobs only, or "" for all
 	Limit   int       // at most this many (the oldest first); 0 for no limit
+	// Last reads only the newest Last messages of the dead-letter stream
+	// (by stream sequence, before the other filters; 0 reads them all),
+	// so that a lookup the reader filters (JobID, UserID...) costs at most
+	// that many messages, however many letters the stream holds. Not with
+	// Since.
+	Last int
 }
 
 // Validate checks that Kind is Dead, Suppressed or empty, that Channel is a
@@ -78,6 +84,12 @@ func (f DeadFilter) Validate() error {
 	}
 	if f.Limit < 0 {
 		errs = append(errs, fmt.Errorf("limit: must not be negative, got %d", f.Limit))
+	}
+	if f.Last < 0 {
+		errs = append(errs, fmt.Errorf("last: must not be negative, got %d", f.Last))
+	}
+	if f.Last > 0 && !f.Since.IsZero() {
+		errs = append(errs, errors.New("last: not with since (each sets where the read starts)"))
 	}
 	return errors.Join(errs...)
 }
@@ -151,6 +163,15 @@ func (r *DeadLetters) List(ctx context.Context, f DeadFilter) (letters []*DeadLe
 	if !f.Since.IsZero() {
 		since := f.Since
 		cc.DeliverPolicy, cc.OptStartTime = jetstream.DeliverByStartTimePolicy, &since
+	}
+	if f.Last > 0 {
+		st := s.CachedInfo().State
+		if st.Msgs == 0 {
+			return nil, false, nil
+		}
+		if first := st.LastSeq - min(st.LastSeq, uint64(f.Last)) + 1; first > st.FirstSeq {
+			cc.DeliverPolicy, cc.OptStartSeq = jetstream.DeliverByStartSequencePolicy, first
+		}
 	}
 	cons, err := s.OrderedConsumer(ctx, cc)
 	if err != nil {
