@@ -214,30 +214,64 @@ func writeDeadJSON(w io.Writer, letters []*queue.DeadLetter) error {
 }
 
 func writeDeadTable(w io.Writer, letters []*queue.DeadLetter, more bool, limit int) error {
-	if len(letters) == 0 {
-		_, err := fmt.Fprintln(w, "no dead letters match")
-		return err
-	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SEQ\tSTORED\tKIND\tCHANNEL\tREASON\tJOB ID\tDETAIL")
-	kinds := map[queue.Outcome]int{}
+	t := newDeadTable(w)
 	for _, d := range letters {
-		kinds[d.Kind]++
-		id := d.JobID
-		if id == "" {
-			id = "-"
-		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Seq, d.Stored.UTC().Format(time.RFC3339), d.Kind,
-			text.Printable(d.Channel), text.Printable(d.Reason), id, text.Fit(text.Printable(d.Detail), listDetailRunes))
+		t.row(d)
 	}
-	if err := tw.Flush(); err != nil {
+	if err := t.end(); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "%d dead letters (%d dead, %d suppressed)\n", len(letters), kinds[queue.Dead], kinds[queue.Suppressed])
 	if more {
 		fmt.Fprintf(w, "more match than the %d printed: raise --limit or narrow with --since\n", limit)
 	}
 	return nil
+}
+
+// deadTable prints dead letters as they come, a row each, in blocks of
+// deadTableBlock rows aligned together: a table of any length in constant
+// memory (a dry run of a replay of a million letters).
+type deadTable struct {
+	w     io.Writer
+	tw    *tabwriter.Writer
+	n     int
+	kinds map[queue.Outcome]int
+}
+
+const deadTableBlock = 1000
+
+func newDeadTable(w io.Writer) *deadTable {
+	return &deadTable{w: w, tw: tabwriter.NewWriter(w, 0, 0, 2, ' ', 0), kinds: map[queue.Outcome]int{}}
+}
+
+func (t *deadTable) row(d *queue.DeadLetter) {
+	if t.n == 0 {
+		fmt.Fprintln(t.tw, "SEQ\tSTORED\tKIND\tCHANNEL\tREASON\tJOB ID\tDETAIL")
+	}
+	t.n++
+	t.kinds[d.Kind]++
+	id := d.JobID
+	if id == "" {
+		id = "-"
+	}
+	fmt.Fprintf(t.tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Seq, d.Stored.UTC().Format(time.RFC3339), d.Kind,
+		text.Printable(d.Channel), text.Printable(d.Reason), id, text.Fit(text.Printable(d.Detail), listDetailRunes))
+	if t.n%deadTableBlock == 0 {
+		_ = t.tw.Flush()
+	}
+}
+
+// end flushes the table and prints its count ("no dead letters match"
+// when it has no row).
+func (t *deadTable) end() error {
+	if t.n == 0 {
+		_, err := fmt.Fprintln(t.w, "no dead letters match")
+		return err
+	}
+	if err := t.tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(t.w, "%d dead letters (%d dead, %d suppressed)\n", t.n, t.kinds[queue.Dead], t.kinds[queue.Suppressed])
+	return err
 }
 
 // ---- show ----
@@ -448,22 +482,35 @@ var errNotConfirmed = errors.New("replay not confirmed: nothing replayed")
 
 func (rp *replayer) run(ctx context.Context, f queue.DeadFilter) (inspect.ReplaySummary, error) {
 	o := inspect.ReplayOptions{Keep: rp.flags.keep, IncludeInvalid: rp.flags.includeInvalid, IncludeExpired: rp.flags.includeExpired, Now: rp.now}
-	plan, err := inspect.PlanReplay(ctx, rp.dead, f, o)
+	// A dry run prints the letters as the plan reads them; a replay reads
+	// them again as it goes: neither holds them (a million letters would
+	// be a gigabyte).
+	var each func(*queue.DeadLetter)
+	var table *deadTable
+	if rp.flags.dryRun {
+		each = func(d *queue.DeadLetter) {
+			if table == nil {
+				fmt.Fprintln(rp.out, "would replay:")
+				table = newDeadTable(rp.out)
+			}
+			table.row(d)
+		}
+	}
+	plan, err := inspect.PlanReplay(ctx, rp.dead, f, o, each)
+	if table != nil {
+		if terr := table.end(); err == nil {
+			err = terr
+		}
+	}
 	if err != nil {
 		return plan.Summary, err
 	}
 	if rp.flags.dryRun {
-		if len(plan.Todo) > 0 {
-			fmt.Fprintln(rp.out, "would replay:")
-			if err := writeDeadTable(rp.out, plan.Todo, false, 0); err != nil {
-				return plan.Summary, err
-			}
-		}
 		printReplaySummary(rp.out, plan.Summary, true)
 		return plan.Summary, nil
 	}
-	if len(plan.Todo) > confirmAbove && !rp.flags.yes {
-		fmt.Fprintf(rp.out, "replay %d jobs? [y/N] ", len(plan.Todo))
+	if plan.Summary.Replayed > confirmAbove && !rp.flags.yes {
+		fmt.Fprintf(rp.out, "replay %d jobs? [y/N] ", plan.Summary.Replayed)
 		line, _ := bufio.NewReader(rp.in).ReadString('\n')
 		fmt.Fprintln(rp.out)
 		if a := strings.ToLower(strings.TrimSpace(line)); a != "y" && a != "yes" {

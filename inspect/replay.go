@@ -36,10 +36,27 @@ type ReplaySummary struct {
 }
 
 // ReplayPlan is what a replay would republish: the selected dead letters
-// less those skipped, oldest first.
+// less those skipped, oldest first. It holds the selection, not the
+// letters: a replay reads them again as it goes, so that a million letters
+// are never in memory at once.
 type ReplayPlan struct {
-	Todo    []*queue.DeadLetter
-	Summary ReplaySummary // Selected, SkippedInvalid, SkippedExpired; Replayed is len(Todo)
+	// Filter is the selection, bounded to the letters the plan counted
+	// (UpTo, the last one's sequence): a letter stored after the plan is
+	// not replayed.
+	Filter  queue.DeadFilter
+	Summary ReplaySummary // Selected, SkippedInvalid, SkippedExpired; Replayed: the letters to replay
+}
+
+// skip says why o does not replay d ("" when it does): a summary's
+// SkippedInvalid or SkippedExpired.
+func (o ReplayOptions) skip(d *queue.DeadLetter) string {
+	switch {
+	case d.Kind == queue.Dead && d.Reason == ledger.ReasonInvalid && !o.IncludeInvalid:
+		return ledger.ReasonInvalid
+	case d.Kind == queue.Suppressed && d.Reason == ledger.ReasonExpired && !o.IncludeExpired:
+		return ledger.ReasonExpired
+	}
+	return ""
 }
 
 // ReplayLedger is the part of the job ledger a replay uses
@@ -65,26 +82,31 @@ type ReplayResult struct {
 	Err     error
 }
 
-// PlanReplay selects the dead letters f names and sets aside those o does
-// not replay. It changes nothing.
-func PlanReplay(ctx context.Context, dead *queue.DeadLetters, f queue.DeadFilter, o ReplayOptions) (ReplayPlan, error) {
-	var p ReplayPlan
-	letters, _, err := dead.List(ctx, f)
+// PlanReplay counts the dead letters f selects and those o sets aside,
+// reading them once and holding none; each, if set, is told of every
+// letter the replay would republish, as it is read (a dry run prints
+// them). It changes nothing.
+func PlanReplay(ctx context.Context, dead *queue.DeadLetters, f queue.DeadFilter, o ReplayOptions, each func(*queue.DeadLetter)) (ReplayPlan, error) {
+	p := ReplayPlan{Filter: f}
+	err := dead.Each(ctx, f, func(d *queue.DeadLetter) bool {
+		p.Summary.Selected++
+		p.Filter.UpTo = d.Seq
+		switch o.skip(d) {
+		case ledger.ReasonInvalid:
+			p.Summary.SkippedInvalid++
+		case ledger.ReasonExpired:
+			p.Summary.SkippedExpired++
+		default:
+			p.Summary.Replayed++
+			if each != nil {
+				each(d)
+			}
+		}
+		return true
+	})
 	if err != nil {
 		return p, err
 	}
-	p.Summary.Selected = len(letters)
-	for _, d := range letters {
-		switch {
-		case d.Kind == queue.Dead && d.Reason == ledger.ReasonInvalid && !o.IncludeInvalid:
-			p.Summary.SkippedInvalid++
-		case d.Kind == queue.Suppressed && d.Reason == ledger.ReasonExpired && !o.IncludeExpired:
-			p.Summary.SkippedExpired++
-		default:
-			p.Todo = append(p.Todo, d)
-		}
-	}
-	p.Summary.Replayed = len(p.Todo)
 	return p, nil
 }
 
@@ -106,9 +128,12 @@ func Replay(ctx context.Context, dead *queue.DeadLetters, led ReplayLedger, p Re
 	if now == nil {
 		now = time.Now
 	}
-	for _, d := range p.Todo {
-		if err := ctx.Err(); err != nil {
-			return s, fmt.Errorf("replay stopped after %d: %w", s.Replayed, err)
+	if p.Summary.Replayed == 0 {
+		return s, nil
+	}
+	err := dead.Each(ctx, p.Filter, func(d *queue.DeadLetter) bool {
+		if ctx.Err() != nil || o.skip(d) != "" {
+			return ctx.Err() == nil
 		}
 		r := replayOne(ctx, dead, led, d, o.Keep, now())
 		switch r.Outcome {
@@ -125,6 +150,13 @@ func Replay(ctx context.Context, dead *queue.DeadLetters, led ReplayLedger, p Re
 		if each != nil {
 			each(r)
 		}
+		return true
+	})
+	if cerr := ctx.Err(); cerr != nil {
+		return s, fmt.Errorf("replay stopped after %d: %w", s.Replayed, cerr)
+	}
+	if err != nil {
+		return s, fmt.Errorf("replay stopped after %d: %w", s.Replayed, err)
 	}
 	if s.Failed > 0 || s.NotDeleted > 0 {
 		return s, fmt.Errorf("replay: %d failed, %d dead letters not deleted", s.Failed, s.NotDeleted)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -73,19 +74,29 @@ func TestReplayRepublishesOnceAndNeverASentJob(t *testing.T) {
 	}
 
 	all := queue.DeadFilter{}
-	plan, err := inspect.PlanReplay(ctx, dead, all, inspect.ReplayOptions{})
+	var todo []string
+	plan, err := inspect.PlanReplay(ctx, dead, all, inspect.ReplayOptions{}, func(d *queue.DeadLetter) { todo = append(todo, d.JobID) })
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := plan.Summary; s.Selected != 5 || s.SkippedInvalid != 1 || s.SkippedExpired != 1 || s.Replayed != 3 || len(plan.Todo) != 3 {
-		t.Fatalf("plan: %+v", s)
+	if s := plan.Summary; s.Selected != 5 || s.SkippedInvalid != 1 || s.SkippedExpired != 1 || s.Replayed != 3 || !slices.Equal(todo, []string{"j-failed", "j-sent", "j-kept"}) {
+		t.Fatalf("plan: %+v, to replay %v", s, todo)
 	}
 	// Keep the last one's dead letter: replay j-kept alone first.
-	keepPlan := inspect.ReplayPlan{Todo: plan.Todo[2:]}
+	keepPlan, err := inspect.PlanReplay(ctx, dead, queue.DeadFilter{JobID: "j-kept"}, inspect.ReplayOptions{}, nil)
+	if err != nil || keepPlan.Summary.Replayed != 1 {
+		t.Fatalf("j-kept's plan: %+v, %v", keepPlan.Summary, err)
+	}
 	if _, err := inspect.Replay(ctx, dead, led, keepPlan, inspect.ReplayOptions{Keep: true}, nil); err != nil {
 		t.Fatal(err)
 	}
-	plan.Todo = plan.Todo[:2]
+	// The plan's letters are those up to j-sent's (stored 4th): as a plan
+	// made then, before j-kept's was stored.
+	letters, _, err := dead.List(ctx, queue.DeadFilter{JobID: "j-sent"})
+	if err != nil || len(letters) != 1 {
+		t.Fatalf("j-sent's letter: %d, %v", len(letters), err)
+	}
+	plan.Filter.UpTo = letters[0].Seq
 	var results []inspect.ReplayResult
 	s, err := inspect.Replay(ctx, dead, led, plan, inspect.ReplayOptions{}, func(r inspect.ReplayResult) { results = append(results, r) })
 	if err != nil {
@@ -111,11 +122,11 @@ func TestReplayRepublishesOnceAndNeverASentJob(t *testing.T) {
 		t.Fatalf("NOTIFY holds %v messages (%v), want 2: j-kept and j-failed", st.State.Msgs, err)
 	}
 	// Left: invalid, expired, j-sent (never resent) and j-kept (Keep).
-	again, err := inspect.PlanReplay(ctx, dead, all, inspect.ReplayOptions{})
+	again, err := inspect.PlanReplay(ctx, dead, all, inspect.ReplayOptions{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again.Summary.Selected != 4 || len(again.Todo) != 2 {
+	if again.Summary.Selected != 4 || again.Summary.Replayed != 2 {
 		t.Fatalf("the second plan: %+v", again.Summary)
 	}
 	ctxDone, stop := context.WithCancel(ctx)
@@ -146,11 +157,12 @@ func TestReplayOfATenantsJobUsesItsOwnLedgerRecord(t *testing.T) {
 	if err := pub.DeadLetter(ctx, d, queue.Dead, ledger.ReasonMaxAttempts, "test"); err != nil {
 		t.Fatal(err)
 	}
-	plan, err := inspect.PlanReplay(ctx, dead, queue.DeadFilter{Tenant: "acme"}, inspect.ReplayOptions{})
+	var tenants []string
+	plan, err := inspect.PlanReplay(ctx, dead, queue.DeadFilter{Tenant: "acme"}, inspect.ReplayOptions{}, func(d *queue.DeadLetter) { tenants = append(tenants, d.Tenant) })
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(plan.Todo) != 1 || plan.Todo[0].Tenant != "acme" {
+	if !slices.Equal(tenants, []string{"acme"}) {
 		t.Fatalf("plan: %+v", plan.Summary)
 	}
 	var results []inspect.ReplayResult
@@ -165,5 +177,37 @@ func TestReplayOfATenantsJobUsesItsOwnLedgerRecord(t *testing.T) {
 	}
 	if rec, err := led.Record(ctx, "x"); err != nil || !rec.Sent {
 		t.Errorf("the default tenant's x after the replay: %+v (%v), want it untouched, sent", rec, err)
+	}
+}
+
+// TestReplayTakesNoLetterStoredAfterItsPlan: a replay reads the plan's
+// selection again as it goes (it holds no letter); a letter stored after
+// the plan was counted, and so not confirmed, is left for the next one.
+func TestReplayTakesNoLetterStoredAfterItsPlan(t *testing.T) {
+	t.Parallel()
+	e := replaySetup(t)
+	ctx, cfg, pub, dead, led := e.ctx, e.cfg, e.pub, e.dead, e.led
+	store := func(seq uint64, id string) {
+		t.Helper()
+		data := fmt.Sprintf(`{"id":%q,"user_id":"u1","channel":"sms","to":"+15550000000","body":"hi"}`, id)
+		d := &queue.Delivery{Subject: "notify.jobs.sms", Data: []byte(data), Channel: "sms", Stream: cfg.Stream, StreamSeq: seq, Published: time.Now()}
+		if err := pub.DeadLetter(ctx, d, queue.Dead, ledger.ReasonMaxAttempts, "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	store(1, "before-1")
+	store(2, "before-2")
+	plan, err := inspect.PlanReplay(ctx, dead, queue.DeadFilter{}, inspect.ReplayOptions{}, nil)
+	if err != nil || plan.Summary.Replayed != 2 {
+		t.Fatalf("plan: %+v, %v", plan.Summary, err)
+	}
+	store(3, "after")
+	var got []string
+	s, err := inspect.Replay(ctx, dead, led, plan, inspect.ReplayOptions{}, func(r inspect.ReplayResult) { got = append(got, r.Letter.JobID) })
+	if err != nil || s.Replayed != 2 || !slices.Equal(got, []string{"before-1", "before-2"}) {
+		t.Fatalf("replay: %+v, %v, replayed %v; want before-1 and before-2 only", s, err, got)
+	}
+	if left, _, err := dead.List(ctx, queue.DeadFilter{}); err != nil || len(left) != 1 || left[0].JobID != "after" {
+		t.Fatalf("left: %d letters (%v), want after's alone", len(left), err)
 	}
 }

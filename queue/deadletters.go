@@ -69,6 +69,10 @@ type DeadFilter struct {
 	// that many messages, however many letters the stream holds. Not with
 	// Since.
 	Last int
+	// UpTo, when not 0, selects the letters stored at or before this
+	// stream sequence only: a second read of a selection (a replay after
+	// its plan) takes no letter stored after the first.
+	UpTo uint64
 }
 
 // Validate checks that Kind is Dead, Suppressed or empty, that Channel is a
@@ -152,12 +156,38 @@ func (r *DeadLetters) Stream() string { return r.stream }
 
 // done. Letters stored while it reads may or may not be included.
 func (r *DeadLetters) List(ctx context.Context, f DeadFilter) (letters []*DeadLetter, more bool, err error) {
+	err = r.each(ctx, f, func(d *DeadLetter) bool {
+		if f.Limit > 0 && len(letters) == f.Limit {
+			more = true
+			return false
+		}
+		letters = append(letters, d)
+		return true
+	})
+	return letters, more, err
+}
+
+// Each calls fn with each dead letter f selects, oldest first, as it
+// reads them, and holds none: a selection of any size in constant memory
+// (List holds them all). It stops after f.Limit letters (0: none), or when
+// fn returns false.
+func (r *DeadLetters) Each(ctx context.Context, f DeadFilter, fn func(*DeadLetter) bool) error {
+	n := 0
+	return r.each(ctx, f, func(d *DeadLetter) bool {
+		n++
+		return fn(d) && (f.Limit == 0 || n < f.Limit)
+	})
+}
+
+// each reads the letters f selects (all that match: f.Limit is the
+// caller's) until fn returns false.
+func (r *DeadLetters) each(ctx context.Context, f DeadFilter, fn func(*DeadLetter) bool) error {
 	if err := f.Validate(); err != nil {
-		return nil, false, fmt.Errorf("list dead letters: %w", err)
+		return fmt.Errorf("list dead letters: %w", err)
 	}
 	s, err := r.js.Stream(ctx, r.stream)
 	if err != nil {
-		return nil, false, fmt.Errorf("list dead letters: stream %s: %w", r.stream, err)
+		return fmt.Errorf("list dead letters: stream %s: %w", r.stream, err)
 	}
 	cc := jetstream.OrderedConsumerConfig{FilterSubjects: f.subjects(), InactiveThreshold: time.Minute}
 	if !f.Since.IsZero() {
@@ -167,7 +197,7 @@ func (r *DeadLetters) List(ctx context.Context, f DeadFilter) (letters []*DeadLe
 	if f.Last > 0 {
 		st := s.CachedInfo().State
 		if st.Msgs == 0 {
-			return nil, false, nil
+			return nil
 		}
 		if first := st.LastSeq - min(st.LastSeq, uint64(f.Last)) + 1; first > st.FirstSeq {
 			cc.DeliverPolicy, cc.OptStartSeq = jetstream.DeliverByStartSequencePolicy, first
@@ -175,7 +205,7 @@ func (r *DeadLetters) List(ctx context.Context, f DeadFilter) (letters []*DeadLe
 	}
 	cons, err := s.OrderedConsumer(ctx, cc)
 	if err != nil {
-		return nil, false, fmt.Errorf("list dead letters: consumer on %s: %w", r.stream, err)
+		return fmt.Errorf("list dead letters: consumer on %s: %w", r.stream, err)
 	}
 	defer func() {
 		// The server would drop it after a minute of inactivity anyway.
@@ -186,7 +216,7 @@ func (r *DeadLetters) List(ctx context.Context, f DeadFilter) (letters []*DeadLe
 		}
 	}()
 	if info := cons.CachedInfo(); info == nil || info.NumPending == 0 {
-		return nil, false, nil
+		return nil
 	}
 	batch := readBatch
 	if f.Limit > 0 && f.Limit < batch { // (f.Limit+1 overflows at the largest int)
@@ -194,7 +224,7 @@ func (r *DeadLetters) List(ctx context.Context, f DeadFilter) (letters []*DeadLe
 	}
 	it, err := cons.Messages(jetstream.PullMaxMessages(batch))
 	if err != nil {
-		return nil, false, fmt.Errorf("list dead letters: read %s: %w", r.stream, err)
+		return fmt.Errorf("list dead letters: read %s: %w", r.stream, err)
 	}
 	defer it.Stop()
 	for {
@@ -205,28 +235,28 @@ func (r *DeadLetters) List(ctx context.Context, f DeadFilter) (letters []*DeadLe
 			if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
 				info, ierr := cons.Info(ctx)
 				if ierr != nil {
-					return letters, false, fmt.Errorf("list dead letters: read %s: %w", r.stream, ierr)
+					return fmt.Errorf("list dead letters: read %s: %w", r.stream, ierr)
 				}
 				if info.NumPending == 0 {
-					return letters, false, nil
+					return nil
 				}
 				continue
 			}
-			return letters, false, fmt.Errorf("list dead letters: read %s: %w", r.stream, err)
+			return fmt.Errorf("list dead letters: read %s: %w", r.stream, err)
 		}
 		md, err := m.Metadata()
 		if err != nil {
-			return letters, false, fmt.Errorf("list dead letters: read %s: %w", r.stream, err)
+			return fmt.Errorf("list dead letters: read %s: %w", r.stream, err)
+		}
+		if f.UpTo > 0 && md.Sequence.Stream > f.UpTo {
+			return nil
 		}
 		d := newDeadLetter(md.Sequence.Stream, md.Timestamp, m.Subject(), m.Headers(), m.Data())
-		if f.match(d) {
-			if f.Limit > 0 && len(letters) == f.Limit {
-				return letters, true, nil
-			}
-			letters = append(letters, d)
+		if f.match(d) && !fn(d) {
+			return nil
 		}
 		if md.NumPending == 0 {
-			return letters, false, nil
+			return nil
 		}
 	}
 }
