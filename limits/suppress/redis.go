@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -17,7 +18,11 @@ import (
 // Redis is the fleet's list in Redis: a key per listed recipient,
 // {<prefix>sup:<channel>:<hash>}, holding its Entry as JSON and expiring
 // with it (each key has its own hash tag: the list spreads over a Cluster's
-// nodes).
+// nodes), and for List an index per channel, {<prefix>supidx:<channel>}, a
+// sorted set of the hashes by the instant (ms) each stops being listed
+// (Until), with the set of channels indexed, {<prefix>supidx}: List reads
+// the top of an index, not every key. The index is List's alone: Has, Get and Remove
+// read the recipient's own key.
 type Redis struct {
 	rdb    redis.UniversalClient
 	prefix string
@@ -50,11 +55,36 @@ func (r *Redis) Add(ctx context.Context, e Entry, ttl time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("suppress %s: %w", e.Channel, err)
 	}
-	if err := r.rdb.Set(ctx, r.Key(e.Channel, e.Hash), data, ttl).Err(); err != nil {
+	idx := r.indexKey(e.Channel)
+	pipe := r.rdb.Pipeline()
+	set := pipe.Set(ctx, r.Key(e.Channel, e.Hash), data, ttl)
+	// The index: this hash at the instant it leaves the list; the
+	// entries that have left it trimmed; the index living as long as its
+	// last entry.
+	pipe.ZAdd(ctx, idx, redis.Z{Score: float64(e.Until.UnixMilli()), Member: e.Hash})
+	pipe.ZRemRangeByScore(ctx, idx, "-inf", strconv.FormatInt(e.At.UnixMilli(), 10))
+	ms := max(ttl.Milliseconds(), 1)
+	pipe.Do(ctx, "PEXPIRE", idx, ms, "NX")
+	pipe.Do(ctx, "PEXPIRE", idx, ms, "GT")
+	pipe.SAdd(ctx, r.channelsKey(), e.Channel)
+	_, _ = pipe.Exec(ctx)
+	if err := set.Err(); err != nil {
 		return fmt.Errorf("suppress a recipient of %s: %w", e.Channel, err)
 	}
 	return nil
 }
+
+// indexKey is the sorted set of channel's listed hashes, by instant.
+func (r *Redis) indexKey(channel string) string {
+	return "{" + r.prefix + "supidx:" + channel + "}"
+}
+
+// channelsKey is the set of the channels that have an index.
+func (r *Redis) channelsKey() string { return "{" + r.prefix + "supidx}" }
+
+// builtKey marks the indexes built from the keys of an earlier build,
+// which listed recipients without them (List builds them once).
+func (r *Redis) builtKey() string { return "{" + r.prefix + "supidx:built}" }
 
 // HasCmd queues the question of Has in a pipeline: the answer is the
 // command's value, 1 when listed.
@@ -101,14 +131,157 @@ func (r *Redis) Get(ctx context.Context, channel, hash string) (Entry, bool, err
 
 // Remove implements Store.
 func (r *Redis) Remove(ctx context.Context, channel, hash string) (bool, error) {
-	return r.one(ctx, channel, hash, "remove a suppressed recipient", r.rdb.Del)
+	removed, err := r.one(ctx, channel, hash, "remove a suppressed recipient", r.rdb.Del)
+	if err == nil {
+		// The index entry goes too (List would drop it when it met it).
+		_ = r.rdb.ZRem(ctx, r.indexKey(channel), hash).Err()
+	}
+	return removed, err
 }
 
-// List implements Store: it scans the keys (every master of a Cluster),
-// a support desk's question, never the hot path. Each page of the scan is
-// read in one pipeline (a Cluster's split by slot), and only the newest
-// limit entries are kept meanwhile.
+// List implements Store: the limit entries of each channel's index that
+// stay listed longest (with one suppression.ttl for all, the most recently
+// listed), newest first (every indexed channel's for ""), each read from
+// its key, an index entry
+// whose key is gone (expired, removed) dropped from the index as it is
+// met: its cost is the entries it returns, not the entries listed. The
+// first List on a Redis whose recipients an earlier build listed without
+// the index builds the indexes from a scan of every key, once.
 func (r *Redis) List(ctx context.Context, channel string, limit int) ([]Entry, error) {
+	if channel != "" {
+		if err := check(channel, strings.Repeat("0", 64)); err != nil {
+			return nil, err
+		}
+	}
+	built, err := r.rdb.Exists(ctx, r.builtKey()).Result()
+	if err != nil {
+		return nil, fmt.Errorf("list suppressed recipients: %w", err)
+	}
+	if built == 0 {
+		if err := r.buildIndexes(ctx); err != nil {
+			return nil, err
+		}
+	}
+	channels := []string{channel}
+	if channel == "" {
+		if channels, err = r.rdb.SMembers(ctx, r.channelsKey()).Result(); err != nil {
+			return nil, fmt.Errorf("list suppressed recipients: %w", err)
+		}
+	}
+	top := newest{limit: limit, in: map[string]bool{}}
+	for _, c := range channels {
+		es, err := r.newestOf(ctx, c, limit)
+		if err != nil {
+			return nil, fmt.Errorf("list suppressed recipients of %s: %w", c, err)
+		}
+		for _, e := range es {
+			top.add(e)
+		}
+	}
+	out := top.es
+	sortNewest(out)
+	return out, nil
+}
+
+// listPage is how many index entries newestOf reads at a time.
+const listPage = 200
+
+// newestOf is the limit entries of channel's index that stay listed
+// longest (0: all), read
+// page by page, the index entries whose key is gone dropped.
+func (r *Redis) newestOf(ctx context.Context, channel string, limit int) ([]Entry, error) {
+	idx := r.indexKey(channel)
+	var out []Entry
+	for start := int64(0); limit <= 0 || len(out) < limit; {
+		page := int64(listPage)
+		if limit > 0 {
+			page = int64(min(max(limit-len(out), 16), listPage))
+		}
+		hashes, err := r.rdb.ZRevRange(ctx, idx, start, start+page-1).Result()
+		if err != nil {
+			return nil, err
+		}
+		keys := make([]string, len(hashes))
+		for i, h := range hashes {
+			keys[i] = r.Key(channel, h)
+		}
+		es, gone, err := r.readIndexed(ctx, keys, hashes)
+		if err != nil {
+			return nil, err
+		}
+		if len(gone) > 0 {
+			if err := r.rdb.ZRem(ctx, idx, gone...).Err(); err != nil {
+				return nil, err
+			}
+		}
+		for _, e := range es {
+			if limit > 0 && len(out) == limit {
+				break
+			}
+			out = append(out, e)
+		}
+		if int64(len(hashes)) < page {
+			break
+		}
+		start += page - int64(len(gone)) // the dropped ones no longer take a rank
+	}
+	return out, nil
+}
+
+// readIndexed reads the entries of keys (the index's hashes), in one
+// pipeline: those gone are returned as gone, for the index to drop.
+func (r *Redis) readIndexed(ctx context.Context, keys, hashes []string) (es []Entry, gone []any, err error) {
+	if len(keys) == 0 {
+		return nil, nil, nil
+	}
+	pipe := r.rdb.Pipeline()
+	cmds := make([]*redis.StringCmd, len(keys))
+	for i, k := range keys {
+		cmds[i] = pipe.Get(ctx, k)
+	}
+	_, _ = pipe.Exec(ctx) // each command's error is its own
+	for i, cmd := range cmds {
+		data, err := cmd.Bytes()
+		if errors.Is(err, redis.Nil) {
+			gone = append(gone, hashes[i])
+			continue
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		var e Entry
+		if json.Unmarshal(data, &e) == nil && e.Hash == hashes[i] {
+			es = append(es, e)
+		}
+	}
+	return es, gone, nil
+}
+
+// buildIndexes indexes every listed recipient, from a scan of every key
+// (scanList), and marks the indexes built: once, for the recipients an
+// earlier build listed without them.
+func (r *Redis) buildIndexes(ctx context.Context) error {
+	if _, err := r.scanList(ctx, "", 1, func(es []Entry) error {
+		pipe := r.rdb.Pipeline()
+		for _, e := range es {
+			pipe.ZAddNX(ctx, r.indexKey(e.Channel), redis.Z{Score: float64(e.Until.UnixMilli()), Member: e.Hash})
+			pipe.SAdd(ctx, r.channelsKey(), e.Channel)
+		}
+		_, err := pipe.Exec(ctx)
+		return err
+	}); err != nil {
+		return fmt.Errorf("index suppressed recipients: %w", err)
+	}
+	if err := r.rdb.Set(ctx, r.builtKey(), "1", 0).Err(); err != nil {
+		return fmt.Errorf("index suppressed recipients: %w", err)
+	}
+	return nil
+}
+
+// scanList is List from a scan of the keys (every master of a Cluster),
+// each page read in one pipeline (a Cluster's split by slot) and given to
+// page when not nil, the newest limit entries kept meanwhile.
+func (r *Redis) scanList(ctx context.Context, channel string, limit int, page func([]Entry) error) ([]Entry, error) {
 	pattern := "{" + r.prefix + "sup:*"
 	if channel != "" {
 		pattern = "{" + r.prefix + "sup:" + channel + ":*"
@@ -127,6 +300,11 @@ func (r *Redis) List(ctx context.Context, channel string, limit int) ([]Entry, e
 			es, err := r.read(ctx, keys)
 			if err != nil {
 				return err
+			}
+			if page != nil {
+				if err := page(es); err != nil {
+					return err
+				}
 			}
 			mu.Lock()
 			for _, e := range es {
