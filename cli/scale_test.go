@@ -12,25 +12,18 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/notifier/notifier/config"
-	"github.com/notifier/notifier/internal/localenv"
 	"github.com/notifier/notifier/queue"
+	"github.com/notifier/notifier/testenv"
 )
 
 // scaleNATS is a private JetStream server with the notifier's streams that
-// does not sync every write (testenv's does), so that 100,000 messages are
-// stored in seconds; a connection to it and its JetStream context.
+// does not sync every write (testenv.WithNATSNoSync), so that 100,000
+// messages are stored in seconds; a connection to it and its JetStream
+// context.
 func scaleNATS(t *testing.T) (*nats.Conn, jetstream.JetStream, queue.Config) {
 	t.Helper()
-	n, err := localenv.StartNATS(localenv.WithNATSName("scale"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(n.Close)
-	nc, err := nats.Connect(n.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	n := testenv.NATS(t, testenv.WithNATSNoSync())
+	nc := n.Conn()
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
 	if err != nil {
 		t.Fatal(err)

@@ -11,8 +11,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/notifier/notifier/internal/localenv"
 	"github.com/notifier/notifier/queue"
+	"github.com/notifier/notifier/testenv"
 )
 
 // fillDead stores n dead letters on notify.dead.sms, as the dispatcher
@@ -53,20 +53,12 @@ func fillDead(t *testing.T, b *bundle, n int) {
 }
 
 // fastBundle is setup's bundle on a private server that does not sync
-// every write (testenv's does): 100,000 letters are stored in seconds, not
-// in half a minute. The streams are the same.
+// every write (testenv.WithNATSNoSync): 20,000 letters are stored in a
+// second. The streams are the same.
 func fastBundle(t *testing.T) *bundle {
 	t.Helper()
-	n, err := localenv.StartNATS(localenv.WithNATSName("scale"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(n.Close)
-	nc, err := nats.Connect(n.URL(), nats.MaxReconnects(-1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	n := testenv.NATS(t, testenv.WithNATSNoSync())
+	nc := n.Conn()
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
 	if err != nil {
 		t.Fatal(err)

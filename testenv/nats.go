@@ -17,6 +17,13 @@ func WithNATSToken(token string) NATSOption {
 	return func(testing.TB) localenv.NATSOption { return localenv.WithNATSToken(token) }
 }
 
+// WithNATSNoSync stores without syncing every write, for a test that
+// stores 100,000 messages to measure what reads them (seconds, where a
+// sync a write takes half a minute); a Stop may then lose the last writes.
+func WithNATSNoSync() NATSOption {
+	return func(testing.TB) localenv.NATSOption { return localenv.WithoutNATSSyncAlways() }
+}
+
 // WithNATSUser requires clients to log in as user with password.
 func WithNATSUser(user, password string) NATSOption {
 	return func(testing.TB) localenv.NATSOption { return localenv.WithNATSUser(user, password) }

@@ -44,6 +44,12 @@ func WithNATSSyncAlways() NATSOption {
 	return func(n *NATSServer) { n.opts.SyncAlways = true }
 }
 
+// WithoutNATSSyncAlways undoes WithNATSSyncAlways: the store syncs on the
+// server's interval (a stop may lose the last writes).
+func WithoutNATSSyncAlways() NATSOption {
+	return func(n *NATSServer) { n.opts.SyncAlways = false }
+}
+
 // WithNATSListen serves on host:port instead of a free loopback port (port
 // 0: a free port on host); a fixed port is tried once.
 func WithNATSListen(host string, port int) NATSOption {
