@@ -91,7 +91,7 @@ func (pl *pipeline) waitGlobal(ctx context.Context, jb *job) error {
 			err := g.Wait(wctx)
 			cancel()
 			if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
-				return err
+				return limits.Shared(err) // the fleet bucket: every job's
 			}
 			pl.keepAlive(jb)
 		}

@@ -106,7 +106,7 @@ func (l *Set) Admit(ctx context.Context, a Ask) (Admission, error) {
 	}
 	if rc != nil {
 		if res, err := rc.Result(); err != nil {
-			errs = append(errs, err)
+			errs = append(errs, Shared(err))
 		} else {
 			adm.Slot, adm.Reserved = res, true
 		}
@@ -163,8 +163,9 @@ func (l *Set) AllowAt(ctx context.Context, key userlimit.Key, id string, rule us
 // than a round trip of its own; the scripts loaded and the slot asked once
 // more when the server lost them.
 func (l *Set) Reserve(ctx context.Context, provider string, c leaky.Contract, cost int) (leaky.Reservation, error) {
-	return inBatch(ctx, l, func(bt *pipeBatch) result[leaky.Reservation] { return bt.reserve(l.redis.leaky, provider, c, cost) },
+	r, err := inBatch(ctx, l, func(bt *pipeBatch) result[leaky.Reservation] { return bt.reserve(l.redis.leaky, provider, c, cost) },
 		func() (leaky.Reservation, error) { return l.Leaky.Reserve(ctx, provider, c, cost) })
+	return r, Shared(err) // the provider's queue: every job's
 }
 
 // result is a command queued in a batch, its answer read once the batch
@@ -301,10 +302,11 @@ func isNoScript(err error) bool { return strings.Contains(err.Error(), "NOSCRIPT
 // its own (WRONGTYPE: a key written by something else). The server
 // answered, so switching to local limits or holding every job would not
 // help, and asking again with the same data is refused again. An error
-// joined from several (errors.Join) is Refused only when each is.
+// joined from several (errors.Join) is Refused only when each is; one
+// about a key every job shares (Shared) never is.
 func Refused(err error) bool {
 	switch e := err.(type) {
-	case nil:
+	case nil, sharedKeyError:
 		return false
 	case redis.Error:
 		msg := e.Error()
@@ -321,4 +323,22 @@ func Refused(err error) bool {
 		return Refused(e.Unwrap())
 	}
 	return false
+}
+
+// sharedKeyError is an error about a key every job shares (Shared).
+type sharedKeyError struct{ err error }
+
+func (e sharedKeyError) Error() string { return e.err.Error() }
+func (e sharedKeyError) Unwrap() error { return e.err }
+
+// Shared marks err (nil stays nil) as the answer about a key every job
+// shares, a provider's queue or the fleet bucket: never Refused. A key of
+// another type there, or a contract's argument refused, fails every job
+// alike, which is the backend failing for the fleet (it holds, or goes on
+// local limits), not one job's data.
+func Shared(err error) error {
+	if err == nil {
+		return nil
+	}
+	return sharedKeyError{err}
 }

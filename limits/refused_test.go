@@ -18,7 +18,10 @@ import (
 // data, and a key of another type, are Refused (the dispatcher hands that
 // job back and goes on); a connection refused, a timeout, a server error
 // about its own state, and a join holding any of those are not (the
-// dispatcher holds or falls back to local limits).
+// dispatcher holds or falls back to local limits), nor is an answer about
+// a key every job shares (Shared: a provider's queue, the fleet bucket),
+// where a stray key fails every job alike (found by review: the fleet
+// handed every job back instead of falling back to local limits).
 func TestRefusedTellsTheJobsDataFromTheBackendFailing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -51,6 +54,8 @@ func TestRefusedTellsTheJobsDataFromTheBackendFailing(t *testing.T) {
 		{"wrapped", fmt.Errorf("reserve slot for sms-gw: %w", argument), true},
 		{"joined, each refused", errors.Join(malformed, wrongType), true},
 		{"joined with a failure", errors.Join(malformed, unreachable), false},
+		{"about a key every job shares", Shared(wrongType), false},
+		{"joined with one about a shared key", errors.Join(malformed, Shared(argument)), false},
 		{"the server's state", serverState, false},
 		{"another server error", otherErr, false},
 		{"unreachable", unreachable, false},

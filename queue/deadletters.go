@@ -64,10 +64,11 @@ type DeadFilter struct {
 	Tenant  string    // this tenant's jobs only, or "" for all
 	Limit   int       // at most this many (the oldest first); 0 for no limit
 	// Last reads only the newest Last messages of the dead-letter stream
-	// (by stream sequence, before the other filters; 0 reads them all),
-	// so that a lookup the reader filters (JobID, UserID...) costs at most
-	// that many messages, however many letters the stream holds. Not with
-	// Since.
+	// (before the other filters; 0 reads them all), so that a lookup the
+	// reader filters (JobID, UserID...) costs about that many messages,
+	// however many letters the stream holds: where letters were deleted
+	// among them (a replay's), the read starts as many sequences earlier,
+	// so that it still takes in the newest Last. Not with Since.
 	Last int
 	// UpTo, when not 0, selects the letters stored at or before this
 	// stream sequence only: a second read of a selection (a replay after
@@ -199,7 +200,12 @@ func (r *DeadLetters) each(ctx context.Context, f DeadFilter, fn func(*DeadLette
 		if st.Msgs == 0 {
 			return nil
 		}
-		if first := st.LastSeq - min(st.LastSeq, uint64(f.Last)) + 1; first > st.FirstSeq {
+		// The newest Last letters, not sequences: a replay deletes the
+		// letters it republishes, and the gaps it leaves hold none. The
+		// stream's interior gaps widen the read (by at most NumDeleted
+		// sequences), so it takes in at least Last letters.
+		span := uint64(f.Last) + uint64(max(st.NumDeleted, 0))
+		if first := st.LastSeq - min(st.LastSeq, span) + 1; st.Msgs > uint64(f.Last) && first > st.FirstSeq {
 			cc.DeliverPolicy, cc.OptStartSeq = jetstream.DeliverByStartSequencePolicy, first
 		}
 	}

@@ -125,3 +125,42 @@ func TestDeadLettersLastReadsOnlyTheNewest(t *testing.T) {
 		}
 	}
 }
+
+// TestDeadLettersLastCountsLettersNotSequences: DeadFilter.Last (explain
+// --job's "newest --scan letters", the /explain endpoint's 100,000) looks
+// among the newest Last letters of the stream, not sequences. A replay
+// deletes the letters it republishes, leaving gaps: with the newest 20 of
+// 30 deleted, a letter at sequence 5 is among the 10 left, and Last: 10
+// started the read at sequence 21 and found nothing (found by review);
+// with 11 to 20 deleted, the newest 15 letters are 6 to 10 and 21 to 30.
+func TestDeadLettersLastCountsLettersNotSequences(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		del        [2]uint64 // sequences deleted, first to last
+		last       int
+		in, beyond string // a job whose letter is among the newest last, and one just past them
+	}{
+		{"the newest deleted", [2]uint64{11, 30}, 10, "j-4", ""},
+		{"gaps among them", [2]uint64{11, 20}, 15, "j-5", "j-4"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := fastBundle(t)
+			fillDead(t, b, 30)
+			dead := queue.NewDeadLetters(b.js, b.cfg)
+			for seq := c.del[0]; seq <= c.del[1]; seq++ {
+				if err := dead.Delete(ctx(t), seq); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if letters, _, err := dead.List(ctx(t), queue.DeadFilter{JobID: c.in, Last: c.last}); err != nil || len(letters) != 1 {
+				t.Errorf("job %s's letter is among the newest %d letters, but Last: %d found %d (%v)", c.in, c.last, c.last, len(letters), err)
+			}
+			if c.beyond == "" {
+				return
+			}
+			if letters, _, err := dead.List(ctx(t), queue.DeadFilter{JobID: c.beyond, Last: c.last}); err != nil || len(letters) != 0 {
+				t.Errorf("job %s's letter is past the newest %d letters, but Last: %d found %d (%v)", c.beyond, c.last, c.last, len(letters), err)
+			}
+		})
+	}
+}
