@@ -465,14 +465,7 @@ func TestRunServesHealthAndMetrics(t *testing.T) {
 	t.Parallel()
 	port := testenv.FreePort(t)
 	w := newWorld(t, 100, "")
-	cfg, err := os.ReadFile(w.config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg = bytes.Replace(cfg, []byte("listen: 127.0.0.1:0"), []byte(fmt.Sprintf("listen: 127.0.0.1:%d", port)), 1)
-	if err := os.WriteFile(w.config, cfg, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	setMetricsPort(t, w, port)
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
 	status := func(path string) (int, string) {
 		resp, err := http.Get(base + path)

@@ -1,13 +1,11 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -528,14 +526,7 @@ func TestDeadReplayNeverResendsASentJob(t *testing.T) {
 func withMetrics(t *testing.T, w *world) func() string {
 	t.Helper()
 	port := testenv.FreePort(t)
-	cfg, err := os.ReadFile(w.config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg = bytes.Replace(cfg, []byte("listen: 127.0.0.1:0"), []byte(fmt.Sprintf("listen: 127.0.0.1:%d", port)), 1)
-	if err := os.WriteFile(w.config, cfg, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	setMetricsPort(t, w, port)
 	return func() string {
 		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
 		if err != nil {

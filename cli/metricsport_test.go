@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -25,14 +24,7 @@ func TestMetricsPortClientsCannotStarveTheDispatcher(t *testing.T) {
 	t.Parallel()
 	port := testenv.FreePort(t)
 	w := newWorld(t, 100, "")
-	cfg, err := os.ReadFile(w.config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg = bytes.Replace(cfg, []byte("listen: 127.0.0.1:0"), []byte(fmt.Sprintf("listen: 127.0.0.1:%d", port)), 1)
-	if err := os.WriteFile(w.config, cfg, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	setMetricsPort(t, w, port)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	cmd := exec.Command("sh", "-c", `ulimit -n 256 && exec "$0" "$@"`, notifierBinary(t), "run", "--config", w.config)
 	var logs lockedWriter

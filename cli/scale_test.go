@@ -17,45 +17,17 @@ import (
 )
 
 // scaleNATS is a private JetStream server with the notifier's streams that
-// does not sync every write (testenv.WithNATSNoSync), so that 100,000
+// does not sync every write (testenv.JetStreamNoSync), so that 100,000
 // messages are stored in seconds; a connection to it and its JetStream
 // context.
 func scaleNATS(t *testing.T) (*nats.Conn, jetstream.JetStream, queue.Config) {
 	t.Helper()
-	n := testenv.NATS(t, testenv.WithNATSNoSync())
-	nc := n.Conn()
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
-	if err != nil {
-		t.Fatal(err)
-	}
+	n, nc, js := testenv.JetStreamNoSync(t)
 	cfg := queue.Config{URL: n.URL()}.WithDefaults()
 	if err := queue.EnsureStreams(testCtx(t), js, cfg, 1); err != nil {
 		t.Fatal(err)
 	}
 	return nc, js, cfg
-}
-
-// publishAll publishes n messages, msg(i), asynchronously, and waits for
-// every acknowledgement.
-func publishAll(t *testing.T, js jetstream.JetStream, n int, msg func(i int) *nats.Msg) {
-	t.Helper()
-	ctx := testCtx(t)
-	wait := func() {
-		select {
-		case <-js.PublishAsyncComplete():
-		case <-ctx.Done():
-			t.Fatal(ctx.Err())
-		}
-	}
-	for i := range n {
-		if _, err := js.PublishMsgAsync(msg(i)); err != nil {
-			t.Fatal(err)
-		}
-		if i%2048 == 2047 {
-			wait()
-		}
-	}
-	wait()
 }
 
 // TestStatusWaitingDoesNotListEveryTenant: `notifier status --nats` prints
@@ -71,7 +43,7 @@ func publishAll(t *testing.T, js jetstream.JetStream, n int, msg func(i int) *na
 func TestStatusWaitingDoesNotListEveryTenant(t *testing.T) {
 	nc, js, qcfg := scaleNATS(t)
 	const tenants = 100_000
-	publishAll(t, js, tenants, func(i int) *nats.Msg {
+	testenv.PublishAll(testCtx(t), t, js, tenants, func(i int) *nats.Msg {
 		subject := queue.JobSubjectFor("sms", fmt.Sprintf("tenant-%d", i), false)
 		return &nats.Msg{Subject: subject, Data: fmt.Appendf(nil, `{"id":"j%d","user_id":"u","channel":"sms","to":"+15550000000","body":"x"}`, i)}
 	})
@@ -120,7 +92,7 @@ func (h *heldReader) Read(p []byte) (int, error) {
 func TestReplayHoldsNotEveryLetterWhileItAsks(t *testing.T) {
 	_, js, qcfg := scaleNATS(t)
 	const letters = 100_000
-	publishAll(t, js, letters, func(i int) *nats.Msg {
+	testenv.PublishAll(testCtx(t), t, js, letters, func(i int) *nats.Msg {
 		m := &nats.Msg{Subject: queue.DeadSubject("sms"), Header: nats.Header{},
 			Data: fmt.Appendf(nil, `{"id":"j-%d","user_id":"u-%d","channel":"sms","to":"+15550000000","body":"hello there, this is message %d"}`, i, i, i)}
 		m.Header.Set(queue.HeaderReason, "max_attempts")

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
@@ -21,28 +20,14 @@ import (
 func fillDead(t *testing.T, b *bundle, n int) {
 	t.Helper()
 	c := ctx(t)
-	for i := 0; i < n; i++ {
+	testenv.PublishAll(c, t, b.js, n, func(i int) *nats.Msg {
 		m := &nats.Msg{Subject: queue.DeadSubject("sms"), Header: nats.Header{},
 			Data: []byte(fmt.Sprintf(`{"id":"j-%d","user_id":"u-%d","channel":"sms","to":"+15550000000","body":"hello there, this is message %d"}`, i, i, i))}
 		m.Header.Set(queue.HeaderReason, "max_attempts")
 		m.Header.Set(queue.HeaderDetail, "8 transient provider failures")
 		m.Header.Set(queue.HeaderSubject, "notify.jobs.sms")
-		if _, err := b.js.PublishMsgAsync(m); err != nil {
-			t.Fatal(err)
-		}
-		if i%1024 == 1023 {
-			select {
-			case <-b.js.PublishAsyncComplete():
-			case <-c.Done():
-				t.Fatal(c.Err())
-			}
-		}
-	}
-	select {
-	case <-b.js.PublishAsyncComplete():
-	case <-c.Done():
-		t.Fatal(c.Err())
-	}
+		return m
+	})
 	s, err := b.js.Stream(c, b.cfg.DeadStream)
 	if err != nil {
 		t.Fatal(err)
@@ -53,16 +38,11 @@ func fillDead(t *testing.T, b *bundle, n int) {
 }
 
 // fastBundle is setup's bundle on a private server that does not sync
-// every write (testenv.WithNATSNoSync): 20,000 letters are stored in a
+// every write (testenv.JetStreamNoSync): 20,000 letters are stored in a
 // second. The streams are the same.
 func fastBundle(t *testing.T) *bundle {
 	t.Helper()
-	n := testenv.NATS(t, testenv.WithNATSNoSync())
-	nc := n.Conn()
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
-	if err != nil {
-		t.Fatal(err)
-	}
+	n, nc, js := testenv.JetStreamNoSync(t)
 	cfg := queue.Config{URL: n.URL()}.WithDefaults()
 	if err := queue.EnsureStreams(ctx(t), js, cfg, 1); err != nil {
 		t.Fatalf("EnsureStreams: %v", err)
