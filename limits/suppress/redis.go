@@ -49,7 +49,7 @@ func (r *Redis) Add(ctx context.Context, e Entry, ttl time.Duration) error {
 	if err := checkTTL(ttl); err != nil {
 		return err
 	}
-	e.At = r.now().UTC()
+	e.At = r.now().UTC().Truncate(time.Millisecond) // the index's resolution: List's order is the index's
 	e.Until = e.At.Add(ttl)
 	data, err := json.Marshal(e)
 	if err != nil {
@@ -61,8 +61,8 @@ func (r *Redis) Add(ctx context.Context, e Entry, ttl time.Duration) error {
 	// The index: this hash at the instant it leaves the list; the
 	// entries that have left it trimmed; the index living as long as its
 	// last entry.
-	pipe.ZAdd(ctx, idx, redis.Z{Score: float64(e.Until.UnixMilli()), Member: e.Hash})
-	pipe.ZRemRangeByScore(ctx, idx, "-inf", strconv.FormatInt(e.At.UnixMilli(), 10))
+	pipe.ZAdd(ctx, idx, redis.Z{Score: indexScore(e), Member: e.Hash})
+	pipe.ZRemRangeByScore(ctx, idx, strconv.FormatInt(-e.At.UnixMilli(), 10), "+inf")
 	ms := max(ttl.Milliseconds(), 1)
 	pipe.Do(ctx, "PEXPIRE", idx, ms, "NX")
 	pipe.Do(ctx, "PEXPIRE", idx, ms, "GT")
@@ -73,6 +73,13 @@ func (r *Redis) Add(ctx context.Context, e Entry, ttl time.Duration) error {
 	}
 	return nil
 }
+
+// indexScore is e's score in its channel's index: minus the instant, in
+// ms, it leaves the list, so that the index read from its lowest score
+// (ZRANGE) is List's order, the latest to leave first and, in one ms, the
+// hashes in order (with one suppression.ttl, the most recently listed
+// first, as sortNewest); the entries gone are those scored -now or more.
+func indexScore(e Entry) float64 { return -float64(e.Until.UnixMilli()) }
 
 // indexKey is the sorted set of channel's listed hashes, by instant.
 func (r *Redis) indexKey(channel string) string {
@@ -187,8 +194,8 @@ func (r *Redis) List(ctx context.Context, channel string, limit int) ([]Entry, e
 const listPage = 200
 
 // newestOf is the limit entries of channel's index that stay listed
-// longest (0: all), read
-// page by page, the index entries whose key is gone dropped.
+// longest (0: all), in the index's order, read page by page, the index
+// entries whose key is gone dropped.
 func (r *Redis) newestOf(ctx context.Context, channel string, limit int) ([]Entry, error) {
 	idx := r.indexKey(channel)
 	var out []Entry
@@ -197,7 +204,7 @@ func (r *Redis) newestOf(ctx context.Context, channel string, limit int) ([]Entr
 		if limit > 0 {
 			page = int64(min(max(limit-len(out), 16), listPage))
 		}
-		hashes, err := r.rdb.ZRevRange(ctx, idx, start, start+page-1).Result()
+		hashes, err := r.rdb.ZRange(ctx, idx, start, start+page-1).Result()
 		if err != nil {
 			return nil, err
 		}
@@ -214,12 +221,10 @@ func (r *Redis) newestOf(ctx context.Context, channel string, limit int) ([]Entr
 				return nil, err
 			}
 		}
-		for _, e := range es {
-			if limit > 0 && len(out) == limit {
-				break
-			}
-			out = append(out, e)
+		if limit > 0 && len(out)+len(es) > limit {
+			es = es[:limit-len(out)]
 		}
+		out = append(out, es...)
 		if int64(len(hashes)) < page {
 			break
 		}
@@ -264,7 +269,7 @@ func (r *Redis) buildIndexes(ctx context.Context) error {
 	if _, err := r.scanList(ctx, "", 1, func(es []Entry) error {
 		pipe := r.rdb.Pipeline()
 		for _, e := range es {
-			pipe.ZAddNX(ctx, r.indexKey(e.Channel), redis.Z{Score: float64(e.Until.UnixMilli()), Member: e.Hash})
+			pipe.ZAddNX(ctx, r.indexKey(e.Channel), redis.Z{Score: indexScore(e), Member: e.Hash})
 			pipe.SAdd(ctx, r.channelsKey(), e.Channel)
 		}
 		_, err := pipe.Exec(ctx)
