@@ -205,9 +205,12 @@ func TestCategoryCaps(t *testing.T) {
 // contract is used in full meanwhile, marketing taking at most 70 % of it.
 // "The whole contract" and "in full" are measured against a reference in
 // the same run: 300 transactional SMS alone, first, on the same
-// dispatchers (referenceRate).
+// dispatchers (referenceRate). It measures alone: beside two other tests
+// that measure (and cli's), CI's run held the reference and marketing alone
+// at 98/s but the mixed phase at 0.70 of it, codes' p95 at 1.28 s — a bound
+// on absolute latency needs the machine it was sized on.
 func TestReserveUnderMarketingBacklog(t *testing.T) {
-	measures(t)
+	measuresAlone(t)
 	w := newIsolation(t, 100, 250)
 	w.pcfgs[0].Reserve = map[string]float64{"transactional": 0.3}
 	w.procs(2, 16)

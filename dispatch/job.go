@@ -37,11 +37,12 @@ type pipeline struct {
 	activity rolling        // recent outcomes and sends, for the fleet heartbeat
 	tracer   trace.Tracer
 	settleQ  chan *job // sent jobs for the settler; set by Run before any worker starts
-	// sentSlot, when set (by tests, before Run), is told the leaky slot
-	// (on the limit backend's clock, µs) and cost of every send just
-	// before it is made, so that pacing can be checked on the slots,
-	// which no late wake-up moves. It must be safe for concurrent use.
-	sentSlot func(provider string, slot int64, cost int)
+	// sentSlot, when set (by tests, before Run), is told the job id, the
+	// leaky slot (on the limit backend's clock, µs) and cost of every send
+	// just before it is made, so that pacing and caps can be checked on
+	// the slots, which no late wake-up moves. It must be safe for
+	// concurrent use.
+	sentSlot func(provider, id string, slot int64, cost int)
 }
 
 // job is one delivery on its way through the pipeline, owned by one worker.

@@ -68,22 +68,23 @@ type slotLog struct {
 }
 
 // sentSlot is one send's slot, µs on the limit backend's clock, its cost,
-// and when the send was made (µs on this process's clock, which on this
-// machine is the backend's).
+// when the send was made (µs on this process's clock, which on this
+// machine is the backend's), and its job's id.
 type sentSlot struct {
 	at   int64
 	cost int
 	sent int64
+	id   string
 }
 
-func (l *slotLog) add(provider string, slot int64, cost int) {
+func (l *slotLog) add(provider, id string, slot int64, cost int) {
 	now := time.Now().UnixMicro()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.m == nil {
 		l.m = map[string][]sentSlot{}
 	}
-	l.m[provider] = append(l.m[provider], sentSlot{at: slot, cost: cost, sent: now})
+	l.m[provider] = append(l.m[provider], sentSlot{at: slot, cost: cost, sent: now, id: id})
 }
 
 // slotsPaced checks the dispatcher's own promise on the slots its sends

@@ -43,7 +43,7 @@ func (pl *pipeline) send(ctx, sendCtx context.Context, jb *job) end {
 	}
 	jb.res, jb.resL = leaky.Reservation{}, nil // used: the request goes out
 	if pl.sentSlot != nil {
-		pl.sentSlot(jb.provider, jb.slot, jb.cost)
+		pl.sentSlot(jb.provider, jb.j.ID, jb.slot, jb.cost)
 	}
 	rctx, cancel := context.WithTimeout(sendCtx, jb.pcfg.Timeout)
 	rctx, span := pl.startSendSpan(rctx, jb)
