@@ -2,6 +2,7 @@ package providers
 
 import (
 	"context"
+	"math"
 	"net/http"
 	"net/textproto"
 	"strconv"
@@ -108,10 +109,14 @@ func ParseBudget(h http.Header, now time.Time) (Budget, bool) {
 		}
 		b := Budget{Remaining: rem}
 		if r, err := strconv.ParseFloat(strings.TrimSpace(headerValue(h, f.reset)), 64); err == nil && r > 0 && r < 1e15 {
+			// No float beyond int64's range is converted (r*1e9 is, from
+			// 9.3e9 s on): Go leaves the result to the CPU, the least
+			// int64 on amd64, which read an absurd reset as none.
 			if i == xRateLimit && r > 1e9 {
-				b.Reset = time.Unix(0, int64(r*1e9)).Sub(now)
+				sec, frac := math.Modf(r)
+				b.Reset = time.Unix(int64(sec), int64(frac*1e9)).Sub(now) // Sub saturates
 			} else {
-				b.Reset = time.Duration(r * float64(time.Second))
+				b.Reset = time.Duration(min(r, maxBudgetReset.Seconds()) * float64(time.Second))
 			}
 		}
 		b.Reset = min(max(b.Reset, 0), maxBudgetReset)

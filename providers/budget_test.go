@@ -30,6 +30,11 @@ func TestParseBudget(t *testing.T) {
 		{"structured, the tightest policy", map[string]string{"RateLimit": `"burst";r=40;t=1, "day";r=0;t=3600`}, providers.Budget{Remaining: 0, Reset: time.Hour}, true, true},
 		{"structured wins", map[string]string{"RateLimit": `"k";r=7;t=1`, "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "9"}, providers.Budget{Remaining: 7, Reset: time.Second}, true, false},
 		{"absurd reset capped", map[string]string{"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "99999"}, providers.Budget{Remaining: 0, Reset: providers.MaxRetryAfter}, true, true},
+		// Past what a Duration (or a time in ns) holds: capped too, not
+		// read as 0 (a float converted to int64 out of range: on amd64
+		// the least int64, on arm64 the greatest).
+		{"absurd unix reset capped", map[string]string{"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "99999999999"}, providers.Budget{Remaining: 0, Reset: providers.MaxRetryAfter}, true, true},
+		{"absurd delta reset capped", map[string]string{"RateLimit-Remaining": "0", "RateLimit-Reset": "99999999999"}, providers.Budget{Remaining: 0, Reset: providers.MaxRetryAfter}, true, true},
 		{"reset in the past", map[string]string{"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "1600000000"}, providers.Budget{Remaining: 0}, true, false},
 		{"unreadable", map[string]string{"X-RateLimit-Remaining": "lots"}, providers.Budget{}, false, false},
 	} {

@@ -156,10 +156,13 @@ func (s scrubber) scrub(text string) string {
 	// past them.
 	text = strings.Join(strings.FieldsFunc(strings.Map(dropFormat, text), isSpace), " ")
 	if len(s.to) >= 3 {
+		// In any case: a provider may quote the recipient in another case
+		// than the job's (a hex device token upper- or lower-cased), and a
+		// token has no shape of its own for the patterns below to catch.
 		masked := Mask(s.channel, s.to)
-		text = strings.ReplaceAll(text, s.to, masked)
+		text = replaceFold(text, s.to, masked)
 		if bare := strings.TrimPrefix(s.to, "+"); bare != s.to && len(bare) >= 3 {
-			text = strings.ReplaceAll(text, bare, masked)
+			text = replaceFold(text, bare, masked)
 		}
 	}
 	text = emailLike.ReplaceAllString(text, "[address]")
@@ -175,6 +178,16 @@ func (s scrubber) scrub(text string) string {
 		}
 		return "•••"
 	})
+}
+
+// replaceFold replaces every instance of old in text, matched under
+// Unicode case folding, by repl.
+func replaceFold(text, old, repl string) string {
+	re, err := regexp.Compile("(?i)" + regexp.QuoteMeta(old))
+	if err != nil { // a literal too large for the regexp package
+		return strings.ReplaceAll(text, old, repl)
+	}
+	return re.ReplaceAllLiteralString(text, repl)
 }
 
 // scrubQuotes replaces every stretch of text that is also a stretch of

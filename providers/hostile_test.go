@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/notifier/notifier/providers"
 	"github.com/notifier/notifier/providers/providertest"
+	"github.com/notifier/notifier/queue"
 	"github.com/notifier/notifier/testenv"
 )
 
@@ -271,5 +273,115 @@ func TestSMTPEndlessGreetingIsBounded(t *testing.T) {
 	wg.Wait()
 	if n := sent.Load(); n > 16<<20 {
 		t.Errorf("the client took %d MiB of one greeting before giving up (%v)", n>>20, err)
+	}
+}
+
+// hugeHeaders is a header block of 2 MiB: 256 headers of 8 KiB each.
+func hugeHeaders() http.Header {
+	h := http.Header{}
+	filler := strings.Repeat("a", 8<<10)
+	for i := range 256 {
+		h.Set("X-Filler-"+itoa(i), filler)
+	}
+	return h
+}
+
+// TestHugeResponseHeadersAreBounded: an answer's body is read to 4 KiB
+// (an error's reason) or 64 KiB (a drain), but its header block was read
+// whole up to net/http's default of 10 MiB, over HTTP/1.1 and HTTP/2 alike
+// (the oauth token endpoint's answers too): a provider sending 9 MiB of
+// headers cost one Send 34 MiB of allocations, and 32 workers a GiB, for an
+// answer read as accepted. An answer whose headers exceed the limit is not
+// read: the send fails, transient.
+func TestHugeResponseHeadersAreBounded(t *testing.T) {
+	t.Parallel()
+	huge := hugeHeaders()
+	handler := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		for k, v := range huge {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	t.Run("webhook over HTTP/1.1", func(t *testing.T) {
+		t.Parallel()
+		srv := httptest.NewServer(handler)
+		t.Cleanup(srv.Close)
+		w := newWebhook(t, srv.URL, 5*time.Second)
+		err := w.Send(context.Background(), smsMessage())
+		if !errors.Is(err, providers.ErrTransient) {
+			t.Errorf("Send against 2 MiB of response headers = %v, want ErrTransient", err)
+		}
+		t.Log(err)
+	})
+	t.Run("apns over HTTP/2", func(t *testing.T) {
+		t.Parallel()
+		certs := testenv.NewCerts(t)
+		srv := httptest.NewUnstartedServer(handler)
+		srv.EnableHTTP2 = true
+		srv.TLS = serverTLS(t, certs)
+		srv.StartTLS()
+		t.Cleanup(srv.Close)
+		keyFile, _ := writeP8(t)
+		p := newAPNs(t, providers.Config{URL: srv.URL, TLSCAFile: certs.CAFile, KeyFile: keyFile, Timeout: 5 * time.Second}, providers.Options{})
+		err := p.Send(context.Background(), iosMessage())
+		if !errors.Is(err, providers.ErrTransient) {
+			t.Errorf("Send against 2 MiB of response headers = %v, want ErrTransient", err)
+		}
+		t.Log(err)
+	})
+}
+
+// TestPushTokenQuotedInAnotherCaseIsScrubbed: a device token the provider
+// quotes back in another case than the job's (APNs tokens are hex, which
+// APNs and the gateways in front of it take in either case) went whole into
+// the error detail, and so into the log line and the dead letter's
+// Notifier-Detail (SPEC §8: never a full device token): the recipient was
+// masked only where it appeared byte for byte.
+func TestPushTokenQuotedInAnotherCaseIsScrubbed(t *testing.T) {
+	t.Parallel()
+	token := strings.ToUpper(deviceToken)
+	url := newReplier(t, http.StatusBadRequest, nil, "invalid device token "+deviceToken+" for this topic")
+	w := newWebhook(t, url, 5*time.Second, func(c *providers.Config) { c.Channel = "push" })
+	m := &providers.Message{Job: queue.Job{ID: "job-42", Channel: "push", To: token, Body: "Your parcel is on its way"}}
+	err := w.Send(context.Background(), m)
+	if !errors.Is(err, providers.ErrPermanent) {
+		t.Fatalf("Send = %v, want ErrPermanent", err)
+	}
+	// Mask shows a token's first 6 characters; no longer stretch of it may
+	// be left.
+	text := strings.ToLower(err.Error())
+	for i := 0; i+12 <= len(deviceToken); i++ {
+		if strings.Contains(text, deviceToken[i:i+12]) {
+			t.Fatalf("error %q quotes the device token (%q)", err, deviceToken[i:i+12])
+		}
+	}
+	if !strings.Contains(err.Error(), "invalid device token") {
+		t.Errorf("error %q lost the provider's reason", err)
+	}
+}
+
+// TestSMTPSessionNotKeptIsClosedNotQuit: a session the pool does not keep
+// (the pool full, or the provider closed, as a reload closes the registry
+// it replaced while jobs may still use it) was ended with QUIT inside Send,
+// after the mail was accepted, waiting up to a second for the reply outside
+// the send's timeout and context: against a server that leaves QUIT
+// unanswered, each such send took a second more than the mail did.
+func TestSMTPSessionNotKeptIsClosedNotQuit(t *testing.T) {
+	t.Parallel()
+	certs := testenv.NewCerts(t)
+	addr := providertest.ServeSMTP(t, serverTLS(t, certs), providertest.Script{"QUIT": providertest.Hang})
+	p := replySMTPProvider(t, certs, addr, 5*time.Second, false)
+	timed := func() time.Duration {
+		start := time.Now()
+		if err := p.Send(context.Background(), emailMessage()); err != nil {
+			t.Fatalf("Send = %v", err)
+		}
+		return time.Since(start)
+	}
+	kept := timed()   // a new session, kept in the pool
+	_ = p.Close()     // the idle session is quit here, outside any send
+	closed := timed() // a new session, not kept
+	if closed-kept > 700*time.Millisecond {
+		t.Errorf("a send whose session is not kept took %v, one whose session is kept %v: it waited for the QUIT's reply", closed, kept)
 	}
 }

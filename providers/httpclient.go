@@ -19,6 +19,12 @@ const (
 	// drainLimit is how much of a response is read and discarded so its
 	// connection can be reused; past it the connection is closed instead.
 	drainLimit = 64 << 10
+	// headerLimit bounds a response's header block (HTTP/1.1, and HTTP/2's
+	// header list), which net/http otherwise reads whole up to 10 MiB: a
+	// provider's answers carry a few KiB, and a larger block (a hostile or
+	// broken server) fails the request instead of being buffered whole by
+	// each worker.
+	headerLimit = 64 << 10
 )
 
 // newTransport returns the transport one provider uses for all its requests:
@@ -29,15 +35,16 @@ const (
 func newTransport(tlsConfig *tls.Config) *http.Transport {
 	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 	return &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           dialer.DialContext,
-		TLSClientConfig:       tlsConfig,
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          128,
-		MaxIdleConnsPerHost:   64,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   5 * time.Second,
-		ExpectContinueTimeout: time.Second,
+		Proxy:                  http.ProxyFromEnvironment,
+		DialContext:            dialer.DialContext,
+		TLSClientConfig:        tlsConfig,
+		ForceAttemptHTTP2:      true,
+		MaxIdleConns:           128,
+		MaxIdleConnsPerHost:    64,
+		IdleConnTimeout:        90 * time.Second,
+		TLSHandshakeTimeout:    5 * time.Second,
+		ExpectContinueTimeout:  time.Second,
+		MaxResponseHeaderBytes: headerLimit,
 	}
 }
 

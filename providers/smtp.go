@@ -346,8 +346,11 @@ func (p *SMTP) takeIdle() *smtpSession {
 	return nil
 }
 
-// release puts a session back into the pool, or quits it when the pool is
-// full or closed.
+// release puts a session back into the pool, or closes it when the pool is
+// full or closed. Closed, not QUIT: release runs inside a Send whose
+// outcome is already known, and quit's wait for the reply (up to a second,
+// on a server that leaves QUIT unanswered) would hold the send outside its
+// timeout and ctx.
 func (p *SMTP) release(s *smtpSession) {
 	s.lastUsed = time.Now()
 	p.mu.Lock()
@@ -357,7 +360,7 @@ func (p *SMTP) release(s *smtpSession) {
 		return
 	}
 	p.mu.Unlock()
-	s.quit()
+	s.close()
 }
 
 // stageError names the step of the dialogue an error happened at.
