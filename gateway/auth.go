@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/notifier/notifier/internal/connlimit"
 )
 
 // authenticate finds the key of the request's bearer token, comparing its
@@ -57,26 +59,12 @@ func (g *Gateway) clientIP(c *fasthttp.RequestCtx) netip.Addr {
 
 // peerAddr is a connection's remote IP as the per-address bounds count
 // it (addrKey; the zero Addr when it has none).
-func peerAddr(a net.Addr) netip.Addr {
-	if ta, ok := a.(*net.TCPAddr); ok {
-		return addrKey(ta.AddrPort().Addr())
-	}
-	return netip.Addr{}
-}
+func peerAddr(a net.Addr) netip.Addr { return connlimit.Key(a) }
 
 // addrKey is the address every per-address bound counts ip under (the
 // connections, the requests in flight, the failed authentications and
-// their block): an IPv4 address (or an IPv4-mapped IPv6 one) itself, an
-// IPv6 address's /64, the least a subscriber is given: keyed per /128,
-// anyone with a /64 had 2^64 addresses to spread over and passed every
-// per-address bound.
-func addrKey(ip netip.Addr) netip.Addr {
-	ip = ip.Unmap().WithZone("")
-	if !ip.Is6() {
-		return ip
-	}
-	return netip.PrefixFrom(ip, 64).Masked().Addr()
-}
+// their block): connlimit.AddrKey, an IPv6 address's /64.
+func addrKey(ip netip.Addr) netip.Addr { return connlimit.AddrKey(ip) }
 
 // ipString is an address as the failed-authentication key names it: an
 // IPv6 one as its /64 (2001:db8:1:2::/64).

@@ -1,18 +1,16 @@
 package gateway
 
 import (
-	"container/list"
 	"errors"
 	"io"
 	"net"
-	"net/netip"
 	"os"
 	"strconv"
 	"sync"
 	"syscall"
 	"time"
 
-	"github.com/valyala/fasthttp"
+	"github.com/notifier/notifier/internal/connlimit"
 )
 
 // FDReserve is how many file descriptors the gateway keeps for what is not
@@ -31,36 +29,17 @@ const FDReserve = 128
 // logs at most one line a second. Safe for concurrent use.
 type connLimiter struct {
 	net.Listener
-	g          *Gateway
-	max, perIP int
+	g     *Gateway
+	table *connlimit.Table
 
 	mu      sync.Mutex
-	total   int
-	byIP    map[netip.Addr]*ipConns
-	idle    list.List // *trackedConn, longest idle first
-	reserve *os.File  // a descriptor to free when none is left
+	reserve *os.File // a descriptor to free when none is left
 	closed  bool
 	backoff time.Duration
 }
 
-// ipConns are one peer address's open connections.
-type ipConns struct {
-	n    int
-	idle list.List // *trackedConn, longest idle first
-}
-
-// trackedConn is a connection counted by a connLimiter.
-type trackedConn struct {
-	net.Conn
-	l        *connLimiter
-	ip       netip.Addr
-	idleAt   *list.Element // in l.idle while idle
-	ipIdleAt *list.Element // in byIP[ip].idle while idle
-	released bool          // counted out (under l.mu)
-}
-
 func newConnLimiter(ln net.Listener, g *Gateway, maxConns, perIP int) *connLimiter {
-	l := &connLimiter{Listener: ln, g: g, max: maxConns, perIP: perIP, byIP: map[netip.Addr]*ipConns{}}
+	l := &connLimiter{Listener: ln, g: g, table: connlimit.New(maxConns, perIP)}
 	l.reserve, _ = os.Open(os.DevNull) // without it, exhaustion is survived unanswered
 	return l
 }
@@ -77,8 +56,8 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 			continue
 		}
 		l.backoff = 0
-		if tc := l.admit(c); tc != nil {
-			return tc, nil
+		if cc := l.admit(c); cc != nil {
+			return cc, nil
 		}
 	}
 }
@@ -92,7 +71,7 @@ func (l *connLimiter) acceptFailed(err error) {
 		errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM)
 	if exhausted {
 		l.g.throttledWarn(" accept", "out of file descriptors: closing idle connections, answering 503", "err", err)
-		if victim := l.evictIdle(); victim != nil {
+		if victim := l.table.EvictIdle(); victim != nil {
 			_ = victim.Close()
 			return // a descriptor is free: accept again at once
 		}
@@ -159,136 +138,20 @@ func (l *connLimiter) Close() error {
 
 // admit counts c in, closing an idle connection to make room if a bound
 // is reached, or refuses it (nil).
-func (l *connLimiter) admit(c net.Conn) *trackedConn {
-	ip := peerAddr(c.RemoteAddr())
-	var victims []net.Conn
-	l.mu.Lock()
-	if ic := l.byIP[ip]; ic != nil && ic.n >= l.perIP {
-		if v := l.evictLocked(ic); v != nil {
-			victims = append(victims, v)
-		}
-	}
-	// Another address's idle connection is closed only for a newcomer that
-	// then takes the place: not for one its own address's bound refuses.
-	if ic := l.byIP[ip]; (ic == nil || ic.n < l.perIP) && l.total >= l.max {
-		if v := l.evictLocked(nil); v != nil {
-			victims = append(victims, v)
-		}
-	}
-	ic := l.byIP[ip]
-	perIP := ic != nil && ic.n >= l.perIP
-	full := l.total >= l.max
-	var tc *trackedConn
-	if !perIP && !full {
-		if ic == nil {
-			ic = &ipConns{}
-			l.byIP[ip] = ic
-		}
-		l.total++
-		ic.n++
-		tc = &trackedConn{Conn: c, l: l, ip: ip}
-	}
-	l.mu.Unlock()
+func (l *connLimiter) admit(c net.Conn) *connlimit.Conn {
+	counted, victims, why := l.table.Admit(c)
 	for _, v := range victims {
 		_ = v.Close()
 	}
-	switch {
-	case perIP:
+	switch why {
+	case connlimit.PerAddr:
 		l.g.throttledWarn(" conns", "too many connections from one address: refused (429)")
 		refuseConn(c, refusedPerIP, true)
-	case full:
+	case connlimit.Full:
 		l.g.throttledWarn(" conns", "too many connections: refused (503)")
 		refuseConn(c, refusedOverloaded, true)
 	}
-	return tc
-}
-
-// evictIdle counts out the connection idle longest and returns it for the
-// caller to close (nil: none is idle).
-func (l *connLimiter) evictIdle() net.Conn {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.evictLocked(nil)
-}
-
-// evictLocked counts out the connection idle longest, of ic's address or
-// of any (ic nil), and returns it for the caller to close once l.mu is
-// released (nil: none is idle).
-func (l *connLimiter) evictLocked(ic *ipConns) net.Conn {
-	var e *list.Element
-	if ic != nil {
-		e = ic.idle.Front()
-	} else {
-		e = l.idle.Front()
-	}
-	if e == nil {
-		return nil
-	}
-	tc := e.Value.(*trackedConn)
-	l.releaseLocked(tc)
-	return tc.Conn
-}
-
-// releaseLocked counts tc out once.
-func (l *connLimiter) releaseLocked(tc *trackedConn) {
-	if tc.released {
-		return
-	}
-	tc.released = true
-	l.setBusyLocked(tc)
-	l.total--
-	if ic := l.byIP[tc.ip]; ic != nil {
-		ic.n--
-		if ic.n <= 0 {
-			delete(l.byIP, tc.ip)
-		}
-	}
-}
-
-func (l *connLimiter) setBusyLocked(tc *trackedConn) {
-	if tc.idleAt != nil {
-		l.idle.Remove(tc.idleAt)
-		tc.idleAt = nil
-	}
-	if tc.ipIdleAt != nil {
-		if ic := l.byIP[tc.ip]; ic != nil {
-			ic.idle.Remove(tc.ipIdleAt)
-		}
-		tc.ipIdleAt = nil
-	}
-}
-
-// state is the server's ConnState hook: a new connection and one between
-// requests are idle (closable for another), a request makes it busy.
-func (l *connLimiter) state(c net.Conn, s fasthttp.ConnState) {
-	tc, ok := c.(*trackedConn)
-	if !ok {
-		return
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if tc.released {
-		return
-	}
-	switch s {
-	case fasthttp.StateNew, fasthttp.StateIdle:
-		if tc.idleAt == nil {
-			tc.idleAt = l.idle.PushBack(tc)
-			if ic := l.byIP[tc.ip]; ic != nil {
-				tc.ipIdleAt = ic.idle.PushBack(tc)
-			}
-		}
-	default:
-		l.setBusyLocked(tc)
-	}
-}
-
-// Close counts the connection out and closes it.
-func (tc *trackedConn) Close() error {
-	tc.l.mu.Lock()
-	tc.l.releaseLocked(tc)
-	tc.l.mu.Unlock()
-	return tc.Conn.Close()
+	return counted
 }
 
 // The answers of a refused connection: complete HTTP/1.1 responses with a

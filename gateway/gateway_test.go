@@ -474,6 +474,47 @@ func TestTracingRecordsTheAcceptAndPassesItOn(t *testing.T) {
 	}
 }
 
+// TestTracestateIsBounded: a job carries the request's tracestate only up
+// to 512 bytes (SPEC §9), with tracing on as off. With tracing on the
+// gateway's span took the request's whole tracestate (W3C lets it hold 32
+// members of 512 bytes) and every job carried it, to the stream and on to
+// the provider's request: a client's 8 KB on each of its jobs (found in
+// review).
+func TestTracestateIsBounded(t *testing.T) {
+	t.Parallel()
+	const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	members := make([]string, 30)
+	for i := range members {
+		members[i] = fmt.Sprintf("v%d=%s", i, strings.Repeat("a", 250))
+	}
+	long, short := strings.Join(members, ","), "acme=t61rcWkgMzE"
+	for _, tracing := range []bool{false, true} {
+		b := setup(t, gateway.Config{})
+		if tracing {
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(tracetest.NewInMemoryExporter()))
+			t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+			b.tracer = tp
+			gw, _ := b.newGateway(t)
+			b.srv = serve(t, gw, b.recording)
+		}
+		for _, ts := range []string{long, short} {
+			if r := b.post(t, acmeKey, smsJob(""), "traceparent", traceparent, "tracestate", ts); r.status != http.StatusAccepted {
+				t.Fatalf("tracing %v: post: %d %s", tracing, r.status, r.body)
+			}
+		}
+		msgs := b.stored(t)
+		if len(msgs) != 2 {
+			t.Fatalf("tracing %v: %d jobs stored, want 2", tracing, len(msgs))
+		}
+		if got := msgs[0].Header.Get("tracestate"); len(got) > 512 {
+			t.Errorf("tracing %v: a job carries a tracestate of %d bytes, want at most 512", tracing, len(got))
+		}
+		if got := msgs[1].Header.Get("tracestate"); got != short {
+			t.Errorf("tracing %v: tracestate %q, want the request's %q", tracing, got, short)
+		}
+	}
+}
+
 func TestTopCountsRejectionsPerKey(t *testing.T) {
 	t.Parallel()
 	b := setup(t, gateway.Config{Keys: keys(0.01, 1)})

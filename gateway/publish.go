@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -361,11 +362,22 @@ func readBody(c *fasthttp.RequestCtx) ([]byte, error) {
 	return b, err
 }
 
-// requestCarrier reads a W3C trace context from a request's headers.
+// requestCarrier reads a W3C trace context from a request's headers. A
+// tracestate over maxTracestate reads as none, as without a tracer: the
+// span would carry it whole (W3C allows 32 members of 512 bytes), and so
+// every job of the request, on to its provider.
 type requestCarrier struct{ h *fasthttp.RequestHeader }
 
-func (rc requestCarrier) Get(key string) string { return string(rc.h.Peek(key)) }
-func (rc requestCarrier) Set(string, string)    {} // never written
+func (rc requestCarrier) Get(key string) string {
+	v := string(rc.h.Peek(key))
+	if strings.EqualFold(key, HeaderTracestate) && len(v) > maxTracestate {
+		return ""
+	}
+	return v
+}
+
+func (rc requestCarrier) Set(string, string) {} // never written
+
 func (rc requestCarrier) Keys() []string {
 	var keys []string
 	for k := range rc.h.All() {

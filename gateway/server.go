@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/notifier/notifier/internal/connlimit"
 )
 
 // Server is a fasthttp server for the gateway: requests of at most
@@ -66,10 +68,8 @@ func (g *Gateway) ConnStats() (open, idle int) {
 	g.connsMu.Lock()
 	defer g.connsMu.Unlock()
 	for _, l := range g.conns {
-		l.mu.Lock()
-		open += l.total
-		idle += l.idle.Len()
-		l.mu.Unlock()
+		o, i := l.table.Stats()
+		open, idle = open+o, idle+i
 	}
 	return open, idle
 }
@@ -82,10 +82,19 @@ func (g *Gateway) InFlight() int {
 	return g.inflight.total
 }
 
-// connState passes the server's connection states to the listeners.
+// connState passes the server's connection states to the listeners: a
+// new connection and one between requests are idle (closable for
+// another), a request makes it busy.
 func (g *Gateway) connState(c net.Conn, s fasthttp.ConnState) {
-	if tc, ok := c.(*trackedConn); ok {
-		tc.l.state(c, s)
+	cc, ok := c.(*connlimit.Conn)
+	if !ok {
+		return
+	}
+	switch s {
+	case fasthttp.StateNew, fasthttp.StateIdle:
+		cc.Idle()
+	default:
+		cc.Busy()
 	}
 }
 

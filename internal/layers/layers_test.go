@@ -15,7 +15,7 @@ const module = "github.com/notifier/notifier/"
 // layer is each package's layer; a package may import only lower layers.
 var layer = map[string]int{
 	"internal/luapre": 0, "internal/text": 0, "internal/stats": 0, "internal/steptrace": 0,
-	"internal/roundtrip": 0, "internal/sleep": 0, "internal/localenv": 0,
+	"internal/roundtrip": 0, "internal/sleep": 0, "internal/localenv": 0, "internal/connlimit": 0,
 	"queue": 1, "userlimit": 1, "globallimit": 1, "leaky": 1, "internal/topn": 1,
 	"limits/ledger": 1, "limits/fleet": 1, "limits/digest": 1, "limits/suppress": 1,
 	"providers": 2, "client": 2, "gateway": 2, // providers send the job: Message is a queue.Job

@@ -12,7 +12,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"golang.org/x/net/netutil"
+
+	"github.com/notifier/notifier/internal/connlimit"
 )
 
 // metricsServer serves /metrics, /healthz and /readyz.
@@ -61,10 +62,13 @@ func startMetricsServer(listen string, reg *prometheus.Registry, ready func() er
 	// The port shares the process's file descriptors with Redis, NATS and
 	// the providers' connections, and may face the internet (Twilio's
 	// callbacks): a bounded number of connections, each closed once idle
-	// or slow, so that no client can starve the dispatcher of descriptors
-	// (a connection past the bound waits in the listen backlog).
-	return &metricsServer{ln: netutil.LimitListener(ln, maxMetricsConns), srv: &http.Server{
+	// or slow, so that no client can starve the dispatcher of descriptors;
+	// and bounded per address, the idle closed for newcomers, so that no
+	// client can hold the port (metricsListener).
+	conns := &metricsListener{Listener: ln, table: connlimit.New(maxMetricsConns, maxMetricsConnsPerIP)}
+	return &metricsServer{ln: conns, srv: &http.Server{
 		Handler:           mux,
+		ConnState:         metricsConnState,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second, // /explain may take 10 s
@@ -76,6 +80,60 @@ func startMetricsServer(listen string, reg *prometheus.Registry, ready func() er
 // maxMetricsConns bounds the metrics port's open connections: scrapes,
 // status pages and callbacks need a few.
 const maxMetricsConns = 64
+
+// maxMetricsConnsPerIP bounds one peer address's: a quarter of the port, so
+// that the slow requests of one client (an /explain of a job reads up to
+// 100,000 messages) leave room for the scrapes and callbacks.
+const maxMetricsConnsPerIP = 16
+
+// metricsListener is the metrics port's listener. A bound alone (a
+// listener that stops accepting at it) let one client hold the port:
+// sockets that send nothing, kept-alive connections asking /healthz now and
+// then, or slow requests filled it, and Prometheus and Twilio's callbacks
+// waited in the listen backlog behind them for as long as that client went
+// on. So, as the gateway does: at a bound the connection of that scope idle
+// longest (no request read yet, or between two) is closed for the new one;
+// with none idle the new one is closed at once (scrapers and Twilio retry).
+type metricsListener struct {
+	net.Listener
+	table *connlimit.Table
+}
+
+// Accept returns the next connection within the bounds. Its errors are the
+// listener's (http.Server retries a temporary one).
+func (l *metricsListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		counted, victims, _ := l.table.Admit(c)
+		for _, v := range victims {
+			_ = v.Close()
+		}
+		if counted != nil {
+			return counted, nil
+		}
+		_ = c.Close()
+	}
+}
+
+// metricsConnState is the server's ConnState hook. net/http reports a
+// connection active once a request's headers are read, so one still
+// sending them (a trickle, or nothing) is idle here, and closable for a
+// newcomer.
+func metricsConnState(c net.Conn, s http.ConnState) {
+	cc, ok := c.(*connlimit.Conn)
+	if !ok {
+		return
+	}
+	switch s {
+	case http.StateNew, http.StateIdle:
+		cc.Idle()
+	case http.StateActive:
+		cc.Busy()
+	}
+}
 
 // Addr is the bound address (useful with port 0).
 func (m *metricsServer) Addr() string { return m.ln.Addr().String() }
