@@ -70,6 +70,15 @@ func (pl *pipeline) digestCheck(ctx context.Context, jb *job) (e end, ended bool
 		}
 		if ok {
 			jb.capped = false // the job that made it was counted for it
+			// One send past the cap per digest, whatever tenant the
+			// message names: a digest's id (a hash of its members' ids
+			// within their tenants) is one fleet-wide, but a job id is
+			// unique only within a tenant, so under its tenant's ledger
+			// key the same id and header published as other tenants' would
+			// each be sent past the cap. Under the digest's own id the
+			// ledger sends one of them; another is a duplicate.
+			jb.key = id
+			jb.msg.Key = id
 		}
 		return end{}, false, nil
 	}

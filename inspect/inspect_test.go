@@ -287,6 +287,15 @@ func TestJobReadsTheLedger(t *testing.T) {
 	if _, err := s.in.JobOf(s.ctx, "a b", "j-3"); !errors.Is(err, inspect.ErrInvalid) {
 		t.Errorf("tenant %q: %v, want ErrInvalid", "a b", err)
 	}
+	// A digest job let past its cap is kept under its id alone, whatever
+	// tenant it names (SPEC §4): asked with its tenant, it is found there.
+	const d = "digest-0123456789abcdef01234567"
+	if err := led.Sent(s.ctx, d, ""); err != nil {
+		t.Fatal(err)
+	}
+	if a, err = s.in.JobOf(s.ctx, "acme", d); err != nil || a.State != inspect.StateSent {
+		t.Fatalf("acme's digest: %+v, %v; want sent", a, err)
+	}
 }
 
 // TestUserInCategory: a category with a cap of its own is answered with

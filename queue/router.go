@@ -3,12 +3,14 @@ package queue
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/notifier/notifier/internal/sleep"
 )
@@ -109,7 +111,7 @@ func (r *Router) Round(ctx context.Context, wait time.Duration) (int, error) {
 	for _, m := range msgs {
 		k, ok := ParseJobSubject(m.Subject)
 		if !ok || k.Tenant == "" || !IsChannel(k.Channel) { // a tenant token that names no tenant, a channel that is none
-			r.deadLetter(ctx, &pulledMsg{m: m, nc: r.c.nc})
+			r.deadLetter(ctx, &pulledMsg{m: m, nc: r.c.nc}, "subject "+m.Subject+" names no tenant (1 to 64 characters of A-Z a-z 0-9 . _ -) of a channel ("+strings.Join(Channels, ", ")+")")
 			continue
 		}
 		valid, keys = append(valid, m), append(keys, k)
@@ -192,6 +194,20 @@ func (r *Router) move(ctx context.Context, msgs []*nats.Msg, keys []Key) (int, e
 			moved++
 		case ctx.Err() != nil:
 			_ = pm.Nak()
+		case errors.Is(res.Err, jetstream.ErrStreamMessageExceedsMaximum):
+			// Stored as published, it is past the stream's bound once the
+			// move's headers are added: refused at every try, it would come
+			// back every second for ever, and fail every round it is in
+			// (the router backing off for all). Larger than any job
+			// (SPEC §2), it is dead-lettered as invalid where it is.
+			size := len(pm.m.Data)
+			for name, vs := range pm.m.Header {
+				for _, v := range vs {
+					size += len(name) + len(v) + 4 // "name: value\r\n"
+				}
+			}
+			r.deadLetter(ctx, pm, fmt.Sprintf("message is %d bytes (%d with its headers), too large for the job stream once moved to its tenant's fair lane: a job is at most %d bytes",
+				len(pm.m.Data), size, MaxJobBytes))
 		default:
 			firstErr = cmp.Or(firstErr, fmt.Errorf("route %s to %s: %w", pm.m.Subject, out[i].Subject, res.Err))
 			_ = pm.NakWithDelay(routeRetry)
@@ -200,12 +216,12 @@ func (r *Router) move(ctx context.Context, msgs []*nats.Msg, keys []Key) (int, e
 	return moved, firstErr
 }
 
-// deadLetter ends a message on a tenant's subject that names no valid
-// tenant or channel: dead-lettered as invalid, then acknowledged (left
-// for its ack wait when the dead letter could not be stored).
-func (r *Router) deadLetter(ctx context.Context, pm *pulledMsg) {
+// deadLetter ends a message the router cannot move (its subject names no
+// valid tenant or channel, or it is too large to copy): dead-lettered as
+// invalid with detail, then acknowledged (left for its ack wait when the
+// dead letter could not be stored).
+func (r *Router) deadLetter(ctx context.Context, pm *pulledMsg, detail string) {
 	d := newDelivery(pm)
-	detail := "subject " + d.Subject + " names no tenant (1 to 64 characters of A-Z a-z 0-9 . _ -) of a channel (" + strings.Join(Channels, ", ") + ")"
 	if err := r.pub.DeadLetter(ctx, d, Dead, "invalid", detail); err != nil {
 		return
 	}
