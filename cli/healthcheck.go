@@ -30,6 +30,11 @@ HEALTHCHECK of the container image, which holds no shell and no curl:
 		if !strings.HasPrefix(*u, "http://") && !strings.HasPrefix(*u, "https://") {
 			return &usageError{err: fmt.Errorf("--url must be an http:// or https:// URL, got %q", *u)}
 		}
+		// A deadline already passed fails every ask: the healthy process
+		// would be reported down.
+		if *timeout <= 0 {
+			return &usageError{err: fmt.Errorf("--timeout must be more than 0, got %s", *timeout)}
+		}
 		ctx, cancel := context.WithTimeout(cmd.Context(), *timeout)
 		defer cancel()
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, *u, nil)

@@ -2,8 +2,13 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -11,6 +16,7 @@ import (
 	"time"
 
 	"github.com/notifier/notifier/inspect"
+	"github.com/notifier/notifier/limits"
 	"github.com/notifier/notifier/testenv"
 )
 
@@ -169,6 +175,48 @@ func TestTopFindsTheUsersHittingTheirCaps(t *testing.T) {
 	}
 }
 
+// TestTopRefusesAnAbsurdLimit: top read each hour's 10 × --limit users
+// counted most and counted the first 4 × --limit exactly, products that
+// wrapped past the largest int: with denials counted, --limit
+// 6917529027641081856 (4 × it is -2^63) panicked slicing the candidates,
+// and 4611686018427387904 (4 × it is 0) printed "nobody" (found in
+// review). A --limit out of its range exits 2 naming the flag and the range.
+func TestTopRefusesAnAbsurdLimit(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, 100, "user_limits:\n  sms: {limit: 1, window: 1h, on_exceed: drop}\n")
+	d := limits.NewDenials(w.redis.Client(), "notifier:")
+	for _, u := range []string{"user-1", "user-2"} {
+		if err := d.Record(context.Background(), "sms", u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, limit := range []string{"6917529027641081856", "4611686018427387904", "20001"} {
+		// The binary, not runCLI: a panic would end the test process.
+		out, stderr, code := runBinary(t, "top", "--config", w.config, "--channel", "sms", "--limit", limit)
+		if code != 2 || strings.Contains(stderr, "panic") || !strings.Contains(stderr, "--limit must be from 1 to 20000") {
+			t.Errorf("top --limit %s: exit %d, want 2 naming --limit and its range\n%s%s", limit, code, out, tail(stderr, 600))
+		}
+	}
+	out, stderr, code := runBinary(t, "top", "--config", w.config, "--channel", "sms", "--limit", "20000")
+	if code != 0 || !strings.Contains(out, "user-1") || !strings.Contains(out, "user-2") {
+		t.Errorf("top --limit 20000: exit %d\n%s%s", code, out, stderr)
+	}
+}
+
+// TestTopWindowIsWholeHours: top reads whole UTC hours back from the
+// current one, so --window 90m read one hour and printed "last 1h30m"
+// (found in review); a window that is not whole hours exits 2, named.
+func TestTopWindowIsWholeHours(t *testing.T) {
+	t.Parallel()
+	missing := filepath.Join(t.TempDir(), "none.yaml") // refused before the file is read
+	for _, args := range [][]string{{"--channel", "sms", "--window", "90m"}, {"--gateway", "--window", "1h30s"}} {
+		_, stderr, code := runCLI(t, nil, "", append([]string{"top", "--config", missing}, args...)...)
+		if code != 2 || !strings.Contains(stderr, "--window must be whole hours") {
+			t.Errorf("top %v: exit %d, want 2 naming --window\n%s", args, code, stderr)
+		}
+	}
+}
+
 // TestReloadOnFileChangeAndSIGHUP: a running process takes a new contract
 // when its file changes, refuses a broken file (logging its problems and
 // keeping the old configuration, still sending), and reloads on SIGHUP.
@@ -236,6 +284,57 @@ func TestReloadOnFileChangeAndSIGHUP(t *testing.T) {
 		t.Fatalf("sent twice across reloads: %v", dups)
 	}
 	arrivalsPaced(t, w.fake, 60) // the refused file and SIGHUP kept it at 60 at most
+}
+
+// TestReloadKeepsTheStartOnlyKeysInForce: a reload that changes a key
+// applied only at start logs it as needing a restart, and the process
+// goes on with the one it started with, its own /status and /explain
+// included: they read the reloaded redis.key_prefix, the dispatcher
+// writing under the old one, so after an edit awaiting its restart the
+// process's /status showed no instance of the fleet, itself included
+// (found in review).
+func TestReloadKeepsTheStartOnlyKeysInForce(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, 50, "")
+	port := testenv.FreePort(t)
+	setMetricsPort(t, w, port)
+	p := w.run()
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	testenv.WaitFor(t, 30*time.Second, "the process on its own /status", func() bool {
+		resp, err := http.Get(base + "/status.json")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return len(pageState(t, base).Table.Instances) == 1
+	})
+	orig, err := os.ReadFile(w.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := bytes.Replace(orig, []byte("redis:\n"), []byte("redis:\n  key_prefix: \"moved:\"\n"), 1)
+	if bytes.Equal(moved, orig) {
+		t.Fatal("no redis: block to change")
+	}
+	if err := os.WriteFile(w.config, moved, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 20*time.Second, "redis named as needing a restart", func() bool {
+		return strings.Contains(p.logs(), `needs a restart to apply","key":"redis"`)
+	})
+	time.Sleep(2500 * time.Millisecond) // the page samples every second
+	if n := len(pageState(t, base).Table.Instances); n != 1 {
+		t.Errorf("after a reload awaiting its restart, /status shows %d instances, want 1 (the process itself)", n)
+	}
+	resp, err := http.Get(base + "/explain?job=never-published")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("/explain after the reload: %s %s", resp.Status, body)
+	}
 }
 
 // TestShadowCapThenEnforce is the README's "what if", through the binary: a

@@ -263,4 +263,13 @@ func TestHealthcheck(t *testing.T) {
 	if _, errs, code := runCLI(t, nil, "", "healthcheck", "--url", fmt.Sprintf("http://127.0.0.1:%d/healthz", testenv.FreePort(t))); code != 1 {
 		t.Errorf("nothing listening: exit %d\n%s", code, errs)
 	}
+	// A --timeout of none or less was asked and failed, exit 1 "context
+	// deadline exceeded": a container forever unhealthy, the healthy
+	// process blamed (found in review). It is a bad flag: exit 2, named.
+	status.Store(http.StatusOK)
+	for _, d := range []string{"0s", "-1s"} {
+		if _, errs, code := runCLI(t, nil, "", "healthcheck", "--url", srv.URL+"/healthz", "--timeout", d); code != 2 || !strings.Contains(errs, "--timeout must be more than 0") {
+			t.Errorf("--timeout %s: exit %d\n%s", d, code, errs)
+		}
+	}
 }

@@ -53,8 +53,16 @@ adds its counts to Redis every 5 s.`,
 		if !queue.IsChannel(*channel) {
 			return &usageError{err: fmt.Errorf("--channel must be sms, push or email, got %q", *channel)}
 		}
-		if *window < time.Hour || *window > limits.TopRetention || *limit < 1 {
-			return &usageError{err: fmt.Errorf("--window must be from 1h to %s and --limit at least 1", inspect.FormatDuration(limits.TopRetention))}
+		// Whole hours: the counts are per UTC hour, and 90m read one of them
+		// while the header said "last 1h30m".
+		if *window < time.Hour || *window > limits.TopRetention || *window%time.Hour != 0 || *limit < 1 {
+			return &usageError{err: fmt.Errorf("--window must be whole hours from 1h to %s and --limit at least 1", inspect.FormatDuration(limits.TopRetention))}
+		}
+		// The read sizes itself by 10 × --limit and 4 × --limit, which
+		// wrapped past the largest int (a panic, or "nobody"); an hour keeps
+		// limits.TopMaxUsers users, so a longer top has nothing to rank.
+		if *limit > limits.TopMaxUsers {
+			return &usageError{err: fmt.Errorf("--limit must be from 1 to %d (an hour keeps the %d users denied most), got %d", limits.TopMaxUsers, limits.TopMaxUsers, *limit)}
 		}
 		cfg, rdb, err := loadRedis(cmd, *path, e)
 		if err != nil {
@@ -109,8 +117,8 @@ adds its counts to Redis every 5 s.`,
 // topGateway is `notifier top --gateway`: the API keys with the most
 // rejected requests over window, from the counts gateways keep in Redis.
 func topGateway(cmd *cobra.Command, e *env, path string, window time.Duration, limit int, asJSON bool) error {
-	if window < time.Hour || window > gateway.RejectionRetention || limit < 1 {
-		return &usageError{err: fmt.Errorf("--window must be from 1h to %s and --limit at least 1", inspect.FormatDuration(gateway.RejectionRetention))}
+	if window < time.Hour || window > gateway.RejectionRetention || window%time.Hour != 0 || limit < 1 {
+		return &usageError{err: fmt.Errorf("--window must be whole hours from 1h to %s and --limit at least 1", inspect.FormatDuration(gateway.RejectionRetention))}
 	}
 	cfg, rdb, err := loadRedis(cmd, path, e)
 	if err != nil {

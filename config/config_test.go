@@ -275,6 +275,38 @@ func TestLoadConfigMissingFile(t *testing.T) {
 	}
 }
 
+// TestLoadBoundsTheFile: the file was read whole, however large: `check
+// --config /dev/zero` (or a log file given by mistake) allocated until the
+// machine ran out of memory (found in review). A file past 64 MiB is
+// refused at once, saying so; a directory is refused as before.
+func TestLoadBoundsTheFile(t *testing.T) {
+	t.Parallel()
+	big := filepath.Join(t.TempDir(), "big.yaml")
+	f, err := os.Create(big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(64<<20 + 1); err != nil { // sparse: no disk
+		t.Fatal(err)
+	}
+	f.Close()
+	for _, path := range []string{big, "/dev/zero"} {
+		start := time.Now()
+		_, err := Load(path, noEnv)
+		var ce *Error
+		if !errors.As(err, &ce) || !strings.Contains(err.Error(), "cannot read the file: larger than 64 MiB") {
+			t.Fatalf("%s: %v, want it refused as larger than 64 MiB", path, err)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("%s refused after %s", path, d)
+		}
+	}
+	_, err = Load(t.TempDir(), noEnv)
+	if err == nil || !strings.Contains(err.Error(), "cannot read the file: is a directory") {
+		t.Errorf("a directory: %v", err)
+	}
+}
+
 func TestEnvKeysCoverTheSchema(t *testing.T) {
 	t.Parallel()
 	keys := strings.Join(envKeys(), " ")

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
+	"math"
 	"os"
 	"reflect"
 	"slices"
@@ -30,7 +32,7 @@ const EnvPrefix = "NOTIFIER"
 // configuration that cannot be used returns a *Error listing every
 // problem.
 func Load(path string, getenv func(string) string) (Config, error) {
-	yaml, err := os.ReadFile(path)
+	yaml, err := readFile(path)
 	if err != nil {
 		var pe *os.PathError
 		if errors.As(err, &pe) {
@@ -39,6 +41,29 @@ func Load(path string, getenv func(string) string) (Config, error) {
 		return Config{}, &Error{File: path, Problems: []error{fmt.Errorf("cannot read the file: %w", err)}}
 	}
 	return parseConfig(yaml, path, getenv)
+}
+
+// MaxFileSize bounds the configuration file. A configuration is
+// kilobytes (the gateway's most, 10,000 keys and 10,000 tenant buckets,
+// about 3 MB); read whole, `--config /dev/zero` or a log given by
+// mistake allocated until the machine ran out of memory.
+const MaxFileSize = 64 << 20
+
+// readFile reads the file at path, at most MaxFileSize bytes of it.
+func readFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > MaxFileSize {
+		return nil, fmt.Errorf("larger than %d MiB: a configuration is kilobytes (is it the right file?)", MaxFileSize>>20)
+	}
+	return b, nil
 }
 
 // NATSOnly is the configuration of a command that needs only NATS
@@ -249,18 +274,24 @@ func decodeHook(from, to reflect.Type, data any) (any, error) {
 			}
 			return nil, fmt.Errorf("must be a duration with a unit, such as 30s or 5m, got the bare number %v", d)
 		}
-	case to.Kind() == reflect.Int && isString:
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil {
+	// int and int64 alike (durations are handled above): an int64 left to
+	// mapstructure had a fraction truncated in silence (a
+	// max_stream_depth of 0.5 became 0, no bound) and its environment
+	// override refused as the wrong type.
+	case isWholeKind(to.Kind()) && isString:
+		n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+		if err != nil || to.Kind() == reflect.Int && int64(int(n)) != n {
 			return nil, fmt.Errorf("must be a whole number, got %q", s)
 		}
 		return n, nil
-	case to.Kind() == reflect.Int && from.Kind() == reflect.Float64:
+	case isWholeKind(to.Kind()) && from.Kind() == reflect.Float64:
+		// -2^63 <= f < 2^63: a float outside converts to whatever the
+		// platform makes of it.
 		f := data.(float64)
-		if f != float64(int(f)) {
+		if f != math.Trunc(f) || f < math.MinInt64 || f >= math.MaxInt64 || to.Kind() == reflect.Int && float64(int(f)) != f {
 			return nil, fmt.Errorf("must be a whole number, got %v", f)
 		}
-		return int(f), nil
+		return int64(f), nil
 	case to.Kind() == reflect.Float64 && isString:
 		f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
 		if err != nil {
@@ -283,7 +314,9 @@ func decodeHook(from, to reflect.Type, data any) (any, error) {
 		var out []string
 		for i, part := range strings.Split(s, ",") {
 			if part = strings.TrimSpace(part); part == "" {
-				return nil, fmt.Errorf("entry %d of the comma-separated list %q is empty", i+1, s)
+				// The list as given, each entry redacted: redis.addrs'
+				// user:password@host:port would show the password.
+				return nil, fmt.Errorf("entry %d of the comma-separated list %q is empty", i+1, redactList(s))
 			}
 			out = append(out, part)
 		}
@@ -296,6 +329,20 @@ func decodeHook(from, to reflect.Type, data any) (any, error) {
 		return fmt.Sprint(data), nil // a number or boolean where text is expected (a port, a project id)
 	}
 	return data, nil
+}
+
+// isWholeKind reports a kind the decode hook reads as a whole number
+// (time.Duration, an int64, is read as a duration before it).
+func isWholeKind(k reflect.Kind) bool { return k == reflect.Int || k == reflect.Int64 }
+
+// redactList is a comma-separated list with the user information of each
+// entry (user:password@) replaced, as redis.addrs' problems show it.
+func redactList(s string) string {
+	parts := strings.Split(s, ",")
+	for i, p := range parts {
+		parts[i] = queue.RedactAddr(p)
+	}
+	return strings.Join(parts, ",")
 }
 
 func kindWord(k reflect.Kind) string {
@@ -340,6 +387,12 @@ func explicitZeros(settings map[string]any) []error {
 		m, _ := e.(map[string]any)
 		name, _ := m["name"].(string)
 		for key, r := range zeroRefusedProvider {
+			if v, ok := lookupKeyPath(m, key); ok && isZeroValue(v) {
+				out = append(out, zero(providerPath(i, name)+"."+key, v, r))
+			}
+		}
+		kind, _ := m["kind"].(string)
+		for key, r := range zeroRefusedKind[kind] {
 			if v, ok := lookupKeyPath(m, key); ok && isZeroValue(v) {
 				out = append(out, zero(providerPath(i, name)+"."+key, v, r))
 			}

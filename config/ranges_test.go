@@ -95,7 +95,7 @@ gateway:
 func TestZeroAndRangeSayTheSame(t *testing.T) {
 	t.Parallel()
 	out := map[string]string{
-		"workers": "5000", "dedup_ttl": "9000h", "nats.ack_wait": "2h", "retry.max_attempts": "1001",
+		"workers": "5000", "dedup_ttl": "9000h", "nats.ack_wait": "2h", "nats.replicas": "6", "retry.max_attempts": "1001",
 		"retry.base_delay": "2h", "retry.max_delay": "48h", "tenants.lanes": "65",
 		"gateway.auth_failures.limit": "-1", "gateway.auth_failures.window": "48h", "gateway.publish_timeout": "2m",
 		"gateway.read_timeout": "10m", "gateway.header_timeout": "2m", "gateway.idle_timeout": "2h", "gateway.idempotency_ttl": "1m",
@@ -147,7 +147,7 @@ func TestZeroAndRangeSayTheSame(t *testing.T) {
 	}
 	for key, r := range zeroRefused {
 		zero := "0"
-		if !strings.Contains(key, "workers") && !strings.Contains(key, "limit") && !strings.Contains(key, "attempts") && !strings.Contains(key, "lanes") &&
+		if !strings.Contains(key, "workers") && !strings.Contains(key, "limit") && !strings.Contains(key, "attempts") && !strings.Contains(key, "lanes") && !strings.Contains(key, "replicas") &&
 			!strings.Contains(key, "max_conns") && !strings.Contains(key, "max_in_flight") {
 			zero = "0s"
 		}
@@ -272,6 +272,100 @@ providers:
 		_, err := Parse([]byte(c.yaml+provider), func(k string) string { return c.env[k] })
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s%v: %v, want %q", c.yaml, c.env, err, c.want)
+		}
+	}
+}
+
+// TestInt64KeysAreWholeNumbers: providers[].quotas[].limit and
+// gateway.shed.max_stream_depth are int64s, which the decode hook left to
+// mapstructure: it truncated a fraction in silence (max_stream_depth 0.5
+// became 0, no bound at all; a quota of 2.5 jobs a day became 2), and it
+// refused every environment override of max_stream_depth, a number
+// written as text, as "the wrong type" (found in review).
+func TestInt64KeysAreWholeNumbers(t *testing.T) {
+	t.Parallel()
+	quota := func(v string) string {
+		return strings.Replace(minimal, "    rate: 100\n", "    rate: 100\n    quotas: [{limit: "+v+", per: 24h}]\n", 1)
+	}
+	depth := func(v string) string { return minimal + gatewayBlock + "  shed: {max_stream_depth: " + v + "}\n" }
+	for _, c := range []struct{ yaml, key string }{
+		{quota("2.5"), "providers[0] (sms-gateway).quotas[0].limit"},
+		{quota("1e300"), "providers[0] (sms-gateway).quotas[0].limit"},
+		{depth("0.5"), "gateway.shed.max_stream_depth"},
+		{depth("-0.5"), "gateway.shed.max_stream_depth"},
+	} {
+		_, err := Parse([]byte(c.yaml), noEnv)
+		if err == nil || !strings.Contains(err.Error(), c.key+": must be a whole number") {
+			t.Errorf("%s: %v, want %s refused as no whole number", c.yaml, err, c.key)
+		}
+	}
+	cfg, err := Parse([]byte(quota("1e15")), noEnv)
+	if err != nil || cfg.Providers[0].Quotas[0].Limit != 1e15 {
+		t.Errorf("a quota of 1e15: %v, %+v", err, cfg.Providers)
+	}
+	cfg, err = Parse([]byte(minimal+gatewayBlock), envOf(map[string]string{"NOTIFIER_GATEWAY_SHED_MAX_STREAM_DEPTH": "250000"}))
+	if err != nil || cfg.Gateway.Shed.MaxStreamDepth != 250000 {
+		t.Errorf("NOTIFIER_GATEWAY_SHED_MAX_STREAM_DEPTH=250000: %v, max_stream_depth %v", err, cfg.Gateway)
+	}
+	_, err = Parse([]byte(minimal+gatewayBlock), envOf(map[string]string{"NOTIFIER_GATEWAY_SHED_MAX_STREAM_DEPTH": "lots"}))
+	if err == nil || !strings.Contains(err.Error(), `gateway.shed.max_stream_depth: must be a whole number, got "lots"`) {
+		t.Errorf("NOTIFIER_GATEWAY_SHED_MAX_STREAM_DEPTH=lots: %v", err)
+	}
+}
+
+// TestSecretsInMalformedAddressesAreRedacted: a password written in an
+// address that is refused stays out of the problem: a NATS URL whose
+// password holds a '/' (base64 passwords do) was printed whole, its
+// redaction looking for the '@' only before the first '/'; an OTLP
+// endpoint that does not parse was printed as given; and a redis.addrs
+// list with an empty entry (a trailing comma) was quoted whole, password
+// and all (found in review).
+func TestSecretsInMalformedAddressesAreRedacted(t *testing.T) {
+	t.Parallel()
+	const secret = "Ab3/xY+z"
+	for _, c := range []struct {
+		yaml string
+		env  map[string]string
+		key  string
+	}{
+		{minimal, map[string]string{"NOTIFIER_NATS_URL": "nats://svc:" + secret + "@nats:4222"}, "nats.url"},
+		{minimal, map[string]string{"NOTIFIER_NATS_URL": "nats://127.0.0.1:4222,nats://svc:" + secret + "@nats:4222"}, "nats.url"},
+		{minimal + "tracing: {otlp_endpoint: \"http://svc:" + secret + "@collector:4318/v1/traces\"}\n", nil, "tracing.otlp_endpoint"},
+		{minimal, map[string]string{"NOTIFIER_REDIS_ADDRS": "default:" + secret + "@redis:6379,"}, "redis.addrs"},
+	} {
+		_, err := Parse([]byte(c.yaml), envOf(c.env))
+		if err == nil || !strings.Contains(err.Error(), c.key+": ") {
+			t.Errorf("%v %s: %v, want %s refused", c.env, c.yaml, err, c.key)
+			continue
+		}
+		if strings.Contains(err.Error(), "xY+z") || strings.Contains(err.Error(), "Ab3") {
+			t.Errorf("the problem shows the password:\n%v", err)
+		}
+	}
+}
+
+// TestExplicitZeroOfAKindsKeyIsRefused: SPEC §4 refuses an explicit zero
+// rather than replace it by the default, and three keys took the default
+// in silence: nats.replicas: 0 ran one replica, an smtp provider's port: 0
+// sent on 587, an apns provider's priority: 0 (no APNs priority) sent at
+// 10, immediate delivery (found in review).
+func TestExplicitZeroOfAKindsKeyIsRefused(t *testing.T) {
+	t.Parallel()
+	const smtp = "  - { name: mail, channel: email, default: true, kind: smtp, rate: 10, host: smtp.example.com, from: a@example.com, port: 0 }\n"
+	const apns = "  - { name: ios, channel: push, default: true, kind: apns, rate: 10, key_file: k.p8, key_id: K, team_id: T, topic: t, priority: 0 }\n"
+	for _, c := range []struct {
+		yaml string
+		env  map[string]string
+		want string
+	}{
+		{minimal + "nats: {replicas: 0}\n", nil, "nats.replicas: 0 is not allowed: must be from 1 to 5 (3 on a JetStream cluster); leave the key out for the default, 1"},
+		{minimal, map[string]string{"NOTIFIER_NATS_REPLICAS": "0"}, "nats.replicas: 0 is not allowed"},
+		{minimal + smtp, nil, "providers[1] (mail).port: 0 is not allowed: must be between 1 and 65535; leave the key out for the default, 587"},
+		{minimal + apns, nil, "providers[1] (ios).priority: 0 is not allowed: must be 10, 5 or 1; leave the key out for the default, 10 (5 for push_type background)"},
+	} {
+		_, err := Parse([]byte(c.yaml), envOf(c.env))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s%v: %v\nwant %q", c.yaml, c.env, err, c.want)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"strings"
 )
 
 // Tracing is YAML tracing:. Tracing is off unless otlp_endpoint is
@@ -51,7 +52,16 @@ func (c Tracing) Validate() error {
 // RedactURL drops a URL's user information (a collector's credentials).
 func RedactURL(s string) string {
 	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
+	if err != nil {
+		// One that does not parse (a password holding a '/') is shown
+		// without anything up to its last '@' after the scheme.
+		scheme, rest, ok := strings.Cut(s, "://")
+		if at := strings.LastIndexByte(rest, '@'); ok && at >= 0 {
+			return scheme + "://redacted" + rest[at:]
+		}
+		return s
+	}
+	if u.User == nil {
 		return s
 	}
 	u.User = url.User("redacted")

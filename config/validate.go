@@ -184,6 +184,7 @@ var zeroRefused = map[string]zeroRule{
 	"workers":            {"must be a whole number from 1 to 4096", "32"},
 	"dedup_ttl":          {"must be from " + text.Duration(minDedupTTL) + " to " + text.Duration(maxDedupTTL) + " (366 days)", "24h"},
 	"nats.ack_wait":      {"must be from 1s to 1h", "30s"},
+	"nats.replicas":      {"must be from 1 to 5 (3 on a JetStream cluster)", "1"},
 	"retry.max_attempts": {"must be a whole number from 1 to 1000", "8"},
 	"retry.base_delay":   {"must be from 1ms to " + text.Duration(maxBaseDelay), "1s"},
 	"retry.max_delay":    {"must be from base_delay to " + text.Duration(maxMaxDelay) + " and at most half of dedup_ttl", "5m"},
@@ -201,6 +202,12 @@ var zeroRefused = map[string]zeroRule{
 	"gateway.shed.max_in_flight":        {"must be a whole number from 1 to 100000", "1024"},
 	"gateway.shed.max_in_flight_per_ip": {"must be a whole number from 1 to 100000", "256"},
 	"gateway.shed.max_publish_latency":  {"must be from 10ms to publish_timeout", "1s"},
+}
+
+// zeroRefusedKind is zeroRefusedProvider for the keys of one kind.
+var zeroRefusedKind = map[string]map[string]zeroRule{
+	"smtp": {"port": {"must be between 1 and 65535", "587"}},
+	"apns": {"priority": {"must be 10, 5 or 1", "10 (5 for push_type background)"}},
 }
 
 // zeroRefusedProvider is zeroRefused for the keys of a providers entry.

@@ -280,8 +280,13 @@ func redactURL(raw string) string {
 		start = i + 3
 	}
 	end := len(raw)
-	if i := strings.IndexByte(raw[start:], '/'); i >= 0 {
-		end = start + i
+	// Only a WebSocket URL has a path; in any other, a '/' is part of the
+	// password (base64 passwords hold some), which ended the authority
+	// early and was printed whole.
+	if strings.HasPrefix(raw, "ws://") || strings.HasPrefix(raw, "wss://") {
+		if i := strings.IndexByte(raw[start:], '/'); i >= 0 {
+			end = start + i
+		}
 	}
 	at := strings.LastIndexByte(raw[start:end], '@')
 	if at < 0 {

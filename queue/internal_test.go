@@ -63,6 +63,9 @@ func TestRedactURL(t *testing.T) {
 		"nats://u:p@ss@h:4222":       "nats://[redacted]@h:4222",
 		"u:p@h:4222":                 "[redacted]@h:4222",
 		"wss://u:p@h/path@x":         "wss://[redacted]@h/path@x",
+		"nats://u:Ab3/xY+z@h:4222":   "nats://[redacted]@h:4222", // a '/' in the password: no path in a NATS URL
+		"nats://u:1234/b@h:4222":     "nats://[redacted]@h:4222",
+		"u:p/q@h:4222":               "[redacted]@h:4222",
 		"nats://a:1, nats://t@b:2 ,": "nats://a:1,nats://[redacted]@b:2",
 	} {
 		if got := redactURLs(in); got != want {

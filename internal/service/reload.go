@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -146,10 +147,22 @@ func (r *reloader) reload(d *dispatch.Dispatcher, why string, grace time.Duratio
 	r.mu.Lock()
 	prev := r.cfg
 	oldReg := r.reg
-	r.cfg, r.reg = cfg, reg
+	r.cfg, r.reg = inForce(prev, cfg), reg
 	r.old = append(r.old, oldReg)
 	r.mu.Unlock()
-	time.AfterFunc(grace, func() { _ = oldReg.Close() })
+	// Closed and dropped after the grace: kept for good, every save of the
+	// file grew the process by a registry.
+	time.AfterFunc(grace, func() {
+		r.mu.Lock()
+		i := slices.Index(r.old, oldReg)
+		if i >= 0 {
+			r.old = slices.Delete(r.old, i, i+1)
+		}
+		r.mu.Unlock()
+		if i >= 0 { // else close has closed it
+			_ = oldReg.Close()
+		}
+	})
 	for _, k := range restartKeys(prev, cfg) {
 		r.log.Warn("configuration key changed but needs a restart to apply", "key", k)
 	}
@@ -163,6 +176,18 @@ func ReloadOf(cfg config.Config, reg *providers.Registry) dispatch.Reload {
 	caps := cfg.Caps()
 	return dispatch.Reload{UserLimits: caps.Channels, CategoryLimits: caps.Categories, Categories: caps.Defaults,
 		Providers: reg, Global: cfg.Global, TenantWeights: cfg.Tenants.Weights}
+}
+
+// inForce is next as the process runs it: the keys that apply only at
+// start (restartKeys') kept from cur, the configuration in force. current()
+// hands it to /status and /explain, which read a reloaded redis.key_prefix
+// (and nats streams) while the dispatcher wrote under the old ones until
+// the restart.
+func inForce(cur, next config.Config) config.Config {
+	next.NATS, next.Redis, next.Workers, next.Metrics = cur.NATS, cur.Redis, cur.Workers, cur.Metrics
+	next.DedupTTL, next.Retry, next.Tenants.Lanes = cur.DedupTTL, cur.Retry, cur.Tenants.Lanes
+	next.Suppression, next.Tracing = cur.Suppression, cur.Tracing
+	return next
 }
 
 // restartKeys lists the sections that changed and only apply at start.
@@ -192,4 +217,5 @@ func (r *reloader) close() {
 	for _, o := range r.old {
 		_ = o.Close()
 	}
+	r.old = nil
 }
