@@ -47,7 +47,7 @@ func Load(path string, getenv func(string) string) (Config, error) {
 // kilobytes (the gateway's most, 10,000 keys and 10,000 tenant buckets,
 // about 3 MB); read whole, `--config /dev/zero` or a log given by
 // mistake allocated until the machine ran out of memory.
-const MaxFileSize = 64 << 20
+const MaxFileSize = 16 << 20
 
 // readFile reads the file at path, at most MaxFileSize bytes of it.
 func readFile(path string) ([]byte, error) {
