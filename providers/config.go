@@ -407,13 +407,13 @@ func (c Config) Validate() error {
 		}
 	}
 	if c.CredentialsEnv != "" && !envRE.MatchString(c.CredentialsEnv) {
-		p.add("credentials_env", "must be an environment variable name ([A-Za-z_][A-Za-z0-9_]*), got %q", c.CredentialsEnv)
+		p.add("credentials_env", "must be an environment variable name ([A-Za-z_][A-Za-z0-9_]*), got %s", envShown(c.CredentialsEnv))
 	}
 	if c.PasswordEnv != "" && !envRE.MatchString(c.PasswordEnv) {
-		p.add("password_env", "must be an environment variable name ([A-Za-z_][A-Za-z0-9_]*), got %q", c.PasswordEnv)
+		p.add("password_env", "must be an environment variable name ([A-Za-z_][A-Za-z0-9_]*), got %s", envShown(c.PasswordEnv))
 	}
 	if c.SigningSecretEnv != "" && !envRE.MatchString(c.SigningSecretEnv) {
-		p.add("signing_secret_env", "must be an environment variable name ([A-Za-z_][A-Za-z0-9_]*), got %q", c.SigningSecretEnv)
+		p.add("signing_secret_env", "must be an environment variable name ([A-Za-z_][A-Za-z0-9_]*), got %s", envShown(c.SigningSecretEnv))
 	}
 	if !kindOK {
 		return errors.Join(p.errs...)

@@ -385,3 +385,33 @@ func TestSMTPSessionNotKeptIsClosedNotQuit(t *testing.T) {
 		t.Errorf("a send whose session is not kept took %v, one whose session is kept %v: it waited for the QUIT's reply", closed, kept)
 	}
 }
+
+// TestASecretPastedIntoAnEnvKeyIsNotPrinted: a *_env key names the
+// variable that holds a secret; an operator who pasted the secret itself
+// there (a Twilio token, a password) had it printed in the error, at start
+// and in every log that keeps it. A name written as names are
+// (UPPER_CASE) is still shown.
+func TestASecretPastedIntoAnEnvKeyIsNotPrinted(t *testing.T) {
+	t.Parallel()
+	const secret = "sk_live_4eC39HqLyjWDarjtT1zdp7dc"
+	for _, c := range []providers.Config{
+		{Name: "tw", Channel: "sms", Default: true, Kind: "twilio", Rate: 10, AccountSID: "AC0123456789abcdef0123456789abcdef", From: "+15550001111", CredentialsEnv: secret},
+		{Name: "mail", Channel: "email", Default: true, Kind: "smtp", Rate: 10, Host: "smtp.example.com", From: "a@example.com", Username: "u", PasswordEnv: secret + "-x"},
+	} {
+		_, err := providers.NewRegistry([]providers.Config{c}, providers.Options{Version: "test", Getenv: func(string) string { return "" }})
+		if err == nil {
+			t.Fatalf("%s: a registry with its secret unset, want an error", c.Name)
+		}
+		if strings.Contains(err.Error(), secret) {
+			t.Errorf("%s: the error prints what the *_env key holds: %v", c.Name, err)
+		}
+		if !strings.Contains(err.Error(), "is it the secret itself") {
+			t.Errorf("%s: the error does not say what is wrong: %v", c.Name, err)
+		}
+	}
+	c := providers.Config{Name: "tw", Channel: "sms", Default: true, Kind: "twilio", Rate: 10, AccountSID: "AC0123456789abcdef0123456789abcdef", From: "+15550001111", CredentialsEnv: "TWILIO_AUTH"}
+	_, err := providers.NewRegistry([]providers.Config{c}, providers.Options{Version: "test", Getenv: func(string) string { return "" }})
+	if err == nil || !strings.Contains(err.Error(), "TWILIO_AUTH is not set") {
+		t.Errorf("a variable's name is shown: %v", err)
+	}
+}

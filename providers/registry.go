@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -53,13 +54,35 @@ func (o Options) withDefaults() Options {
 }
 
 // lookupSecret reads the environment variable env through opts.Getenv; the
-// error names the variable, never a value.
+// error names the variable (envShown), never a value.
 func lookupSecret(opts Options, env string) (string, error) {
 	v := opts.Getenv(env)
 	if v == "" {
-		return "", fmt.Errorf("environment variable %s is not set or empty", env)
+		return "", fmt.Errorf("environment variable %s is not set or empty", envShown(env))
 	}
 	return v, nil
+}
+
+// envShown is how an error shows what a *_env key holds: itself when it
+// reads as an environment variable's name (upper case, digits and _, as
+// such names are written), else only its length. A secret pasted into the
+// key by mistake (sk_live_..., a password) would otherwise be printed in
+// the error, at start and in every log that keeps it.
+func envShown(name string) string {
+	// A shell reference ($TOKEN, ${TOKEN}) is a name too, written the
+	// shell's way: shown, so that the fix is plain.
+	bare := strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(name, "$"), "{"), "}")
+	named := bare != "" && len(bare) <= 64
+	for i, r := range bare {
+		named = named && (r >= 'A' && r <= 'Z' || r == '_' || i > 0 && r >= '0' && r <= '9')
+	}
+	if !named {
+		return fmt.Sprintf("(%d characters, not an UPPER_CASE name: is it the secret itself? name the variable that holds it)", len(name))
+	}
+	if bare != name {
+		return fmt.Sprintf("%q", name)
+	}
+	return name
 }
 
 // Registry holds every configured provider, built once at start. It is
