@@ -178,32 +178,42 @@ func ReloadOf(cfg config.Config, reg *providers.Registry) dispatch.Reload {
 		Providers: reg, Global: cfg.Global, TenantWeights: cfg.Tenants.Weights}
 }
 
-// inForce is next as the process runs it: the keys that apply only at
-// start (restartKeys') kept from cur, the configuration in force. current()
-// hands it to /status and /explain, which read a reloaded redis.key_prefix
-// (and nats streams) while the dispatcher wrote under the old ones until
-// the restart.
+// startOnly are the sections that apply only at start, each by its key
+// and where it lies in a Config: restartKeys names those an edit changed,
+// and inForce keeps them as the process runs them. One table, so that the
+// two cannot disagree.
+var startOnly = []struct {
+	key string
+	at  func(c *config.Config) any // a pointer to the section
+}{
+	{"nats", func(c *config.Config) any { return &c.NATS }},
+	{"redis", func(c *config.Config) any { return &c.Redis }},
+	{"workers", func(c *config.Config) any { return &c.Workers }},
+	{"metrics", func(c *config.Config) any { return &c.Metrics }},
+	{"dedup_ttl", func(c *config.Config) any { return &c.DedupTTL }},
+	{"retry", func(c *config.Config) any { return &c.Retry }},
+	{"tenants.lanes", func(c *config.Config) any { return &c.Tenants.Lanes }},
+	{"suppression", func(c *config.Config) any { return &c.Suppression }},
+	{"tracing", func(c *config.Config) any { return &c.Tracing }},
+}
+
+// inForce is next as the process runs it: the start-only sections kept
+// from cur, the configuration in force. current() hands it to /status and
+// /explain, which read a reloaded redis.key_prefix (and nats streams)
+// while the dispatcher wrote under the old ones until the restart.
 func inForce(cur, next config.Config) config.Config {
-	next.NATS, next.Redis, next.Workers, next.Metrics = cur.NATS, cur.Redis, cur.Workers, cur.Metrics
-	next.DedupTTL, next.Retry, next.Tenants.Lanes = cur.DedupTTL, cur.Retry, cur.Tenants.Lanes
-	next.Suppression, next.Tracing = cur.Suppression, cur.Tracing
+	for _, s := range startOnly {
+		reflect.ValueOf(s.at(&next)).Elem().Set(reflect.ValueOf(s.at(&cur)).Elem())
+	}
 	return next
 }
 
-// restartKeys lists the sections that changed and only apply at start.
+// restartKeys lists the start-only sections that differ between a and b.
 func restartKeys(a, b config.Config) []string {
 	var out []string
-	for _, c := range []struct {
-		key  string
-		x, y any
-	}{
-		{"nats", a.NATS, b.NATS}, {"redis", a.Redis, b.Redis}, {"workers", a.Workers, b.Workers},
-		{"metrics", a.Metrics, b.Metrics}, {"dedup_ttl", a.DedupTTL, b.DedupTTL}, {"retry", a.Retry, b.Retry},
-		{"tenants.lanes", a.Tenants.Lanes, b.Tenants.Lanes}, {"suppression", a.Suppression, b.Suppression},
-		{"tracing", a.Tracing, b.Tracing},
-	} {
-		if !reflect.DeepEqual(c.x, c.y) {
-			out = append(out, c.key)
+	for _, s := range startOnly {
+		if !reflect.DeepEqual(s.at(&a), s.at(&b)) {
+			out = append(out, s.key)
 		}
 	}
 	return out
